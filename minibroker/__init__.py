@@ -1,0 +1,1 @@
+"""minibroker: a teaching STOMP broker (see DESIGN.md for the map)."""

@@ -1,0 +1,355 @@
+"""The STOMP codec: bytes in, frames out; frames in, bytes out. No I/O.
+
+Theory of operation
+-------------------
+``FrameParser`` is fed whatever the socket produced, in pieces of any size,
+and returns the frames completed by that piece (h11's ``receive_data`` and
+``next_event`` folded into one call). It keeps one ``bytearray`` and an offset
+into it; consumed bytes are dropped at the end of every ``feed`` so the buffer
+never holds more than one partial frame (CoilMQ's ``FrameBuffer`` never drops
+them and grows for the life of the connection).
+
+A frame is ``command EOL *(header EOL) EOL body NUL *(EOL)`` where EOL is LF
+or CR LF. Parsing a frame has two phases, and a partial frame remembers which
+one it is in so each byte is scanned once, even when fed a byte at a time:
+
+1. the header block: find the empty line that ends it, then split it into the
+   command and ``name:value`` lines. The first of a repeated header wins.
+2. the body: with ``content-length``, exactly that many bytes and then a NUL;
+   without it, everything up to the first NUL.
+
+EOLs between frames are heart-beats and are skipped. Escaping depends on the
+negotiated version (``parser.version``): none in 1.0, ``\\n \\c \\\\`` in 1.1,
+and also ``\\r`` in 1.2; CONNECT, STOMP and CONNECTED are never escaped. An
+undefined escape is an error in 1.1 and 1.2. Values are trimmed only in 1.0,
+as ActiveMQ does.
+
+Limits are constructor arguments (defaults close to ActiveMQ's
+``StompWireFormat``). Breaking one, or any grammar rule, raises
+``ProtocolError`` and leaves the parser in a sticky error state: a peer that
+sent garbage gets an ERROR frame and is closed, never re-synchronised.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from .errors import ProtocolError
+from .frames import BODY_COMMANDS, CLIENT_COMMANDS, SERVER_COMMANDS, Frame
+
+__all__ = [
+    "FrameParser",
+    "encode",
+    "encode_headers",
+    "escape",
+    "unescape",
+    "HEARTBEAT",
+    "DEFAULT_LIMITS",
+]
+
+#: The byte a heart-beat is made of.
+HEARTBEAT = b"\n"
+
+#: Defaults, after ActiveMQ's StompWireFormat (facts sheet, section 6).
+DEFAULT_LIMITS = {
+    "max_command_length": 1024,
+    "max_header_line_length": 10 * 1024,
+    "max_headers": 1000,
+    "max_body_length": 100 * 1024 * 1024,
+    # ActiveMQ has no frame limit by default; ours lets the largest allowed
+    # body through with a full header block beside it, and no more.
+    "max_frame_size": 110 * 1024 * 1024,
+}
+
+_EOL_BYTES = (10, 13)
+_UNESCAPED_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
+_UNESCAPE = {
+    "1.1": {"n": "\n", "c": ":", "\\": "\\"},
+    "1.2": {"n": "\n", "c": ":", "\\": "\\", "r": "\r"},
+}
+_NEEDS_ESCAPE = ("\\", "\n", ":", "\r")
+
+
+def unescape(text: str, version: str) -> str:
+    """Decode STOMP header escapes of ``version`` in ``text``.
+
+    Raises ``ProtocolError`` on an escape the version does not define.
+    """
+    if "\\" not in text or version == "1.0":
+        return text
+    table = _UNESCAPE[version]
+    out: list[str] = []
+    start = 0
+    while True:
+        i = text.find("\\", start)
+        if i < 0:
+            out.append(text[start:])
+            return "".join(out)
+        out.append(text[start:i])
+        code = text[i + 1 : i + 2]
+        decoded = table.get(code)
+        if decoded is None:
+            shown = "\\" + code if code else "\\ at the end"
+            raise ProtocolError(
+                f"undefined escape sequence {shown!r} in header {text!r} (STOMP {version})"
+            )
+        out.append(decoded)
+        start = i + 2
+
+
+def escape(text: str, version: str) -> str:
+    """Encode ``text`` as a header name or value of ``version``."""
+    if version == "1.0" or not any(c in text for c in _NEEDS_ESCAPE):
+        return text
+    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+    if version == "1.2":
+        text = text.replace("\r", "\\r")
+    return text
+
+
+def encode_headers(headers: Iterable[tuple[str, str]], version: str, *, raw: bool = False) -> bytes:
+    """``name:value\\n`` lines for ``headers``, escaped unless ``raw``."""
+    items = list(headers)
+    if not raw and version != "1.0":
+        # One probe over all the text instead of four tests per header.
+        probe = "".join([k + v for k, v in items])
+        if "\\" in probe or "\n" in probe or ":" in probe or "\r" in probe:
+            items = [(escape(k, version), escape(v, version)) for k, v in items]
+    return "".join([f"{k}:{v}\n" for k, v in items]).encode("utf-8")
+
+
+def encode(frame: Frame, version: str = "1.2") -> bytes:
+    """The wire bytes of ``frame`` as spoken in STOMP ``version``.
+
+    SEND, MESSAGE and ERROR always get a correct ``content-length`` (a given
+    one is corrected in place), so bodies containing NUL survive.
+    """
+    headers: Mapping[str, str] = frame.headers
+    body = frame.body
+    if frame.command in BODY_COMMANDS:
+        length = str(len(body))
+        items = [(k, length if k == "content-length" else v) for k, v in headers.items()]
+        if "content-length" not in headers:
+            items.append(("content-length", length))
+    else:
+        if body:
+            raise ValueError(f"a {frame.command} frame cannot carry a body")
+        items = list(headers.items())
+    block = encode_headers(items, version, raw=frame.command in _UNESCAPED_COMMANDS)
+    return b"".join((frame.command.encode("ascii"), b"\n", block, b"\n", body, b"\x00"))
+
+
+class FrameParser:
+    """Incremental STOMP frame parser (sans-IO).
+
+    ``feed(data)`` returns the frames that ``data`` completed, in order.
+    ``role="server"`` accepts client commands (what a broker reads);
+    ``role="client"`` accepts server commands.
+    """
+
+    def __init__(
+        self,
+        *,
+        role: str = "server",
+        version: str = "1.0",
+        max_command_length: int = DEFAULT_LIMITS["max_command_length"],
+        max_header_line_length: int = DEFAULT_LIMITS["max_header_line_length"],
+        max_headers: int = DEFAULT_LIMITS["max_headers"],
+        max_body_length: int = DEFAULT_LIMITS["max_body_length"],
+        max_frame_size: int = DEFAULT_LIMITS["max_frame_size"],
+    ) -> None:
+        if role not in ("server", "client"):
+            raise ValueError(f"role must be 'server' or 'client', not {role!r}")
+        self.commands = CLIENT_COMMANDS if role == "server" else SERVER_COMMANDS
+        self.version = version
+        self.max_command_length = max_command_length
+        self.max_header_line_length = max_header_line_length
+        self.max_headers = max_headers
+        self.max_body_length = max_body_length
+        self.max_frame_size = max_frame_size
+        # The largest header block the limits allow; past it, stop searching.
+        self._max_block = max_command_length + max_headers * (max_header_line_length + 2) + 4
+        self._buf = bytearray()
+        self._scan = 0  # where the search for the end of the header block resumes
+        # A frame whose headers are parsed, waiting for its body:
+        # (command, headers, frame_start, body_start, content_length or None)
+        self._head: tuple[str, dict[str, str], int, int, int | None] | None = None
+        self._error: ProtocolError | None = None
+        #: Count of heart-beat EOLs seen between frames.
+        self.heartbeats = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a frame not yet complete."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Add ``data`` and return every frame it completes."""
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        buf += data
+        frames: list[Frame] = []
+        pos = 0
+        try:
+            while True:
+                if self._head is None:
+                    if pos < len(buf) and buf[pos] in _EOL_BYTES:
+                        pos = self._skip_eols(buf, pos)
+                    if pos >= len(buf):
+                        break
+                    if not self._read_head(buf, pos):
+                        break
+                frame, end = self._read_body(buf)
+                if frame is None:
+                    break
+                frames.append(frame)
+                pos = end
+                self._scan = pos
+        except ProtocolError as exc:
+            self._error = exc
+            raise
+        finally:
+            if pos:
+                del buf[:pos]
+                self._scan -= pos
+                if self._head is not None:
+                    cmd, hdrs, start, body_start, clen = self._head
+                    self._head = (cmd, hdrs, start - pos, body_start - pos, clen)
+        return frames
+
+    # -- phase 0: heart-beats between frames
+    def _skip_eols(self, buf: bytearray, pos: int) -> int:
+        n = len(buf)
+        while pos < n:
+            c = buf[pos]
+            if c == 10:
+                pos += 1
+                self.heartbeats += 1
+            elif c == 13:
+                if pos + 1 >= n:
+                    break  # a CR that may start a CR LF: wait for more
+                if buf[pos + 1] != 10:
+                    raise ProtocolError("a CR between frames must be followed by LF")
+                pos += 2
+                self.heartbeats += 1
+            else:
+                break
+        if self._scan < pos:
+            self._scan = pos
+        return pos
+
+    # -- phase 1: the header block
+    def _read_head(self, buf: bytearray, pos: int) -> bool:
+        start = self._scan - 3
+        if start < pos:
+            start = pos
+        end = buf.find(b"\n\n", start)
+        crlf_end = buf.find(b"\n\r\n", start, end + 2 if end >= 0 else len(buf))
+        if crlf_end >= 0:
+            end, sep = crlf_end, 3
+        elif end >= 0:
+            sep = 2
+        else:
+            self._scan = len(buf)
+            self._check_partial_head(buf, pos)
+            return False
+        try:
+            text = buf[pos:end].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad = bytes(buf[pos:end])[max(0, exc.start - 20) : exc.start + 20]
+            raise ProtocolError(f"header is not UTF-8 near {bad!r}") from None
+        if "\r" in text:
+            lines = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+        else:
+            lines = text.split("\n")
+        command = lines[0]
+        if len(command) > self.max_command_length:
+            raise ProtocolError(f"command longer than {self.max_command_length} bytes")
+        if command not in self.commands:
+            raise ProtocolError(f"unknown command {command[:40]!r}")
+        headers = self._headers(command, lines, len(text))
+        clen_text = headers.get("content-length")
+        clen: int | None = None
+        if clen_text is not None:
+            try:
+                clen = int(clen_text)
+            except ValueError:
+                raise ProtocolError(f"content-length is not a number: {clen_text!r}") from None
+            if clen < 0:
+                raise ProtocolError(f"content-length is negative: {clen}")
+            if clen > self.max_body_length:
+                raise ProtocolError(
+                    f"body of {clen} bytes exceeds the limit of {self.max_body_length} bytes"
+                )
+        self._head = (command, headers, pos, end + sep, clen)
+        self._scan = end + sep
+        return True
+
+    def _check_partial_head(self, buf: bytearray, pos: int) -> None:
+        first_eol = buf.find(b"\n", pos)
+        if first_eol < 0 and len(buf) - pos > self.max_command_length:
+            raise ProtocolError(f"command longer than {self.max_command_length} bytes")
+        if len(buf) - pos > self._max_block:
+            raise ProtocolError("header block exceeds the frame's header limits")
+
+    def _headers(self, command: str, lines: list[str], block_length: int) -> dict[str, str]:
+        if len(lines) - 1 > self.max_headers:
+            raise ProtocolError(f"more than {self.max_headers} headers")
+        limit = self.max_header_line_length
+        if block_length > limit:
+            for line in lines:
+                if len(line.encode("utf-8")) > limit:
+                    raise ProtocolError(f"header line longer than {limit} bytes")
+        version = self.version
+        escaped = version != "1.0" and command not in _UNESCAPED_COMMANDS
+        trim = version == "1.0"
+        headers: dict[str, str] = {}
+        for i in range(1, len(lines)):
+            line = lines[i]
+            name, colon, value = line.partition(":")
+            if not colon:
+                raise ProtocolError(f"header line without ':': {line[:60]!r}")
+            if escaped and "\\" in line:
+                name = unescape(name, version)
+                value = unescape(value, version)
+            if trim:
+                name, value = name.strip(), value.strip()
+            if name not in headers:  # the first of a repeated header wins
+                if not name:
+                    raise ProtocolError(f"header with an empty name: {line[:60]!r}")
+                headers[name] = value
+        return headers
+
+    # -- phase 2: the body
+    def _read_body(self, buf: bytearray) -> tuple[Frame | None, int]:
+        assert self._head is not None
+        command, headers, start, body_start, clen = self._head
+        if clen is not None:
+            nul = body_start + clen
+            self._check_size(nul + 1 - start)
+            if len(buf) <= nul:
+                return None, 0
+            if buf[nul] != 0:
+                raise ProtocolError(
+                    f"frame body is not followed by NUL after content-length {clen}"
+                )
+        else:
+            nul = buf.find(b"\x00", self._scan)
+            if nul < 0:
+                self._scan = len(buf)
+                if len(buf) - body_start > self.max_body_length:
+                    raise ProtocolError(
+                        f"body exceeds the limit of {self.max_body_length} bytes"
+                    )
+                self._check_size(len(buf) - start)
+                return None, 0
+            self._check_size(nul + 1 - start)
+        body = bytes(buf[body_start:nul])
+        if body and command not in BODY_COMMANDS:
+            raise ProtocolError(f"a {command} frame must not have a body")
+        self._head = None
+        return Frame(command, headers, body), nul + 1
+
+    def _check_size(self, size: int) -> None:
+        if size > self.max_frame_size:
+            raise ProtocolError(f"frame exceeds the limit of {self.max_frame_size} bytes")

@@ -1,0 +1,47 @@
+"""One error hierarchy for the broker (STYLE.md, item 6).
+
+``BrokerError`` is the root of everything the broker raises on purpose:
+
+- ``ProtocolError``: the peer broke STOMP. The session answers with an ERROR
+  frame whose ``message`` header is the error text, then closes.
+- ``ConfigError``: a configuration key or value is refused at start; the text
+  names the key and the value.
+- ``ResourceLimitError``: a usage limit refused a frame (producer flow control
+  with ``send_fail_if_no_space``, a full journal). The client gets an ERROR.
+
+Storage failures come from ``storage.errors`` (storage sits below this package
+and cannot import it). Programming errors are never caught and re-labelled as
+client faults: they propagate and fail loudly.
+"""
+from __future__ import annotations
+
+__all__ = ["BrokerError", "ProtocolError", "ConfigError", "ResourceLimitError"]
+
+
+class BrokerError(Exception):
+    """Root of the errors the broker raises on purpose."""
+
+
+class ProtocolError(BrokerError):
+    """The peer sent something STOMP does not allow.
+
+    ``message`` is one line meant for the ERROR frame's ``message`` header;
+    ``detail`` (optional) goes into the ERROR frame's body.
+    """
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+class ConfigError(BrokerError):
+    """A configuration key or value was refused; the text names both."""
+
+
+class ResourceLimitError(BrokerError):
+    """A usage limit refused a frame; the client gets an ERROR frame."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

@@ -1,0 +1,215 @@
+"""The STOMP codec, tested as h11 tests its readers and writers.
+
+One table of (version, frame, bytes) runs both ways: ``encode(frame)`` must
+give the bytes and parsing the bytes must give the frame, fed whole, one byte
+at a time, and followed by trailing bytes of a next frame that must stay
+buffered. A second table holds inputs that only parse (CR LF, repeats,
+heart-beats); a third maps malformed input to the error it must raise.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minibroker.codec import FrameParser, encode, escape, unescape
+from minibroker.errors import ProtocolError
+from minibroker.frames import Frame
+
+# (version, role the parser plays, frame, exact wire bytes)
+ROUND_TRIP = [
+    ("1.2", "server", Frame("CONNECT", {"accept-version": "1.2", "host": "h"}), b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00"),
+    ("1.2", "server", Frame("STOMP", {"accept-version": "1.0,1.1,1.2", "host": "a:b"}), b"STOMP\naccept-version:1.0,1.1,1.2\nhost:a:b\n\n\x00"),
+    ("1.2", "client", Frame("CONNECTED", {"version": "1.2", "session": "s:1"}), b"CONNECTED\nversion:1.2\nsession:s:1\n\n\x00"),
+    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "5"}, b"hello"), b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\x00"),
+    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "3"}, b"a\x00b"), b"SEND\ndestination:/queue/a\ncontent-length:3\n\na\x00b\x00"),
+    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "0"}), b"SEND\ndestination:/queue/a\ncontent-length:0\n\n\x00"),
+    ("1.2", "server", Frame("SEND", {"destination": "/q", "k:ey": "v\nal\\ue\r", "content-length": "0"}), b"SEND\ndestination:/q\nk\\cey:v\\nal\\\\ue\\r\ncontent-length:0\n\n\x00"),
+    ("1.1", "server", Frame("SEND", {"destination": "/q", "k:ey": "v\nal\\ue", "content-length": "0"}), b"SEND\ndestination:/q\nk\\cey:v\\nal\\\\ue\ncontent-length:0\n\n\x00"),
+    ("1.0", "server", Frame("SEND", {"destination": "/q", "x": "a\\b", "content-length": "1"}, b"z"), b"SEND\ndestination:/q\nx:a\\b\ncontent-length:1\n\nz\x00"),
+    ("1.2", "server", Frame("SUBSCRIBE", {"destination": "/topic/t", "id": "0", "ack": "client-individual"}), b"SUBSCRIBE\ndestination:/topic/t\nid:0\nack:client-individual\n\n\x00"),
+    ("1.2", "server", Frame("ACK", {"id": "m-1"}), b"ACK\nid:m-1\n\n\x00"),
+    ("1.2", "server", Frame("DISCONNECT", {"receipt": "77"}), b"DISCONNECT\nreceipt:77\n\n\x00"),
+    ("1.2", "server", Frame("BEGIN", {"transaction": "tx1"}), b"BEGIN\ntransaction:tx1\n\n\x00"),
+    ("1.2", "client", Frame("MESSAGE", {"subscription": "0", "message-id": "ID:1", "destination": "/queue/a", "content-length": "2"}, b"hi"), b"MESSAGE\nsubscription:0\nmessage-id:ID\\c1\ndestination:/queue/a\ncontent-length:2\n\nhi\x00"),
+    ("1.2", "client", Frame("RECEIPT", {"receipt-id": "r"}), b"RECEIPT\nreceipt-id:r\n\n\x00"),
+    ("1.2", "client", Frame("ERROR", {"message": "bad: thing", "content-length": "3"}, b"why"), b"ERROR\nmessage:bad\\c thing\ncontent-length:3\n\nwhy\x00"),
+    ("1.2", "server", Frame("SEND", {"destination": "/queue/\u00e9t\u00e9", "content-length": "4"}, "\u00e9t\u00e9".encode()[:4]), "SEND\ndestination:/queue/\u00e9t\u00e9\ncontent-length:4\n\n".encode() + "\u00e9t\u00e9".encode()[:4] + b"\x00"),
+]
+
+# Inputs that parse but are not what encode() writes.
+PARSE_ONLY = [
+    ("1.2", b"SEND\r\ndestination:/queue/a\r\n\r\nhello\x00", Frame("SEND", {"destination": "/queue/a"}, b"hello")),
+    ("1.2", b"SEND\ndestination:/a\r\nfoo:bar\n\nbody\x00", Frame("SEND", {"destination": "/a", "foo": "bar"}, b"body")),
+    ("1.2", b"SEND\ndestination:/a\ndestination:/b\n\n\x00", Frame("SEND", {"destination": "/a"})),
+    ("1.2", b"SEND\ndestination:/a\nx:\n\n\x00", Frame("SEND", {"destination": "/a", "x": ""})),
+    ("1.2", b"SEND\ndestination:/a\nx: spaced \n\n\x00", Frame("SEND", {"destination": "/a", "x": " spaced "})),
+    ("1.0", b"SEND\ndestination: /a \n\n\x00", Frame("SEND", {"destination": "/a"})),
+    ("1.2", b"SEND\ndestination:/a\ncontent-length:3\n\nabc\x00\n\r\n\n", Frame("SEND", {"destination": "/a", "content-length": "3"}, b"abc")),
+    ("1.2", b"\n\n\r\nSEND\ndestination:/a\n\n\x00", Frame("SEND", {"destination": "/a"})),
+    ("1.2", b"CONNECT\nlogin:a\\cb\nhost:x\n\n\x00", Frame("CONNECT", {"login": "a\\cb", "host": "x"})),
+    ("1.2", b"SEND\ndestination:/a\nv:a:b:c\n\n\x00", Frame("SEND", {"destination": "/a", "v": "a:b:c"})),
+]
+
+# Malformed input -> a fragment of the ProtocolError's message.
+ERRORS = [
+    ("1.2", b"BOGUS\n\n\x00", "unknown command"),
+    ("1.2", b"MESSAGE\n\n\x00", "unknown command"),  # a server command sent to the server
+    ("1.2", b"SEND\ndestination\n\n\x00", "without ':'"),
+    ("1.2", b"SEND\ndestination:/a\nx:\\t\n\n\x00", "undefined escape"),
+    ("1.1", b"SEND\ndestination:/a\nx:\\r\n\n\x00", "undefined escape"),
+    ("1.2", b"SEND\ndestination:/a\nx:abc\\\n\n\x00", "undefined escape"),
+    ("1.2", b"SEND\ndestination:/a\ncontent-length:abc\n\n\x00", "not a number"),
+    ("1.2", b"SEND\ndestination:/a\ncontent-length:-1\n\n\x00", "negative"),
+    ("1.2", b"SEND\ndestination:/a\ncontent-length:2\n\nabc\x00", "not followed by NUL"),
+    ("1.2", b"SUBSCRIBE\ndestination:/a\nid:1\n\nbody\x00", "must not have a body"),
+    ("1.2", b"SEND\n:value\n\n\x00", "empty name"),
+    ("1.2", b"SEND\ndestination:/a\n\xff\xfe:x\n\n\x00", "not UTF-8"),
+    ("1.2", b"\rSEND\n\n\x00", "CR between frames"),
+]
+
+
+def feed_whole(parser: FrameParser, data: bytes) -> list[Frame]:
+    return parser.feed(data)
+
+
+def feed_bytewise(parser: FrameParser, data: bytes) -> list[Frame]:
+    frames: list[Frame] = []
+    for i in range(len(data)):
+        got = parser.feed(data[i : i + 1])
+        if i < len(data) - 1:
+            # Only the final byte (the NUL, or a trailing EOL) may complete it.
+            assert got == [] or data[i] == 0, (i, got)
+        frames += got
+    return frames
+
+
+@pytest.mark.parametrize("version,role,frame,wire", ROUND_TRIP)
+def test_encode(version: str, role: str, frame: Frame, wire: bytes) -> None:
+    assert encode(frame, version) == wire
+
+
+@pytest.mark.parametrize("feeder", [feed_whole, feed_bytewise])
+@pytest.mark.parametrize("version,role,frame,wire", ROUND_TRIP)
+def test_parse_round_trip(feeder, version: str, role: str, frame: Frame, wire: bytes) -> None:
+    parser = FrameParser(role=role, version=version)
+    assert feeder(parser, wire) == [frame]
+    assert parser.buffered == 0
+
+
+@pytest.mark.parametrize("version,role,frame,wire", ROUND_TRIP)
+def test_trailing_bytes_stay_buffered(version: str, role: str, frame: Frame, wire: bytes) -> None:
+    parser = FrameParser(role=role, version=version)
+    trailing = wire[: len(wire) // 2]
+    assert parser.feed(wire + trailing) == [frame]
+    assert parser.buffered == len(trailing.lstrip(b"\r\n")) or parser.buffered == len(trailing)
+    # ... and the rest of that second frame completes it.
+    assert parser.feed(wire[len(wire) // 2 :]) == [frame]
+    assert parser.buffered == 0
+
+
+@pytest.mark.parametrize("feeder", [feed_whole, feed_bytewise])
+@pytest.mark.parametrize("version,wire,frame", PARSE_ONLY)
+def test_parse_only(feeder, version: str, wire: bytes, frame: Frame) -> None:
+    assert feeder(FrameParser(version=version), wire) == [frame]
+
+
+@pytest.mark.parametrize("version,wire,fragment", ERRORS)
+def test_errors(version: str, wire: bytes, fragment: str) -> None:
+    parser = FrameParser(version=version)
+    with pytest.raises(ProtocolError, match=fragment):
+        parser.feed(wire)
+    # The error is sticky: the parser never re-synchronises on garbage.
+    with pytest.raises(ProtocolError):
+        parser.feed(b"SEND\ndestination:/a\n\n\x00")
+
+
+@pytest.mark.parametrize("version,wire,fragment", ERRORS)
+def test_errors_bytewise(version: str, wire: bytes, fragment: str) -> None:
+    parser = FrameParser(version=version)
+    with pytest.raises(ProtocolError, match=fragment):
+        feed_bytewise(parser, wire)
+
+
+def test_heartbeats_are_counted_and_skipped() -> None:
+    parser = FrameParser()
+    assert parser.feed(b"\n\r\n\n") == []
+    assert parser.heartbeats == 3
+    assert parser.buffered == 0
+    assert parser.feed(b"\r") == []  # a CR may start a CR LF
+    assert parser.feed(b"\n") == []
+    assert parser.heartbeats == 4
+
+
+def test_several_frames_in_one_feed_keep_order() -> None:
+    frames = [Frame("SEND", {"destination": f"/queue/{i}", "content-length": "1"}, b"%d" % (i % 10)) for i in range(50)]
+    data = b"\n".join(encode(f) for f in frames)
+    assert FrameParser().feed(data) == frames
+
+
+@pytest.mark.parametrize(
+    "limits,wire,fragment",
+    [
+        ({"max_command_length": 8}, b"SUBSCRIBE\nid:1\n\n\x00", "command longer"),
+        ({"max_command_length": 8}, b"X" * 20, "command longer"),
+        ({"max_header_line_length": 10}, b"SEND\ndestination:/queue/long\n\n\x00", "header line longer"),
+        ({"max_headers": 2}, b"SEND\na:1\nb:2\nc:3\n\n\x00", "more than 2 headers"),
+        ({"max_body_length": 4}, b"SEND\ncontent-length:5\n\n12345\x00", "exceeds the limit of 4"),
+        ({"max_body_length": 4}, b"SEND\n\n12345", "exceeds the limit of 4"),
+        ({"max_frame_size": 20}, b"SEND\ndestination:/q\n\n0123456789\x00", "frame exceeds"),
+        ({"max_frame_size": 20}, b"SEND\ncontent-length:100\n\n", "frame exceeds"),
+        ({"max_command_length": 8, "max_headers": 2, "max_header_line_length": 8}, b"SEND\n" + b"a:1\n" * 10, "header block exceeds"),
+    ],
+)
+def test_limits(limits: dict, wire: bytes, fragment: str) -> None:
+    with pytest.raises(ProtocolError, match=fragment):
+        FrameParser(**limits).feed(wire)
+
+
+def test_large_body_fed_in_chunks_is_scanned_once() -> None:
+    body = b"x" * 1_000_000
+    wire = b"SEND\ndestination:/a\n\n" + body + b"\x00"
+    parser = FrameParser()
+    frames: list[Frame] = []
+    for i in range(0, len(wire), 4096):
+        frames += parser.feed(wire[i : i + 4096])
+    assert frames == [Frame("SEND", {"destination": "/a"}, body)]
+
+
+def test_encode_replaces_a_wrong_content_length() -> None:
+    frame = Frame("SEND", {"destination": "/a", "content-length": "99"}, b"abc")
+    assert encode(frame) == b"SEND\ndestination:/a\ncontent-length:3\n\nabc\x00"
+
+
+def test_encode_refuses_a_body_on_a_bodiless_command() -> None:
+    with pytest.raises(ValueError):
+        encode(Frame("SUBSCRIBE", {"id": "1"}, b"x"))
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+@given(text=st.text())
+@settings(max_examples=200, deadline=None)
+def test_escape_round_trip(version: str, text: str) -> None:
+    if version == "1.1":
+        text = text.replace("\r", "")
+    assert unescape(escape(text, version), version) == text
+
+
+header_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20)
+
+
+@given(
+    headers=st.dictionaries(header_text.filter(lambda k: k != "content-length"), st.text(st.characters(blacklist_categories=("Cs",)), max_size=20), max_size=5),
+    body=st.binary(max_size=100),
+    cut=st.integers(min_value=0, max_value=400),
+)
+@settings(max_examples=300, deadline=None)
+def test_any_send_frame_round_trips_when_split_anywhere(headers: dict, body: bytes, cut: int) -> None:
+    frame = Frame("SEND", headers, body)
+    wire = encode(frame, "1.2")
+    expected = Frame("SEND", {**headers, "content-length": str(len(body))}, body)
+    assert "content-length" in FrameParser(version="1.2").feed(wire)[0].headers
+    parser = FrameParser(version="1.2")
+    cut = min(cut, len(wire))
+    got = parser.feed(wire[:cut]) + parser.feed(wire[cut:])
+    assert got == [expected]
