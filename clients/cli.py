@@ -1,0 +1,60 @@
+"""The ``minibroker`` command: one entry point, one subcommand per job.
+
+Every subcommand lives in ``clients.commands.<name>``. Errors the user can fix
+(a bad value, a broker that refuses or cannot be reached) are printed as one
+line naming the bad value and exit non-zero; they never show a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from minibroker.errors import BrokerError
+
+from .commands import COMMANDS
+
+__all__ = ["main", "build_parser", "CommandError"]
+
+
+class CommandError(Exception):
+    """A failure the user can act on; printed as ``minibroker <cmd>: <text>``."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="minibroker",
+        description="A teaching STOMP broker and its tools.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in COMMANDS:
+        module = importlib.import_module(f"clients.commands.{name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``minibroker`` with ``argv`` (default: ``sys.argv[1:]``)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except CommandError as exc:
+        print(f"minibroker {args.command}: {exc}", file=sys.stderr)
+        return exc.status
+    except BrokerError as exc:
+        print(f"minibroker {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
