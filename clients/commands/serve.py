@@ -1,0 +1,62 @@
+"""``minibroker serve``: run the broker in the foreground."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from typing import Any
+
+from minibroker.config import load_config
+from minibroker.errors import ConfigError
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="run the broker",
+        description="Run the STOMP broker in the foreground until SIGINT or SIGTERM.",
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML configuration (default: the embedded one)")
+    p.add_argument("--host", help="address to listen on (overrides transport.host)")
+    p.add_argument("--port", type=_port, help="STOMP port (overrides transport.port)")
+    p.add_argument("--data-dir", metavar="DIR", help="data directory (overrides broker.data_dir)")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging threshold (default: info)")
+    p.set_defaults(func=run)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"port must be an integer from 0 to 65535, not {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be an integer from 0 to 65535, not {text!r}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+    config = load_config(args.config)
+    transport: dict[str, Any] = {}
+    if args.host is not None:
+        transport["host"] = args.host
+    if args.port is not None:
+        transport["port"] = args.port
+    broker_section: dict[str, Any] = {}
+    if args.data_dir is not None:
+        broker_section["data_dir"] = args.data_dir
+    config = config.replace(transport=transport, broker=broker_section)
+    from minibroker.server import serve
+
+    try:
+        asyncio.run(serve(config))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {config.transport.host}:{config.transport.port}: {exc.strerror or exc}"
+        ) from None
+    return 0

@@ -1,0 +1,40 @@
+"""What the broker core asks its edge to do.
+
+The core never touches a socket. After every event it has handled, the edge
+calls ``Broker.take_actions()`` and carries these out, in order: writes first
+(one joined buffer per connection), then closes and reading pauses.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Union
+
+__all__ = ["Write", "Close", "PauseReading", "ResumeReading", "Action"]
+
+
+class Write(NamedTuple):
+    """Write ``data`` to connection ``session``'s socket."""
+
+    session: int
+    data: bytes
+
+
+class Close(NamedTuple):
+    """Close the connection once what was written before is flushed."""
+
+    session: int
+    reason: str
+
+
+class PauseReading(NamedTuple):
+    """Stop reading the socket (producer flow control: TCP backpressure)."""
+
+    session: int
+
+
+class ResumeReading(NamedTuple):
+    """Read the socket again."""
+
+    session: int
+
+
+Action = Union[Write, Close, PauseReading, ResumeReading]

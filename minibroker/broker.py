@@ -1,0 +1,649 @@
+"""The broker core: events in, actions out. No sockets, no await, no clock.
+
+Theory of operation
+-------------------
+The edge (``server.py``, or the virtual network in ``sim.py``) feeds events:
+
+- ``open_session(peer)``: a connection arrived; returns its session id;
+- ``receive_data(sid, data)``: bytes from that connection;
+- ``set_writable(sid, flag)``: the socket's send buffer crossed its high or
+  low water mark;
+- ``connection_lost(sid)``: the socket is gone;
+- ``tick()``: time passed; run due timers (heart-beats, connect timeout).
+
+After each event the edge calls ``take_actions()`` and carries out what it
+returns: ``Write`` (one joined buffer per connection), ``Close``,
+``PauseReading`` / ``ResumeReading``. It calls ``take_actions()`` again until
+it returns nothing, because draining a session's outbox can let dispatch
+continue for that session (see ``Session.can_write``).
+
+Frames are handled by a dispatch table keyed by command, after the session's
+state table (``session.TRANSITIONS``) has allowed the command. A
+``ProtocolError`` from any handler becomes an ERROR frame (with ``receipt-id``
+when the bad frame asked for a receipt) and then a close, as STOMP requires;
+other exceptions are bugs and propagate.
+
+The clock and the random seed are given, so a run under ``ManualClock`` is
+exactly repeatable.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Callable
+
+from .actions import Action, Close, PauseReading, ResumeReading, Write
+from .clock import Clock
+from .codec import FrameParser, encode
+from .config import BrokerConfig
+from .destination import Destination, Queue, Topic, parse_address
+from .errors import ProtocolError
+from .frames import Frame
+from .message import BROKER_SET_HEADERS, Message
+from .session import Session, State, negotiate_heart_beat, negotiate_version, parse_heart_beat
+from .subscription import ACK_MODES, Subscription
+from .timers import Timers
+
+__all__ = ["Broker", "SERVER_NAME"]
+
+log = logging.getLogger("minibroker.broker")
+
+SERVER_NAME = "minibroker/0.1.0"
+
+#: A handler's return value meaning "I will send (or have sent) the RECEIPT myself".
+DEFERRED = object()
+
+_MAX_PREFETCH = 32767
+
+
+class _NoTrace:
+    """Stands in when tracing is off."""
+
+    enabled = False
+
+    def emit(self, event: str, **fields: Any) -> None:  # pragma: no cover - never called
+        pass
+
+
+class Broker:
+    """The sans-IO broker. See the module docstring for the event protocol."""
+
+    def __init__(self, config: BrokerConfig, clock: Clock, *, seed: int = 0, trace: Any = None) -> None:
+        self.config = config
+        self.clock = clock
+        self.rng = random.Random(seed)
+        self.name = config.broker.name
+        self.trace = trace if trace is not None else _NoTrace()
+        self.sessions: dict[int, Session] = {}
+        self.destinations: dict[str, Destination] = {}
+        self.client_ids: dict[str, Session] = {}
+        self.timers = Timers()
+        self._boot = "%06x" % self.rng.getrandbits(24)
+        self._next_session = 1
+        self._next_sub = 1
+        self._next_message = 1
+        self._dirty: list[Session] = []
+        self._control: list[Action] = []
+        self._refill: list[Session] = []
+        self._subs_by_key: dict[int, Subscription] = {}
+        self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
+            "CONNECT": self._on_connect,
+            "STOMP": self._on_connect,
+            "SEND": self._on_send,
+            "SUBSCRIBE": self._on_subscribe,
+            "UNSUBSCRIBE": self._on_unsubscribe,
+            "ACK": self._on_ack,
+            "NACK": self._on_nack,
+            "BEGIN": self._on_begin,
+            "COMMIT": self._on_commit,
+            "ABORT": self._on_abort,
+            "DISCONNECT": self._on_disconnect,
+        }
+
+    # ================================================================== edge API
+    def open_session(self, peer: str = "") -> int:
+        """A connection arrived from ``peer``; returns its session id."""
+        sid = self._next_session
+        self._next_session += 1
+        t = self.config.transport
+        parser = FrameParser(
+            role="server",
+            max_command_length=t.max_command_length,
+            max_header_line_length=t.max_header_line_length,
+            max_headers=t.max_headers,
+            max_body_length=t.max_data_length,
+            max_frame_size=t.max_frame_size,
+        )
+        now = self.clock.now()
+        session = Session(sid, peer, parser, now, t.write_buffer_limit, self._mark_dirty)
+        self.sessions[sid] = session
+        if t.connect_timeout:
+            self.timers.call_at(now + t.connect_timeout / 1000, self._check_connect_timeout, session)
+        log.info("connection %d from %s", sid, peer or "?")
+        return sid
+
+    def _mark_dirty(self, session: Session) -> None:
+        self._dirty.append(session)
+
+    def receive_data(self, sid: int, data: bytes) -> None:
+        """Bytes arrived on connection ``sid``."""
+        session = self.sessions.get(sid)
+        if session is None or not session.is_open:
+            return
+        session.last_read = self.clock.now()
+        try:
+            frames = session.parser.feed(data)
+        except ProtocolError as exc:
+            self._fail(session, exc, None)
+            return
+        for frame in frames:
+            if not session.is_open:
+                break
+            self._handle(session, frame)
+
+    def connection_lost(self, sid: int) -> None:
+        """The socket of ``sid`` is gone (closed by the peer or by us)."""
+        session = self.sessions.get(sid)
+        if session is not None:
+            self._close(session, "connection lost", notify_edge=False)
+
+    def set_writable(self, sid: int, writable: bool) -> None:
+        """The edge's socket buffer for ``sid`` is full (False) or drained (True)."""
+        session = self.sessions.get(sid)
+        if session is None:
+            return
+        session.transport_paused = not writable
+        if writable:
+            session.can_write = session.out_bytes < session.write_buffer_limit
+            if session.can_write:
+                self._resume_dispatch(session)
+        else:
+            session.can_write = False
+
+    def tick(self) -> None:
+        """Run every timer due now."""
+        self.timers.run_due(self.clock.now())
+
+    def next_deadline(self) -> float | None:
+        """When ``tick()`` next has work, on the clock's ``now()`` scale."""
+        return self.timers.next_deadline()
+
+    def take_actions(self) -> list[Action]:
+        """What the edge must do now: writes first, then closes and pauses."""
+        if self._refill:
+            refill, self._refill = self._refill, []
+            for session in refill:
+                if session.is_open and session.can_write:
+                    self._resume_dispatch(session)
+        actions: list[Action] = []
+        if self._dirty:
+            dirty, self._dirty = self._dirty, []
+            now = self.clock.now()
+            for session in dirty:
+                if not session.outbox:
+                    continue
+                throttled = not session.can_write
+                actions.append(Write(session.id, session.take_output()))
+                session.last_write = now
+                if throttled and session.can_write and session.is_open:
+                    self._refill.append(session)
+        if self._control:
+            actions.extend(self._control)
+            self._control = []
+        return actions
+
+    # ================================================================== frames
+    def _handle(self, session: Session, frame: Frame) -> None:
+        session.frames_in += 1
+        command = frame.command
+        try:
+            next_state = session.next_state(command)
+            result = self._handlers[command](session, frame)
+        except ProtocolError as exc:
+            self._fail(session, exc, frame)
+            return
+        if session.state is not State.CLOSED:
+            session.state = next_state
+        if result is not DEFERRED:
+            receipt = frame.headers.get("receipt")
+            if receipt is not None:
+                self._send_receipt(session, receipt)
+
+    def _send_receipt(self, session: Session, receipt: str) -> None:
+        session.write(encode(Frame("RECEIPT", {"receipt-id": receipt}), session.version))
+
+    def _fail(self, session: Session, exc: ProtocolError, frame: Frame | None) -> None:
+        """Answer a protocol error with an ERROR frame, then close."""
+        headers = {"message": exc.message}
+        if frame is not None and "receipt" in frame.headers:
+            headers["receipt-id"] = frame.headers["receipt"]
+        body = exc.detail
+        if not body and frame is not None:
+            shown = "\n".join(f"{k}:{v}" for k, v in list(frame.headers.items())[:20])
+            body = f"The offending frame:\n{frame.command}\n{shown}\n"
+        session.write(encode(Frame("ERROR", headers, body.encode("utf-8")), session.version))
+        log.warning("session %d (%s): protocol error: %s", session.id, session.peer, exc.message)
+        if self.trace.enabled:
+            self.trace.emit("error", session=session.id, message=exc.message)
+        self._close(session, f"protocol error: {exc.message}")
+
+    def _close(self, session: Session, reason: str, *, notify_edge: bool = True) -> None:
+        """Close ``session``: return its messages, drop its subscriptions."""
+        if session.state is State.CLOSED and session.id not in self.sessions:
+            return
+        session.state = State.CLOSED
+        session.can_write = False
+        self.sessions.pop(session.id, None)
+        if notify_edge:
+            self._control.append(Close(session.id, reason))
+        for sub in list(session.subscriptions.values()):
+            self._remove_subscription(session, sub)
+        self._abort_transactions(session)
+        if session.client_id is not None and self.client_ids.get(session.client_id) is session:
+            del self.client_ids[session.client_id]
+        log.info("connection %d closed: %s", session.id, reason)
+        if self.trace.enabled:
+            self.trace.emit("disconnect", session=session.id, client_id=session.client_id, reason=reason)
+
+    # ------------------------------------------------------------------ CONNECT
+    def _on_connect(self, session: Session, frame: Frame) -> Any:
+        h = frame.headers
+        try:
+            version = negotiate_version(h.get("accept-version"))
+        except ProtocolError as exc:
+            headers = {"message": exc.message, "version": "1.0,1.1,1.2"}
+            session.write(encode(Frame("ERROR", headers, b"Supported protocol versions are 1.0 1.1 1.2\n")))
+            self._close(session, exc.message)
+            return DEFERRED
+        t = self.config.transport
+        if version != "1.0":
+            hb_text = h.get("heart-beat")
+            client_hb = parse_heart_beat(hb_text) if hb_text is not None else t.default_heart_beat
+            send_ms, recv_ms, hb_header = negotiate_heart_beat(client_hb)
+        else:
+            send_ms, recv_ms, hb_header = 0, 0, ""
+        client_id = h.get("client-id")
+        if client_id:
+            self._claim_client_id(session, client_id)
+        session.version = version
+        session.parser.version = version
+        session.login = h.get("login")
+        session.hb_send_ms, session.hb_recv_ms = send_ms, recv_ms
+        connected = {"version": version, "session": f"{self.name}-{self._boot}-{session.id}", "server": SERVER_NAME}
+        if version != "1.0":
+            connected["heart-beat"] = hb_header
+        session.write(encode(Frame("CONNECTED", connected), version))
+        now = self.clock.now()
+        if send_ms:
+            self.timers.call_at(now + send_ms / 1000, self._heart_beat_out, session)
+        if recv_ms:
+            self.timers.call_at(now + recv_ms * t.hb_grace_period_multiplier / 1000, self._heart_beat_in, session)
+        log.info("session %d connected: STOMP %s client-id=%s heart-beat=%s", session.id, version, client_id, hb_header or "-")
+        if self.trace.enabled:
+            self.trace.emit("connect", session=session.id, client_id=client_id, version=version, peer=session.peer)
+        return DEFERRED  # CONNECT has no receipt
+
+    def _claim_client_id(self, session: Session, client_id: str) -> None:
+        holder = self.client_ids.get(client_id)
+        if holder is not None and holder.is_open:
+            if not self.config.transport.allow_link_stealing:
+                raise ProtocolError(
+                    f"Broker: {self.name} - Client: {client_id} already connected from {holder.peer or 'unknown'}"
+                )
+            log.info("client-id %s: link stolen by connection %d from %d", client_id, session.id, holder.id)
+            self._fail(holder, ProtocolError(f"client-id {client_id} was taken over by a new connection (allow_link_stealing)"), None)
+        session.client_id = client_id
+        self.client_ids[client_id] = session
+
+    # ------------------------------------------------------------------ timers
+    def _check_connect_timeout(self, session: Session) -> None:
+        if session.state is State.CONNECTING and session.id in self.sessions:
+            ms = self.config.transport.connect_timeout
+            self._fail(session, ProtocolError(f"no CONNECT frame within {ms} ms"), None)
+
+    def _heart_beat_out(self, session: Session) -> None:
+        if not session.is_open:
+            return
+        period = session.hb_send_ms / 1000
+        now = self.clock.now()
+        if now - session.last_write >= period * 0.999:
+            session.write(b"\n")
+            session.last_write = now
+        self.timers.call_at(session.last_write + period, self._heart_beat_out, session)
+
+    def _heart_beat_in(self, session: Session) -> None:
+        if not session.is_open:
+            return
+        limit = session.hb_recv_ms * self.config.transport.hb_grace_period_multiplier / 1000
+        now = self.clock.now()
+        silent = now - session.last_read
+        if silent >= limit * 0.999:
+            self._fail(
+                session,
+                ProtocolError(f"heart-beat timeout: nothing received for {silent * 1000:.0f} ms (expected every {session.hb_recv_ms} ms)"),
+                None,
+            )
+            return
+        self.timers.call_at(session.last_read + limit, self._heart_beat_in, session)
+
+    # ------------------------------------------------------------------ SEND
+    def _on_send(self, session: Session, frame: Frame) -> Any:
+        address = frame.headers.get("destination")
+        if not address:
+            raise ProtocolError("SEND frame has no destination header")
+        message = self._make_message(session, frame, address)
+        destination = self.destination(address)
+        session.messages_in += 1
+        txid = frame.headers.get("transaction")
+        if txid is not None:
+            self._transaction(session, txid).append(("send", destination, message))
+            return None
+        self._route(destination, message)
+        return None
+
+    def _make_message(self, session: Session, frame: Frame, address: str) -> Message:
+        h = frame.headers
+        priority = _int_header(h, "priority", 4, 0, 9, clamp=True)
+        expires = _int_header(h, "expires", 0, 0, None, clamp=False)
+        persistent = h.get("persistent", "false").lower() == "true"
+        timestamp = self.clock.wall_ms()
+        headers = {"destination": address}
+        for k, v in h.items():
+            if k not in BROKER_SET_HEADERS:
+                headers[k] = v
+        headers["timestamp"] = str(timestamp)
+        headers["expires"] = str(expires)
+        headers["priority"] = str(priority)
+        if persistent:
+            headers["persistent"] = "true"
+        else:
+            headers.pop("persistent", None)
+        seq = self._next_message
+        self._next_message += 1
+        return Message(
+            seq,
+            f"ID:{self.name}-{self._boot}-{seq}",
+            address,
+            headers,
+            frame.body,
+            persistent=persistent,
+            priority=priority,
+            expires=expires,
+            timestamp=timestamp,
+            origin=session.id,
+        )
+
+    def _route(self, destination: Destination, message: Message) -> None:
+        if self.trace.enabled:
+            self.trace.emit(
+                "send", session=message.origin, dest=destination.address, msg=message.message_id,
+                size=message.size, persistent=message.persistent, priority=message.priority,
+            )
+        destination.accept(message)
+
+    def destination(self, address: str) -> Destination:
+        """The destination at ``address``, created on first use."""
+        found = self.destinations.get(address)
+        if found is not None:
+            return found
+        parsed = parse_address(address)
+        if parsed is None:
+            raise ProtocolError(f"unknown destination {address!r}: use /queue/NAME or /topic/NAME")
+        kind, name = parsed
+        policy = self.config.policy_for(kind, name)
+        created: Destination = Queue(self, name, policy) if kind == "queue" else Topic(self, name, policy)
+        self.destinations[address] = created
+        log.debug("created %s", address)
+        return created
+
+    # ------------------------------------------------------------------ SUBSCRIBE
+    def _on_subscribe(self, session: Session, frame: Frame) -> Any:
+        h = frame.headers
+        address = h.get("destination")
+        if not address:
+            raise ProtocolError("SUBSCRIBE frame has no destination header")
+        sub_id = h.get("id")
+        if sub_id is None:
+            if session.version != "1.0":
+                raise ProtocolError("SUBSCRIBE frame has no id header (required from STOMP 1.1)")
+            sub_id = address
+        if sub_id in session.subscriptions:
+            raise ProtocolError(f"subscription id {sub_id!r} is already in use on this connection")
+        ack_mode = h.get("ack", "auto")
+        if ack_mode not in ACK_MODES:
+            raise ProtocolError(f"unknown ack mode {ack_mode!r}: use auto, client or client-individual")
+        destination = self.destination(address)
+        default_prefetch = destination.policy.queue_prefetch if destination.kind == "queue" else destination.policy.topic_prefetch
+        prefetch = _int_header(h, "activemq.prefetchSize", default_prefetch, 1, _MAX_PREFETCH, clamp=False)
+        priority = _int_header(h, "activemq.priority", 0, -128, 127, clamp=False)
+        sub = Subscription(
+            self._next_sub,
+            sub_id,
+            session,
+            destination,
+            ack_mode=ack_mode,
+            prefetch=prefetch,
+            selector=self._compile_selector(h.get("selector")),
+            priority=priority,
+            exclusive=h.get("activemq.exclusive", "false").lower() == "true",
+            no_local=h.get("activemq.noLocal", "false").lower() == "true",
+        )
+        self._next_sub += 1
+        session.subscriptions[sub_id] = sub
+        self._subs_by_key[sub.key] = sub
+        receipt = h.get("receipt")
+        if receipt is not None:  # the RECEIPT goes before the first MESSAGE, as ActiveMQ does
+            self._send_receipt(session, receipt)
+        if self.trace.enabled:
+            self.trace.emit("subscribe", session=session.id, sub=sub_id, dest=address, ack=ack_mode, prefetch=prefetch)
+        destination.add_subscription(sub)
+        destination.dispatch_to(sub)
+        return DEFERRED
+
+    def _compile_selector(self, text: str | None) -> Any:
+        if text is None or not text.strip():
+            return None
+        from .selector import SelectorError, compile_selector
+
+        try:
+            return compile_selector(text)
+        except SelectorError as exc:
+            raise ProtocolError(f"invalid selector: {exc}") from None
+
+    def _on_unsubscribe(self, session: Session, frame: Frame) -> Any:
+        h = frame.headers
+        sub_id = h.get("id")
+        if sub_id is None:
+            if session.version != "1.0" or "destination" not in h:
+                raise ProtocolError("UNSUBSCRIBE frame has no id header")
+            sub_id = h["destination"]
+        sub = session.subscriptions.get(sub_id)
+        if sub is None:
+            raise ProtocolError(f"no subscription with id {sub_id!r} on this connection")
+        self._remove_subscription(session, sub)
+        return None
+
+    def _remove_subscription(self, session: Session, sub: Subscription) -> None:
+        session.subscriptions.pop(sub.id, None)
+        self._subs_by_key.pop(sub.key, None)
+        sub.destination.remove_subscription(sub)
+        if self.trace.enabled:
+            self.trace.emit("unsubscribe", session=session.id, sub=sub.id, dest=sub.destination.address)
+
+    def _resume_dispatch(self, session: Session) -> None:
+        for sub in list(session.subscriptions.values()):
+            if not session.can_write:
+                break
+            sub.destination.dispatch_to(sub)
+
+    # ------------------------------------------------------------------ ACK / NACK
+    def _on_ack(self, session: Session, frame: Frame) -> Any:
+        sub, messages = self._settle(session, frame, "ACK")
+        txid = frame.headers.get("transaction")
+        if txid is not None:
+            self._transaction(session, txid).append(("ack", sub, messages))
+            return None
+        if self.trace.enabled:
+            for m in messages:
+                self.trace.emit("ack", session=session.id, sub=sub.id, dest=sub.destination.address, msg=m.message_id)
+        sub.destination.acknowledge(sub, messages)
+        return None
+
+    def _on_nack(self, session: Session, frame: Frame) -> Any:
+        if session.version == "1.0":
+            raise ProtocolError("NACK is not part of STOMP 1.0")
+        sub, messages = self._settle(session, frame, "NACK")
+        txid = frame.headers.get("transaction")
+        if txid is not None:
+            self._transaction(session, txid).append(("nack", sub, messages))
+            return None
+        self._nack(sub, messages)
+        return None
+
+    def _nack(self, sub: Subscription, messages: list[Message]) -> None:
+        if self.trace.enabled:
+            for m in messages:
+                self.trace.emit("nack", session=sub.session.id, sub=sub.id, dest=sub.destination.address, msg=m.message_id)
+        sub.destination.redeliver(sub, messages)
+
+    def _settle(self, session: Session, frame: Frame, command: str) -> tuple[Subscription, list[Message]]:
+        """Find the subscription and messages an ACK or NACK refers to."""
+        h = frame.headers
+        sub: Subscription | None = None
+        seq: int | None = None
+        ack_id = h.get("id") if session.version == "1.2" else None
+        if ack_id is not None:
+            key, _, seq_text = ack_id.partition("-")
+            if key.isdigit() and seq_text.isdigit():
+                sub = self._subs_by_key.get(int(key))
+                seq = int(seq_text)
+            if sub is None or sub.session is not session:
+                raise ProtocolError(f"{command} for unknown ack id {ack_id!r}")
+        else:
+            message_id = h.get("message-id")
+            if message_id is None:
+                needed = "id" if session.version == "1.2" else "message-id"
+                raise ProtocolError(f"{command} frame has no {needed} header")
+            seq = _seq_of(message_id)
+            sub_id = h.get("subscription")
+            if sub_id is not None:
+                sub = session.subscriptions.get(sub_id)
+                if sub is None:
+                    raise ProtocolError(f"{command} names unknown subscription {sub_id!r}")
+            elif session.version == "1.1":
+                raise ProtocolError(f"{command} frame has no subscription header (required in STOMP 1.1)")
+            else:
+                sub = next((s for s in session.subscriptions.values() if seq in s.dispatched), None)
+            if sub is None or seq is None or seq not in sub.dispatched or sub.dispatched[seq].message_id != message_id:
+                raise ProtocolError(f"{command} for message {message_id!r}, which is not awaiting acknowledgement")
+        if sub.auto:
+            raise ProtocolError(f"{command} on subscription {sub.id!r}, which uses ack mode auto")
+        messages = sub.take_acked(seq, cumulative=sub.ack_mode == "client")
+        if not messages:
+            raise ProtocolError(f"{command} for a message that is not awaiting acknowledgement (ack id {ack_id or seq!r})")
+        return sub, messages
+
+    # ------------------------------------------------------------------ transactions
+    def _transaction(self, session: Session, txid: str) -> list[tuple[str, Any, Any]]:
+        tx = session.transactions.get(txid)
+        if tx is None:
+            raise ProtocolError(f"unknown transaction {txid!r}: BEGIN it first")
+        return tx
+
+    def _on_begin(self, session: Session, frame: Frame) -> Any:
+        txid = frame.headers.get("transaction")
+        if not txid:
+            raise ProtocolError("BEGIN frame has no transaction header")
+        if txid in session.transactions:
+            raise ProtocolError(f"transaction {txid!r} is already in progress")
+        session.transactions[txid] = []
+        return None
+
+    def _on_commit(self, session: Session, frame: Frame) -> Any:
+        txid = frame.headers.get("transaction")
+        if not txid:
+            raise ProtocolError("COMMIT frame has no transaction header")
+        ops = self._transaction(session, txid)
+        del session.transactions[txid]
+        for op, target, payload in ops:
+            if op == "send":
+                self._route(target, payload)
+            elif op == "ack":
+                target.destination.acknowledge(target, payload)
+            else:
+                self._nack(target, payload)
+        return None
+
+    def _on_abort(self, session: Session, frame: Frame) -> Any:
+        txid = frame.headers.get("transaction")
+        if not txid:
+            raise ProtocolError("ABORT frame has no transaction header")
+        ops = self._transaction(session, txid)
+        del session.transactions[txid]
+        self._roll_back(ops)
+        return None
+
+    def _roll_back(self, ops: list[tuple[str, Any, Any]]) -> None:
+        """Undo a transaction: sends vanish, acked messages become deliverable again."""
+        for op, target, payload in ops:
+            if op in ("ack", "nack"):
+                target.destination.redeliver(target, payload)
+
+    def _abort_transactions(self, session: Session) -> None:
+        for ops in session.transactions.values():
+            self._roll_back(ops)
+        session.transactions.clear()
+
+    # ------------------------------------------------------------------ DISCONNECT
+    def _on_disconnect(self, session: Session, frame: Frame) -> Any:
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            self._send_receipt(session, receipt)
+        self._close(session, "client disconnected")
+        return DEFERRED
+
+    # ================================================================== hooks
+    def message_consumed(self, destination: Destination, message: Message) -> None:
+        """``message`` left ``destination`` for good (acknowledged or dropped)."""
+
+    def message_expired(self, destination: Destination, message: Message) -> None:
+        """``message`` expired before it could be delivered."""
+        if self.trace.enabled:
+            self.trace.emit("expire", dest=destination.address, msg=message.message_id)
+
+    def max_page_size(self, destination: Destination) -> int:
+        """How many undeliverable messages a dispatch pass may step over."""
+        return 200
+
+    # ================================================================== statistics
+    def stats(self) -> dict[str, Any]:
+        """A snapshot of the broker for ``stat`` and tests."""
+        return {
+            "broker": self.name,
+            "connections": len(self.sessions),
+            "destinations": [d.describe() for d in sorted(self.destinations.values(), key=lambda d: d.address)],
+        }
+
+
+def _int_header(
+    headers: Any, name: str, default: int, low: int, high: int | None, *, clamp: bool
+) -> int:
+    text = headers.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ProtocolError(f"header {name} must be an integer, not {text!r}") from None
+    if clamp:
+        value = max(low, value if high is None else min(high, value))
+    elif value < low or (high is not None and value > high):
+        bounds = f"from {low} to {high}" if high is not None else f"of {low} or more"
+        raise ProtocolError(f"header {name} must be an integer {bounds}, not {text!r}")
+    return value
+
+
+def _seq_of(message_id: str) -> int | None:
+    """The broker sequence number at the end of one of our message ids."""
+    tail = message_id.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else None

@@ -1,0 +1,314 @@
+"""Broker configuration: TOML in, validated frozen dataclasses out.
+
+The names follow ActiveMQ's (``memoryUsage limit`` becomes
+``system_usage.memory_limit``, ``policyEntry`` becomes a
+``[[destination_policy]]`` table, ``cursorMemoryHighWaterMark`` becomes
+``cursor_memory_high_water_mark``). Every option is declared once, as a
+dataclass field whose metadata carries its parser and its one-line doc; the
+loader walks the TOML against those declarations, so an unknown key or a bad
+value is refused at start with a message naming both, never a traceback:
+
+    bad value for 'transport.port': 'abc' (expected an integer from 1 to 65535)
+    unknown key 'transport.prot' (known keys: connect_timeout, ...)
+
+The embedded default configuration (``default.toml`` beside this module) is
+what ``minibroker serve`` runs with when given no ``--config``; a test checks
+that it agrees with the defaults declared here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from . import wildcards
+from .errors import ConfigError
+
+__all__ = [
+    "BrokerConfig",
+    "BrokerSection",
+    "TransportConfig",
+    "SystemUsageConfig",
+    "StoreConfig",
+    "PolicyEntry",
+    "load_config",
+    "parse_config",
+    "default_config_text",
+    "parse_size",
+]
+
+Parser = Callable[[Any], Any]
+
+# --------------------------------------------------------------------------- value parsers
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kb": 1024,
+    "kib": 1024,
+    "m": 1024**2,
+    "mb": 1024**2,
+    "mib": 1024**2,
+    "g": 1024**3,
+    "gb": 1024**3,
+    "gib": 1024**3,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from an integer or a text like ``"64 mb"`` (ActiveMQ's units are powers of 1024)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 65536 or \"64 mb\"")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("expected a size of 0 or more")
+        return value
+    if isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        if m and m.group(2).lower() in _SIZE_UNITS:
+            return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    raise ValueError("expected a size such as 65536 or \"64 mb\"")
+
+
+def integer(low: int, high: int | None = None) -> Parser:
+    """An integer within ``[low, high]`` (no upper bound when ``high`` is None)."""
+    expected = f"expected an integer from {low} to {high}" if high is not None else f"expected an integer of {low} or more"
+
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            raise ValueError(expected)
+        return value
+
+    return parse
+
+
+def size(value: Any) -> int:
+    return parse_size(value)
+
+
+def boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError("expected true or false")
+    return value
+
+
+def text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("expected a string")
+    return value
+
+
+def choice(*options: str) -> Parser:
+    def parse(value: Any) -> str:
+        if value not in options:
+            raise ValueError("expected one of " + ", ".join(repr(o) for o in options))
+        return str(value)
+
+    return parse
+
+
+def heart_beat(value: Any) -> tuple[int, int]:
+    """``"cx,cy"`` in milliseconds, as in the STOMP ``heart-beat`` header."""
+    if isinstance(value, str):
+        parts = value.split(",")
+        if len(parts) == 2 and all(p.strip().isdigit() for p in parts):
+            return (int(parts[0]), int(parts[1]))
+    raise ValueError('expected two millisecond counts such as "0,0" or "10000,10000"')
+
+
+def number(low: float, high: float) -> Parser:
+    def parse(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise ValueError(f"expected a number from {low} to {high}")
+        return float(value)
+
+    return parse
+
+
+def destination_pattern(value: Any) -> str:
+    if not isinstance(value, str) or not value or value.startswith("/"):
+        raise ValueError('expected a destination name or ActiveMQ wildcard without prefix, such as "orders.>"')
+    return value
+
+
+def option(default: Any, parse: Parser, doc: str) -> Any:
+    """Declare a configuration option: its default, its parser, one line of doc."""
+    return field(default=default, metadata={"parse": parse, "doc": doc})
+
+
+# --------------------------------------------------------------------------- sections
+@dataclass(frozen=True)
+class BrokerSection:
+    """``[broker]``: identity and where data lives."""
+
+    name: str = option("localhost", text, "broker name (ActiveMQ brokerName), in logs and message ids")
+    data_dir: str = option("data", text, "directory for journals and temp files")
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    """``[transport]``: the STOMP listener and its per-connection limits."""
+
+    host: str = option("127.0.0.1", text, "address to listen on")
+    port: int = option(61613, integer(0, 65535), "STOMP port (0: any free port)")
+    connect_timeout: int = option(30000, integer(0), "ms a connection may take to send CONNECT (ActiveMQ connectAttemptTimeout); 0 = no limit")
+    default_heart_beat: tuple[int, int] = option((0, 0), heart_beat, "heart-beat assumed when CONNECT has none (ActiveMQ transport.defaultHeartBeat)")
+    hb_grace_period_multiplier: float = option(1.5, number(1.0, 10.0), "a peer is dead after this many of its heart-beat intervals of silence")
+    max_command_length: int = option(1024, integer(16), "longest command line, bytes")
+    max_header_line_length: int = option(10240, integer(64), "longest header line, bytes")
+    max_headers: int = option(1000, integer(1), "most headers in one frame")
+    max_data_length: int = option(100 * 1024 * 1024, size, "largest body (ActiveMQ maxDataLength)")
+    max_frame_size: int = option(110 * 1024 * 1024, size, "largest frame, headers and body")
+    write_buffer_limit: int = option(256 * 1024, size, "bytes queued for a connection's socket before the broker stops dispatching to it")
+    so_write_timeout: int = option(0, integer(0), "ms a blocked write may last before the connection is closed (ActiveMQ soWriteTimeout); 0 = off")
+    allow_link_stealing: bool = option(False, boolean, "a CONNECT with a client-id already connected takes over instead of being refused")
+
+
+@dataclass(frozen=True)
+class SystemUsageConfig:
+    """``[system_usage]``: ActiveMQ's ``<systemUsage>`` limits."""
+
+    memory_limit: int = option(64 * 1024 * 1024, size, "broker memory for messages (ActiveMQ memoryUsage)")
+    store_limit: int = option(10 * 1024**3, size, "bytes the persistent store may use (ActiveMQ storeUsage)")
+    temp_limit: int = option(5 * 1024**3, size, "bytes the temp store may use (ActiveMQ tempUsage)")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """``[store]``: the persistence journal."""
+
+    layout: str = option("growing", choice("growing", "ring"), "growing (KahaDB) or ring (Qpid legacystore)")
+    journal_max_file_length: int = option(32 * 1024 * 1024, size, "growing layout: size of one journal file")
+    file_count: int = option(8, integer(4, 64), "ring layout: number of journal files per queue")
+    file_size: int = option(1536 * 1024, size, "ring layout: size of one journal file")
+    fsync: str = option("always", choice("always", "batch", "never"), "when journal writes reach the disk")
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """``[[destination_policy]]``: settings for destinations matching ``queue`` or ``topic``."""
+
+    queue: str | None = option(None, destination_pattern, "queues this entry applies to (ActiveMQ wildcard)")
+    topic: str | None = option(None, destination_pattern, "topics this entry applies to (ActiveMQ wildcard)")
+    queue_prefetch: int = option(1000, integer(0, 32767), "default STOMP prefetch for queue subscriptions")
+    topic_prefetch: int = option(32767, integer(0, 32767), "default STOMP prefetch for topic subscriptions")
+
+    @property
+    def pattern(self) -> str:
+        return self.queue if self.queue is not None else (self.topic or ">")
+
+    @property
+    def kind(self) -> str:
+        return "queue" if self.queue is not None else "topic"
+
+    def applies_to(self, kind: str, name: str) -> bool:
+        """Does this entry apply to the ``kind`` ("queue"/"topic") destination ``name``?"""
+        return kind == self.kind and wildcards.matches(self.pattern, name)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The whole configuration."""
+
+    broker: BrokerSection = field(default_factory=BrokerSection)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    system_usage: SystemUsageConfig = field(default_factory=SystemUsageConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    destination_policy: tuple[PolicyEntry, ...] = ()
+
+    def policy_for(self, kind: str, name: str) -> PolicyEntry:
+        """The most specific policy entry for a destination, or the defaults.
+
+        As ActiveMQ's ``PolicyMap``: among the entries whose wildcard matches,
+        the one with the most literal elements wins; ties go to the first.
+        """
+        best: PolicyEntry | None = None
+        for entry in self.destination_policy:
+            if entry.applies_to(kind, name):
+                if best is None or wildcards.specificity(entry.pattern) > wildcards.specificity(best.pattern):
+                    best = entry
+        return best if best is not None else _DEFAULT_POLICY
+
+    def replace(self, **sections: Any) -> "BrokerConfig":
+        """A copy with some options changed: ``replace(transport={"port": 0})``."""
+        changes = {}
+        for name, values in sections.items():
+            current = getattr(self, name)
+            changes[name] = dataclasses.replace(current, **values) if isinstance(values, dict) else values
+        return dataclasses.replace(self, **changes)
+
+
+_DEFAULT_POLICY = PolicyEntry()
+
+_SECTIONS: dict[str, type] = {
+    "broker": BrokerSection,
+    "transport": TransportConfig,
+    "system_usage": SystemUsageConfig,
+    "store": StoreConfig,
+}
+
+
+# --------------------------------------------------------------------------- loading
+def _build(cls: type, table: Any, where: str) -> Any:
+    if not isinstance(table, dict):
+        raise ConfigError(f"'{where}' must be a table")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for key, raw in table.items():
+        f = fields.get(key)
+        if f is None:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"unknown key '{where}.{key}' (known keys: {known})")
+        try:
+            values[key] = f.metadata["parse"](raw)
+        except ValueError as exc:
+            raise ConfigError(f"bad value for '{where}.{key}': {raw!r} ({exc})") from None
+    return cls(**values)
+
+
+def parse_config(data: Mapping[str, Any], source: str = "configuration") -> BrokerConfig:
+    """Validate a parsed TOML document and build a ``BrokerConfig``."""
+    sections: dict[str, Any] = {}
+    policies: list[PolicyEntry] = []
+    for key, value in data.items():
+        if key in _SECTIONS:
+            sections[key] = _build(_SECTIONS[key], value, key)
+        elif key == "destination_policy":
+            if not isinstance(value, list):
+                raise ConfigError(f"'destination_policy' in {source} must be an array of tables ([[destination_policy]])")
+            for i, table in enumerate(value):
+                where = f"destination_policy[{i}]"
+                entry = _build(PolicyEntry, table, where)
+                if (entry.queue is None) == (entry.topic is None):
+                    raise ConfigError(f"'{where}' needs exactly one of 'queue' or 'topic'")
+                policies.append(entry)
+        else:
+            known = ", ".join(sorted([*_SECTIONS, "destination_policy"]))
+            raise ConfigError(f"unknown section '{key}' in {source} (known: {known})")
+    return BrokerConfig(**sections, destination_policy=tuple(policies))
+
+
+def default_config_text() -> str:
+    """The embedded default configuration, as TOML text."""
+    return resources.files("minibroker").joinpath("default.toml").read_text(encoding="utf-8")
+
+
+def load_config(path: str | Path | None = None) -> BrokerConfig:
+    """Load ``path`` (or the embedded default) and validate it."""
+    if path is None:
+        return parse_config(tomllib.loads(default_config_text()), "the default configuration")
+    p = Path(path)
+    try:
+        raw = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file '{p}': {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"configuration file '{p}' is not valid TOML: {exc}") from None
+    return parse_config(data, f"'{p}'")

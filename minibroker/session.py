@@ -1,0 +1,186 @@
+"""One STOMP connection as the core sees it: a state machine and an outbox.
+
+Theory of operation
+-------------------
+The session's life is a table (h11's ``_state.py`` style), not a tangle of
+flags::
+
+    CONNECTING --CONNECT/STOMP--> CONNECTED --DISCONNECT--> CLOSED
+         \\                           |
+          `---- protocol error ------+----> CLOSED  (after an ERROR frame)
+
+``TRANSITIONS[state][command]`` gives the next state; a command missing from
+the table is a protocol error with a message saying what was expected. CLOSED
+is sticky: whatever arrives after it is ignored.
+
+Output goes to ``outbox`` as encoded bytes. ``can_write`` turns false once the
+outbox holds ``write_buffer_limit`` bytes or the edge reports its socket
+buffer full, and the dispatcher gives such a session nothing more: a client
+that does not read cannot grow the broker's memory.
+
+Negotiation helpers (version, heart-beat) live here too, as pure functions.
+"""
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any, Callable
+
+from .codec import FrameParser
+from .errors import ProtocolError
+from .frames import VERSIONS
+
+if TYPE_CHECKING:
+    from .subscription import Subscription
+
+__all__ = [
+    "State",
+    "TRANSITIONS",
+    "Session",
+    "negotiate_version",
+    "negotiate_heart_beat",
+    "parse_heart_beat",
+]
+
+
+class State(enum.Enum):
+    CONNECTING = "CONNECTING"
+    CONNECTED = "CONNECTED"
+    CLOSED = "CLOSED"
+
+
+_IN_SESSION = ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT")
+
+#: state -> command -> next state. Anything else is a protocol error.
+TRANSITIONS: dict[State, dict[str, State]] = {
+    State.CONNECTING: {"CONNECT": State.CONNECTED, "STOMP": State.CONNECTED},
+    State.CONNECTED: {**{c: State.CONNECTED for c in _IN_SESSION}, "DISCONNECT": State.CLOSED},
+    State.CLOSED: {},
+}
+
+#: What to tell a peer that sent ``command`` in ``state``.
+_WRONG_STATE = {
+    State.CONNECTING: "not connected: the first frame must be CONNECT or STOMP, not {command}",
+    State.CONNECTED: "already connected: {command} is not allowed after CONNECT",
+}
+
+
+class Session:
+    """Per-connection state kept by the core."""
+
+    def __init__(
+        self,
+        session_id: int,
+        peer: str,
+        parser: FrameParser,
+        now: float,
+        write_buffer_limit: int,
+        on_output: Callable[["Session"], None],
+    ) -> None:
+        self.id = session_id
+        self.peer = peer
+        self.parser = parser
+        self.state = State.CONNECTING
+        #: Negotiated STOMP version ("1.0" until CONNECT says otherwise).
+        self.version = "1.0"
+        self.client_id: str | None = None
+        self.login: str | None = None
+        self.opened_at = now
+        self.last_read = now
+        self.last_write = now
+        #: Negotiated heart-beat periods in ms (0 = none): we send / we expect.
+        self.hb_send_ms = 0
+        self.hb_recv_ms = 0
+        self.subscriptions: dict[str, "Subscription"] = {}
+        self.transactions: dict[str, Any] = {}
+        self.outbox: list[bytes] = []
+        self.out_bytes = 0
+        self.write_buffer_limit = write_buffer_limit
+        #: The edge says the socket's buffer is over its high-water mark.
+        self.transport_paused = False
+        #: Dispatch may add output (outbox below its limit, socket not full).
+        self.can_write = True
+        #: Reading is paused for producer flow control.
+        self.reading_paused = False
+        self.frames_in = 0
+        self.messages_in = 0
+        self._on_output = on_output
+
+    @property
+    def is_open(self) -> bool:
+        return self.state is not State.CLOSED
+
+    def next_state(self, command: str) -> State:
+        """The state after ``command``, or ``ProtocolError`` if not allowed now."""
+        nxt = TRANSITIONS[self.state].get(command)
+        if nxt is None:
+            raise ProtocolError(_WRONG_STATE.get(self.state, "{command} after close").format(command=command))
+        return nxt
+
+    def write(self, data: bytes) -> None:
+        """Queue ``data`` for the socket."""
+        if not self.outbox:
+            self._on_output(self)
+        self.outbox.append(data)
+        self.out_bytes += len(data)
+        if self.out_bytes >= self.write_buffer_limit:
+            self.can_write = False
+
+    def take_output(self) -> bytes:
+        """Everything queued since the last call, as one buffer."""
+        data = b"".join(self.outbox)
+        self.outbox.clear()
+        self.out_bytes = 0
+        self.can_write = not self.transport_paused
+        return data
+
+    def describe(self) -> dict[str, Any]:
+        """Statistics for ``stat``."""
+        return {
+            "session": self.id,
+            "peer": self.peer,
+            "state": self.state.value,
+            "version": self.version,
+            "client_id": self.client_id,
+            "subscriptions": len(self.subscriptions),
+            "unacked": sum(len(s.dispatched) for s in self.subscriptions.values()),
+            "frames_in": self.frames_in,
+        }
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id} {self.peer} {self.state.value}>"
+
+
+def negotiate_version(accept_version: str | None) -> str:
+    """The highest version both sides speak; 1.0 when the header is absent.
+
+    Raises ``ProtocolError`` when there is none in common.
+    """
+    if accept_version is None:
+        return "1.0"
+    offered = {v.strip() for v in accept_version.split(",")}
+    for version in reversed(VERSIONS):
+        if version in offered:
+            return version
+    raise ProtocolError(
+        f"Supported protocol versions are {','.join(VERSIONS)}; the client offered {accept_version!r}"
+    )
+
+
+def parse_heart_beat(value: str) -> tuple[int, int]:
+    """``"cx,cy"`` -> (cx, cy) in ms; ``ProtocolError`` if malformed."""
+    parts = value.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise ProtocolError(f"heart-beat header must be two non-negative integers 'cx,cy', not {value!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def negotiate_heart_beat(client: tuple[int, int]) -> tuple[int, int, str]:
+    """Agree heart-beats with a client that asked for ``(cx, cy)``.
+
+    As ActiveMQ does, the broker accepts the client's wish and answers
+    ``cy,cx``: it sends a beat every ``cy`` ms and expects one every ``cx``
+    ms (spec: client->server every max(cx, sy), server->client every
+    max(sx, cy)). Returns (send_ms, expect_ms, CONNECTED header value).
+    """
+    cx, cy = client
+    return cy, cx, f"{cy},{cx}"

@@ -1,0 +1,197 @@
+"""Subscriptions: one consumer's view of a destination.
+
+Theory of operation
+-------------------
+A subscription belongs to one session and one destination. It decides two
+things for the dispatcher:
+
+- *capacity* (``has_capacity``): can this consumer take another message now?
+  Its session's outbound buffer must have room (the core never queues more
+  than ``write_buffer_limit`` bytes for a socket that has not drained), and in
+  the client ack modes the messages delivered but not yet acknowledged must be
+  fewer than the prefetch (``activemq.prefetchSize``). In ``auto`` mode the
+  broker treats a message as acknowledged when it is handed to the socket
+  writer, as ActiveMQ does, so only the buffer bounds it.
+- *acceptance* (``accepts``): does its selector (and ``noLocal``) let this
+  message through?
+
+``deliver`` writes the MESSAGE frame: a per-delivery head built here
+(``subscription``, ``message-id``, ``ack``, ``redelivered``) and the
+message's cached tail. Delivered-but-unacknowledged messages are kept in
+``dispatched`` in delivery order, so a cumulative ``client`` ACK pops from the
+front and a disconnect returns them to the queue in order.
+
+Topic subscriptions also own ``pending``: messages matched while the consumer
+had no capacity wait there, in order (ActiveMQ's ``matched`` list, a VM
+pending cursor).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Iterable
+
+from .codec import escape
+
+if TYPE_CHECKING:
+    from .destination import Destination
+    from .message import Message
+    from .session import Session
+
+__all__ = ["Subscription", "ACK_MODES"]
+
+ACK_MODES = ("auto", "client", "client-individual")
+
+
+class Subscription:
+    """One SUBSCRIBE: a consumer of a destination."""
+
+    __slots__ = (
+        "key",
+        "id",
+        "session",
+        "destination",
+        "ack_mode",
+        "auto",
+        "prefetch",
+        "selector",
+        "priority",
+        "exclusive",
+        "no_local",
+        "dispatched",
+        "pending",
+        "redelivered",
+        "delivered_count",
+        "acked_count",
+        "durable_name",
+        "_head",
+        "_head_version",
+    )
+
+    def __init__(
+        self,
+        key: int,
+        sub_id: str,
+        session: "Session",
+        destination: "Destination",
+        *,
+        ack_mode: str = "auto",
+        prefetch: int = 1000,
+        selector: Any = None,
+        priority: int = 0,
+        exclusive: bool = False,
+        no_local: bool = False,
+        durable_name: str | None = None,
+    ) -> None:
+        #: Broker-unique number; also the first half of every ack id.
+        self.key = key
+        #: The id the client chose (the ``id`` header).
+        self.id = sub_id
+        self.session = session
+        self.destination = destination
+        self.ack_mode = ack_mode
+        self.auto = ack_mode == "auto"
+        self.prefetch = prefetch
+        #: A compiled selector with ``matches(headers)``, or None.
+        self.selector = selector
+        self.priority = priority
+        self.exclusive = exclusive
+        self.no_local = no_local
+        self.durable_name = durable_name
+        #: message seq -> message, delivered and awaiting ACK, in delivery order.
+        self.dispatched: dict[int, "Message"] = {}
+        #: Topic subscriptions: messages waiting for capacity.
+        self.pending: deque["Message"] = deque()
+        #: Topic subscriptions: seqs of messages NACKed back to ``pending``.
+        self.redelivered: set[int] = set()
+        self.delivered_count = 0
+        self.acked_count = 0
+        self._head = b""
+        self._head_version = ""
+
+    # -- the dispatcher's questions
+    def has_capacity(self) -> bool:
+        """Can this consumer take one more message right now?"""
+        if not self.session.can_write:
+            return False
+        return self.auto or len(self.dispatched) < self.prefetch
+
+    def accepts(self, message: "Message") -> bool:
+        """Does the selector (and noLocal) let ``message`` through?"""
+        if self.no_local and message.origin == self.session.id:
+            return False
+        if self.selector is None:
+            return True
+        return bool(self.selector.matches(message.header_view()))
+
+    # -- delivery
+    def deliver(self, message: "Message") -> None:
+        """Write ``message`` to the consumer as a MESSAGE frame."""
+        session = self.session
+        version = session.version
+        if self._head_version != version:
+            self._head = b"MESSAGE\nsubscription:" + escape(self.id, version).encode("utf-8") + b"\nmessage-id:"
+            self._head_version = version
+        parts = [self._head, message.message_id_wire(version)]
+        if not self.auto:
+            if version == "1.2":
+                parts.append(b"\nack:%d-%d" % (self.key, message.seq))
+            self.dispatched[message.seq] = message
+        if message.redeliveries or message.seq in self.redelivered:
+            parts.append(b"\nredelivered:true")
+            self.redelivered.discard(message.seq)
+        parts.append(b"\n")
+        parts.append(message.tail(version))
+        session.write(b"".join(parts))
+        self.delivered_count += 1
+        self.destination.on_delivered(self, message)
+
+    # -- acknowledgement
+    def ack_id_of(self, message: "Message") -> str:
+        """The ``ack`` header value a 1.2 client echoes back for ``message``."""
+        return f"{self.key}-{message.seq}"
+
+    def take_acked(self, seq: int, cumulative: bool) -> list["Message"]:
+        """Remove and return the messages an ACK/NACK of ``seq`` settles.
+
+        ``cumulative`` (client mode) settles every message delivered up to and
+        including ``seq``; otherwise only ``seq``. Returns [] if ``seq`` is not
+        awaiting acknowledgement.
+        """
+        if seq not in self.dispatched:
+            return []
+        if not cumulative:
+            return [self.dispatched.pop(seq)]
+        settled = []
+        for s in list(self.dispatched):
+            settled.append(self.dispatched.pop(s))
+            if s == seq:
+                break
+        return settled
+
+    def take_all_dispatched(self) -> list["Message"]:
+        """Remove and return every unacknowledged message, in delivery order."""
+        messages = list(self.dispatched.values())
+        self.dispatched.clear()
+        return messages
+
+    def describe(self) -> dict[str, Any]:
+        """Statistics for ``stat`` and the trace."""
+        return {
+            "id": self.id,
+            "session": self.session.id,
+            "destination": self.destination.address,
+            "ack": self.ack_mode,
+            "prefetch": self.prefetch,
+            "in_flight": len(self.dispatched),
+            "pending": len(self.pending),
+            "delivered": self.delivered_count,
+            "acked": self.acked_count,
+        }
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self.id!r} key={self.key} on {self.destination.address} session={self.session.id}>"
+
+
+def sorted_by_seq(messages: Iterable["Message"]) -> list["Message"]:
+    """``messages`` in arrival order."""
+    return sorted(messages, key=lambda m: m.seq)
