@@ -131,15 +131,17 @@ class Broker:
         if session is None or not session.is_open:
             return
         session.last_read = self.clock.now()
+        error: ProtocolError | None = None
         try:
             frames = session.parser.feed(data)
         except ProtocolError as exc:
-            self._fail(session, exc, None)
-            return
+            frames, error = exc.frames, exc
         for frame in frames:
             if not session.is_open:
-                break
+                return
             self._handle(session, frame)
+        if error is not None and session.is_open:
+            self._fail(session, error, None)
 
     def connection_lost(self, sid: int) -> None:
         """The socket of ``sid`` is gone (closed by the peer or by us)."""

@@ -141,7 +141,9 @@ def encode(frame: Frame, version: str = "1.2") -> bytes:
 class FrameParser:
     """Incremental STOMP frame parser (sans-IO).
 
-    ``feed(data)`` returns the frames that ``data`` completed, in order.
+    ``feed(data)`` returns the frames that ``data`` completed, in order. On
+    malformed input it raises ``ProtocolError`` whose ``frames`` are the good
+    frames that came before the fault; later calls raise the same error.
     ``role="server"`` accepts client commands (what a broker reads);
     ``role="client"`` accepts server commands.
     """
@@ -206,6 +208,7 @@ class FrameParser:
                 pos = end
                 self._scan = pos
         except ProtocolError as exc:
+            exc.frames = frames
             self._error = exc
             raise
         finally:

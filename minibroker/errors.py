@@ -26,13 +26,16 @@ class ProtocolError(BrokerError):
     """The peer sent something STOMP does not allow.
 
     ``message`` is one line meant for the ERROR frame's ``message`` header;
-    ``detail`` (optional) goes into the ERROR frame's body.
+    ``detail`` (optional) goes into the ERROR frame's body. When the codec
+    raises it, ``frames`` holds the frames completed before the fault (as
+    asyncio's ``IncompleteReadError.partial``), so they are handled first.
     """
 
     def __init__(self, message: str, *, detail: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.detail = detail
+        self.frames: list = []
 
 
 class ConfigError(BrokerError):

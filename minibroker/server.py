@@ -180,7 +180,7 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
         try:
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
-        except (NotImplementedError, RuntimeError):  # not the main thread
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread
             pass
     if ready is not None:
         ready(server)

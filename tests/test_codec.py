@@ -131,6 +131,14 @@ def test_errors_bytewise(version: str, wire: bytes, fragment: str) -> None:
         feed_bytewise(parser, wire)
 
 
+def test_frames_before_a_fault_come_with_the_error() -> None:
+    good = b"SEND\ndestination:/a\n\nok\x00"
+    parser = FrameParser()
+    with pytest.raises(ProtocolError) as info:
+        parser.feed(good + good + b"SEND\nno colon\n\n\x00" + good)
+    assert info.value.frames == [Frame("SEND", {"destination": "/a"}, b"ok")] * 2
+
+
 def test_heartbeats_are_counted_and_skipped() -> None:
     parser = FrameParser()
     assert parser.feed(b"\n\r\n\n") == []

@@ -1,0 +1,128 @@
+"""Configuration: the embedded default, validation messages, policies, wildcards."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from minibroker import wildcards
+from minibroker.config import BrokerConfig, load_config, parse_config, parse_size
+from minibroker.errors import ConfigError
+
+
+def test_embedded_default_is_the_declared_default() -> None:
+    assert load_config() == BrokerConfig()
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [(0, 0), (65536, 65536), ("64 mb", 64 * 1024**2), ("1.5 MiB", 1536 * 1024), ("100kb", 102400), ("2 GB", 2 * 1024**3), ("7", 7)],
+)
+def test_sizes(text, expected) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "-1", -5, "5 parsecs", True, 1.5])
+def test_bad_sizes(text) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
+    "doc,message",
+    [
+        ({"transport": {"prot": 1}}, "unknown key 'transport.prot'"),
+        ({"transport": {"port": "abc"}}, "bad value for 'transport.port': 'abc' (expected an integer from 0 to 65535)"),
+        ({"transport": {"port": 70000}}, "bad value for 'transport.port': 70000"),
+        ({"system_usage": {"memory_limit": "lots"}}, "bad value for 'system_usage.memory_limit': 'lots'"),
+        ({"store": {"layout": "circular"}}, "bad value for 'store.layout': 'circular' (expected one of 'growing', 'ring')"),
+        ({"store": {"file_count": 2}}, "bad value for 'store.file_count': 2 (expected an integer from 4 to 64)"),
+        ({"transport": {"default_heart_beat": "fast"}}, "bad value for 'transport.default_heart_beat'"),
+        ({"brokers": {}}, "unknown section 'brokers'"),
+        ({"transport": 5}, "'transport' must be a table"),
+        ({"destination_policy": [{"queue": ">", "topic": ">"}]}, "needs exactly one of 'queue' or 'topic'"),
+        ({"destination_policy": [{"queue": "/queue/a"}]}, "bad value for 'destination_policy[0].queue'"),
+        ({"destination_policy": {"queue": ">"}}, "must be an array of tables"),
+        ({"destination_policy": [{"queue": ">", "speed": 1}]}, "unknown key 'destination_policy[0].speed'"),
+    ],
+)
+def test_validation_names_the_key_and_value(doc: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert message in str(info.value)
+
+
+def test_policy_most_specific_wins() -> None:
+    config = parse_config(
+        {
+            "destination_policy": [
+                {"queue": ">", "queue_prefetch": 10},
+                {"queue": "orders.>", "queue_prefetch": 20},
+                {"queue": "orders.eu", "queue_prefetch": 30},
+                {"topic": ">", "topic_prefetch": 40},
+            ]
+        }
+    )
+    assert config.policy_for("queue", "orders.eu").queue_prefetch == 30
+    assert config.policy_for("queue", "orders.us").queue_prefetch == 20
+    assert config.policy_for("queue", "payments").queue_prefetch == 10
+    assert config.policy_for("topic", "orders.eu").topic_prefetch == 40
+
+
+@pytest.mark.parametrize(
+    "pattern,name,expected",
+    [
+        (">", "a", True),
+        (">", "a.b.c", True),
+        ("PRICE.>", "PRICE", True),
+        ("PRICE.>", "PRICE.STOCK.NYSE.IBM", True),
+        ("PRICE.>", "PRICES.X", False),
+        ("PRICE.*.IBM", "PRICE.STOCK.IBM", True),
+        ("PRICE.*.IBM", "PRICE.STOCK.NYSE.IBM", False),
+        ("PRICE.*", "PRICE", False),
+        ("a.b", "a.b", True),
+        ("a.b", "a.b.c", False),
+        ("*", "a", True),
+        ("*", "a.b", False),
+    ],
+)
+def test_wildcards(pattern: str, name: str, expected: bool) -> None:
+    assert wildcards.matches(pattern, name) is expected
+
+
+def test_load_config_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read configuration file"):
+        load_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[transport\nport = 1")
+    with pytest.raises(ConfigError, match="is not valid TOML"):
+        load_config(bad)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clients.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_serve_refuses_a_bad_config_without_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "broker.toml"
+    bad.write_text("[system_usage]\nmemory_limit = 'huge'\n")
+    result = run_cli("serve", "--config", str(bad))
+    assert result.returncode == 2
+    assert "bad value for 'system_usage.memory_limit': 'huge'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_refuses_a_bad_port_argument() -> None:
+    result = run_cli("serve", "--port", "high")
+    assert result.returncode == 2
+    assert "port must be an integer from 0 to 65535, not 'high'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["serve"])
+def test_every_subcommand_has_help(command: str) -> None:
+    result = run_cli(command, "--help")
+    assert result.returncode == 0
+    assert "usage: minibroker" in result.stdout

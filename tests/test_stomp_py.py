@@ -1,0 +1,277 @@
+"""Interoperability: stomp.py, a client we did not write, against the real server."""
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+import stomp
+
+from minibroker.codec import FrameParser
+
+WAIT = 10.0
+
+
+class Collector(stomp.ConnectionListener):
+    """Collects what a stomp.py connection receives, with blocking waits."""
+
+    def __init__(self) -> None:
+        self.messages: "queue.Queue[Any]" = queue.Queue()
+        self.errors: list[Any] = []
+        self.receipts: list[str] = []
+        self.disconnected = threading.Event()
+
+    def on_message(self, frame: Any) -> None:
+        self.messages.put(frame)
+
+    def on_error(self, frame: Any) -> None:
+        self.errors.append(frame)
+
+    def on_receipt(self, frame: Any) -> None:
+        self.receipts.append(frame.headers["receipt-id"])
+
+    def on_disconnected(self) -> None:
+        self.disconnected.set()
+
+    def take(self, n: int, timeout: float = WAIT) -> list[Any]:
+        return [self.messages.get(timeout=timeout) for _ in range(n)]
+
+    def nothing_more(self, wait: float = 0.3) -> bool:
+        try:
+            self.messages.get(timeout=wait)
+            return False
+        except queue.Empty:
+            return True
+
+
+def connect(broker, version: str = "1.2", **kwargs: Any) -> tuple[Any, Collector]:
+    cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
+    conn_kwargs = {"heartbeats": kwargs.pop("heartbeats", (0, 0))} if version != "1.0" else {}
+    conn = cls([broker.address], **conn_kwargs)
+    listener = Collector()
+    conn.set_listener("collector", listener)
+    conn.connect(wait=True, **kwargs)
+    return conn, listener
+
+
+def close(conn: Any) -> None:
+    if conn.is_connected():
+        conn.disconnect()
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_connect_and_version(broker, version: str) -> None:
+    conn, listener = connect(broker, version)
+    try:
+        assert conn.is_connected()
+        assert conn.get_listener("collector") is listener
+    finally:
+        close(conn)
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_queue_send_receive(broker, version: str) -> None:
+    conn, listener = connect(broker, version)
+    try:
+        conn.subscribe("/queue/interop", id="s1", ack="auto")
+        for i in range(5):
+            conn.send("/queue/interop", f"hello {i}", headers={"app": f"v:{i}"})
+        got = listener.take(5)
+        assert [f.body for f in got] == [f"hello {i}" for i in range(5)]
+        assert [f.headers["app"] for f in got] == [f"v:{i}" for i in range(5)]
+        assert all(f.headers["destination"] == "/queue/interop" for f in got)
+    finally:
+        close(conn)
+
+
+def test_topic_fan_out(broker) -> None:
+    subs = [connect(broker) for _ in range(3)]
+    producer, _ = connect(broker)
+    try:
+        for i, (conn, _) in enumerate(subs):
+            conn.subscribe("/topic/interop", id=f"t{i}", ack="auto", headers={"receipt": f"sub{i}"})
+        deadline = time.time() + WAIT
+        while not all(l.receipts for _, l in subs) and time.time() < deadline:
+            time.sleep(0.01)
+        for i in range(10):
+            producer.send("/topic/interop", str(i))
+        for _, listener in subs:
+            assert [f.body for f in listener.take(10)] == [str(i) for i in range(10)]
+    finally:
+        for conn, _ in subs:
+            close(conn)
+        close(producer)
+
+
+def test_competing_consumers_share_a_queue(broker) -> None:
+    (a, la), (b, lb) = connect(broker), connect(broker)
+    producer, _ = connect(broker)
+    try:
+        for conn in (a, b):
+            conn.subscribe("/queue/share", id="s", ack="client-individual", headers={"activemq.prefetchSize": "1", "receipt": "r"})
+        time.sleep(0.2)
+        for i in range(10):
+            producer.send("/queue/share", str(i))
+        got: list[str] = []
+        deadline = time.time() + WAIT
+        while len(got) < 10 and time.time() < deadline:
+            for conn, listener in ((a, la), (b, lb)):
+                try:
+                    f = listener.messages.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                got.append(f.body)
+                conn.ack(f.headers["ack"])
+        assert sorted(got, key=int) == [str(i) for i in range(10)]
+    finally:
+        close(a)
+        close(b)
+        close(producer)
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+def test_client_individual_ack_and_redelivery_after_disconnect(broker, version: str) -> None:
+    conn, listener = connect(broker, version)
+    producer, _ = connect(broker)
+    try:
+        conn.subscribe("/queue/ci", id="s", ack="client-individual")
+        for i in range(3):
+            producer.send("/queue/ci", str(i))
+        frames = listener.take(3)
+        if version == "1.2":
+            conn.ack(frames[1].headers["ack"])
+        else:
+            conn.ack(frames[1].headers["message-id"], "s")
+        conn.disconnect()
+        again, l2 = connect(broker, version)
+        again.subscribe("/queue/ci", id="s2", ack="auto")
+        got = l2.take(2)
+        assert [f.body for f in got] == ["0", "2"]
+        assert all(f.headers.get("redelivered") == "true" for f in got)
+        assert l2.nothing_more()
+        close(again)
+    finally:
+        close(producer)
+
+
+def test_client_ack_is_cumulative(broker) -> None:
+    conn, listener = connect(broker)
+    try:
+        conn.subscribe("/queue/cum", id="s", ack="client")
+        for i in range(4):
+            conn.send("/queue/cum", str(i))
+        frames = listener.take(4)
+        conn.ack(frames[2].headers["ack"])
+        conn.disconnect()
+        again, l2 = connect(broker)
+        again.subscribe("/queue/cum", id="s", ack="auto")
+        assert [f.body for f in l2.take(1)] == ["3"]
+        assert l2.nothing_more()
+        close(again)
+    finally:
+        close(conn)
+
+
+def test_nack_redelivers(broker) -> None:
+    conn, listener = connect(broker)
+    try:
+        conn.subscribe("/queue/nack", id="s", ack="client-individual")
+        conn.send("/queue/nack", "retry me")
+        first = listener.take(1)[0]
+        assert "redelivered" not in first.headers
+        conn.nack(first.headers["ack"])
+        second = listener.take(1)[0]
+        assert second.body == "retry me"
+        assert second.headers["redelivered"] == "true"
+        conn.ack(second.headers["ack"])
+        assert listener.nothing_more()
+    finally:
+        close(conn)
+
+
+def test_receipts(broker) -> None:
+    conn, listener = connect(broker)
+    try:
+        conn.subscribe("/queue/rc", id="s", ack="auto", headers={"receipt": "sub-r"})
+        conn.send("/queue/rc", "x", headers={"receipt": "send-r"})
+        listener.take(1)
+        deadline = time.time() + WAIT
+        while len(listener.receipts) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        assert listener.receipts == ["sub-r", "send-r"]
+        conn.disconnect(receipt="bye")
+        assert not conn.is_connected()
+    finally:
+        close(conn)
+
+
+def test_heart_beats_keep_stomp_py_alive_and_silence_is_detected(broker) -> None:
+    conn, listener = connect(broker, heartbeats=(200, 200))
+    try:
+        time.sleep(1.0)  # five periods: beats flow both ways
+        assert conn.is_connected()
+        assert not listener.disconnected.is_set()
+        # Now make stomp.py go silent: stop its heart-beat thread.
+        conn.heartbeat_terminate_event.set()
+        assert listener.disconnected.wait(WAIT), "the broker should drop a silent client"
+        assert any("heart-beat timeout" in e.headers.get("message", "") for e in listener.errors)
+    finally:
+        close(conn)
+
+
+def raw_exchange(broker, data: bytes, wait: float = 2.0) -> bytes:
+    with socket.create_connection(broker.address, timeout=WAIT) as s:
+        s.sendall(data)
+        chunks = []
+        s.settimeout(wait)
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except socket.timeout:
+            raise AssertionError("the broker did not close the connection")
+        return b"".join(chunks)
+
+
+def test_malformed_frame_gets_error_and_close_while_stomp_py_keeps_working(broker) -> None:
+    conn, listener = connect(broker)
+    try:
+        conn.subscribe("/queue/steady", id="s", ack="auto")
+        reply = raw_exchange(
+            broker,
+            b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00SEND\ndestination:/queue/steady\nreceipt:77\nno colon here\n\nboom\x00",
+        )
+        frames = FrameParser(role="client", version="1.2").feed(reply)
+        assert [f.command for f in frames] == ["CONNECTED", "ERROR"]
+        assert "without ':'" in frames[1].headers["message"]
+        conn.send("/queue/steady", "unaffected")
+        assert listener.take(1)[0].body == "unaffected"
+    finally:
+        close(conn)
+
+
+def test_bad_frame_error_carries_receipt_id(broker) -> None:
+    reply = raw_exchange(broker, b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00SEND\nreceipt:r-5\n\nno destination\x00")
+    frames = FrameParser(role="client", version="1.2").feed(reply)
+    assert frames[-1].command == "ERROR"
+    assert frames[-1].headers["receipt-id"] == "r-5"
+    assert frames[-1].headers["message"] == "SEND frame has no destination header"
+
+
+def test_no_common_version_over_a_socket(broker) -> None:
+    reply = raw_exchange(broker, b"CONNECT\naccept-version:9.9\nhost:h\n\n\x00")
+    frames = FrameParser(role="client").feed(reply)
+    assert frames[0].command == "ERROR"
+    assert frames[0].headers["version"] == "1.0,1.1,1.2"
+
+
+def test_stomp_py_sees_broker_errors(broker) -> None:
+    conn, listener = connect(broker)
+    conn.send("/nowhere/x", "lost")
+    assert listener.disconnected.wait(WAIT)
+    assert "unknown destination" in listener.errors[0].headers["message"]
