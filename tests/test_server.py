@@ -1,0 +1,129 @@
+"""The asyncio edge: a real process, signals, many connections, a non-reading client."""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from minibroker.codec import FrameParser, encode
+from minibroker.frames import Frame
+
+CONNECT = b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00"
+
+
+def start_process(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--data-dir", str(tmp_path / "data"), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            return proc, int(m.group(1))
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError("broker process did not start")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_process_shuts_down_cleanly_on_signal(tmp_path: Path, sig: int) -> None:
+    proc, port = start_process(tmp_path)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(CONNECT)
+            assert s.recv(4096).startswith(b"CONNECTED")
+            proc.send_signal(sig)
+            # The broker closes our connection as it shuts down.
+            s.settimeout(10)
+            assert s.recv(4096) == b""
+        out, _ = proc.communicate(timeout=10)
+        assert proc.returncode == 0
+        assert "shutting down" in out
+        assert "Traceback" not in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "clients.cli", "serve", "--port", str(port), "--data-dir", str(tmp_path)],
+            capture_output=True, text=True, timeout=30,
+        )
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_many_connections_at_once(broker) -> None:
+    async def main() -> None:
+        n = 200
+
+        async def client(i: int) -> bytes:
+            reader, writer = await asyncio.open_connection(*broker.address)
+            writer.write(CONNECT)
+            writer.write(encode(Frame("SUBSCRIBE", {"destination": f"/queue/many.{i}", "id": "s"})))
+            writer.write(encode(Frame("SEND", {"destination": f"/queue/many.{i}"}, b"%d" % i)))
+            parser = FrameParser(role="client", version="1.2")
+            frames: list[Frame] = []
+            while not any(f.command == "MESSAGE" for f in frames):
+                frames += parser.feed(await asyncio.wait_for(reader.read(4096), 10))
+            writer.close()
+            return [f for f in frames if f.command == "MESSAGE"][0].body
+
+        bodies = await asyncio.gather(*(client(i) for i in range(n)))
+        assert bodies == [b"%d" % i for i in range(n)]
+
+    asyncio.run(main())
+
+
+def test_outbound_buffers_stay_bounded_for_a_client_that_does_not_read(broker_factory) -> None:
+    rb = broker_factory(transport={"write_buffer_limit": 64 * 1024})
+    body = b"x" * 8192
+    with socket.create_connection(rb.address) as slow, socket.create_connection(rb.address) as producer:
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+        slow.sendall(CONNECT + encode(Frame("SUBSCRIBE", {"destination": "/topic/firehose", "id": "s", "receipt": "r"})))
+        time.sleep(0.3)
+        producer.sendall(CONNECT)
+        frame = encode(Frame("SEND", {"destination": "/topic/firehose"}, body))
+        for _ in range(30):  # 24 MB: more than loopback's socket buffers can absorb
+            producer.sendall(frame * 100)
+        producer.sendall(encode(Frame("SEND", {"destination": "/queue/done", "receipt": "end"})))
+        producer.settimeout(10)
+        got = b""
+        while b"receipt-id:end" not in got:
+            got += producer.recv(65536)
+
+        def outbound_bytes() -> int:
+            server = rb.server
+            total = 0
+            for conn in server.connections.values():
+                total += conn.transport.get_write_buffer_size()
+            for session in server.broker.sessions.values():
+                total += session.out_bytes
+            return total
+
+        queued = rb.call(outbound_bytes)
+        # 3000 messages (24 MB) were published to a subscriber that reads nothing:
+        # the sockets' buffers hold a little, the broker at most its limit plus a frame.
+        assert queued <= 64 * 1024 + 2 * len(frame) + 4096
+        held = rb.call(lambda: sum(len(s.pending) for s in rb.server.broker.destinations["/topic/firehose"].subscriptions))
+        assert held > 0  # the rest waits in the subscription, in order, for the slow reader
