@@ -36,10 +36,12 @@ from .actions import Action, Close, PauseReading, ResumeReading, Write
 from .clock import Clock
 from .codec import FrameParser, encode
 from .config import BrokerConfig
-from .destination import Destination, Queue, Topic, parse_address
+from .destination import Destination, Queue, Topic
 from .errors import ProtocolError
 from .frames import Frame
 from .message import BROKER_SET_HEADERS, Message
+from .registry import TEMP_PREFIXES, DestinationRegistry
+from .security import Security
 from .session import Session, State, negotiate_heart_beat, negotiate_version, parse_heart_beat
 from .subscription import ACK_MODES, Subscription
 from .timers import Timers
@@ -54,6 +56,7 @@ SERVER_NAME = "minibroker/0.1.0"
 DEFERRED = object()
 
 _MAX_PREFETCH = 32767
+_TEMP_STARTS = tuple(TEMP_PREFIXES)
 
 
 class _NoTrace:
@@ -75,10 +78,14 @@ class Broker:
         self.name = config.broker.name
         self.trace = trace if trace is not None else _NoTrace()
         self.sessions: dict[int, Session] = {}
-        self.destinations: dict[str, Destination] = {}
+        self.security = Security(config)
+        self.registry = DestinationRegistry(self)
+        #: Every destination by full address (the registry's own dict).
+        self.destinations: dict[str, Destination] = self.registry.by_address
         self.client_ids: dict[str, Session] = {}
         self.timers = Timers()
-        self._boot = "%06x" % self.rng.getrandbits(24)
+        #: A token for this broker run, in message ids and temporary names.
+        self.boot = "%06x" % self.rng.getrandbits(24)
         self._next_session = 1
         self._next_sub = 1
         self._next_message = 1
@@ -241,6 +248,9 @@ class Broker:
         for sub in list(session.subscriptions.values()):
             self._remove_subscription(session, sub)
         self._abort_transactions(session)
+        for dest in self.registry.remove_temporaries(session.id):
+            for sub in list(dest.subscriptions):
+                self._remove_subscription(sub.session, sub)
         if session.client_id is not None and self.client_ids.get(session.client_id) is session:
             del self.client_ids[session.client_id]
         log.info("connection %d closed: %s", session.id, reason)
@@ -264,6 +274,7 @@ class Broker:
             send_ms, recv_ms, hb_header = negotiate_heart_beat(client_hb)
         else:
             send_ms, recv_ms, hb_header = 0, 0, ""
+        session.principal = self.security.authenticate(h.get("login"), h.get("passcode"))
         client_id = h.get("client-id")
         if client_id:
             self._claim_client_id(session, client_id)
@@ -271,7 +282,7 @@ class Broker:
         session.parser.version = version
         session.login = h.get("login")
         session.hb_send_ms, session.hb_recv_ms = send_ms, recv_ms
-        connected = {"version": version, "session": f"{self.name}-{self._boot}-{session.id}", "server": SERVER_NAME}
+        connected = {"version": version, "session": f"{self.name}-{self.boot}-{session.id}", "server": SERVER_NAME}
         if version != "1.0":
             connected["heart-beat"] = hb_header
         session.write(encode(Frame("CONNECTED", connected), version))
@@ -333,8 +344,8 @@ class Broker:
         address = frame.headers.get("destination")
         if not address:
             raise ProtocolError("SEND frame has no destination header")
-        message = self._make_message(session, frame, address)
-        destination = self.destination(address)
+        destination = self.registry.resolve(session, address, "write")
+        message = self._make_message(session, frame, destination.address)
         session.messages_in += 1
         txid = frame.headers.get("transaction")
         if txid is not None:
@@ -353,6 +364,9 @@ class Broker:
         for k, v in h.items():
             if k not in BROKER_SET_HEADERS:
                 headers[k] = v
+        reply_to = headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith(_TEMP_STARTS):
+            headers["reply-to"] = self.registry.public_address(session, reply_to)
         headers["timestamp"] = str(timestamp)
         headers["expires"] = str(expires)
         headers["priority"] = str(priority)
@@ -364,7 +378,7 @@ class Broker:
         self._next_message += 1
         return Message(
             seq,
-            f"ID:{self.name}-{self._boot}-{seq}",
+            f"ID:{self.name}-{self.boot}-{seq}",
             address,
             headers,
             frame.body,
@@ -384,19 +398,14 @@ class Broker:
         destination.accept(message)
 
     def destination(self, address: str) -> Destination:
-        """The destination at ``address``, created on first use."""
+        """The queue or topic at ``address``, created on first use (no rights checked)."""
         found = self.destinations.get(address)
         if found is not None:
             return found
-        parsed = parse_address(address)
-        if parsed is None:
+        kind, _, name = address.strip("/").partition("/")
+        if kind not in ("queue", "topic") or not name:
             raise ProtocolError(f"unknown destination {address!r}: use /queue/NAME or /topic/NAME")
-        kind, name = parsed
-        policy = self.config.policy_for(kind, name)
-        created: Destination = Queue(self, name, policy) if kind == "queue" else Topic(self, name, policy)
-        self.destinations[address] = created
-        log.debug("created %s", address)
-        return created
+        return self.registry._create(kind, name, address)
 
     # ------------------------------------------------------------------ SUBSCRIBE
     def _on_subscribe(self, session: Session, frame: Frame) -> Any:
@@ -414,22 +423,49 @@ class Broker:
         ack_mode = h.get("ack", "auto")
         if ack_mode not in ACK_MODES:
             raise ProtocolError(f"unknown ack mode {ack_mode!r}: use auto, client or client-individual")
-        destination = self.destination(address)
-        default_prefetch = destination.policy.queue_prefetch if destination.kind == "queue" else destination.policy.topic_prefetch
+        destination = self.registry.resolve(session, address, "read")
+        policy = destination.policy
+        browser = h.get("browser", "false").lower() == "true"
+        durable_name = h.get("activemq.subscriptionName") or None
+        if browser and destination.kind != "queue":
+            raise ProtocolError(f"browser:true needs a queue, not {address}")
+        if durable_name is not None and destination.kind != "topic":
+            raise ProtocolError(f"activemq.subscriptionName (a durable subscription) needs a topic, not {address}")
+        if durable_name is not None and session.client_id is None:
+            raise ProtocolError("a durable subscription (activemq.subscriptionName) needs a client-id on CONNECT")
+        if browser:
+            default_prefetch = policy.queue_browser_prefetch
+        elif durable_name is not None:
+            default_prefetch = policy.durable_topic_prefetch
+        else:
+            default_prefetch = policy.queue_prefetch if destination.kind == "queue" else policy.topic_prefetch
         prefetch = _int_header(h, "activemq.prefetchSize", default_prefetch, 1, _MAX_PREFETCH, clamp=False)
         priority = _int_header(h, "activemq.priority", 0, -128, 127, clamp=False)
+        selector_text = h.get("selector") or None
+        no_local = h.get("activemq.noLocal", "false").lower() == "true"
         sub = Subscription(
             self._next_sub,
             sub_id,
             session,
             destination,
-            ack_mode=ack_mode,
+            ack_mode="auto" if browser else ack_mode,
             prefetch=prefetch,
-            selector=self._compile_selector(h.get("selector")),
+            selector=self._compile_selector(selector_text),
             priority=priority,
             exclusive=h.get("activemq.exclusive", "false").lower() == "true",
-            no_local=h.get("activemq.noLocal", "false").lower() == "true",
+            no_local=no_local,
+            browser=browser,
         )
+        if durable_name is not None:
+            assert isinstance(destination, Topic) and session.client_id is not None
+            state = destination.durable_state(session.client_id, durable_name, selector_text, no_local)
+            if state.active is not None:
+                raise ProtocolError(f"durable subscription {durable_name!r} of client {session.client_id} is already active")
+            state.selector = sub.selector
+            state.active = sub
+            sub.durable = state
+            sub.pending = state.pending
+            sub.redelivered = state.redelivered
         self._next_sub += 1
         session.subscriptions[sub_id] = sub
         self._subs_by_key[sub.key] = sub
@@ -437,8 +473,12 @@ class Broker:
         if receipt is not None:  # the RECEIPT goes before the first MESSAGE, as ActiveMQ does
             self._send_receipt(session, receipt)
         if self.trace.enabled:
-            self.trace.emit("subscribe", session=session.id, sub=sub_id, dest=address, ack=ack_mode, prefetch=prefetch)
-        destination.add_subscription(sub)
+            self.trace.emit("subscribe", session=session.id, sub=sub_id, dest=destination.address, ack=ack_mode, prefetch=prefetch)
+        if browser:
+            assert isinstance(destination, Queue)
+            sub.pending.extend(destination.browse_snapshot())
+        else:
+            destination.add_subscription(sub)
         destination.dispatch_to(sub)
         return DEFERRED
 
@@ -455,15 +495,30 @@ class Broker:
     def _on_unsubscribe(self, session: Session, frame: Frame) -> Any:
         h = frame.headers
         sub_id = h.get("id")
-        if sub_id is None:
+        durable_name = h.get("activemq.subscriptionName")
+        if sub_id is None and durable_name is None:
             if session.version != "1.0" or "destination" not in h:
                 raise ProtocolError("UNSUBSCRIBE frame has no id header")
             sub_id = h["destination"]
-        sub = session.subscriptions.get(sub_id)
-        if sub is None:
-            raise ProtocolError(f"no subscription with id {sub_id!r} on this connection")
-        self._remove_subscription(session, sub)
+        if sub_id is not None:
+            sub = session.subscriptions.get(sub_id)
+            if sub is None:
+                raise ProtocolError(f"no subscription with id {sub_id!r} on this connection")
+            self._remove_subscription(session, sub)
+        if durable_name is not None:
+            self._delete_durable(session, durable_name, h.get("destination"))
         return None
+
+    def _delete_durable(self, session: Session, name: str, address: str | None) -> None:
+        if session.client_id is None:
+            raise ProtocolError("removing a durable subscription needs a client-id on CONNECT")
+        topics = [d for d in self.destinations.values() if isinstance(d, Topic) and (address is None or d.address == address)]
+        for topic in topics:
+            state = topic.durables.get((session.client_id, name))
+            if state is not None and state.active is not None:
+                raise ProtocolError(f"durable subscription {name!r} is in use: unsubscribe its consumer first")
+        if not any(t.delete_durable(session.client_id, name) for t in topics):
+            raise ProtocolError(f"no durable subscription {name!r} for client {session.client_id}")
 
     def _remove_subscription(self, session: Session, sub: Subscription) -> None:
         session.subscriptions.pop(sub.id, None)
@@ -506,7 +561,7 @@ class Broker:
         if self.trace.enabled:
             for m in messages:
                 self.trace.emit("nack", session=sub.session.id, sub=sub.id, dest=sub.destination.address, msg=m.message_id)
-        sub.destination.redeliver(sub, messages)
+        sub.destination.redeliver(sub, messages, "nack")
 
     def _settle(self, session: Session, frame: Frame, command: str) -> tuple[Subscription, list[Message]]:
         """Find the subscription and messages an ACK or NACK refers to."""
@@ -589,7 +644,7 @@ class Broker:
         """Undo a transaction: sends vanish, acked messages become deliverable again."""
         for op, target, payload in ops:
             if op in ("ack", "nack"):
-                target.destination.redeliver(target, payload)
+                target.destination.redeliver(target, payload, "rollback")
 
     def _abort_transactions(self, session: Session) -> None:
         for ops in session.transactions.values():
@@ -612,10 +667,66 @@ class Broker:
         """``message`` expired before it could be delivered."""
         if self.trace.enabled:
             self.trace.emit("expire", dest=destination.address, msg=message.message_id)
+        if destination.policy.process_expired:
+            self.dead_letter(destination, message, "expired")
+        else:
+            self.message_consumed(destination, message)
+
+    def dead_letter(self, destination: Destination, message: Message, cause: str) -> None:
+        """Move ``message`` from ``destination`` to its dead letter queue.
+
+        As ActiveMQ's dead letter strategies: a shared ``ActiveMQ.DLQ`` or an
+        individual ``ActiveMQ.DLQ.Queue.<name>``; non-persistent messages are
+        dropped unless ``process_non_persistent``; nothing leaves a DLQ for
+        another DLQ.
+        """
+        policy = destination.policy
+        self.message_consumed(destination, message)
+        if destination.is_dlq or policy.dead_letter_strategy == "discard" or not (message.persistent or policy.process_non_persistent):
+            log.info("%s: %s dropped (%s), not dead-lettered", destination.address, message.message_id, cause)
+            if self.trace.enabled:
+                self.trace.emit("dlq", dest=destination.address, msg=message.message_id, cause=cause, dropped=True)
+            return
+        if policy.dead_letter_strategy == "shared":
+            dlq_name = policy.dead_letter_queue
+        else:
+            dlq_name = f"ActiveMQ.DLQ.{destination.kind.capitalize()}.{destination.name}"
+        dlq = self.registry.system_queue(dlq_name)
+        headers = dict(message.headers)
+        headers["destination"] = dlq.address
+        headers["original-destination"] = destination.address
+        headers["dlqDeliveryFailureCause"] = cause
+        copy = Message(
+            message.seq, message.message_id, dlq.address, headers, message.body,
+            persistent=message.persistent, priority=message.priority, expires=0,
+            timestamp=message.timestamp, origin=message.origin,
+        )
+        log.info("%s: %s dead-lettered to %s (%s)", destination.address, message.message_id, dlq.address, cause)
+        if self.trace.enabled:
+            self.trace.emit("dlq", dest=destination.address, msg=message.message_id, cause=cause, dlq=dlq.address, dropped=False)
+        dlq.accept(copy)
+
+    def destination_created(self, destination: Destination) -> None:
+        """A destination came into being (on first use)."""
+        dlq_names = {p.dead_letter_queue for p in self.config.destination_policy} | {"ActiveMQ.DLQ"}
+        destination.is_dlq = destination.kind == "queue" and (
+            destination.name in dlq_names or destination.name.startswith("ActiveMQ.DLQ.")
+        )
+        log.debug("created %s", destination.address)
+
+    def end_of_browse(self, sub: Subscription) -> None:
+        """Tell a queue browser that it has seen everything (ActiveMQ's ``browser:end``)."""
+        headers = {
+            "subscription": sub.id,
+            "message-id": f"ID:{self.name}-{self.boot}-browse-{sub.key}",
+            "destination": sub.destination.address,
+            "browser": "end",
+        }
+        sub.session.write(encode(Frame("MESSAGE", headers, b""), sub.session.version))
 
     def max_page_size(self, destination: Destination) -> int:
         """How many undeliverable messages a dispatch pass may step over."""
-        return 200
+        return destination.policy.max_page_size
 
     # ================================================================== statistics
     def stats(self) -> dict[str, Any]:

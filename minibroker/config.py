@@ -35,6 +35,8 @@ __all__ = [
     "SystemUsageConfig",
     "StoreConfig",
     "PolicyEntry",
+    "User",
+    "AuthorizationEntry",
     "load_config",
     "parse_config",
     "default_config_text",
@@ -136,6 +138,14 @@ def destination_pattern(value: Any) -> str:
     return value
 
 
+def string_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError('expected a list of names such as ["admins", "users"]')
+    return tuple(value)
+
+
 def option(default: Any, parse: Parser, doc: str) -> Any:
     """Declare a configuration option: its default, its parser, one line of doc."""
     return field(default=default, metadata={"parse": parse, "doc": doc})
@@ -195,8 +205,19 @@ class PolicyEntry:
 
     queue: str | None = option(None, destination_pattern, "queues this entry applies to (ActiveMQ wildcard)")
     topic: str | None = option(None, destination_pattern, "topics this entry applies to (ActiveMQ wildcard)")
-    queue_prefetch: int = option(1000, integer(0, 32767), "default STOMP prefetch for queue subscriptions")
-    topic_prefetch: int = option(32767, integer(0, 32767), "default STOMP prefetch for topic subscriptions")
+    queue_prefetch: int = option(1000, integer(1, 32767), "default STOMP prefetch for queue subscriptions")
+    topic_prefetch: int = option(32767, integer(1, 32767), "default STOMP prefetch for topic subscriptions")
+    durable_topic_prefetch: int = option(100, integer(1, 32767), "default prefetch for durable topic subscriptions")
+    queue_browser_prefetch: int = option(500, integer(1, 32767), "default prefetch for queue browsers")
+    max_page_size: int = option(200, integer(1), "messages paged in (and stepped over by selectors) at a time")
+    prioritized_messages: bool = option(False, boolean, "a queue dispatches higher message priorities first")
+    maximum_redeliveries: int = option(6, integer(-1), "deliveries after the first before a message is dead-lettered; -1 = never")
+    dead_letter_on_nack: bool = option(False, boolean, "a NACK dead-letters at once, as ActiveMQ's STOMP NACK does")
+    dead_letter_strategy: str = option("shared", choice("shared", "individual", "discard"), "shared: one DLQ; individual: ActiveMQ.DLQ.Queue.<name>; discard: drop")
+    dead_letter_queue: str = option("ActiveMQ.DLQ", destination_pattern, "the shared dead letter queue's name")
+    process_non_persistent: bool = option(False, boolean, "dead-letter non-persistent messages too (otherwise they are dropped)")
+    process_expired: bool = option(True, boolean, "expired messages go to the dead letter queue")
+    expire_messages_period: int = option(30000, integer(0), "ms between sweeps for expired messages; 0 = only at dispatch")
 
     @property
     def pattern(self) -> str:
@@ -212,6 +233,34 @@ class PolicyEntry:
 
 
 @dataclass(frozen=True)
+class User:
+    """``[[users]]``: one account (ActiveMQ's simpleAuthenticationPlugin)."""
+
+    name: str = option("", text, "user name (the STOMP login)")
+    password_hash: str = option("", text, "salted hash from `minibroker passwd`")
+    groups: tuple[str, ...] = option((), string_list, "groups the user belongs to")
+
+
+@dataclass(frozen=True)
+class AuthorizationEntry:
+    """``[[authorization]]``: who may read, write and create (admin) matching destinations."""
+
+    queue: str | None = option(None, destination_pattern, "queues this entry covers (ActiveMQ wildcard)")
+    topic: str | None = option(None, destination_pattern, "topics this entry covers (ActiveMQ wildcard)")
+    read: tuple[str, ...] = option((), string_list, "groups (or users) that may subscribe and browse")
+    write: tuple[str, ...] = option((), string_list, "groups (or users) that may send")
+    admin: tuple[str, ...] = option((), string_list, "groups (or users) that may create the destination")
+
+    @property
+    def pattern(self) -> str:
+        return self.queue if self.queue is not None else (self.topic or ">")
+
+    @property
+    def kind(self) -> str:
+        return "queue" if self.queue is not None else "topic"
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     """The whole configuration."""
 
@@ -220,6 +269,8 @@ class BrokerConfig:
     system_usage: SystemUsageConfig = field(default_factory=SystemUsageConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     destination_policy: tuple[PolicyEntry, ...] = ()
+    users: tuple[User, ...] = ()
+    authorization: tuple[AuthorizationEntry, ...] = ()
 
     def policy_for(self, kind: str, name: str) -> PolicyEntry:
         """The most specific policy entry for a destination, or the defaults.
@@ -271,26 +322,44 @@ def _build(cls: type, table: Any, where: str) -> Any:
     return cls(**values)
 
 
+_TABLE_ARRAYS: dict[str, type] = {}  # filled below, once the classes exist
+
+
+def _build_array(key: str, value: Any, source: str) -> tuple[Any, ...]:
+    cls = _TABLE_ARRAYS[key]
+    if not isinstance(value, list):
+        raise ConfigError(f"'{key}' in {source} must be an array of tables ([[{key}]])")
+    built = []
+    for i, table in enumerate(value):
+        where = f"{key}[{i}]"
+        entry = _build(cls, table, where)
+        if cls in (PolicyEntry, AuthorizationEntry) and (entry.queue is None) == (entry.topic is None):
+            raise ConfigError(f"'{where}' needs exactly one of 'queue' or 'topic'")
+        if cls is User and (not entry.name or not entry.password_hash):
+            raise ConfigError(f"'{where}' needs both 'name' and 'password_hash'")
+        built.append(entry)
+    return tuple(built)
+
+
 def parse_config(data: Mapping[str, Any], source: str = "configuration") -> BrokerConfig:
     """Validate a parsed TOML document and build a ``BrokerConfig``."""
-    sections: dict[str, Any] = {}
-    policies: list[PolicyEntry] = []
+    values: dict[str, Any] = {}
     for key, value in data.items():
         if key in _SECTIONS:
-            sections[key] = _build(_SECTIONS[key], value, key)
-        elif key == "destination_policy":
-            if not isinstance(value, list):
-                raise ConfigError(f"'destination_policy' in {source} must be an array of tables ([[destination_policy]])")
-            for i, table in enumerate(value):
-                where = f"destination_policy[{i}]"
-                entry = _build(PolicyEntry, table, where)
-                if (entry.queue is None) == (entry.topic is None):
-                    raise ConfigError(f"'{where}' needs exactly one of 'queue' or 'topic'")
-                policies.append(entry)
+            values[key] = _build(_SECTIONS[key], value, key)
+        elif key in _TABLE_ARRAYS:
+            values[key] = _build_array(key, value, source)
         else:
-            known = ", ".join(sorted([*_SECTIONS, "destination_policy"]))
+            known = ", ".join(sorted([*_SECTIONS, *_TABLE_ARRAYS]))
             raise ConfigError(f"unknown section '{key}' in {source} (known: {known})")
-    return BrokerConfig(**sections, destination_policy=tuple(policies))
+    names = [u.name for u in values.get("users", ())]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"user {duplicates[0]!r} is defined more than once in {source}")
+    return BrokerConfig(**values)
+
+
+_TABLE_ARRAYS.update({"destination_policy": PolicyEntry, "users": User, "authorization": AuthorizationEntry})
 
 
 def default_config_text() -> str:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .message import Message
     from .subscription import Subscription
 
-__all__ = ["Destination", "Queue", "Topic", "FifoPending", "parse_address", "DESTINATION_KINDS"]
+__all__ = ["Destination", "Queue", "Topic", "DurableState", "FifoPending", "PriorityPending", "parse_address", "DESTINATION_KINDS"]
 
 #: Address prefix -> destination kind.
 DESTINATION_KINDS = {"/queue/": "queue", "/topic/": "topic"}
@@ -87,18 +87,69 @@ class FifoPending:
         return removed
 
 
+class PriorityPending:
+    """Pending messages by priority, highest first, FIFO within a priority.
+
+    ActiveMQ's ``PrioritizedPendingList``: ten buckets (0-9); used when the
+    destination policy sets ``prioritized_messages``.
+    """
+
+    __slots__ = ("_buckets", "_count")
+
+    def __init__(self) -> None:
+        self._buckets: list[FifoPending] = [FifoPending() for _ in range(10)]
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator["Message"]:
+        for bucket in reversed(self._buckets):
+            yield from bucket
+
+    def append(self, message: "Message") -> None:
+        self._buckets[message.priority].append(message)
+        self._count += 1
+
+    def popleft(self) -> "Message":
+        for bucket in reversed(self._buckets):
+            if bucket:
+                self._count -= 1
+                return bucket.popleft()
+        raise IndexError("pop from an empty pending list")
+
+    def push_front(self, messages: list["Message"]) -> None:
+        by_priority: dict[int, list["Message"]] = {}
+        for m in messages:
+            by_priority.setdefault(m.priority, []).append(m)
+        for priority, group in by_priority.items():
+            self._buckets[priority].push_front(group)
+        self._count += len(messages)
+
+    def remove_where(self, predicate: Any) -> list["Message"]:
+        removed: list["Message"] = []
+        for bucket in self._buckets:
+            removed += bucket.remove_where(predicate)
+        self._count -= len(removed)
+        return removed
+
+
 class Destination:
     """What queues and topics share: identity, policy, statistics."""
 
     kind = ""
 
-    def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry") -> None:
+    def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None) -> None:
         self.broker = broker
         #: Physical name without prefix, e.g. ``orders.us``.
         self.name = name
         #: Full address, e.g. ``/queue/orders.us``.
-        self.address = f"/{self.kind}/{name}"
+        self.address = address or f"/{self.kind}/{name}"
         self.policy = policy
+        #: For a temporary destination, the session that owns it.
+        self.owner = owner
+        #: True for a dead letter queue (nothing is dead-lettered out of one).
+        self.is_dlq = False
         self.enqueued = 0
         self.dequeued = 0
         self.dispatched = 0
@@ -123,9 +174,26 @@ class Destination:
         """``sub``'s consumer acknowledged ``messages``."""
         raise NotImplementedError
 
-    def redeliver(self, sub: "Subscription", messages: list["Message"]) -> None:
-        """``sub``'s consumer refused ``messages`` (NACK): deliver them again."""
+    def redeliver(self, sub: "Subscription", messages: list["Message"], cause: str) -> None:
+        """``sub``'s consumer refused ``messages`` (``cause``: "nack" or
+        "rollback"): deliver them again, or dead-letter those that have had
+        too many deliveries."""
         raise NotImplementedError
+
+    def _survivors(self, messages: list["Message"], cause: str, count: Any) -> list["Message"]:
+        """Count one more delivery for each message; dead-letter those over the limit."""
+        policy = self.policy
+        limit = policy.maximum_redeliveries
+        kept = []
+        for m in sorted(messages, key=lambda m: m.seq):
+            n = count(m)
+            if cause == "nack" and policy.dead_letter_on_nack:
+                self.broker.dead_letter(self, m, f"NACK (delivery {n})")
+            elif limit >= 0 and n > limit:
+                self.broker.dead_letter(self, m, f"redelivered {n} times, more than maximum_redeliveries={limit} ({cause})")
+            else:
+                kept.append(m)
+        return kept
 
     @property
     def subscriptions(self) -> list["Subscription"]:
@@ -133,6 +201,8 @@ class Destination:
 
     def on_delivered(self, sub: "Subscription", message: "Message") -> None:
         """A MESSAGE frame for ``message`` was written to ``sub``'s consumer."""
+        if sub.browser:
+            return
         self.dispatched += 1
         if sub.auto:
             self.dequeued += 1
@@ -163,9 +233,10 @@ class Queue(Destination):
 
     kind = "queue"
 
-    def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry") -> None:
-        super().__init__(broker, name, policy)
-        self.pending = FifoPending()
+    def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry", **kw: Any) -> None:
+        super().__init__(broker, name, policy, **kw)
+        self.pending: FifoPending | PriorityPending = PriorityPending() if policy.prioritized_messages else FifoPending()
+        self._sweep_scheduled = False
         self.consumers: list["Subscription"] = []
         self.exclusive_owner: "Subscription | None" = None
         # Consumers grouped by priority, highest first; rotation index per group.
@@ -221,11 +292,46 @@ class Queue(Destination):
     def accept(self, message: "Message") -> None:
         self.enqueued += 1
         self.pending.append(message)
+        if message.expires and not self._sweep_scheduled and self.policy.expire_messages_period:
+            self._schedule_sweep()
         if self.consumers:
             self.dispatch()
 
     def dispatch_to(self, sub: "Subscription") -> None:
-        self.dispatch()
+        if sub.browser:
+            self._browse(sub)
+        else:
+            self.dispatch()
+
+    # -- expiry: ActiveMQ sweeps every expireMessagesPeriod
+    def _schedule_sweep(self) -> None:
+        self._sweep_scheduled = True
+        period = self.policy.expire_messages_period / 1000
+        self.broker.timers.call_at(self.broker.clock.now() + period, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweep_scheduled = False
+        now_ms = self.broker.clock.wall_ms()
+        for message in self.pending.remove_where(lambda m: m.is_expired(now_ms)):
+            self._expire(message)
+        if any(m.expires for m in self.pending):
+            self._schedule_sweep()
+
+    # -- browsing: a snapshot delivered without consuming, then browser:end
+    def browse_snapshot(self) -> list["Message"]:
+        """The pending messages, in dispatch order, for a new browser."""
+        now_ms = self.broker.clock.wall_ms()
+        return [m for m in self.pending if not m.is_expired(now_ms)]
+
+    def _browse(self, sub: "Subscription") -> None:
+        pending = sub.pending
+        while pending and sub.has_capacity():
+            message = pending.popleft()
+            if sub.accepts(message):
+                sub.deliver(message)
+        if not pending and not sub.browse_done and sub.session.can_write:
+            sub.browse_done = True
+            self.broker.end_of_browse(sub)
 
     # -- dispatch
     def dispatch(self) -> None:
@@ -296,10 +402,12 @@ class Queue(Destination):
             self.broker.message_consumed(self, m)
         self.dispatch()
 
-    def redeliver(self, sub: "Subscription", messages: list["Message"]) -> None:
-        for m in messages:
+    def redeliver(self, sub: "Subscription", messages: list["Message"], cause: str) -> None:
+        def count(m: "Message") -> int:
             m.redeliveries += 1
-        self.pending.push_front(sorted(messages, key=lambda m: m.seq))
+            return m.redeliveries
+
+        self.pending.push_front(self._survivors(messages, cause, count))
         self.dispatch()
 
     def purge(self) -> int:
@@ -316,27 +424,65 @@ class Topic(Destination):
 
     kind = "topic"
 
-    def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry") -> None:
-        super().__init__(broker, name, policy)
+    def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry", **kw: Any) -> None:
+        super().__init__(broker, name, policy, **kw)
         self.subs: list["Subscription"] = []
+        #: Durable subscriptions by (client-id, subscription name), online or not.
+        self.durables: dict[tuple[str, str], DurableState] = {}
 
     @property
     def subscriptions(self) -> list["Subscription"]:
         return self.subs
 
     def size(self) -> int:
-        return sum(len(s.pending) + len(s.dispatched) for s in self.subs)
+        online = sum(len(s.pending) + len(s.dispatched) for s in self.subs)
+        return online + sum(len(d.pending) for d in self.durables.values() if d.active is None)
 
     def add_subscription(self, sub: "Subscription") -> None:
         self.subs.append(sub)
 
     def remove_subscription(self, sub: "Subscription") -> None:
-        """Detach ``sub``; what it held is dropped (a non-durable subscription)."""
+        """Detach ``sub``. A non-durable subscription's messages are dropped; a
+        durable one keeps them (unacknowledged ones back at the head) for its
+        next connection."""
         self.subs.remove(sub)
-        dropped = list(sub.pending) + sub.take_all_dispatched()
+        returned = sub.take_all_dispatched()
+        if sub.durable is not None:
+            for m in returned:
+                sub.redelivered[m.seq] = sub.redelivered.get(m.seq, 0) + 1
+            sub.pending.extendleft(reversed(sorted(returned, key=lambda m: m.seq)))
+            sub.durable.active = None
+            return
+        dropped = list(sub.pending) + returned
         sub.pending.clear()
         for m in dropped:
             self.broker.message_consumed(self, m)
+
+    def durable_state(self, client_id: str, name: str, selector_text: str | None, no_local: bool) -> "DurableState":
+        """The durable subscription (client_id, name), created or reset as needed.
+
+        As in ActiveMQ, subscribing again with a different selector or noLocal
+        replaces the subscription (its stored messages are dropped).
+        """
+        key = (client_id, name)
+        state = self.durables.get(key)
+        if state is not None and (state.selector_text != selector_text or state.no_local != no_local):
+            self.delete_durable(client_id, name)
+            state = None
+        if state is None:
+            state = DurableState(client_id, name, selector_text, no_local)
+            self.durables[key] = state
+        return state
+
+    def delete_durable(self, client_id: str, name: str) -> bool:
+        """Remove a durable subscription and what it holds; False if unknown."""
+        state = self.durables.pop((client_id, name), None)
+        if state is None:
+            return False
+        for m in state.pending:
+            self.broker.message_consumed(self, m)
+        state.pending.clear()
+        return True
 
     def accept(self, message: "Message") -> None:
         """Hand ``message`` to each subscription in turn (ActiveMQ's SimpleDispatchPolicy)."""
@@ -348,6 +494,9 @@ class Topic(Destination):
                 sub.deliver(message)
             else:
                 sub.pending.append(message)
+        for state in self.durables.values():
+            if state.active is None and state.accepts(message):
+                state.pending.append(message)
 
     def dispatch_to(self, sub: "Subscription") -> None:
         pending = sub.pending
@@ -364,13 +513,40 @@ class Topic(Destination):
         for m in messages:
             self.dequeued += 1
             sub.acked_count += 1
+            sub.redelivered.pop(m.seq, None)
             self.broker.message_consumed(self, m)
         self.dispatch_to(sub)
 
-    def redeliver(self, sub: "Subscription", messages: list["Message"]) -> None:
-        ordered = sorted(messages, key=lambda m: m.seq)
-        for m in ordered:
-            sub.redelivered.add(m.seq)
-        sub.pending.extendleft(reversed(ordered))
+    def redeliver(self, sub: "Subscription", messages: list["Message"], cause: str) -> None:
+        def count(m: "Message") -> int:
+            sub.redelivered[m.seq] = sub.redelivered.get(m.seq, 0) + 1
+            return sub.redelivered[m.seq]
+
+        kept = self._survivors(messages, cause, count)
+        sub.pending.extendleft(reversed(kept))
         self.dispatch_to(sub)
+
+
+class DurableState:
+    """A durable topic subscription, kept while its consumer is away."""
+
+    __slots__ = ("client_id", "name", "selector_text", "selector", "no_local", "pending", "redelivered", "active")
+
+    def __init__(self, client_id: str, name: str, selector_text: str | None, no_local: bool) -> None:
+        self.client_id = client_id
+        self.name = name
+        self.selector_text = selector_text
+        #: Set by the broker: a compiled selector, or None.
+        self.selector: Any = None
+        self.no_local = no_local
+        self.pending: deque["Message"] = deque()
+        #: message seq -> deliveries after the first.
+        self.redelivered: dict[int, int] = {}
+        #: The subscription consuming it now, or None while offline.
+        self.active: "Subscription | None" = None
+
+    def accepts(self, message: "Message") -> bool:
+        if self.selector is None:
+            return True
+        return bool(self.selector.matches(message.header_view()))
 

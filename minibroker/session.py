@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .codec import FrameParser
 from .errors import ProtocolError
 from .frames import VERSIONS
+from .security import ANONYMOUS, Principal
 
 if TYPE_CHECKING:
     from .subscription import Subscription
@@ -84,6 +85,8 @@ class Session:
         self.version = "1.0"
         self.client_id: str | None = None
         self.login: str | None = None
+        #: Who authenticated on CONNECT (anonymous when no users are configured).
+        self.principal: Principal = ANONYMOUS
         self.opened_at = now
         self.last_read = now
         self.last_write = now

@@ -62,7 +62,9 @@ class Subscription:
         "redelivered",
         "delivered_count",
         "acked_count",
-        "durable_name",
+        "durable",
+        "browser",
+        "browse_done",
         "_head",
         "_head_version",
     )
@@ -80,7 +82,7 @@ class Subscription:
         priority: int = 0,
         exclusive: bool = False,
         no_local: bool = False,
-        durable_name: str | None = None,
+        browser: bool = False,
     ) -> None:
         #: Broker-unique number; also the first half of every ack id.
         self.key = key
@@ -96,13 +98,17 @@ class Subscription:
         self.priority = priority
         self.exclusive = exclusive
         self.no_local = no_local
-        self.durable_name = durable_name
+        #: The durable subscription this consumes (topics), or None.
+        self.durable: Any = None
+        #: A queue browser: sees a snapshot, consumes nothing.
+        self.browser = browser
+        self.browse_done = False
         #: message seq -> message, delivered and awaiting ACK, in delivery order.
         self.dispatched: dict[int, "Message"] = {}
-        #: Topic subscriptions: messages waiting for capacity.
+        #: Topic subscriptions and browsers: messages waiting for capacity.
         self.pending: deque["Message"] = deque()
-        #: Topic subscriptions: seqs of messages NACKed back to ``pending``.
-        self.redelivered: set[int] = set()
+        #: Topic subscriptions: message seq -> deliveries after the first.
+        self.redelivered: dict[int, int] = {}
         self.delivered_count = 0
         self.acked_count = 0
         self._head = b""
@@ -138,7 +144,6 @@ class Subscription:
             self.dispatched[message.seq] = message
         if message.redeliveries or message.seq in self.redelivered:
             parts.append(b"\nredelivered:true")
-            self.redelivered.discard(message.seq)
         parts.append(b"\n")
         parts.append(message.tail(version))
         session.write(b"".join(parts))

@@ -1,0 +1,122 @@
+"""Destination addresses: parsing, creation on first use, temporaries, rights.
+
+Addresses a client may use:
+
+- ``/queue/NAME`` and ``/topic/NAME``: created on first use, with the policy
+  of the most specific matching ``[[destination_policy]]`` entry;
+- ``/temp-queue/NAME`` and ``/temp-topic/NAME``: private to the connection
+  that uses them, removed when it closes. Another connection cannot name
+  them directly: when the owner sends a message with ``reply-to`` set to one
+  of them, the broker rewrites it to ``/remote-temp-queue/<id>`` (as ActiveMQ
+  does), an address anyone may send to but only the owner may consume from.
+
+Creating a destination needs the ``admin`` right, sending ``write`` and
+consuming ``read`` (see ``security.py``); temporary destinations are always
+open to their owner and writable by anyone who knows their address.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .destination import Destination, Queue, Topic, parse_address
+from .errors import ProtocolError
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .session import Session
+
+__all__ = ["DestinationRegistry", "TEMP_PREFIXES", "REMOTE_TEMP_PREFIXES"]
+
+#: Local temporary prefix -> (kind, the prefix other connections see).
+TEMP_PREFIXES = {"/temp-queue/": ("queue", "/remote-temp-queue/"), "/temp-topic/": ("topic", "/remote-temp-topic/")}
+#: Remote temporary prefix -> kind.
+REMOTE_TEMP_PREFIXES = {"/remote-temp-queue/": "queue", "/remote-temp-topic/": "topic"}
+
+
+class DestinationRegistry:
+    """Every destination of one broker, by full address."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.by_address: dict[str, Destination] = {}
+        self._temporaries: dict[int, list[Destination]] = {}
+
+    def __len__(self) -> int:
+        return len(self.by_address)
+
+    def values(self) -> list[Destination]:
+        return list(self.by_address.values())
+
+    def get(self, address: str) -> Destination | None:
+        return self.by_address.get(address)
+
+    # -- temporaries
+    def _temp_address(self, session: "Session", address: str) -> tuple[str, str, str] | None:
+        """For ``/temp-queue/x`` used by ``session``: (kind, name, remote address)."""
+        for prefix, (kind, remote) in TEMP_PREFIXES.items():
+            if address.startswith(prefix) and len(address) > len(prefix):
+                name = f"{self.broker.boot}.{session.id}.{address[len(prefix):]}"
+                return kind, name, remote + name
+        return None
+
+    def public_address(self, session: "Session", address: str) -> str:
+        """What other connections must use to reach ``address`` (for ``reply-to``)."""
+        temp = self._temp_address(session, address)
+        return temp[2] if temp is not None else address
+
+    def remove_temporaries(self, session_id: int) -> list[Destination]:
+        """Drop the temporary destinations of a closed connection."""
+        removed = self._temporaries.pop(session_id, [])
+        for dest in removed:
+            self.by_address.pop(dest.address, None)
+        return removed
+
+    # -- resolution
+    def resolve(self, session: "Session", address: str, right: str) -> Destination:
+        """The destination ``session`` means by ``address``, created if allowed.
+
+        ``right`` is "read" (consume) or "write" (send).
+        """
+        temp = self._temp_address(session, address)
+        if temp is not None:
+            kind, name, canonical = temp
+            found = self.by_address.get(canonical)
+            return found if found is not None else self._create(kind, name, canonical, owner=session.id)
+        for prefix, kind in REMOTE_TEMP_PREFIXES.items():
+            if address.startswith(prefix):
+                found = self.by_address.get(address)
+                if found is None:
+                    raise ProtocolError(f"temporary destination {address} does not exist (its connection has closed)")
+                if right == "read" and found.owner != session.id:
+                    raise ProtocolError(f"only the connection that created {address} may consume from it")
+                return found
+        parsed = parse_address(address)
+        if parsed is None:
+            raise ProtocolError(
+                f"unknown destination {address!r}: use /queue/NAME, /topic/NAME, /temp-queue/NAME or /temp-topic/NAME"
+            )
+        kind, name = parsed
+        security = self.broker.security
+        principal = session.principal
+        found = self.by_address.get(address)
+        security.check(principal, right, kind, name)
+        if found is not None:
+            return found
+        security.check(principal, "admin", kind, name)
+        return self._create(kind, name, address)
+
+    def system_queue(self, name: str) -> Destination:
+        """A broker-internal queue (a dead letter queue), created if needed."""
+        address = f"/queue/{name}"
+        found = self.by_address.get(address)
+        return found if found is not None else self._create("queue", name, address)
+
+    def _create(self, kind: str, name: str, address: str, owner: int | None = None) -> Destination:
+        policy = self.broker.config.policy_for(kind, name)
+        cls = Queue if kind == "queue" else Topic
+        created = cls(self.broker, name, policy, address=address, owner=owner)
+        self.by_address[address] = created
+        if owner is not None:
+            self._temporaries.setdefault(owner, []).append(created)
+        self.broker.destination_created(created)
+        return created

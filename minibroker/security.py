@@ -1,0 +1,117 @@
+"""Authentication and authorization, after ActiveMQ's simple plugins.
+
+- Users come from ``[[users]]`` with salted PBKDF2-SHA256 hashes
+  (``pbkdf2_sha256$<iterations>$<salt>$<hash>``, base64 without padding);
+  ``hash_password`` makes one (the ``minibroker passwd`` command prints it).
+- With no users configured, anyone may connect (anonymous access); with users,
+  CONNECT must carry a matching ``login`` and ``passcode``. A refusal never says
+  which part was wrong: ActiveMQ's "User name [x] or password is invalid."
+- With ``[[authorization]]`` entries, every operation on a destination needs
+  the matching right: ``read`` (subscribe, browse), ``write`` (send) and
+  ``admin`` (create a destination that does not exist yet), granted to groups
+  or user names by the most specific matching wildcard entry, as ActiveMQ's
+  ``authorizationMap``. Without entries, an authenticated user may do anything.
+  Temporary destinations are always open to their owner.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+
+from . import wildcards
+from .config import AuthorizationEntry, BrokerConfig, User
+from .errors import ProtocolError
+
+__all__ = ["hash_password", "verify_password", "Security", "Principal", "ANONYMOUS"]
+
+_SCHEME = "pbkdf2_sha256"
+_ITERATIONS = 200_000
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text + "=" * (-len(text) % 4))
+
+
+def hash_password(password: str, *, iterations: int = _ITERATIONS, salt: bytes | None = None) -> str:
+    """A salted PBKDF2-SHA256 hash of ``password`` for the configuration."""
+    salt = salt if salt is not None else os.urandom(16)
+    digest = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
+    return f"{_SCHEME}${iterations}${_b64(salt)}${_b64(digest)}"
+
+
+def verify_password(password: str, encoded: str) -> bool:
+    """Does ``password`` match the hash ``encoded``? (constant-time compare)"""
+    try:
+        scheme, iterations, salt, digest = encoded.split("$")
+        if scheme != _SCHEME:
+            return False
+        expected = _unb64(digest)
+        actual = hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), _unb64(salt), int(iterations))
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(expected, actual)
+
+
+class Principal:
+    """Who a session is: a user name and its groups."""
+
+    __slots__ = ("name", "groups")
+
+    def __init__(self, name: str, groups: frozenset[str]) -> None:
+        self.name = name
+        self.groups = groups
+
+    def has_any(self, names: tuple[str, ...]) -> bool:
+        return self.name in names or not self.groups.isdisjoint(names) or "*" in names
+
+
+ANONYMOUS = Principal("anonymous", frozenset({"anonymous"}))
+
+_VERBS = {"read": "read from", "write": "write to", "admin": "create"}
+
+
+class Security:
+    """Checks logins and destination rights for one broker configuration."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self._users: dict[str, User] = {u.name: u for u in config.users}
+        self._entries: tuple[AuthorizationEntry, ...] = config.authorization
+        self._cache: dict[tuple[str, str, str], tuple[str, ...] | None] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._users)
+
+    def authenticate(self, login: str | None, passcode: str | None) -> Principal:
+        """The principal for a CONNECT's credentials; ``ProtocolError`` if refused."""
+        if not self._users:
+            return ANONYMOUS
+        user = self._users.get(login or "")
+        if user is None or passcode is None or not verify_password(passcode, user.password_hash):
+            raise ProtocolError(f"User name [{login or ''}] or password is invalid.")
+        return Principal(user.name, frozenset(user.groups))
+
+    def check(self, principal: Principal, right: str, kind: str, name: str) -> None:
+        """Raise ``ProtocolError`` unless ``principal`` holds ``right`` on the destination."""
+        if not self._entries:
+            return
+        allowed = self._allowed(right, kind, name)
+        if allowed is None or not principal.has_any(allowed):
+            raise ProtocolError(f"User {principal.name} is not authorized to {_VERBS[right]}: {kind}://{name}")
+
+    def _allowed(self, right: str, kind: str, name: str) -> tuple[str, ...] | None:
+        key = (right, kind, name)
+        if key not in self._cache:
+            best: AuthorizationEntry | None = None
+            for entry in self._entries:
+                if entry.kind == kind and wildcards.matches(entry.pattern, name):
+                    if best is None or wildcards.specificity(entry.pattern) > wildcards.specificity(best.pattern):
+                        best = entry
+            self._cache[key] = getattr(best, right) if best is not None else None
+        return self._cache[key]
