@@ -33,19 +33,20 @@ class SelectorError(ValueError):
         self.position = position
         self.text = text
         self.expected = expected
-        message = f"selector: {reason} at position {position} in {_excerpt(text, position)}"
+        message = f"selector: {_escape(reason, quote=False)} at position {position}"
+        message += f" in {_excerpt(text, position)}"
         if expected:
-            message += f"; expected {expected}"
+            message += f"; expected {_escape(expected, quote=False)}"
         super().__init__(message)
 
 
-def _escape(fragment: str) -> str:
-    """Quote-safe, one-line rendering of part of a selector."""
+def _escape(fragment: str, quote: bool = True) -> str:
+    """One-line rendering of part of a selector; quote-safe if ``quote``."""
     out = []
     for ch in fragment:
-        if ch == "\\":
+        if ch == "\\" and quote:
             out.append("\\\\")
-        elif ch == '"':
+        elif ch == '"' and quote:
             out.append('\\"')
         elif ch == "\n":
             out.append("\\n")

@@ -155,10 +155,16 @@ class _Parser:
                 return
             self.error(f"{_render(node)} cannot be compared with '{op}' (only numbers can)", node.pos)
         if is_boolean(node):
-            self.error(f"a condition cannot be compared with '{op}'", node.pos)
+            self.error(f"a condition cannot be compared with '{op}'{self.not_hint(node)}", node.pos)
+
+    def not_hint(self, node: Node) -> str:
+        """A hint when ``node`` is ``NOT x`` written without parentheses."""
+        if isinstance(node, Unary) and node.op == "NOT" and id(node) not in self.parenthesized:
+            return " (NOT binds tighter than comparisons: write NOT ( ... ) around the comparison)"
+        return ""
 
     def warn_not_precedence(self, left: Node, what: str) -> None:
-        if isinstance(left, Unary) and left.op == "NOT" and id(left) not in self.parenthesized:
+        if self.not_hint(left):
             self.warnings.append(
                 f"NOT at position {left.pos} applies only to the operand right after it"
                 f" (ActiveMQ precedence), not to the {what}; write NOT ( ... ) around the"
@@ -289,7 +295,7 @@ class _Parser:
             values.append(str(self.expect("STR", None, "a quoted string in the IN list").value))
         self.expect("OP", ")", "',' or ')' in the IN list")
         if not isinstance(left, Prop):
-            self.error("IN needs an identifier on its left", left.pos)
+            self.error(f"IN needs an identifier on its left{self.not_hint(left)}", left.pos)
         return In(left, tuple(values), negated, left.pos, self.depth(tok.pos, left))
 
     def additive(self) -> Node:
