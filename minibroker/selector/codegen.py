@@ -125,6 +125,7 @@ class _Codegen:
     # -- values ----------------------------------------------------------------
 
     def v(self, node: Node) -> str:
+        """Expression for ``node``'s value (None, bool, int, float or str)."""
         if isinstance(node, Const):
             if node.value is None or isinstance(node.value, bool):
                 return repr(node.value)
@@ -133,7 +134,9 @@ class _Codegen:
             source = resolve(node.name)
             if source is None:
                 return "None"
-            return self.header(node) if isinstance(source, str) else f"{self.bind(source)}(h)"  # type: ignore[return-value]
+            if isinstance(source, str):
+                return f"g({self.bind(source)})"
+            return f"{self.bind(source)}(h)"
         if isinstance(node, Unary):
             return f"{_UNARY_HELPER[node.op]}({self.v(node.operand)})"
         if isinstance(node, Compare):
@@ -205,7 +208,7 @@ class _Codegen:
             t = self.temp()
             return f"(({t} := {read}).__class__ is str and {t} not in {s})"
         special = self.string_equality(node)
-        if special is None:
+        if special is None or not isinstance(node, Compare):
             return None
         read, s = special
         if want == (node.op == "="):

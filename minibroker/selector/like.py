@@ -104,6 +104,6 @@ def like_test(pattern: str, escape: str | None, negated: bool) -> Callable[[Valu
             return None
         if type(v) is not str:
             return negated
-        return compiled.matches(v) != negated  # type: ignore[arg-type]
+        return compiled.matches(v) != negated
 
     return test

@@ -206,7 +206,7 @@ def constant_comparison(op: str, const: int | float, const_on_left: bool) -> Cal
     def comparison(v: Value) -> Value:
         if type(v) is not str:
             return generic(const, v) if const_on_left else generic(v, const)
-        x = parse(v)  # type: ignore[arg-type]
+        x = parse(v)
         if x is BAD:
             return if_bad
         return test(_num_cmp(const, x) if const_on_left else _num_cmp(x, const))  # type: ignore[arg-type]
@@ -217,7 +217,7 @@ def constant_comparison(op: str, const: int | float, const_on_left: bool) -> Cal
 def java_string(v: Value) -> str:
     """``String.valueOf(v)`` as Java prints it (for string concatenation)."""
     if type(v) is str:
-        return v  # type: ignore[return-value]
+        return v
     if type(v) is bool:
         return "true" if v else "false"
     if type(v) is int:
@@ -249,7 +249,7 @@ def add(a: Value, b: Value) -> Value:
     if a is None or b is None:
         return None
     if type(a) is str:
-        return a + java_string(b)  # type: ignore[operator]
+        return a + java_string(b)
     return _arith(a, b, operator.add)
 
 
@@ -294,9 +294,9 @@ def mod(a: Value, b: Value) -> Value:
 def neg(a: Value) -> Value:
     """``-a``; NULL for anything but a number, as in UnaryExpression.createNegate."""
     if type(a) is int:
-        return _wrap(-a)  # type: ignore[operator]
+        return _wrap(-a)
     if type(a) is float:
-        return -a  # type: ignore[operator]
+        return -a
     return None
 
 

@@ -254,7 +254,7 @@ CASES: list[tuple[str, dict[str, str], object]] = [
     ("y = 'a' AND x * 2 = 4", {"x": "2", "y": "b"}, F),  # ... and stops at FALSE
 ]
 
-_NOT = {True: False, False: True, None: None, FAULT: FAULT}
+_NOT: dict[object, object] = {True: False, False: True, None: None, FAULT: FAULT}
 
 
 def _check(selector: str, headers: dict[str, str], expected: object) -> None:

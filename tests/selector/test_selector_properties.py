@@ -193,7 +193,7 @@ def _activemq_like_regex(pattern: str, escape: Optional[str]) -> re.Pattern[str]
     return re.compile("".join(out), re.DOTALL)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(st.text(alphabet="ab%_!", max_size=8), st.text(alphabet="ab%_!\n", max_size=8), st.sampled_from([None, "!", "%", "a"]))
 def test_like_matcher_agrees_with_activemq_regex(pattern: str, value: str, escape: Optional[str]) -> None:
     expected = _activemq_like_regex(pattern, escape).fullmatch(value) is not None
@@ -207,7 +207,7 @@ _FRAGMENTS = st.sampled_from(
 )
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(st.lists(_FRAGMENTS, max_size=12).map(" ".join), messages)
 def test_any_text_compiles_or_raises_selector_error(text: str, h: dict[str, str]) -> None:
     try:
