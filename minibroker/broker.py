@@ -366,7 +366,8 @@ class Broker:
                 headers[k] = v
         reply_to = headers.get("reply-to")
         if reply_to is not None and reply_to.startswith(_TEMP_STARTS):
-            headers["reply-to"] = self.registry.public_address(session, reply_to)
+            # The owner names its temporary queue: create it, publish its remote address.
+            headers["reply-to"] = self.registry.resolve(session, reply_to, "read").address
         headers["timestamp"] = str(timestamp)
         headers["expires"] = str(expires)
         headers["priority"] = str(priority)

@@ -59,11 +59,6 @@ class DestinationRegistry:
                 return kind, name, remote + name
         return None
 
-    def public_address(self, session: "Session", address: str) -> str:
-        """What other connections must use to reach ``address`` (for ``reply-to``)."""
-        temp = self._temp_address(session, address)
-        return temp[2] if temp is not None else address
-
     def remove_temporaries(self, session_id: int) -> list[Destination]:
         """Drop the temporary destinations of a closed connection."""
         removed = self._temporaries.pop(session_id, [])

@@ -16,6 +16,17 @@ def test_embedded_default_is_the_declared_default() -> None:
     assert load_config() == BrokerConfig()
 
 
+def test_the_embedded_default_documents_every_option() -> None:
+    import dataclasses
+
+    from minibroker import config as cfg
+
+    text = cfg.default_config_text()
+    classes = [cfg.BrokerSection, cfg.TransportConfig, cfg.SystemUsageConfig, cfg.StoreConfig, cfg.PolicyEntry, cfg.User, cfg.AuthorizationEntry]
+    missing = [f"{c.__name__}.{f.name}" for c in classes for f in dataclasses.fields(c) if f"{f.name} =" not in text]
+    assert missing == []
+
+
 @pytest.mark.parametrize(
     "text,expected",
     [(0, 0), (65536, 65536), ("64 mb", 64 * 1024**2), ("1.5 MiB", 1536 * 1024), ("100kb", 102400), ("2 GB", 2 * 1024**3), ("7", 7)],
@@ -121,7 +132,7 @@ def test_serve_refuses_a_bad_port_argument() -> None:
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("command", ["serve"])
+@pytest.mark.parametrize("command", ["serve", "passwd"])
 def test_every_subcommand_has_help(command: str) -> None:
     result = run_cli(command, "--help")
     assert result.returncode == 0

@@ -437,3 +437,50 @@ class TestSecurity:
         carol.connect(login="carol", passcode="singer")
         carol.subscribe("/temp-queue/mine", "t", receipt="r")
         assert carol.last().command == "RECEIPT"
+
+
+class TestSelectors:
+    def test_a_refused_message_stays_for_another_consumer(self) -> None:
+        net = VirtualNetwork()
+        red = net.connected_client("red")
+        red.subscribe("/queue/colors", "s", selector="color = 'red'")
+        p = net.connected_client()
+        for color in ["red", "blue", "red", "green"]:
+            p.send("/queue/colors", color, color=color)
+        assert red.bodies() == [b"red", b"red"]
+        anyone = net.connected_client("anyone")
+        anyone.subscribe("/queue/colors")
+        assert anyone.bodies() == [b"blue", b"green"]
+
+    def test_numeric_comparison_on_string_headers_and_jms_priority(self) -> None:
+        net = VirtualNetwork()
+        c = net.connected_client()
+        c.subscribe("/topic/w", "s", selector="weight > 2.5 AND JMSPriority >= 7")
+        p = net.connected_client()
+        p.send("/topic/w", "light", weight="1", priority="9")
+        p.send("/topic/w", "heavy-low", weight="3", priority="4")
+        p.send("/topic/w", "heavy-high", weight="3", priority="8")
+        assert c.bodies() == [b"heavy-high"]
+
+    def test_a_malformed_selector_is_refused_with_its_position(self) -> None:
+        net = VirtualNetwork()
+        c = net.connected_client()
+        c.subscribe("/queue/q", "s", selector="color = 'red' AND )", receipt="r")
+        err = c.last()
+        assert err.command == "ERROR"
+        assert err.headers["message"].startswith("invalid selector: selector: unexpected ')' at position 18")
+        assert err.headers["receipt-id"] == "r"
+
+    def test_a_durable_subscription_keeps_its_selector_offline(self) -> None:
+        net = VirtualNetwork()
+        c = net.client("x")
+        c.connect(client_id="app")
+        c.subscribe("/topic/t", "d", selector="kind = 'keep'", **{"activemq.subscriptionName": "n"})
+        c.disconnect()
+        p = net.connected_client()
+        p.send("/topic/t", "kept", kind="keep")
+        p.send("/topic/t", "skipped", kind="skip")
+        back = net.client("y")
+        back.connect(client_id="app")
+        back.subscribe("/topic/t", "d", selector="kind = 'keep'", **{"activemq.subscriptionName": "n"})
+        assert back.bodies() == [b"kept"]
