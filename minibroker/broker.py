@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .actions import Action, Close, PauseReading, ResumeReading, Write
 from .clock import Clock
@@ -45,8 +45,9 @@ from .security import Security
 from .session import Session, State, negotiate_heart_beat, negotiate_version, parse_heart_beat
 from .subscription import ACK_MODES, Subscription
 from .timers import Timers
+from .usage import Usage
 
-__all__ = ["Broker", "SERVER_NAME"]
+__all__ = ["Broker", "SERVER_NAME", "ParkedSend"]
 
 log = logging.getLogger("minibroker.broker")
 
@@ -57,6 +58,15 @@ DEFERRED = object()
 
 _MAX_PREFETCH = 32767
 _TEMP_STARTS = tuple(TEMP_PREFIXES)
+
+
+class ParkedSend(NamedTuple):
+    """A SEND held back by producer flow control."""
+
+    destination: Destination
+    message: Message
+    receipt: str | None
+    deadline: float | None
 
 
 class _NoTrace:
@@ -78,6 +88,12 @@ class Broker:
         self.name = config.broker.name
         self.trace = trace if trace is not None else _NoTrace()
         self.sessions: dict[int, Session] = {}
+        limits = config.system_usage
+        #: The usage tree's roots (ActiveMQ's SystemUsage).
+        self.memory = Usage("memory", limits.memory_limit)
+        self.store_usage = Usage("store", limits.store_limit)
+        self.temp_usage = Usage("temp", limits.temp_limit)
+        self.memory.add_listener(self._memory_changed)
         self.security = Security(config)
         self.registry = DestinationRegistry(self)
         #: Every destination by full address (the registry's own dict).
@@ -93,6 +109,10 @@ class Broker:
         self._control: list[Action] = []
         self._refill: list[Session] = []
         self._subs_by_key: dict[int, Subscription] = {}
+        #: Sessions with producers parked by flow control, in blocking order.
+        self._blocked: list[Session] = []
+        self._retry_blocked = False
+        self._last_block_warning: dict[str, float] = {}
         self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
             "CONNECT": self._on_connect,
             "STOMP": self._on_connect,
@@ -143,12 +163,22 @@ class Broker:
             frames = session.parser.feed(data)
         except ProtocolError as exc:
             frames, error = exc.frames, exc
-        for frame in frames:
+        if session.reading_paused or session.held_frames:
+            session.held_frames.extend(frames)
+            frames = []
+        for i, frame in enumerate(frames):
             if not session.is_open:
                 return
             self._handle(session, frame)
+            if session.reading_paused:
+                # Flow control stopped this producer: the rest waits, unread.
+                session.held_frames.extend(frames[i + 1 :])
+                break
         if error is not None and session.is_open:
-            self._fail(session, error, None)
+            if session.held_frames:
+                session.held_error = error
+            else:
+                self._fail(session, error, None)
 
     def connection_lost(self, sid: int) -> None:
         """The socket of ``sid`` is gone (closed by the peer or by us)."""
@@ -179,6 +209,9 @@ class Broker:
 
     def take_actions(self) -> list[Action]:
         """What the edge must do now: writes first, then closes and pauses."""
+        if self._retry_blocked:
+            self._retry_blocked = False
+            self._unblock_producers()
         if self._refill:
             refill, self._refill = self._refill, []
             for session in refill:
@@ -251,6 +284,12 @@ class Broker:
         for dest in self.registry.remove_temporaries(session.id):
             for sub in list(dest.subscriptions):
                 self._remove_subscription(sub.session, sub)
+            if isinstance(dest, Queue):
+                dest.purge()
+        if session in self._blocked:
+            self._blocked.remove(session)
+        session.parked.clear()  # never entered a destination: nothing to release
+        session.held_frames.clear()
         if session.client_id is not None and self.client_ids.get(session.client_id) is session:
             del self.client_ids[session.client_id]
         log.info("connection %d closed: %s", session.id, reason)
@@ -351,8 +390,108 @@ class Broker:
         if txid is not None:
             self._transaction(session, txid).append(("send", destination, message))
             return None
+        receipt = frame.headers.get("receipt")
+        if session.parked or not self._has_room(destination, message):
+            return self._park(session, destination, message, receipt)
         self._route(destination, message)
         return None
+
+    # ------------------------------------------------------------------ producer flow control
+    def _has_room(self, destination: Destination, message: Message) -> bool:
+        """May ``message`` enter ``destination`` now? (ActiveMQ ``Queue.send``'s checks)"""
+        if not destination.policy.producer_flow_control and not destination.policy.send_fail_if_no_space:
+            return True
+        return not destination.memory.is_full()
+
+    def _park(self, session: Session, destination: Destination, message: Message, receipt: str | None) -> Any:
+        """Block a producer: withhold its RECEIPT, or stop reading it (ActiveMQ's two ways)."""
+        policy = destination.policy
+        usage = destination.memory
+        text = (
+            f"Usage Manager Memory Limit reached on {destination.kind}://{destination.name}. "
+            f"Memory {usage.percent}% of {usage.limit} bytes, broker {self.memory.percent}%."
+        )
+        if policy.send_fail_if_no_space and not policy.send_fail_if_no_space_after_timeout:
+            self._refuse_send(session, receipt, text)
+            return DEFERRED
+        deadline = None
+        if policy.send_fail_if_no_space_after_timeout:
+            deadline = self.clock.now() + policy.send_fail_if_no_space_after_timeout / 1000
+            self.timers.call_at(deadline, self._park_timeout, session, message)
+        session.parked.append(ParkedSend(destination, message, receipt, deadline))
+        if len(session.parked) == 1:
+            self._blocked.append(session)
+            self._warn_blocked(session, destination, text)
+            if self.trace.enabled:
+                self.trace.emit("flow_block", session=session.id, dest=destination.address, mem_pct=self.memory.percent,
+                                dest_mem_pct=usage.percent, reason="memory")
+        if receipt is None and not session.reading_paused:
+            session.reading_paused = True
+            self._control.append(PauseReading(session.id))
+        return DEFERRED
+
+    def _warn_blocked(self, session: Session, destination: Destination, text: str) -> None:
+        interval = destination.policy.blocked_producer_warning_interval / 1000
+        now = self.clock.now()
+        last = self._last_block_warning.get(destination.address)
+        if last is None or now - last >= interval:
+            self._last_block_warning[destination.address] = now
+            log.warning("%s Producer (session %d, %s) stopped to prevent flooding %s.", text, session.id, session.peer, destination.address)
+
+    def _refuse_send(self, session: Session, receipt: str | None, text: str) -> None:
+        """An ERROR for one SEND; the connection stays open, as in ActiveMQ."""
+        headers = {"message": text}
+        if receipt is not None:
+            headers["receipt-id"] = receipt
+        session.write(encode(Frame("ERROR", headers, b""), session.version))
+        if self.trace.enabled:
+            self.trace.emit("error", session=session.id, message=text)
+
+    def _park_timeout(self, session: Session, message: Message) -> None:
+        for i, parked in enumerate(session.parked):
+            if parked.message is message:
+                del session.parked[i]
+                dest = parked.destination
+                self._refuse_send(
+                    session, parked.receipt,
+                    f"Usage Manager Memory Limit Wait Timeout. Stopping producer (session {session.id}) to prevent flooding "
+                    f"{dest.kind}://{dest.name} (waited {dest.policy.send_fail_if_no_space_after_timeout} ms).",
+                )
+                self._retry_blocked = True
+                return
+
+    def _memory_changed(self, usage: Usage, old: int, new: int) -> None:
+        if new < old and self._blocked:
+            self._retry_blocked = True
+
+    def _unblock_producers(self) -> None:
+        """Let parked sends in, in order, while there is room."""
+        for session in list(self._blocked):
+            while session.parked:
+                parked = session.parked[0]
+                if not self._has_room(parked.destination, parked.message):
+                    break
+                session.parked.popleft()
+                self._route(parked.destination, parked.message)
+                if parked.receipt is not None:
+                    self._send_receipt(session, parked.receipt)
+            if session.parked:
+                continue
+            self._blocked.remove(session)
+            if self.trace.enabled:
+                self.trace.emit("flow_unblock", session=session.id, mem_pct=self.memory.percent)
+            if session.reading_paused:
+                session.reading_paused = False
+                self._control.append(ResumeReading(session.id))
+                self._replay_held(session)
+
+    def _replay_held(self, session: Session) -> None:
+        held = session.held_frames
+        while held and session.is_open and not session.reading_paused:
+            self._handle(session, held.popleft())
+        if not held and session.held_error is not None and session.is_open and not session.reading_paused:
+            error, session.held_error = session.held_error, None
+            self._fail(session, error, None)
 
     def _make_message(self, session: Session, frame: Frame, address: str) -> Message:
         h = frame.headers
@@ -663,6 +802,7 @@ class Broker:
     # ================================================================== hooks
     def message_consumed(self, destination: Destination, message: Message) -> None:
         """``message`` left ``destination`` for good (acknowledged or dropped)."""
+        destination.release(message)
 
     def message_expired(self, destination: Destination, message: Message) -> None:
         """``message`` expired before it could be delivered."""

@@ -218,6 +218,13 @@ class PolicyEntry:
     process_non_persistent: bool = option(False, boolean, "dead-letter non-persistent messages too (otherwise they are dropped)")
     process_expired: bool = option(True, boolean, "expired messages go to the dead letter queue")
     expire_messages_period: int = option(30000, integer(0), "ms between sweeps for expired messages; 0 = only at dispatch")
+    memory_limit: int = option(0, size, "this destination's own memory limit; 0 = the broker's (ActiveMQ memoryLimit)")
+    cursor_memory_high_water_mark: int = option(70, integer(1, 100), "percent of its memory at which a cursor stops caching")
+    space_check: str = option("current", choice("current", "legacy"), "cursor space rule: current (ActiveMQ 5.15+) or legacy (up to 5.14)")
+    producer_flow_control: bool = option(True, boolean, "block producers while the destination's memory is full")
+    send_fail_if_no_space: bool = option(False, boolean, "answer a producer with an ERROR instead of blocking it")
+    send_fail_if_no_space_after_timeout: int = option(0, integer(0), "ms a producer may be blocked before it gets an ERROR; 0 = forever")
+    blocked_producer_warning_interval: int = option(30000, integer(0), "ms between log lines about a blocked producer")
 
     @property
     def pattern(self) -> str:

@@ -27,6 +27,8 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterator
 
+from .usage import Usage
+
 if TYPE_CHECKING:
     from .broker import Broker
     from .config import PolicyEntry
@@ -150,10 +152,24 @@ class Destination:
         self.owner = owner
         #: True for a dead letter queue (nothing is dead-lettered out of one).
         self.is_dlq = False
+        root = broker.memory
+        #: This destination's memory: a child of the broker's (seed 000's heart).
+        self.memory = Usage(self.address, policy.memory_limit or root.limit, parent=root)
         self.enqueued = 0
         self.dequeued = 0
         self.dispatched = 0
         self.expired = 0
+
+    # -- memory: a message is charged once, while anything here holds it
+    def hold(self, message: "Message") -> None:
+        if message.refs == 0:
+            self.memory.increase(message.size)
+        message.refs += 1
+
+    def release(self, message: "Message") -> None:
+        message.refs -= 1
+        if message.refs == 0:
+            self.memory.decrease(message.size)
 
     # -- overridden by Queue and Topic
     def add_subscription(self, sub: "Subscription") -> None:
@@ -291,6 +307,7 @@ class Queue(Destination):
     # -- messages in
     def accept(self, message: "Message") -> None:
         self.enqueued += 1
+        self.hold(message)
         self.pending.append(message)
         if message.expires and not self._sweep_scheduled and self.policy.expire_messages_period:
             self._schedule_sweep()
@@ -490,12 +507,14 @@ class Topic(Destination):
         for sub in self.subs:
             if not sub.accepts(message):
                 continue
+            self.hold(message)  # one reference per subscription until it is done with it
             if not sub.pending and sub.has_capacity():
                 sub.deliver(message)
             else:
                 sub.pending.append(message)
         for state in self.durables.values():
             if state.active is None and state.accepts(message):
+                self.hold(message)
                 state.pending.append(message)
 
     def dispatch_to(self, sub: "Subscription") -> None:

@@ -47,6 +47,7 @@ class Message:
         "redeliveries",
         "origin",
         "store_seq",
+        "refs",
         "_tail",
         "_tail10",
         "_mid_wire",
@@ -84,6 +85,8 @@ class Message:
         self.redeliveries = 0
         #: Sequence number of its journal record, when persisted.
         self.store_seq: int | None = None
+        #: Holders (a queue, or topic subscriptions) keeping it in memory.
+        self.refs = 0
         self.size = MESSAGE_OVERHEAD + len(body) + sum(len(k) + len(v) for k, v in headers.items())
         self._tail: bytes | None = None
         self._tail10: bytes | None = None

@@ -23,6 +23,7 @@ Negotiation helpers (version, heart-beat) live here too, as pure functions.
 from __future__ import annotations
 
 import enum
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .codec import FrameParser
@@ -104,6 +105,11 @@ class Session:
         self.can_write = True
         #: Reading is paused for producer flow control.
         self.reading_paused = False
+        #: SENDs waiting for memory (producer flow control), in order.
+        self.parked: deque[Any] = deque()
+        #: Frames read but not handled while reading is paused.
+        self.held_frames: deque[Any] = deque()
+        self.held_error: ProtocolError | None = None
         self.frames_in = 0
         self.messages_in = 0
         self._on_output = on_output

@@ -1,0 +1,122 @@
+"""The usage tree: ActiveMQ's ``SystemUsage`` / ``MemoryUsage``, sans-IO.
+
+Theory of operation
+-------------------
+A ``Usage`` counts bytes against a limit. Usages form a tree: the broker's
+memory usage is the root and every destination has a child whose limit is the
+broker's unless a policy sets ``memory_limit``. Every increase or decrease of a
+child is applied to its parent too, so the broker-wide figure is always the
+sum of what destinations hold (ActiveMQ ``Usage.increaseUsage``).
+
+``percent`` is floor(usage x 100 / limit), as ActiveMQ computes it.
+``is_full()`` is own usage at or over 100% *or the parent full*. The two
+cursor space checks (``has_space``) are the heart of seed 000:
+
+- ``legacy`` (ActiveMQ up to 5.14): ``not usage.is_full(hwm)``, where
+  ``is_full(hwm)`` is true when this usage *or any ancestor* is at or over the
+  high-water mark. One destination filling the shared broker memory to 70%
+  stops every other destination's cursor, even one holding nothing.
+- ``current`` (5.15 and later, AMQ-4467/AMQ-6687): the parent is not 100%
+  full and this usage is below the high-water mark.
+
+Listeners are called when a usage's percent changes (the trace's ``usage``
+events, the diagnosis, the file cursor's swap trigger) and whenever it drops
+(waiters for space: parked producers retry then).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+__all__ = ["Usage", "SPACE_CHECKS"]
+
+#: Names of the cursor space-check policies.
+SPACE_CHECKS = ("current", "legacy")
+
+Listener = Callable[["Usage", int, int], None]
+
+
+class Usage:
+    """Bytes used against a limit, with a parent that sees every change."""
+
+    __slots__ = ("name", "limit", "usage", "parent", "_percent", "_listeners", "peak")
+
+    def __init__(self, name: str, limit: int, parent: "Usage | None" = None) -> None:
+        self.name = name
+        self.limit = limit
+        self.usage = 0
+        self.parent = parent
+        self.peak = 0
+        self._percent = 0
+        self._listeners: list[Listener] = []
+
+    # -- accounting
+    def increase(self, amount: int) -> None:
+        """Charge ``amount`` bytes here and to every ancestor."""
+        u: Usage | None = self
+        while u is not None:
+            u.usage += amount
+            if u.usage > u.peak:
+                u.peak = u.usage
+            u._changed()
+            u = u.parent
+
+    def decrease(self, amount: int) -> None:
+        """Release ``amount`` bytes here and from every ancestor."""
+        u: Usage | None = self
+        while u is not None:
+            u.usage -= amount
+            u._changed()
+            u = u.parent
+
+    def _changed(self) -> None:
+        old = self._percent
+        new = self.percent
+        if new != old:
+            self._percent = new
+            for listener in self._listeners:
+                listener(self, old, new)
+
+    # -- questions
+    @property
+    def percent(self) -> int:
+        """floor(usage * 100 / limit); 0 when there is no limit."""
+        if self.limit <= 0:
+            return 0
+        return self.usage * 100 // self.limit
+
+    def is_full(self, mark: int = 100) -> bool:
+        """At or over ``mark`` percent here, or in any ancestor (ActiveMQ ``isFull``)."""
+        u: Usage | None = self
+        while u is not None:
+            if u.limit > 0 and u.percent >= mark:
+                return True
+            u = u.parent
+        return False
+
+    def has_space(self, high_water_mark: int, check: str = "current") -> bool:
+        """May a cursor cache one more message? (see the module docstring)"""
+        if check == "legacy":
+            return not self.is_full(high_water_mark)
+        parent_full = self.parent is not None and self.parent.is_full(100)
+        return not parent_full and self.percent < high_water_mark
+
+    def fits(self, amount: int) -> bool:
+        """Would ``amount`` more bytes keep this usage and its ancestors within their limits?"""
+        u: Usage | None = self
+        while u is not None:
+            if u.limit > 0 and u.usage + amount > u.limit:
+                return False
+            u = u.parent
+        return True
+
+    # -- listeners
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(usage, old_percent, new_percent)`` on every percent change."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def __repr__(self) -> str:
+        return f"<Usage {self.name} {self.usage}/{self.limit} ({self.percent}%)>"
