@@ -9,4 +9,6 @@ heavy imports (PySpark, matplotlib) happen inside ``func``, never at import.
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS = [
     "serve",
+    "send",
+    "recv",
 ]
