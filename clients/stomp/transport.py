@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from .errors import CannotConnect
 
@@ -25,7 +25,7 @@ T = TypeVar("T")
 P = TypeVar("P", bound=asyncio.BaseProtocol)
 
 
-def _expire(fut: "asyncio.Future[object]", timeout: float) -> None:
+def _expire(fut: "asyncio.Future[Any]", timeout: float) -> None:
     if not fut.done():
         fut.set_exception(TimeoutError(f"no answer within {timeout:g}s"))
 

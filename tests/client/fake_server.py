@@ -17,6 +17,9 @@ and behaves like a single-node queue broker that trusts its clients:
 - heart-beats: with ``send_heartbeats`` the server writes an EOL every
   ``max(sx, cy)`` ms; with it off it stays silent however it negotiated.
 
+``connected_headers`` are merged into CONNECTED, to script a broker that
+answers what it should not.
+
 Everything a client sends is recorded on its ``FakeConnection`` (``frames``,
 ``beats`` received) so tests can assert on the wire, and ``conn.send`` /
 ``conn.send_raw`` let a test script frames by hand.
@@ -111,6 +114,10 @@ class FakeConnection:
         if not self.writer.is_closing():
             self.writer.close()
         self._notify()
+
+    def stop_reading(self) -> None:
+        """Stop reading the socket: the client's writes back up (a stalled broker)."""
+        self.writer.transport.pause_reading()  # type: ignore[attr-defined]
 
     def start_heartbeats(self, every_ms: int) -> None:
         """Write an EOL every ``every_ms`` from a timer (not a task)."""

@@ -260,6 +260,36 @@ async def test_reading_pauses_while_too_many_messages_wait(server) -> None:
     await client.disconnect()
 
 
+async def test_writes_wait_for_a_stalled_broker(server) -> None:
+    client = await connect(server, sndbuf=4096)
+    conn = await server.connection()
+    conn.stop_reading()
+    body = b"x" * 1024
+    with pytest.raises(TimeoutError):
+        for _ in range(100_000):  # kernel buffers fill up well before this
+            await client.send("/queue/a", body, timeout=0.2)
+    client.close()
+
+
+async def test_a_producer_that_never_waits_still_lets_the_loop_run(make_server) -> None:
+    server = await make_server(error_on_send={"/queue/full": "Usage Manager Memory Limit reached"})
+    client = await connect(server)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.ensure_future(ticker())
+    with pytest.raises(StompError, match="Memory Limit"):
+        for _ in range(1_000_000):  # no receipts: only the ERROR can stop this
+            await client.send("/queue/full", b"x" * 100)
+    other.cancel()
+    assert ticks > 1
+
+
 # ---------------------------------------------------------------- ack, nack, transactions
 EXPECTED_ACK = {
     "1.2": lambda m, sub: {"id": m.headers["ack"]},
