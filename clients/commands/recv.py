@@ -13,8 +13,10 @@ client-individual --prefetch 1`` to take exactly N. Exit status 1 when
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
+import os
 import sys
 
 from ..cli import CommandError
@@ -89,6 +91,16 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
                 prefetch: int | None, headers: dict[str, str]) -> int:
     dest = args.destination
     received = acked = 0
+
+    def summary(stopped: str) -> bool:
+        """Print the summary line; True when --count was not reached."""
+        short = count is not None and received < count
+        noun = "message" if (count if short else received) == 1 else "messages"
+        of = f" of {count}" if short else ""
+        acks = f" (acked: {acked})" if args.ack != "auto" else ""
+        print(f"received {received}{of} {noun} from {dest}{acks}{stopped}", file=sys.stderr)
+        return short
+
     stopped = ""
     async with connected(args) as client:
         try:
@@ -101,15 +113,28 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
                     stopped = f"; nothing arrived for {timeout:g}s"
                     break
                 received += 1
-                print(format_message(message, args.show), flush=True)
+                try:
+                    print(format_message(message, args.show), flush=True)
+                except BrokenPipeError:  # e.g. piped into `head`
+                    _silence_stdout()
+                    stopped = "; output closed"
+                    break
                 if args.ack != "auto":
                     await client.ack(message)
                     acked += 1
             await client.disconnect()
         except (StompClientError, TimeoutError) as exc:
             raise CommandError(f"{describe(exc)} (after {received} received)", FAILURE) from None
-    of = f" of {count}" if count is not None and received < count else ""
-    noun = "message" if (count if of else received) == 1 else "messages"
-    acks = f" (acked: {acked})" if args.ack != "auto" else ""
-    print(f"received {received}{of} {noun} from {dest}{acks}{stopped}", file=sys.stderr)
-    return FAILURE if of else 0
+        except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels us
+            summary("; interrupted")
+            raise
+    return FAILURE if summary(stopped) else 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

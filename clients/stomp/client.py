@@ -506,11 +506,15 @@ class StompClient:
         headers["receipt"] = receipt_id
         fut: asyncio.Future[Frame] = self._loop.create_future()
         self._receipts[receipt_id] = fut
+        if self._reading_paused:
+            self._update_reading()
         try:
             self._write(Frame(command, headers, body))
             return await wait(fut, timeout)
         finally:
             self._receipts.pop(receipt_id, None)
+            if self._buffered >= self._max_buffered:
+                self._update_reading()
 
     async def _drain(self, timeout: float | None) -> None:
         waiter: asyncio.Future[None] = self._loop.create_future()
@@ -562,9 +566,7 @@ class StompClient:
         if sub._deliver(Message(frame, sub.id)):
             self._buffered += 1
             if self._buffered >= self._max_buffered and not self._reading_paused:
-                self._reading_paused = True
-                if self._transport is not None:
-                    self._transport.pause_reading()
+                self._update_reading()
 
     def _route_by_destination(self, frame: Frame) -> Subscription | None:
         """A STOMP 1.0 broker may omit ``subscription``: match the destination."""
@@ -577,12 +579,30 @@ class StompClient:
         return None
 
     def _consumed(self) -> None:
-        """A buffered message was taken; resume reading at half the limit."""
+        """A buffered message was taken."""
         self._buffered -= 1
-        if self._reading_paused and self._buffered <= self._max_buffered // 2:
-            self._reading_paused = False
-            if self._transport is not None and not self._transport.is_closing():
-                self._transport.resume_reading()
+        if self._reading_paused:
+            self._update_reading()
+
+    def _update_reading(self) -> None:
+        """Pause reading at ``max_buffered`` waiting messages, resume at half.
+
+        A RECEIPT travels behind the messages the broker sent before it, so
+        while one is awaited (or the client is closing) reading goes on
+        whatever the buffer holds: otherwise a client that asks for a receipt
+        without taking its messages would wait for it until its timeout.
+        """
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        must_read = bool(self._receipts) or self._closing
+        if self._reading_paused:
+            if must_read or self._buffered <= self._max_buffered // 2:
+                self._reading_paused = False
+                transport.resume_reading()
+        elif self._buffered >= self._max_buffered and not must_read:
+            self._reading_paused = True
+            transport.pause_reading()
 
     def _on_receipt(self, frame: Frame) -> None:
         fut = self._receipts.get(frame.headers.get("receipt-id", ""))

@@ -229,3 +229,24 @@ def test_help(command, capsys, monkeypatch) -> None:
     out = capsys.readouterr().out
     for option in ("--host", "--port", "--login", "--passcode", "--client-id", "--version", "--header"):
         assert option in out
+
+
+async def test_recv_interrupted_prints_its_summary(server, capsys) -> None:
+    from clients.commands import recv
+
+    server.preload("/queue/a", [b"first"])
+    args = clients.cli.build_parser().parse_args(["recv", "/queue/a", *at(server)])
+    task = asyncio.ensure_future(recv._recv(args, None, None, None, {}))
+    conn = await server.connection()
+    await conn.wait_frame("SUBSCRIBE")
+    out = ""
+    for _ in range(500):
+        out += capsys.readouterr().out
+        if out:
+            break
+        await asyncio.sleep(0.01)
+    assert out == "first\n"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert capsys.readouterr().err == "received 1 message from /queue/a; interrupted\n"

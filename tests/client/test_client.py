@@ -290,6 +290,18 @@ async def test_a_producer_that_never_waits_still_lets_the_loop_run(make_server) 
     assert ticks > 1
 
 
+async def test_a_receipt_is_read_even_while_reading_is_paused(server) -> None:
+    server.preload("/queue/a", [str(i).encode() for i in range(20)])
+    client = await connect(server, max_buffered=4)
+    sub = await client.subscribe("/queue/a")
+    conn = await server.connection()
+    await conn.wait_for(lambda c: client.reading_paused)
+    await client.send("/queue/b", b"x", receipt=True, timeout=5)  # behind the unread messages
+    assert sub.pending == 20
+    await client.disconnect(timeout=5)
+    assert await client.closed is None
+
+
 # ---------------------------------------------------------------- ack, nack, transactions
 EXPECTED_ACK = {
     "1.2": lambda m, sub: {"id": m.headers["ack"]},
