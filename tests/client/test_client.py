@@ -11,6 +11,7 @@ from clients.stomp import (
     ConnectionLost,
     StompClient,
     StompError,
+    Subscription,
     SubscriptionClosed,
 )
 from minibroker.frames import Frame
@@ -248,12 +249,17 @@ async def test_on_message_callback_bypasses_the_buffer(server) -> None:
     assert got == [b"0", b"1", b"2"] and sub.pending == 0
 
 
-async def test_reading_pauses_while_too_many_messages_wait(server) -> None:
+async def paused_consumer(server: FakeStompServer) -> tuple[StompClient, Subscription]:
+    """A client that stopped reading with 20 messages sent and 4 allowed to wait."""
     server.preload("/queue/a", [str(i).encode() for i in range(20)])
     client = await connect(server, max_buffered=4)
     sub = await client.subscribe("/queue/a")
-    conn = await server.connection()
-    await conn.wait_for(lambda c: client.reading_paused)
+    await (await server.connection()).wait_for(lambda c: client.reading_paused)
+    return client, sub
+
+
+async def test_reading_pauses_while_too_many_messages_wait(server) -> None:
+    client, sub = await paused_consumer(server)
     bodies = [(await sub.get(timeout=5)).body for _ in range(20)]
     assert bodies == [str(i).encode() for i in range(20)]
     assert not client.reading_paused
@@ -291,11 +297,7 @@ async def test_a_producer_that_never_waits_still_lets_the_loop_run(make_server) 
 
 
 async def test_a_receipt_is_read_even_while_reading_is_paused(server) -> None:
-    server.preload("/queue/a", [str(i).encode() for i in range(20)])
-    client = await connect(server, max_buffered=4)
-    sub = await client.subscribe("/queue/a")
-    conn = await server.connection()
-    await conn.wait_for(lambda c: client.reading_paused)
+    client, sub = await paused_consumer(server)
     await client.send("/queue/b", b"x", receipt=True, timeout=5)  # behind the unread messages
     assert sub.pending == 20
     await client.disconnect(timeout=5)
