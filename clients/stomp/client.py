@@ -205,7 +205,8 @@ class StompClient:
 
         Raises ``CannotConnect`` (unreachable, or no CONNECTED within
         ``connect_timeout``), ``StompError`` (the broker answered ERROR) or
-        ``ConnectionLost`` (closed, or the broker broke the protocol).
+        ``ConnectionLost`` (closed, or the broker broke the protocol), and
+        ``ValueError`` for arguments that cannot be sent.
         """
         offered = tuple(versions)
         if not offered or any(v not in VERSIONS for v in offered):
@@ -225,6 +226,8 @@ class StompClient:
         _check_raw(headers, "in CONNECT (it is never escaped)")
         if heartbeat_grace <= 0:
             raise ValueError(f"heartbeat_grace must be positive, not {heartbeat_grace!r}")
+        if max_buffered < 1:
+            raise ValueError(f"max_buffered must be at least 1, not {max_buffered!r}")
 
         client = cls(host, port, versions=offered, heartbeat=heartbeat,
                      heartbeat_grace=heartbeat_grace, max_buffered=max_buffered)
