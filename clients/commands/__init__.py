@@ -9,5 +9,7 @@ heavy imports (PySpark, matplotlib) happen inside ``func``, never at import.
 #: Subcommand modules, in the order ``--help`` lists them.
 COMMANDS = [
     "serve",
+    "send",
+    "recv",
     "passwd",
 ]

@@ -1,0 +1,140 @@
+"""``minibroker recv``: subscribe to a destination and print what arrives.
+
+Stops after ``--count`` messages or when nothing arrives for ``--timeout``
+seconds (without either it runs until interrupted), then disconnects and
+prints a summary on stderr. In the client ack modes each message is
+acknowledged once printed; messages the broker sent beyond ``--count`` stay
+unacknowledged and are redelivered to the next consumer. In ``auto`` mode the
+broker counts a message consumed as soon as it is written to the socket (as
+ActiveMQ does), so those extra messages are gone: use ``--ack
+client-individual --prefetch 1`` to take exactly N. Exit status 1 when
+``--count`` was not reached.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import sys
+
+from ..cli import CommandError
+from ..stomp import ACK_MODES, Message, StompClientError
+from ._common import (
+    FAILURE,
+    add_connection_args,
+    add_header_arg,
+    connected,
+    destination_command,
+    describe,
+    parse_float,
+    parse_headers,
+    parse_int,
+    run,
+)
+
+__all__ = ["register", "format_message"]
+
+SHOW = ("body", "headers", "json")
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add the ``recv`` subcommand."""
+    parser = destination_command(subparsers, "recv", "receive messages from a destination", __doc__)
+    parser.add_argument("--count", "-n", metavar="N", help="stop after N messages")
+    parser.add_argument("--timeout", "-t", metavar="S",
+                        help="stop when nothing arrives for S seconds")
+    parser.add_argument("--ack", choices=ACK_MODES, default="auto",
+                        help="ack mode of the subscription (default: %(default)s)")
+    parser.add_argument("--prefetch", metavar="N", help="activemq.prefetchSize of the subscription")
+    parser.add_argument("--selector", metavar="S", help="JMS selector of the subscription")
+    add_header_arg(parser, "SUBSCRIBE")
+    parser.add_argument("--show", choices=SHOW, default="body",
+                        help="print the body, headers and body, or one JSON object "
+                             "per message (default: %(default)s)")
+    add_connection_args(parser)
+    parser.set_defaults(func=main)
+
+
+def format_message(message: Message, show: str) -> str:
+    """The text printed for ``message`` (without the final newline)."""
+    if show == "json":
+        record: dict[str, object] = {
+            "destination": message.destination,
+            "message_id": message.message_id,
+            "subscription": message.subscription,
+            "redelivered": message.redelivered,
+            "headers": dict(message.headers),
+        }
+        try:
+            record["body"] = message.body.decode("utf-8")
+        except UnicodeDecodeError:
+            record["body_base64"] = base64.b64encode(message.body).decode("ascii")
+        return json.dumps(record)
+    if show == "headers":
+        lines = [f"{name}:{value}" for name, value in message.headers.items()]
+        return "\n".join([*lines, "", message.text, ""])
+    return message.text
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``minibroker recv``."""
+    count = None if args.count is None else parse_int(args.count, "--count", 1)
+    timeout = None if args.timeout is None else parse_float(args.timeout, "--timeout")
+    prefetch = None if args.prefetch is None else parse_int(args.prefetch, "--prefetch", 0)
+    headers = parse_headers(args.header)
+    return run(_recv(args, count, timeout, prefetch, headers))
+
+
+async def _recv(args: argparse.Namespace, count: int | None, timeout: float | None,
+                prefetch: int | None, headers: dict[str, str]) -> int:
+    dest = args.destination
+    received = acked = 0
+
+    def summary(stopped: str) -> bool:
+        """Print the summary line; True when --count was not reached."""
+        short = count is not None and received < count
+        noun = "message" if (count if short else received) == 1 else "messages"
+        of = f" of {count}" if short else ""
+        acks = f" (acked: {acked})" if args.ack != "auto" else ""
+        print(f"received {received}{of} {noun} from {dest}{acks}{stopped}", file=sys.stderr)
+        return short
+
+    stopped = ""
+    async with connected(args) as client:
+        try:
+            sub = await client.subscribe(dest, ack=args.ack, prefetch=prefetch,
+                                         selector=args.selector, headers=headers)
+            while count is None or received < count:
+                try:
+                    message = await sub.get(timeout=timeout)
+                except TimeoutError:
+                    stopped = f"; nothing arrived for {timeout:g}s"
+                    break
+                received += 1
+                try:
+                    print(format_message(message, args.show), flush=True)
+                except BrokenPipeError:  # e.g. piped into `head`
+                    _silence_stdout()
+                    stopped = "; output closed"
+                    break
+                if args.ack != "auto":
+                    await client.ack(message)
+                    acked += 1
+            await client.disconnect()
+        except (StompClientError, TimeoutError) as exc:
+            raise CommandError(f"{describe(exc)} (after {received} received)", FAILURE) from None
+        except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels us
+            summary("; interrupted")
+            raise
+    return FAILURE if summary(stopped) else 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
