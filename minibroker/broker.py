@@ -158,6 +158,14 @@ class Broker:
         if session is None or not session.is_open:
             return
         session.last_read = self.clock.now()
+        parser = session.parser
+        while True:
+            if not self._receive(session, data) or not parser.awaiting_version or not session.is_open:
+                return
+            data = b""  # CONNECT set the version: parse the rest of the chunk with it
+
+    def _receive(self, session: Session, data: bytes) -> bool:
+        """Parse and handle ``data``; False once the session is closed or failed."""
         error: ProtocolError | None = None
         try:
             frames = session.parser.feed(data)
@@ -168,7 +176,7 @@ class Broker:
             frames = []
         for i, frame in enumerate(frames):
             if not session.is_open:
-                return
+                return False
             self._handle(session, frame)
             if session.reading_paused:
                 # Flow control stopped this producer: the rest waits, unread.
@@ -179,6 +187,8 @@ class Broker:
                 session.held_error = error
             else:
                 self._fail(session, error, None)
+            return False
+        return session.is_open
 
     def connection_lost(self, sid: int) -> None:
         """The socket of ``sid`` is gone (closed by the peer or by us)."""

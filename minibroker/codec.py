@@ -61,6 +61,8 @@ DEFAULT_LIMITS = {
 }
 
 _EOL_BYTES = (10, 13)
+_SERVER_HANDSHAKE = frozenset({"CONNECT", "STOMP"})
+_CLIENT_HANDSHAKE = frozenset({"CONNECTED"})
 _UNESCAPED_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
 _UNESCAPE = {
     "1.1": {"n": "\n", "c": ":", "\\": "\\"},
@@ -106,15 +108,34 @@ def escape(text: str, version: str) -> str:
     return text
 
 
-def encode_headers(headers: Iterable[tuple[str, str]], version: str, *, raw: bool = False) -> bytes:
-    """``name:value\\n`` lines for ``headers``, escaped unless ``raw``."""
+def encode_headers(
+    headers: Iterable[tuple[str, str]], version: str, *, raw: bool = False, strict: bool = True
+) -> bytes:
+    """``name:value\\n`` lines for ``headers``, escaped unless ``raw``.
+
+    Where nothing is escaped (STOMP 1.0, and CONNECT/CONNECTED in every
+    version) a CR or LF in a value, or a colon in a name, would forge header
+    lines: ``strict`` refuses them with ``ValueError``; otherwise (the broker
+    relaying a 1.1 producer's header to a 1.0 consumer) they become spaces.
+    """
     items = list(headers)
     if not raw and version != "1.0":
         # One probe over all the text instead of four tests per header.
         probe = "".join([k + v for k, v in items])
         if "\\" in probe or "\n" in probe or ":" in probe or "\r" in probe:
             items = [(escape(k, version), escape(v, version)) for k, v in items]
+    else:
+        probe = "".join([k + "\x00" + v for k, v in items])
+        if "\n" in probe or "\r" in probe or any(":" in k for k, _ in items):
+            if strict:
+                bad = next(f"{k}:{v}" for k, v in items if "\n" in k + v or "\r" in k + v or ":" in k)
+                raise ValueError(f"header {bad[:60]!r} cannot be sent unescaped (STOMP {version} or a handshake frame)")
+            items = [(_flatten(k).replace(":", " "), _flatten(v)) for k, v in items]
     return "".join([f"{k}:{v}\n" for k, v in items]).encode("utf-8")
+
+
+def _flatten(text: str) -> str:
+    return text.replace("\r", " ").replace("\n", " ")
 
 
 def encode(frame: Frame, version: str = "1.2") -> bytes:
@@ -141,7 +162,10 @@ def encode(frame: Frame, version: str = "1.2") -> bytes:
 class FrameParser:
     """Incremental STOMP frame parser (sans-IO).
 
-    ``feed(data)`` returns the frames that ``data`` completed, in order. On
+    ``feed(data)`` returns the frames that ``data`` completed, in order. A
+    server-role parser stops after CONNECT/STOMP (``awaiting_version``): set
+    ``version`` and call ``feed(b"")`` for the rest; a client-role parser
+    switches to the version CONNECTED announces. On
     malformed input it raises ``ProtocolError`` whose ``frames`` are the good
     frames that came before the fault; later calls raise the same error.
     ``role="server"`` accepts client commands (what a broker reads);
@@ -162,6 +186,11 @@ class FrameParser:
         if role not in ("server", "client"):
             raise ValueError(f"role must be 'server' or 'client', not {role!r}")
         self.commands = CLIENT_COMMANDS if role == "server" else SERVER_COMMANDS
+        self._handshake = _SERVER_HANDSHAKE if role == "server" else _CLIENT_HANDSHAKE
+        #: True after a CONNECT or STOMP frame (server role): the parser stopped
+        #: there so the caller can set the negotiated ``version`` first. A
+        #: client-role parser takes the version from CONNECTED by itself.
+        self.awaiting_version = False
         self.version = version
         self.max_command_length = max_command_length
         self.max_header_line_length = max_header_line_length
@@ -188,6 +217,7 @@ class FrameParser:
         """Add ``data`` and return every frame it completes."""
         if self._error is not None:
             raise self._error
+        self.awaiting_version = False
         buf = self._buf
         buf += data
         frames: list[Frame] = []
@@ -207,6 +237,14 @@ class FrameParser:
                 frames.append(frame)
                 pos = end
                 self._scan = pos
+                if frame.command == "CONNECTED" and self._handshake is _CLIENT_HANDSHAKE:
+                    # The server states the version: what follows is in it.
+                    self.version = frame.headers.get("version", "1.0")
+                elif frame.command in self._handshake:
+                    # What follows is in the version the broker negotiates;
+                    # the caller sets it and calls feed(b"") to continue.
+                    self.awaiting_version = True
+                    break
         except ProtocolError as exc:
             exc.frames = frames
             self._error = exc

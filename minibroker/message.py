@@ -107,7 +107,7 @@ class Message:
     def _build_tail(self, version: str) -> bytes:
         return b"".join(
             (
-                encode_headers(self.headers.items(), version),
+                encode_headers(self.headers.items(), version, strict=False),
                 b"content-length:%d\n\n" % len(self.body),
                 self.body,
                 b"\x00",

@@ -221,3 +221,36 @@ def test_any_send_frame_round_trips_when_split_anywhere(headers: dict, body: byt
     cut = min(cut, len(wire))
     got = parser.feed(wire[:cut]) + parser.feed(wire[cut:])
     assert got == [expected]
+
+
+def test_parser_stops_after_a_handshake_frame_so_the_version_can_change() -> None:
+    parser = FrameParser(role="server")
+    data = encode(Frame("CONNECT", {"accept-version": "1.2"})) + b"SEND\ndestination:/a\nk:a\\cb \n\n\x00"
+    assert [f.command for f in parser.feed(data)] == ["CONNECT"]
+    assert parser.awaiting_version
+    parser.version = "1.2"
+    assert parser.feed(b"") == [Frame("SEND", {"destination": "/a", "k": "a:b "})]
+    assert not parser.awaiting_version
+
+
+def test_client_parser_switches_to_the_version_connected_announces() -> None:
+    parser = FrameParser(role="client")
+    data = encode(Frame("CONNECTED", {"version": "1.2"})) + encode(Frame("ERROR", {"message": "a:b "}), "1.2")
+    frames = parser.feed(data)
+    assert [f.command for f in frames] == ["CONNECTED", "ERROR"]
+    assert frames[1].headers["message"] == "a:b "
+    assert parser.version == "1.2" and not parser.awaiting_version
+
+
+@pytest.mark.parametrize(
+    "frame,version",
+    [
+        (Frame("SEND", {"destination": "/q", "x": "a\nb"}), "1.0"),
+        (Frame("SEND", {"destination": "/q", "x": "a\rb"}), "1.0"),
+        (Frame("SEND", {"destination": "/q", "na:me": "v"}), "1.0"),
+        (Frame("CONNECT", {"login": "u\npasscode:x"}), "1.2"),
+    ],
+)
+def test_encode_refuses_unescapable_headers(frame: Frame, version: str) -> None:
+    with pytest.raises(ValueError, match="cannot be sent unescaped"):
+        encode(frame, version)

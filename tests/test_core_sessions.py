@@ -248,3 +248,24 @@ def test_link_stealing_closes_the_old_connection() -> None:
     assert second.connect(client_id="app-1").command == "CONNECTED"
     assert first.closed
     assert "taken over" in first.last().headers["message"]
+
+
+def test_frames_sent_with_connect_use_the_negotiated_version() -> None:
+    net = VirtualNetwork()
+    c = net.client()
+    c.send_raw(
+        b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00"
+        b"SUBSCRIBE\nid:s\ndestination:/queue/esc\n\n\x00"
+        b"SEND\ndestination:/queue/esc\nk:a\\cb \n\n\x00"
+    )
+    msg = c.messages()[0]
+    assert msg.headers["k"] == "a:b "
+
+
+def test_a_1_1_header_with_a_newline_reaches_a_1_0_consumer_flattened() -> None:
+    net = VirtualNetwork()
+    old = net.connected_client("old", version="1.0")
+    old.subscribe("/queue/mixed")
+    new = net.connected_client("new", version="1.1")
+    new.send("/queue/mixed", "x", note="two\nlines")
+    assert old.messages()[0].headers["note"] == "two lines"

@@ -546,7 +546,7 @@ class StompClient:
         if hb is not None:
             hb.last_read = self._loop.time()
         try:
-            frames = self._parser.feed(data)
+            frames = self._parser.feed(data)  # it follows CONNECTED's version by itself
         except ProtocolError as exc:
             self._abort(ConnectionLost(f"the broker sent a malformed frame: {exc.message}"))
             return

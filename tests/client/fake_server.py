@@ -234,18 +234,25 @@ class FakeStompServer:
                 data = await reader.read(65536)
                 if not data:
                     break
-                try:
-                    frames = conn.parser.feed(data)
-                except ProtocolError as exc:
-                    conn.error(exc.message)
-                    break
-                conn._notify()  # heart-beats count too
-                for frame in frames:
-                    conn.frames.append(frame)
-                    self._handle(conn, frame)
-                    conn._notify()
-                    if conn.closed:
+                while True:
+                    try:
+                        frames = conn.parser.feed(data)
+                    except ProtocolError as exc:
+                        conn.error(exc.message)
+                        frames = None
                         break
+                    conn._notify()  # heart-beats count too
+                    for frame in frames:
+                        conn.frames.append(frame)
+                        self._handle(conn, frame)
+                        conn._notify()
+                        if conn.closed:
+                            break
+                    if conn.closed or not conn.parser.awaiting_version:
+                        break
+                    data = b""  # CONNECT set the version: parse the rest with it
+                if frames is None:
+                    break
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
