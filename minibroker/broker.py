@@ -28,6 +28,7 @@ exactly repeatable.
 """
 from __future__ import annotations
 
+import json
 import logging
 import random
 from typing import Any, Callable, NamedTuple
@@ -42,6 +43,7 @@ from .frames import Frame
 from .message import BROKER_SET_HEADERS, Message
 from .registry import TEMP_PREFIXES, DestinationRegistry
 from .security import Security
+from .stats import is_statistics_address, statistics_replies
 from .session import Session, State, negotiate_heart_beat, negotiate_version, parse_heart_beat
 from .subscription import ACK_MODES, Subscription
 from .timers import Timers
@@ -393,6 +395,8 @@ class Broker:
         address = frame.headers.get("destination")
         if not address:
             raise ProtocolError("SEND frame has no destination header")
+        if is_statistics_address(address):
+            return self._answer_statistics(session, frame, address)
         destination = self.registry.resolve(session, address, "write")
         message = self._make_message(session, frame, destination.address)
         session.messages_in += 1
@@ -404,6 +408,34 @@ class Broker:
         if session.parked or not self._has_room(destination, message):
             return self._park(session, destination, message, receipt)
         self._route(destination, message)
+        return None
+
+    def _answer_statistics(self, session: Session, frame: Frame, address: str) -> Any:
+        """A request to the statistics plugin: one JSON reply per item to ``reply-to``."""
+        reply_to = frame.headers.get("reply-to")
+        if not reply_to:
+            raise ProtocolError(f"a statistics request to {address} needs a reply-to header")
+        self.security.check(session.principal, "write", "queue", address[len("/queue/"):])
+        replies = statistics_replies(self, address)
+        if replies is None:
+            raise ProtocolError(
+                f"unknown statistics destination {address}: use ActiveMQ.Statistics.Broker, "
+                "ActiveMQ.Statistics.Destination.<name>, ActiveMQ.Statistics.Subscription or ActiveMQ.Statistics.Connection"
+            )
+        target = self.registry.resolve(session, reply_to, "write")
+        correlation = frame.headers.get("correlation-id")
+        for i, item in enumerate(replies):
+            headers = {"content-type": "application/json", "statistics-index": str(i), "statistics-total": str(len(replies))}
+            if correlation is not None:
+                headers["correlation-id"] = correlation
+            body = json.dumps(item, sort_keys=True).encode("utf-8")
+            reply = self._make_message(session, Frame("SEND", headers, body), target.address)
+            target.accept(reply)
+        if not replies:
+            empty = {"content-type": "application/json", "statistics-index": "-1", "statistics-total": "0"}
+            if correlation is not None:
+                empty["correlation-id"] = correlation
+            target.accept(self._make_message(session, Frame("SEND", empty, b"{}"), target.address))
         return None
 
     # ------------------------------------------------------------------ producer flow control
@@ -880,13 +912,11 @@ class Broker:
         return destination.policy.max_page_size
 
     # ================================================================== statistics
-    def stats(self) -> dict[str, Any]:
-        """A snapshot of the broker for ``stat`` and tests."""
-        return {
-            "broker": self.name,
-            "connections": len(self.sessions),
-            "destinations": [d.describe() for d in sorted(self.destinations.values(), key=lambda d: d.address)],
-        }
+    def diagnose(self) -> list[dict[str, Any]]:
+        """Known pathologies visible right now (see ``diagnosis.py``)."""
+        from .diagnosis import diagnose
+
+        return diagnose(self)
 
 
 def _int_header(

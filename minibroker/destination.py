@@ -228,17 +228,9 @@ class Destination:
         """Messages held (pending plus delivered-unacknowledged)."""
         raise NotImplementedError
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "destination": self.address,
-            "kind": self.kind,
-            "size": self.size(),
-            "enqueued": self.enqueued,
-            "dequeued": self.dequeued,
-            "dispatched": self.dispatched,
-            "expired": self.expired,
-            "consumers": len(self.subscriptions),
-        }
+    def cursor_statistics(self) -> dict[str, Any]:
+        """Where the pending messages are: cached in memory or only in the store."""
+        return {"cachedCount": self.size(), "storeOnlyCount": 0}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.address}>"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 from typing import Any
@@ -170,7 +171,7 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
 
     ``ready``, if given, is called with the ``BrokerServer`` once listening.
     """
-    broker = Broker(config, SystemClock())
+    broker = Broker(config, SystemClock(), seed=int.from_bytes(os.urandom(8), "big"))
     server = BrokerServer(broker)
     await server.start(config.transport.host, config.transport.port)
     stop = stop or asyncio.Event()

@@ -101,6 +101,10 @@ class Session:
         self.write_buffer_limit = write_buffer_limit
         #: The edge says the socket's buffer is over its high-water mark.
         self.transport_paused = False
+        #: Bytes the edge holds for the socket, as last reported.
+        self.transport_buffered = 0
+        #: When bytes last left for the socket (reported by the edge).
+        self.last_write_progress = now
         #: Dispatch may add output (outbox below its limit, socket not full).
         self.can_write = True
         #: Reading is paused for producer flow control.

@@ -11,5 +11,6 @@ COMMANDS = [
     "serve",
     "send",
     "recv",
+    "stat",
     "passwd",
 ]

@@ -49,6 +49,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                         help="ack mode of the subscription (default: %(default)s)")
     parser.add_argument("--prefetch", metavar="N", help="activemq.prefetchSize of the subscription")
     parser.add_argument("--selector", metavar="S", help="JMS selector of the subscription")
+    parser.add_argument("--no-ack", action="store_true",
+                        help="in a client ack mode, never acknowledge: the messages go back to the "
+                             "queue, flagged redelivered, when recv disconnects")
     add_header_arg(parser, "SUBSCRIBE")
     parser.add_argument("--show", choices=SHOW, default="body",
                         help="print the body, headers and body, or one JSON object "
@@ -119,7 +122,7 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
                     _silence_stdout()
                     stopped = "; output closed"
                     break
-                if args.ack != "auto":
+                if args.ack != "auto" and not args.no_ack:
                     await client.ack(message)
                     acked += 1
             await client.disconnect()

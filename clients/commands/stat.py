@@ -1,0 +1,136 @@
+"""``minibroker stat``: live statistics from a running broker.
+
+Asks the broker's statistics destinations (``ActiveMQ.Statistics.*``, as
+ActiveMQ's statisticsBrokerPlugin) over STOMP and prints tables: the broker's
+memory, store and temp percent; per destination its size, counters, consumers,
+messages cached and store-only and memory percent of its own limit (ActiveMQ's
+MemoryPercentUsage, qpid-stat's queue table); with ``--connections`` each
+connection's outbound buffer and unacknowledged messages; and any diagnosis
+the broker makes (seed 000's starving consumers). ``--watch`` refreshes.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from ..cli import CommandError
+from ..stomp import StompClient, StompClientError
+from ._common import FAILURE, add_connection_args, connected, describe, parse_float, run
+
+__all__ = ["register", "fetch_statistics", "format_tables"]
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = subparsers.add_parser("stat", help="show live broker statistics", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--destination", "-d", default=">", metavar="PATTERN",
+                        help="destinations to show, an ActiveMQ wildcard (default: all)")
+    parser.add_argument("--connections", action="store_true", help="also show connections")
+    parser.add_argument("--subscriptions", action="store_true", help="also show subscriptions")
+    parser.add_argument("--json", action="store_true", help="print the raw statistics as one JSON object")
+    parser.add_argument("--watch", nargs="?", const="2", metavar="S", help="refresh every S seconds (default 2)")
+    parser.add_argument("--timeout", default="5", metavar="S", help="how long to wait for the broker's answers")
+    add_connection_args(parser)
+    parser.set_defaults(func=main)
+
+
+async def _ask(client: StompClient, reply: Any, what: str, timeout: float) -> list[dict[str, Any]]:
+    await client.send(f"/queue/ActiveMQ.Statistics.{what}", b"", headers={"reply-to": "/temp-queue/minibroker-stat"})
+    items: list[dict[str, Any]] = []
+    while True:
+        msg = await reply.get(timeout=timeout)
+        total = int(msg.headers.get("statistics-total", "1"))
+        if total:
+            items.append(json.loads(msg.body))
+        if len(items) >= total:
+            return items
+
+
+async def fetch_statistics(client: StompClient, pattern: str = ">", *, connections: bool = False,
+                           subscriptions: bool = False, timeout: float = 5.0) -> dict[str, Any]:
+    """Ask a connected broker for its statistics; returns broker, destinations (and more)."""
+    reply = await client.subscribe("/temp-queue/minibroker-stat")
+    try:
+        result: dict[str, Any] = {
+            "broker": (await _ask(client, reply, "Broker", timeout))[0],
+            "destinations": await _ask(client, reply, f"Destination.{pattern}", timeout),
+        }
+        if connections:
+            result["connections"] = await _ask(client, reply, "Connection", timeout)
+        if subscriptions:
+            result["subscriptions"] = await _ask(client, reply, "Subscription", timeout)
+    finally:
+        await reply.unsubscribe()
+    return result
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+             for row in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_tables(stats: dict[str, Any]) -> str:
+    """The human-readable report for ``stats``."""
+    b = stats["broker"]
+    out = [
+        f"broker {b['brokerName']}: memory {b['memoryPercentUsage']}% ({b['memoryUsage']}/{b['memoryLimit']} bytes), "
+        f"store {b['storePercentUsage']}%, temp {b['tempPercentUsage']}%; "
+        f"{b['connectionCount']} connections, {b['destinationCount']} destinations, "
+        f"{b['blockedProducers']} blocked sends",
+        "",
+    ]
+    header = ["destination", "size", "enqueued", "dequeued", "consumers", "cached", "store-only", "mem%"]
+    rows = [[d["destinationName"], d["size"], d["enqueueCount"], d["dequeueCount"], d["consumerCount"],
+             d["cachedCount"], d["storeOnlyCount"], d["memoryPercentUsage"]] for d in stats["destinations"]
+            if not d["destinationName"].endswith(".minibroker-stat")]  # our own reply queue
+    out.append(_table(rows, header) if rows else "(no destinations)")
+    if "connections" in stats:
+        header = ["connection", "peer", "client-id", "subs", "unacked", "out-bytes", "blocked", "idle-read-s", "idle-write-s"]
+        rows = [[c["connection"], c["remoteAddress"], c["clientId"] or "-", c["subscriptions"], c["unacknowledged"],
+                 c["outboundQueuedBytes"], c["blockedSends"], c["secondsSinceLastRead"], c["secondsSinceLastWrite"]]
+                for c in stats["connections"]]
+        out += ["", _table(rows, header) if rows else "(no connections)"]
+    if "subscriptions" in stats:
+        header = ["subscription", "connection", "destination", "ack", "prefetch", "in-flight", "pending", "slow"]
+        rows = [[s["subscription"], s["connection"], s["destinationName"], s["ack"], s["prefetchSize"],
+                 s["dispatchedQueueSize"], s["pendingQueueSize"], "yes" if s["slowConsumer"] else ""]
+                for s in stats["subscriptions"]]
+        out += ["", _table(rows, header) if rows else "(no subscriptions)"]
+    for finding in b.get("diagnosis", []):
+        out += ["", f"DIAGNOSIS {finding['pathology']}: {finding['summary']}", f"  cure: {finding['cure']}"]
+    return "\n".join(out)
+
+
+def main(args: argparse.Namespace) -> int:
+    timeout = parse_float(args.timeout, "--timeout")
+    interval = None if args.watch is None else parse_float(args.watch, "--watch")
+    return run(_stat(args, timeout, interval))
+
+
+async def _stat(args: argparse.Namespace, timeout: float, interval: float | None) -> int:
+    async with connected(args) as client:
+        try:
+            while True:
+                stats = await fetch_statistics(client, args.destination, connections=args.connections,
+                                               subscriptions=args.subscriptions, timeout=timeout)
+                text = json.dumps(stats, sort_keys=True) if args.json else format_tables(stats)
+                if interval is not None and sys.stdout.isatty():
+                    print("\x1b[H\x1b[2J", end="")
+                print(text, flush=True)
+                if interval is None:
+                    break
+                await asyncio.sleep(interval)
+                if not sys.stdout.isatty():
+                    print()
+            await client.disconnect()
+        except TimeoutError:
+            raise CommandError(f"the broker did not answer within {timeout:g}s", FAILURE) from None
+        except StompClientError as exc:
+            raise CommandError(describe(exc), FAILURE) from None
+    return 0

@@ -1,0 +1,73 @@
+"""Recognising the seeds' pathologies in a running broker.
+
+``diagnose(broker)`` returns findings, each a dict with ``pathology``,
+``summary`` (one line for ``stat`` and the log), ``evidence`` and ``cure``.
+Today it knows seed 000's starving consumers (see ``_starving``): a consumer
+with a backlog in the store that receives nothing because the cursor has no
+space, while consumer-less destinations hold the broker's memory.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+__all__ = ["diagnose"]
+
+
+def diagnose(broker: "Broker") -> list[dict[str, Any]]:
+    """Every pathology the broker's state shows right now."""
+    findings: list[dict[str, Any]] = []
+    findings += _starving(broker)
+    return findings
+
+
+def _starving(broker: "Broker") -> list[dict[str, Any]]:
+    """Seed 000's checklist, item by item.
+
+    1. a destination with consumers and a backlog, receiving nothing: its
+       messages are only in the store and its cursor may not page in;
+    2. that destination's own memory at 0%;
+    3. the broker's memory at or over the cursor high-water mark;
+    4. consumer-less destinations holding that memory.
+    """
+    out: list[dict[str, Any]] = []
+    root = broker.memory
+    for dest in broker.destinations.values():
+        cursor = getattr(dest, "cursor", None)
+        if cursor is None or not dest.subscriptions or not cursor.store_only:
+            continue
+        if cursor.cached or cursor.can_page_in():
+            continue
+        policy = dest.policy
+        holders = sorted(
+            (d for d in broker.destinations.values() if d is not dest and not d.subscriptions and d.memory.usage > 0),
+            key=lambda d: -d.memory.usage,
+        )
+        held = sum(d.memory.usage for d in holders)
+        names = ", ".join(f"{d.address} ({d.memory.usage * 100 // max(root.limit, 1)}% of broker memory)" for d in holders[:5])
+        out.append(
+            {
+                "pathology": "starving-consumers",
+                "destination": dest.address,
+                "summary": (
+                    f"{dest.address}: {len(dest.subscriptions)} consumer(s) starved: {cursor.store_only} messages in the store, "
+                    f"destination memory {dest.memory.percent}%, broker memory {root.percent}% "
+                    f"(cursor high-water mark {policy.cursor_memory_high_water_mark}%, space check {policy.space_check})"
+                ),
+                "evidence": {
+                    "store_only": cursor.store_only,
+                    "destination_memory_pct": dest.memory.percent,
+                    "broker_memory_pct": root.percent,
+                    "held_by_consumerless": held,
+                    "holders": [d.address for d in holders],
+                },
+                "cure": (
+                    f"memory is held by destinations without consumers: {names or 'none'}; "
+                    "set a per-destination memory_limit on them in [[destination_policy]] "
+                    "(or consume or purge them)"
+                ),
+            }
+        )
+    return out

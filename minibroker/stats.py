@@ -1,0 +1,136 @@
+"""Live statistics, answered over STOMP as ActiveMQ's statisticsBrokerPlugin does.
+
+A client sends any message to one of these queues with a ``reply-to`` header:
+
+- ``/queue/ActiveMQ.Statistics.Broker``: one reply, the broker-wide figures;
+- ``/queue/ActiveMQ.Statistics.Destination.<name or wildcard>``: one reply per
+  matching destination (``>`` for all);
+- ``/queue/ActiveMQ.Statistics.Subscription``: one reply per subscription;
+- ``/queue/ActiveMQ.Statistics.Connection``: one reply per connection (not in
+  ActiveMQ; the outbound-buffer figures of seed 003).
+
+Each reply is a MESSAGE whose body is a JSON object (``content-type:
+application/json``) with ActiveMQ's key names (``memoryPercentUsage``,
+``enqueueCount`` ...), plus ``statistics-index`` and ``statistics-total``
+headers so a client knows when it has them all. Any STOMP client can read
+them; ``minibroker stat`` prints them as tables.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import wildcards
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .destination import Destination
+    from .session import Session
+    from .subscription import Subscription
+
+__all__ = ["STATISTICS_PREFIX", "is_statistics_address", "statistics_replies"]
+
+STATISTICS_PREFIX = "/queue/ActiveMQ.Statistics."
+
+
+def is_statistics_address(address: str) -> bool:
+    return address.startswith(STATISTICS_PREFIX)
+
+
+def broker_statistics(broker: "Broker") -> dict[str, Any]:
+    dests = list(broker.destinations.values())
+    return {
+        "brokerName": broker.name,
+        "memoryUsage": broker.memory.usage,
+        "memoryLimit": broker.memory.limit,
+        "memoryPercentUsage": broker.memory.percent,
+        "storeUsage": broker.store_usage.usage,
+        "storeLimit": broker.store_usage.limit,
+        "storePercentUsage": broker.store_usage.percent,
+        "tempUsage": broker.temp_usage.usage,
+        "tempLimit": broker.temp_usage.limit,
+        "tempPercentUsage": broker.temp_usage.percent,
+        "size": sum(d.size() for d in dests),
+        "enqueueCount": sum(d.enqueued for d in dests),
+        "dequeueCount": sum(d.dequeued for d in dests),
+        "dispatchCount": sum(d.dispatched for d in dests),
+        "expiredCount": sum(d.expired for d in dests),
+        "consumerCount": sum(len(d.subscriptions) for d in dests),
+        "destinationCount": len(dests),
+        "connectionCount": len(broker.sessions),
+        "blockedProducers": sum(len(s.parked) for s in broker.sessions.values()),
+        "diagnosis": broker.diagnose(),
+    }
+
+
+def destination_statistics(dest: "Destination") -> dict[str, Any]:
+    stats = {
+        "destinationName": dest.address,
+        "kind": dest.kind,
+        "size": dest.size(),
+        "enqueueCount": dest.enqueued,
+        "dequeueCount": dest.dequeued,
+        "dispatchCount": dest.dispatched,
+        "expiredCount": dest.expired,
+        "consumerCount": len(dest.subscriptions),
+        "memoryUsage": dest.memory.usage,
+        "memoryLimit": dest.memory.limit,
+        "memoryPercentUsage": dest.memory.percent,
+    }
+    stats.update(dest.cursor_statistics())
+    return stats
+
+
+def subscription_statistics(sub: "Subscription") -> dict[str, Any]:
+    return {
+        "subscription": sub.id,
+        "connection": sub.session.id,
+        "clientId": sub.session.client_id,
+        "destinationName": sub.destination.address,
+        "ack": sub.ack_mode,
+        "prefetchSize": sub.prefetch,
+        "dispatchedQueueSize": len(sub.dispatched),
+        "pendingQueueSize": len(sub.pending),
+        "dispatchedCounter": sub.delivered_count,
+        "ackedCounter": sub.acked_count,
+        "durable": sub.durable is not None,
+        "slowConsumer": bool(getattr(sub, "slow", False)),
+    }
+
+
+def connection_statistics(session: "Session", now: float) -> dict[str, Any]:
+    return {
+        "connection": session.id,
+        "remoteAddress": session.peer,
+        "clientId": session.client_id,
+        "version": session.version,
+        "subscriptions": len(session.subscriptions),
+        "unacknowledged": sum(len(s.dispatched) for s in session.subscriptions.values()),
+        "outboundQueuedBytes": session.out_bytes + session.transport_buffered,
+        "transportPaused": session.transport_paused,
+        "readingPaused": session.reading_paused,
+        "blockedSends": len(session.parked),
+        "secondsSinceLastRead": round(now - session.last_read, 3),
+        "secondsSinceLastWrite": round(now - session.last_write_progress, 3),
+        "framesIn": session.frames_in,
+        "messagesIn": session.messages_in,
+    }
+
+
+def statistics_replies(broker: "Broker", address: str) -> list[dict[str, Any]] | None:
+    """The JSON objects answering a request sent to ``address``; None if unknown."""
+    what = address[len(STATISTICS_PREFIX) :]
+    if what == "Broker":
+        return [broker_statistics(broker)]
+    if what == "Subscription":
+        return [subscription_statistics(s) for d in _sorted(broker) for s in d.subscriptions]
+    if what == "Connection":
+        now = broker.clock.now()
+        return [connection_statistics(s, now) for s in sorted(broker.sessions.values(), key=lambda s: s.id)]
+    if what.startswith("Destination."):
+        pattern = what[len("Destination.") :]
+        return [destination_statistics(d) for d in _sorted(broker) if wildcards.matches(pattern, d.name)]
+    return None
+
+
+def _sorted(broker: "Broker") -> list["Destination"]:
+    return sorted(broker.destinations.values(), key=lambda d: d.address)

@@ -1,0 +1,60 @@
+"""Statistics over STOMP: the plugin destinations and ``minibroker stat``."""
+from __future__ import annotations
+
+import json
+
+from clients.cli import main as cli
+from test_stomp_py import connect, close
+
+
+def test_statistics_plugin_answers_any_stomp_client(broker) -> None:
+    conn, listener = connect(broker)
+    try:
+        for i in range(3):
+            conn.send("/queue/stats.a", f"m{i}")
+        conn.subscribe("/temp-queue/replies", id="r")
+        conn.send("/queue/ActiveMQ.Statistics.Destination.stats.>", "", headers={"reply-to": "/temp-queue/replies"})
+        [reply] = listener.take(1)
+        assert reply.headers["content-type"] == "application/json"
+        assert reply.headers["statistics-total"] == "1"
+        data = json.loads(reply.body)
+        assert data["destinationName"] == "/queue/stats.a"
+        assert data["size"] == 3 and data["enqueueCount"] == 3 and data["consumerCount"] == 0
+        conn.send("/queue/ActiveMQ.Statistics.Broker", "", headers={"reply-to": "/temp-queue/replies"})
+        broker_stats = json.loads(listener.take(1)[0].body)
+        assert broker_stats["memoryPercentUsage"] == 0 and broker_stats["memoryUsage"] > 3 * 1024
+        assert {"storePercentUsage", "tempPercentUsage", "connectionCount", "diagnosis"} <= set(broker_stats)
+    finally:
+        close(conn)
+
+
+def test_a_statistics_request_without_reply_to_is_an_error(broker) -> None:
+    conn, listener = connect(broker)
+    conn.send("/queue/ActiveMQ.Statistics.Broker", "")
+    assert listener.disconnected.wait(10)
+    assert "needs a reply-to header" in listener.errors[0].headers["message"]
+
+
+def test_stat_command_prints_the_tables(broker, capsys) -> None:
+    conn, _ = connect(broker)
+    try:
+        for i in range(2):
+            conn.send("/queue/orders", "x", headers={"receipt": f"r{i}"})
+        conn.subscribe("/topic/news", id="n")
+        assert cli(["stat", "--port", str(broker.port), "--connections", "--subscriptions"]) == 0
+        out = capsys.readouterr().out
+        assert "broker localhost: memory 0%" in out
+        row = next(line for line in out.splitlines() if line.startswith("/queue/orders"))
+        assert row.split() == ["/queue/orders", "2", "2", "0", "0", "2", "0", "0"]
+        assert "/topic/news" in out and "minibroker-stat" not in out.split("connection")[0]
+        assert cli(["stat", "--port", str(broker.port), "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert {d["destinationName"] for d in data["destinations"]} >= {"/queue/orders", "/topic/news"}
+    finally:
+        close(conn)
+
+
+def test_stat_against_no_broker_is_a_clear_error(capsys) -> None:
+    assert cli(["stat", "--port", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot connect to 127.0.0.1:1" in err and "Traceback" not in err
