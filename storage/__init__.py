@@ -139,17 +139,23 @@ from storage.errors import (
     StorageError,
     TornWrite,
 )
+from storage.journal import Journal
 from storage.model import FileInfo, JournalConfig, Location, Pin, RecoveredRecord
+from storage.recovery import RecoveryReport, RepairAction, repair
 
 __all__ = [
     "CorruptRecord",
     "EnqueueThresholdExceeded",
     "FileInfo",
+    "Journal",
     "JournalConfig",
     "JournalFull",
     "Location",
     "Pin",
     "RecoveredRecord",
+    "RecoveryReport",
+    "RepairAction",
     "StorageError",
     "TornWrite",
+    "repair",
 ]

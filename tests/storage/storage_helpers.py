@@ -1,0 +1,76 @@
+"""Helpers for the storage tests: small configs, fault injection, record offsets.
+
+The fault-injection helpers damage a file the way a crash or a bad disk would
+(etcd's ``repair_test.go``): cut it short, flip a byte, or zero a range. Files
+are preallocated, so "cut short" also has a preallocated form: zero from an
+offset to the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from storage.model import JournalConfig
+from storage.record import Status, check, scan
+
+SMALL = 4096  # bytes per file: a few dozen records, so tests roll files often
+
+
+def small_config(directory: Path, layout: str, **overrides: object) -> JournalConfig:
+    """A journal config with tiny files (tests shrink the sizes, as etcd's do)."""
+    settings: dict[str, object] = {
+        "directory": directory,
+        "layout": layout,
+        "name": "orders",
+        "file_count": 8,
+        "file_size": SMALL,
+        "max_file_length": SMALL,
+    }
+    settings.update(overrides)
+    return JournalConfig(**settings)  # type: ignore[arg-type]
+
+
+def truncate(path: Path, at: int) -> None:
+    """Cut the file at ``at`` bytes (a crash that lost the rest)."""
+    os.truncate(path, at)
+
+
+def flip(path: Path, at: int) -> None:
+    """Invert every bit of the byte at ``at`` (a bad disk or a stray write)."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+def zero(path: Path, start: int, end: int | None = None) -> None:
+    """Zero bytes ``start``..``end`` (default: to the end of the file)."""
+    size = os.path.getsize(path)
+    end = size if end is None else end
+    with open(path, "r+b") as f:
+        f.seek(start)
+        f.write(bytes(end - start))
+
+
+def record_offsets(path: Path) -> list[tuple[int, int, int]]:
+    """``(offset, end, seq)`` of every valid record in a file, header included."""
+    data = path.read_bytes()
+    first = check(data, memoryview(data), 0)
+    if first[0] is not Status.OK:
+        return []
+    records = [(0, first[3], first[2])]
+    records.extend((off, end, seq) for _, seq, off, end in scan(data, first[3]))
+    return records
+
+
+def copy_journal(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def payloads(journal: object) -> list[bytes]:
+    """The payloads a journal recovers, in log order."""
+    return [rec.payload for rec in journal.recovered()]  # type: ignore[attr-defined]
