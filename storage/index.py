@@ -180,6 +180,10 @@ class JournalIndex:
 
     def abort(self, seq: int, txid: bytes, file_id: int, end: int) -> None:
         self._note(file_id, seq, end)
+        self.discard(txid)
+
+    def discard(self, txid: bytes) -> None:
+        """Forget an open transaction's records (an abort, in memory only)."""
         tx = self.txs.pop(txid, None)
         if tx is None:
             return

@@ -28,7 +28,7 @@ from storage.bodies import (
     encode_ref,
     verified_payload,
 )
-from storage.errors import TornWrite
+from storage.errors import JournalFull, TornWrite
 from storage.index import JournalIndex
 from storage.model import FileInfo, JournalConfig, Location, RecoveredRecord
 from storage.record import HEADER_SIZE, RecordType, encode
@@ -57,6 +57,7 @@ class Journal:
         self._next_seq = result.next_seq
         self._durable_seq = 0
         self._keys: dict[str, bytes] = {}
+        self._unwritten_aborts: set[bytes] = set()
         self._closed = False
         self._current: Segment
         self._max_record = self._layout.size - _HEADER_RECORD
@@ -99,7 +100,11 @@ class Journal:
             self._open_file(first)
         aborted = tuple(self._index.txs)
         for txid in aborted:
-            self.abort(txid)
+            try:
+                self.abort(txid)
+            except JournalFull:  # a full ring: write the abort before the txid is reused
+                self._index.discard(txid)
+                self._unwritten_aborts.add(txid)
         self._collect()
         outcome = "torn" if torn else ("clean" if order else "new")
         self.recovery = RecoveryReport(
@@ -178,6 +183,20 @@ class Journal:
         offset = self._current.append(encode(rtype, seq, parts))
         return seq, self._current.file_id, offset
 
+    def _txid(self, txid: TxId | None) -> bytes:
+        """A txid as bytes (b"" for none); first writes an abort still owed for it."""
+        if not txid:
+            return b""
+        t = as_bytes(txid, "txid")
+        if t in self._unwritten_aborts:
+            self._unwritten_aborts.discard(t)
+            try:
+                self.abort(t)
+            except JournalFull:
+                self._unwritten_aborts.add(t)
+                raise
+        return t
+
     def _key(self, key: bytes | str) -> bytes:
         if isinstance(key, str):
             cached = self._keys.get(key)
@@ -196,7 +215,7 @@ class Journal:
         message becomes live only at ``commit(txid)``.
         """
         k = self._key(key)
-        t = as_bytes(txid, "txid") if txid else b""
+        t = self._txid(txid)
         length = _ENQUEUE_FIXED + len(k) + len(t) + len(payload)
         if length > self._max_record:
             raise ValueError(f"a {length}-byte record does not fit in a {self._layout.size}-byte file")
@@ -213,7 +232,7 @@ class Journal:
         """Remove a live message (at ``commit(txid)`` if given); returns the record's seq."""
         if enqueue_seq not in self._index.live:
             raise KeyError(f"no live enqueue with seq {enqueue_seq}")
-        t = as_bytes(txid, "txid") if txid else b""
+        t = self._txid(txid)
         with self._lock:
             seq, fid, offset = self._append(
                 RecordType.DEQUEUE, encode_dequeue(enqueue_seq, t), _DEQUEUE_FIXED + len(t)
@@ -237,13 +256,16 @@ class Journal:
         return seq
 
     def _end_tx(self, rtype: RecordType, txid: TxId) -> int:
-        t = as_bytes(txid, "txid")
-        if not t:
+        if not txid:
             raise ValueError("a transaction id must not be empty")
+        t = as_bytes(txid, "txid")
+        if rtype is RecordType.TX_COMMIT:
+            self._txid(t)
         apply = self._index.commit if rtype is RecordType.TX_COMMIT else self._index.abort
         with self._lock:
             seq, fid, offset = self._append(rtype, [t], HEADER_SIZE + len(t))
             apply(seq, t, fid, offset + HEADER_SIZE + len(t))
+        self._unwritten_aborts.discard(t)
         self._collect()
         return seq
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +10,23 @@ import pytest
 from storage.journal import Journal
 from storage.model import JournalConfig
 from storage_helpers import small_config
+
+
+@pytest.fixture(autouse=True)
+def _close_journals(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every journal a test opens is closed at teardown (closing twice is harmless)."""
+    opened: list[Journal] = []
+    real_open = Journal.open.__func__  # type: ignore[attr-defined]
+
+    def tracking_open(cls: type[Journal], config: JournalConfig) -> Journal:
+        journal = real_open(cls, config)
+        opened.append(journal)
+        return journal
+
+    monkeypatch.setattr(Journal, "open", classmethod(tracking_open))
+    yield
+    for journal in opened:
+        journal.close()
 
 
 @pytest.fixture(params=["ring", "growing"])
@@ -24,14 +41,5 @@ def config(tmp_path: Path, layout: str) -> JournalConfig:
 
 @pytest.fixture
 def open_journal(config: JournalConfig) -> Callable[[], Journal]:
-    """Open the fixture's journal; every journal opened is closed at teardown."""
-    opened: list[Journal] = []
-
-    def _open() -> Journal:
-        journal = Journal.open(config)
-        opened.append(journal)
-        return journal
-
-    yield _open  # type: ignore[misc]
-    for journal in opened:
-        journal.close()
+    """Open the fixture's journal (again)."""
+    return lambda: Journal.open(config)

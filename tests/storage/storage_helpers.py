@@ -12,7 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
-from storage.model import JournalConfig
+from storage.journal import Journal
+from storage.model import JournalConfig, RecoveredRecord
 from storage.record import Status, check, scan
 
 SMALL = 4096  # bytes per file: a few dozen records, so tests roll files often
@@ -71,6 +72,12 @@ def copy_journal(src: Path, dst: Path) -> Path:
     return dst
 
 
-def payloads(journal: object) -> list[bytes]:
+def payloads(journal: Journal) -> list[bytes | None]:
     """The payloads a journal recovers, in log order."""
-    return [rec.payload for rec in journal.recovered()]  # type: ignore[attr-defined]
+    return [rec.payload for rec in journal.recovered()]
+
+
+def reopened(config: JournalConfig) -> list[RecoveredRecord]:
+    """What a fresh open of the journal recovers (the journal is closed again)."""
+    with Journal.open(config) as journal:
+        return list(journal.recovered())

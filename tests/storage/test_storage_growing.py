@@ -6,7 +6,7 @@ from pathlib import Path
 
 from storage.journal import Journal
 from storage.model import JournalConfig
-from storage_helpers import payloads, small_config
+from storage_helpers import reopened, small_config
 
 MSG = b"m" * 100
 
@@ -49,7 +49,7 @@ def test_an_unconsumed_message_keeps_its_file_and_the_files_acking_its_neighbour
     assert file_ids(j) == [j.current_file_id]
     assert j.disk_usage() == cfg.max_file_length
     j.close()
-    assert payloads(Journal.open(cfg)) == []  # and nothing comes back
+    assert [r.payload for r in reopened(cfg)] == []  # and nothing comes back
 
 
 def test_files_with_only_dead_records_go_as_soon_as_the_writer_leaves_them(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_a_commit_record_is_kept_while_the_messages_it_commits_live(tmp_path: Pa
     advance(j, 2)
     assert file_ids(j) == [1, commit_file, j.current_file_id]
     j.close()
-    assert [r.seq for r in Journal.open(cfg).recovered()] == [tx_msg.seq]
+    assert [r.seq for r in reopened(cfg)] == [tx_msg.seq]
 
 
 def test_a_delivered_marker_is_rewritten_before_its_file_goes(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ def test_a_delivered_marker_is_rewritten_before_its_file_goes(tmp_path: Path) ->
     advance(j, 2)
     assert 2 not in file_ids(j)
     j.close()
-    assert [(r.seq, r.delivered) for r in Journal.open(cfg).recovered()] == [(pin.seq, True)]
+    assert [(r.seq, r.delivered) for r in reopened(cfg)] == [(pin.seq, True)]
 
 
 def test_disk_usage_counts_whole_files(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from storage.errors import EnqueueThresholdExceeded, JournalFull, StorageError
 from storage.journal import Journal
 from storage.model import JournalConfig
 from storage.ring import RingLayout
-from storage_helpers import payloads, small_config
+from storage_helpers import payloads, reopened, small_config
 
 PIN = b"P" * 200  # the seed's 200-byte message that nobody consumes
 ORDINARY = b"o" * 200
@@ -187,4 +187,4 @@ def test_a_refused_enqueue_leaves_no_trace(tmp_path: Path) -> None:
         j.enqueue(b"Durable", ORDINARY, txid="t")
     assert (j.last_seq, j.open_txids) == (before, ())
     j.close()
-    assert payloads(Journal.open(cfg)) == live
+    assert [r.payload for r in reopened(cfg)] == live
