@@ -132,6 +132,7 @@ RECEIPTs of many producers (group commit). There is no fsync policy in this
 package: when to call ``sync()`` is the broker's decision.
 """
 
+from storage.compact import compact
 from storage.errors import (
     CorruptRecord,
     EnqueueThresholdExceeded,
@@ -139,6 +140,7 @@ from storage.errors import (
     StorageError,
     TornWrite,
 )
+from storage.inspect import JournalReport, format_report, inspect
 from storage.journal import Journal
 from storage.model import FileInfo, JournalConfig, Location, Pin, RecoveredRecord
 from storage.recovery import RecoveryReport, RepairAction, repair
@@ -150,6 +152,7 @@ __all__ = [
     "Journal",
     "JournalConfig",
     "JournalFull",
+    "JournalReport",
     "Location",
     "Pin",
     "RecoveredRecord",
@@ -157,5 +160,8 @@ __all__ = [
     "RepairAction",
     "StorageError",
     "TornWrite",
+    "compact",
+    "format_report",
+    "inspect",
     "repair",
 ]

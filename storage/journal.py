@@ -278,7 +278,11 @@ class Journal:
         return self._end_tx(RecordType.TX_ABORT, txid)
 
     def _collect(self) -> None:
-        """Delete the files the layout says are garbage (growing only)."""
+        """Delete the files the layout says are garbage (growing only).
+
+        Runs in the owner thread after an operation that may have emptied a
+        file; it fsyncs the current file before deleting anything.
+        """
         if not self._index.emptied:
             return
         with self._lock:
@@ -287,11 +291,13 @@ class Journal:
                 victims = self._layout.reclaimable(self._index, self._current.file_id)
                 if not victims:
                     return
-                markers = self._index.markers_in(victims)
-                for entry in markers:  # markers do not pin files: write them again
-                    self._mark(entry.seq)
-                if markers:
-                    self._current.fsync()
+                for entry in self._index.markers_in(victims):
+                    self._mark(entry.seq)  # markers do not pin files: write them again
+                # The records that made these files garbage (a dequeue, a commit)
+                # must be durable before the files go, or a crash could lose both
+                # copies of a message that a transaction moved.
+                self._current.fsync()
+                self._durable_seq = self._next_seq - 1
                 for fid in victims:
                     if fid != self._current.file_id:
                         self._segments.pop(fid).unlink()

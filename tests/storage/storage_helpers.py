@@ -81,3 +81,35 @@ def reopened(config: JournalConfig) -> list[RecoveredRecord]:
     """What a fresh open of the journal recovers (the journal is closed again)."""
     with Journal.open(config) as journal:
         return list(journal.recovered())
+
+
+# -- seed 004: pinned messages in a ring ----------------------------------------
+
+PIN = b"P" * 200  # the seed's 200-byte message that nobody consumes
+ORDINARY = b"o" * 200
+
+
+def fill_file_with_traffic(j: Journal, *, pin: bool) -> int:
+    """Optionally enqueue one pinning message, then enqueue+dequeue until the writer
+    moves to the next file (the seed's qpid-send / qpid-receive loop). Returns the
+    number of ordinary messages that went through."""
+    start = j.current_file_id
+    if pin:
+        j.enqueue(b"Durable", PIN)
+    sent = 0
+    while j.current_file_id == start:
+        loc = j.enqueue(b"Durable", ORDINARY)
+        j.dequeue(loc.seq)
+        sent += 1
+    return sent
+
+
+def pin_six_files_then_fill_the_seventh(j: Journal) -> int:
+    """Seed 004's first reproducer: six files with one pinned message each, then a
+    seventh with one pin and traffic until an enqueue is refused."""
+    sent = sum(fill_file_with_traffic(j, pin=True) for _ in range(6))
+    j.enqueue(b"Durable", PIN)
+    while True:
+        loc = j.enqueue(b"Durable", ORDINARY)  # raises when the threshold is hit
+        j.dequeue(loc.seq)
+        sent += 1

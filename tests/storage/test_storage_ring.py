@@ -10,37 +10,14 @@ from storage.errors import EnqueueThresholdExceeded, JournalFull, StorageError
 from storage.journal import Journal
 from storage.model import JournalConfig
 from storage.ring import RingLayout
-from storage_helpers import payloads, reopened, small_config
-
-PIN = b"P" * 200  # the seed's 200-byte message that nobody consumes
-ORDINARY = b"o" * 200
-
-
-def fill_file_with_traffic(j: Journal, *, pin: bool) -> int:
-    """Optionally enqueue one pinning message, then enqueue+dequeue until the writer
-    moves to the next file (the seed's qpid-send / qpid-receive loop). Returns the
-    number of ordinary messages that went through."""
-    start = j.current_file_id
-    if pin:
-        j.enqueue(b"Durable", PIN)
-    sent = 0
-    while j.current_file_id == start:
-        loc = j.enqueue(b"Durable", ORDINARY)
-        j.dequeue(loc.seq)
-        sent += 1
-    return sent
-
-
-def pin_six_files_then_fill_the_seventh(j: Journal) -> int:
-    """Seed 004's first reproducer: six files with one pinned message each, then a
-    seventh with one pin and traffic until an enqueue is refused."""
-    sent = sum(fill_file_with_traffic(j, pin=True) for _ in range(6))
-    j.enqueue(b"Durable", PIN)
-    while True:
-        loc = j.enqueue(b"Durable", ORDINARY)  # raises when the threshold is hit
-        j.dequeue(loc.seq)
-        sent += 1
-
+from storage_helpers import (
+    ORDINARY,
+    fill_file_with_traffic,
+    payloads,
+    pin_six_files_then_fill_the_seventh,
+    reopened,
+    small_config,
+)
 
 def test_seed_004_few_pinned_messages_refuse_enqueues(tmp_path: Path) -> None:
     cfg = small_config(tmp_path / "Durable", "ring", name="Durable", file_size=64 * 1024)
@@ -188,3 +165,23 @@ def test_a_refused_enqueue_leaves_no_trace(tmp_path: Path) -> None:
     assert (j.last_seq, j.open_txids) == (before, ())
     j.close()
     assert [r.payload for r in reopened(cfg)] == live
+
+
+def test_a_full_ring_still_opens_and_owes_the_abort_of_an_unfinished_transaction(
+    tmp_path: Path,
+) -> None:
+    cfg = small_config(tmp_path / "q", "ring", file_size=16 * 1024)
+    j = Journal.open(cfg)
+    with pytest.raises(EnqueueThresholdExceeded):
+        pin_six_files_then_fill_the_seventh(j)
+    pin = next(j.recovered(payloads=False)).seq
+    j.dequeue(pin, txid="tx")  # never finished
+    with pytest.raises(JournalFull):
+        while True:
+            j.mark_delivered(pin)
+    j.close()
+    j = Journal.open(cfg)  # no room for the TX_ABORT: open still succeeds
+    assert j.recovery.aborted_txids == (b"tx",) and j.open_txids == ()
+    with pytest.raises(JournalFull):  # "tx" cannot be reused until its abort is written
+        j.dequeue(pin, txid="tx")
+    assert j.open_txids == () and j.live_count == 7
