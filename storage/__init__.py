@@ -144,6 +144,7 @@ from storage.inspect import JournalReport, format_report, inspect
 from storage.journal import Journal
 from storage.model import FileInfo, JournalConfig, Location, Pin, RecoveredRecord
 from storage.recovery import RecoveryReport, RepairAction, repair
+from storage.tempstore import TempHandle, TempStore
 
 __all__ = [
     "CorruptRecord",
@@ -159,6 +160,8 @@ __all__ = [
     "RecoveryReport",
     "RepairAction",
     "StorageError",
+    "TempHandle",
+    "TempStore",
     "TornWrite",
     "compact",
     "format_report",
