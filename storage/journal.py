@@ -180,7 +180,7 @@ class Journal:
             self._roll()
         seq = self._next_seq
         self._next_seq = seq + 1
-        offset = self._current.append(encode(rtype, seq, parts))
+        offset = self._current.append(encode(rtype, seq, parts, length - HEADER_SIZE))
         return seq, self._current.file_id, offset
 
     def _txid(self, txid: TxId | None) -> bytes:
