@@ -33,7 +33,7 @@ from pathlib import Path
 from storage.bodies import Layout
 from storage.index import JournalIndex
 from storage.model import JournalConfig
-from storage.segment import numbered_files
+from storage.segment import Segment, numbered_files
 
 __all__ = ["GrowingLayout"]
 
@@ -58,6 +58,12 @@ class GrowingLayout:
 
     def discover(self, directory: Path) -> dict[int, Path]:
         return numbered_files(directory, _NAME)
+
+    def prepare(self, directory: Path, segments: dict[int, Segment], file_id: int) -> Segment:
+        """A new file, preallocated."""
+        path = directory / self.file_name(file_id)
+        segments[file_id] = Segment.create(path, file_id, self.size)
+        return segments[file_id]
 
     def check_enqueue(
         self, file_id: int, offset: int, length: int, live: Callable[[int], int]

@@ -90,7 +90,8 @@ class JournalIndex:
         self.pending: dict[int, Entry] = {}
         self.txs: dict[bytes, Tx] = {}
         self.files: dict[int, FileStats] = {}
-        self.emptied = False  # a file lost its last pin: the layout may reclaim
+        self.current = -1  # the current write file (set by the journal)
+        self.emptied = False  # a file other than the current one lost its last pin
 
     # -- files ---------------------------------------------------------------
 
@@ -158,10 +159,7 @@ class JournalIndex:
 
     def _drop(self, entry: Entry, stats: FileStats) -> None:
         """``entry`` is dequeued by a record in ``stats``'s file."""
-        home = self.files[entry.file_id]
-        home.live -= 1
-        if home.live == 0:
-            self.emptied = True
+        self._unpin(entry)
         if entry.file_id != stats.file_id:
             _bump(stats.deps, entry.file_id, 1)
 
@@ -192,22 +190,26 @@ class JournalIndex:
             return
         for entry in tx.enqueues:
             del self.pending[entry.seq]
-            home = self.files[entry.file_id]
-            home.live -= 1
-            if home.live == 0:
-                self.emptied = True
+            self._unpin(entry)
         for _, dq_file, enq_file in tx.dequeues:
             holder = self.files.get(dq_file)
             if holder is not None and enq_file is not None and enq_file != dq_file:
                 _bump(holder.deps, enq_file, -1)
         self._release(tx)
 
+    def _unpin(self, entry: Entry) -> None:
+        home = self.files[entry.file_id]
+        home.live -= 1
+        if home.live == 0 and entry.file_id != self.current:
+            self.emptied = True
+
     def _release(self, tx: Tx) -> None:
         for file_id, count in tx.files.items():
             stats = self.files.get(file_id)
             if stats is not None:
                 stats.tx_records -= count
-        self.emptied = True
+                if file_id != self.current:
+                    self.emptied = True
 
     def delivered(self, seq: int, ref: int, file_id: int, end: int) -> None:
         self._note(file_id, seq, end)

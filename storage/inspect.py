@@ -32,7 +32,7 @@ class JournalReport:
     files: tuple[FileInfo, ...]
     records: int
     live: int
-    bytes: int
+    disk_usage: int
     open_txids: tuple[bytes, ...]
     torn: str | None = None
 
@@ -66,7 +66,7 @@ def inspect(source: Journal | str | os.PathLike[str]) -> JournalReport:
         files=tuple(files),
         records=sum(f.records for f in files),
         live=live,
-        bytes=sum(f.size for f in files),
+        disk_usage=sum(f.size for f in files),
         open_txids=txids,
         torn=torn,
     )
@@ -109,7 +109,7 @@ def format_report(report: JournalReport) -> str:
         lines.append(line)
     lines.append(
         f"Totals: {len(report.files)} files, {report.records} records, "
-        f"{report.live} live enqueues, {report.bytes} bytes"
+        f"{report.live} live enqueues, {report.disk_usage} bytes"
     )
     if report.live and report.pinned_files > 1:
         lines.append(

@@ -33,6 +33,7 @@ from storage.index import JournalIndex
 from storage.model import FileInfo, JournalConfig, Location, RecoveredRecord
 from storage.record import HEADER_SIZE, RecordType, encode
 from storage.recovery import RecoveryReport, ScanResult, make_layout, scan_directory
+from storage.ring import RingLayout
 from storage.segment import Segment, fsync_directory
 
 __all__ = ["Journal", "TxId"]
@@ -82,17 +83,13 @@ class Journal:
         torn = result.damage
         if torn is not None:
             self._cut(torn)
-        if self._layout.fixed_files:
-            if not self._segments:
-                for fid in range(self._layout.count):
-                    path = self._dir / self._layout.file_name(fid)
-                    self._segments[fid] = Segment.create(path, fid, self._layout.size)
-                fsync_directory(self._dir)
-            for seg in self._segments.values():
-                seg.extend()
+        if isinstance(self._layout, RingLayout):
+            self._layout.create_files(self._dir, self._segments)
         order = [fid for fid in result.order if fid in self._segments]
         if order:
             self._current = self._segments[order[-1]]
+            self._index.current = order[-1]
+            self._index.emptied = True  # recovery may have left garbage behind
             self._current.extend()
             self._current.open_writer(self._current.offset)
         else:
@@ -147,12 +144,7 @@ class Journal:
 
     def _open_file(self, file_id: int) -> None:
         """Make ``file_id`` the current file: zero or create it, write its header."""
-        if self._layout.fixed_files:
-            seg = self._segments[file_id]
-            seg.zero_from(0)
-        else:
-            path = self._dir / self._layout.file_name(file_id)
-            seg = self._segments[file_id] = Segment.create(path, file_id, self._layout.size)
+        seg = self._layout.prepare(self._dir, self._segments, file_id)
         seq = self._next_seq
         self._next_seq += 1
         seg.open_writer(0)
@@ -162,6 +154,7 @@ class Journal:
         if not self._layout.fixed_files:
             fsync_directory(self._dir)
         self._index.add_file(file_id, seq, seg.offset)
+        self._index.current = file_id
         self._current = seg
 
     def _roll(self) -> None:

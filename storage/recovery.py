@@ -29,7 +29,7 @@ import os
 import shutil
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from storage.bodies import (
@@ -220,6 +220,11 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
     layout = layout or make_layout(config)
     directory = config.path
     paths = layout.discover(directory) if directory.is_dir() else {}
+    other = replace(config, layout="growing" if isinstance(layout, RingLayout) else "ring")
+    if directory.is_dir() and make_layout(other).discover(directory):
+        raise StorageError(
+            f"{directory} holds {other.layout} journal files; the config says {config.layout}"
+        )
     segments = {fid: Segment(path, fid, layout.capacity(fid)) for fid, path in paths.items()}
     headed: list[tuple[int, int, bytes]] = []  # (header seq, file id, data)
     loose: dict[int, tuple[str, bytes]] = {}  # blank or damaged files

@@ -38,7 +38,7 @@ from storage.bodies import Layout
 from storage.errors import EnqueueThresholdExceeded, JournalFull, StorageError
 from storage.index import JournalIndex
 from storage.model import JournalConfig
-from storage.segment import numbered_files
+from storage.segment import Segment, fsync_directory, numbered_files
 
 __all__ = ["ENQUEUE_THRESHOLD_PERCENT", "RingLayout"]
 
@@ -77,6 +77,21 @@ class RingLayout:
                 f"{self.count} files (0..{self.count - 1})"
             )
         return found
+
+    def create_files(self, directory: Path, segments: dict[int, Segment]) -> None:
+        """Create the ring's files if there are none; regrow any a repair cut short."""
+        if not segments:
+            for fid in range(self.count):
+                path = directory / self.file_name(fid)
+                segments[fid] = Segment.create(path, fid, self.size)
+            fsync_directory(directory)
+        for seg in segments.values():
+            seg.extend()
+
+    def prepare(self, directory: Path, segments: dict[int, Segment], file_id: int) -> Segment:
+        """The file to write next, zeroed (the writer has checked it holds nothing live)."""
+        segments[file_id].zero_from(0)
+        return segments[file_id]
 
     def check_enqueue(self, file_id: int, offset: int, length: int, live: LiveCount) -> None:
         """Refuse an enqueue of ``length`` bytes at ``offset`` of ``file_id`` (see above)."""

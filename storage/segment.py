@@ -12,10 +12,10 @@ reused file is ``ftruncate(0)`` then ``ftruncate(capacity)``.
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = ["Segment", "fsync_directory", "numbered_files"]
 
@@ -50,7 +50,7 @@ class Segment:
         self.capacity = capacity
         self.offset = 0
         self.flushed = 0
-        self._writer: io.BufferedRandom | None = None
+        self._writer: BinaryIO | None = None
         self._read_fd: int | None = None
 
     @property

@@ -28,7 +28,7 @@ def test_report_of_the_seed_state_names_one_pin_per_file(seed_journal: Journal) 
     assert pins == [[(seq, b"Durable")] for seq in live] + [[]]
     assert (report.live, report.pinned_files, report.layout) == (7, 7, "ring")
     assert report.records == sum(f.records for f in seed_journal.files())
-    assert report.bytes == seed_journal.disk_usage() == 8 * 16 * 1024
+    assert report.disk_usage == seed_journal.disk_usage() == 8 * 16 * 1024
     assert [f.current for f in report.files].index(True) == 6
 
 

@@ -235,3 +235,10 @@ def test_files_of_another_layout_are_refused(config: JournalConfig, tmp_path: Pa
     victim.write_bytes(donor.read_bytes())
     with pytest.raises(StorageError):
         Journal.open(config)
+
+
+def test_a_directory_of_the_other_layout_is_refused(config: JournalConfig) -> None:
+    write_messages(config)
+    other = "growing" if config.layout == "ring" else "ring"
+    with pytest.raises(StorageError, match=f"holds {config.layout} journal files"):
+        Journal.open(small_config(config.path, other))
