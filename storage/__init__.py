@@ -42,7 +42,8 @@ Record types and bodies (``bodies.py``)::
 A record with a non-empty txid takes effect only when a TX_COMMIT with that
 txid follows; TX_ABORT, or no outcome at all before the end of the log,
 discards it (at open, the journal writes a TX_ABORT for every transaction it
-finds unfinished, so a reused txid can never adopt old records). DELIVERED
+finds unfinished, so a reused txid can never adopt old records; if a full ring
+has no room for it, it is written before the txid is next used). DELIVERED
 makes recovery flag the message as redelivered; it does not pin its file (if
 the file is reclaimed while the message lives, the marker is written again).
 
@@ -99,10 +100,15 @@ torn tail (``TornWrite``)
 mid-log corruption (``CorruptRecord``)
     damage in any earlier file, or damage in the last file followed by a valid
     record (found by searching for the magic), or a final record whose bytes
-    are all present but whose CRC does not match (a flipped byte). Open raises
+    are all present but whose CRC does not match (a flipped byte), or a
+    CRC-valid record with the wrong seq or a malformed body. Open raises
     ``CorruptRecord`` naming the file and offset and does not start.
     ``repair(directory)`` copies each damaged file to ``<name>.broken`` and
     truncates it at the last good record; a later open then succeeds.
+
+The torn/corrupt line in the last file is a heuristic, as etcd's is: a flip
+in the final record's *length* field makes it run past the data and look cut,
+so that one kind of corruption is cut as a torn tail.
 
 Per-record CRC versus a chained CRC
 ===================================
@@ -125,11 +131,18 @@ cannot be mistaken for new ones.
 Durability
 ==========
 
-``enqueue``/``dequeue``/... write into a buffered file and never fsync. The
+``enqueue``/``dequeue``/... write into a buffered file and do not fsync. The
 broker calls ``sync()`` (from another thread, if it likes) to fsync the current
 file; it returns the highest seq now durable, so one fsync can release the
 RECEIPTs of many producers (group commit). There is no fsync policy in this
 package: when to call ``sync()`` is the broker's decision.
+
+Two fsyncs happen on their own, in the writing thread, because space must not
+be reclaimed on the strength of records that are not yet durable: a file is
+fsynced when the writer leaves it (so a ring file is reused only after the
+dequeues that freed it are on disk), and garbage collection fsyncs the current
+file before it deletes anything (so a crash cannot lose both the old copy of a
+message, deleted, and the new one, never synced).
 """
 
 from storage.compact import compact
