@@ -190,14 +190,23 @@ def _classify(name: str, data: bytes, stop: int, status: Status, reason: str, ba
 # -- scanning a directory -----------------------------------------------------------
 
 
-def _read_header(layout: LayoutPolicy, seg: Segment, data: bytes) -> tuple[str, int]:
-    """("ok", header seq) | ("blank", 0) | ("damaged", 0); checks the header fits."""
-    status, rtype, seq, end, _ = check(data, memoryview(data), 0)
-    if status is Status.END and data.count(0) == len(data):
-        return "blank", 0
-    header = decode_file_header(data, 0, end) if status is Status.OK else None
+_PROBE = 64  # bytes read to check a file header (the header record is 36)
+
+
+def _read_header(layout: LayoutPolicy, seg: Segment) -> tuple[str, int, int]:
+    """("ok", header seq, header end) | ("blank", 0, 0) | ("damaged", 0, 0).
+
+    Reads only the start of the file unless it starts with zeros; raises
+    ``StorageError`` if a valid header belongs to another journal or config.
+    """
+    probe = seg.read_head(_PROBE)
+    status, rtype, seq, end, _ = check(probe, memoryview(probe), 0)
+    if status is Status.END:
+        data = seg.read_all()
+        return ("blank" if data.count(0) == len(data) else "damaged"), 0, 0
+    header = decode_file_header(probe, 0, end) if status is Status.OK else None
     if header is None or rtype != RecordType.FILE_HEADER:
-        return "damaged", 0
+        return "damaged", 0, 0
     if header.layout != layout.code or header.file_id != seg.file_id:
         raise StorageError(
             f"{seg.name} belongs to a {Layout.NAMES.get(header.layout, '?')} journal file "
@@ -208,7 +217,7 @@ def _read_header(layout: LayoutPolicy, seg: Segment, data: bytes) -> tuple[str, 
             f"{seg.name} was written for {header.capacity}-byte files; the config says {layout.size}"
         )
     seg.capacity = header.capacity
-    return "ok", seq
+    return "ok", seq, end
 
 
 def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) -> ScanResult:
@@ -226,15 +235,14 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
             f"{directory} holds {other.layout} journal files; the config says {config.layout}"
         )
     segments = {fid: Segment(path, fid, layout.capacity(fid)) for fid, path in paths.items()}
-    headed: list[tuple[int, int, bytes]] = []  # (header seq, file id, data)
-    loose: dict[int, tuple[str, bytes]] = {}  # blank or damaged files
+    headed: list[tuple[int, int, int]] = []  # (header seq, file id, header end)
+    loose: dict[int, str] = {}  # blank or damaged files
     for fid in sorted(segments):
-        data = segments[fid].read_all()
-        state, seq = _read_header(layout, segments[fid], data)
+        state, seq, header_end = _read_header(layout, segments[fid])
         if state == "ok":
-            headed.append((seq, fid, data))
+            headed.append((seq, fid, header_end))
         elif not (state == "blank" and layout.fixed_files):  # an unused ring file is fine
-            loose[fid] = (state, data)
+            loose[fid] = state
     headed.sort()
     if not layout.fixed_files and [f for _, f, _ in headed] != sorted(f for _, f, _ in headed):
         raise StorageError(f"{directory}: file ids and header seqs disagree on the log order")
@@ -244,7 +252,7 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
         rolling = (headed[-1][1] + 1) % layout.count if headed else 0
     else:
         rolling = max(segments, default=-1)
-    for fid, (state, _) in loose.items():
+    for fid, state in loose.items():
         if fid != rolling:
             raise CorruptRecord(segments[fid].name, 0, f"{state} file header inside the log")
 
@@ -257,23 +265,24 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for position, (seq, fid, data) in enumerate(headed):
+        for position, (seq, fid, header_end) in enumerate(headed):
             if seq <= last_seq:
                 raise CorruptRecord(segments[fid].name, 0, f"header seq {seq} is not after {last_seq}")
             is_last = position == len(headed) - 1 and rolling not in loose
-            header_end = check(data, memoryview(data), 0)[3]
+            data = segments[fid].read_all()  # one file in memory at a time
             last_seq, count, damage = _replay(index, segments[fid], data, seq, header_end, keys,
                                               is_last)
             records += count
+            del data
     finally:
         if collecting:
             gc.enable()
     if rolling in loose:
-        state, data = loose[rolling]
         name = segments[rolling].name
-        if state == "blank":
+        if loose[rolling] == "blank":
             damage = TornWrite(name, 0, "file created but its header never written")
         else:
+            data = segments[rolling].read_all()
             status, _, _, bad_end, reason = check(data, memoryview(data), 0)
             if status is Status.OK:
                 raise CorruptRecord(name, 0, "the first record is not a file header")

@@ -93,6 +93,11 @@ class Segment:
         with open(self.path, "rb") as f:
             return f.read()
 
+    def read_head(self, length: int) -> bytes:
+        """The first ``length`` bytes (fewer if the file is shorter)."""
+        with open(self.path, "rb") as f:
+            return f.read(length)
+
     def disk_size(self) -> int:
         return os.path.getsize(self.path)
 
