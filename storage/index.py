@@ -25,25 +25,25 @@ Payloads are never held: an ``Entry`` is the location of an ENQUEUE record.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from storage.model import FileInfo, Pin
 
 __all__ = ["Entry", "FileStats", "JournalIndex", "Tx"]
 
 
-class Entry:
-    """A live (or transaction-pending) enqueue and where its record is."""
+class Entry(NamedTuple):
+    """A live (or transaction-pending) enqueue: where its record is.
 
-    __slots__ = ("seq", "key", "file_id", "offset", "length", "delivered", "marker_file")
+    Immutable and cheap to create (one per message); what changes, the
+    delivered marker, lives in ``JournalIndex.markers``.
+    """
 
-    def __init__(self, seq: int, key: bytes, file_id: int, offset: int, length: int) -> None:
-        self.seq = seq
-        self.key = key
-        self.file_id = file_id
-        self.offset = offset
-        self.length = length
-        self.delivered = False
-        self.marker_file: int | None = None
+    seq: int
+    key: bytes
+    file_id: int
+    offset: int
+    length: int
 
 
 class FileStats:
@@ -88,6 +88,7 @@ class JournalIndex:
     def __init__(self) -> None:
         self.live: dict[int, Entry] = {}
         self.pending: dict[int, Entry] = {}
+        self.markers: dict[int, int] = {}  # delivered enqueue seq -> file of its latest marker
         self.txs: dict[bytes, Tx] = {}
         self.files: dict[int, FileStats] = {}
         self.current = -1  # the current write file (set by the journal)
@@ -198,6 +199,8 @@ class JournalIndex:
         self._release(tx)
 
     def _unpin(self, entry: Entry) -> None:
+        """``entry`` is no longer live nor pending."""
+        self.markers.pop(entry.seq, None)
         home = self.files[entry.file_id]
         home.live -= 1
         if home.live == 0 and entry.file_id != self.current:
@@ -213,10 +216,8 @@ class JournalIndex:
 
     def delivered(self, seq: int, ref: int, file_id: int, end: int) -> None:
         self._note(file_id, seq, end)
-        entry = self.live.get(ref) or self.pending.get(ref)
-        if entry is not None:
-            entry.delivered = True
-            entry.marker_file = file_id
+        if ref in self.live or ref in self.pending:
+            self.markers[ref] = file_id
 
     # -- questions -------------------------------------------------------------
 
@@ -260,13 +261,10 @@ class JournalIndex:
                 result.setdefault(file_id, []).append(txid)
         return {file_id: tuple(sorted(txids)) for file_id, txids in result.items()}
 
-    def markers_in(self, file_ids: Iterable[int]) -> list[Entry]:
-        """Delivered entries whose latest marker sits in one of ``file_ids``."""
+    def markers_in(self, file_ids: Iterable[int]) -> list[int]:
+        """Delivered enqueue seqs whose latest marker sits in one of ``file_ids``."""
         wanted = set(file_ids)
-        return sorted(
-            (e for e in (*self.live.values(), *self.pending.values()) if e.marker_file in wanted),
-            key=lambda e: e.seq,
-        )
+        return sorted(seq for seq, file_id in self.markers.items() if file_id in wanted)
 
     def file_infos(self, files: Mapping[int, tuple[str, int]], current: int | None,
                    transitive: bool) -> list[FileInfo]:

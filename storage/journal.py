@@ -284,8 +284,8 @@ class Journal:
                 victims = self._layout.reclaimable(self._index, self._current.file_id)
                 if not victims:
                     return
-                for entry in self._index.markers_in(victims):
-                    self._mark(entry.seq)  # markers do not pin files: write them again
+                for seq in self._index.markers_in(victims):
+                    self._mark(seq)  # markers do not pin files: write them again
                 # The records that made these files garbage (a dequeue, a commit)
                 # must be durable before the files go, or a crash could lose both
                 # copies of a message that a transaction moved.
@@ -352,7 +352,8 @@ class Journal:
             if e is None:
                 continue
             loc = Location(seq, e.file_id, e.offset, e.length)
-            yield RecoveredRecord(seq, e.key, self.read(loc) if payloads else None, loc, e.delivered)
+            yield RecoveredRecord(seq, e.key, self.read(loc) if payloads else None, loc,
+                                  seq in self._index.markers)
 
     # -- questions ---------------------------------------------------------------------
 
