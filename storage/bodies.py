@@ -1,0 +1,136 @@
+"""Record bodies: the per-type layout inside a record (see the package docstring).
+
+Encoders return a list of parts for ``record.encode`` (so a payload is never
+copied before the single write); decoders take the record's bytes and its
+offsets, so recovery never slices a payload it does not need.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from storage.errors import CorruptRecord
+from storage.record import HEADER_SIZE, RecordType, Status, check
+
+__all__ = [
+    "FORMAT_VERSION",
+    "FileHeader",
+    "Layout",
+    "as_bytes",
+    "decode_dequeue",
+    "decode_enqueue",
+    "decode_file_header",
+    "decode_ref",
+    "encode_dequeue",
+    "encode_enqueue",
+    "encode_file_header",
+    "encode_ref",
+    "enqueue_payload",
+    "verified_payload",
+]
+
+FORMAT_VERSION = 1
+_FILE_HEADER = struct.Struct("<BBHIQ")  # version, layout, reserved, file_id, capacity
+_ENQUEUE = struct.Struct("<HH")  # key length, txid length
+_DEQUEUE = struct.Struct("<QH")  # enqueue seq, txid length
+_REF = struct.Struct("<Q")  # DELIVERED: enqueue seq
+_MAX_ID = 0xFFFF
+
+
+class Layout:
+    """The layout codes stored in a file header."""
+
+    RING = 1
+    GROWING = 2
+    TEMP = 3
+    NAMES = {RING: "ring", GROWING: "growing", TEMP: "temp"}
+
+
+class FileHeader(NamedTuple):
+    """The body of a FILE_HEADER record."""
+
+    version: int
+    layout: int
+    file_id: int
+    capacity: int
+
+
+def as_bytes(value: bytes | str, what: str) -> bytes:
+    """A key or txid as bytes (a ``str`` is UTF-8 encoded); at most 65535 bytes."""
+    raw = value.encode() if isinstance(value, str) else bytes(value)
+    if len(raw) > _MAX_ID:
+        raise ValueError(f"{what} is {len(raw)} bytes; at most {_MAX_ID} are allowed")
+    return raw
+
+
+def encode_file_header(layout: int, file_id: int, capacity: int) -> list[bytes]:
+    return [_FILE_HEADER.pack(FORMAT_VERSION, layout, 0, file_id, capacity)]
+
+
+def decode_file_header(data: bytes, offset: int, end: int) -> FileHeader | None:
+    """The header's fields, or None if the body has the wrong size or version."""
+    if end - offset - HEADER_SIZE != _FILE_HEADER.size:
+        return None
+    version, layout, _, file_id, capacity = _FILE_HEADER.unpack_from(data, offset + HEADER_SIZE)
+    if version != FORMAT_VERSION:
+        return None
+    return FileHeader(version, layout, file_id, capacity)
+
+
+def encode_enqueue(key: bytes, txid: bytes, payload: bytes) -> list[bytes]:
+    return [_ENQUEUE.pack(len(key), len(txid)), key, txid, payload]
+
+
+def decode_enqueue(data: bytes, offset: int, end: int) -> tuple[bytes, bytes, int]:
+    """``(key, txid, payload_offset)`` of the ENQUEUE record at ``offset``."""
+    start = offset + HEADER_SIZE
+    klen, tlen = _ENQUEUE.unpack_from(data, start)
+    k = start + 4
+    t = k + klen
+    p = t + tlen
+    if p > end:
+        raise ValueError("enqueue body is shorter than its key and txid")
+    return data[k:t], data[t:p], p
+
+
+def enqueue_payload(data: bytes, offset: int = 0) -> bytes:
+    """The payload of the ENQUEUE record that starts at ``offset`` of ``data``."""
+    klen, tlen = _ENQUEUE.unpack_from(data, offset + HEADER_SIZE)
+    return data[offset + HEADER_SIZE + 4 + klen + tlen :]
+
+
+def verified_payload(data: bytes, seq: int, file: str, offset: int) -> bytes:
+    """The payload of ``data``, which must be exactly the ENQUEUE record ``seq``.
+
+    Raises ``CorruptRecord`` (naming ``file`` and ``offset``) if it is not.
+    """
+    status, rtype, found, end, reason = check(data, memoryview(data), 0)
+    if status is not Status.OK or rtype != RecordType.ENQUEUE or found != seq or end != len(data):
+        raise CorruptRecord(file, offset, reason or f"expected enqueue {seq}, found record {found}")
+    return enqueue_payload(data)
+
+
+def encode_dequeue(ref: int, txid: bytes) -> list[bytes]:
+    return [_DEQUEUE.pack(ref, len(txid)), txid]
+
+
+def decode_dequeue(data: bytes, offset: int, end: int) -> tuple[int, bytes]:
+    """``(enqueue seq, txid)`` of the DEQUEUE record at ``offset``."""
+    start = offset + HEADER_SIZE
+    ref, tlen = _DEQUEUE.unpack_from(data, start)
+    t = start + _DEQUEUE.size
+    if t + tlen != end:
+        raise ValueError("dequeue body length does not match its txid length")
+    return ref, data[t:end]
+
+
+def encode_ref(ref: int) -> list[bytes]:
+    return [_REF.pack(ref)]
+
+
+def decode_ref(data: bytes, offset: int, end: int) -> int:
+    """The enqueue seq a DELIVERED record refers to."""
+    if end - offset - HEADER_SIZE != _REF.size:
+        raise ValueError("delivered body is not 8 bytes")
+    return int(_REF.unpack_from(data, offset + HEADER_SIZE)[0])

@@ -1,0 +1,291 @@
+"""The in-memory index: what the log means, replayed one record at a time.
+
+Theory of operation: the journal and recovery drive the same state machine.
+The journal validates an operation (a dequeue of an unknown seq is the
+caller's bug), writes its record, then applies it here; recovery applies every
+record it scans, in log order, and is lenient (a dequeue whose enqueue lived
+in a reclaimed file is simply ignored). So a journal reopened from disk ends
+in exactly the state the writing journal was in.
+
+Per file it keeps what the layouts need to decide reuse and deletion:
+
+``live``        enqueues in the file that are live, or pending in an open
+                transaction (the Qpid legacystore's per-file enqueue count);
+``tx_records``  records of open transactions in the file;
+``deps``        for dequeue and commit records in the file, the files holding
+                the enqueues they refer to: while such a file is kept, this
+                one must be kept too, or recovery would resurrect (a lost
+                dequeue) or drop (a lost commit) a message. This is KahaDB's
+                "a file containing acks for messages in a still-live file is
+                kept".
+
+Payloads are never held: an ``Entry`` is the location of an ENQUEUE record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
+
+from storage.model import FileInfo, Pin
+
+__all__ = ["Entry", "FileStats", "JournalIndex", "Tx"]
+
+
+class Entry(NamedTuple):
+    """A live (or transaction-pending) enqueue: where its record is.
+
+    Immutable and cheap to create (one per message); what changes, the
+    delivered marker, lives in ``JournalIndex.markers``.
+    """
+
+    seq: int
+    key: bytes
+    file_id: int
+    offset: int
+    length: int
+
+
+class FileStats:
+    """Counts for one file; ``used`` is the offset just after its last record."""
+
+    __slots__ = ("file_id", "first_seq", "last_seq", "records", "used", "live", "tx_records", "deps")
+
+    def __init__(self, file_id: int, first_seq: int, used: int) -> None:
+        self.file_id = file_id
+        self.first_seq = first_seq
+        self.last_seq = first_seq
+        self.records = 1  # the file header
+        self.used = used
+        self.live = 0
+        self.tx_records = 0
+        self.deps: dict[int, int] = {}
+
+
+class Tx:
+    """An open transaction: its pending enqueues and dequeues, and its files."""
+
+    __slots__ = ("enqueues", "dequeues", "files")
+
+    def __init__(self) -> None:
+        self.enqueues: list[Entry] = []
+        # (enqueue seq, file of the dequeue record, file of the enqueue or None)
+        self.dequeues: list[tuple[int, int, int | None]] = []
+        self.files: dict[int, int] = {}
+
+
+def _bump(deps: dict[int, int], file_id: int, by: int) -> None:
+    count = deps.get(file_id, 0) + by
+    if count > 0:
+        deps[file_id] = count
+    else:
+        deps.pop(file_id, None)
+
+
+class JournalIndex:
+    """Live enqueues, open transactions and per-file counts of one journal."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, Entry] = {}
+        self.pending: dict[int, Entry] = {}
+        self.markers: dict[int, int] = {}  # delivered enqueue seq -> file of its latest marker
+        self.txs: dict[bytes, Tx] = {}
+        self.files: dict[int, FileStats] = {}
+        self.current = -1  # the current write file (set by the journal)
+        self.emptied = False  # a file other than the current one lost its last pin
+
+    # -- files ---------------------------------------------------------------
+
+    def add_file(self, file_id: int, first_seq: int, used: int) -> FileStats:
+        """Start counting a file whose header record has ``first_seq`` (replaces old counts)."""
+        self.forget_file(file_id)
+        stats = self.files[file_id] = FileStats(file_id, first_seq, used)
+        return stats
+
+    def forget_file(self, file_id: int) -> None:
+        """Drop a reclaimed file's counts and every dependency on it."""
+        if self.files.pop(file_id, None) is None:
+            return
+        for stats in self.files.values():
+            stats.deps.pop(file_id, None)
+
+    def log_order(self) -> list[FileStats]:
+        return sorted(self.files.values(), key=lambda s: s.first_seq)
+
+    # -- records -------------------------------------------------------------
+
+    def _note(self, file_id: int, seq: int, end: int) -> FileStats:
+        stats = self.files[file_id]
+        stats.records += 1
+        stats.last_seq = seq
+        stats.used = end
+        return stats
+
+    def _tx(self, txid: bytes, stats: FileStats) -> Tx:
+        tx = self.txs.get(txid)
+        if tx is None:
+            tx = self.txs[txid] = Tx()
+        tx.files[stats.file_id] = tx.files.get(stats.file_id, 0) + 1
+        stats.tx_records += 1
+        return tx
+
+    def enqueue(
+        self, seq: int, key: bytes, txid: bytes, file_id: int, offset: int, end: int
+    ) -> Entry:
+        stats = self.files[file_id]  # _note, inlined: this is the hottest path
+        stats.records += 1
+        stats.last_seq = seq
+        stats.used = end
+        stats.live += 1
+        entry = Entry(seq, key, file_id, offset, end - offset)
+        if txid:
+            self._tx(txid, stats).enqueues.append(entry)
+            self.pending[seq] = entry
+        else:
+            self.live[seq] = entry
+        return entry
+
+    def dequeue(self, seq: int, ref: int, txid: bytes, file_id: int, end: int) -> None:
+        stats = self._note(file_id, seq, end)
+        if not txid:
+            entry = self.live.pop(ref, None)
+            if entry is not None:
+                self._drop(entry, stats)
+            return
+        entry = self.live.get(ref)
+        enq_file = None if entry is None else entry.file_id
+        self._tx(txid, stats).dequeues.append((ref, file_id, enq_file))
+        if enq_file is not None and enq_file != file_id:
+            _bump(stats.deps, enq_file, 1)
+
+    def _drop(self, entry: Entry, stats: FileStats) -> None:
+        """``entry`` is dequeued by a record in ``stats``'s file."""
+        self._unpin(entry)
+        if entry.file_id != stats.file_id:
+            _bump(stats.deps, entry.file_id, 1)
+
+    def commit(self, seq: int, txid: bytes, file_id: int, end: int) -> None:
+        stats = self._note(file_id, seq, end)
+        tx = self.txs.pop(txid, None)
+        if tx is None:
+            return
+        for entry in tx.enqueues:
+            del self.pending[entry.seq]
+            self.live[entry.seq] = entry
+            if entry.file_id != file_id:
+                _bump(stats.deps, entry.file_id, 1)
+        for ref, _, _ in tx.dequeues:
+            dead = self.live.pop(ref, None)
+            if dead is not None:
+                self._drop(dead, stats)
+        self._release(tx)
+
+    def abort(self, seq: int, txid: bytes, file_id: int, end: int) -> None:
+        self._note(file_id, seq, end)
+        self.discard(txid)
+
+    def discard(self, txid: bytes) -> None:
+        """Forget an open transaction's records (an abort, in memory only)."""
+        tx = self.txs.pop(txid, None)
+        if tx is None:
+            return
+        for entry in tx.enqueues:
+            del self.pending[entry.seq]
+            self._unpin(entry)
+        for _, dq_file, enq_file in tx.dequeues:
+            holder = self.files.get(dq_file)
+            if holder is not None and enq_file is not None and enq_file != dq_file:
+                _bump(holder.deps, enq_file, -1)
+        self._release(tx)
+
+    def _unpin(self, entry: Entry) -> None:
+        """``entry`` is no longer live nor pending."""
+        self.markers.pop(entry.seq, None)
+        home = self.files[entry.file_id]
+        home.live -= 1
+        if home.live == 0 and entry.file_id != self.current:
+            self.emptied = True
+
+    def _release(self, tx: Tx) -> None:
+        for file_id, count in tx.files.items():
+            stats = self.files.get(file_id)
+            if stats is not None:
+                stats.tx_records -= count
+                if file_id != self.current:
+                    self.emptied = True
+
+    def delivered(self, seq: int, ref: int, file_id: int, end: int) -> None:
+        self._note(file_id, seq, end)
+        if ref in self.live or ref in self.pending:
+            self.markers[ref] = file_id
+
+    # -- questions -------------------------------------------------------------
+
+    def retained(self, current: int) -> set[int]:
+        """Files the growing layout must keep (see the module docstring)."""
+        keep: set[int] = set()
+        for stats in self.log_order():
+            if (
+                stats.file_id == current
+                or stats.live
+                or stats.tx_records
+                or any(dep in keep for dep in stats.deps)
+            ):
+                keep.add(stats.file_id)
+        return keep
+
+    def own_pins(self) -> dict[int, list[Pin]]:
+        """For each file, the live and pending enqueues in it, in seq order."""
+        pins: dict[int, list[Pin]] = {file_id: [] for file_id in self.files}
+        for entry in sorted((*self.live.values(), *self.pending.values()), key=lambda e: e.seq):
+            pins.setdefault(entry.file_id, []).append(Pin(entry.seq, entry.key, entry.file_id))
+        return pins
+
+    def pins(self, transitive: bool) -> dict[int, tuple[Pin, ...]]:
+        """Messages keeping each file; ``transitive`` adds those of its ``deps``."""
+        own = self.own_pins()
+        result: dict[int, tuple[Pin, ...]] = {}
+        for stats in self.log_order():
+            found = {pin.seq: pin for pin in own[stats.file_id]}
+            if transitive:
+                for dep in stats.deps:
+                    found.update((pin.seq, pin) for pin in result.get(dep, ()))
+            result[stats.file_id] = tuple(found[seq] for seq in sorted(found))
+        return result
+
+    def open_txids(self) -> dict[int, tuple[bytes, ...]]:
+        """For each file, the open transactions with records in it."""
+        result: dict[int, list[bytes]] = {}
+        for txid, tx in self.txs.items():
+            for file_id in tx.files:
+                result.setdefault(file_id, []).append(txid)
+        return {file_id: tuple(sorted(txids)) for file_id, txids in result.items()}
+
+    def markers_in(self, file_ids: Iterable[int]) -> list[int]:
+        """Delivered enqueue seqs whose latest marker sits in one of ``file_ids``."""
+        wanted = set(file_ids)
+        return sorted(seq for seq, file_id in self.markers.items() if file_id in wanted)
+
+    def file_infos(self, files: Mapping[int, tuple[str, int]], current: int | None,
+                   transitive: bool) -> list[FileInfo]:
+        """``FileInfo`` for each of ``files`` (file id -> (name, size)), by file id."""
+        pins = self.pins(transitive)
+        txids = self.open_txids()
+        infos = []
+        for fid in sorted(files):
+            name, size = files[fid]
+            stats = self.files.get(fid)
+            infos.append(FileInfo(
+                file_id=fid,
+                name=name,
+                size=size,
+                used=stats.used if stats else 0,
+                records=stats.records if stats else 0,
+                live=stats.live if stats else 0,
+                pins=pins.get(fid, ()),
+                first_seq=stats.first_seq if stats else None,
+                last_seq=stats.last_seq if stats else None,
+                current=fid == current,
+                open_txids=txids.get(fid, ()),
+            ))
+        return infos

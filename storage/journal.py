@@ -1,0 +1,395 @@
+"""The journal: append records, replay them at open, read payloads back.
+
+Theory of operation. ``Journal.open`` replays the directory (``recovery.py``),
+cuts a torn tail, writes a TX_ABORT for every transaction left open, and
+opens the last file for appending. Every operation then validates, appends
+one record to the current file's write buffer (rolling to another file when it
+does not fit: ``ring.py`` / ``growing.py`` decide which), and applies the same
+record to the ``JournalIndex`` that recovery would build from it.
+
+Threads: one owner thread calls everything except ``sync``, which may run in
+another thread while the owner appends (group commit). A lock guards the file
+handles; ``sync`` holds it only to flush and duplicate the descriptor, and runs
+the fsync itself outside it, so appends continue during an fsync.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from types import TracebackType
+
+from storage.bodies import (
+    as_bytes,
+    encode_dequeue,
+    encode_enqueue,
+    encode_file_header,
+    encode_ref,
+    verified_payload,
+)
+from storage.errors import JournalFull, TornWrite
+from storage.index import JournalIndex
+from storage.model import FileInfo, JournalConfig, Location, RecoveredRecord
+from storage.record import HEADER_SIZE, RecordType, encode
+from storage.recovery import RecoveryReport, ScanResult, make_layout, scan_directory
+from storage.ring import RingLayout
+from storage.segment import Segment, fsync_directory
+
+__all__ = ["Journal", "TxId"]
+
+TxId = bytes | str
+_HEADER_RECORD = HEADER_SIZE + len(encode_file_header(0, 0, 0)[0])
+_ENQUEUE_FIXED = HEADER_SIZE + 4
+_DEQUEUE_FIXED = HEADER_SIZE + 10
+
+
+class Journal:
+    """An append-only, segmented journal of enqueues, dequeues and transactions."""
+
+    def __init__(self, config: JournalConfig, result: ScanResult) -> None:
+        """Use ``Journal.open``; this only adopts a scanned directory."""
+        self.config = config
+        self._layout = make_layout(config)
+        self._dir = config.path
+        self._lock = threading.Lock()
+        self._index: JournalIndex = result.index
+        self._segments: dict[int, Segment] = result.segments
+        self._next_seq = result.next_seq
+        self._durable_seq = 0
+        self._keys: dict[str, bytes] = {}
+        self._unwritten_aborts: set[bytes] = set()
+        self._closed = False
+        self._current: Segment
+        self._max_record = self._layout.size - _HEADER_RECORD
+        self.recovery = RecoveryReport("new", 0, 0, 0)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @classmethod
+    def open(cls, config: JournalConfig) -> Journal:
+        """Open (creating if needed) and recover the journal in ``config.directory``.
+
+        Raises ``CorruptRecord`` on damage before the tail of the log, and
+        ``StorageError`` if the files do not match the config.
+        """
+        config.path.mkdir(parents=True, exist_ok=True)
+        result = scan_directory(config)
+        journal = cls(config, result)
+        journal._start(result)
+        return journal
+
+    def _start(self, result: ScanResult) -> None:
+        torn = result.damage
+        if torn is not None:
+            self._cut(torn)
+        if isinstance(self._layout, RingLayout):
+            self._layout.create_files(self._dir, self._segments)
+        order = [fid for fid in result.order if fid in self._segments]
+        if order:
+            self._current = self._segments[order[-1]]
+            self._index.current = order[-1]
+            self._index.emptied = True  # recovery may have left garbage behind
+            self._current.extend()
+            self._current.open_writer(self._current.offset)
+        else:
+            first = 0 if self._layout.fixed_files else max(self._segments, default=0) + 1
+            self._open_file(first)
+        aborted = tuple(self._index.txs)
+        for txid in aborted:
+            try:
+                self.abort(txid)
+            except JournalFull:  # a full ring: write the abort before the txid is reused
+                self._index.discard(txid)
+                self._unwritten_aborts.add(txid)
+        self._collect()
+        outcome = "torn" if torn else ("clean" if order else "new")
+        self.recovery = RecoveryReport(
+            outcome, len(order), result.records, len(self._index.live), torn, aborted
+        )
+
+    def _cut(self, torn: TornWrite) -> None:
+        """Zero a torn tail (a torn file header: drop or zero the whole file)."""
+        seg = next(s for s in self._segments.values() if s.name == torn.file)
+        if torn.offset == 0 and not self._layout.fixed_files:
+            seg.unlink()
+            del self._segments[seg.file_id]
+        else:
+            seg.zero_from(torn.offset)
+            seg.fsync()
+        fsync_directory(self._dir)
+
+    def close(self) -> None:
+        """Flush, fsync and close every file. The journal cannot be used afterwards."""
+        with self._lock:
+            if self._closed:
+                return
+            self._current.fsync()
+            self._closed = True
+            for seg in self._segments.values():
+                seg.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------
+
+    def _live(self, file_id: int) -> int:
+        stats = self._index.files.get(file_id)
+        return stats.live if stats is not None else 0
+
+    def _open_file(self, file_id: int) -> None:
+        """Make ``file_id`` the current file: zero or create it, write its header."""
+        seg = self._layout.prepare(self._dir, self._segments, file_id)
+        seq = self._next_seq
+        self._next_seq += 1
+        seg.open_writer(0)
+        header = encode_file_header(self._layout.code, file_id, seg.capacity)
+        seg.append(encode(RecordType.FILE_HEADER, seq, header))
+        seg.fsync()
+        if not self._layout.fixed_files:
+            fsync_directory(self._dir)
+        self._index.add_file(file_id, seq, seg.offset)
+        self._index.current = file_id
+        self._current = seg
+
+    def _roll(self) -> None:
+        old = self._current
+        following = self._layout.next_file(old.file_id, self._live)  # may raise JournalFull
+        old.fsync()
+        old.close_writer()
+        self._open_file(following)
+        self._index.emptied = True  # the old current file may now be reclaimable
+
+    def _append(self, rtype: int, parts: list[bytes], length: int) -> tuple[int, int, int]:
+        """Write one record (caller holds the lock); returns (seq, file id, offset)."""
+        if self._closed:
+            raise ValueError("the journal is closed")
+        if self._current.offset + length > self._current.capacity:
+            self._roll()
+        seq = self._next_seq
+        self._next_seq = seq + 1
+        offset = self._current.append(encode(rtype, seq, parts, length - HEADER_SIZE))
+        return seq, self._current.file_id, offset
+
+    def _txid(self, txid: TxId | None) -> bytes:
+        """A txid as bytes (b"" for none); first writes an abort still owed for it."""
+        if not txid:
+            return b""
+        t = as_bytes(txid, "txid")
+        if t in self._unwritten_aborts:
+            self._unwritten_aborts.discard(t)
+            try:
+                self.abort(t)
+            except JournalFull:
+                self._unwritten_aborts.add(t)
+                raise
+        return t
+
+    def _key(self, key: bytes | str) -> bytes:
+        if isinstance(key, str):
+            cached = self._keys.get(key)
+            if cached is None:
+                cached = self._keys[key] = as_bytes(key, "key")
+            return cached
+        return key if type(key) is bytes and len(key) <= 0xFFFF else as_bytes(key, "key")
+
+    def enqueue(self, key: bytes | str, payload: bytes, txid: TxId | None = None, *,
+                use_reserve: bool = False) -> Location:
+        """Append a message for ``key``; buffered, not fsynced (see ``sync``).
+
+        In a ring, the enqueue threshold may refuse it with
+        ``EnqueueThresholdExceeded``; ``use_reserve=True`` (for compaction) skips
+        that check and may raise ``JournalFull`` instead. With a ``txid`` the
+        message becomes live only at ``commit(txid)``.
+        """
+        k = self._key(key)
+        t = self._txid(txid)
+        length = _ENQUEUE_FIXED + len(k) + len(t) + len(payload)
+        if length > self._max_record:
+            raise ValueError(f"a {length}-byte record does not fit in a {self._layout.size}-byte file")
+        parts = encode_enqueue(k, t, payload)
+        with self._lock:
+            if not use_reserve and not self._closed:
+                cur = self._current
+                self._layout.check_enqueue(cur.file_id, cur.offset, length, self._live)
+            seq, fid, offset = self._append(RecordType.ENQUEUE, parts, length)
+            self._index.enqueue(seq, k, t, fid, offset, offset + length)
+        return Location(seq, fid, offset, length)
+
+    def dequeue(self, enqueue_seq: int, txid: TxId | None = None) -> int:
+        """Remove a live message (at ``commit(txid)`` if given); returns the record's seq."""
+        if enqueue_seq not in self._index.live:
+            raise KeyError(f"no live enqueue with seq {enqueue_seq}")
+        t = self._txid(txid)
+        with self._lock:
+            seq, fid, offset = self._append(
+                RecordType.DEQUEUE, encode_dequeue(enqueue_seq, t), _DEQUEUE_FIXED + len(t)
+            )
+            self._index.dequeue(seq, enqueue_seq, t, fid, offset + _DEQUEUE_FIXED + len(t))
+        self._collect()
+        return seq
+
+    def mark_delivered(self, enqueue_seq: int) -> int:
+        """Record that a message went to a consumer: recovery flags it redelivered."""
+        if enqueue_seq not in self._index.live and enqueue_seq not in self._index.pending:
+            raise KeyError(f"no live enqueue with seq {enqueue_seq}")
+        with self._lock:
+            seq = self._mark(enqueue_seq)
+        self._collect()
+        return seq
+
+    def _mark(self, enqueue_seq: int) -> int:
+        seq, fid, offset = self._append(RecordType.DELIVERED, encode_ref(enqueue_seq), HEADER_SIZE + 8)
+        self._index.delivered(seq, enqueue_seq, fid, offset + HEADER_SIZE + 8)
+        return seq
+
+    def _end_tx(self, rtype: RecordType, txid: TxId) -> int:
+        if not txid:
+            raise ValueError("a transaction id must not be empty")
+        t = as_bytes(txid, "txid")
+        if rtype is RecordType.TX_COMMIT:
+            self._txid(t)
+        apply = self._index.commit if rtype is RecordType.TX_COMMIT else self._index.abort
+        with self._lock:
+            seq, fid, offset = self._append(rtype, [t], HEADER_SIZE + len(t))
+            apply(seq, t, fid, offset + HEADER_SIZE + len(t))
+        self._unwritten_aborts.discard(t)
+        self._collect()
+        return seq
+
+    def commit(self, txid: TxId) -> int:
+        """Make the transaction's enqueues and dequeues effective; returns the seq."""
+        return self._end_tx(RecordType.TX_COMMIT, txid)
+
+    def abort(self, txid: TxId) -> int:
+        """Discard the transaction's enqueues and dequeues; returns the seq."""
+        return self._end_tx(RecordType.TX_ABORT, txid)
+
+    def _collect(self) -> None:
+        """Delete the files the layout says are garbage (growing only).
+
+        Runs in the owner thread after an operation that may have emptied a
+        file; it fsyncs the current file before deleting anything.
+        """
+        if not self._index.emptied:
+            return
+        with self._lock:
+            while True:
+                self._index.emptied = False
+                victims = self._layout.reclaimable(self._index, self._current.file_id)
+                if not victims:
+                    return
+                for seq in self._index.markers_in(victims):
+                    self._mark(seq)  # markers do not pin files: write them again
+                # The records that made these files garbage (a dequeue, a commit)
+                # must be durable before the files go, or a crash could lose both
+                # copies of a message that a transaction moved.
+                self._current.fsync()
+                self._durable_seq = self._next_seq - 1
+                for fid in victims:
+                    if fid != self._current.file_id:
+                        self._segments.pop(fid).unlink()
+                        self._index.forget_file(fid)
+                fsync_directory(self._dir)
+
+    # -- durability ----------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Push buffered records to the OS (no fsync)."""
+        with self._lock:
+            if not self._closed:
+                self._current.flush()
+
+    def sync(self) -> int:
+        """fsync the current file; returns the highest seq now durable.
+
+        Safe to call from another thread while the owner appends: the fsync
+        runs outside the lock, on a duplicate of the descriptor.
+        """
+        with self._lock:
+            if self._closed:
+                raise ValueError("the journal is closed")
+            seq = self._next_seq - 1
+            if seq <= self._durable_seq:
+                return self._durable_seq
+            self._current.flush()
+            fd = self._current.dup_fd()
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with self._lock:
+            self._durable_seq = max(self._durable_seq, seq)
+        return seq
+
+    # -- reading -------------------------------------------------------------------
+
+    def read(self, location: Location) -> bytes:
+        """The payload of a live (or transaction-pending) enqueue, read from disk."""
+        index = self._index
+        if location.seq not in index.live and location.seq not in index.pending:
+            raise KeyError(f"no live enqueue with seq {location.seq}")
+        seg = self._segments[location.file_id]
+        with self._lock:
+            data = seg.pread(location.offset, location.length)
+        return verified_payload(data, location.seq, seg.name, location.offset)
+
+    def location(self, seq: int) -> Location:
+        """Where the live enqueue ``seq`` is (KeyError if it is not live)."""
+        e = self._index.live[seq]
+        return Location(e.seq, e.file_id, e.offset, e.length)
+
+    def recovered(self, *, payloads: bool = True) -> Iterator[RecoveredRecord]:
+        """The live (committed) enqueues in log order; payloads read from disk if asked."""
+        live = self._index.live
+        for seq in sorted(live):
+            e = live.get(seq)
+            if e is None:
+                continue
+            loc = Location(seq, e.file_id, e.offset, e.length)
+            yield RecoveredRecord(seq, e.key, self.read(loc) if payloads else None, loc,
+                                  seq in self._index.markers)
+
+    # -- questions ---------------------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        return self._next_seq - 1
+
+    @property
+    def durable_seq(self) -> int:
+        return self._durable_seq
+
+    @property
+    def live_count(self) -> int:
+        return len(self._index.live)
+
+    @property
+    def current_file_id(self) -> int:
+        return self._current.file_id
+
+    @property
+    def open_txids(self) -> tuple[bytes, ...]:
+        return tuple(self._index.txs)
+
+    def writable(self) -> int:
+        """Bytes that can be written before the journal is full (unbounded if growing)."""
+        cur = self._current
+        return self._layout.writable(cur.file_id, cur.offset, _HEADER_RECORD, self._live)
+
+    def disk_usage(self) -> int:
+        """Bytes the journal's files take on disk (each counted at its full, preallocated size)."""
+        return sum(seg.capacity for seg in self._segments.values())
+
+    def files(self) -> list[FileInfo]:
+        """One ``FileInfo`` per file, by file id (see ``FileInfo``)."""
+        return self._index.file_infos(
+            {fid: (seg.name, seg.capacity) for fid, seg in self._segments.items()},
+            self._current.file_id,
+            transitive=not self._layout.fixed_files,
+        )

@@ -1,0 +1,161 @@
+"""The temp store: spill files for ActiveMQ's FilePendingMessageCursor.
+
+Theory of operation (ActiveMQ ``PListStoreImpl`` / ``PListImpl``). The store
+lives in its own directory and is wiped at open: nothing in it survives a
+restart, so it is never recovered and needs no transactions. Entries are
+ENQUEUE records (the key is the list id) framed exactly like the journal's,
+appended to files ``tmp-00000001.data`` ... of ``max_file_length`` bytes
+(ActiveMQ's default is 32 MiB).
+
+Usage is the sum of the files' sizes, and each file is **created at its full
+size** (preallocated with ``ftruncate``), so one entry costs a whole file, as
+in ActiveMQ, where TempUsage counts the journal files' lengths. (The other
+choice, counting only written bytes, would hide the behaviour this store is
+here to show.)
+
+A file is deleted once no entry in it is referenced (``release``), **except
+the current write file, which is never deleted**. So after the first spill
+the usage never falls below one file: with a temp limit below
+``max_file_length`` the store reports >= 100% forever, and a producer blocked
+waiting for temp space never wakes (seed 001).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+from storage.bodies import Layout, as_bytes, encode_enqueue, encode_file_header, verified_payload
+from storage.record import HEADER_SIZE, RecordType, encode
+from storage.segment import Segment, numbered_files
+
+__all__ = ["TEMP_MAX_FILE_LENGTH", "TempFileInfo", "TempHandle", "TempStore"]
+
+TEMP_MAX_FILE_LENGTH = 32 * 1024 * 1024
+_NAME = re.compile(r"^tmp-(\d{8})\.data$")
+
+
+class TempHandle(NamedTuple):
+    """Where a spilled entry is: its seq, file, offset and record length."""
+
+    seq: int
+    file_id: int
+    offset: int
+    length: int
+
+
+class TempFileInfo(NamedTuple):
+    """One temp file: its name, size, referenced entries, and whether it is current."""
+
+    file_id: int
+    name: str
+    size: int
+    referenced: int
+    current: bool
+
+
+class TempStore:
+    """Append-only spill files with reference counts; see the module docstring."""
+
+    def __init__(self, directory: str | os.PathLike[str],
+                 max_file_length: int = TEMP_MAX_FILE_LENGTH) -> None:
+        self.directory = Path(directory)
+        self.max_file_length = max_file_length
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for path in numbered_files(self.directory, _NAME).values():  # wiped at open
+            path.unlink()
+        self._segments: dict[int, Segment] = {}
+        self._refs: dict[int, int] = {}
+        self._live: dict[int, int] = {}  # entry seq -> file id
+        self._current: Segment | None = None
+        self._next_id = 1
+        self._next_seq = 1
+        header = encode_file_header(Layout.TEMP, 0, 0)
+        self._max_entry = max_file_length - (HEADER_SIZE + len(header[0])) - HEADER_SIZE - 4
+
+    def _new_file(self) -> Segment:
+        fid = self._next_id
+        self._next_id += 1
+        path = self.directory / f"tmp-{fid:08d}.data"
+        seg = self._segments[fid] = Segment.create(path, fid, self.max_file_length)
+        self._refs[fid] = 0
+        seg.open_writer(0)
+        seg.append(encode(RecordType.FILE_HEADER, self._take_seq(),
+                          encode_file_header(Layout.TEMP, fid, self.max_file_length)))
+        old, self._current = self._current, seg
+        if old is not None:
+            old.close_writer()
+            if self._refs[old.file_id] == 0:
+                self._delete(old.file_id)
+        return seg
+
+    def _take_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    def _delete(self, file_id: int) -> None:
+        self._segments.pop(file_id).unlink()
+        del self._refs[file_id]
+
+    def append(self, list_id: bytes | str, payload: bytes) -> TempHandle:
+        """Spill ``payload`` for list ``list_id``; keep the handle to read or release it."""
+        key = as_bytes(list_id, "list id")
+        if len(key) + len(payload) > self._max_entry:
+            raise ValueError(f"a {len(payload)}-byte entry does not fit in a temp file")
+        parts = encode_enqueue(key, b"", payload)
+        length = HEADER_SIZE + 4 + len(key) + len(payload)
+        seg = self._current
+        if seg is None or seg.offset + length > seg.capacity:
+            seg = self._new_file()
+        seq = self._take_seq()
+        offset = seg.append(encode(RecordType.ENQUEUE, seq, parts))
+        self._refs[seg.file_id] += 1
+        self._live[seq] = seg.file_id
+        return TempHandle(seq, seg.file_id, offset, length)
+
+    def read(self, handle: TempHandle) -> bytes:
+        """The payload of a spilled entry that has not been released."""
+        if self._live.get(handle.seq) != handle.file_id:
+            raise KeyError(f"no temp entry {handle.seq} in file {handle.file_id}")
+        seg = self._segments[handle.file_id]
+        data = seg.pread(handle.offset, handle.length)
+        return verified_payload(data, handle.seq, seg.name, handle.offset)
+
+    def release(self, handle: TempHandle) -> None:
+        """Drop an entry; its file goes when nothing in it is referenced (unless current)."""
+        if self._live.get(handle.seq) != handle.file_id:
+            raise KeyError(f"no temp entry {handle.seq} in file {handle.file_id}")
+        del self._live[handle.seq]
+        self._refs[handle.file_id] -= 1
+        current = self._current.file_id if self._current is not None else None
+        if self._refs[handle.file_id] == 0 and handle.file_id != current:
+            self._delete(handle.file_id)
+
+    def flush(self) -> None:
+        """Push buffered entries to the OS (reads flush by themselves)."""
+        if self._current is not None:
+            self._current.flush()
+
+    def disk_usage(self) -> int:
+        """Bytes on disk: every file counted at its full (preallocated) size."""
+        return sum(seg.capacity for seg in self._segments.values())
+
+    @property
+    def entries(self) -> int:
+        return len(self._live)
+
+    def files(self) -> list[TempFileInfo]:
+        current = self._current.file_id if self._current is not None else None
+        return [
+            TempFileInfo(fid, seg.name, seg.capacity, self._refs[fid], fid == current)
+            for fid, seg in sorted(self._segments.items())
+        ]
+
+    def close(self) -> None:
+        for seg in self._segments.values():
+            seg.close()
+        self._segments.clear()
+        self._current = None

@@ -1,0 +1,45 @@
+"""Fixtures for the storage tests: small journals of either layout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from storage.journal import Journal
+from storage.model import JournalConfig
+from storage_helpers import small_config
+
+
+@pytest.fixture(autouse=True)
+def _close_journals(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every journal a test opens is closed at teardown (closing twice is harmless)."""
+    opened: list[Journal] = []
+    real_open = Journal.open.__func__  # type: ignore[attr-defined]
+
+    def tracking_open(cls: type[Journal], config: JournalConfig) -> Journal:
+        journal = real_open(cls, config)
+        opened.append(journal)
+        return journal
+
+    monkeypatch.setattr(Journal, "open", classmethod(tracking_open))
+    yield
+    for journal in opened:
+        journal.close()
+
+
+@pytest.fixture(params=["ring", "growing"])
+def layout(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def config(tmp_path: Path, layout: str) -> JournalConfig:
+    return small_config(tmp_path / "journal", layout)
+
+
+@pytest.fixture
+def open_journal(config: JournalConfig) -> Callable[[], Journal]:
+    """Open the fixture's journal (again)."""
+    return lambda: Journal.open(config)

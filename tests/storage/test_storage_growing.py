@@ -1,0 +1,112 @@
+"""The growing layout: KahaDB's files added as needed and garbage-collected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from storage.journal import Journal
+from storage.model import JournalConfig
+from storage_helpers import reopened, small_config
+
+MSG = b"m" * 100
+
+
+def advance(j: Journal, files: int = 1) -> None:
+    """Enqueue and dequeue traffic until the writer has moved ``files`` files on."""
+    target = j.current_file_id + files
+    while j.current_file_id < target:
+        j.dequeue(j.enqueue(b"filler", MSG).seq)
+
+
+def file_ids(j: Journal) -> list[int]:
+    return [f.file_id for f in j.files()]
+
+
+def test_an_unconsumed_message_keeps_its_file_and_the_files_acking_its_neighbours(
+    tmp_path: Path,
+) -> None:
+    cfg = small_config(tmp_path / "q", "growing")
+    j = Journal.open(cfg)
+    pin = j.enqueue(b"q", MSG)
+    neighbours = [j.enqueue(b"q", MSG) for _ in range(20)]  # db-1, spilling into db-2
+    assert pin.file_id == 1
+    advance(j)  # now in db-3
+    for loc in neighbours:
+        j.dequeue(loc.seq)  # acks for db-1 messages land in db-3
+    acks_file = j.current_file_id
+    advance(j, 2)
+    # db-1 (the pin), the file holding acks for db-1 messages, and the current file.
+    assert file_ids(j) == [1, acks_file, j.current_file_id]
+    info = {f.file_id: f for f in j.files()}
+    assert info[1].live == 1 and [p.seq for p in info[1].pins] == [pin.seq]
+    assert info[acks_file].live == 0 and [p.seq for p in info[acks_file].pins] == [pin.seq]
+    j.close()
+    j = Journal.open(cfg)  # the kept files recover the same single message
+    assert [r.seq for r in j.recovered()] == [pin.seq]
+    assert file_ids(j) == [1, acks_file, j.current_file_id]
+    # Ack the pin: everything but the current file goes.
+    j.dequeue(pin.seq)
+    assert file_ids(j) == [j.current_file_id]
+    assert j.disk_usage() == cfg.max_file_length
+    j.close()
+    assert [r.payload for r in reopened(cfg)] == []  # and nothing comes back
+
+
+def test_files_with_only_dead_records_go_as_soon_as_the_writer_leaves_them(tmp_path: Path) -> None:
+    j = Journal.open(small_config(tmp_path / "q", "growing"))
+    advance(j, 5)
+    assert file_ids(j) == [j.current_file_id] == [6]
+
+
+def test_the_current_file_is_never_deleted(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path / "q", "growing")
+    j = Journal.open(cfg)
+    j.dequeue(j.enqueue(b"q", MSG).seq)
+    assert file_ids(j) == [1] and j.files()[0].live == 0
+    assert (cfg.path / "db-00000001.log").exists()
+
+
+def test_an_open_transaction_keeps_its_files(tmp_path: Path) -> None:
+    j = Journal.open(small_config(tmp_path / "q", "growing"))
+    loc = j.enqueue(b"q", MSG)
+    j.dequeue(loc.seq, txid="t")  # the tx's only record sits in db-1 next to its target
+    advance(j, 3)
+    assert file_ids(j)[0] == 1
+    assert j.files()[0].open_txids == (b"t",)
+    j.commit("t")
+    assert file_ids(j) == [j.current_file_id]
+
+
+def test_a_commit_record_is_kept_while_the_messages_it_commits_live(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path / "q", "growing")
+    j = Journal.open(cfg)
+    tx_msg = j.enqueue(b"q", MSG, txid="t")  # in db-1
+    advance(j, 2)
+    j.commit("t")  # in db-3: without it, recovery would drop tx_msg
+    commit_file = j.current_file_id
+    advance(j, 2)
+    assert file_ids(j) == [1, commit_file, j.current_file_id]
+    j.close()
+    assert [r.seq for r in reopened(cfg)] == [tx_msg.seq]
+
+
+def test_a_delivered_marker_is_rewritten_before_its_file_goes(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path / "q", "growing")
+    j = Journal.open(cfg)
+    pin = j.enqueue(b"q", MSG)
+    advance(j)
+    j.mark_delivered(pin.seq)  # in db-2, which holds nothing else that matters
+    advance(j, 2)
+    assert 2 not in file_ids(j)
+    j.close()
+    assert [(r.seq, r.delivered) for r in reopened(cfg)] == [(pin.seq, True)]
+
+
+def test_disk_usage_counts_whole_files(tmp_path: Path) -> None:
+    cfg = JournalConfig(directory=tmp_path / "q", layout="growing", max_file_length=8192)
+    j = Journal.open(cfg)
+    j.enqueue(b"q", b"x")
+    assert j.disk_usage() == 8192  # KahaDB counts the preallocated file
+    while j.current_file_id == 1:
+        j.enqueue(b"q", MSG)
+    assert j.disk_usage() == 2 * 8192
