@@ -144,7 +144,8 @@ class Broker:
             max_frame_size=t.max_frame_size,
         )
         now = self.clock.now()
-        session = Session(sid, peer, parser, now, t.write_buffer_limit, self._mark_dirty)
+        # Half for the core's outbox, half for the edge's socket buffer.
+        session = Session(sid, peer, parser, now, max(1, t.write_buffer_limit // 2), self._mark_dirty)
         self.sessions[sid] = session
         if t.connect_timeout:
             self.timers.call_at(now + t.connect_timeout / 1000, self._check_connect_timeout, session)

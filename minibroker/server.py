@@ -54,8 +54,11 @@ class _Connection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        limit = self.server.broker.config.transport.write_buffer_limit
-        transport.set_write_buffer_limits(high=limit, low=limit // 4)
+        # The core's outbox and the transport's buffer each take half of the
+        # connection's write_buffer_limit, so together they never exceed it
+        # by more than one frame.
+        half = self.server.broker.config.transport.write_buffer_limit // 2
+        transport.set_write_buffer_limits(high=half, low=half // 4)
         peer = transport.get_extra_info("peername")
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "")
         self.sid = self.server.broker.open_session(peer_text)
