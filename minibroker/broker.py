@@ -37,10 +37,12 @@ from .actions import Action, Close, PauseReading, ResumeReading, Write
 from .clock import Clock
 from .codec import FrameParser, encode
 from .config import BrokerConfig
-from .destination import Destination, Queue, Topic
-from .errors import ProtocolError
+from .destination import Destination, DurableState, Queue, Topic
+from .errors import ProtocolError, ResourceLimitError
 from .frames import Frame
+from .cursor import PagedRef
 from .message import BROKER_SET_HEADERS, Message
+from .persistence import MessageStore, StoreRef, durable_key, encode_payload
 from .registry import TEMP_PREFIXES, DestinationRegistry
 from .security import Security
 from .stats import is_statistics_address, statistics_replies
@@ -48,6 +50,7 @@ from .session import Session, State, negotiate_heart_beat, negotiate_version, pa
 from .subscription import ACK_MODES, Subscription
 from .timers import Timers
 from .usage import Usage
+from storage import StorageError
 
 __all__ = ["Broker", "SERVER_NAME", "ParkedSend"]
 
@@ -83,9 +86,13 @@ class _NoTrace:
 class Broker:
     """The sans-IO broker. See the module docstring for the event protocol."""
 
-    def __init__(self, config: BrokerConfig, clock: Clock, *, seed: int = 0, trace: Any = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, clock: Clock, *, seed: int = 0, trace: Any = None, store: MessageStore | None = None
+    ) -> None:
         self.config = config
         self.clock = clock
+        #: The journals for persistent messages, or None (a non-persistent broker).
+        self.store = store
         self.rng = random.Random(seed)
         self.name = config.broker.name
         self.trace = trace if trace is not None else _NoTrace()
@@ -95,7 +102,6 @@ class Broker:
         self.memory = Usage("memory", limits.memory_limit)
         self.store_usage = Usage("store", limits.store_limit)
         self.temp_usage = Usage("temp", limits.temp_limit)
-        self.memory.add_listener(self._memory_changed)
         self.security = Security(config)
         self.registry = DestinationRegistry(self)
         #: Every destination by full address (the registry's own dict).
@@ -114,6 +120,14 @@ class Broker:
         #: Sessions with producers parked by flow control, in blocking order.
         self._blocked: list[Session] = []
         self._retry_blocked = False
+        #: Queues whose cursor could not page in for lack of memory.
+        self._blocked_cursors: set[Queue] = set()
+        #: RECEIPTs waiting for an fsync: (store write generation, session, receipt id).
+        self._sync_waiters: list[tuple[int, Session, str]] = []
+        #: The storage transaction of the COMMIT being applied, if any.
+        self._txid: str | None = None
+        self._next_storage_tx = 1
+        self._store_generation_seen = 0
         self._last_block_warning: dict[str, float] = {}
         self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
             "CONNECT": self._on_connect,
@@ -225,6 +239,16 @@ class Broker:
         if self._retry_blocked:
             self._retry_blocked = False
             self._unblock_producers()
+            for queue in list(self._blocked_cursors):
+                self._blocked_cursors.discard(queue)
+                queue.dispatch()
+        store = self.store
+        if store is not None and store.write_generation != self._store_generation_seen:
+            self._store_generation_seen = store.write_generation
+            store.flush()
+            self._set_store_usage(store.disk_usage())
+            if self.config.store.fsync != "always":
+                self._release_sync_waiters(store.write_generation)
         if self._refill:
             refill, self._refill = self._refill, []
             for session in refill:
@@ -265,6 +289,12 @@ class Broker:
                 self._send_receipt(session, receipt)
 
     def _send_receipt(self, session: Session, receipt: str) -> None:
+        """Write a RECEIPT, or queue it behind earlier ones still waiting for an fsync."""
+        if session.sync_waiting:
+            generation = max(g for g, s, _ in self._sync_waiters if s is session)
+            self._sync_waiters.append((generation, session, receipt))
+            session.sync_waiting += 1
+            return
         session.write(encode(Frame("RECEIPT", {"receipt-id": receipt}), session.version))
 
     def _fail(self, session: Session, exc: ProtocolError, frame: Frame | None) -> None:
@@ -408,8 +438,175 @@ class Broker:
         receipt = frame.headers.get("receipt")
         if session.parked or not self._has_room(destination, message):
             return self._park(session, destination, message, receipt)
-        self._route(destination, message)
-        return None
+        try:
+            self._route(destination, message)
+        except ResourceLimitError as exc:
+            self._refuse_send(session, receipt, exc.message)
+            return DEFERRED
+        return self._after_write(session, receipt, message.store_ref is not None)
+
+    def _after_write(self, session: Session, receipt: str | None, wrote: bool) -> Any:
+        """Hold a RECEIPT until the journal is on disk, when the fsync policy says so."""
+        if receipt is None or not wrote or self.store is None or self.config.store.fsync != "always":
+            return None
+        self._sync_waiters.append((self.store.write_generation, session, receipt))
+        session.sync_waiting += 1
+        return DEFERRED
+
+    # ------------------------------------------------------------------ the store
+    def recover(self) -> int:
+        """Bring back what the journals hold; returns the number of messages.
+
+        Queue messages come back store-only (nothing is read until a consumer
+        needs it); durable subscriptions and their messages come back in memory.
+        Delivered-but-unacknowledged messages come back flagged redelivered.
+        """
+        store = self.store
+        if store is None:
+            return 0
+        states: dict[str, DurableState] = {}
+        for d in store.load_durables():
+            topic = self.destination(d["topic"])
+            assert isinstance(topic, Topic)
+            state = DurableState(d["client_id"], d["name"], d.get("selector"), bool(d.get("no_local")))
+            state.selector = self._compile_selector(state.selector_text)
+            topic.durables[(state.client_id, state.name)] = state
+            states[durable_key(topic.address, state.client_id, state.name)] = state
+        count = 0
+        last_seq = 0
+        orphans = 0
+        for key, location, delivered, seq, priority, expires, journal in store.recover():
+            ref = StoreRef(journal, location, key)
+            last_seq = max(last_seq, seq)
+            if key.startswith("durable:"):
+                state = states.get(key)
+                if state is None:
+                    store.dequeue(ref)  # its subscription was removed
+                    orphans += 1
+                    continue
+                topic = self.destinations[key[len("durable:"):].split("|", 1)[0]]
+                message = self.load_message(topic, PagedRef(ref, seq, priority, delivered, expires))
+                state.refs[message.seq] = ref
+                if delivered:
+                    state.redelivered[message.seq] = 1
+                topic.hold(message)
+                state.pending.append(message)
+            else:
+                queue = self.destination(key)
+                assert isinstance(queue, Queue)
+                queue.cursor.add_recovered(PagedRef(ref, seq, priority, delivered, expires))
+            count += 1
+        for state in states.values():
+            state.pending = type(state.pending)(sorted(state.pending, key=lambda m: m.seq))
+        self._next_message = max(self._next_message, last_seq + 1)
+        self._set_store_usage(store.disk_usage())
+        log.info("recovered %d persistent messages (%d durable subscriptions)%s", count, len(states),
+                 f"; dropped {orphans} of removed durable subscriptions" if orphans else "")
+        return count
+
+    def close(self) -> None:
+        """Stop: make everything written durable and close the journals."""
+        if self.store is not None:
+            self.store.close()
+
+    def store_synced(self, generation: int) -> None:
+        """The edge's fsync covered every write up to ``generation``: release RECEIPTs."""
+        self._release_sync_waiters(generation)
+
+    @property
+    def sync_wanted(self) -> bool:
+        """Are RECEIPTs waiting for an fsync?"""
+        return bool(self._sync_waiters)
+
+    def _release_sync_waiters(self, generation: int) -> None:
+        waiters = self._sync_waiters
+        if not waiters:
+            return
+        keep = []
+        for gen, session, receipt in waiters:
+            if gen <= generation:
+                session.sync_waiting -= 1
+                if session.is_open:
+                    session.write(encode(Frame("RECEIPT", {"receipt-id": receipt}), session.version))
+            else:
+                keep.append((gen, session, receipt))
+        self._sync_waiters = keep
+
+    def _set_store_usage(self, used: int) -> None:
+        usage = self.store_usage
+        delta = used - usage.usage
+        if delta > 0:
+            usage.increase(delta)
+        elif delta < 0:
+            usage.decrease(-delta)
+            self.space_freed()
+
+    def _payload(self, message: Message) -> bytes:
+        return encode_payload(
+            message.seq, message.message_id, dict(message.headers), message.body, persistent=message.persistent,
+            priority=message.priority, expires=message.expires, timestamp=message.timestamp,
+        )
+
+    def _storage_call(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except StorageError as exc:
+            raise ResourceLimitError(str(exc)) from None
+
+    def _admit(self, destination: Destination, message: Message) -> None:
+        """Journal a persistent queue message, then hand it to the destination."""
+        if message.persistent and self.store is not None and isinstance(destination, Queue):
+            store = self.store
+            payload = self._payload(message)
+            message.store_ref = self._storage_call(lambda: store.enqueue(destination.address, payload, self._txid))
+        destination.accept(message)
+
+    def persist_durable(self, topic: Topic, state: DurableState, message: Message) -> None:
+        """Journal a persistent topic message for one durable subscription."""
+        if not message.persistent or self.store is None:
+            return
+        key = durable_key(topic.address, state.client_id, state.name)
+        try:
+            state.refs[message.seq] = self.store.enqueue(key, self._payload(message), self._txid)
+        except StorageError as exc:
+            log.error("%s: could not journal %s for durable subscription %s: %s", topic.address, message.message_id, key, exc)
+
+    def settle_durable(self, state: DurableState, message: Message) -> None:
+        ref = state.refs.pop(message.seq, None)
+        if ref is not None and self.store is not None:
+            self.store.dequeue(ref, self._txid)
+
+    def durables_changed(self) -> None:
+        """Durable subscriptions were created or removed: save the list."""
+        if self.store is None:
+            return
+        subs = [
+            {"topic": t.address, "client_id": s.client_id, "name": s.name, "selector": s.selector_text, "no_local": s.no_local}
+            for t in self.destinations.values() if isinstance(t, Topic) for s in t.durables.values()
+        ]
+        self.store.save_durables(subs)
+
+    def mark_delivered(self, message: Message) -> None:
+        """A persistent message went to a client-ack consumer: note it for recovery."""
+        if self.store is not None and message.store_ref is not None:
+            self.store.mark_delivered(message.store_ref)
+
+    def discard_stored(self, ref: StoreRef) -> None:
+        if self.store is not None:
+            self.store.dequeue(ref, self._txid)
+
+    def load_message(self, destination: Destination, paged: PagedRef) -> Message:
+        """Read a store-only message back into a ``Message`` (page-in)."""
+        assert self.store is not None
+        stored = self.store.read(paged.ref)
+        message = Message(
+            stored.seq, stored.message_id, destination.address, stored.headers, stored.body,
+            persistent=True, priority=stored.priority, expires=stored.expires, timestamp=stored.timestamp,
+        )
+        message.store_ref = paged.ref
+        if paged.redelivered:
+            message.redeliveries = 1
+        return message
 
     def _answer_statistics(self, session: Session, frame: Frame, address: str) -> Any:
         """A request to the statistics plugin: one JSON reply per item to ``reply-to``."""
@@ -444,16 +641,25 @@ class Broker:
         """May ``message`` enter ``destination`` now? (ActiveMQ ``Queue.send``'s checks)"""
         if not destination.policy.producer_flow_control and not destination.policy.send_fail_if_no_space:
             return True
+        if message.persistent and self.store is not None and self.store_usage.is_full():
+            return False
         return not destination.memory.is_full()
 
     def _park(self, session: Session, destination: Destination, message: Message, receipt: str | None) -> Any:
         """Block a producer: withhold its RECEIPT, or stop reading it (ActiveMQ's two ways)."""
         policy = destination.policy
         usage = destination.memory
-        text = (
-            f"Usage Manager Memory Limit reached on {destination.kind}://{destination.name}. "
-            f"Memory {usage.percent}% of {usage.limit} bytes, broker {self.memory.percent}%."
-        )
+        if message.persistent and self.store is not None and self.store_usage.is_full():
+            store = self.store_usage
+            text = (
+                f"Persistent store is Full, {store.percent}% of {store.limit}. "
+                f"Stopping producer (session {session.id}) to prevent flooding {destination.kind}://{destination.name}."
+            )
+        else:
+            text = (
+                f"Usage Manager Memory Limit reached on {destination.kind}://{destination.name}. "
+                f"Memory {usage.percent}% of {usage.limit} bytes, broker {self.memory.percent}%."
+            )
         if policy.send_fail_if_no_space and not policy.send_fail_if_no_space_after_timeout:
             self._refuse_send(session, receipt, text)
             return DEFERRED
@@ -503,8 +709,9 @@ class Broker:
                 self._retry_blocked = True
                 return
 
-    def _memory_changed(self, usage: Usage, old: int, new: int) -> None:
-        if new < old and self._blocked:
+    def space_freed(self) -> None:
+        """Memory or store space was released: blocked producers and cursors may go on."""
+        if self._blocked or self._blocked_cursors:
             self._retry_blocked = True
 
     def _unblock_producers(self) -> None:
@@ -515,8 +722,12 @@ class Broker:
                 if not self._has_room(parked.destination, parked.message):
                     break
                 session.parked.popleft()
-                self._route(parked.destination, parked.message)
-                if parked.receipt is not None:
+                try:
+                    self._route(parked.destination, parked.message)
+                except ResourceLimitError as exc:
+                    self._refuse_send(session, parked.receipt, exc.message)
+                    continue
+                if parked.receipt is not None and self._after_write(session, parked.receipt, parked.message.store_ref is not None) is None:
                     self._send_receipt(session, parked.receipt)
             if session.parked:
                 continue
@@ -578,7 +789,7 @@ class Broker:
                 "send", session=message.origin, dest=destination.address, msg=message.message_id,
                 size=message.size, persistent=message.persistent, priority=message.priority,
             )
-        destination.accept(message)
+        self._admit(destination, message)
 
     def destination(self, address: str) -> Destination:
         """The queue or topic at ``address``, created on first use (no rights checked)."""
@@ -805,14 +1016,37 @@ class Broker:
             raise ProtocolError("COMMIT frame has no transaction header")
         ops = self._transaction(session, txid)
         del session.transactions[txid]
-        for op, target, payload in ops:
-            if op == "send":
-                self._route(target, payload)
-            elif op == "ack":
-                target.destination.acknowledge(target, payload)
-            else:
-                self._nack(target, payload)
-        return None
+        store = self.store
+        durable = store is not None and any(
+            (op == "send" and payload.persistent) or (op == "ack" and any(m.store_ref is not None for m in payload))
+            for op, _, payload in ops
+        )
+        if durable:
+            # Every journal record of the transaction carries one storage txid
+            # and takes effect at its TX_COMMIT: all of it survives a crash, or none.
+            self._txid = f"{session.id}.{self._next_storage_tx}"
+            self._next_storage_tx += 1
+        try:
+            for op, target, payload in ops:
+                if op == "send":
+                    self._route(target, payload)
+                elif op == "ack":
+                    target.destination.acknowledge(target, payload)
+                else:
+                    self._nack(target, payload)
+            if durable:
+                assert store is not None and self._txid is not None
+                txid_done = self._txid
+                self._storage_call(lambda: store.commit(txid_done))
+        except ResourceLimitError as exc:
+            if durable and store is not None and self._txid is not None:
+                store.abort(self._txid)
+            self._txid = None
+            self._refuse_send(session, frame.headers.get("receipt"), f"COMMIT of {txid!r} failed: {exc.message}")
+            return DEFERRED
+        finally:
+            self._txid = None
+        return self._after_write(session, frame.headers.get("receipt"), durable)
 
     def _on_abort(self, session: Session, frame: Frame) -> Any:
         txid = frame.headers.get("transaction")
@@ -846,6 +1080,30 @@ class Broker:
     def message_consumed(self, destination: Destination, message: Message) -> None:
         """``message`` left ``destination`` for good (acknowledged or dropped)."""
         destination.release(message)
+        if message.store_ref is not None and isinstance(destination, Queue) and self.store is not None:
+            self.store.dequeue(message.store_ref, self._txid)
+            message.store_ref = None
+
+    def message_enqueued(self, queue: Queue, message: Message, cached: bool) -> None:
+        """``message`` entered ``queue``: cached in memory, or store-only."""
+        if self.trace.enabled:
+            self.trace.emit("enqueue", dest=queue.address, msg=message.message_id, size=message.size, cached=cached,
+                            persistent=message.persistent, dest_mem_pct=queue.memory.percent, mem_pct=self.memory.percent)
+
+    def page_in_blocked(self, queue: Queue) -> None:
+        """``queue``'s cursor refused to page in: remember to try again when space frees."""
+        self._blocked_cursors.add(queue)
+        if self.trace.enabled:
+            self.trace.emit("page_in_blocked", dest=queue.address, store_only=len(queue.cursor.store_only),
+                            dest_mem_pct=queue.memory.percent, mem_pct=self.memory.percent)
+        for finding in self.diagnose():
+            if finding["destination"] == queue.address:
+                log.warning("DIAGNOSIS %s: %s; cure: %s", finding["pathology"], finding["summary"], finding["cure"])
+
+    def paged_in(self, queue: Queue, count: int) -> None:
+        if self.trace.enabled:
+            self.trace.emit("page_in", dest=queue.address, count=count, dest_mem_pct=queue.memory.percent,
+                            mem_pct=self.memory.percent)
 
     def message_expired(self, destination: Destination, message: Message) -> None:
         """``message`` expired before it could be delivered."""
@@ -876,6 +1134,7 @@ class Broker:
         else:
             dlq_name = f"ActiveMQ.DLQ.{destination.kind.capitalize()}.{destination.name}"
         dlq = self.registry.system_queue(dlq_name)
+        assert isinstance(dlq, Queue)
         headers = dict(message.headers)
         headers["destination"] = dlq.address
         headers["original-destination"] = destination.address
@@ -888,7 +1147,11 @@ class Broker:
         log.info("%s: %s dead-lettered to %s (%s)", destination.address, message.message_id, dlq.address, cause)
         if self.trace.enabled:
             self.trace.emit("dlq", dest=destination.address, msg=message.message_id, cause=cause, dlq=dlq.address, dropped=False)
-        dlq.accept(copy)
+        try:
+            self._admit(dlq, copy)
+        except ResourceLimitError as exc:
+            log.error("%s: could not journal %s in %s: %s", destination.address, message.message_id, dlq.address, exc.message)
+            dlq.accept(copy)
 
     def destination_created(self, destination: Destination) -> None:
         """A destination came into being (on first use)."""

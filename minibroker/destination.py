@@ -27,6 +27,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterator
 
+from .cursor import QueueCursor
 from .usage import Usage
 
 if TYPE_CHECKING:
@@ -166,11 +167,6 @@ class Destination:
             self.memory.increase(message.size)
         message.refs += 1
 
-    def release(self, message: "Message") -> None:
-        message.refs -= 1
-        if message.refs == 0:
-            self.memory.decrease(message.size)
-
     # -- overridden by Queue and Topic
     def add_subscription(self, sub: "Subscription") -> None:
         raise NotImplementedError
@@ -220,6 +216,8 @@ class Destination:
         if sub.browser:
             return
         self.dispatched += 1
+        if not sub.auto and message.store_ref is not None:
+            self.broker.mark_delivered(message)
         if sub.auto:
             self.dequeued += 1
             self.broker.message_consumed(self, message)
@@ -232,6 +230,12 @@ class Destination:
         """Where the pending messages are: cached in memory or only in the store."""
         return {"cachedCount": self.size(), "storeOnlyCount": 0}
 
+    def release(self, message: "Message") -> None:
+        message.refs -= 1
+        if message.refs == 0:
+            self.memory.decrease(message.size)
+            self.broker.space_freed()
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.address}>"
 
@@ -243,7 +247,10 @@ class Queue(Destination):
 
     def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry", **kw: Any) -> None:
         super().__init__(broker, name, policy, **kw)
+        #: The cache: undelivered messages in memory, in dispatch order.
         self.pending: FifoPending | PriorityPending = PriorityPending() if policy.prioritized_messages else FifoPending()
+        #: The store cursor: what is cached, what is only on disk, page-in.
+        self.cursor = QueueCursor(self)
         self._sweep_scheduled = False
         self.consumers: list["Subscription"] = []
         self.exclusive_owner: "Subscription | None" = None
@@ -258,7 +265,10 @@ class Queue(Destination):
         return self.consumers
 
     def size(self) -> int:
-        return len(self.pending) + sum(len(s.dispatched) for s in self.consumers)
+        return len(self.pending) + len(self.cursor.store_only) + sum(len(s.dispatched) for s in self.consumers)
+
+    def cursor_statistics(self) -> dict[str, Any]:
+        return self.cursor.statistics()
 
     # -- consumers
     def add_subscription(self, sub: "Subscription") -> None:
@@ -299,8 +309,8 @@ class Queue(Destination):
     # -- messages in
     def accept(self, message: "Message") -> None:
         self.enqueued += 1
-        self.hold(message)
-        self.pending.append(message)
+        cached = self.cursor.add(message)
+        self.broker.message_enqueued(self, message, cached)
         if message.expires and not self._sweep_scheduled and self.policy.expire_messages_period:
             self._schedule_sweep()
         if self.consumers:
@@ -323,14 +333,18 @@ class Queue(Destination):
         now_ms = self.broker.clock.wall_ms()
         for message in self.pending.remove_where(lambda m: m.is_expired(now_ms)):
             self._expire(message)
-        if any(m.expires for m in self.pending):
+        for ref in self.cursor.store_only.remove_where(lambda r: 0 < r.expires <= now_ms):
+            self._expire(self.broker.load_message(self, ref))
+        if any(m.expires for m in self.pending) or any(r.expires for r in self.cursor.store_only):
             self._schedule_sweep()
 
     # -- browsing: a snapshot delivered without consuming, then browser:end
     def browse_snapshot(self) -> list["Message"]:
-        """The pending messages, in dispatch order, for a new browser."""
+        """The pending messages, in dispatch order, for a new browser (store-only
+        ones are read from disk for it, without entering the cache)."""
         now_ms = self.broker.clock.wall_ms()
-        return [m for m in self.pending if not m.is_expired(now_ms)]
+        stored = [self.broker.load_message(self, r) for r in self.cursor.store_only]
+        return [m for m in [*self.pending, *stored] if not m.is_expired(now_ms)]
 
     def _browse(self, sub: "Subscription") -> None:
         pending = sub.pending
@@ -344,15 +358,24 @@ class Queue(Destination):
 
     # -- dispatch
     def dispatch(self) -> None:
-        """Give pending messages to consumers with capacity, in order."""
-        if self._dispatching or not self.pending or not self._groups:
+        """Give pending messages to consumers with capacity, in order, paging
+        in from the store whenever the cache runs empty."""
+        if self._dispatching or not self._groups:
+            return
+        cursor = self.cursor
+        if not self.pending and not cursor.store_only:
             return
         self._dispatching = True
         try:
-            if len(self._groups) == 1 and len(self._groups[0]) == 1 and not self._any_selector:
-                self._dispatch_single(self._groups[0][0])
-            else:
-                self._dispatch_general()
+            while True:
+                if not self.pending and not (self._someone_has_capacity() and cursor.page_in()):
+                    break
+                if len(self._groups) == 1 and len(self._groups[0]) == 1 and not self._any_selector:
+                    self._dispatch_single(self._groups[0][0])
+                else:
+                    self._dispatch_general()
+                if self.pending or not cursor.store_only or not self._someone_has_capacity():
+                    break
         finally:
             self._dispatching = False
 
@@ -420,12 +443,15 @@ class Queue(Destination):
         self.dispatch()
 
     def purge(self) -> int:
-        """Drop every pending message; returns how many."""
+        """Drop every pending message, cached or store-only; returns how many."""
         dropped = self.pending.remove_where(lambda m: True)
+        stored = self.cursor.store_only.remove_where(lambda r: True)
+        for ref in stored:
+            self.broker.discard_stored(ref.ref)
         for m in dropped:
-            self.dequeued += 1
             self.broker.message_consumed(self, m)
-        return len(dropped)
+        self.dequeued += len(dropped) + len(stored)
+        return len(dropped) + len(stored)
 
 
 class Topic(Destination):
@@ -481,6 +507,7 @@ class Topic(Destination):
         if state is None:
             state = DurableState(client_id, name, selector_text, no_local)
             self.durables[key] = state
+            self.broker.durables_changed()
         return state
 
     def delete_durable(self, client_id: str, name: str) -> bool:
@@ -489,16 +516,21 @@ class Topic(Destination):
         if state is None:
             return False
         for m in state.pending:
+            self._settle(state, m)
             self.broker.message_consumed(self, m)
         state.pending.clear()
+        self.broker.durables_changed()
         return True
 
     def accept(self, message: "Message") -> None:
         """Hand ``message`` to each subscription in turn (ActiveMQ's SimpleDispatchPolicy)."""
         self.enqueued += 1
+        broker = self.broker
         for sub in self.subs:
             if not sub.accepts(message):
                 continue
+            if sub.durable is not None:
+                broker.persist_durable(self, sub.durable, message)
             self.hold(message)  # one reference per subscription until it is done with it
             if not sub.pending and sub.has_capacity():
                 sub.deliver(message)
@@ -506,6 +538,7 @@ class Topic(Destination):
                 sub.pending.append(message)
         for state in self.durables.values():
             if state.active is None and state.accepts(message):
+                broker.persist_durable(self, state, message)
                 self.hold(message)
                 state.pending.append(message)
 
@@ -516,6 +549,7 @@ class Topic(Destination):
             message = pending.popleft()
             if message.expires and message.is_expired(now_ms):
                 self.expired += 1
+                self._settle(sub.durable, message)
                 self.broker.message_expired(self, message)
                 continue
             sub.deliver(message)
@@ -525,8 +559,19 @@ class Topic(Destination):
             self.dequeued += 1
             sub.acked_count += 1
             sub.redelivered.pop(m.seq, None)
+            self._settle(sub.durable, m)
             self.broker.message_consumed(self, m)
         self.dispatch_to(sub)
+
+    def on_delivered(self, sub: "Subscription", message: "Message") -> None:
+        if sub.auto:
+            self._settle(sub.durable, message)
+        super().on_delivered(sub, message)
+
+    def _settle(self, state: "DurableState | None", message: "Message") -> None:
+        """A durable subscription is done with ``message``: drop its stored copy."""
+        if state is not None:
+            self.broker.settle_durable(state, message)
 
     def redeliver(self, sub: "Subscription", messages: list["Message"], cause: str) -> None:
         def count(m: "Message") -> int:
@@ -534,6 +579,9 @@ class Topic(Destination):
             return sub.redelivered[m.seq]
 
         kept = self._survivors(messages, cause, count)
+        for m in messages:
+            if m not in kept:  # dead-lettered: the durable copy goes too
+                self._settle(sub.durable, m)
         sub.pending.extendleft(reversed(kept))
         self.dispatch_to(sub)
 
@@ -541,7 +589,7 @@ class Topic(Destination):
 class DurableState:
     """A durable topic subscription, kept while its consumer is away."""
 
-    __slots__ = ("client_id", "name", "selector_text", "selector", "no_local", "pending", "redelivered", "active")
+    __slots__ = ("client_id", "name", "selector_text", "selector", "no_local", "pending", "redelivered", "active", "refs")
 
     def __init__(self, client_id: str, name: str, selector_text: str | None, no_local: bool) -> None:
         self.client_id = client_id
@@ -555,6 +603,8 @@ class DurableState:
         self.redelivered: dict[int, int] = {}
         #: The subscription consuming it now, or None while offline.
         self.active: "Subscription | None" = None
+        #: message seq -> its stored copy for this subscription (persistent messages).
+        self.refs: dict[int, Any] = {}
 
     def accepts(self, message: "Message") -> bool:
         if self.selector is None:

@@ -36,8 +36,9 @@ def _starving(broker: "Broker") -> list[dict[str, Any]]:
     root = broker.memory
     for dest in broker.destinations.values():
         cursor = getattr(dest, "cursor", None)
-        if cursor is None or not dest.subscriptions or not cursor.store_only:
+        if cursor is None or not dest.subscriptions or not len(cursor.store_only):
             continue
+        stored = len(cursor.store_only)
         if cursor.cached or cursor.can_page_in():
             continue
         policy = dest.policy
@@ -52,12 +53,12 @@ def _starving(broker: "Broker") -> list[dict[str, Any]]:
                 "pathology": "starving-consumers",
                 "destination": dest.address,
                 "summary": (
-                    f"{dest.address}: {len(dest.subscriptions)} consumer(s) starved: {cursor.store_only} messages in the store, "
+                    f"{dest.address}: {len(dest.subscriptions)} consumer(s) starved: {stored} messages in the store, "
                     f"destination memory {dest.memory.percent}%, broker memory {root.percent}% "
                     f"(cursor high-water mark {policy.cursor_memory_high_water_mark}%, space check {policy.space_check})"
                 ),
                 "evidence": {
-                    "store_only": cursor.store_only,
+                    "store_only": stored,
                     "destination_memory_pct": dest.memory.percent,
                     "broker_memory_pct": root.percent,
                     "held_by_consumerless": held,

@@ -15,7 +15,7 @@ client faults: they propagate and fail loudly.
 """
 from __future__ import annotations
 
-__all__ = ["BrokerError", "ProtocolError", "ConfigError", "ResourceLimitError"]
+__all__ = ["BrokerError", "ProtocolError", "ConfigError", "ResourceLimitError", "StoreOpenError"]
 
 
 class BrokerError(Exception):
@@ -48,3 +48,7 @@ class ResourceLimitError(BrokerError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class StoreOpenError(BrokerError):
+    """The journals cannot be opened (corruption in the middle of the log)."""

@@ -15,7 +15,7 @@ changes is delivery bookkeeping (``redeliveries``) and two caches:
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from .codec import encode_headers, escape
 
@@ -46,7 +46,7 @@ class Message:
         "size",
         "redeliveries",
         "origin",
-        "store_seq",
+        "store_ref",
         "refs",
         "_tail",
         "_tail10",
@@ -83,8 +83,8 @@ class Message:
         #: The session id of the producer (for noLocal and diagnostics).
         self.origin = origin
         self.redeliveries = 0
-        #: Sequence number of its journal record, when persisted.
-        self.store_seq: int | None = None
+        #: Where it is in the journal, when persisted (a ``persistence.StoreRef``).
+        self.store_ref: Any = None
         #: Holders (a queue, or topic subscriptions) keeping it in memory.
         self.refs = 0
         self.size = MESSAGE_OVERHEAD + len(body) + sum(len(k) + len(v) for k, v in headers.items())

@@ -24,6 +24,7 @@ per read means no coroutine switch per frame, which matters at 50k msg/s.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import signal
@@ -34,8 +35,13 @@ from .actions import Close, PauseReading, ResumeReading, Write
 from .broker import Broker
 from .clock import SystemClock
 from .config import BrokerConfig
+from .errors import StoreOpenError
+from .persistence import MessageStore
 
-__all__ = ["BrokerServer", "serve"]
+__all__ = ["BrokerServer", "serve", "open_store"]
+
+#: fsync "batch": how often the journals are synced (KahaDB's periodic sync: 1 s).
+_BATCH_SYNC_SECONDS = 1.0
 
 log = logging.getLogger("minibroker.server")
 
@@ -95,6 +101,9 @@ class BrokerServer:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._flushing = False
+        self._syncing = False
+        self._sync_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsync")
+        self._batch_timer: asyncio.TimerHandle | None = None
 
     @property
     def port(self) -> int:
@@ -108,6 +117,8 @@ class BrokerServer:
         self._server = await loop.create_server(lambda: _Connection(self), host, port, reuse_address=True)
         log.info("listening on %s:%d (STOMP 1.0, 1.1, 1.2)", host, self.port)
         self._arm_timer()
+        if self.broker.store is not None and self.broker.config.store.fsync == "batch":
+            self._batch_timer = loop.call_later(_BATCH_SYNC_SECONDS, self._batch_sync)
 
     async def close(self) -> None:
         """Stop listening and close every connection."""
@@ -120,7 +131,10 @@ class BrokerServer:
             await self._server.wait_closed()
         if self._timer is not None:
             self._timer.cancel()
+        if self._batch_timer is not None:
+            self._batch_timer.cancel()
         await asyncio.sleep(0)
+        self._sync_executor.shutdown(wait=True)
 
     # -- carrying out the core's actions
     def flush(self) -> None:
@@ -151,6 +165,33 @@ class BrokerServer:
         finally:
             self._flushing = False
         self._arm_timer()
+        if self.broker.sync_wanted and not self._syncing:
+            self._start_sync()
+
+    # -- group commit: one fsync in a thread for every RECEIPT waiting on it
+    def _start_sync(self) -> None:
+        store = self.broker.store
+        assert store is not None
+        self._syncing = True
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._sync_executor, store.sync)
+        future.add_done_callback(self._sync_done)
+
+    def _sync_done(self, future: "asyncio.Future[int]") -> None:
+        self._syncing = False
+        try:
+            generation = future.result()
+        except OSError as exc:  # the disk failed us: nothing more can be promised
+            log.critical("journal fsync failed: %s; stopping", exc)
+            raise
+        self.broker.store_synced(generation)
+        self.flush()
+
+    def _batch_sync(self) -> None:
+        store = self.broker.store
+        if store is not None and store.needs_sync and not self._syncing:
+            self._start_sync()
+        self._batch_timer = asyncio.get_running_loop().call_later(_BATCH_SYNC_SECONDS, self._batch_sync)
 
     def _arm_timer(self) -> None:
         deadline = self.broker.next_deadline()
@@ -174,9 +215,15 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
 
     ``ready``, if given, is called with the ``BrokerServer`` once listening.
     """
-    broker = Broker(config, SystemClock(), seed=int.from_bytes(os.urandom(8), "big"))
-    server = BrokerServer(broker)
-    await server.start(config.transport.host, config.transport.port)
+    store = open_store(config)
+    broker = Broker(config, SystemClock(), seed=int.from_bytes(os.urandom(8), "big"), store=store)
+    try:
+        broker.recover()
+        server = BrokerServer(broker)
+        await server.start(config.transport.host, config.transport.port)
+    except BaseException:
+        broker.close()
+        raise
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
@@ -195,3 +242,22 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
         for sig in installed:
             loop.remove_signal_handler(sig)
         await server.close()
+        broker.close()
+
+
+def open_store(config: BrokerConfig) -> MessageStore | None:
+    """The journals under ``data_dir`` (recovered), or None for a non-persistent broker."""
+    if not config.broker.persistent:
+        return None
+    from storage import StorageError
+
+    data_dir = config.broker.data_dir
+    try:
+        return MessageStore(config.store, data_dir)
+    except StorageError as exc:
+        raise StoreOpenError(
+            f"cannot open the journal in {data_dir}: {exc}. "
+            f"`minibroker journal repair {data_dir}/journal` truncates it at the last good record, keeping a copy."
+        ) from None
+    except OSError as exc:
+        raise StoreOpenError(f"cannot open the data directory {data_dir}: {exc.strerror or exc}") from None

@@ -114,6 +114,8 @@ class Session:
         #: Frames read but not handled while reading is paused.
         self.held_frames: deque[Any] = deque()
         self.held_error: ProtocolError | None = None
+        #: RECEIPTs of this session waiting for an fsync (later ones queue behind).
+        self.sync_waiting = 0
         self.frames_in = 0
         self.messages_in = 0
         self._on_output = on_output

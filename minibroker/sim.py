@@ -32,6 +32,7 @@ from .clock import ManualClock
 from .codec import FrameParser, encode
 from .config import BrokerConfig
 from .frames import Frame
+from .persistence import MessageStore
 
 __all__ = ["VirtualNetwork", "VirtualClient"]
 
@@ -159,13 +160,46 @@ class VirtualClient:
 class VirtualNetwork:
     """The broker core plus virtual clients on one virtual clock."""
 
-    def __init__(self, config: BrokerConfig | None = None, *, seed: int = 0, trace: Any = None, broker_factory: Callable[..., Broker] | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig | None = None, *, seed: int = 0, trace: Any = None, data_dir: Any = None
+    ) -> None:
         self.clock = ManualClock()
-        factory = broker_factory or Broker
-        self.broker = factory(config or BrokerConfig(), self.clock, seed=seed, trace=trace)
+        self.config = config or BrokerConfig()
+        self.seed = seed
+        self.trace = trace
+        #: With a data directory, persistent messages go to real journals there.
+        self.data_dir = data_dir
+        self.broker = self._start_broker()
         self.clients: dict[int, VirtualClient] = {}
         self._agenda: list[tuple[float, int, Callable[[], Any]]] = []
         self._order = itertools.count()
+
+    def _start_broker(self) -> Broker:
+        store = None
+        if self.data_dir is not None and self.config.broker.persistent:
+            store = MessageStore(self.config.store, self.data_dir)
+        broker = Broker(self.config, self.clock, seed=self.seed, trace=self.trace, store=store)
+        broker.recover()
+        return broker
+
+    def restart(self, config: BrokerConfig | None = None) -> None:
+        """Stop the broker (every client is disconnected) and start it again
+        on the same data directory, as after a process restart."""
+        for c in list(self.clients.values()):
+            c.closed = True
+            c.close_reason = "broker restarted"
+        self.clients.clear()
+        self.broker.close()
+        self.seed += 1
+        if config is not None:
+            self.config = config
+        self.broker = self._start_broker()
+
+    def crash(self) -> None:
+        """The broker process dies: nothing is flushed or synced (restart() after)."""
+        for c in list(self.clients.values()):
+            c.closed = True
+        self.clients.clear()
 
     def client(self, name: str = "", **options: Any) -> VirtualClient:
         """A new connection (not yet CONNECTed)."""
@@ -186,6 +220,9 @@ class VirtualNetwork:
         broker = self.broker
         while True:
             actions = broker.take_actions()
+            if not actions and broker.sync_wanted and broker.store is not None:
+                broker.store_synced(broker.store.sync())  # an instant fsync on the virtual clock
+                continue
             if not actions:
                 return
             for action in actions:

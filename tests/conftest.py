@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
 from typing import Any, Callable, Iterator
 
@@ -14,8 +15,10 @@ from minibroker.server import BrokerServer, serve
 class RunningBroker:
     """A broker served on 127.0.0.1 (an ephemeral port) by a background event loop."""
 
-    def __init__(self, config: BrokerConfig) -> None:
-        self.config = config.replace(transport={"host": "127.0.0.1", "port": 0})
+    def __init__(self, config: BrokerConfig, data_dir: str | None = None) -> None:
+        self._tmp = None if data_dir is not None else tempfile.TemporaryDirectory(prefix="minibroker-test-")
+        self.data_dir = data_dir if data_dir is not None else self._tmp.name  # type: ignore[union-attr]
+        self.config = config.replace(transport={"host": "127.0.0.1", "port": 0}, broker={"data_dir": self.data_dir})
         self.server: BrokerServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -65,6 +68,8 @@ class RunningBroker:
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
+        if self._tmp is not None:
+            self._tmp.cleanup()
         if self.error is not None:
             raise self.error
 
@@ -78,9 +83,9 @@ def broker_factory() -> Iterator[Callable[..., RunningBroker]]:
     """Start brokers with configuration overrides: ``broker_factory(transport={...})``."""
     started: list[RunningBroker] = []
 
-    def start(config: BrokerConfig | None = None, **sections: Any) -> RunningBroker:
+    def start(config: BrokerConfig | None = None, data_dir: str | None = None, **sections: Any) -> RunningBroker:
         cfg = (config or BrokerConfig()).replace(**sections)
-        rb = RunningBroker(cfg).start()
+        rb = RunningBroker(cfg, data_dir).start()
         started.append(rb)
         return rb
 

@@ -1,0 +1,295 @@
+"""The broker's message store: persistent messages to and from ``storage`` journals.
+
+Theory of operation
+-------------------
+``storage`` deals in keys and bytes; this module gives those bytes a meaning.
+
+- **Layouts.** ``growing`` (KahaDB) keeps one journal for the whole broker in
+  ``<data_dir>/journal``; ``ring`` (Qpid legacystore) keeps one journal per
+  destination in ``<data_dir>/journal/<name>``, named after it, so a refused
+  enqueue names its queue: ``Enqueue capacity threshold exceeded on queue "x".``
+- **Keys.** A record's key is the destination address (``/queue/orders``) or,
+  for a durable topic subscription, ``durable:<topic>|<client-id>|<name>``: each
+  durable subscriber gets its own copy of a persistent message (KahaDB stores it
+  once with per-subscription acks; the copy is simpler and is what Qpid does).
+- **Payload.** A fixed prefix, then the headers as STOMP 1.2 header lines, then
+  the body::
+
+      <BBBxqqQ  version=1, flags (bit 0 persistent), priority, pad,
+                expires (ms), timestamp (ms), broker seq
+      <I        length of the header block
+      headers   "name:value\\n" lines, escaped as STOMP 1.2 (message-id first)
+      body
+
+  The broker seq is kept so a restarted broker continues the sequence and
+  recovered messages keep their place and their message ids.
+- **Durability.** Writes go to the journals' buffers. ``write_generation``
+  counts them; ``sync()`` (safe from another thread) fsyncs every journal
+  written since the last sync and returns the generation it covers, so one
+  fsync releases the RECEIPTs of every producer that wrote before it (group
+  commit). When to call it is the edge's business (``fsync`` policy).
+- **Durable subscriptions** themselves (topic, client id, name, selector) are a
+  small JSON file, rewritten atomically when one is created or removed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from storage import Journal, JournalConfig, Location
+
+from .codec import encode_headers, unescape
+from .config import StoreConfig
+
+__all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "decode_payload", "durable_key"]
+
+_PREFIX = struct.Struct("<BBBxqqQ")
+_LENGTH = struct.Struct("<I")
+_VERSION = 1
+
+
+class StoreRef:
+    """Where one persistent message lives: its journal, record seq and location."""
+
+    __slots__ = ("journal", "seq", "location", "key")
+
+    def __init__(self, journal: Journal, location: Location, key: str) -> None:
+        self.journal = journal
+        self.seq = location.seq
+        self.location = location
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"<StoreRef {self.key} seq={self.seq}>"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message decoded from its payload."""
+
+    seq: int
+    message_id: str
+    headers: dict[str, str]
+    body: bytes
+    persistent: bool
+    priority: int
+    expires: int
+    timestamp: int
+
+
+def durable_key(topic: str, client_id: str, name: str) -> str:
+    """The journal key of a durable subscription's messages."""
+    return f"durable:{topic}|{client_id}|{name}"
+
+
+def encode_payload(seq: int, message_id: str, headers: dict[str, str], body: bytes, *, persistent: bool,
+                   priority: int, expires: int, timestamp: int) -> bytes:
+    """The journal payload of a message (see the module docstring)."""
+    block = encode_headers([("message-id", message_id), *headers.items()], "1.2")
+    prefix = _PREFIX.pack(_VERSION, 1 if persistent else 0, priority, expires, timestamp, seq)
+    return b"".join((prefix, _LENGTH.pack(len(block)), block, body))
+
+
+def decode_meta(payload: bytes) -> tuple[int, int, int]:
+    """(broker seq, priority, expires) from a payload's prefix alone."""
+    version, _flags, priority, expires, _ts, seq = _PREFIX.unpack_from(payload)
+    if version != _VERSION:
+        raise ValueError(f"unknown message payload version {version}")
+    return seq, priority, expires
+
+
+def decode_payload(payload: bytes) -> StoredMessage:
+    """The message a payload holds."""
+    version, flags, priority, expires, timestamp, seq = _PREFIX.unpack_from(payload)
+    if version != _VERSION:
+        raise ValueError(f"unknown message payload version {version}")
+    start = _PREFIX.size
+    (length,) = _LENGTH.unpack_from(payload, start)
+    start += _LENGTH.size
+    block = payload[start : start + length].decode("utf-8")
+    headers: dict[str, str] = {}
+    for line in block.split("\n"):
+        if line:
+            name, _, value = line.partition(":")
+            headers[unescape(name, "1.2")] = unescape(value, "1.2")
+    message_id = headers.pop("message-id")
+    return StoredMessage(seq, message_id, headers, payload[start + length :], bool(flags & 1), priority, expires, timestamp)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _dir_name(key: str) -> str:
+    """A directory name for a ring journal (unique and readable)."""
+    cleaned = _UNSAFE.sub("_", key.strip("/").replace("/", "."))
+    return cleaned[:120] + "-" + format(abs(hash_key(key)), "x")[:8]
+
+
+def hash_key(key: str) -> int:
+    import zlib
+
+    return zlib.crc32(key.encode("utf-8"))
+
+
+class MessageStore:
+    """Persistent messages of one broker, over one or many journals."""
+
+    def __init__(self, config: StoreConfig, data_dir: str | os.PathLike[str]) -> None:
+        self.config = config
+        self.root = Path(data_dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.layout = config.layout
+        self._journals: dict[str, Journal] = {}
+        self._dirty: set[Journal] = set()
+        #: storage txid -> journals written under it (a ring transaction may span queues)
+        self._tx_journals: dict[str, set[Journal]] = {}
+        self._lock = threading.Lock()
+        self.write_generation = 0
+        self.synced_generation = 0
+        self._durables_file = self.root / "durable-subscriptions.json"
+        if self.layout == "growing":
+            self._shared: Journal | None = Journal.open(
+                JournalConfig(directory=self.root / "journal", layout="growing", name="journal",
+                              max_file_length=config.journal_max_file_length)
+            )
+        else:
+            self._shared = None
+            base = self.root / "journal"
+            base.mkdir(exist_ok=True)
+            for sub in sorted(p for p in base.iterdir() if p.is_dir()):
+                name_file = sub / "NAME"
+                if name_file.exists():
+                    key = name_file.read_text(encoding="utf-8")
+                    self._journals[key] = self._open_ring(sub, key)
+
+    # -- journals
+    def _open_ring(self, directory: Path, key: str) -> Journal:
+        name = key.split("/", 2)[-1] if key.startswith("/") else key
+        return Journal.open(
+            JournalConfig(directory=directory, layout="ring", name=name,
+                          file_count=self.config.file_count, file_size=self.config.file_size)
+        )
+
+    def journal_for(self, key: str) -> Journal:
+        """The journal holding ``key``'s messages (created on first use for the ring)."""
+        if self._shared is not None:
+            return self._shared
+        journal = self._journals.get(key)
+        if journal is None:
+            directory = self.root / "journal" / _dir_name(key)
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "NAME").write_text(key, encoding="utf-8")
+            journal = self._journals[key] = self._open_ring(directory, key)
+        return journal
+
+    def journals(self) -> list[Journal]:
+        return [self._shared] if self._shared is not None else list(self._journals.values())
+
+    def journal_directories(self) -> list[Path]:
+        """Where the journals are, for ``minibroker journal inspect``."""
+        if self._shared is not None:
+            return [self.root / "journal"]
+        return [Path(j.config.directory) for j in self._journals.values()]
+
+    # -- writes (the broker's thread)
+    def _wrote(self, journal: Journal, txid: str | None = None) -> None:
+        if txid is not None:
+            self._tx_journals.setdefault(txid, set()).add(journal)
+        with self._lock:  # uncontended but for the instant sync() swaps the set
+            self.write_generation += 1
+            self._dirty.add(journal)
+
+    def enqueue(self, key: str, payload: bytes, txid: str | None = None) -> StoreRef:
+        """Write a message; raises ``storage`` errors (a full ring, a closed journal)."""
+        journal = self.journal_for(key)
+        location = journal.enqueue(key, payload, txid)
+        self._wrote(journal, txid)
+        return StoreRef(journal, location, key)
+
+    def dequeue(self, ref: StoreRef, txid: str | None = None) -> None:
+        ref.journal.dequeue(ref.seq, txid)
+        self._wrote(ref.journal, txid)
+
+    def mark_delivered(self, ref: StoreRef) -> None:
+        ref.journal.mark_delivered(ref.seq)
+        self._wrote(ref.journal)
+
+    def commit(self, txid: str) -> None:
+        """Make a transaction's records effective, in every journal it touched."""
+        for journal in self._tx_journals.pop(txid, set()):
+            journal.commit(txid)
+            self._wrote(journal)
+
+    def abort(self, txid: str) -> None:
+        for journal in self._tx_journals.pop(txid, set()):
+            journal.abort(txid)
+            self._wrote(journal)
+
+    def read(self, ref: StoreRef) -> StoredMessage:
+        """Page a message in from disk."""
+        return decode_payload(ref.journal.read(ref.location))
+
+    def flush(self) -> None:
+        """Hand buffered writes to the operating system."""
+        for journal in self._dirty:
+            journal.flush()
+
+    # -- durability (any thread)
+    @property
+    def needs_sync(self) -> bool:
+        return self.write_generation > self.synced_generation
+
+    def sync(self) -> int:
+        """fsync every journal written since the last sync; returns the generation now durable.
+
+        Safe to call from another thread while the broker keeps writing: what
+        it writes meanwhile belongs to the next sync.
+        """
+        with self._lock:
+            generation = self.write_generation
+            dirty, self._dirty = self._dirty, set()
+        for journal in dirty:  # outside the lock: writers never wait for an fsync
+            journal.sync()
+        with self._lock:
+            self.synced_generation = max(self.synced_generation, generation)
+        return generation
+
+    def disk_usage(self) -> int:
+        return sum(j.disk_usage() for j in self.journals())
+
+    # -- recovery
+    def recover(self) -> Iterator[tuple[str, Location, bool, int, int, int, Journal]]:
+        """Every live message: (key, location, delivered, broker seq, priority, expires, journal).
+
+        Payloads are read only for their prefix; bodies stay on disk.
+        """
+        for journal in self.journals():
+            for rec in journal.recovered(payloads=True):
+                assert rec.payload is not None
+                seq, priority, expires = decode_meta(rec.payload)
+                yield rec.key.decode("utf-8"), rec.location, rec.delivered, seq, priority, expires, journal
+
+    # -- durable subscriptions
+    def load_durables(self) -> list[dict[str, Any]]:
+        if not self._durables_file.exists():
+            return []
+        data = json.loads(self._durables_file.read_text(encoding="utf-8"))
+        return list(data.get("subscriptions", []))
+
+    def save_durables(self, subscriptions: list[dict[str, Any]]) -> None:
+        tmp = self._durables_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"version": 1, "subscriptions": subscriptions}, indent=1), encoding="utf-8")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, self._durables_file)
+
+    def close(self) -> None:
+        for journal in self.journals():
+            journal.sync()
+            journal.close()

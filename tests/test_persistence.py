@@ -1,0 +1,268 @@
+"""Persistence in the broker and the store cursor, on the virtual network with real journals."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from minibroker.config import parse_config
+from minibroker.sim import VirtualNetwork
+
+BODY = "x" * 976
+
+
+def persistent_net(tmp_path: Path, doc: dict | None = None) -> VirtualNetwork:
+    return VirtualNetwork(parse_config(doc or {}), data_dir=tmp_path / "data")
+
+
+class TestRestart:
+    def test_persistent_messages_survive_and_others_do_not(self, tmp_path: Path) -> None:
+        net = persistent_net(tmp_path)
+        p = net.connected_client()
+        p.send("/queue/keep", "durable 1", persistent="true")
+        p.send("/queue/keep", "transient")
+        p.send("/queue/keep", "durable 2", persistent="true", custom="header: kept")
+        net.restart()
+        c = net.connected_client()
+        c.subscribe("/queue/keep")
+        assert c.bodies() == [b"durable 1", b"durable 2"]
+        msg = c.messages()[1]
+        assert msg.headers["custom"] == "header: kept" and msg.headers["persistent"] == "true"
+
+    def test_acknowledged_messages_are_gone_and_unacked_come_back_redelivered(self, tmp_path: Path) -> None:
+        net = persistent_net(tmp_path)
+        p = net.connected_client()
+        for i in range(5):
+            p.send("/queue/work", f"m{i}", persistent="true")
+        c = net.connected_client()
+        c.subscribe("/queue/work", "s", "client-individual", **{"activemq.prefetchSize": "3"})
+        c.ack(c.messages()[0])
+        ids = [m.headers["message-id"] for m in c.messages()]
+        net.restart()
+        again = net.connected_client()
+        again.subscribe("/queue/work")
+        assert again.bodies() == [b"m1", b"m2", b"m3", b"m4"]
+        # m1 and m2 were delivered and not acked, m3 once m0's ack freed the prefetch; m4 never
+        assert [m.headers.get("redelivered") for m in again.messages()] == ["true", "true", "true", None]
+        assert [m.headers["message-id"] for m in again.messages()][:3] == ids[1:]
+
+    def test_sequence_and_ids_continue_after_restart(self, tmp_path: Path) -> None:
+        net = persistent_net(tmp_path)
+        net.connected_client().send("/queue/q", "old", persistent="true")
+        net.restart()
+        net.connected_client().send("/queue/q", "new", persistent="true")
+        c = net.connected_client(version="1.1")
+        c.subscribe("/queue/q", "s", "client")
+        assert c.bodies() == [b"old", b"new"]
+        c.ack(c.messages()[1])  # 1.1 ACK by message-id works for recovered and new ids
+        net.restart()
+        again = net.connected_client()
+        again.subscribe("/queue/q")
+        assert again.bodies() == []
+
+    def test_priorities_survive(self, tmp_path: Path) -> None:
+        net = persistent_net(tmp_path, {"destination_policy": [{"queue": ">", "prioritized_messages": True}]})
+        p = net.connected_client()
+        for body, prio in [("low", 1), ("high", 9), ("mid", 5), ("high2", 9)]:
+            p.send("/queue/p", body, persistent="true", priority=str(prio))
+        net.restart()
+        c = net.connected_client()
+        c.subscribe("/queue/p")
+        assert c.bodies() == [b"high", b"high2", b"mid", b"low"]
+
+    def test_committed_transactions_survive_and_open_ones_do_not(self, tmp_path: Path) -> None:
+        net = persistent_net(tmp_path)
+        p = net.connected_client()
+        p.send_frame("BEGIN", {"transaction": "t1"})
+        p.send("/queue/tx", "committed", transaction="t1", persistent="true")
+        p.send_frame("COMMIT", {"transaction": "t1", "receipt": "c"})
+        assert p.last().command == "RECEIPT"
+        p.send_frame("BEGIN", {"transaction": "t2"})
+        p.send("/queue/tx", "never committed", transaction="t2", persistent="true")
+        net.restart()
+        c = net.connected_client()
+        c.subscribe("/queue/tx")
+        assert c.bodies() == [b"committed"]
+
+    def test_transactional_acks_are_atomic(self, tmp_path: Path) -> None:
+        net = persistent_net(tmp_path)
+        p = net.connected_client()
+        for i in range(3):
+            p.send("/queue/txa", f"m{i}", persistent="true")
+        c = net.connected_client()
+        c.subscribe("/queue/txa", "s", "client-individual")
+        c.send_frame("BEGIN", {"transaction": "t"})
+        for m in c.messages()[:2]:
+            c.ack(m, transaction="t")
+        c.send_frame("COMMIT", {"transaction": "t"})
+        net.restart()
+        again = net.connected_client()
+        again.subscribe("/queue/txa")
+        assert again.bodies() == [b"m2"]
+
+    def test_durable_subscriptions_and_their_messages_survive(self, tmp_path: Path) -> None:
+        net = persistent_net(tmp_path)
+        d = net.client("d")
+        d.connect(client_id="app")
+        d.subscribe("/topic/news", "s", selector="kind = 'keep'", **{"activemq.subscriptionName": "reader"})
+        d.disconnect()
+        p = net.connected_client()
+        p.send("/topic/news", "kept", kind="keep", persistent="true")
+        p.send("/topic/news", "filtered", kind="drop", persistent="true")
+        p.send("/topic/news", "not persistent", kind="keep")
+        net.restart()
+        back = net.client("back")
+        back.connect(client_id="app")
+        back.subscribe("/topic/news", "s", selector="kind = 'keep'", **{"activemq.subscriptionName": "reader"})
+        assert back.bodies() == [b"kept"]
+        back.disconnect()
+        net.restart()
+        again = net.client("again")
+        again.connect(client_id="app")
+        again.subscribe("/topic/news", "s", selector="kind = 'keep'", **{"activemq.subscriptionName": "reader"})
+        assert again.bodies() == []  # consumed (auto ack) before the second restart
+
+    def test_dead_lettered_messages_persist_in_the_dlq(self, tmp_path: Path) -> None:
+        net = persistent_net(tmp_path, {"destination_policy": [{"queue": ">", "maximum_redeliveries": 0}]})
+        c = net.connected_client()
+        c.subscribe("/queue/src", "s", "client-individual")
+        net.connected_client().send("/queue/src", "poison", persistent="true")
+        c.nack(c.messages()[0])
+        net.restart()
+        d = net.connected_client()
+        d.subscribe("/queue/ActiveMQ.DLQ")
+        assert d.bodies() == [b"poison"]
+        s = net.connected_client()
+        s.subscribe("/queue/src")
+        assert s.bodies() == []
+
+
+class TestStoreCursor:
+    def small_memory(self, tmp_path: Path, **policy) -> VirtualNetwork:
+        doc = {"system_usage": {"memory_limit": "100 kb"}}
+        if policy:
+            doc["destination_policy"] = [{"queue": ">", **policy}]
+        return persistent_net(tmp_path, doc)
+
+    def test_past_the_high_water_mark_messages_are_store_only(self, tmp_path: Path) -> None:
+        net = self.small_memory(tmp_path)
+        p = net.connected_client()
+        for i in range(100):
+            p.send("/queue/backlog", BODY, persistent="true", receipt=str(i))
+        assert len(p.frames("RECEIPT")) == 100  # no flow control: memory stops at the mark
+        queue = net.broker.destinations["/queue/backlog"]
+        stats = queue.cursor_statistics()
+        assert stats["cachedCount"] + stats["storeOnlyCount"] == 100
+        assert stats["storeOnlyCount"] > 50 and not stats["cacheEnabled"]
+        assert 60 <= queue.memory.percent < 72
+        c = net.connected_client()
+        c.subscribe("/queue/backlog")
+        assert len(c.messages()) == 100
+        assert queue.cursor_statistics()["storeOnlyCount"] == 0 and queue.memory.usage == 0
+
+    def test_page_in_takes_max_page_size_at_a_time(self, tmp_path: Path) -> None:
+        net = persistent_net(tmp_path, {"destination_policy": [{"queue": ">", "max_page_size": 5}]})
+        p = net.connected_client()
+        for i in range(12):
+            p.send("/queue/pages", f"m{i}", persistent="true")
+        net.restart()
+        queue = net.broker.destinations["/queue/pages"]
+        assert queue.cursor_statistics()["storeOnlyCount"] == 12 and queue.cursor_statistics()["cachedCount"] == 0
+        c = net.connected_client()
+        c.subscribe("/queue/pages", "s", "client-individual", **{"activemq.prefetchSize": "3"})
+        stats = queue.cursor_statistics()
+        assert stats["pagedInCount"] == 5 and stats["cachedCount"] == 2 and stats["storeOnlyCount"] == 7
+        for _ in range(4):
+            for m in c.messages()[-3:]:
+                c.ack(m)
+        assert c.bodies() == [f"m{i}".encode() for i in range(12)]
+
+    def test_nothing_is_loaded_after_restart_until_a_consumer_comes(self, tmp_path: Path) -> None:
+        net = self.small_memory(tmp_path)
+        p = net.connected_client()
+        for i in range(30):
+            p.send("/queue/idle", BODY, persistent="true")
+        net.restart()
+        assert net.broker.memory.usage == 0
+        assert net.broker.destinations["/queue/idle"].size() == 30
+
+    def seed_000(self, tmp_path: Path, space_check: str, b_limit: str | None = None) -> tuple[int, str]:
+        """Seed 000 symptom 1: A's messages in the store, a restart, B filling memory, a consumer on A."""
+        policies = [{"queue": ">", "space_check": space_check}]
+        if b_limit:
+            policies.append({"queue": "B", "space_check": space_check, "memory_limit": b_limit})
+        net = self.small_memory(tmp_path, **{})
+        net = persistent_net(tmp_path, {"system_usage": {"memory_limit": "100 kb"}, "destination_policy": policies})
+        p = net.connected_client()
+        for i in range(10):
+            p.send("/queue/A", f"a{i}", persistent="true")
+        net.restart()
+        p = net.connected_client("producer-b")
+        for i in range(200):
+            p.send("/queue/B", BODY, persistent="true")
+        consumer = net.connected_client("consumer-a")
+        consumer.subscribe("/queue/A")
+        diagnosis = " ".join(f["summary"] for f in net.broker.diagnose())
+        return len(consumer.messages()), diagnosis
+
+    def test_seed_000_legacy_space_check_starves_queue_a(self, tmp_path: Path) -> None:
+        received, diagnosis = self.seed_000(tmp_path, "legacy")
+        assert received == 0
+        assert "/queue/A: 1 consumer(s) starved: 10 messages in the store" in diagnosis
+
+    def test_seed_000_current_space_check_does_not(self, tmp_path: Path) -> None:
+        received, diagnosis = self.seed_000(tmp_path, "current")
+        assert received == 10 and diagnosis == ""
+
+    def test_seed_000_cure_is_a_destination_memory_limit(self, tmp_path: Path) -> None:
+        received, diagnosis = self.seed_000(tmp_path, "legacy", b_limit="20 kb")
+        assert received == 10 and diagnosis == ""
+
+
+class TestStoreLimits:
+    def test_ring_refuses_an_enqueue_with_qpid_s_message(self, tmp_path: Path) -> None:
+        doc = {"store": {"layout": "ring", "file_count": 4, "file_size": "64 kb"},
+               "destination_policy": [{"queue": ">", "prioritized_messages": True}]}
+        net = persistent_net(tmp_path, doc)
+        p = net.connected_client("p")
+        c = net.connected_client("c")
+        c.subscribe("/queue/Durable", "s", "client-individual", selector="JMSPriority > 1",
+                    **{"activemq.prefetchSize": "1000"})
+        # Seed 004: one low-priority message per file stays; the rest come and go.
+        n = 0
+        for round_ in range(20):
+            p.send("/queue/Durable", "pin", persistent="true", priority="1", receipt=f"r{n}")
+            n += 1
+            for i in range(60):
+                p.send("/queue/Durable", BODY[:200], persistent="true", priority="2", receipt=f"r{n}")
+                n += 1
+            for m in c.messages():
+                c.ack(m)
+            c.clear()
+            if p.frames("ERROR"):
+                break
+        errors = p.frames("ERROR")
+        assert errors, "the ring never refused"
+        assert errors[0].headers["message"] == 'Enqueue capacity threshold exceeded on queue "Durable".'
+        assert errors[0].headers["receipt-id"].startswith("r")
+        assert not p.closed
+        live = net.broker.destinations["/queue/Durable"].size()
+        assert live < 10  # a handful of pinning messages fill a 256 KB ring
+        [journal] = net.broker.store.journals()
+        assert journal.live_count == live
+
+    def test_a_full_store_blocks_persistent_producers(self, tmp_path: Path) -> None:
+        doc = {"system_usage": {"store_limit": "40 mb"}, "store": {"journal_max_file_length": "32 mb"}}
+        net = persistent_net(tmp_path, doc)
+        p = net.connected_client("p")
+        p.send("/queue/q", "fits", persistent="true", receipt="1")
+        assert p.last().command == "RECEIPT"  # one 32 MB file: 80%
+        assert net.broker.store_usage.percent == 80
+        net.broker.store_usage.increase(10 * 1024 * 1024)  # another file's worth, as if it rolled
+        p.send("/queue/q", "blocked", persistent="true", receipt="2")
+        assert p.last().headers.get("receipt-id") != "2"
+        p.send("/queue/q", "not persistent", receipt="3")
+        net.broker.store_usage.decrease(10 * 1024 * 1024)
+        net.broker.space_freed()
+        net.pump()
+        assert [f.headers["receipt-id"] for f in p.frames("RECEIPT")] == ["1", "2", "3"]
