@@ -33,6 +33,7 @@ Theory of operation
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -42,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from storage import Journal, JournalConfig, Location
+from storage import Journal, JournalConfig, Location, StorageError
 
 from .codec import encode_headers, unescape
 from .config import StoreConfig
@@ -126,9 +127,13 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def _dir_name(key: str) -> str:
-    """A directory name for a ring journal (unique and readable)."""
-    cleaned = _UNSAFE.sub("_", key.strip("/").replace("/", "."))
-    return cleaned[:120] + "-" + format(abs(hash_key(key)), "x")[:8]
+    """A directory name for a ring journal: ``queue.orders``, or with a hash when
+    the name had to be changed to be safe (so two keys never share one)."""
+    plain = key.strip("/").replace("/", ".")
+    cleaned = _UNSAFE.sub("_", plain)[:120]
+    if cleaned == plain:
+        return cleaned
+    return cleaned + "-" + format(hash_key(key), "08x")
 
 
 def hash_key(key: str) -> int:
@@ -144,6 +149,13 @@ class MessageStore:
         self.config = config
         self.root = Path(data_dir)
         self.root.mkdir(parents=True, exist_ok=True)
+        # One broker per data directory (ActiveMQ's lock file): offline tools check it too.
+        self._lock_file = open(self.root / "lock", "a")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            raise StorageError(f"another broker is using the data directory {self.root} (it holds {self.root / 'lock'})") from None
         self.layout = config.layout
         self._journals: dict[str, Journal] = {}
         self._dirty: set[Journal] = set()
@@ -153,6 +165,14 @@ class MessageStore:
         self.write_generation = 0
         self.synced_generation = 0
         self._durables_file = self.root / "durable-subscriptions.json"
+        try:
+            self._open_journals()
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _open_journals(self) -> None:
+        config = self.config
         if self.layout == "growing":
             self._shared: Journal | None = Journal.open(
                 JournalConfig(directory=self.root / "journal", layout="growing", name="journal",
@@ -293,3 +313,10 @@ class MessageStore:
         for journal in self.journals():
             journal.sync()
             journal.close()
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_file is not None:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None

@@ -191,7 +191,6 @@ class TestStoreCursor:
         policies = [{"queue": ">", "space_check": space_check}]
         if b_limit:
             policies.append({"queue": "B", "space_check": space_check, "memory_limit": b_limit})
-        net = self.small_memory(tmp_path, **{})
         net = persistent_net(tmp_path, {"system_usage": {"memory_limit": "100 kb"}, "destination_policy": policies})
         p = net.connected_client()
         for i in range(10):

@@ -12,5 +12,6 @@ COMMANDS = [
     "send",
     "recv",
     "stat",
+    "journal",
     "passwd",
 ]

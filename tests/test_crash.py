@@ -1,0 +1,137 @@
+"""Crash tests: the real broker process killed with SIGKILL under persistent load.
+
+Every message the broker acknowledged with a RECEIPT must come back after the
+restart, and no message whose ACK was acknowledged may ever be delivered again.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from clients.stomp import ConnectionLost, StompClient, StompClientError
+
+
+def start(data_dir: Path) -> tuple[subprocess.Popen, int]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--data-dir", str(data_dir), "--log-level", "info"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            return proc, int(m.group(1))
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError("broker did not start")
+
+
+def kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+
+async def produce(port: int, start_at: int, receipted: set[int], seconds: float) -> None:
+    """Send persistent messages, each with a receipt, until killed or time is up."""
+    try:
+        client = await StompClient.connect(port=port)
+        i = start_at
+        deadline = time.monotonic() + seconds
+        pending: list[tuple[int, asyncio.Task]] = []
+        while time.monotonic() < deadline:
+            pending.append((i, asyncio.ensure_future(client.send("/queue/crash", f"m{i}", headers={"persistent": "true"}, receipt=True, timeout=10))))
+            i += 1
+            if len(pending) >= 50:
+                for n, task in pending:
+                    await task
+                    receipted.add(n)
+                pending.clear()
+        for n, task in pending:
+            await task
+            receipted.add(n)
+    except (StompClientError, ConnectionError, TimeoutError, OSError):
+        pass  # the broker died under us: only receipted messages count
+
+
+async def consume(port: int, seen: list[list], acked: set[int], limit: int | None, idle: float = 2.0) -> None:
+    """Receive and ACK (with a receipt for each ACK) until idle or ``limit`` acks."""
+    try:
+        client = await StompClient.connect(port=port)
+        sub = await client.subscribe("/queue/crash", ack="client-individual", prefetch=20)
+        while limit is None or len(acked) < limit:
+            try:
+                msg = await sub.get(timeout=idle)
+            except TimeoutError:
+                break
+            n = int(msg.body[1:])
+            delivery = [n, False]
+            seen.append(delivery)
+            await client.ack(msg, receipt=True, timeout=10)
+            delivery[1] = True  # the broker confirmed this ACK
+            acked.add(n)
+        await client.disconnect()
+    except (StompClientError, ConnectionLost, ConnectionError, TimeoutError, OSError):
+        pass
+
+
+def test_sigkill_loses_nothing_receipted_and_redelivers_nothing_acked(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    data = tmp_path / "data"
+    receipted: set[int] = set()
+    acked: set[int] = set()
+    seen: list[list] = []  # [message number, ACK confirmed] per delivery, in order
+    next_id = 0
+    for cycle in range(3):
+        proc, port = start(data)
+        try:
+            # produce for a while, then SIGKILL in the middle of the load
+            async def load() -> None:
+                task = asyncio.ensure_future(produce(port, next_id, receipted, 5.0))
+                await asyncio.sleep(rng.uniform(0.4, 1.0))
+                kill(proc)
+                await task
+
+            asyncio.run(load())
+        finally:
+            if proc.poll() is None:
+                kill(proc)
+        next_id = max(receipted, default=next_id) + 1000
+        # restart, consume with confirmed ACKs, and SIGKILL in the middle of that too
+        proc, port = start(data)
+        try:
+            async def drain() -> None:
+                task = asyncio.ensure_future(consume(port, seen, acked, limit=None))
+                await asyncio.sleep(rng.uniform(0.3, 0.8))
+                kill(proc)
+                await task
+
+            asyncio.run(drain())
+        finally:
+            if proc.poll() is None:
+                kill(proc)
+    proc, port = start(data)
+    try:
+        asyncio.run(consume(port, seen, acked, limit=None))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"receipted={len(receipted)} deliveries={len(seen)} acked={len(acked)}")
+    assert receipted, "the producer never got a receipt"
+    missing = receipted - {n for n, _ in seen}
+    assert not missing, f"{len(missing)} receipted messages never delivered, e.g. {sorted(missing)[:5]}"
+    # A message whose ACK was confirmed is never delivered after that ACK.
+    confirmed: set[int] = set()
+    for n, ack_confirmed in seen:
+        assert n not in confirmed, f"message m{n} delivered again after its ACK was confirmed"
+        if ack_confirmed:
+            confirmed.add(n)
+    assert confirmed == acked
