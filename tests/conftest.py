@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
+import sys
 import tempfile
 import threading
+import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -98,3 +103,22 @@ def broker_factory() -> Iterator[Callable[..., RunningBroker]]:
 def broker(broker_factory: Callable[..., RunningBroker]) -> RunningBroker:
     """A broker with the default configuration on an ephemeral port."""
     return broker_factory()
+
+
+def start_broker_process(data_dir: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    """``minibroker serve`` as a real process on an ephemeral port; returns it and the port."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--data-dir", str(data_dir), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            return proc, int(m.group(1))
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError("the broker process did not start")

@@ -7,32 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from clients.stomp import ConnectionLost, StompClient, StompClientError
+from conftest import start_broker_process
 
 
 def start(data_dir: Path) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--data-dir", str(data_dir), "--log-level", "info"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    assert proc.stdout is not None
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-        if m:
-            return proc, int(m.group(1))
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError("broker did not start")
+    return start_broker_process(data_dir, "--log-level", "info")
 
 
 def kill(proc: subprocess.Popen) -> None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -14,29 +13,14 @@ from pathlib import Path
 import pytest
 
 from minibroker.codec import FrameParser, encode
+from conftest import start_broker_process
 from minibroker.frames import Frame
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00"
 
 
 def start_process(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--data-dir", str(tmp_path / "data"), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-        if m:
-            return proc, int(m.group(1))
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError("broker process did not start")
+    return start_broker_process(tmp_path / "data", *extra)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
