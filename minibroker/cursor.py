@@ -19,7 +19,8 @@ order is kept. The cache is enabled again only once the store is drained and
 there is space (``AbstractStoreCursor.canEnableCash``).
 
 When the cache runs empty and the queue has a consumer, the cursor *pages in*
-``max_page_size`` (200) messages from the store, but only if it has space.
+``max_page_size`` (200) messages from the store, but only if it has space,
+and it stops early once the broker's memory reaches 90%.
 Without space it stays empty and logs "cursor blocked, no space available to
 page in messages": a consumer waits while its messages sit on disk, which is
 what starves queue A in seed 000 when other queues hold the broker's memory.
@@ -42,6 +43,9 @@ if TYPE_CHECKING:
 __all__ = ["QueueCursor", "PagedRef"]
 
 log = logging.getLogger("minibroker.cursor")
+
+#: A page-in stops once broker memory reaches this (AbstractStoreCursor.canRecoveryNextMessage).
+_RECOVERY_LIMIT_PERCENT = 90
 
 
 class PagedRef(NamedTuple):
@@ -153,9 +157,16 @@ class QueueCursor:
             return False
         self.blocked = False
         count = min(queue.policy.max_page_size, len(self.store_only))
-        batch = [broker.load_message(queue, self.store_only.pop_first()) for _ in range(count)]
-        for message in batch:
+        batch = []
+        root = broker.memory
+        for _ in range(count):
+            # ActiveMQ's canRecoveryNextMessage: stop once the broker is at 90%.
+            if batch and root.limit and root.percent >= _RECOVERY_LIMIT_PERCENT:
+                break
+            message = broker.load_message(queue, self.store_only.pop_first())
             queue.hold(message)
+            batch.append(message)
+        count = len(batch)
         queue.pending.push_front(sorted(batch, key=lambda m: m.seq))
         self.paged_in += count
         if not self.store_only and self.has_space():

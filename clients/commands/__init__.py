@@ -13,5 +13,6 @@ COMMANDS = [
     "recv",
     "stat",
     "journal",
+    "lab",
     "passwd",
 ]

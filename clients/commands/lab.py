@@ -1,0 +1,63 @@
+"""``minibroker lab``: list the labs, run one.
+
+``lab list`` names every lab under ``examples/labs`` with its seed and title.
+``lab run NAME`` runs both (or all) of its configurations on the virtual
+clock, in seconds, and prints a verdict per configuration with the evidence
+from the broker's statistics and trace; it exits 0 only when every verdict
+is the one the lab promises. ``--plot DIR`` also writes each run's trace and
+the Spark analysis (tables, PNG plots, report) under DIR; ``--live`` runs the
+lab against the real server with real sockets, where the lab supports it.
+NAME is the lab's name, its directory name, or its number.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..cli import CommandError
+from ..labs import LabError, find_labs, run_lab
+
+__all__ = ["register"]
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    parser = subparsers.add_parser("lab", help="list and run the labs", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    lst = actions.add_parser("list", help="name every lab")
+    lst.add_argument("--labs", metavar="DIR", help="labs directory (default: examples/labs)")
+    lst.set_defaults(func=_list)
+    run = actions.add_parser("run", help="run a lab and print its verdicts")
+    run.add_argument("name", metavar="NAME", help="lab name, directory name or number")
+    run.add_argument("--plot", metavar="DIR", help="also write traces and the Spark analysis under DIR")
+    run.add_argument("--live", action="store_true", help="run against the real server instead of the virtual clock")
+    run.add_argument("--labs", metavar="DIR", help="labs directory (default: examples/labs)")
+    run.set_defaults(func=_run)
+
+
+def _labs(args: argparse.Namespace) -> list:
+    try:
+        return find_labs(Path(args.labs) if args.labs else None)
+    except LabError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _list(args: argparse.Namespace) -> int:
+    for lab in _labs(args):
+        print(f"{lab.directory.name:32s} seed {lab.seed[:3]}  {lab.title}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    labs = _labs(args)
+    wanted = args.name
+    matches = [lab for lab in labs if wanted in (lab.name, lab.directory.name, lab.number, lab.number.lstrip("0") or "0")]
+    if not matches:
+        names = ", ".join(lab.directory.name for lab in labs)
+        raise CommandError(f"no lab {wanted!r}; the labs are: {names}")
+    try:
+        results = run_lab(matches[0], live=args.live, plot_dir=Path(args.plot) if args.plot else None)
+    except LabError as exc:
+        raise CommandError(str(exc)) from None
+    return 0 if all(r.as_promised for r in results) else 1

@@ -1,0 +1,111 @@
+"""Lab definitions: ``lab.toml`` read and checked.
+
+::
+
+    name = "starving-consumers"
+    title = "Starving consumers when no destination has a memory limit"
+    seed = "000_0bd9785ef163934c.txt"
+    scenario = "scenario.py"          # default
+
+    [[run]]
+    name = "legacy"                   # passed to the scenario as run.name
+    config = "legacy.toml"            # broker configuration, beside lab.toml
+    expect = "pathology"              # or "healthy"
+    about = "ActiveMQ <= 5.14 space check, no destination limits"
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from minibroker.config import BrokerConfig, load_config
+
+__all__ = ["Lab", "RunSpec", "LabError", "find_labs", "labs_directory", "load_lab"]
+
+VERDICTS = ("pathology", "healthy")
+
+
+class LabError(Exception):
+    """A lab that cannot be found or is badly defined."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One configuration a lab runs, and the verdict it promises."""
+
+    name: str
+    config_path: Path
+    expect: str
+    about: str
+
+    def config(self) -> BrokerConfig:
+        return load_config(self.config_path)
+
+
+@dataclass(frozen=True)
+class Lab:
+    """A lab directory, read."""
+
+    directory: Path
+    name: str
+    title: str
+    seed: str
+    runs: tuple[RunSpec, ...]
+    scenario_path: Path
+
+    @property
+    def number(self) -> str:
+        return self.directory.name.split("-", 1)[0]
+
+    def scenario(self) -> ModuleType:
+        """The lab's scenario module (``run(lab)``, optionally ``run_live(lab)``)."""
+        spec = importlib.util.spec_from_file_location(f"minibroker_lab_{self.name.replace('-', '_')}", self.scenario_path)
+        if spec is None or spec.loader is None:
+            raise LabError(f"cannot load {self.scenario_path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if not hasattr(module, "run"):
+            raise LabError(f"{self.scenario_path} has no run(lab) function")
+        return module
+
+
+def labs_directory() -> Path:
+    """Where the labs are: ``$MINIBROKER_LABS``, or ``examples/labs`` of this checkout."""
+    env = os.environ.get("MINIBROKER_LABS")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "examples" / "labs"
+
+
+def load_lab(directory: Path) -> Lab:
+    """Read ``directory/lab.toml``."""
+    path = directory / "lab.toml"
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise LabError(f"cannot read {path}: {exc}") from None
+    missing = [k for k in ("name", "title", "seed", "run") if k not in data]
+    if missing:
+        raise LabError(f"{path} lacks {', '.join(missing)}")
+    runs = []
+    for i, run in enumerate(data["run"]):
+        if run.get("expect") not in VERDICTS:
+            raise LabError(f"{path}: run[{i}].expect must be one of {VERDICTS}, not {run.get('expect')!r}")
+        config = directory / run["config"]
+        if not config.exists():
+            raise LabError(f"{path}: run[{i}].config {config.name} does not exist")
+        runs.append(RunSpec(run["name"], config, run["expect"], run.get("about", "")))
+    return Lab(directory, data["name"], data["title"], data["seed"], tuple(runs),
+               directory / data.get("scenario", "scenario.py"))
+
+
+def find_labs(root: Path | None = None) -> list[Lab]:
+    """Every lab under ``root`` (default: ``labs_directory()``), in directory order."""
+    base = root or labs_directory()
+    if not base.is_dir():
+        raise LabError(f"no labs directory at {base}")
+    return [load_lab(d) for d in sorted(base.iterdir()) if (d / "lab.toml").exists()]

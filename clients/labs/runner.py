@@ -1,0 +1,208 @@
+"""Running a lab: each configuration, a verdict, the evidence, the promise kept.
+
+A scenario's ``run(lab)`` gets a ``LabRun``: the run's broker configuration, a
+fresh data directory, a trace, and ``lab.network()`` to start the broker on
+the virtual clock (``VirtualNetwork``). It returns an ``Outcome``: did the
+pathology show, a one-line summary, evidence lines and numbers. The verdict
+comes from the broker's own statistics and trace, so it prints in seconds;
+``--plot DIR`` also writes the trace and runs the Spark analysis on it for the
+deeper look. ``--live`` calls ``run_live(lab)`` instead, where the scenario has
+one: the real server on real sockets (``lab.live_broker()``).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from minibroker.config import BrokerConfig
+from minibroker.sim import VirtualNetwork
+from minibroker.trace import MemoryTrace
+
+from .model import Lab, LabError, RunSpec
+
+__all__ = ["LabRun", "Outcome", "RunResult", "run_lab"]
+
+
+@dataclass
+class Outcome:
+    """What a scenario saw."""
+
+    pathology: bool
+    summary: str
+    evidence: list[str] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return "pathology" if self.pathology else "healthy"
+
+
+@dataclass
+class RunResult:
+    spec: RunSpec
+    outcome: Outcome
+    trace_file: Path | None = None
+
+    @property
+    def as_promised(self) -> bool:
+        return self.outcome.verdict == self.spec.expect
+
+
+class LabRun:
+    """What a scenario gets: one run's configuration, data directory and trace."""
+
+    def __init__(self, lab: Lab, spec: RunSpec, workdir: Path) -> None:
+        self.lab = lab
+        self.spec = spec
+        self.name = spec.name
+        self.config: BrokerConfig = spec.config()
+        self.workdir = workdir
+        self.data_dir = workdir / "data"
+        self.trace: MemoryTrace | None = None
+        self.notes: list[str] = []
+
+    def network(self, config: BrokerConfig | None = None, *, seed: int = 0) -> VirtualNetwork:
+        """The broker with this run's configuration on a virtual clock, tracing."""
+        net = VirtualNetwork(config or self.config, seed=seed, data_dir=self.data_dir)
+        self.trace = MemoryTrace(net.clock.now, broker=net.broker.name)
+        net.trace = self.trace
+        net.broker.trace = self.trace
+        return net
+
+    def note(self, text: str) -> None:
+        """An evidence line shown under the verdict."""
+        self.notes.append(text)
+
+    @contextlib.contextmanager
+    def live_broker(self, config: BrokerConfig | None = None) -> Iterator["LiveBroker"]:
+        """The real asyncio server with this configuration, on an ephemeral port."""
+        live = LiveBroker((config or self.config).replace(
+            transport={"host": "127.0.0.1", "port": 0}, broker={"data_dir": str(self.data_dir)}))
+        live.start()
+        try:
+            yield live
+        finally:
+            live.stop()
+
+
+class LiveBroker:
+    """``minibroker.server.serve`` in a background thread, stoppable and restartable."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.server: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self.error: BaseException | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.server.port)
+
+    def start(self) -> None:
+        from minibroker.server import serve
+
+        self._ready.clear()
+
+        def main() -> None:
+            async def go() -> None:
+                self._loop = asyncio.get_running_loop()
+                self._stop = asyncio.Event()
+
+                def ready(server: Any) -> None:
+                    self.server = server
+                    self._ready.set()
+
+                await serve(self.config, ready=ready, stop=self._stop)
+
+            try:
+                asyncio.run(go())
+            except BaseException as exc:  # reported by start()
+                self.error = exc
+                self._ready.set()
+
+        self._thread = threading.Thread(target=main, name="lab-broker", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30) or self.error is not None:
+            raise LabError(f"the live broker did not start: {self.error!r}")
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the broker's event loop and return its result."""
+        assert self._loop is not None
+
+        async def wrapper() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(wrapper(), self._loop).result(10)
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(30)
+        self.server = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same data directory (and a new port)."""
+        self.stop()
+        self.start()
+
+
+def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
+            out: Callable[[str], None] = print) -> list[RunResult]:
+    """Run every configuration of ``lab``, print verdicts, return the results."""
+    scenario = lab.scenario()
+    if live and not hasattr(scenario, "run_live"):
+        raise LabError(f"lab {lab.name} has no live run; run it without --live")
+    entry = scenario.run_live if live else scenario.run
+    out(f"Lab {lab.directory.name}: {lab.title}")
+    out(f"  seed: {lab.seed}; {'live server, real sockets' if live else 'virtual clock'}")
+    results = []
+    for spec in lab.runs:
+        workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))
+        try:
+            run = LabRun(lab, spec, workdir)
+            outcome: Outcome = entry(run)
+            outcome.evidence = run.notes + outcome.evidence
+            result = RunResult(spec, outcome)
+            if plot_dir is not None and run.trace is not None:
+                result.trace_file = _analyse(run, plot_dir / spec.name, out)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        results.append(result)
+        _print_result(result, out)
+    kept = sum(r.as_promised for r in results)
+    out(f"Result: {kept}/{len(results)} verdicts as the lab promises")
+    return results
+
+
+def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
+    spec, outcome = result.spec, result.outcome
+    promise = "as promised" if result.as_promised else f"NOT as promised (expected {spec.expect.upper()})"
+    out("")
+    out(f"  [{spec.name}] {spec.about}")
+    out(f"    verdict: {outcome.verdict.upper()} ({promise}): {outcome.summary}")
+    for line in outcome.evidence:
+        out(f"      - {line}")
+    if outcome.metrics:
+        out("      numbers: " + ", ".join(f"{k}={v}" for k, v in outcome.metrics.items()))
+
+
+def _analyse(run: LabRun, directory: Path, out: Callable[[str], None]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    trace_file = directory / "trace.jsonl"
+    assert run.trace is not None
+    run.trace.dump(trace_file)
+    from clients.spark.analyze import main as analyze
+
+    status = analyze([str(trace_file), "--out", str(directory)])
+    out(f"    analysis of {trace_file}: {'written to ' + str(directory) if status == 0 else f'failed (status {status})'}")
+    return trace_file
