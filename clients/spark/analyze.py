@@ -36,9 +36,9 @@ from pyspark.sql import types as T
 from clients.spark.detectors import FINDING_COLUMNS, Params, find_all
 from clients.spark.plots import plot_all
 from clients.spark.report import render_report
-from clients.spark.schema import check_trace, read_trace
+from clients.spark.schema import CORRUPT, check_trace, read_trace
 from clients.spark.session import get_session
-from clients.spark.tables import Tables, build_tables
+from clients.spark.tables import USED, Tables, build_tables
 
 __all__ = ["analyze", "main"]
 
@@ -95,7 +95,8 @@ def analyze(spark: SparkSession, inputs: list[str], out: str | Path, params: Par
             *, plots: bool = True) -> dict[str, Any]:
     """Run the whole analysis; returns {"info", "findings", "plots"}."""
     out = str(out).rstrip("/")
-    raw = read_trace(spark, inputs).cache()
+    # parse once: cache only the columns the analysis reads (plus what the check needs)
+    raw = read_trace(spark, inputs).select(*USED, "v", CORRUPT).cache()
     info = check_trace(raw)
     if not info["lines"] or info["t0"] is None:
         raise SystemExit(f"no trace events in {', '.join(inputs)}")
@@ -121,7 +122,7 @@ def analyze(spark: SparkSession, inputs: list[str], out: str | Path, params: Par
     (local / "report.md").write_text(render_report(info, findings, made, tables))
     (local / "findings.json").write_text(json.dumps(findings, indent=1) + "\n")
     (local / "info.json").write_text(json.dumps({**info, "params": asdict(params)}, indent=1) + "\n")
-    for df in (findings_df, *tb.outputs().values(), tb.events, raw):
+    for df in (findings_df, *tb.outputs().values(), raw):
         df.unpersist()
     return {"info": info, "findings": findings, "plots": made}
 

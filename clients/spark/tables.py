@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from clients.spark.schema import CORRUPT, SOURCE
+from clients.spark.schema import CORRUPT
 
 __all__ = ["Tables", "build_tables", "islands"]
 
@@ -32,13 +32,13 @@ REMOVALS = ("ack", "expire", "dlq", "discard")
 
 @dataclass
 class Tables:
-    """The working set of one analysis (DataFrames are cached)."""
+    """The working set of one analysis (the derived tables are cached)."""
 
     t0: float
     t1: float
     bucket: float
     buckets: int
-    events: DataFrame  # pruned events with t and b
+    events: DataFrame  # pruned events with t and b (derived from the caller's cached scan)
     dest_rates: DataFrame  # dest, b, t, counts, backlog, dest_mem_pct (dense)
     consumer_rates: DataFrame  # consumer, sub, dest, b, t, received, acked, source
     usage: DataFrame  # b, t, mem_pct, store_pct, temp_pct (dense, carried forward)
@@ -76,10 +76,9 @@ def build_tables(
 ) -> Tables:
     ev = (
         raw.filter(F.col(CORRUPT).isNull() & F.col("event").isNotNull())
-        .select(*USED, SOURCE)
+        .select(*USED)
         .withColumn("t", F.col("ts") - F.lit(t0))
         .withColumn("b", F.floor(F.col("t") / F.lit(bucket)).cast("long"))
-        .cache()
     )
     nb = int((t1 - t0) // bucket) + 1
     grid = spark.range(0, nb).withColumnRenamed("id", "b")

@@ -49,6 +49,17 @@ def test_sample_is_valid_and_covers_every_event():
     assert seen == set(FIELDS)
 
 
+def test_offloaded_writer_output_equals_sample_file(tmp_path):
+    path = tmp_path / "t.jsonl"
+    times = iter([ts for ts, _, _ in SAMPLE])
+    trace = Trace(path, lambda: next(times), broker=BROKER, buffer_events=5, offload=True)
+    for _, event, fields in SAMPLE:
+        trace.emit(event, **fields)
+    trace.close()
+    assert trace.written == len(SAMPLE)
+    assert path.read_text() == SAMPLE_PATH.read_text()
+
+
 def test_memory_trace_matches_file_trace():
     times = iter([ts for ts, _, _ in SAMPLE])
     mem = MemoryTrace(lambda: next(times), broker=BROKER)
