@@ -141,9 +141,10 @@ def _doc_tables() -> tuple[dict[str, str], dict[str, tuple[list, list]]]:
     row = re.compile(r"^\| `([a-z_]+)` \| ([^|]+?) \| ([^|]+?) \|$", re.M)
     types = {m[0]: m[1] for m in row.findall(common_part + glossary_part)}
     events = {}
-    for section in re.split(r"^### ", text.split("## Events", 1)[1], flags=re.M)[1:]:
+    events_part = text.split("\n## Events", 1)[1].split("\n## ", 1)[0]
+    for section in re.split(r"^### ", events_part, flags=re.M)[1:]:
         name = re.match(r"`([a-z_]+)`", section)[1]
-        rows = row.findall(section.split("\n## ", 1)[0])
+        rows = row.findall(section)
         events[name] = ([m[0] for m in rows if m[2] == "yes"], [m[0] for m in rows if m[2] == "no"])
         for field, kind, _ in rows:
             assert FIELDS[field] == kind, (name, field)
