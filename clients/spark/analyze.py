@@ -36,7 +36,7 @@ from pyspark.sql import types as T
 from clients.spark.detectors import FINDING_COLUMNS, Params, find_all
 from clients.spark.plots import plot_all
 from clients.spark.report import render_report
-from clients.spark.schema import CORRUPT, check_trace, read_trace
+from clients.spark.schema import CORRUPT, TraceFormatError, check_trace, read_trace
 from clients.spark.session import get_session
 from clients.spark.tables import USED, Tables, build_tables
 
@@ -99,7 +99,7 @@ def analyze(spark: SparkSession, inputs: list[str], out: str | Path, params: Par
     raw = read_trace(spark, inputs).select(*USED, "v", CORRUPT).cache()
     info = check_trace(raw)
     if not info["lines"] or info["t0"] is None:
-        raise SystemExit(f"no trace events in {', '.join(inputs)}")
+        raise TraceFormatError(f"no trace events in {', '.join(inputs)}")
     tb = build_tables(spark, raw, info["t0"], info["t1"], params.bucket)
     traced_hwm = tb.events.filter(F.col("event") == "page_in_blocked").agg(F.max("hwm")).first()[0]
     if traced_hwm is not None:
@@ -158,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no such trace: {', '.join(missing)}", file=sys.stderr)
         return 2
     spark = get_session("minibroker-analyze", master=args.master)
-    result = analyze(spark, args.traces, args.out, params, plots=not args.no_plots)
+    try:
+        result = analyze(spark, args.traces, args.out, params, plots=not args.no_plots)
+    except TraceFormatError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     for f in result["findings"]:
         print(f"{f['start']:9.1f} {f['end']:9.1f}  {f['detector']}: {f['summary']}")
     print(f"{len(result['findings'])} finding(s); report: {args.out}/report.md")

@@ -79,8 +79,16 @@ def test_healthy_trace_has_no_findings(spark, tmp_path):
     assert "No detector fired." in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_missing_trace_is_an_error(tmp_path, capsys):
+def test_missing_empty_or_future_traces_are_errors(spark, tmp_path, capsys):
     from clients.spark.analyze import main
 
     assert main([str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")]) == 2
     assert "no such trace" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main([str(empty), "--out", str(tmp_path / "o")]) == 2
+    assert "no trace events" in capsys.readouterr().err
+    future = tmp_path / "v2.jsonl"
+    future.write_text('{"v":2,"seq":1,"ts":0.0,"event":"expire","broker":"b"}\n')
+    assert main([str(future), "--out", str(tmp_path / "o")]) == 2
+    assert "schema version other than 1" in capsys.readouterr().err
