@@ -6,8 +6,9 @@ window (seconds since the trace's first event), where it happened
 a JSON object. Each detector names the seed it comes from:
 
 - ``starved_consumer`` (seed 000): a queue consumer receives nothing for a
-  window while its queue has a backlog and broker memory is at or over the
-  cursor high-water mark.
+  window while its queue has a backlog, broker memory is at or over the
+  cursor high-water mark and the queue's own memory is below it (its cursor
+  cannot page in; it is not merely a full queue with a stuck consumer).
 - ``blocked_producer_idle_consumers`` (seed 001): a producer stays blocked by
   flow control while the destination's consumers have nothing to do.
 - ``swap_storm`` (seed 001): file cursors swap to the temp store again and
@@ -93,8 +94,9 @@ def starved_consumer(tb: Tables, p: Params) -> DataFrame:
         grid.join(tb.dest_rates, ["dest", "b"])
         .join(tb.usage.select("b", "mem_pct"), "b")
         .join(received, ["session", "sub", "b"], "left")
+        # the seed's tell: the broker is at the mark but the queue's own memory is not
         .filter((F.coalesce("received", F.lit(0)) == 0) & (F.col("backlog") > 0) & (backlog0 > 0) &
-                (F.col("mem_pct") >= p.hwm))
+                (F.col("mem_pct") >= p.hwm) & (F.col("dest_mem_pct") < p.hwm))
     )
     keys = ["session", "sub", "island"]
     flagged = islands(flagged, ["session", "sub"])
