@@ -42,6 +42,7 @@ from clients.spark.workload_spec import (
     WorkloadError,
     load_workload,
     producer_segments,
+    send_counts,
 )
 
 __all__ = ["ACTION_SCHEMA", "build_actions", "control_rows", "generate", "main"]
@@ -95,14 +96,12 @@ def control_rows(workload: Workload) -> list[dict]:
     """connect/disconnect for producers; connect/subscribe/pace/unsubscribe/disconnect
     for consumers. A producer's sends take seq 1..n between its connect and disconnect."""
     rows = []
+    counts = send_counts(workload)
     for g in workload.producers:
-        counts: dict[str, int] = {}
-        for s in producer_segments(g):
-            counts[s.client] = counts.get(s.client, 0) + s.count
         for c in g.clients():
             cid = c if g.client_id else None
             rows.append(_row(g.start, c, 0, "connect", g.name, dest=g.dest, client_id=cid))
-            rows.append(_row(g.stop, c, counts.get(c, 0) + 1, "disconnect", g.name, dest=g.dest))
+            rows.append(_row(g.stop, c, counts[c] + 1, "disconnect", g.name, dest=g.dest))
     for g in workload.consumers:
         rows.extend(_consumer_rows(g))
     return rows
@@ -262,10 +261,7 @@ def build_actions(
 def summarize(workload: Workload) -> dict[str, Any]:
     """Counts known from the plan alone (no Spark job needed)."""
     control = control_rows(workload)
-    sends: dict[str, int] = {}
-    for g in workload.producers:
-        for s in producer_segments(g):
-            sends[s.client] = sends.get(s.client, 0) + s.count
+    sends = send_counts(workload)
     actions: dict[str, int] = {"send": sum(sends.values())}
     for r in control:
         actions[r["action"]] = actions.get(r["action"], 0) + 1

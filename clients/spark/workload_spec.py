@@ -27,6 +27,7 @@ __all__ = [
     "load_workload",
     "parse_workload",
     "producer_segments",
+    "send_counts",
     "ACK_MODES",
 ]
 
@@ -410,3 +411,14 @@ def producer_segments(group: ProducerGroup) -> list[Segment]:
                 out.append(Segment(client, a, b, rate, first, n, offset))
                 first += n
     return out
+
+
+def send_counts(workload: Workload) -> dict[str, int]:
+    """Messages each producer client sends, from the plan alone."""
+    counts: dict[str, int] = {}
+    for g in workload.producers:
+        for c in g.clients():
+            counts[c] = 0
+        for seg in producer_segments(g):
+            counts[seg.client] += seg.count
+    return counts
