@@ -1,0 +1,89 @@
+"""Stream an action table in time order, without Spark.
+
+The workload job writes ``DIR/actions.jsonl/part-*.json``: each part file is
+sorted by ``(t, client, seq)`` (and, from a global sort, the parts are in
+order too). ``iter_actions`` merges the parts lazily, so a replay driver can
+start at once and hold one line per part file in memory.
+
+    from clients.spark.actions import iter_actions
+    for action in iter_actions("out/"):
+        ...  # action.t, action.client, action.action, ...
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Action", "ACTIONS", "iter_actions", "read_summary", "part_files"]
+
+# The kinds of action, in the order a client's actions can appear.
+ACTIONS = ("connect", "subscribe", "send", "pace", "unsubscribe", "disconnect")
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One row of the action table (see docs/workloads.md for each column)."""
+
+    t: float
+    client: str
+    seq: int
+    action: str
+    group: str
+    dest: str | None = None
+    sub: str | None = None
+    size: int | None = None
+    priority: int | None = None
+    persistent: bool | None = None
+    headers: dict[str, str] | None = None
+    selector: str | None = None
+    ack: str | None = None
+    prefetch: int | None = None
+    process: float | None = None
+    client_id: str | None = None
+
+    @property
+    def key(self) -> tuple[float, str, int]:
+        return (self.t, self.client, self.seq)
+
+
+def part_files(path: str | Path) -> list[Path]:
+    """The JSON part files of an action table: ``path`` is the output
+    directory, its ``actions.jsonl`` directory, or a single file."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if (path / "actions.jsonl").is_dir():
+        path = path / "actions.jsonl"
+    parts = sorted(p for p in path.iterdir() if p.name.startswith("part-") and p.suffix == ".json")
+    if not parts:
+        raise FileNotFoundError(f"no actions.jsonl part files under {path}")
+    return parts
+
+
+def _read(path: Path) -> Iterator[tuple[tuple[float, str, int], Action]]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            row: dict[str, Any] = json.loads(line)
+            action = Action(**row)
+            yield (action.t, action.client, action.seq), action
+
+
+def iter_actions(path: str | Path) -> Iterator[Action]:
+    """Every action in ``(t, client, seq)`` order."""
+    streams = [_read(p) for p in part_files(path)]
+    if len(streams) == 1:
+        for _, action in streams[0]:
+            yield action
+        return
+    for _, action in heapq.merge(*streams, key=lambda item: item[0]):
+        yield action
+
+
+def read_summary(path: str | Path) -> dict[str, Any]:
+    """``summary.json`` of an output directory: counts, clients, duration."""
+    return json.loads((Path(path) / "summary.json").read_text(encoding="utf-8"))

@@ -1,0 +1,93 @@
+"""The Markdown report that ties the plots and the findings together."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from clients.spark.detectors import DETECTORS
+
+__all__ = ["render_report"]
+
+WHAT = {
+    "starved_consumer": "a queue consumer got nothing while its queue had a backlog and broker "
+    "memory sat at or over the cursor high-water mark (seed 000: per-destination memory limits "
+    "cure it)",
+    "blocked_producer_idle_consumers": "a producer stayed blocked by flow control while the "
+    "destination's consumers had nothing left to do (seed 001: a temp limit below the temp "
+    "store's file size never drops under 100%)",
+    "swap_storm": "file cursors swapped their pending messages to the temp store again and again "
+    "(seed 001)",
+    "slow_consumer": "the broker marked a subscription slow (seed 002)",
+    "stalled_socket": "a write to a client was stuck until the write timeout closed the session "
+    "(seed 003: a large prefetch fills the TCP queues)",
+    "journal_full_few_live": "the journal refused enqueues as full while holding few live "
+    "messages, each pinning a file (seed 004)",
+}
+
+PLOT_TITLES = {
+    "rates": "Per-destination enqueue and dispatch rates",
+    "backlog": "Queue backlog",
+    "consumers": "Per-consumer receive rates",
+    "usage": "Memory, store and temp usage, with producer-blocked intervals",
+    "swaps": "Swap events",
+    "journal": "Journal files pinned by live messages",
+}
+
+
+def _fmt_evidence(evidence: str) -> str:
+    data = json.loads(evidence) if evidence else {}
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in data.items() if v is not None)
+
+
+def render_report(info: dict[str, Any], findings: list[dict[str, Any]], plots: dict[str, str],
+                  tables: list[str]) -> str:
+    lines = ["# Trace analysis", ""]
+    lines += [
+        f"- inputs: {', '.join(info['inputs'])}",
+        f"- lines read: {info['lines']} ({info['corrupt']} unreadable, skipped)",
+        f"- time span: {info['span']:.3f} s from ts {info['t0']} (all times below are seconds "
+        "since then)",
+        f"- bucket: {info['bucket']} s; shortest window reported: {info['min_window']} s; "
+        f"cursor high-water mark: {info['hwm']}%",
+        "",
+        "## Findings",
+        "",
+    ]
+    if not findings:
+        lines += ["No detector fired.", ""]
+    else:
+        counts = Counter(f["detector"] for f in findings)
+        lines += [", ".join(f"{n} {d}" for d, n in counts.items()), ""]
+        lines += ["| # | detector | window (s) | where | summary |", "|---|---|---|---|---|"]
+        for i, f in enumerate(findings, 1):
+            where = " ".join(x for x in (f["dest"], f["session"], f["sub"]) if x)
+            lines.append(f"| {i} | {f['detector']} | {f['start']:.1f}-{f['end']:.1f} | {where} "
+                         f"| {f['summary']} |")
+        lines.append("")
+        for name in DETECTORS:
+            mine = [f for f in findings if f["detector"] == name]
+            if not mine:
+                continue
+            lines += [f"### {name}", "", WHAT[name] + ".", ""]
+            for f in mine:
+                lines.append(f"- {f['start']:.1f}-{f['end']:.1f} s: {f['summary']}. "
+                             f"Evidence: {_fmt_evidence(f['evidence'])}")
+            lines.append("")
+    quiet = [d for d in DETECTORS if d not in {f["detector"] for f in findings}]
+    if quiet:
+        lines += ["Detectors that found nothing: " + ", ".join(quiet) + ".", ""]
+    lines += ["## Plots", ""]
+    for key, title in PLOT_TITLES.items():
+        if key in plots:
+            lines += [f"### {title}", "", f"![{title}]({plots[key]})", ""]
+    missing = [PLOT_TITLES[k] for k in PLOT_TITLES if k not in plots]
+    if missing:
+        lines += ["No data for: " + "; ".join(missing).lower() + ".", ""]
+    lines += ["## Tables", "",
+              "Each table is under `parquet/NAME/` and `csv/NAME.csv`; times are seconds since "
+              "the trace start.", ""]
+    lines += [f"- `{t}`" for t in tables]
+    lines.append("")
+    return "\n".join(lines)

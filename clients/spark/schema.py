@@ -1,0 +1,86 @@
+"""The Spark side of the trace contract: an explicit schema and the reader.
+
+The schema is derived from ``minibroker.trace.FIELDS`` (one type per field
+name), so the broker's table is the single source. Fields the table does not
+know are dropped on read, as the contract promises. Lines that are not JSON,
+or whose values do not fit the types, land in ``_corrupt`` and are counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from minibroker.trace import COMMON, FIELDS, SCHEMA_VERSION
+
+__all__ = ["trace_schema", "read_trace", "check_trace", "TraceFormatError", "CORRUPT", "SOURCE"]
+
+CORRUPT = "_corrupt"
+SOURCE = "_source"  # the input file of each line
+
+_TYPES = {
+    "str": T.StringType(),
+    "int": T.LongType(),
+    "float": T.DoubleType(),
+    "bool": T.BooleanType(),
+    "map<str,int>": T.MapType(T.StringType(), T.LongType()),
+}
+
+
+class TraceFormatError(ValueError):
+    """The input is not a trace this reader understands."""
+
+
+def trace_schema(with_corrupt: bool = False) -> T.StructType:
+    """Every known field, nullable; common fields first."""
+    names = list(COMMON) + [n for n in FIELDS if n not in COMMON]
+    fields = [T.StructField(n, _TYPES[FIELDS[n]], True) for n in names]
+    if with_corrupt:
+        fields.append(T.StructField(CORRUPT, T.StringType(), True))
+    return T.StructType(fields)
+
+
+def read_trace(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """Read trace files (JSON lines) with the explicit schema.
+
+    Adds ``_source`` (the input path) for ordering events from several files
+    by ``(ts, _source, seq)``. Corrupt lines are kept with ``_corrupt`` set; callers
+    count and drop them (``check_trace``).
+    """
+    return (
+        spark.read.schema(trace_schema(with_corrupt=True))
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", CORRUPT)
+        .json(list(paths))
+        .withColumn(SOURCE, F.input_file_name())
+    )
+
+
+def check_trace(df: DataFrame) -> dict[str, float | int | None]:
+    """One pass: line count, corrupt lines, time span; refuses unknown versions.
+
+    ``df`` should be cached: Spark refuses a query on raw JSON that reads only
+    the corrupt-record column.
+    """
+    row = df.agg(
+        F.count(F.lit(1)).alias("lines"),
+        F.sum(F.when(F.col(CORRUPT).isNotNull() | F.col("event").isNull(), 1).otherwise(0)).alias(
+            "corrupt"
+        ),
+        F.sum(F.when(F.col("v") != SCHEMA_VERSION, 1).otherwise(0)).alias("other_versions"),
+        F.min("ts").alias("t0"),
+        F.max("ts").alias("t1"),
+    ).collect()[0]
+    if row["other_versions"]:
+        raise TraceFormatError(
+            f"{row['other_versions']} lines have a schema version other than {SCHEMA_VERSION}"
+        )
+    return {
+        "lines": row["lines"],
+        "corrupt": row["corrupt"] or 0,
+        "t0": row["t0"],
+        "t1": row["t1"],
+    }

@@ -1,0 +1,206 @@
+"""Trace -> time-bucketed tables: the analysis's working set.
+
+Every table's time is ``t``, seconds since the first event of the input
+(``t0``), and ``b``, the bucket number ``floor(t / bucket)``. Bucketed
+tables are dense where a detector needs "nothing happened" to be a row
+(destinations and broker usage have a row for every bucket); event-like
+tables (blocked intervals, swaps, journal events) keep one row per interval
+or event. All are small next to the trace, so they are cached once built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from clients.spark.schema import CORRUPT
+
+__all__ = ["Tables", "build_tables", "islands"]
+
+# Columns the analysis reads; the scan is pruned to these.
+USED = [
+    "seq", "ts", "event", "session", "client", "client_id", "sub", "dest", "count", "pending",
+    "mem_pct", "dest_mem_pct", "store_pct", "temp_pct", "hwm", "usage", "pct", "waited", "slow",
+    "prefetch", "pending_bytes", "store", "layout", "file", "files", "live", "live_bytes",
+    "capacity", "file_live", "code", "message", "bytes", "redeliveries",
+]
+
+REMOVALS = ("ack", "expire", "dlq", "discard")
+
+
+@dataclass
+class Tables:
+    """The working set of one analysis (the derived tables are cached)."""
+
+    t0: float
+    t1: float
+    bucket: float
+    buckets: int
+    events: DataFrame  # pruned events with t and b (derived from the caller's cached scan)
+    dest_rates: DataFrame  # dest, b, t, counts, backlog, dest_mem_pct (dense)
+    consumer_rates: DataFrame  # consumer, sub, dest, b, t, received, acked, source
+    usage: DataFrame  # b, t, mem_pct, store_pct, temp_pct (dense, carried forward)
+    subscriptions: DataFrame  # session, sub, dest, start, end, prefetch
+    blocked: DataFrame  # session, dest, usage, pct, start, end, duration, open
+    swaps: DataFrame  # t, event, dest, sub, session, count, bytes, temp_pct, mem_pct
+    journal: DataFrame  # t, event, store, layout, file, files, live, live_bytes, capacity, dest
+    journal_files: DataFrame  # store, file, live, t (from each store's latest file_live)
+
+    def outputs(self) -> dict[str, DataFrame]:
+        return {
+            "dest_rates": self.dest_rates, "consumer_rates": self.consumer_rates,
+            "usage": self.usage,
+            "subscriptions": self.subscriptions, "blocked": self.blocked, "swaps": self.swaps,
+            "journal": self.journal, "journal_files": self.journal_files,
+        }
+
+
+def islands(df: DataFrame, keys: list[str], b: str = "b") -> DataFrame:
+    """Label runs of consecutive buckets per ``keys`` with ``island`` (gaps-and-islands)."""
+    w = Window.partitionBy(*keys).orderBy(b)
+    return df.withColumn("island", F.col(b) - F.row_number().over(w))
+
+
+def _count_if(cond: Column) -> Column:
+    return F.sum(F.when(cond, 1).otherwise(0))
+
+
+def _bucket_t(bucket: float) -> Column:
+    return (F.col("b") * F.lit(bucket)).alias("t")
+
+
+def build_tables(
+    spark: SparkSession, raw: DataFrame, t0: float, t1: float, bucket: float
+) -> Tables:
+    ev = (
+        raw.filter(F.col(CORRUPT).isNull() & F.col("event").isNotNull())
+        .select(*USED)
+        .withColumn("t", F.col("ts") - F.lit(t0))
+        .withColumn("b", F.floor(F.col("t") / F.lit(bucket)).cast("long"))
+    )
+    nb = int((t1 - t0) // bucket) + 1
+    grid = spark.range(0, nb).withColumnRenamed("id", "b")
+    e = F.col("event")
+
+    # per destination and bucket: counts, backlog (queues), own memory percent, blocked page-ins
+    dest_events = ("enqueue", "dispatch", "recover", "usage", "page_in_blocked", *REMOVALS)
+    per_dest = (
+        ev.filter(F.col("dest").isNotNull() & e.isin(*dest_events))
+        .groupBy("dest", "b")
+        .agg(
+            _count_if(e == "enqueue").alias("enqueued"),
+            _count_if(e == "dispatch").alias("dispatched"),
+            _count_if(e == "ack").alias("acked"),
+            _count_if(e.isin(*REMOVALS)).alias("removed"),
+            F.sum(F.when(e == "recover", F.col("count")).otherwise(0)).alias("recovered"),
+            _count_if(e == "page_in_blocked").alias("page_in_blocked"),
+            F.max(F.when(e == "usage", F.col("dest_mem_pct"))).alias("mem"),
+        )
+    )
+    dests = per_dest.select("dest").distinct()
+    counts = ["enqueued", "dispatched", "acked", "removed", "recovered", "page_in_blocked"]
+    wd = Window.partitionBy("dest").orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
+    dest_rates = (
+        dests.crossJoin(grid)
+        .join(per_dest, ["dest", "b"], "left")
+        .fillna(0, subset=counts)
+        .withColumn(
+            "backlog",
+            F.when(
+                F.col("dest").startswith("/queue/"),
+                F.sum(F.col("recovered") + F.col("enqueued") - F.col("removed")).over(wd),
+            ),
+        )
+        .withColumn("dest_mem_pct",  # a destination's memory is 0% until it reports otherwise
+                    F.coalesce(F.last("mem", ignorenulls=True).over(wd), F.lit(0)))
+        .select("dest", "b", _bucket_t(bucket), *counts, "backlog", "dest_mem_pct")
+        .cache()
+    )
+
+    # per consumer and bucket: broker dispatches (session) or client receipts (client)
+    consumer_rates = (
+        ev.filter(e.isin("dispatch", "ack", "received", "acked"))
+        .withColumn("consumer", F.coalesce("session", "client"))
+        .withColumn("source", F.when(e.isin("dispatch", "ack"), "broker").otherwise("client"))
+        .groupBy("consumer", "sub", "dest", "source", "b")
+        .agg(_count_if(e.isin("dispatch", "received")).alias("received"),
+             _count_if(e.isin("ack", "acked")).alias("acked"))
+        .select("consumer", "sub", "dest", "source", "b", _bucket_t(bucket), "received", "acked")
+        .cache()
+    )
+
+    # broker-wide usage: the highest value in a bucket, else the last one known
+    pcts = ["mem_pct", "store_pct", "temp_pct"]
+    per_b = ev.filter(e == "usage").groupBy("b").agg(*[F.max(c).alias(c) for c in pcts])
+    wf = Window.orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
+    usage = (
+        grid.join(per_b, "b", "left")
+        .select("b", _bucket_t(bucket),
+                *[F.coalesce(F.last(c, ignorenulls=True).over(wf), F.lit(0)).alias(c)
+                  for c in pcts])
+        .cache()
+    )
+    subscriptions = _subscriptions(ev, t1 - t0).cache()
+    blocked = _blocked(ev, t1 - t0).cache()
+    swaps = (
+        ev.filter(e.isin("swap_out", "swap_in"))
+        .select("t", "event", "dest", "sub", "session", "count", "bytes", "temp_pct", "mem_pct")
+        .cache()
+    )
+    jev = ev.filter(e.isin("journal_roll", "journal_full"))
+    journal = jev.select(
+        "t", "event", "store", "layout", "file", "files", "live", "live_bytes", "capacity", "dest",
+        F.size(F.map_filter("file_live", lambda k, v: v > 0)).alias("pinned"),
+    ).cache()
+    latest = (
+        jev.filter(F.col("file_live").isNotNull())
+        .groupBy("store")
+        .agg(F.max_by(F.struct("t", "file_live"), F.struct("t", "seq")).alias("last"))
+    )
+    journal_files = latest.select(
+        "store", F.col("last.t").alias("t"), F.explode("last.file_live").alias("file", "live")
+    ).cache()
+    return Tables(t0, t1, bucket, nb, ev, dest_rates, consumer_rates, usage,
+                  subscriptions, blocked, swaps, journal, journal_files)
+
+
+def _subscriptions(ev: DataFrame, end: float) -> DataFrame:
+    """One row per (session, sub): from subscribe to unsubscribe, disconnect or trace end."""
+    e = F.col("event")
+    subs = (
+        ev.filter(e.isin("subscribe", "unsubscribe") & F.col("session").isNotNull())
+        .groupBy("session", "sub")
+        .agg(
+            F.min(F.when(e == "subscribe", F.col("t"))).alias("start"),
+            F.max(F.when(e == "unsubscribe", F.col("t"))).alias("unsub"),
+            F.first(F.when(e == "subscribe", F.col("dest")), ignorenulls=True).alias("dest"),
+            F.max(F.when(e == "subscribe", F.col("prefetch"))).alias("prefetch"),
+        )
+        .filter(F.col("start").isNotNull())
+    )
+    gone = ev.filter(e == "disconnect").groupBy("session").agg(F.min("t").alias("gone"))
+    return subs.join(gone, "session", "left").select(
+        "session", "sub", "dest", "start",
+        F.least(F.coalesce("unsub", F.lit(end)), F.coalesce("gone", F.lit(end))).alias("end"),
+        "prefetch",
+    )
+
+
+def _blocked(ev: DataFrame, end: float) -> DataFrame:
+    """flow_block -> the next flow_unblock of the same (session, dest); open ones last to the end."""
+    w = Window.partitionBy("session", "dest").orderBy("t", "seq")
+    flow = ev.filter(F.col("event").isin("flow_block", "flow_unblock")).select(
+        "session", "dest", "event", "t", "seq", "usage", "pct",
+        F.lead("event").over(w).alias("next_event"), F.lead("t").over(w).alias("next_t"),
+    )
+    return (
+        flow.filter(F.col("event") == "flow_block")
+        .select(
+            "session", "dest", "usage", "pct", F.col("t").alias("start"),
+            F.coalesce("next_t", F.lit(end)).alias("end"),
+            F.col("next_t").isNull().alias("open"),
+        )
+        .withColumn("duration", F.col("end") - F.col("start"))
+    )

@@ -1,0 +1,344 @@
+"""Expand a workload file into a timed action table (Spark job).
+
+    python -m clients.spark.workload WORKLOAD.toml --out DIR [--scale N]
+    spark-submit --master spark://HOST:PORT clients/spark/workload.py WORKLOAD.toml --out DIR
+
+Theory of operation
+-------------------
+The driver plans in pure Python (``workload_spec``): clients, their control
+actions (connect, subscribe, pace, unsubscribe, disconnect: a handful per
+client) and, for each producer client, rate segments with exact message
+counts. Segments are cut into chunks of at most ``--chunk`` messages; Spark
+explodes each chunk into one row per message. Nothing random depends on
+where a row is computed: every random draw is ``xxhash64(seed, salt, client,
+k)`` for the client's k-th message, so the same file and seed give the same
+table whatever the partitioning. The table is sorted by ``(t, client, seq)``
+and written as Parquet (``actions.parquet/``) and as sorted JSON lines
+(``actions.jsonl/``, read by ``clients.spark.actions`` without Spark), with
+``summary.json`` beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from functools import reduce
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from clients.spark.session import get_session
+from clients.spark.workload_spec import (
+    ConsumerGroup,
+    Dist,
+    ProducerGroup,
+    Workload,
+    WorkloadError,
+    load_workload,
+    producer_segments,
+    send_counts,
+)
+
+__all__ = ["ACTION_SCHEMA", "build_actions", "control_rows", "generate", "main"]
+
+# The action table, in column order. One row per action.
+ACTION_SCHEMA = T.StructType([
+    T.StructField("t", T.DoubleType(), False),  # seconds from the start of the run
+    T.StructField("client", T.StringType(), False),  # e.g. "bulk-0"; one connection each
+    T.StructField("seq", T.LongType(), False),  # the client's action number, in time order
+    T.StructField("action", T.StringType(), False),
+    T.StructField("group", T.StringType(), False),
+    T.StructField("dest", T.StringType(), True),
+    T.StructField("sub", T.StringType(), True),  # subscription id (subscribe, unsubscribe)
+    T.StructField("size", T.LongType(), True),  # body bytes (send)
+    T.StructField("priority", T.IntegerType(), True),  # send
+    T.StructField("persistent", T.BooleanType(), True),  # send
+    T.StructField("headers", T.MapType(T.StringType(), T.StringType()), True),  # send, subscribe
+    T.StructField("selector", T.StringType(), True),  # subscribe
+    T.StructField("ack", T.StringType(), True),  # subscribe
+    T.StructField("prefetch", T.IntegerType(), True),  # subscribe
+    T.StructField("process", T.DoubleType(), True),  # subscribe, pace: seconds per message
+    T.StructField("client_id", T.StringType(), True),  # connect
+])
+COLUMNS = [f.name for f in ACTION_SCHEMA.fields]
+
+_CHUNK_SCHEMA = T.StructType([
+    T.StructField("gidx", T.IntegerType(), False),
+    T.StructField("client", T.StringType(), False),
+    T.StructField("a", T.DoubleType(), False),
+    T.StructField("b", T.DoubleType(), False),
+    T.StructField("rate", T.DoubleType(), False),
+    T.StructField("offset", T.DoubleType(), False),
+    T.StructField("j0", T.LongType(), False),  # first index within the segment
+    T.StructField("k0", T.LongType(), False),  # the client's message index of j0
+    T.StructField("n", T.LongType(), False),
+])
+
+_TWO53 = float(2**53)
+
+
+# --- control actions: a few per client, planned on the driver ----------------------
+
+
+def _row(t: float, client: str, seq: int, action: str, group: str, **cols: Any) -> dict:
+    row = dict.fromkeys(COLUMNS)
+    row.update(t=float(t), client=client, seq=seq, action=action, group=group, **cols)
+    return row
+
+
+def control_rows(workload: Workload) -> list[dict]:
+    """connect/disconnect for producers; connect/subscribe/pace/unsubscribe/disconnect
+    for consumers. A producer's sends take seq 1..n between its connect and disconnect."""
+    rows = []
+    counts = send_counts(workload)
+    for g in workload.producers:
+        for c in g.clients():
+            cid = c if g.client_id else None
+            rows.append(_row(g.start, c, 0, "connect", g.name, dest=g.dest, client_id=cid))
+            rows.append(_row(g.stop, c, counts[c] + 1, "disconnect", g.name, dest=g.dest))
+    for g in workload.consumers:
+        rows.extend(_consumer_rows(g))
+    return rows
+
+
+def _consumer_rows(g: ConsumerGroup) -> list[dict]:
+    headers = dict(g.headers)
+    if g.durable:
+        headers["activemq.subscriptionName"] = g.durable
+    paces = []
+    for p in g.phases:
+        paces.append((p.start, p.process))
+        if p.stop < g.stop:
+            paces.append((p.stop, g.process))
+    rows = []
+    for c in g.clients():
+        rows.append(_row(g.start, c, 0, "connect", g.name, dest=g.dest,
+                         client_id=c if g.client_id else None))
+        rows.append(_row(g.start, c, 1, "subscribe", g.name, dest=g.dest, sub=c,
+                         headers=headers or None, selector=g.selector, ack=g.ack,
+                         prefetch=g.prefetch, process=g.process))
+        seq = 2
+        for t, process in paces:
+            rows.append(_row(t, c, seq, "pace", g.name, dest=g.dest, sub=c, process=process))
+            seq += 1
+        rows.append(_row(g.stop, c, seq, "unsubscribe", g.name, dest=g.dest, sub=c))
+        rows.append(_row(g.stop, c, seq + 1, "disconnect", g.name, dest=g.dest))
+    return rows
+
+
+# --- sends: one row per message, exploded by Spark ------------------------------------
+
+
+def _uniform(seed: int, salt: str) -> Column:
+    """A value in [0, 1) from the top 53 bits of xxhash64(seed, salt, client, k)."""
+    h = F.xxhash64(F.lit(seed), F.lit(salt), F.col("client"), F.col("k"))
+    return F.shiftrightunsigned(h, 11).cast("double") / F.lit(_TWO53)
+
+
+def _choice(u: Column, dist: Dist, cast: str | None) -> Column:
+    total = sum(dist.weights)
+    expr, acc = None, 0.0
+    for value, weight in zip(dist.values[:-1], dist.weights[:-1]):
+        acc += weight / total
+        lit = F.lit(value)
+        expr = F.when(u < F.lit(acc), lit) if expr is None else expr.when(u < F.lit(acc), lit)
+    last = F.lit(dist.values[-1])
+    col = last if expr is None else expr.otherwise(last)
+    return col.cast(cast) if cast else col
+
+
+def _dist_column(dist: Dist, seed: int, salt: str, cast: str) -> Column:
+    if dist.kind == "fixed":
+        return F.lit(dist.value).cast(cast)
+    u = _uniform(seed, salt)
+    if dist.kind == "uniform":
+        return (F.lit(dist.lo) + F.floor(u * F.lit(dist.hi - dist.lo + 1))).cast(cast)
+    if dist.kind == "choice":
+        return _choice(u, dist, cast)
+    if dist.kind == "lognormal":  # Box-Muller on two independent draws
+        u1 = F.greatest(u, F.lit(1e-300))
+        u2 = _uniform(seed, salt + "/2")
+        z = F.sqrt(F.lit(-2.0) * F.log(u1)) * F.cos(F.lit(2 * math.pi) * u2)
+        value = F.round(F.lit(dist.median) * F.exp(F.lit(dist.sigma) * z))
+        return F.least(F.greatest(value, F.lit(dist.lo)), F.lit(dist.hi)).cast(cast)
+    raise AssertionError(dist.kind)
+
+
+def _send_columns(g: ProducerGroup, seed: int) -> dict[str, Column]:
+    salt = g.name
+    if g.arrival == "even":
+        t = F.col("a") + (F.col("j").cast("double") + F.col("offset")) / F.col("rate")
+    else:
+        t = F.col("a") + (F.col("b") - F.col("a")) * _uniform(seed, salt + "/t")
+    if g.persistent in (0.0, 1.0):
+        persistent = F.lit(g.persistent == 1.0)
+    else:
+        persistent = _uniform(seed, salt + "/persistent") < F.lit(g.persistent)
+    headers = None
+    if g.headers:
+        parts = []
+        for name, dist in g.headers.items():
+            value = (F.lit(str(dist.value)) if dist.kind == "fixed"
+                     else _choice(_uniform(seed, f"{salt}/h/{name}"),
+                                  Dist("choice", values=tuple(str(v) for v in dist.values),
+                                       weights=dist.weights), None))
+            parts += [F.lit(name), value]
+        headers = F.create_map(*parts)
+    return {
+        "t": t,
+        "size": _dist_column(g.size, seed, salt + "/size", "long"),
+        "priority": _dist_column(g.priority, seed, salt + "/priority", "int"),
+        "persistent": persistent,
+        "headers": headers if headers is not None else F.lit(None).cast(ACTION_SCHEMA["headers"].dataType),
+        "dest": F.lit(g.dest),
+        "group": F.lit(g.name),
+    }
+
+
+def _by_group(groups: list[ProducerGroup], exprs: list[dict[str, Column]], name: str) -> Column:
+    if len(groups) == 1:
+        return exprs[0][name]
+    col = None
+    for i, e in enumerate(exprs):
+        cond = F.col("gidx") == F.lit(i)
+        col = F.when(cond, e[name]) if col is None else col.when(cond, e[name])
+    return col
+
+
+def _chunks(workload: Workload, chunk: int) -> list[tuple]:
+    rows = []
+    for gidx, g in enumerate(workload.producers):
+        for s in producer_segments(g):
+            for j0 in range(0, s.count, chunk):
+                n = min(chunk, s.count - j0)
+                rows.append((gidx, s.client, s.start, s.stop, s.rate, s.offset, j0, s.first + j0, n))
+    return rows
+
+
+def build_actions(
+    spark: SparkSession, workload: Workload, *, partitions: int | None = None, chunk: int = 100_000
+) -> DataFrame:
+    """The unsorted action table for ``workload``."""
+    partitions = partitions or spark.sparkContext.defaultParallelism
+    control = spark.createDataFrame(control_rows(workload), ACTION_SCHEMA)
+    chunks = _chunks(workload, chunk)
+    if not chunks:
+        return control
+    groups = list(workload.producers)
+    exprs = [_send_columns(g, workload.seed) for g in groups]
+    exploded = (
+        spark.createDataFrame(chunks, _CHUNK_SCHEMA)
+        .repartition(partitions)
+        .withColumn("i", F.explode(F.sequence(F.lit(0).cast("long"), F.col("n") - 1)))
+        .withColumn("j", F.col("j0") + F.col("i"))
+        .withColumn("k", F.col("k0") + F.col("i"))
+    )
+    cols = {name: _by_group(groups, exprs, name) for name in exprs[0]}
+    sends = exploded.select(
+        cols["t"].alias("t"),
+        F.col("client"),
+        (F.col("k") + 1).alias("seq"),
+        F.lit("send").alias("action"),
+        cols["group"].alias("group"),
+        cols["dest"].alias("dest"),
+        F.lit(None).cast("string").alias("sub"),
+        cols["size"].alias("size"),
+        cols["priority"].alias("priority"),
+        cols["persistent"].alias("persistent"),
+        cols["headers"].alias("headers"),
+        *[F.lit(None).cast(ACTION_SCHEMA[c].dataType).alias(c)
+          for c in ("selector", "ack", "prefetch", "process", "client_id")],
+    )
+    return reduce(DataFrame.unionByName, [sends, control])
+
+
+def summarize(workload: Workload) -> dict[str, Any]:
+    """Counts known from the plan alone (no Spark job needed)."""
+    control = control_rows(workload)
+    sends = send_counts(workload)
+    actions: dict[str, int] = {"send": sum(sends.values())}
+    for r in control:
+        actions[r["action"]] = actions.get(r["action"], 0) + 1
+    clients = []
+    for g in workload.groups():
+        role = "producer" if isinstance(g, ProducerGroup) else "consumer"
+        for c in g.clients():
+            clients.append({"client": c, "group": g.name, "role": role, "dest": g.dest,
+                            "sends": sends.get(c, 0)})
+    return {
+        "name": workload.name, "seed": workload.seed, "scale": workload.scale,
+        "duration": workload.duration, "source": workload.source,
+        "destinations": list(workload.destinations),
+        "rows": sum(actions.values()), "actions": actions, "clients": clients,
+    }
+
+
+def generate(
+    spark: SparkSession,
+    workload: Workload,
+    out: str | Path,
+    *,
+    formats: tuple[str, ...] = ("parquet", "jsonl"),
+    partitions: int | None = None,
+    chunk: int = 100_000,
+) -> dict[str, Any]:
+    """Write the sorted action table under ``out``; return the summary."""
+    out = str(out).rstrip("/")
+    table = build_actions(spark, workload, partitions=partitions, chunk=chunk)
+    table = table.sortWithinPartitions("t", "client", "seq")
+    if "parquet" in formats:
+        table.write.mode("overwrite").parquet(f"{out}/actions.parquet")
+    if "jsonl" in formats:
+        table.write.mode("overwrite").json(f"{out}/actions.jsonl")
+    summary = summarize(workload)
+    summary["formats"] = list(formats)
+    if "://" not in out or out.startswith("file:"):
+        path = Path(out.removeprefix("file:")) / "summary.json"
+        path.write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``python -m clients.spark.workload`` and ``minibroker workload generate``."""
+    parser = argparse.ArgumentParser(
+        prog="minibroker workload generate",
+        description="Expand a workload file (TOML) into a timed action table.",
+    )
+    parser.add_argument("workload", help="the workload file (TOML)")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply every group's client count (default 1)")
+    parser.add_argument("--seed", type=int, help="override [workload].seed")
+    parser.add_argument("--format", default="parquet,jsonl",
+                        help="comma-separated: parquet, jsonl (default both)")
+    parser.add_argument("--partitions", type=int, help="Spark partitions for the expansion")
+    parser.add_argument("--chunk", type=int, default=100_000, help="messages per task chunk")
+    parser.add_argument("--master", help="Spark master when not run by spark-submit "
+                        "(default local[*] or $MINIBROKER_SPARK_MASTER)")
+    args = parser.parse_args(argv)
+    formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    if not formats or set(formats) - {"parquet", "jsonl"}:
+        parser.error("--format takes parquet, jsonl or both")
+    try:
+        workload = load_workload(args.workload, scale=args.scale)
+    except (OSError, WorkloadError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.seed is not None:
+        workload = dataclasses.replace(workload, seed=args.seed)
+    spark = get_session("minibroker-workload", master=args.master)
+    summary = generate(spark, workload, args.out, formats=formats,
+                       partitions=args.partitions, chunk=args.chunk)
+    print(f"{summary['rows']} actions for {len(summary['clients'])} clients over "
+          f"{summary['duration']:g} s -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Trace analysis: each detector fires on its seed's pathology with the right window,
+and none fires on a healthy trace."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import ANALYSIS_ARGS
+from .scenarios import EXPECTED, healthy
+
+pytestmark = pytest.mark.spark
+
+
+def _key(f: dict) -> tuple:
+    return (f["detector"], round(f["start"], 3), round(f["end"], 3), f["dest"], f["session"],
+            f["sub"])
+
+
+def _findings(out: Path) -> list[dict]:
+    return json.loads((out / "findings.json").read_text())
+
+
+def test_each_detector_fires_with_its_window(pathology_analysis):
+    found = _findings(pathology_analysis)
+    assert sorted(_key(f) for f in found) == sorted(EXPECTED)
+
+
+def test_findings_carry_evidence(pathology_analysis):
+    by = {f["detector"]: json.loads(f["evidence"]) for f in _findings(pathology_analysis)}
+    starved = by["starved_consumer"]
+    assert (starved["backlog_min"], starved["mem_pct_min"], starved["hwm"]) == (5, 70, 70)
+    assert starved["dest_mem_pct"] == 0  # the seed's tell: the starved queue's own memory is 0%
+    assert starved["page_in_blocked"] == 18
+    assert starved["memory_holders"] == [{"dest": "/queue/B", "dest_mem_pct": 70}]
+    blocked = by["blocked_producer_idle_consumers"]
+    assert blocked["usage"] == "temp" and blocked["never_unblocked"] is True
+    assert blocked["consumers"] == 2 and blocked["temp_pct_min"] >= 100
+    assert by["swap_storm"]["swaps"] == 3 and by["swap_storm"]["messages"] == 303
+    assert by["slow_consumer"]["pending_max"] == 70000 and by["slow_consumer"]["recovered"]
+    assert by["stalled_socket"]["refused_reconnects"] == 1
+    assert by["stalled_socket"]["dispatched"] == 3 and by["stalled_socket"]["acked"] == 1
+    journal = by["journal_full_few_live"]
+    assert (journal["refused"], journal["live"], journal["pinned"], journal["files"]) == (2, 7, 7, 8)
+
+
+def test_tables_plots_and_report(pathology_analysis):
+    out = pathology_analysis
+    for plot in ("rates", "backlog", "consumers", "usage", "swaps", "journal"):
+        assert (out / f"{plot}.png").stat().st_size > 1000, plot
+    report = (out / "report.md").read_text()
+    for name, *_ in EXPECTED:
+        assert f"### {name}" in report
+    assert "![Broker usage" not in report  # titles come from the report's own table
+    assert "![Memory, store and temp usage" in report
+    with open(out / "csv" / "dest_rates.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["dest"] == "/queue/A"]
+    backlog = {int(r["b"]): int(r["backlog"]) for r in rows}
+    assert backlog[0] == 5 and backlog[20] == 5 and backlog[36] == 0
+    with open(out / "csv" / "blocked.csv") as f:
+        (blocked,) = list(csv.DictReader(f))
+    assert (blocked["session"], float(blocked["start"]), float(blocked["end"]), blocked["open"]) == (
+        "pT", 50.0, 90.0, "true")
+    with open(out / "csv" / "journal_files.csv") as f:
+        files = {r["file"]: int(r["live"]) for r in csv.DictReader(f)}
+    assert sum(1 for v in files.values() if v) == 7 and len(files) == 8
+    assert (out / "parquet" / "consumer_rates").is_dir()
+
+
+def test_healthy_trace_has_no_findings(spark, tmp_path):
+    from clients.spark.analyze import main
+
+    trace = healthy().write(tmp_path / "healthy.jsonl")
+    assert main([str(trace), "--out", str(tmp_path / "out"), *ANALYSIS_ARGS, "--no-plots"]) == 0
+    assert _findings(tmp_path / "out") == []
+    assert "No detector fired." in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_missing_empty_or_future_traces_are_errors(spark, tmp_path, capsys):
+    from clients.spark.analyze import main
+
+    assert main([str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")]) == 2
+    assert "no such trace" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main([str(empty), "--out", str(tmp_path / "o")]) == 2
+    assert "no trace events" in capsys.readouterr().err
+    future = tmp_path / "v2.jsonl"
+    future.write_text('{"v":2,"seq":1,"ts":0.0,"event":"expire","broker":"b"}\n')
+    assert main([str(future), "--out", str(tmp_path / "o")]) == 2
+    assert "schema version other than 1" in capsys.readouterr().err

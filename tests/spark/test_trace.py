@@ -1,0 +1,203 @@
+"""The trace contract: writer, schema table, docs and Spark reader agree on one sample."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from minibroker.trace import (
+    COMMON,
+    EVENTS,
+    FIELDS,
+    MemoryTrace,
+    NullTrace,
+    Trace,
+    dumps_events,
+    validate_event,
+)
+
+from .sample_events import BROKER, SAMPLE, write_sample
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE_PATH = ROOT / "tests" / "data" / "sample-trace.jsonl"
+DOC_PATH = ROOT / "docs" / "trace-schema.md"
+
+
+def sample_lines() -> list[dict]:
+    return [json.loads(line) for line in SAMPLE_PATH.read_text().splitlines()]
+
+
+def test_writer_output_equals_sample_file():
+    out = io.StringIO()
+    write_sample(out)
+    assert out.getvalue() == SAMPLE_PATH.read_text()
+
+
+def test_sample_is_valid_and_covers_every_event():
+    lines = sample_lines()
+    for line in lines:
+        assert validate_event(line) == [], line
+    assert {line["event"] for line in lines} == set(EVENTS)
+    assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
+    assert all(a["ts"] <= b["ts"] for a, b in zip(lines, lines[1:]))
+    # every optional field appears somewhere, so the reader sees every column
+    seen = {k for line in lines for k, v in line.items() if v is not None}
+    assert seen == set(FIELDS)
+
+
+def test_offloaded_writer_output_equals_sample_file(tmp_path):
+    path = tmp_path / "t.jsonl"
+    times = iter([ts for ts, _, _ in SAMPLE])
+    trace = Trace(path, lambda: next(times), broker=BROKER, buffer_events=5, offload=True)
+    for _, event, fields in SAMPLE:
+        trace.emit(event, **fields)
+    trace.close()
+    assert trace.written == len(SAMPLE)
+    assert path.read_text() == SAMPLE_PATH.read_text()
+
+
+def test_memory_trace_matches_file_trace():
+    times = iter([ts for ts, _, _ in SAMPLE])
+    mem = MemoryTrace(lambda: next(times), broker=BROKER)
+    for _, event, fields in SAMPLE:
+        mem.emit(event, **fields)
+    assert mem.events() == sample_lines()
+    assert [e["seq"] for e in mem.events("journal_full")] == [31]
+    out = io.StringIO()
+    mem.dump(out)
+    assert out.getvalue() == SAMPLE_PATH.read_text()
+    assert dumps_events(mem.events(), broker=BROKER) == SAMPLE_PATH.read_text()
+
+
+def test_buffer_flushes_itself_and_on_close(tmp_path):
+    path = tmp_path / "t.jsonl"
+    clock = iter(range(100)).__next__
+    trace = Trace(path, clock, broker="x", buffer_events=3)
+    for i in range(7):
+        trace.emit("expire", dest="/queue/A", msg=str(i))
+    assert trace.written == 6  # two automatic flushes of three
+    assert len(path.read_text().splitlines()) == 6
+    trace.close()
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [x["seq"] for x in lines] == list(range(1, 8))
+    assert [x["ts"] for x in lines] == list(range(7))
+    trace.emit("expire", dest="/queue/A", msg="late")  # after close: buffered, never written
+    trace.flush()
+    assert len(path.read_text().splitlines()) == 7
+
+
+def test_strings_are_escaped():
+    out = io.StringIO()
+    trace = Trace(out, lambda: 1.5, broker='b"1')
+    trace.emit("error", message='line\nbreak "quoted" \u00e9', code=None)
+    trace.close()
+    line = json.loads(out.getvalue())
+    assert line["broker"] == 'b"1' and line["message"] == 'line\nbreak "quoted" \u00e9'
+    assert out.getvalue().count("\n") == 1
+
+
+def test_null_trace_is_disabled():
+    trace = NullTrace()
+    assert trace.enabled is False
+    trace.emit("expire", dest="/queue/A", msg="1")
+    trace.flush()
+    trace.close()
+
+
+@pytest.mark.parametrize(
+    "event, problem",
+    [
+        ({"v": 1, "seq": 1, "ts": 0.0, "event": "ack", "broker": "b", "session": "s",
+          "sub": "0", "dest": "/queue/A"}, "ack: missing msg"),
+        ({"v": 1, "seq": 1, "ts": 0.0, "event": "usage", "broker": "b", "mem_pct": "70",
+          "store_pct": 0, "temp_pct": 0}, "mem_pct: expected int"),
+        ({"v": 1, "seq": 1, "ts": 0.0, "event": "usage", "broker": "b", "mem_pct": True,
+          "store_pct": 0, "temp_pct": 0}, "mem_pct: expected int"),
+        ({"v": 2, "seq": 1, "ts": 0.0, "event": "expire", "broker": "b", "dest": "d",
+          "msg": "m"}, "v is 2"),
+        ({"v": 1, "seq": 1, "ts": 0.0, "event": "teleport", "broker": "b"}, "unknown event"),
+        ({"v": 1, "seq": 1, "ts": 0.0, "event": "expire", "broker": "b", "dest": "d",
+          "msg": "m", "colour": "red"}, "unknown field 'colour'"),
+    ],
+)
+def test_validate_event_reports_problems(event, problem):
+    problems = validate_event(event)
+    assert any(problem in p for p in problems), problems
+
+
+def test_unknown_fields_and_events_pass_when_not_strict():
+    event = {"v": 1, "seq": 1, "ts": 0.0, "event": "teleport", "broker": "b", "colour": "red"}
+    assert validate_event(event, strict=False) == []
+
+
+def _doc_tables() -> tuple[dict[str, str], dict[str, tuple[list, list]]]:
+    text = DOC_PATH.read_text()
+    glossary_part = text.split("## Field glossary", 1)[1].split("## Events", 1)[0]
+    common_part = text.split("## Common fields", 1)[1].split("## Field glossary", 1)[0]
+    row = re.compile(r"^\| `([a-z_]+)` \| ([^|]+?) \| ([^|]+?) \|$", re.M)
+    types = {m[0]: m[1] for m in row.findall(common_part + glossary_part)}
+    events = {}
+    events_part = text.split("\n## Events", 1)[1].split("\n## ", 1)[0]
+    for section in re.split(r"^### ", events_part, flags=re.M)[1:]:
+        name = re.match(r"`([a-z_]+)`", section)[1]
+        rows = row.findall(section)
+        events[name] = ([m[0] for m in rows if m[2] == "yes"], [m[0] for m in rows if m[2] == "no"])
+        for field, kind, _ in rows:
+            assert FIELDS[field] == kind, (name, field)
+    return types, events
+
+
+def test_docs_match_the_schema_table():
+    types, events = _doc_tables()
+    assert types == FIELDS
+    assert list(events) == list(EVENTS)
+    for name, spec in EVENTS.items():
+        assert events[name] == (list(spec.required), list(spec.optional)), name
+        assert not set(spec.required + spec.optional) & set(COMMON)
+
+
+@pytest.mark.spark
+def test_spark_reader_reads_the_sample(spark):
+    from pyspark.sql import functions as F
+
+    from clients.spark.schema import CORRUPT, SOURCE, check_trace, read_trace
+
+    df = read_trace(spark, [str(SAMPLE_PATH)]).cache()
+    info = check_trace(df)
+    assert info["lines"] == len(SAMPLE) and info["corrupt"] == 0
+    assert (info["t0"], info["t1"]) == (0.0, 14.75)
+    rows = [r.asDict(recursive=True) for r in df.drop(SOURCE, CORRUPT).orderBy("seq").collect()]
+    # every required field is non-null, every value equals what was written
+    for row, line in zip(rows, sample_lines(), strict=True):
+        spec = EVENTS[row["event"]]
+        for name in COMMON + spec.required:
+            assert row[name] is not None, (row["seq"], name)
+        assert {k: v for k, v in row.items() if v is not None} == {
+            k: v for k, v in line.items() if v is not None
+        }
+    assert df.filter(F.col("event") == "journal_full").first()["file_live"]["0006.jdat"] == 1
+    df.unpersist()
+
+
+@pytest.mark.spark
+def test_spark_reader_drops_unknown_fields_and_counts_corrupt_lines(spark, tmp_path):
+    from clients.spark.schema import check_trace, read_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"v":1,"seq":1,"ts":1.0,"event":"expire","broker":"b","dest":"/queue/A","msg":"m",'
+        '"colour":"red"}\n'
+        '{"v":1,"seq":2,"ts":2.0,"event":"teleport","broker":"b","dest":"/queue/A"}\n'
+        "not json\n"
+    )
+    df = read_trace(spark, [str(path)]).cache()
+    info = check_trace(df)
+    assert info["lines"] == 3 and info["corrupt"] == 1
+    assert "colour" not in df.columns
+    assert [r["event"] for r in df.filter("event is not null").orderBy("seq").collect()] == [
+        "expire", "teleport"]
+    df.unpersist()

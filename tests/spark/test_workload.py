@@ -1,0 +1,169 @@
+"""Workload files: parsing, planning and the Spark expansion into an action table."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from clients.spark.actions import iter_actions, read_summary
+from clients.spark.workload_spec import (
+    WorkloadError,
+    load_workload,
+    parse_workload,
+    producer_segments,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "examples" / "workloads" / "tiny.toml"
+EXAMPLES = sorted((ROOT / "examples" / "workloads").glob("*.toml"))
+
+
+def test_examples_parse():
+    for path in EXAMPLES:
+        assert load_workload(path).groups(), path
+
+
+def test_tiny_plan():
+    w = load_workload(TINY)
+    (p,) = w.producers
+    segs = producer_segments(p)
+    # two clients staggered by half an interval; the phase [2, 3) pauses them
+    assert [(s.client, s.start, s.stop, s.first, s.count, s.offset) for s in segs] == [
+        ("p-0", 1.0, 2.0, 0, 10, 0.0), ("p-0", 3.0, 4.0, 10, 10, 0.0),
+        ("p-1", 1.0, 2.0, 0, 10, 0.5), ("p-1", 3.0, 4.0, 10, 10, 0.5),
+    ]
+    assert segs[2].time_of(0) == pytest.approx(1.05)
+    assert w.duration == 10.0 and w.destinations == ("/queue/A",)
+
+
+def test_scale_multiplies_clients_and_messages_cap():
+    doc = {"workload": {"duration": 2.0},
+           "producers": [{"name": "p", "dest": "/queue/A", "rate": 100.0, "messages": 7}]}
+    w = parse_workload(doc, scale=3)
+    assert [s.count for s in producer_segments(w.producers[0])] == [7, 7, 7]
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"producers": [{"name": "p", "dest": "/queue/A", "rate": 1, "stop": 1, "colour": 1}]},
+         "unknown key(s) colour"),
+        ({"producers": [{"name": "p", "dest": "A", "rate": 1, "stop": 1}]}, "/queue/NAME"),
+        ({"producers": [{"name": "p", "dest": "/queue/A", "rate": 1}]}, "needed when"),
+        ({"workload": {"duration": 9},
+          "consumers": [{"name": "c", "dest": "/queue/A", "phases": [
+              {"start": 1, "stop": 5, "process": 1}, {"start": 4, "stop": 6, "process": 1}]}]},
+         "phases overlap"),
+        ({"workload": {"duration": 9}, "consumers": [{"name": "c", "dest": "/queue/A",
+                                                      "ack": "sometimes"}]}, "ack"),
+        ({"workload": {"duration": 9},
+          "producers": [{"name": "x", "dest": "/queue/A", "rate": 1}],
+          "consumers": [{"name": "x", "dest": "/queue/A"}]}, "unique"),
+        ({"workload": {"duration": 9}, "producers": [
+            {"name": "p", "dest": "/queue/A", "rate": 1,
+             "size": {"dist": "choice", "values": [1, 2], "weights": [1]}}]}, "one weight"),
+    ],
+)
+def test_invalid_workloads_are_refused_with_the_place(doc, message):
+    with pytest.raises(WorkloadError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_workload(doc)
+
+
+@pytest.fixture(scope="module")
+def tiny_out(spark, tmp_path_factory):
+    from clients.spark.workload import generate
+
+    out = tmp_path_factory.mktemp("tiny")
+    generate(spark, load_workload(TINY), out, partitions=3, chunk=3)
+    return out
+
+
+def _rows(df):
+    return [r.asDict(recursive=True) for r in df.orderBy("t", "client", "seq").collect()]
+
+
+@pytest.mark.spark
+def test_tiny_action_table_rows(spark, tiny_out):
+    actions = list(iter_actions(tiny_out))
+    assert [(a.t, a.client, a.seq) for a in actions] == sorted((a.t, a.client, a.seq) for a in actions)
+    assert len(actions) == 50
+    per_client = Counter((a.client, a.action) for a in actions)
+    assert per_client == {
+        ("p-0", "connect"): 1, ("p-0", "send"): 20, ("p-0", "disconnect"): 1,
+        ("p-1", "connect"): 1, ("p-1", "send"): 20, ("p-1", "disconnect"): 1,
+        ("c-0", "connect"): 1, ("c-0", "subscribe"): 1, ("c-0", "pace"): 2,
+        ("c-0", "unsubscribe"): 1, ("c-0", "disconnect"): 1,
+    }
+    consumer = [(a.t, a.seq, a.action, a.process) for a in actions if a.client == "c-0"]
+    assert consumer == [(0.5, 0, "connect", None), (0.5, 1, "subscribe", 0.01),
+                        (5.0, 2, "pace", 0.5), (6.0, 3, "pace", 0.01),
+                        (10.0, 4, "unsubscribe", None), (10.0, 5, "disconnect", None)]
+    sub = next(a for a in actions if a.action == "subscribe")
+    assert (sub.dest, sub.sub, sub.ack, sub.prefetch, sub.selector) == (
+        "/queue/A", "c-0", "client-individual", 1, "type = 'order'")
+    for client, offset in (("p-0", 0.0), ("p-1", 0.05)):
+        sends = [a for a in actions if a.client == client and a.action == "send"]
+        assert [a.seq for a in sends] == list(range(1, 21))
+        expected = [1.0 + offset + j / 10 for j in range(10)] + [3.0 + offset + j / 10 for j in range(10)]
+        assert [a.t for a in sends] == pytest.approx(expected)
+        last = next(a for a in actions if a.client == client and a.action == "disconnect")
+        assert (last.t, last.seq) == (4.0, 21)
+    sends = [a for a in actions if a.action == "send"]
+    assert all(100 <= a.size <= 199 and a.priority in (1, 9) for a in sends)
+    assert all(a.headers["app"] == "tiny" and a.headers["type"] in ("order", "audit") for a in sends)
+    assert {a.persistent for a in sends} == {True, False}
+    assert Counter(a.priority for a in sends)[1] > Counter(a.priority for a in sends)[9]
+    # the Parquet table holds the same rows
+    parquet = _rows(spark.read.parquet(str(tiny_out / "actions.parquet")))
+    assert [(r["t"], r["client"], r["seq"], r["size"]) for r in parquet] == [
+        (a.t, a.client, a.seq, a.size) for a in actions]
+    summary = read_summary(tiny_out)
+    assert summary["rows"] == 50 and summary["actions"]["send"] == 40
+    assert {c["client"]: c["sends"] for c in summary["clients"]} == {"p-0": 20, "p-1": 20, "c-0": 0}
+
+
+@pytest.mark.spark
+def test_same_table_whatever_the_partitioning(spark, tiny_out):
+    from clients.spark.workload import build_actions
+
+    w = load_workload(TINY)
+    one = _rows(build_actions(spark, w, partitions=1, chunk=1000))
+    assert one == _rows(spark.read.parquet(str(tiny_out / "actions.parquet")))
+    doc = tomllib.loads(TINY.read_text())
+    doc["workload"]["seed"] = 8
+    reseeded = _rows(build_actions(spark, parse_workload(doc), partitions=2))
+    assert [r["size"] for r in reseeded] != [r["size"] for r in one]
+
+
+@pytest.mark.spark
+def test_random_arrival_and_lognormal_sizes(spark, tmp_path):
+    from clients.spark.workload import main
+
+    path = tmp_path / "w.toml"
+    path.write_text(
+        '[workload]\nseed = 3\nduration = 5.0\n'
+        '[[producers]]\nname = "r"\ncount = 3\ndest = "/topic/T"\nrate = 200.0\n'
+        'arrival = "random"\nstart = 1.0\nstop = 3.0\npersistent = true\n'
+        'size = { dist = "lognormal", median = 1000, sigma = 0.5, min = 100, max = 5000 }\n'
+    )
+    assert main([str(path), "--out", str(tmp_path / "out"), "--format", "jsonl"]) == 0
+    sends = [a for a in iter_actions(tmp_path / "out") if a.action == "send"]
+    assert Counter(a.client for a in sends) == {"r-0": 400, "r-1": 400, "r-2": 400}
+    assert all(1.0 <= a.t < 3.0 and a.persistent for a in sends)
+    sizes = sorted(a.size for a in sends)
+    assert 100 <= sizes[0] and sizes[-1] <= 5000 and 800 < sizes[len(sizes) // 2] < 1250
+    assert not (tmp_path / "out" / "actions.parquet").exists()
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["actions"]["send"] == 1200
+
+
+def test_main_refuses_a_bad_file(tmp_path, capsys):
+    from clients.spark.workload import main
+
+    path = tmp_path / "bad.toml"
+    path.write_text("[workload]\nduration = 1\n")
+    assert main([str(path), "--out", str(tmp_path / "o")]) == 2
+    assert "no producers and no consumers" in capsys.readouterr().err
