@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from clients.stomp import ConnectionLost, StompClient, StompClientError
-from conftest import start_broker_process
+from broker_support import start_broker_process
 
 
 def start(data_dir: Path) -> tuple[subprocess.Popen, int]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from minibroker.codec import FrameParser, encode
-from conftest import start_broker_process
+from broker_support import start_broker_process
 from minibroker.frames import Frame
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00"

@@ -1,0 +1,140 @@
+"""Producer flow control: ActiveMQ's two ways of holding a producer back.
+
+A mixin of ``Broker``. When a destination's memory is full (its own limit, or
+the broker's), or the store is full for a persistent message, a SEND is
+*parked* instead of entering the destination: a producer that asked for a
+RECEIPT does not get it until there is room (the connection keeps being
+read); one that asked for none stops being read (TCP backpressure), so
+anything else it sends (ACKs included) waits too. With
+``send_fail_if_no_space`` the producer gets an ERROR instead, at once or
+after ``send_fail_if_no_space_after_timeout``; as in ActiveMQ the connection
+stays open. Parked sends enter, in order, as soon as space is freed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .actions import PauseReading, ResumeReading
+from .codec import encode
+from .coreutil import DEFERRED, ParkedSend, log
+from .destination import Destination
+from .errors import ResourceLimitError
+from .frames import Frame
+from .message import Message
+from .session import Session
+
+__all__ = ["ProducerFlowControl"]
+
+
+class ProducerFlowControl:
+    """Parking and releasing SENDs."""
+
+    def _has_room(self, destination: Destination, message: Message) -> bool:
+        """May ``message`` enter ``destination`` now? (ActiveMQ ``Queue.send``'s checks)"""
+        if not destination.policy.producer_flow_control and not destination.policy.send_fail_if_no_space:
+            return True
+        if message.persistent and self.store is not None and self.store_usage.is_full():
+            return False
+        return not destination.memory.is_full()
+
+    def _park(self, session: Session, destination: Destination, message: Message, receipt: str | None) -> Any:
+        """Block a producer: withhold its RECEIPT, or stop reading it (ActiveMQ's two ways)."""
+        policy = destination.policy
+        usage = destination.memory
+        if message.persistent and self.store is not None and self.store_usage.is_full():
+            store = self.store_usage
+            text = (
+                f"Persistent store is Full, {store.percent}% of {store.limit}. "
+                f"Stopping producer (session {session.id}) to prevent flooding {destination.kind}://{destination.name}."
+            )
+        else:
+            text = (
+                f"Usage Manager Memory Limit reached on {destination.kind}://{destination.name}. "
+                f"Memory {usage.percent}% of {usage.limit} bytes, broker {self.memory.percent}%."
+            )
+        if policy.send_fail_if_no_space and not policy.send_fail_if_no_space_after_timeout:
+            self._refuse_send(session, receipt, text)
+            return DEFERRED
+        deadline = None
+        if policy.send_fail_if_no_space_after_timeout:
+            deadline = self.clock.now() + policy.send_fail_if_no_space_after_timeout / 1000
+            self.timers.call_at(deadline, self._park_timeout, session, message)
+        session.parked.append(ParkedSend(destination, message, receipt, deadline))
+        if len(session.parked) == 1:
+            self._blocked.append(session)
+            self._warn_blocked(session, destination, text)
+            if self.trace.enabled:
+                self.trace.emit("flow_block", session=session.id, dest=destination.address, mem_pct=self.memory.percent,
+                                dest_mem_pct=usage.percent, reason="memory")
+        if receipt is None and not session.reading_paused:
+            session.reading_paused = True
+            self._control.append(PauseReading(session.id))
+        return DEFERRED
+
+    def _warn_blocked(self, session: Session, destination: Destination, text: str) -> None:
+        interval = destination.policy.blocked_producer_warning_interval / 1000
+        now = self.clock.now()
+        last = self._last_block_warning.get(destination.address)
+        if last is None or now - last >= interval:
+            self._last_block_warning[destination.address] = now
+            log.warning("%s Producer (session %d, %s) stopped to prevent flooding %s.", text, session.id, session.peer, destination.address)
+
+    def _refuse_send(self, session: Session, receipt: str | None, text: str) -> None:
+        """An ERROR for one SEND; the connection stays open, as in ActiveMQ."""
+        headers = {"message": text}
+        if receipt is not None:
+            headers["receipt-id"] = receipt
+        session.write(encode(Frame("ERROR", headers, b""), session.version))
+        if self.trace.enabled:
+            self.trace.emit("error", session=session.id, message=text)
+
+    def _park_timeout(self, session: Session, message: Message) -> None:
+        for i, parked in enumerate(session.parked):
+            if parked.message is message:
+                del session.parked[i]
+                dest = parked.destination
+                self._refuse_send(
+                    session, parked.receipt,
+                    f"Usage Manager Memory Limit Wait Timeout. Stopping producer (session {session.id}) to prevent flooding "
+                    f"{dest.kind}://{dest.name} (waited {dest.policy.send_fail_if_no_space_after_timeout} ms).",
+                )
+                self._retry_blocked = True
+                return
+
+    def space_freed(self) -> None:
+        """Memory or store space was released: blocked producers and cursors may go on."""
+        if self._blocked or self._blocked_cursors:
+            self._retry_blocked = True
+
+    def _unblock_producers(self) -> None:
+        """Let parked sends in, in order, while there is room."""
+        for session in list(self._blocked):
+            while session.parked:
+                parked = session.parked[0]
+                if not self._has_room(parked.destination, parked.message):
+                    break
+                session.parked.popleft()
+                try:
+                    self._route(parked.destination, parked.message)
+                except ResourceLimitError as exc:
+                    self._refuse_send(session, parked.receipt, exc.message)
+                    continue
+                if parked.receipt is not None and self._after_write(session, parked.receipt, parked.message.store_ref is not None) is None:
+                    self._send_receipt(session, parked.receipt)
+            if session.parked:
+                continue
+            self._blocked.remove(session)
+            if self.trace.enabled:
+                self.trace.emit("flow_unblock", session=session.id, mem_pct=self.memory.percent)
+            if session.reading_paused:
+                session.reading_paused = False
+                self._control.append(ResumeReading(session.id))
+                self._replay_held(session)
+
+    def _replay_held(self, session: Session) -> None:
+        held = session.held_frames
+        while held and session.is_open and not session.reading_paused:
+            self._handle(session, held.popleft())
+        if not held and session.held_error is not None and session.is_open and not session.reading_paused:
+            error, session.held_error = session.held_error, None
+            self._fail(session, error, None)

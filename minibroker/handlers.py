@@ -1,0 +1,406 @@
+"""Frame handlers of the broker core: SEND, SUBSCRIBE, ACK, transactions.
+
+A mixin of ``Broker`` (see ``broker.py`` for the event protocol): each
+``_on_<command>`` takes the session and the frame, may raise
+``ProtocolError`` (an ERROR frame, then close), and returns ``DEFERRED`` when
+it sends the RECEIPT itself (or later: flow control, an fsync).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .coreutil import DEFERRED, int_header, seq_of
+from .destination import Destination, Queue, Topic
+from .errors import ProtocolError, ResourceLimitError
+from .frames import Frame
+from .message import BROKER_SET_HEADERS, Message
+from .registry import TEMP_PREFIXES
+from .session import Session
+from .stats import is_statistics_address, statistics_replies
+from .subscription import ACK_MODES, Subscription
+
+__all__ = ["FrameHandlers"]
+
+_MAX_PREFETCH = 32767
+_TEMP_STARTS = tuple(TEMP_PREFIXES)
+
+
+class FrameHandlers:
+    """SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT."""
+
+    def _on_send(self, session: Session, frame: Frame) -> Any:
+        address = frame.headers.get("destination")
+        if not address:
+            raise ProtocolError("SEND frame has no destination header")
+        if is_statistics_address(address):
+            return self._answer_statistics(session, frame, address)
+        destination = self.registry.resolve(session, address, "write")
+        message = self._make_message(session, frame, destination.address)
+        session.messages_in += 1
+        txid = frame.headers.get("transaction")
+        if txid is not None:
+            self._transaction(session, txid).append(("send", destination, message))
+            return None
+        receipt = frame.headers.get("receipt")
+        if session.parked or not self._has_room(destination, message):
+            return self._park(session, destination, message, receipt)
+        try:
+            self._route(destination, message)
+        except ResourceLimitError as exc:
+            self._refuse_send(session, receipt, exc.message)
+            return DEFERRED
+        return self._after_write(session, receipt, message.store_ref is not None)
+
+    def _make_message(self, session: Session, frame: Frame, address: str) -> Message:
+        h = frame.headers
+        priority = int_header(h, "priority", 4, 0, 9, clamp=True)
+        expires = int_header(h, "expires", 0, 0, None, clamp=False)
+        persistent = h.get("persistent", "false").lower() == "true"
+        timestamp = self.clock.wall_ms()
+        headers = {"destination": address}
+        for k, v in h.items():
+            if k not in BROKER_SET_HEADERS:
+                headers[k] = v
+        reply_to = headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith(_TEMP_STARTS):
+            # The owner names its temporary queue: create it, publish its remote address.
+            headers["reply-to"] = self.registry.resolve(session, reply_to, "read").address
+        headers["timestamp"] = str(timestamp)
+        headers["expires"] = str(expires)
+        headers["priority"] = str(priority)
+        if persistent:
+            headers["persistent"] = "true"
+        else:
+            headers.pop("persistent", None)
+        seq = self._next_message
+        self._next_message += 1
+        return Message(
+            seq,
+            f"ID:{self.name}-{self.boot}-{seq}",
+            address,
+            headers,
+            frame.body,
+            persistent=persistent,
+            priority=priority,
+            expires=expires,
+            timestamp=timestamp,
+            origin=session.id,
+        )
+
+    def _route(self, destination: Destination, message: Message) -> None:
+        if self.trace.enabled:
+            self.trace.emit(
+                "send", session=message.origin, dest=destination.address, msg=message.message_id,
+                size=message.size, persistent=message.persistent, priority=message.priority,
+            )
+        self._admit(destination, message)
+
+    def destination(self, address: str) -> Destination:
+        """The queue or topic at ``address``, created on first use (no rights checked)."""
+        found = self.destinations.get(address)
+        if found is not None:
+            return found
+        kind, _, name = address.strip("/").partition("/")
+        if kind not in ("queue", "topic") or not name:
+            raise ProtocolError(f"unknown destination {address!r}: use /queue/NAME or /topic/NAME")
+        return self.registry._create(kind, name, address)
+
+    def _answer_statistics(self, session: Session, frame: Frame, address: str) -> Any:
+        """A request to the statistics plugin: one JSON reply per item to ``reply-to``."""
+        reply_to = frame.headers.get("reply-to")
+        if not reply_to:
+            raise ProtocolError(f"a statistics request to {address} needs a reply-to header")
+        self.security.check(session.principal, "write", "queue", address[len("/queue/"):])
+        replies = statistics_replies(self, address)
+        if replies is None:
+            raise ProtocolError(
+                f"unknown statistics destination {address}: use ActiveMQ.Statistics.Broker, "
+                "ActiveMQ.Statistics.Destination.<name>, ActiveMQ.Statistics.Subscription or ActiveMQ.Statistics.Connection"
+            )
+        target = self.registry.resolve(session, reply_to, "write")
+        correlation = frame.headers.get("correlation-id")
+        for i, item in enumerate(replies):
+            headers = {"content-type": "application/json", "statistics-index": str(i), "statistics-total": str(len(replies))}
+            if correlation is not None:
+                headers["correlation-id"] = correlation
+            body = json.dumps(item, sort_keys=True).encode("utf-8")
+            reply = self._make_message(session, Frame("SEND", headers, body), target.address)
+            target.accept(reply)
+        if not replies:
+            empty = {"content-type": "application/json", "statistics-index": "-1", "statistics-total": "0"}
+            if correlation is not None:
+                empty["correlation-id"] = correlation
+            target.accept(self._make_message(session, Frame("SEND", empty, b"{}"), target.address))
+        return None
+
+    def _on_subscribe(self, session: Session, frame: Frame) -> Any:
+        h = frame.headers
+        address = h.get("destination")
+        if not address:
+            raise ProtocolError("SUBSCRIBE frame has no destination header")
+        sub_id = h.get("id")
+        if sub_id is None:
+            if session.version != "1.0":
+                raise ProtocolError("SUBSCRIBE frame has no id header (required from STOMP 1.1)")
+            sub_id = address
+        if sub_id in session.subscriptions:
+            raise ProtocolError(f"subscription id {sub_id!r} is already in use on this connection")
+        ack_mode = h.get("ack", "auto")
+        if ack_mode not in ACK_MODES:
+            raise ProtocolError(f"unknown ack mode {ack_mode!r}: use auto, client or client-individual")
+        destination = self.registry.resolve(session, address, "read")
+        policy = destination.policy
+        browser = h.get("browser", "false").lower() == "true"
+        durable_name = h.get("activemq.subscriptionName") or None
+        if browser and destination.kind != "queue":
+            raise ProtocolError(f"browser:true needs a queue, not {address}")
+        if durable_name is not None and destination.kind != "topic":
+            raise ProtocolError(f"activemq.subscriptionName (a durable subscription) needs a topic, not {address}")
+        if durable_name is not None and session.client_id is None:
+            raise ProtocolError("a durable subscription (activemq.subscriptionName) needs a client-id on CONNECT")
+        if browser:
+            default_prefetch = policy.queue_browser_prefetch
+        elif durable_name is not None:
+            default_prefetch = policy.durable_topic_prefetch
+        else:
+            default_prefetch = policy.queue_prefetch if destination.kind == "queue" else policy.topic_prefetch
+        prefetch = int_header(h, "activemq.prefetchSize", default_prefetch, 1, _MAX_PREFETCH, clamp=False)
+        priority = int_header(h, "activemq.priority", 0, -128, 127, clamp=False)
+        selector_text = h.get("selector") or None
+        no_local = h.get("activemq.noLocal", "false").lower() == "true"
+        sub = Subscription(
+            self._next_sub,
+            sub_id,
+            session,
+            destination,
+            ack_mode="auto" if browser else ack_mode,
+            prefetch=prefetch,
+            selector=self._compile_selector(selector_text),
+            priority=priority,
+            exclusive=h.get("activemq.exclusive", "false").lower() == "true",
+            no_local=no_local,
+            browser=browser,
+        )
+        if durable_name is not None:
+            assert isinstance(destination, Topic) and session.client_id is not None
+            state = destination.durable_state(session.client_id, durable_name, selector_text, no_local)
+            if state.active is not None:
+                raise ProtocolError(f"durable subscription {durable_name!r} of client {session.client_id} is already active")
+            state.selector = sub.selector
+            state.active = sub
+            sub.durable = state
+            sub.pending = state.pending
+            sub.redelivered = state.redelivered
+        self._next_sub += 1
+        session.subscriptions[sub_id] = sub
+        self._subs_by_key[sub.key] = sub
+        receipt = h.get("receipt")
+        if receipt is not None:  # the RECEIPT goes before the first MESSAGE, as ActiveMQ does
+            self._send_receipt(session, receipt)
+        if self.trace.enabled:
+            self.trace.emit("subscribe", session=session.id, sub=sub_id, dest=destination.address, ack=ack_mode, prefetch=prefetch)
+        if browser:
+            assert isinstance(destination, Queue)
+            sub.pending.extend(destination.browse_snapshot())
+        else:
+            destination.add_subscription(sub)
+        destination.dispatch_to(sub)
+        return DEFERRED
+
+    def _compile_selector(self, text: str | None) -> Any:
+        if text is None or not text.strip():
+            return None
+        from .selector import SelectorError, compile_selector
+
+        try:
+            return compile_selector(text)
+        except SelectorError as exc:
+            raise ProtocolError(f"invalid selector: {exc}") from None
+
+    def _on_unsubscribe(self, session: Session, frame: Frame) -> Any:
+        h = frame.headers
+        sub_id = h.get("id")
+        durable_name = h.get("activemq.subscriptionName")
+        if sub_id is None and durable_name is None:
+            if session.version != "1.0" or "destination" not in h:
+                raise ProtocolError("UNSUBSCRIBE frame has no id header")
+            sub_id = h["destination"]
+        if sub_id is not None:
+            sub = session.subscriptions.get(sub_id)
+            if sub is None:
+                raise ProtocolError(f"no subscription with id {sub_id!r} on this connection")
+            self._remove_subscription(session, sub)
+        if durable_name is not None:
+            self._delete_durable(session, durable_name, h.get("destination"))
+        return None
+
+    def _delete_durable(self, session: Session, name: str, address: str | None) -> None:
+        if session.client_id is None:
+            raise ProtocolError("removing a durable subscription needs a client-id on CONNECT")
+        topics = [d for d in self.destinations.values() if isinstance(d, Topic) and (address is None or d.address == address)]
+        for topic in topics:
+            state = topic.durables.get((session.client_id, name))
+            if state is not None and state.active is not None:
+                raise ProtocolError(f"durable subscription {name!r} is in use: unsubscribe its consumer first")
+        if not any(t.delete_durable(session.client_id, name) for t in topics):
+            raise ProtocolError(f"no durable subscription {name!r} for client {session.client_id}")
+
+    def _remove_subscription(self, session: Session, sub: Subscription) -> None:
+        session.subscriptions.pop(sub.id, None)
+        self._subs_by_key.pop(sub.key, None)
+        sub.destination.remove_subscription(sub)
+        if self.trace.enabled:
+            self.trace.emit("unsubscribe", session=session.id, sub=sub.id, dest=sub.destination.address)
+
+    def _resume_dispatch(self, session: Session) -> None:
+        for sub in list(session.subscriptions.values()):
+            if not session.can_write:
+                break
+            sub.destination.dispatch_to(sub)
+
+    def _on_ack(self, session: Session, frame: Frame) -> Any:
+        sub, messages = self._settle(session, frame, "ACK")
+        txid = frame.headers.get("transaction")
+        if txid is not None:
+            self._transaction(session, txid).append(("ack", sub, messages))
+            return None
+        if self.trace.enabled:
+            for m in messages:
+                self.trace.emit("ack", session=session.id, sub=sub.id, dest=sub.destination.address, msg=m.message_id)
+        sub.destination.acknowledge(sub, messages)
+        return None
+
+    def _on_nack(self, session: Session, frame: Frame) -> Any:
+        if session.version == "1.0":
+            raise ProtocolError("NACK is not part of STOMP 1.0")
+        sub, messages = self._settle(session, frame, "NACK")
+        txid = frame.headers.get("transaction")
+        if txid is not None:
+            self._transaction(session, txid).append(("nack", sub, messages))
+            return None
+        self._nack(sub, messages)
+        return None
+
+    def _nack(self, sub: Subscription, messages: list[Message]) -> None:
+        if self.trace.enabled:
+            for m in messages:
+                self.trace.emit("nack", session=sub.session.id, sub=sub.id, dest=sub.destination.address, msg=m.message_id)
+        sub.destination.redeliver(sub, messages, "nack")
+
+    def _settle(self, session: Session, frame: Frame, command: str) -> tuple[Subscription, list[Message]]:
+        """Find the subscription and messages an ACK or NACK refers to."""
+        h = frame.headers
+        sub: Subscription | None = None
+        seq: int | None = None
+        ack_id = h.get("id") if session.version == "1.2" else None
+        if ack_id is not None:
+            key, _, seq_text = ack_id.partition("-")
+            if key.isdigit() and seq_text.isdigit():
+                sub = self._subs_by_key.get(int(key))
+                seq = int(seq_text)
+            if sub is None or sub.session is not session:
+                raise ProtocolError(f"{command} for unknown ack id {ack_id!r}")
+        else:
+            message_id = h.get("message-id")
+            if message_id is None:
+                needed = "id" if session.version == "1.2" else "message-id"
+                raise ProtocolError(f"{command} frame has no {needed} header")
+            seq = seq_of(message_id)
+            sub_id = h.get("subscription")
+            if sub_id is not None:
+                sub = session.subscriptions.get(sub_id)
+                if sub is None:
+                    raise ProtocolError(f"{command} names unknown subscription {sub_id!r}")
+            elif session.version == "1.1":
+                raise ProtocolError(f"{command} frame has no subscription header (required in STOMP 1.1)")
+            else:
+                sub = next((s for s in session.subscriptions.values() if seq in s.dispatched), None)
+            if sub is None or seq is None or seq not in sub.dispatched or sub.dispatched[seq].message_id != message_id:
+                raise ProtocolError(f"{command} for message {message_id!r}, which is not awaiting acknowledgement")
+        if sub.auto:
+            raise ProtocolError(f"{command} on subscription {sub.id!r}, which uses ack mode auto")
+        messages = sub.take_acked(seq, cumulative=sub.ack_mode == "client")
+        if not messages:
+            raise ProtocolError(f"{command} for a message that is not awaiting acknowledgement (ack id {ack_id or seq!r})")
+        return sub, messages
+
+    def _transaction(self, session: Session, txid: str) -> list[tuple[str, Any, Any]]:
+        tx = session.transactions.get(txid)
+        if tx is None:
+            raise ProtocolError(f"unknown transaction {txid!r}: BEGIN it first")
+        return tx
+
+    def _on_begin(self, session: Session, frame: Frame) -> Any:
+        txid = frame.headers.get("transaction")
+        if not txid:
+            raise ProtocolError("BEGIN frame has no transaction header")
+        if txid in session.transactions:
+            raise ProtocolError(f"transaction {txid!r} is already in progress")
+        session.transactions[txid] = []
+        return None
+
+    def _on_commit(self, session: Session, frame: Frame) -> Any:
+        txid = frame.headers.get("transaction")
+        if not txid:
+            raise ProtocolError("COMMIT frame has no transaction header")
+        ops = self._transaction(session, txid)
+        del session.transactions[txid]
+        store = self.store
+        durable = store is not None and any(
+            (op == "send" and payload.persistent) or (op == "ack" and any(m.store_ref is not None for m in payload))
+            for op, _, payload in ops
+        )
+        if durable:
+            # Every journal record of the transaction carries one storage txid
+            # and takes effect at its TX_COMMIT: all of it survives a crash, or none.
+            self._txid = f"{session.id}.{self._next_storage_tx}"
+            self._next_storage_tx += 1
+        try:
+            for op, target, payload in ops:
+                if op == "send":
+                    self._route(target, payload)
+                elif op == "ack":
+                    target.destination.acknowledge(target, payload)
+                else:
+                    self._nack(target, payload)
+            if durable:
+                assert store is not None and self._txid is not None
+                txid_done = self._txid
+                self._storage_call(lambda: store.commit(txid_done))
+        except ResourceLimitError as exc:
+            if durable and store is not None and self._txid is not None:
+                store.abort(self._txid)
+            self._txid = None
+            self._refuse_send(session, frame.headers.get("receipt"), f"COMMIT of {txid!r} failed: {exc.message}")
+            return DEFERRED
+        finally:
+            self._txid = None
+        return self._after_write(session, frame.headers.get("receipt"), durable)
+
+    def _on_abort(self, session: Session, frame: Frame) -> Any:
+        txid = frame.headers.get("transaction")
+        if not txid:
+            raise ProtocolError("ABORT frame has no transaction header")
+        ops = self._transaction(session, txid)
+        del session.transactions[txid]
+        self._roll_back(ops)
+        return None
+
+    def _roll_back(self, ops: list[tuple[str, Any, Any]]) -> None:
+        """Undo a transaction: sends vanish, acked messages become deliverable again."""
+        for op, target, payload in ops:
+            if op in ("ack", "nack"):
+                target.destination.redeliver(target, payload, "rollback")
+
+    def _abort_transactions(self, session: Session) -> None:
+        for ops in session.transactions.values():
+            self._roll_back(ops)
+        session.transactions.clear()
+
+    def _on_disconnect(self, session: Session, frame: Frame) -> Any:
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            self._send_receipt(session, receipt)
+        self._close(session, "client disconnected")
+        return DEFERRED

@@ -1,0 +1,192 @@
+"""The broker core's side of persistence: journaling, group commit, recovery.
+
+A mixin of ``Broker``. Persistent queue messages are journaled before they
+enter the queue (``_admit``); a RECEIPT for them waits, under fsync policy
+``always``, until the edge reports an fsync that covers them
+(``store_synced``): one fsync releases every producer that wrote before it.
+Durable topic subscriptions journal their own copy of each persistent
+message. ``recover`` brings it all back at start.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from storage import StorageError
+
+from .codec import encode
+from .cursor import PagedRef
+from .coreutil import DEFERRED, log
+from .destination import Destination, DurableState, Queue, Topic
+from .errors import ResourceLimitError
+from .frames import Frame
+from .message import Message
+from .persistence import StoreRef, durable_key, encode_payload
+from .session import Session
+
+__all__ = ["StoreHooks"]
+
+
+class StoreHooks:
+    """Journaling, fsync waiting and recovery."""
+
+    def _after_write(self, session: Session, receipt: str | None, wrote: bool) -> Any:
+        """Hold a RECEIPT until the journal is on disk, when the fsync policy says so."""
+        if receipt is None or not wrote or self.store is None or self.config.store.fsync != "always":
+            return None
+        self._sync_waiters.append((self.store.write_generation, session, receipt))
+        session.sync_waiting += 1
+        return DEFERRED
+
+    def recover(self) -> int:
+        """Bring back what the journals hold; returns the number of messages.
+
+        Queue messages come back store-only (nothing is read until a consumer
+        needs it); durable subscriptions and their messages come back in memory.
+        Delivered-but-unacknowledged messages come back flagged redelivered.
+        """
+        store = self.store
+        if store is None:
+            return 0
+        states: dict[str, DurableState] = {}
+        for d in store.load_durables():
+            topic = self.destination(d["topic"])
+            assert isinstance(topic, Topic)
+            state = DurableState(d["client_id"], d["name"], d.get("selector"), bool(d.get("no_local")))
+            state.selector = self._compile_selector(state.selector_text)
+            topic.durables[(state.client_id, state.name)] = state
+            states[durable_key(topic.address, state.client_id, state.name)] = state
+        count = 0
+        last_seq = 0
+        orphans = 0
+        for key, location, delivered, seq, priority, expires, journal in store.recover():
+            ref = StoreRef(journal, location, key)
+            last_seq = max(last_seq, seq)
+            if key.startswith("durable:"):
+                state = states.get(key)
+                if state is None:
+                    store.dequeue(ref)  # its subscription was removed
+                    orphans += 1
+                    continue
+                topic = self.destinations[key[len("durable:"):].split("|", 1)[0]]
+                message = self.load_message(topic, PagedRef(ref, seq, priority, delivered, expires))
+                state.refs[message.seq] = ref
+                if delivered:
+                    state.redelivered[message.seq] = 1
+                topic.hold(message)
+                state.pending.append(message)
+            else:
+                queue = self.destination(key)
+                assert isinstance(queue, Queue)
+                queue.cursor.add_recovered(PagedRef(ref, seq, priority, delivered, expires))
+            count += 1
+        for state in states.values():
+            state.pending = type(state.pending)(sorted(state.pending, key=lambda m: m.seq))
+        self._next_message = max(self._next_message, last_seq + 1)
+        self._set_store_usage(store.disk_usage())
+        log.info("recovered %d persistent messages (%d durable subscriptions)%s", count, len(states),
+                 f"; dropped {orphans} of removed durable subscriptions" if orphans else "")
+        return count
+
+    def close(self) -> None:
+        """Stop: make everything written durable and close the journals."""
+        if self.store is not None:
+            self.store.close()
+
+    def store_synced(self, generation: int) -> None:
+        """The edge's fsync covered every write up to ``generation``: release RECEIPTs."""
+        self._release_sync_waiters(generation)
+
+    @property
+    def sync_wanted(self) -> bool:
+        """Are RECEIPTs waiting for an fsync?"""
+        return bool(self._sync_waiters)
+
+    def _release_sync_waiters(self, generation: int) -> None:
+        waiters = self._sync_waiters
+        if not waiters:
+            return
+        keep = []
+        for gen, session, receipt in waiters:
+            if gen <= generation:
+                session.sync_waiting -= 1
+                if session.is_open:
+                    session.write(encode(Frame("RECEIPT", {"receipt-id": receipt}), session.version))
+            else:
+                keep.append((gen, session, receipt))
+        self._sync_waiters = keep
+
+    def _set_store_usage(self, used: int) -> None:
+        usage = self.store_usage
+        delta = used - usage.usage
+        if delta > 0:
+            usage.increase(delta)
+        elif delta < 0:
+            usage.decrease(-delta)
+            self.space_freed()
+
+    def _payload(self, message: Message) -> bytes:
+        return encode_payload(
+            message.seq, message.message_id, dict(message.headers), message.body, persistent=message.persistent,
+            priority=message.priority, expires=message.expires, timestamp=message.timestamp,
+        )
+
+    def _storage_call(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except StorageError as exc:
+            raise ResourceLimitError(str(exc)) from None
+
+    def _admit(self, destination: Destination, message: Message) -> None:
+        """Journal a persistent queue message, then hand it to the destination."""
+        if message.persistent and self.store is not None and isinstance(destination, Queue):
+            store = self.store
+            payload = self._payload(message)
+            message.store_ref = self._storage_call(lambda: store.enqueue(destination.address, payload, self._txid))
+        destination.accept(message)
+
+    def persist_durable(self, topic: Topic, state: DurableState, message: Message) -> None:
+        """Journal a persistent topic message for one durable subscription."""
+        if not message.persistent or self.store is None:
+            return
+        key = durable_key(topic.address, state.client_id, state.name)
+        try:
+            state.refs[message.seq] = self.store.enqueue(key, self._payload(message), self._txid)
+        except StorageError as exc:
+            log.error("%s: could not journal %s for durable subscription %s: %s", topic.address, message.message_id, key, exc)
+
+    def settle_durable(self, state: DurableState, message: Message) -> None:
+        ref = state.refs.pop(message.seq, None)
+        if ref is not None and self.store is not None:
+            self.store.dequeue(ref, self._txid)
+
+    def durables_changed(self) -> None:
+        """Durable subscriptions were created or removed: save the list."""
+        if self.store is None:
+            return
+        subs = [
+            {"topic": t.address, "client_id": s.client_id, "name": s.name, "selector": s.selector_text, "no_local": s.no_local}
+            for t in self.destinations.values() if isinstance(t, Topic) for s in t.durables.values()
+        ]
+        self.store.save_durables(subs)
+
+    def mark_delivered(self, message: Message) -> None:
+        """A persistent message went to a client-ack consumer: note it for recovery."""
+        if self.store is not None and message.store_ref is not None:
+            self.store.mark_delivered(message.store_ref)
+
+    def discard_stored(self, ref: StoreRef) -> None:
+        if self.store is not None:
+            self.store.dequeue(ref, self._txid)
+
+    def load_message(self, destination: Destination, paged: PagedRef) -> Message:
+        """Read a store-only message back into a ``Message`` (page-in)."""
+        assert self.store is not None
+        stored = self.store.read(paged.ref)
+        message = Message(
+            stored.seq, stored.message_id, destination.address, stored.headers, stored.body,
+            persistent=True, priority=stored.priority, expires=stored.expires, timestamp=stored.timestamp,
+        )
+        message.store_ref = paged.ref
+        if paged.redelivered:
+            message.redeliveries = 1
+        return message

@@ -1,0 +1,56 @@
+"""Test support: the real broker served in a background thread, or as a process."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from clients.labs.runner import LiveBroker
+from minibroker.config import BrokerConfig
+
+
+class RunningBroker(LiveBroker):
+    """The labs' live broker with a temporary data directory, for tests."""
+
+    def __init__(self, config: BrokerConfig, data_dir: str | None = None) -> None:
+        self._tmp = None if data_dir is not None else tempfile.TemporaryDirectory(prefix="minibroker-test-")
+        self.data_dir = data_dir if data_dir is not None else self._tmp.name  # type: ignore[union-attr]
+        super().__init__(config.replace(transport={"host": "127.0.0.1", "port": 0}, broker={"data_dir": self.data_dir}))
+
+    def start(self) -> "RunningBroker":  # type: ignore[override]
+        super().start()
+        return self
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def stop(self) -> None:
+        super().stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+        if self.error is not None:
+            raise self.error
+
+
+def start_broker_process(data_dir: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    """``minibroker serve`` as a real process on an ephemeral port; returns it and the port."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--data-dir", str(data_dir), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        if m:
+            return proc, int(m.group(1))
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError("the broker process did not start")
