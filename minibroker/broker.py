@@ -85,6 +85,9 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         self.memory = Usage("memory", limits.memory_limit)
         self.store_usage = Usage("store", limits.store_limit)
         self.temp_usage = Usage("temp", limits.temp_limit)
+        if self.trace.enabled:
+            for usage in (self.memory, self.store_usage, self.temp_usage):
+                usage.add_listener(self._trace_usage)
         self.security = Security(config)
         self.registry = DestinationRegistry(self)
         #: Every destination by full address (the registry's own dict).
@@ -111,6 +114,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         self._txid: str | None = None
         self._next_storage_tx = 1
         self._store_generation_seen = 0
+        self._journal_files: dict[int, int] = {}
         self._last_block_warning: dict[str, float] = {}
         self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
             "CONNECT": self._on_connect,
@@ -148,6 +152,16 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             self.timers.call_at(now + t.connect_timeout / 1000, self._check_connect_timeout, session)
         log.info("connection %d from %s", sid, peer or "?")
         return sid
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        """Record a trace event (fields that are None are left out); call only when tracing."""
+        self.trace.emit(event, **{k: v for k, v in fields.items() if v is not None})
+
+    def _trace_usage(self, usage: Usage, old: int, new: int) -> None:
+        """A usage percent changed: a ``usage`` event with the broker-wide values."""
+        dest = None if usage.parent is None else usage.name
+        self._emit("usage", mem_pct=self.memory.percent, store_pct=self.store_usage.percent,
+                   temp_pct=self.temp_usage.percent, dest=dest, dest_mem_pct=new if dest else None)
 
     def _mark_dirty(self, session: Session) -> None:
         self._dirty.append(session)
@@ -230,6 +244,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             self._store_generation_seen = store.write_generation
             store.flush()
             self._set_store_usage(store.disk_usage())
+            if self.trace.enabled:
+                self.trace_journal_rolls()
             if self.config.store.fsync != "always":
                 self._release_sync_waiters(store.write_generation)
         if self._refill:
@@ -292,7 +308,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         session.write(encode(Frame("ERROR", headers, body.encode("utf-8")), session.version))
         log.warning("session %d (%s): protocol error: %s", session.id, session.peer, exc.message)
         if self.trace.enabled:
-            self.trace.emit("error", session=session.id, message=exc.message)
+            self._emit("error", session=str(session.id), client_id=session.client_id, message=exc.message, fatal=True,
+                       code=getattr(exc, "code", None))
         self._close(session, f"protocol error: {exc.message}")
 
     def _close(self, session: Session, reason: str, *, notify_edge: bool = True) -> None:
@@ -320,7 +337,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             del self.client_ids[session.client_id]
         log.info("connection %d closed: %s", session.id, reason)
         if self.trace.enabled:
-            self.trace.emit("disconnect", session=session.id, client_id=session.client_id, reason=reason)
+            self._emit("disconnect", session=str(session.id), client_id=session.client_id, reason=_reason_code(reason))
 
     # ------------------------------------------------------------------ CONNECT
     def _on_connect(self, session: Session, frame: Frame) -> Any:
@@ -358,7 +375,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             self.timers.call_at(now + recv_ms * t.hb_grace_period_multiplier / 1000, self._heart_beat_in, session)
         log.info("session %d connected: STOMP %s client-id=%s heart-beat=%s", session.id, version, client_id, hb_header or "-")
         if self.trace.enabled:
-            self.trace.emit("connect", session=session.id, client_id=client_id, version=version, peer=session.peer)
+            self._emit("connect", session=str(session.id), client_id=client_id, version=version, addr=session.peer,
+                       heart_beat=hb_header or None)
         return DEFERRED  # CONNECT has no receipt
 
     def _claim_client_id(self, session: Session, client_id: str) -> None:
@@ -405,3 +423,21 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         self.timers.call_at(session.last_read + limit, self._heart_beat_in, session)
 
 
+
+
+_REASON_CODES = (
+    ("client disconnected", "client"),
+    ("connection lost", "eof"),
+    ("heart-beat timeout", "heartbeat"),
+    ("write timeout", "write_timeout"),
+    ("slow consumer", "slow_consumer"),
+    ("shutdown", "shutdown"),
+)
+
+
+def _reason_code(reason: str) -> str:
+    """The trace schema's disconnect reason for a close reason text."""
+    for fragment, code in _REASON_CODES:
+        if fragment in reason:
+            return code
+    return "error"

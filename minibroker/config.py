@@ -159,6 +159,7 @@ class BrokerSection:
     name: str = option("localhost", text, "broker name (ActiveMQ brokerName), in logs and message ids")
     data_dir: str = option("data", text, "directory for journals and temp files")
     persistent: bool = option(True, boolean, "journal persistent messages (ActiveMQ persistent); false keeps everything in memory")
+    trace: str = option("", text, "write the trace (JSON lines, docs/trace-schema.md) to this file; empty = off")
 
 
 @dataclass(frozen=True)

@@ -213,6 +213,8 @@ class Destination:
 
     def on_delivered(self, sub: "Subscription", message: "Message") -> None:
         """A MESSAGE frame for ``message`` was written to ``sub``'s consumer."""
+        if self.broker.trace.enabled:
+            self.broker.delivered(sub, message)
         if sub.browser:
             return
         self.dispatched += 1
@@ -289,8 +291,11 @@ class Queue(Destination):
             self.exclusive_owner = max(exclusives, key=lambda c: c.priority, default=None)
         self._regroup()
         returned = sub.take_all_dispatched()
+        tracing = self.broker.trace.enabled
         for m in returned:
             m.redeliveries += 1  # as ActiveMQ does for messages of a closed consumer
+            if tracing:
+                self.broker.redelivering(self, m, sub)
         self.pending.push_front(sorted(returned, key=lambda m: m.seq))
         self.dispatch()
 
@@ -439,7 +444,11 @@ class Queue(Destination):
             m.redeliveries += 1
             return m.redeliveries
 
-        self.pending.push_front(self._survivors(messages, cause, count))
+        kept = self._survivors(messages, cause, count)
+        if self.broker.trace.enabled:
+            for m in kept:
+                self.broker.redelivering(self, m, sub)
+        self.pending.push_front(kept)
         self.dispatch()
 
     def purge(self) -> int:
@@ -582,6 +591,8 @@ class Topic(Destination):
         for m in messages:
             if m not in kept:  # dead-lettered: the durable copy goes too
                 self._settle(sub.durable, m)
+            elif self.broker.trace.enabled:
+                self.broker.redelivering(self, m, sub)
         sub.pending.extendleft(reversed(kept))
         self.dispatch_to(sub)
 

@@ -63,9 +63,12 @@ class ProducerFlowControl:
         if len(session.parked) == 1:
             self._blocked.append(session)
             self._warn_blocked(session, destination, text)
+            session.blocked_since = self.clock.now()
             if self.trace.enabled:
-                self.trace.emit("flow_block", session=session.id, dest=destination.address, mem_pct=self.memory.percent,
-                                dest_mem_pct=usage.percent, reason="memory")
+                kind = "store" if text.startswith("Persistent store") else "memory"
+                pct = self.store_usage.percent if kind == "store" else usage.percent
+                self._emit("flow_block", session=str(session.id), dest=destination.address, usage=kind, pct=pct,
+                           msg=message.message_id)
         if receipt is None and not session.reading_paused:
             session.reading_paused = True
             self._control.append(PauseReading(session.id))
@@ -86,7 +89,8 @@ class ProducerFlowControl:
             headers["receipt-id"] = receipt
         session.write(encode(Frame("ERROR", headers, b""), session.version))
         if self.trace.enabled:
-            self.trace.emit("error", session=session.id, message=text)
+            code = "enqueue_threshold" if "Enqueue capacity threshold" in text else "resource_full"
+            self._emit("error", session=str(session.id), client_id=session.client_id, message=text, code=code, fatal=False)
 
     def _park_timeout(self, session: Session, message: Message) -> None:
         for i, parked in enumerate(session.parked):
@@ -109,6 +113,7 @@ class ProducerFlowControl:
     def _unblock_producers(self) -> None:
         """Let parked sends in, in order, while there is room."""
         for session in list(self._blocked):
+            parked_dest = session.parked[0].destination.address if session.parked else ""
             while session.parked:
                 parked = session.parked[0]
                 if not self._has_room(parked.destination, parked.message):
@@ -125,7 +130,8 @@ class ProducerFlowControl:
                 continue
             self._blocked.remove(session)
             if self.trace.enabled:
-                self.trace.emit("flow_unblock", session=session.id, mem_pct=self.memory.percent)
+                self._emit("flow_unblock", session=str(session.id), dest=parked_dest, usage="memory",
+                           waited=round(self.clock.now() - session.blocked_since, 6), pct=self.memory.percent)
             if session.reading_paused:
                 session.reading_paused = False
                 self._control.append(ResumeReading(session.id))

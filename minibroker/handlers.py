@@ -90,10 +90,8 @@ class FrameHandlers:
 
     def _route(self, destination: Destination, message: Message) -> None:
         if self.trace.enabled:
-            self.trace.emit(
-                "send", session=message.origin, dest=destination.address, msg=message.message_id,
-                size=message.size, persistent=message.persistent, priority=message.priority,
-            )
+            self._emit("send", session=str(message.origin), dest=destination.address, msg=message.message_id,
+                       size=message.size, persistent=message.persistent, priority=message.priority, tx=self._txid)
         self._admit(destination, message)
 
     def destination(self, address: str) -> Destination:
@@ -199,7 +197,8 @@ class FrameHandlers:
         if receipt is not None:  # the RECEIPT goes before the first MESSAGE, as ActiveMQ does
             self._send_receipt(session, receipt)
         if self.trace.enabled:
-            self.trace.emit("subscribe", session=session.id, sub=sub_id, dest=destination.address, ack=ack_mode, prefetch=prefetch)
+            self._emit("subscribe", session=str(session.id), sub=sub_id, dest=destination.address, ack=ack_mode,
+                       prefetch=prefetch, selector=selector_text, durable=durable_name, exclusive=sub.exclusive or None)
         if browser:
             assert isinstance(destination, Queue)
             sub.pending.extend(destination.browse_snapshot())
@@ -251,7 +250,8 @@ class FrameHandlers:
         self._subs_by_key.pop(sub.key, None)
         sub.destination.remove_subscription(sub)
         if self.trace.enabled:
-            self.trace.emit("unsubscribe", session=session.id, sub=sub.id, dest=sub.destination.address)
+            self._emit("unsubscribe", session=str(session.id), sub=sub.id, dest=sub.destination.address,
+                       reason="client" if session.is_open else "disconnect")
 
     def _resume_dispatch(self, session: Session) -> None:
         for sub in list(session.subscriptions.values()):
@@ -267,7 +267,8 @@ class FrameHandlers:
             return None
         if self.trace.enabled:
             for m in messages:
-                self.trace.emit("ack", session=session.id, sub=sub.id, dest=sub.destination.address, msg=m.message_id)
+                self._emit("ack", session=str(session.id), sub=sub.id, dest=sub.destination.address, msg=m.message_id,
+                           mode=sub.ack_mode)
         sub.destination.acknowledge(sub, messages)
         return None
 
@@ -285,7 +286,7 @@ class FrameHandlers:
     def _nack(self, sub: Subscription, messages: list[Message]) -> None:
         if self.trace.enabled:
             for m in messages:
-                self.trace.emit("nack", session=sub.session.id, sub=sub.id, dest=sub.destination.address, msg=m.message_id)
+                self._emit("nack", session=str(sub.session.id), sub=sub.id, dest=sub.destination.address, msg=m.message_id)
         sub.destination.redeliver(sub, messages, "nack")
 
     def _settle(self, session: Session, frame: Frame, command: str) -> tuple[Subscription, list[Message]]:

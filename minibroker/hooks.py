@@ -21,6 +21,21 @@ __all__ = ["DestinationHooks"]
 class DestinationHooks:
     """Callbacks from queues and topics."""
 
+    def delivered(self, sub: Subscription, message: Message) -> None:
+        """A MESSAGE frame went to ``sub`` (traced: dispatch, and the ack of auto mode)."""
+        session = str(sub.session.id)
+        redelivered = bool(message.redeliveries or message.seq in sub.redelivered)
+        self._emit("dispatch", session=session, sub=sub.id, dest=sub.destination.address, msg=message.message_id,
+                   size=message.size, redelivered=redelivered, priority=message.priority)
+        if sub.auto and not sub.browser:
+            self._emit("ack", session=session, sub=sub.id, dest=sub.destination.address, msg=message.message_id, mode="auto")
+
+    def redelivering(self, destination: Destination, message: Message, sub: Subscription | None) -> None:
+        """``message`` goes back to ``destination`` for another delivery (traced)."""
+        count = message.redeliveries if sub is None or destination.kind == "queue" else sub.redelivered.get(message.seq, 1)
+        self._emit("redeliver", dest=destination.address, msg=message.message_id, redeliveries=count,
+                   session=str(sub.session.id) if sub is not None else None, sub=sub.id if sub is not None else None)
+
     def message_consumed(self, destination: Destination, message: Message) -> None:
         """``message`` left ``destination`` for good (acknowledged or dropped)."""
         destination.release(message)
@@ -31,14 +46,17 @@ class DestinationHooks:
     def message_enqueued(self, queue: Queue, message: Message, cached: bool) -> None:
         """``message`` entered ``queue``: cached in memory, or store-only."""
         if self.trace.enabled:
-            self.trace.emit("enqueue", dest=queue.address, msg=message.message_id, size=message.size, cached=cached,
-                            persistent=message.persistent, dest_mem_pct=queue.memory.percent, mem_pct=self.memory.percent)
+            self._emit("enqueue", dest=queue.address, msg=message.message_id, size=message.size, cached=cached,
+                       priority=message.priority, persistent=message.persistent,
+                       session=str(message.origin) if message.origin else None)
 
     def page_in_blocked(self, queue: Queue) -> None:
         """``queue``'s cursor refused to page in: remember to try again when space frees."""
         self._blocked_cursors.add(queue)
         if self.trace.enabled:
-            self.trace.emit("page_in_blocked", dest=queue.address, store_only=len(queue.cursor.store_only),
+            self._emit("page_in_blocked", dest=queue.address, pending=len(queue.cursor.store_only),
+                       hwm=queue.policy.cursor_memory_high_water_mark, policy=queue.policy.space_check,
+                       consumers=len(queue.consumers),
                             dest_mem_pct=queue.memory.percent, mem_pct=self.memory.percent)
         for finding in self.diagnose():
             if finding["destination"] == queue.address:
@@ -46,13 +64,13 @@ class DestinationHooks:
 
     def paged_in(self, queue: Queue, count: int) -> None:
         if self.trace.enabled:
-            self.trace.emit("page_in", dest=queue.address, count=count, dest_mem_pct=queue.memory.percent,
+            self._emit("page_in", dest=queue.address, count=count, dest_mem_pct=queue.memory.percent,
                             mem_pct=self.memory.percent)
 
     def message_expired(self, destination: Destination, message: Message) -> None:
         """``message`` expired before it could be delivered."""
         if self.trace.enabled:
-            self.trace.emit("expire", dest=destination.address, msg=message.message_id)
+            self._emit("expire", dest=destination.address, msg=message.message_id)
         if destination.policy.process_expired:
             self.dead_letter(destination, message, "expired")
         else:
@@ -71,7 +89,7 @@ class DestinationHooks:
         if destination.is_dlq or policy.dead_letter_strategy == "discard" or not (message.persistent or policy.process_non_persistent):
             log.info("%s: %s dropped (%s), not dead-lettered", destination.address, message.message_id, cause)
             if self.trace.enabled:
-                self.trace.emit("dlq", dest=destination.address, msg=message.message_id, cause=cause, dropped=True)
+                self._emit("discard", dest=destination.address, msg=message.message_id, reason=cause)
             return
         if policy.dead_letter_strategy == "shared":
             dlq_name = policy.dead_letter_queue
@@ -90,7 +108,7 @@ class DestinationHooks:
         )
         log.info("%s: %s dead-lettered to %s (%s)", destination.address, message.message_id, dlq.address, cause)
         if self.trace.enabled:
-            self.trace.emit("dlq", dest=destination.address, msg=message.message_id, cause=cause, dlq=dlq.address, dropped=False)
+            self._emit("dlq", dest=destination.address, msg=message.message_id, dlq=dlq.address, reason=cause)
         try:
             self._admit(dlq, copy)
         except ResourceLimitError as exc:
@@ -99,6 +117,8 @@ class DestinationHooks:
 
     def destination_created(self, destination: Destination) -> None:
         """A destination came into being (on first use)."""
+        if self.trace.enabled:
+            destination.memory.add_listener(self._trace_usage)
         dlq_names = {p.dead_letter_queue for p in self.config.destination_policy} | {"ActiveMQ.DLQ"}
         destination.is_dlq = destination.kind == "queue" and (
             destination.name in dlq_names or destination.name.startswith("ActiveMQ.DLQ.")

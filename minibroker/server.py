@@ -29,19 +29,23 @@ import logging
 import os
 import signal
 import socket
+import time
 from typing import Any
 
 from .actions import Close, PauseReading, ResumeReading, Write
 from .broker import Broker
 from .clock import SystemClock
 from .config import BrokerConfig
-from .errors import StoreOpenError
+from .errors import ConfigError, StoreOpenError
 from .persistence import MessageStore
+from .trace import Trace
 
 __all__ = ["BrokerServer", "serve", "open_store"]
 
 #: fsync "batch": how often the journals are synced (KahaDB's periodic sync: 1 s).
 _BATCH_SYNC_SECONDS = 1.0
+#: How often the trace buffer is handed to its writer.
+_TRACE_FLUSH_SECONDS = 0.5
 
 log = logging.getLogger("minibroker.server")
 
@@ -104,6 +108,7 @@ class BrokerServer:
         self._syncing = False
         self._sync_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsync")
         self._batch_timer: asyncio.TimerHandle | None = None
+        self._trace_timer: asyncio.TimerHandle | None = None
 
     @property
     def port(self) -> int:
@@ -119,6 +124,8 @@ class BrokerServer:
         self._arm_timer()
         if self.broker.store is not None and self.broker.config.store.fsync == "batch":
             self._batch_timer = loop.call_later(_BATCH_SYNC_SECONDS, self._batch_sync)
+        if self.broker.trace.enabled:
+            self._trace_timer = loop.call_later(_TRACE_FLUSH_SECONDS, self._flush_trace)
 
     async def close(self) -> None:
         """Stop listening and close every connection."""
@@ -133,6 +140,8 @@ class BrokerServer:
             self._timer.cancel()
         if self._batch_timer is not None:
             self._batch_timer.cancel()
+        if self._trace_timer is not None:
+            self._trace_timer.cancel()
         await asyncio.sleep(0)
         self._sync_executor.shutdown(wait=True)
 
@@ -187,6 +196,10 @@ class BrokerServer:
         self.broker.store_synced(generation)
         self.flush()
 
+    def _flush_trace(self) -> None:
+        self.broker.trace.flush()
+        self._trace_timer = asyncio.get_running_loop().call_later(_TRACE_FLUSH_SECONDS, self._flush_trace)
+
     def _batch_sync(self) -> None:
         store = self.broker.store
         if store is not None and store.needs_sync and not self._syncing:
@@ -216,7 +229,8 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
     ``ready``, if given, is called with the ``BrokerServer`` once listening.
     """
     store = open_store(config)
-    broker = Broker(config, SystemClock(), seed=int.from_bytes(os.urandom(8), "big"), store=store)
+    trace = open_trace(config)
+    broker = Broker(config, SystemClock(), seed=int.from_bytes(os.urandom(8), "big"), store=store, trace=trace)
     try:
         broker.recover()
         server = BrokerServer(broker)
@@ -243,6 +257,8 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
             loop.remove_signal_handler(sig)
         await server.close()
         broker.close()
+        if trace is not None:
+            trace.close()
 
 
 def open_store(config: BrokerConfig) -> MessageStore | None:
@@ -261,3 +277,15 @@ def open_store(config: BrokerConfig) -> MessageStore | None:
         ) from None
     except OSError as exc:
         raise StoreOpenError(f"cannot open the data directory {data_dir}: {exc.strerror or exc}") from None
+
+
+def open_trace(config: BrokerConfig) -> "Trace | None":
+    """The trace writer for ``broker.trace`` (encoding in a child process), or None."""
+    path = config.broker.trace
+    if not path:
+        return None
+    try:
+        open(path, "a").close()
+    except OSError as exc:
+        raise ConfigError(f"bad value for 'broker.trace': {path!r} ({exc.strerror or exc})") from None
+    return Trace(path, time.time, broker=config.broker.name, offload=True)

@@ -33,6 +33,7 @@ from .codec import FrameParser, encode
 from .config import BrokerConfig
 from .frames import Frame
 from .persistence import MessageStore
+from .trace import MemoryTrace
 
 __all__ = ["VirtualNetwork", "VirtualClient"]
 
@@ -166,7 +167,8 @@ class VirtualNetwork:
         self.clock = ManualClock()
         self.config = config or BrokerConfig()
         self.seed = seed
-        self.trace = trace
+        #: ``trace=True`` records the broker's trace in memory (``net.trace.events()``).
+        self.trace = MemoryTrace(self.clock.now, broker=self.config.broker.name) if trace is True else trace
         #: With a data directory, persistent messages go to real journals there.
         self.data_dir = data_dir
         self.broker = self._start_broker()

@@ -81,6 +81,11 @@ class StoreHooks:
             count += 1
         for state in states.values():
             state.pending = type(state.pending)(sorted(state.pending, key=lambda m: m.seq))
+        if self.trace.enabled:
+            for dest in self.destinations.values():
+                stored = len(dest.cursor.store_only) if isinstance(dest, Queue) else 0
+                if stored:
+                    self._emit("recover", dest=dest.address, count=stored)
         self._next_message = max(self._next_message, last_seq + 1)
         self._set_store_usage(store.disk_usage())
         log.info("recovered %d persistent messages (%d durable subscriptions)%s", count, len(states),
@@ -141,7 +146,12 @@ class StoreHooks:
         if message.persistent and self.store is not None and isinstance(destination, Queue):
             store = self.store
             payload = self._payload(message)
-            message.store_ref = self._storage_call(lambda: store.enqueue(destination.address, payload, self._txid))
+            try:
+                message.store_ref = self._storage_call(lambda: store.enqueue(destination.address, payload, self._txid))
+            except ResourceLimitError:
+                if self.trace.enabled:
+                    self._trace_journal("journal_full", store.journal_for(destination.address), dest=destination.address)
+                raise
         destination.accept(message)
 
     def persist_durable(self, topic: Topic, state: DurableState, message: Message) -> None:
@@ -158,6 +168,23 @@ class StoreHooks:
         ref = state.refs.pop(message.seq, None)
         if ref is not None and self.store is not None:
             self.store.dequeue(ref, self._txid)
+
+    def _trace_journal(self, event: str, journal: Any, **extra: Any) -> None:
+        """A ``journal_roll`` or ``journal_full`` event for ``journal``."""
+        files = journal.files()
+        current = next((f for f in files if f.current), files[-1] if files else None)
+        self._emit(event, store=journal.config.queue_name, layout=journal.config.layout,
+                   file=current.name if current else "", files=len(files), live=journal.live_count,
+                   file_live={f.name: f.live for f in files}, **extra)
+
+    def trace_journal_rolls(self) -> None:
+        """Emit ``journal_roll`` for every journal that moved to another file."""
+        assert self.store is not None
+        for journal in self.store.journals():
+            seen = self._journal_files.get(id(journal))
+            if seen is not None and seen != journal.current_file_id:
+                self._trace_journal("journal_roll", journal)
+            self._journal_files[id(journal)] = journal.current_file_id
 
     def durables_changed(self) -> None:
         """Durable subscriptions were created or removed: save the list."""

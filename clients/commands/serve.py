@@ -23,6 +23,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--port", type=_port, help="STOMP port (overrides transport.port)")
     p.add_argument("--data-dir", metavar="DIR", help="data directory (overrides broker.data_dir)")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging threshold (default: info)")
+    p.add_argument("--trace", metavar="FILE", help="write the JSON-lines trace to FILE (overrides broker.trace)")
     p.set_defaults(func=run)
 
 
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     broker_section: dict[str, Any] = {}
     if args.data_dir is not None:
         broker_section["data_dir"] = args.data_dir
+    if args.trace is not None:
+        broker_section["trace"] = args.trace
     config = config.replace(transport=transport, broker=broker_section)
     from minibroker.server import serve
 

@@ -22,7 +22,6 @@ from typing import Any, Callable, Iterator
 
 from minibroker.config import BrokerConfig
 from minibroker.sim import VirtualNetwork
-from minibroker.trace import MemoryTrace
 
 from .model import Lab, LabError, RunSpec
 
@@ -64,15 +63,13 @@ class LabRun:
         self.config: BrokerConfig = spec.config()
         self.workdir = workdir
         self.data_dir = workdir / "data"
-        self.trace: MemoryTrace | None = None
+        self.trace: Any = None
         self.notes: list[str] = []
 
     def network(self, config: BrokerConfig | None = None, *, seed: int = 0) -> VirtualNetwork:
         """The broker with this run's configuration on a virtual clock, tracing."""
-        net = VirtualNetwork(config or self.config, seed=seed, data_dir=self.data_dir)
-        self.trace = MemoryTrace(net.clock.now, broker=net.broker.name)
-        net.trace = self.trace
-        net.broker.trace = self.trace
+        net = VirtualNetwork(config or self.config, seed=seed, data_dir=self.data_dir, trace=True)
+        self.trace = net.trace
         return net
 
     def note(self, text: str) -> None:
@@ -149,6 +146,7 @@ class LiveBroker:
         if self._thread is not None:
             self._thread.join(30)
         self.server = None
+        self._loop = self._stop = self._thread = None
 
     def restart(self) -> None:
         """Stop and start again on the same data directory (and a new port)."""
