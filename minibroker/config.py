@@ -199,6 +199,8 @@ class StoreConfig:
     file_count: int = option(8, integer(4, 64), "ring layout: number of journal files per queue")
     file_size: int = option(1536 * 1024, size, "ring layout: size of one journal file")
     fsync: str = option("always", choice("always", "batch", "never"), "when journal writes reach the disk")
+    temp_journal_max_file_length: int = option(32 * 1024 * 1024, size, "temp store (file cursors): size of one file (ActiveMQ PListStore journalMaxFileLength)")
+    store_latency: int = option(0, integer(0), "ms each journal operation is delayed, to make the store slow on purpose (labs); 0 = off")
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,14 @@ class PolicyEntry:
     send_fail_if_no_space: bool = option(False, boolean, "answer a producer with an ERROR instead of blocking it")
     send_fail_if_no_space_after_timeout: int = option(0, integer(0), "ms a producer may be blocked before it gets an ERROR; 0 = forever")
     blocked_producer_warning_interval: int = option(30000, integer(0), "ms between log lines about a blocked producer")
+    pending_cursor: str = option("vm", choice("vm", "file"), "topic subscriptions' pending messages: vm (memory) or file (swap to the temp store)")
+    pending_message_limit: int = option(-1, integer(-1), "topic subscriptions: messages pending beyond prefetch before eviction; -1 = no limit (block)")
+    message_eviction_strategy: str = option("oldest", choice("oldest", "newest"), "which pending message a full subscription discards")
+    abort_slow_consumer: bool = option(False, boolean, "abort subscriptions that stay slow (AbortSlowConsumerStrategy)")
+    max_slow_count: int = option(-1, integer(-1), "abort after this many checks found it slow; -1 = off")
+    max_slow_duration: int = option(30000, integer(0), "ms a subscription may stay slow before it is aborted")
+    abort_slow_consumer_check_period: int = option(30000, integer(1), "ms between slow-consumer checks")
+    abort_connection: bool = option(False, boolean, "abort the whole connection, not only the slow subscription")
 
     @property
     def pattern(self) -> str:
