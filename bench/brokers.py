@@ -100,6 +100,10 @@ class Ours:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    def data_bytes(self) -> int:
+        """Bytes in the data directory: 0 while the broker keeps nothing on disk."""
+        return sum(p.stat().st_size for p in self.data_dir.rglob("*") if p.is_file())
+
     def start(self, timeout: float = 20.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         argv = self.command() + ["serve", "--host", "127.0.0.1", "--port", str(self.port),

@@ -173,6 +173,8 @@ class Runner:
             "rss_peak_mb": max(self.sampler.peak(broker.pid), mem.get("VmRSS") or 0.0),
             "rss_hwm_mb": mem.get("VmHWM"), "argv": " ".join(argv[1:]), "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
         })
+        if broker.kind == "ours":
+            rec["data_dir_bytes"] = broker.data_bytes()
         if not rec.get("ok") and stderr_tail:
             rec["stderr_tail"] = stderr_tail
         self.write(rec)
