@@ -100,6 +100,13 @@ class Ours:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    def log_tail(self, n: int = 20) -> str:
+        return _tail(self.log_path, n)
+
+    def exit_status(self) -> int | None:
+        """The broker's exit status if it has died, else None."""
+        return self.proc.poll() if self.proc else None
+
     def data_bytes(self) -> int:
         """Bytes in the data directory: 0 while the broker keeps nothing on disk."""
         return sum(p.stat().st_size for p in self.data_dir.rglob("*") if p.is_file())

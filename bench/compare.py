@@ -23,9 +23,10 @@ ours one.
 
 Prints one markdown table (stdout); progress goes to stderr; every attempt is
 one JSON line in bench/results/<timestamp>.jsonl. Exit status: 0 when every
-measured rep was ok (nothing lost, duplicated or failed), 1 when one was not,
-2 when a broker could not be started, 130 on Ctrl-C. Every process started
-here is stopped before exit.
+attempt was ok (nothing lost, duplicated or failed), 1 when one was not (a
+broker that dies ends the run there, with the table so far), 2 when a broker
+could not be started, 130 on Ctrl-C. Every process started here is stopped
+before exit.
 """
 from __future__ import annotations
 
@@ -113,6 +114,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return a
 
 
+class BrokerDied(Exception):
+    """Our broker process exited during a rep: the rest of the run cannot measure it."""
+
+
 class Runner:
     """Runs reps against started brokers and appends each result to the JSON lines file."""
 
@@ -175,6 +180,10 @@ class Runner:
         })
         if broker.kind == "ours":
             rec["data_dir_bytes"] = broker.data_bytes()
+            if broker.exit_status() is not None:
+                rec.update(ok=False, broker_exited=broker.exit_status())
+            if not rec.get("ok"):
+                rec["broker_log_tail"] = broker.log_tail()
         if not rec.get("ok") and stderr_tail:
             rec["stderr_tail"] = stderr_tail
         self.write(rec)
@@ -201,6 +210,9 @@ class Runner:
                 for broker in self.brokers[k:] + self.brokers[:k]:
                     attempt = 1
                     rec = self.run_one(broker, scen, "measure", rep, attempt)
+                    if rec.get("broker_exited") is not None:
+                        raise BrokerDied(f"{broker.name} exited with status {rec['broker_exited']} during {scen} "
+                                         f"rep {rep}; stopping the run")
                     while rec["noisy"] and extra[broker.name] > 0:
                         extra[broker.name] -= 1
                         attempt += 1
@@ -218,7 +230,7 @@ def git_commit() -> str | None:
 
 
 def print_report(records: list[dict], scenarios: list[str], brokers: list[str], meta: dict | None) -> bool:
-    """Print the table and what goes with it; True when every measured rep used was ok."""
+    """Print the table and what goes with it; True when every attempt (warm-ups included) was ok."""
     ours = "ours"
     theirs = "activemq" if "activemq" in brokers else None
     pairs = [(b, "activemq") for b in brokers if b.startswith("ours") and theirs]
@@ -252,18 +264,18 @@ def print_report(records: list[dict], scenarios: list[str], brokers: list[str], 
         print("## Targets (issues 2 and 4)")
         print()
         print("\n".join(tl))
-    if meta and meta.get("hwm"):
+    hwm = {b: v for b, v in ((meta or {}).get("hwm") or {}).items() if v is not None}
+    if hwm:
         print()
         print("Peak RSS over the whole run (VmHWM, including warm-ups): "
-              + ", ".join(f"{b} {v} MB" for b, v in meta["hwm"].items()))
+              + ", ".join(f"{b} {v} MB" for b, v in hwm.items()))
     fl = summary.failures([r for r in records if r.get("type") == "rep"])
     if fl:
         print()
         print("## Failed attempts")
         print()
         print("\n".join(fl))
-    used = summary.select(records)
-    return all(r.get("ok") for reps in used.values() for r in reps.values())
+    return all(r.get("ok") for r in records if r.get("type") == "rep")
 
 
 def summarize(path: str) -> int:
@@ -333,14 +345,17 @@ def main(argv=None) -> int:
         runner = Runner(a, brokers, sampler, out, stamp)
         runner.write(meta)
         runner.warm_up()
-        runner.measure()
+        try:
+            runner.measure()
+        except BrokerDied as exc:
+            log(f"compare.py: {exc}")
         hwm = {b.name: proc_status_mb(b.pid).get("VmHWM") for b in brokers}
         runner.write({"type": "end", "run_id": stamp, "hwm": hwm})
         meta["hwm"] = hwm
         ok = print_report(runner.records, a.scenario_list, [b.name for b in brokers], meta)
         status = 0 if ok else 1
         if not ok:
-            log("compare.py: some measured reps were not ok (see 'Failed attempts' above)")
+            log("compare.py: some attempts were not ok (see 'Failed attempts' above)")
     except BrokerStartError as exc:
         log(f"compare.py: {exc}")
         status = 2

@@ -247,7 +247,10 @@ def failures(records: list[dict]) -> list[str]:
         out.append(head)
         for e in r.get("errors") or []:
             out.append(f"    error: {e}")
-        tail = (r.get("stderr_tail") or "").strip()
-        if tail:
-            out.append("    stderr: " + tail.replace("\n", "\n            "))
+        if r.get("broker_exited") is not None:
+            out.append(f"    the broker process had exited, status {r['broker_exited']}")
+        for key, label in (("stderr_tail", "harness stderr"), ("broker_log_tail", "broker log")):
+            tail = (r.get(key) or "").strip()
+            if tail:
+                out.append(f"    {label}:\n" + "\n".join("      " + line for line in tail.splitlines()))
     return out
