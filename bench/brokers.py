@@ -1,0 +1,248 @@
+"""Start, watch and stop the brokers that bench/compare.py measures.
+
+- ``Ours``: ``minibroker serve`` on a free port with a fresh data directory.
+- ``ActiveMQ``: Debian's ActiveMQ Classic through the vendored
+  ``harness/activemq-start.sh`` / ``activemq-stop.sh`` (STOMP on 61613), with
+  its run directory inside our temporary directory.
+- ``RssSampler``: one thread that reads VmRSS of every broker pid from
+  ``/proc/PID/status`` ten times a second and keeps the peak per window.
+
+Every broker is stopped by ``stop()``, which is safe to call twice and after
+a failed start; compare.py calls it from a ``finally``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+HARNESS = Path(__file__).resolve().parent / "harness"
+if str(HARNESS) not in sys.path:
+    sys.path.insert(0, str(HARNESS))
+
+from stomp_bench import proc_mem  # noqa: E402  (vendored harness)
+AMQ_HOME = Path("/usr/share/activemq")
+AMQ_JAR = AMQ_HOME / "bin" / "activemq.jar"
+AMQ_INSTALL = "apt-get install -y activemq"
+AMQ_STOMP_PORT = 61613
+AMQ_OPENWIRE_PORT = 61616  # also bound by the vendored activemq.xml
+
+
+class BrokerStartError(Exception):
+    """A broker could not be started; the message says why and what to do."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def proc_status_mb(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM of ``pid`` in MB ({} when the process is gone): the harness's own reader."""
+    return proc_mem(pid)
+
+
+def _tail(path: Path, n: int = 20) -> str:
+    try:
+        return "".join(path.read_text(errors="replace").splitlines(keepends=True)[-n:])
+    except OSError:
+        return ""
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: SIGTERM the child if compare.py itself is killed (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class Ours:
+    """``minibroker serve`` in a child process of ours."""
+
+    kind = "ours"
+
+    def __init__(self, name: str, workdir: Path, config: str | None = None, port: int | None = None) -> None:
+        self.name = name
+        self.config = config
+        self.port = port or free_port()
+        self.data_dir = workdir / f"{name.replace(':', '-')}-data"
+        self.log_path = workdir / f"{name.replace(':', '-')}.log"
+        self.proc: subprocess.Popen | None = None
+        self.info: dict = {}
+
+    @staticmethod
+    def command() -> list[str]:
+        exe = Path(sys.executable).parent / "minibroker"
+        if exe.exists():
+            return [str(exe)]
+        return [sys.executable, "-m", "clients.cli"]
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def log_tail(self, n: int = 20) -> str:
+        return _tail(self.log_path, n)
+
+    def exit_status(self) -> int | None:
+        """The broker's exit status if it has died, else None."""
+        return self.proc.poll() if self.proc else None
+
+    def data_bytes(self) -> int:
+        """Bytes in the data directory: 0 while the broker keeps nothing on disk."""
+        return sum(p.stat().st_size for p in self.data_dir.rglob("*") if p.is_file())
+
+    def start(self, timeout: float = 20.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        argv = self.command() + ["serve", "--host", "127.0.0.1", "--port", str(self.port),
+                                 "--data-dir", str(self.data_dir), "--log-level", "warning"]
+        if self.config:
+            argv += ["--config", self.config]
+        t0 = time.monotonic()
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, preexec_fn=_die_with_parent)
+        while not port_open(self.port):
+            if self.proc.poll() is not None:
+                raise BrokerStartError(f"{self.name}: `{' '.join(argv)}` exited with status {self.proc.returncode}:\n"
+                                       f"{_tail(self.log_path)}")
+            if time.monotonic() - t0 > timeout:
+                raise BrokerStartError(f"{self.name}: port {self.port} not open after {timeout:.0f} s; "
+                                       f"log {self.log_path}:\n{_tail(self.log_path)}")
+            time.sleep(0.02)
+        self.info = {"broker": self.name, "pid": self.pid, "port": self.port, "argv": " ".join(argv),
+                     "startup_ms": round((time.monotonic() - t0) * 1000),
+                     "rss_mb_at_start": proc_status_mb(self.pid).get("VmRSS")}
+
+    def stop(self) -> str:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return ""
+        mem = proc_status_mb(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        return f"stopped {self.name} pid {proc.pid} (rss before stop {mem.get('VmRSS')} MB, peak {mem.get('VmHWM')} MB)"
+
+
+class ActiveMQ:
+    """Debian's ActiveMQ Classic, started and stopped with the vendored scripts."""
+
+    kind = "activemq"
+    port = AMQ_STOMP_PORT
+
+    def __init__(self, workdir: Path, name: str = "activemq") -> None:
+        self.name = name
+        self.run_dir = workdir / "activemq"
+        self.pid: int | None = None
+        self.info: dict = {}
+
+    @staticmethod
+    def check_installed() -> None:
+        missing = [what for what, ok in (("java", shutil.which("java")), (str(AMQ_JAR), AMQ_JAR.exists())) if not ok]
+        if missing:
+            raise BrokerStartError(
+                f"ActiveMQ is not installed (missing: {', '.join(missing)}). Install Debian's package as root:\n\n"
+                f"    {AMQ_INSTALL}\n\n"
+                "then run again, or run without --with-activemq to compare with the reference numbers.")
+        for port in (AMQ_STOMP_PORT, AMQ_OPENWIRE_PORT):
+            if port_open(port):
+                raise BrokerStartError(
+                    f"port {port} is already in use on 127.0.0.1 (`make run`, or another ActiveMQ?); the vendored "
+                    f"activemq.xml needs {AMQ_STOMP_PORT} (STOMP) and {AMQ_OPENWIRE_PORT} (OpenWire). Stop it first "
+                    f"(`ss -ltnp 'sport = :{port}'` shows who holds it).")
+
+    @staticmethod
+    def version() -> str | None:
+        try:
+            out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "activemq"], capture_output=True, text=True)
+            return out.stdout.strip() or None
+        except OSError:
+            return None
+
+    def _env(self) -> dict[str, str]:
+        return dict(os.environ, AMQ_RUN=str(self.run_dir))
+
+    def start(self) -> None:
+        self.check_installed()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        p = subprocess.run(["bash", str(HARNESS / "activemq-start.sh")], env=self._env(),
+                           capture_output=True, text=True, timeout=150)
+        pidfile = self.run_dir / "activemq.pid"
+        if pidfile.exists():  # even on failure: stop() must find what the script left running
+            try:
+                self.pid = int(pidfile.read_text().strip())
+            except ValueError:
+                pass
+        if p.returncode != 0:
+            raise BrokerStartError(f"activemq-start.sh failed (status {p.returncode}):\n{p.stderr}{p.stdout}")
+        self.info = json.loads(p.stdout.strip().splitlines()[-1])
+        self.pid = int(self.info["pid"])
+
+    def stop(self) -> str:
+        if self.pid is None:
+            return ""
+        self.pid = None
+        p = subprocess.run(["bash", str(HARNESS / "activemq-stop.sh")], env=self._env(),
+                           capture_output=True, text=True, timeout=60)
+        return (p.stdout + p.stderr).strip()
+
+
+class RssSampler(threading.Thread):
+    """Peak VmRSS per pid between ``reset(pid)`` and ``peak(pid)``, sampled every ``interval`` s."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        super().__init__(name="rss-sampler", daemon=True)
+        self.interval = interval
+        self._peaks: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._stop_event = threading.Event()
+
+    def watch(self, pid: int) -> None:
+        with self._lock:
+            self._peaks.setdefault(pid, 0.0)
+
+    def reset(self, pid: int) -> None:
+        with self._lock:
+            self._peaks[pid] = proc_status_mb(pid).get("VmRSS", 0.0)
+
+    def peak(self, pid: int) -> float:
+        now = proc_status_mb(pid).get("VmRSS", 0.0)
+        with self._lock:
+            return max(self._peaks.get(pid, 0.0), now)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            with self._lock:
+                pids = list(self._peaks)
+            for pid in pids:
+                rss = proc_status_mb(pid).get("VmRSS")
+                if rss is not None:
+                    with self._lock:
+                        if rss > self._peaks.get(pid, 0.0):
+                            self._peaks[pid] = rss
+
+    def stop(self) -> None:
+        self._stop_event.set()

@@ -1,0 +1,76 @@
+"""Smoke tests for bench/compare.py: it runs, and the harness it vendors is the shared one.
+
+No speed is asserted anywhere: the machine is shared and the numbers are the
+benchmark's business, not the test suite's.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+HARNESS = BENCH / "harness"
+
+
+@pytest.mark.slow
+def test_quick_compare_prints_a_row_per_scenario_and_loses_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "compare.py"), "--quick", "--scenarios", "A,C", "--out", str(out)],
+        capture_output=True, text=True, timeout=90, cwd=ROOT,
+    )
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+
+    rows = {}
+    for line in p.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and cells[1] == "ours":
+            rows[cells[0]] = cells
+    assert set(rows) == {"A", "C"}, p.stdout
+    for scen, cells in rows.items():
+        assert cells[2].startswith("1/1"), f"{scen}: reps ok/run is {cells[2]!r}"
+        assert cells[8] == "0 / 0", f"{scen}: lost / dup is {cells[8]!r}"
+        assert re.fullmatch(r"[\d,]+(\s.*)?", cells[3]), f"{scen}: no msg/s in {cells[3]!r}"
+    assert "Reference, not this run" in p.stdout
+
+    recs = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    measured = [r for r in recs if r.get("type") == "rep" and r.get("phase") == "measure"]
+    assert sorted(r["scenario"] for r in measured) == ["A", "C"]
+    for r in measured:
+        assert r["ok"] and r["lost"] == 0 and r["duplicates"] == 0, r
+        assert r["received"] == r["expected"] > 0, r
+        assert r["rss_peak_mb"] > 0, r
+
+
+def test_compare_refuses_an_unknown_scenario() -> None:
+    p = subprocess.run([sys.executable, str(BENCH / "compare.py"), "--scenarios", "A,Z"],
+                       capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert p.returncode == 2 and "unknown scenario(s) Z" in p.stderr, p.stderr
+
+
+def test_vendored_harness_is_the_shared_one_but_for_its_origin_line() -> None:
+    table = (HARNESS / "README.md").read_text()
+    hashes = dict(re.findall(r"^\| `([^`]+)` \| `([0-9a-f]{64})` \|$", table, re.M))
+    assert len(hashes) == 7, hashes
+    for name, digest in hashes.items():
+        lines = (HARNESS / name).read_text().splitlines(keepends=True)
+        origin = [i for i, line in enumerate(lines[:2]) if "vendored from ../shared/bench/" in line]
+        assert origin, f"{name}: no origin line"
+        del lines[origin[0]]
+        assert hashlib.sha256("".join(lines).encode()).hexdigest() == digest, f"{name} differs from the shared copy"
+
+
+def test_missing_activemq_names_the_install_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import brokers
+
+    monkeypatch.setattr(brokers, "AMQ_JAR", tmp_path / "no-such" / "activemq.jar")
+    with pytest.raises(brokers.BrokerStartError, match=re.escape("apt-get install -y activemq")):
+        brokers.ActiveMQ.check_installed()
