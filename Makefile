@@ -26,7 +26,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) bench/compare.py
+	$(PY) bench/compare.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) data build *.egg-info

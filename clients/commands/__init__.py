@@ -14,5 +14,6 @@ COMMANDS = [
     "stat",
     "journal",
     "lab",
+    "bench",
     "passwd",
 ]
