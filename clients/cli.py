@@ -43,7 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``minibroker`` with ``argv`` (default: ``sys.argv[1:]``)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not getattr(args, "passthrough", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.options = [*extra, *getattr(args, "options", [])]
     try:
         return int(args.func(args) or 0)
     except CommandError as exc:

@@ -22,7 +22,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser = subparsers.add_parser("bench", help="benchmark against ActiveMQ", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
     parser.add_argument("options", nargs=argparse.REMAINDER, help="options for bench/compare.py (try --help)")
-    parser.set_defaults(func=main)
+    parser.set_defaults(func=main, passthrough=True)
 
 
 def main(args: argparse.Namespace) -> int:
