@@ -36,7 +36,7 @@ from .clock import Clock
 from .codec import FrameParser, encode
 from .config import BrokerConfig
 from .coreutil import DEFERRED, ParkedSend, log
-from .destination import Queue
+from .queue import Queue
 from .errors import ProtocolError
 from .flow import ProducerFlowControl
 from .frames import Frame

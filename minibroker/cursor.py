@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 from sortedcontainers import SortedKeyList
 
 if TYPE_CHECKING:
-    from .destination import Queue
+    from .queue import Queue
     from .message import Message
     from .persistence import StoreRef
 

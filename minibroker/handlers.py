@@ -11,7 +11,9 @@ import json
 from typing import Any
 
 from .coreutil import DEFERRED, int_header, seq_of
-from .destination import Destination, Queue, Topic
+from .destination import Destination
+from .queue import Queue
+from .topic import Topic
 from .errors import ProtocolError, ResourceLimitError
 from .frames import Frame
 from .message import BROKER_SET_HEADERS, Message

@@ -9,7 +9,8 @@ from typing import Any
 
 from .codec import encode
 from .coreutil import log
-from .destination import Destination, Queue
+from .destination import Destination
+from .queue import Queue
 from .errors import ResourceLimitError
 from .frames import Frame
 from .message import Message

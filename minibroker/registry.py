@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .destination import Destination, Queue, Topic, parse_address
+from .destination import Destination, parse_address
+from .queue import Queue
+from .topic import Topic
 from .errors import ProtocolError
 
 if TYPE_CHECKING:

@@ -16,7 +16,9 @@ from storage import StorageError
 from .codec import encode
 from .cursor import PagedRef
 from .coreutil import DEFERRED, log
-from .destination import Destination, DurableState, Queue, Topic
+from .destination import Destination
+from .queue import Queue
+from .topic import DurableState, Topic
 from .errors import ResourceLimitError
 from .frames import Frame
 from .message import Message

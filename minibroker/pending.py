@@ -1,0 +1,145 @@
+"""Pending cursors of topic subscriptions: ``vm`` (memory) and ``file`` (swap to disk).
+
+A topic subscription keeps the messages its consumer has no room for yet in a
+pending list, ActiveMQ's ``matched`` cursor. Two kinds, chosen by the
+destination policy ``pending_cursor``:
+
+- ``vm`` (``VMPendingMessageCursor``): a deque in memory. It is *full* when
+  memory is at 100%: the producer then blocks.
+- ``file`` (``FilePendingMessageCursor``), the theory of operation:
+
+  * while nothing is on disk and memory is below the high-water mark (70%),
+    a new message goes to the memory list;
+  * otherwise the subscription *swaps*: its **whole** memory list goes to the
+    temp store in one go (``swap_out``), and the new message is appended to
+    disk; while anything is on disk, every new message goes to disk, so
+    memory always holds the older messages and order is kept;
+  * the broker also swaps every file cursor when memory crosses the mark;
+  * it is *full* when memory is at 100%, or when it has messages on disk and
+    the temp store is full (``temp_limit``);
+  * messages come back from disk one at a time, in order, as the consumer
+    takes them (``swap_in``).
+
+  Each swapped message releases its memory; the temp store counts whole
+  files, and never deletes its current write file (seed 001).
+"""
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+from .persistence import decode_payload
+
+if TYPE_CHECKING:
+    from .topic import Topic
+    from .message import Message
+    from .subscription import Subscription
+
+__all__ = ["FilePending", "vm_is_full"]
+
+log = logging.getLogger("minibroker.pending")
+
+
+def vm_is_full(topic: "Topic") -> bool:
+    """A VM cursor is full when its memory (the topic's, so the broker's) is at 100%."""
+    return topic.memory.is_full()
+
+
+class FilePending:
+    """The ``file`` pending cursor of one topic subscription (see the module docstring)."""
+
+    def __init__(self, topic: "Topic", sub: "Subscription") -> None:
+        self.topic = topic
+        self.sub = sub
+        self.memory: deque["Message"] = deque()
+        #: (temp store handle, message seq) in order.
+        self.disk: deque[tuple[Any, int]] = deque()
+        self.swaps = 0
+
+    # -- the deque interface the topic uses
+    def __len__(self) -> int:
+        return len(self.memory) + len(self.disk)
+
+    def __bool__(self) -> bool:
+        return bool(self.memory) or bool(self.disk)
+
+    def __iter__(self) -> Iterator["Message"]:
+        yield from self.memory
+        broker = self.topic.broker
+        for handle, _ in self.disk:
+            yield self._decode(broker.temp_store().read(handle))
+
+    def append(self, message: "Message") -> None:
+        """A new message (already held for this subscription by the topic)."""
+        topic = self.topic
+        policy = topic.policy
+        if self.disk or not topic.memory.has_space(policy.cursor_memory_high_water_mark, "legacy"):
+            if self.memory:
+                self.swap_out()
+            self._to_disk(message)
+        else:
+            self.memory.append(message)
+
+    def extendleft(self, messages: Iterable["Message"]) -> None:
+        """Messages back at the head (NACK): they are older than anything on disk."""
+        self.memory.extendleft(messages)
+
+    def popleft(self) -> "Message":
+        if self.memory:
+            return self.memory.popleft()
+        handle, _ = self.disk.popleft()
+        broker = self.topic.broker
+        store = broker.temp_store()
+        message = self._decode(store.read(handle))
+        store.release(handle)
+        self.topic.hold(message)
+        broker.temp_changed()
+        if not self.disk and broker.trace.enabled:
+            broker.swapped(self.topic, self.sub, "swap_in", self.swaps)
+        return message
+
+    def clear(self) -> None:
+        store = self.topic.broker.temp_store() if self.disk else None
+        for handle, _ in self.disk:
+            assert store is not None
+            store.release(handle)
+        self.disk.clear()
+        self.memory.clear()
+        if store is not None:
+            self.topic.broker.temp_changed()
+
+    # -- swapping
+    def is_full(self) -> bool:
+        """ActiveMQ ``FilePendingMessageCursor.isFull``."""
+        return self.topic.memory.is_full() or (bool(self.disk) and self.topic.broker.temp_usage.is_full())
+
+    def swap_out(self) -> None:
+        """Move the whole memory list to the temp store, in one go."""
+        count = len(self.memory)
+        if not count:
+            return
+        while self.memory:
+            self._to_disk(self.memory.popleft())
+        self.swaps += 1
+        broker = self.topic.broker
+        log.info("%s: subscription %s swapped %d pending messages to the temp store (temp usage %d%%, memory %d%%)",
+                 self.topic.address, self.sub.id, count, broker.temp_usage.percent, broker.memory.percent)
+        if broker.trace.enabled:
+            broker.swapped(self.topic, self.sub, "swap_out", count)
+
+    def _to_disk(self, message: "Message") -> None:
+        broker = self.topic.broker
+        handle = broker.temp_store().append(f"{self.topic.address}|{self.sub.key}", broker.payload_of(message))
+        self.disk.append((handle, message.seq))
+        self.topic.release(message)
+        broker.temp_changed()
+
+    def _decode(self, payload: bytes) -> "Message":
+        from .message import Message
+
+        stored = decode_payload(payload)
+        message = Message(stored.seq, stored.message_id, self.topic.address, stored.headers, stored.body,
+                          persistent=stored.persistent, priority=stored.priority, expires=stored.expires,
+                          timestamp=stored.timestamp)
+        return message

@@ -1,0 +1,254 @@
+"""Queues: point-to-point, competing consumers.
+
+Theory of operation
+-------------------
+A queue keeps its undelivered messages in a cursor (``cursor.py``): a cache in
+memory (``pending``, ordered by arrival ``seq``, or by priority) and, for
+persistent messages past the memory high-water mark, references to the
+journal. ``dispatch()`` walks the cache from the head and gives each message
+to a consumer that has capacity and whose selector accepts it, paging in from
+the store when the cache runs empty. Consumers are grouped by priority
+(``activemq.priority``): the highest group is served first and a lower group
+only gets what the higher ones have no room for; within a group the choice
+rotates (round-robin). While an exclusive consumer exists
+(``activemq.exclusive``), it alone receives. A message no consumer accepts
+stays where it is for a later consumer: a pass steps over at most
+``max_page_size`` such messages, as ActiveMQ pages in 200 at a time. Messages
+returned by NACK, unsubscribe or disconnect go back to the head, in their
+original order, flagged ``redelivered``.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .cursor import QueueCursor
+from .destination import Destination, FifoPending, PriorityPending
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .config import PolicyEntry
+    from .message import Message
+    from .subscription import Subscription
+
+__all__ = ["Queue"]
+
+
+class Queue(Destination):
+    """Point-to-point: each message goes to exactly one consumer."""
+
+    kind = "queue"
+
+    def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry", **kw: Any) -> None:
+        super().__init__(broker, name, policy, **kw)
+        #: The cache: undelivered messages in memory, in dispatch order.
+        self.pending: FifoPending | PriorityPending = PriorityPending() if policy.prioritized_messages else FifoPending()
+        #: The store cursor: what is cached, what is only on disk, page-in.
+        self.cursor = QueueCursor(self)
+        self._sweep_scheduled = False
+        self.consumers: list["Subscription"] = []
+        self.exclusive_owner: "Subscription | None" = None
+        # Consumers grouped by priority, highest first; rotation index per group.
+        self._groups: list[list["Subscription"]] = []
+        self._rotation: list[int] = []
+        self._any_selector = False
+        self._dispatching = False
+
+    @property
+    def subscriptions(self) -> list["Subscription"]:
+        return self.consumers
+
+    def size(self) -> int:
+        return len(self.pending) + len(self.cursor.store_only) + sum(len(s.dispatched) for s in self.consumers)
+
+    def cursor_statistics(self) -> dict[str, Any]:
+        return self.cursor.statistics()
+
+    # -- consumers
+    def add_subscription(self, sub: "Subscription") -> None:
+        self.consumers.append(sub)
+        if sub.exclusive:
+            owner = self.exclusive_owner
+            if owner is None or sub.priority > owner.priority:
+                self.exclusive_owner = sub
+        self._regroup()
+        self.dispatch()
+
+    def remove_subscription(self, sub: "Subscription") -> None:
+        """Detach ``sub``; its unacknowledged messages return to the head."""
+        self.consumers.remove(sub)
+        if self.exclusive_owner is sub:
+            exclusives = [c for c in self.consumers if c.exclusive]
+            # The highest-priority remaining exclusive consumer takes over.
+            self.exclusive_owner = max(exclusives, key=lambda c: c.priority, default=None)
+        self._regroup()
+        returned = sub.take_all_dispatched()
+        tracing = self.broker.trace.enabled
+        for m in returned:
+            m.redeliveries += 1  # as ActiveMQ does for messages of a closed consumer
+            if tracing:
+                self.broker.redelivering(self, m, sub)
+        self.pending.push_front(sorted(returned, key=lambda m: m.seq))
+        self.dispatch()
+
+    def _regroup(self) -> None:
+        if self.exclusive_owner is not None:
+            eligible = [self.exclusive_owner]
+        else:
+            eligible = self.consumers
+        by_priority: dict[int, list["Subscription"]] = {}
+        for c in eligible:
+            by_priority.setdefault(c.priority, []).append(c)
+        self._groups = [by_priority[p] for p in sorted(by_priority, reverse=True)]
+        self._rotation = [0] * len(self._groups)
+        self._any_selector = any(c.selector is not None or c.no_local for c in eligible)
+
+    # -- messages in
+    def accept(self, message: "Message") -> None:
+        self.enqueued += 1
+        cached = self.cursor.add(message)
+        self.broker.message_enqueued(self, message, cached)
+        if message.expires and not self._sweep_scheduled and self.policy.expire_messages_period:
+            self._schedule_sweep()
+        if self.consumers:
+            self.dispatch()
+
+    def dispatch_to(self, sub: "Subscription") -> None:
+        if sub.browser:
+            self._browse(sub)
+        else:
+            self.dispatch()
+
+    # -- expiry: ActiveMQ sweeps every expireMessagesPeriod
+    def _schedule_sweep(self) -> None:
+        self._sweep_scheduled = True
+        period = self.policy.expire_messages_period / 1000
+        self.broker.timers.call_at(self.broker.clock.now() + period, self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweep_scheduled = False
+        now_ms = self.broker.clock.wall_ms()
+        for message in self.pending.remove_where(lambda m: m.is_expired(now_ms)):
+            self._expire(message)
+        for ref in self.cursor.store_only.remove_where(lambda r: 0 < r.expires <= now_ms):
+            self._expire(self.broker.load_message(self, ref))
+        if any(m.expires for m in self.pending) or any(r.expires for r in self.cursor.store_only):
+            self._schedule_sweep()
+
+    # -- browsing: a snapshot delivered without consuming, then browser:end
+    def browse_snapshot(self) -> list["Message"]:
+        """The pending messages, in dispatch order, for a new browser (store-only
+        ones are read from disk for it, without entering the cache)."""
+        now_ms = self.broker.clock.wall_ms()
+        stored = [self.broker.load_message(self, r) for r in self.cursor.store_only]
+        return [m for m in [*self.pending, *stored] if not m.is_expired(now_ms)]
+
+    def _browse(self, sub: "Subscription") -> None:
+        pending = sub.pending
+        while pending and sub.has_capacity():
+            message = pending.popleft()
+            if sub.accepts(message):
+                sub.deliver(message)
+        if not pending and not sub.browse_done and sub.session.can_write:
+            sub.browse_done = True
+            self.broker.end_of_browse(sub)
+
+    # -- dispatch
+    def dispatch(self) -> None:
+        """Give pending messages to consumers with capacity, in order, paging
+        in from the store whenever the cache runs empty."""
+        if self._dispatching or not self._groups:
+            return
+        cursor = self.cursor
+        if not self.pending and not cursor.store_only:
+            return
+        self._dispatching = True
+        try:
+            while True:
+                if not self.pending and not (self._someone_has_capacity() and cursor.page_in()):
+                    break
+                if len(self._groups) == 1 and len(self._groups[0]) == 1 and not self._any_selector:
+                    self._dispatch_single(self._groups[0][0])
+                else:
+                    self._dispatch_general()
+                if self.pending or not cursor.store_only or not self._someone_has_capacity():
+                    break
+        finally:
+            self._dispatching = False
+
+    def _dispatch_single(self, sub: "Subscription") -> None:
+        pending = self.pending
+        now_ms = self.broker.clock.wall_ms()
+        while pending and sub.has_capacity():
+            message = pending.popleft()
+            if message.expires and message.is_expired(now_ms):
+                self._expire(message)
+                continue
+            sub.deliver(message)
+
+    def _dispatch_general(self) -> None:
+        pending = self.pending
+        now_ms = self.broker.clock.wall_ms()
+        skipped: list["Message"] = []
+        limit = self.broker.max_page_size(self)
+        while pending and self._someone_has_capacity():
+            message = pending.popleft()
+            if message.expires and message.is_expired(now_ms):
+                self._expire(message)
+                continue
+            target = self._choose(message)
+            if target is None:
+                skipped.append(message)
+                if len(skipped) >= limit:
+                    break
+                continue
+            target.deliver(message)
+        pending.push_front(skipped)
+
+    def _someone_has_capacity(self) -> bool:
+        return any(c.has_capacity() for group in self._groups for c in group)
+
+    def _choose(self, message: "Message") -> "Subscription | None":
+        for g, group in enumerate(self._groups):
+            n = len(group)
+            start = self._rotation[g]
+            for k in range(n):
+                sub = group[(start + k) % n]
+                if sub.has_capacity() and sub.accepts(message):
+                    self._rotation[g] = (start + k + 1) % n
+                    return sub
+        return None
+
+    def _expire(self, message: "Message") -> None:
+        self.expired += 1
+        self.broker.message_expired(self, message)
+
+    # -- acknowledgements
+    def acknowledge(self, sub: "Subscription", messages: list["Message"]) -> None:
+        for m in messages:
+            self.dequeued += 1
+            sub.acked_count += 1
+            self.broker.message_consumed(self, m)
+        self.dispatch()
+
+    def redeliver(self, sub: "Subscription", messages: list["Message"], cause: str) -> None:
+        def count(m: "Message") -> int:
+            m.redeliveries += 1
+            return m.redeliveries
+
+        kept = self._survivors(messages, cause, count)
+        if self.broker.trace.enabled:
+            for m in kept:
+                self.broker.redelivering(self, m, sub)
+        self.pending.push_front(kept)
+        self.dispatch()
+
+    def purge(self) -> int:
+        """Drop every pending message, cached or store-only; returns how many."""
+        dropped = self.pending.remove_where(lambda m: True)
+        stored = self.cursor.store_only.remove_where(lambda r: True)
+        for ref in stored:
+            self.broker.discard_stored(ref.ref)
+        for m in dropped:
+            self.broker.message_consumed(self, m)
+        self.dequeued += len(dropped) + len(stored)
+        return len(dropped) + len(stored)
