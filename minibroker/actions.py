@@ -19,10 +19,12 @@ class Write(NamedTuple):
 
 
 class Close(NamedTuple):
-    """Close the connection once what was written before is flushed."""
+    """Close the connection once what was written before is flushed; with
+    ``abort``, at once, dropping what is buffered (a socket that does not drain)."""
 
     session: int
     reason: str
+    abort: bool = False
 
 
 class PauseReading(NamedTuple):

@@ -50,6 +50,7 @@ from .storehooks import StoreHooks
 from .subscription import Subscription
 from .timers import Timers
 from .usage import Usage
+from storage import TempStore
 
 __all__ = ["Broker", "SERVER_NAME", "ParkedSend"]
 
@@ -70,10 +71,14 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
     """The sans-IO broker. See the module docstring for the event protocol."""
 
     def __init__(
-        self, config: BrokerConfig, clock: Clock, *, seed: int = 0, trace: Any = None, store: MessageStore | None = None
+        self, config: BrokerConfig, clock: Clock, *, seed: int = 0, trace: Any = None, store: MessageStore | None = None,
+        temp_dir: Any = None,
     ) -> None:
         self.config = config
         self.clock = clock
+        #: Where the temp store for file cursors lives (wiped when first opened).
+        self.temp_dir = temp_dir
+        self._temp_store: TempStore | None = None
         #: The journals for persistent messages, or None (a non-persistent broker).
         self.store = store
         self.rng = random.Random(seed)
@@ -85,6 +90,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         self.memory = Usage("memory", limits.memory_limit)
         self.store_usage = Usage("store", limits.store_limit)
         self.temp_usage = Usage("temp", limits.temp_limit)
+        self.memory.add_listener(self._swap_file_cursors)
         if self.trace.enabled:
             for usage in (self.memory, self.store_usage, self.temp_usage):
                 usage.add_listener(self._trace_usage)
@@ -115,6 +121,10 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         self._next_storage_tx = 1
         self._store_generation_seen = 0
         self._journal_files: dict[int, int] = {}
+        #: subscription key -> when its "cursor is full" line was last logged.
+        self._full_logged: dict[int, float] = {}
+        #: destinations with an abort-slow-consumer check scheduled.
+        self._slow_checks: set[str] = set()
         self._last_block_warning: dict[str, float] = {}
         self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
             "CONNECT": self._on_connect,
@@ -216,12 +226,29 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         if session is None:
             return
         session.transport_paused = not writable
+        now = self.clock.now()
         if writable:
+            session.last_write_progress = now
             session.can_write = session.out_bytes < session.write_buffer_limit
             if session.can_write:
                 self._resume_dispatch(session)
         else:
             session.can_write = False
+            session.write_blocked_since = now
+            timeout = self.config.transport.so_write_timeout
+            if timeout:
+                self.timers.call_at(now + timeout / 1000, self._check_write_timeout, session, now)
+
+    def _check_write_timeout(self, session: Session, since: float) -> None:
+        """``transport.so_write_timeout``: a socket whose writes have not moved is closed."""
+        if not session.is_open or not session.transport_paused or session.write_blocked_since != since:
+            return
+        waited = self.clock.now() - since
+        log.warning("Forced write timeout for: %s (connection %d, writes stuck for %.1f s)", session.peer, session.id, waited)
+        if self.trace.enabled:
+            self._emit("write_timeout", session=str(session.id), waited=round(waited, 6), pending_bytes=session.out_bytes,
+                       client_id=session.client_id, addr=session.peer)
+        self._close(session, "write timeout", abort=True)
 
     def tick(self) -> None:
         """Run every timer due now."""
@@ -263,6 +290,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
                 throttled = not session.can_write
                 actions.append(Write(session.id, session.take_output()))
                 session.last_write = now
+                if not session.transport_paused:
+                    session.last_write_progress = now
                 if throttled and session.can_write and session.is_open:
                     self._refill.append(session)
         if self._control:
@@ -312,7 +341,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
                        code=getattr(exc, "code", None))
         self._close(session, f"protocol error: {exc.message}")
 
-    def _close(self, session: Session, reason: str, *, notify_edge: bool = True) -> None:
+    def _close(self, session: Session, reason: str, *, notify_edge: bool = True, abort: bool = False) -> None:
         """Close ``session``: return its messages, drop its subscriptions."""
         if session.state is State.CLOSED and session.id not in self.sessions:
             return
@@ -320,7 +349,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         session.can_write = False
         self.sessions.pop(session.id, None)
         if notify_edge:
-            self._control.append(Close(session.id, reason))
+            self._control.append(Close(session.id, reason, abort))
         for sub in list(session.subscriptions.values()):
             self._remove_subscription(session, sub)
         self._abort_transactions(session)

@@ -25,6 +25,8 @@ class ParkedSend(NamedTuple):
     message: "Message"
     receipt: str | None
     deadline: float | None
+    #: For a topic blocked mid-dispatch: the subscriptions still to serve.
+    resume: list[Any] | None = None
 
 
 def int_header(headers: Any, name: str, default: int, low: int, high: int | None, *, clamp: bool) -> int:

@@ -142,6 +142,7 @@ class Destination:
         self.dequeued = 0
         self.dispatched = 0
         self.expired = 0
+        self.discarded = 0
 
     # -- memory: a message is charged once, while anything here holds it
     def hold(self, message: "Message") -> None:

@@ -35,9 +35,14 @@ class ProducerFlowControl:
             return True
         if message.persistent and self.store is not None and self.store_usage.is_full():
             return False
+        if not message.persistent and self.temp_usage.is_full():
+            return False  # ActiveMQ Queue.checkUsage / Topic.send: "Temp Store is Full"
+        if destination.kind == "topic":
+            return True  # each subscription's pending cursor decides (Topic.accept), as TopicSubscription.add
         return not destination.memory.is_full()
 
-    def _park(self, session: Session, destination: Destination, message: Message, receipt: str | None) -> Any:
+    def _park(self, session: Session, destination: Destination, message: Message, receipt: str | None,
+              resume: list[Any] | None = None) -> Any:
         """Block a producer: withhold its RECEIPT, or stop reading it (ActiveMQ's two ways)."""
         policy = destination.policy
         usage = destination.memory
@@ -45,6 +50,18 @@ class ProducerFlowControl:
             store = self.store_usage
             text = (
                 f"Persistent store is Full, {store.percent}% of {store.limit}. "
+                f"Stopping producer (session {session.id}) to prevent flooding {destination.kind}://{destination.name}."
+            )
+        elif resume is not None:
+            text = (
+                f"Pending message cursor of a subscription of {destination.kind}://{destination.name} is full, "
+                f"temp usage ({self.temp_usage.percent}%) or memory usage ({self.memory.percent}%) limit reached, "
+                "blocking message add() pending the release of resources."
+            )
+        elif not message.persistent and self.temp_usage.is_full():
+            temp = self.temp_usage
+            text = (
+                f"Temp Store is Full ({temp.percent}% of {temp.limit}). "
                 f"Stopping producer (session {session.id}) to prevent flooding {destination.kind}://{destination.name}."
             )
         else:
@@ -59,14 +76,18 @@ class ProducerFlowControl:
         if policy.send_fail_if_no_space_after_timeout:
             deadline = self.clock.now() + policy.send_fail_if_no_space_after_timeout / 1000
             self.timers.call_at(deadline, self._park_timeout, session, message)
-        session.parked.append(ParkedSend(destination, message, receipt, deadline))
+        session.parked.append(ParkedSend(destination, message, receipt, deadline, resume))
         if len(session.parked) == 1:
             self._blocked.append(session)
             self._warn_blocked(session, destination, text)
             session.blocked_since = self.clock.now()
             if self.trace.enabled:
-                kind = "store" if text.startswith("Persistent store") else "memory"
-                pct = self.store_usage.percent if kind == "store" else usage.percent
+                if text.startswith("Persistent store"):
+                    kind, pct = "store", self.store_usage.percent
+                elif text.startswith("Temp Store") or (resume is not None and self.temp_usage.is_full()):
+                    kind, pct = "temp", self.temp_usage.percent
+                else:
+                    kind, pct = "memory", usage.percent
                 self._emit("flow_block", session=str(session.id), dest=destination.address, usage=kind, pct=pct,
                            msg=message.message_id)
         if receipt is None and not session.reading_paused:
@@ -116,14 +137,25 @@ class ProducerFlowControl:
             parked_dest = session.parked[0].destination.address if session.parked else ""
             while session.parked:
                 parked = session.parked[0]
-                if not self._has_room(parked.destination, parked.message):
+                if parked.resume is not None:
+                    # A topic dispatch stopped at a full subscription: go on from there.
+                    remaining = parked.destination.accept(parked.message, parked.resume)  # type: ignore[call-arg]
+                    if remaining is not None:
+                        session.parked[0] = parked._replace(resume=remaining)
+                        break
+                    session.parked.popleft()
+                elif not self._has_room(parked.destination, parked.message):
                     break
-                session.parked.popleft()
-                try:
-                    self._route(parked.destination, parked.message)
-                except ResourceLimitError as exc:
-                    self._refuse_send(session, parked.receipt, exc.message)
-                    continue
+                else:
+                    session.parked.popleft()
+                    try:
+                        remaining = self._route(parked.destination, parked.message)
+                    except ResourceLimitError as exc:
+                        self._refuse_send(session, parked.receipt, exc.message)
+                        continue
+                    if remaining is not None:
+                        session.parked.appendleft(parked._replace(resume=remaining))
+                        break
                 if parked.receipt is not None and self._after_write(session, parked.receipt, parked.message.store_ref is not None) is None:
                     self._send_receipt(session, parked.receipt)
             if session.parked:

@@ -48,10 +48,12 @@ class FrameHandlers:
         if session.parked or not self._has_room(destination, message):
             return self._park(session, destination, message, receipt)
         try:
-            self._route(destination, message)
+            remaining = self._route(destination, message)
         except ResourceLimitError as exc:
             self._refuse_send(session, receipt, exc.message)
             return DEFERRED
+        if remaining is not None:  # a topic subscription is full: the producer waits there
+            return self._park(session, destination, message, receipt, resume=remaining)
         return self._after_write(session, receipt, message.store_ref is not None)
 
     def _make_message(self, session: Session, frame: Frame, address: str) -> Message:
@@ -90,11 +92,13 @@ class FrameHandlers:
             origin=session.id,
         )
 
-    def _route(self, destination: Destination, message: Message) -> None:
+    def _route(self, destination: Destination, message: Message) -> list[Subscription] | None:
+        """Hand a new message to its destination; for a topic blocked at a full
+        subscription, the subscriptions still to serve."""
         if self.trace.enabled:
             self._emit("send", session=str(message.origin), dest=destination.address, msg=message.message_id,
                        size=message.size, persistent=message.persistent, priority=message.priority, tx=self._txid)
-        self._admit(destination, message)
+        return self._admit(destination, message)
 
     def destination(self, address: str) -> Destination:
         """The queue or topic at ``address``, created on first use (no rights checked)."""

@@ -5,12 +5,18 @@ topics need not know about the store, the trace or the dead letter queues.
 """
 from __future__ import annotations
 
+import tempfile
 from typing import Any
+
+from storage import TempStore
 
 from .codec import encode
 from .coreutil import log
 from .destination import Destination
+from .errors import ProtocolError
+from .pending import FilePending
 from .queue import Queue
+from .topic import Topic
 from .errors import ResourceLimitError
 from .frames import Frame
 from .message import Message
@@ -145,3 +151,122 @@ class DestinationHooks:
         from .diagnosis import diagnose
 
         return diagnose(self)
+
+    # -- topics: full subscriptions, slow consumers, discards, swapping
+    def subscription_full(self, topic: Topic, sub: Subscription) -> None:
+        """``sub``'s pending cursor is full: the producer blocks (logged as ActiveMQ does)."""
+        now = self.clock.now()
+        last = self._full_logged.get(sub.key)
+        if last is None or now - last >= topic.policy.blocked_producer_warning_interval / 1000:
+            self._full_logged[sub.key] = now
+            cursor = "FilePendingMessageCursor" if isinstance(sub.pending, FilePending) else "VMPendingMessageCursor"
+            log.info(
+                "TopicSubscription: consumer=%s/%s, destinations=1, dispatched=%d, delivered=%d, matched=%d, discarded=%d: "
+                "Pending message cursor [%s] is full, temp usage (%d%%) or memory usage (%d%%) limit reached, "
+                "blocking message add() pending the release of resources.",
+                sub.session.id, sub.id, len(sub.dispatched), sub.delivered_count, len(sub.pending), sub.discarded,
+                cursor, self.temp_usage.percent, self.memory.percent,
+            )
+
+    def slow_consumer(self, sub: Subscription, slow: bool) -> None:
+        """Mark ``sub`` slow (more than its prefetch pending) or no longer slow."""
+        sub.slow = slow
+        sub.slow_checks = 0
+        dest = sub.destination
+        if slow:
+            log.warning("%s: subscription %s of connection %d has more than its prefetch (%d) pending without an ack; "
+                        "it appears to be slow", dest.address, sub.id, sub.session.id, sub.prefetch)
+            if dest.policy.abort_slow_consumer:
+                self._schedule_slow_check(dest)
+        else:
+            log.info("%s: subscription %s of connection %d caught up; no longer slow", dest.address, sub.id, sub.session.id)
+        if self.trace.enabled:
+            self._emit("slow_consumer", session=str(sub.session.id), sub=sub.id, dest=dest.address, slow=slow,
+                       pending=len(sub.pending), prefetch=sub.prefetch)
+
+    def _schedule_slow_check(self, dest: Destination) -> None:
+        if dest.address in self._slow_checks:
+            return
+        self._slow_checks.add(dest.address)
+        period = dest.policy.abort_slow_consumer_check_period / 1000
+        self.timers.call_at(self.clock.now() + period, self._check_slow, dest)
+
+    def _check_slow(self, dest: Destination) -> None:
+        """ActiveMQ's AbortSlowConsumerStrategy: abort subscriptions slow too often or too long."""
+        self._slow_checks.discard(dest.address)
+        policy = dest.policy
+        period = policy.abort_slow_consumer_check_period
+        any_slow = False
+        for sub in list(dest.subscriptions):
+            if not sub.slow:
+                continue
+            sub.slow_checks += 1
+            too_often = policy.max_slow_count > 0 and sub.slow_checks >= policy.max_slow_count
+            too_long = policy.max_slow_duration > 0 and sub.slow_checks * period >= policy.max_slow_duration
+            if too_often or too_long:
+                self._abort_slow(sub)
+            else:
+                any_slow = True
+        if any_slow and self.destinations.get(dest.address) is dest:
+            self._schedule_slow_check(dest)
+
+    def _abort_slow(self, sub: Subscription) -> None:
+        policy = sub.destination.policy
+        session = sub.session
+        text = (f"Consumer was slow too often (>{policy.max_slow_count}) or too long (>{policy.max_slow_duration} ms): "
+                f"subscription {sub.id} to {sub.destination.address} aborted ({len(sub.pending)} messages pending)")
+        log.warning("connection %d: %s", session.id, text)
+        if self.trace.enabled:
+            self._emit("unsubscribe", session=str(session.id), sub=sub.id, dest=sub.destination.address, reason="abort")
+        if policy.abort_connection:
+            self._fail(session, ProtocolError(text), None)
+            return
+        # Better than ActiveMQ, which goes silent: tell the client which subscription and why.
+        session.write(encode(Frame("ERROR", {"message": text, "subscription": sub.id}, b""), session.version))
+        self._remove_subscription(session, sub)
+
+    def discarded(self, topic: Topic, sub: Subscription, message: Message, reason: str) -> None:
+        if self.trace.enabled:
+            self._emit("discard", dest=topic.address, msg=message.message_id, reason=reason,
+                       session=str(sub.session.id), sub=sub.id)
+
+    def swapped(self, topic: Topic, sub: Subscription, event: str, count: int) -> None:
+        fields: dict[str, Any] = {"dest": topic.address, "sub": sub.id, "count": count,
+                                  "temp_pct": self.temp_usage.percent, "session": str(sub.session.id)}
+        if event == "swap_out":
+            fields["mem_pct"] = self.memory.percent
+        self._emit(event, **fields)
+
+    def temp_store(self) -> TempStore:
+        """The temp store for file cursors, wiped and opened on first use."""
+        if self._temp_store is None:
+            directory = self.temp_dir or tempfile.mkdtemp(prefix="minibroker-tmp-")
+            self._temp_store = TempStore(directory, self.config.store.temp_journal_max_file_length)
+        return self._temp_store
+
+    def temp_changed(self) -> None:
+        """The temp store grew or shrank: account it (``temp_usage``)."""
+        store = self._temp_store
+        if store is None:
+            return
+        usage = self.temp_usage
+        delta = store.disk_usage() - usage.usage
+        if delta > 0:
+            usage.increase(delta)
+        elif delta < 0:
+            usage.decrease(-delta)
+            self.space_freed()
+
+    def payload_of(self, message: Message) -> bytes:
+        return self._payload(message)
+
+    def _swap_file_cursors(self, usage: Any, old: int, new: int) -> None:
+        """Memory crossed a high-water mark upward: every file cursor under it swaps."""
+        if new <= old:
+            return
+        for dest in self.destinations.values():
+            if isinstance(dest, Topic) and dest.policy.pending_cursor == "file":
+                if old < dest.policy.cursor_memory_high_water_mark <= new:
+                    for sub in dest.subs:
+                        if isinstance(sub.pending, FilePending):
+                            sub.pending.swap_out()

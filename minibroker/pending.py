@@ -99,6 +99,19 @@ class FilePending:
             broker.swapped(self.topic, self.sub, "swap_in", self.swaps)
         return message
 
+    def pop(self) -> "Message":
+        """The newest pending message (eviction of the newest)."""
+        if self.disk:
+            handle, _ = self.disk.pop()
+            broker = self.topic.broker
+            store = broker.temp_store()
+            message = self._decode(store.read(handle))
+            store.release(handle)
+            self.topic.hold(message)
+            broker.temp_changed()
+            return message
+        return self.memory.pop()
+
     def clear(self) -> None:
         store = self.topic.broker.temp_store() if self.disk else None
         for handle, _ in self.disk:

@@ -166,7 +166,10 @@ class BrokerServer:
                     if type(action) is Write:
                         transport.write(action.data)
                     elif type(action) is Close:
-                        transport.close()
+                        if action.abort:
+                            transport.abort()
+                        else:
+                            transport.close()
                     elif type(action) is PauseReading:
                         transport.pause_reading()
                     elif type(action) is ResumeReading:
@@ -230,7 +233,9 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
     """
     store = open_store(config)
     trace = open_trace(config)
-    broker = Broker(config, SystemClock(), seed=int.from_bytes(os.urandom(8), "big"), store=store, trace=trace)
+    temp_dir = os.path.join(config.broker.data_dir, "tmp_storage")
+    broker = Broker(config, SystemClock(), seed=int.from_bytes(os.urandom(8), "big"), store=store, trace=trace,
+                    temp_dir=temp_dir)
     try:
         broker.recover()
         server = BrokerServer(broker)

@@ -105,6 +105,10 @@ class Session:
         self.transport_buffered = 0
         #: When bytes last left for the socket (reported by the edge).
         self.last_write_progress = now
+        #: When the socket last stopped accepting writes (``transport_paused``).
+        self.write_blocked_since = now
+        #: When producer flow control last blocked this session.
+        self.blocked_since = now
         #: Dispatch may add output (outbox below its limit, socket not full).
         self.can_write = True
         #: Reading is paused for producer flow control.

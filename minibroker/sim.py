@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from pathlib import Path
 from typing import Any, Callable
 
 from .actions import Close, PauseReading, ResumeReading, Write
@@ -180,7 +181,8 @@ class VirtualNetwork:
         store = None
         if self.data_dir is not None and self.config.broker.persistent:
             store = MessageStore(self.config.store, self.data_dir)
-        broker = Broker(self.config, self.clock, seed=self.seed, trace=self.trace, store=store)
+        temp_dir = Path(self.data_dir) / "tmp_storage" if self.data_dir is not None else None
+        broker = Broker(self.config, self.clock, seed=self.seed, trace=self.trace, store=store, temp_dir=temp_dir)
         broker.recover()
         return broker
 

@@ -71,6 +71,7 @@ def destination_statistics(dest: "Destination") -> dict[str, Any]:
         "dequeueCount": dest.dequeued,
         "dispatchCount": dest.dispatched,
         "expiredCount": dest.expired,
+        "discardedCount": dest.discarded,
         "consumerCount": len(dest.subscriptions),
         "memoryUsage": dest.memory.usage,
         "memoryLimit": dest.memory.limit,
@@ -93,7 +94,8 @@ def subscription_statistics(sub: "Subscription") -> dict[str, Any]:
         "dispatchedCounter": sub.delivered_count,
         "ackedCounter": sub.acked_count,
         "durable": sub.durable is not None,
-        "slowConsumer": bool(getattr(sub, "slow", False)),
+        "slowConsumer": sub.slow,
+        "discarded": sub.discarded,
     }
 
 

@@ -95,9 +95,12 @@ class StoreHooks:
         return count
 
     def close(self) -> None:
-        """Stop: make everything written durable and close the journals."""
+        """Stop: make everything written durable and close the journals (and the temp store)."""
         if self.store is not None:
             self.store.close()
+        if self._temp_store is not None:
+            self._temp_store.close()
+            self._temp_store = None
 
     def store_synced(self, generation: int) -> None:
         """The edge's fsync covered every write up to ``generation``: release RECEIPTs."""
@@ -143,7 +146,7 @@ class StoreHooks:
         except StorageError as exc:
             raise ResourceLimitError(str(exc)) from None
 
-    def _admit(self, destination: Destination, message: Message) -> None:
+    def _admit(self, destination: Destination, message: Message) -> Any:
         """Journal a persistent queue message, then hand it to the destination."""
         if message.persistent and self.store is not None and isinstance(destination, Queue):
             store = self.store
@@ -154,7 +157,7 @@ class StoreHooks:
                 if self.trace.enabled:
                     self._trace_journal("journal_full", store.journal_for(destination.address), dest=destination.address)
                 raise
-        destination.accept(message)
+        return destination.accept(message)
 
     def persist_durable(self, topic: Topic, state: DurableState, message: Message) -> None:
         """Journal a persistent topic message for one durable subscription."""

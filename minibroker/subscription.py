@@ -63,6 +63,9 @@ class Subscription:
         "delivered_count",
         "acked_count",
         "durable",
+        "slow",
+        "slow_checks",
+        "discarded",
         "browser",
         "browse_done",
         "_head",
@@ -100,6 +103,12 @@ class Subscription:
         self.no_local = no_local
         #: The durable subscription this consumes (topics), or None.
         self.durable: Any = None
+        #: Marked slow by the detector (more than its prefetch pending).
+        self.slow = False
+        #: Abort-strategy checks that found it slow in a row.
+        self.slow_checks = 0
+        #: Messages discarded for it (pending_message_limit).
+        self.discarded = 0
         #: A queue browser: sees a snapshot, consumes nothing.
         self.browser = browser
         self.browse_done = False

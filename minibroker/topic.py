@@ -5,8 +5,22 @@ Theory of operation
 A topic has no backlog of its own. ``accept`` hands a message to each current
 subscription in turn (ActiveMQ's ``SimpleDispatchPolicy``): at once if the
 consumer has capacity, otherwise into the subscription's pending cursor
-(``pending.py``: ``vm`` or ``file``). Durable subscriptions keep their
-messages while their consumer is away.
+(``pending.py``: ``vm`` or ``file``). When that cursor is *full* (memory at
+100%, or for a file cursor the temp store full), dispatch stops at that
+subscription and the producer is blocked: ``accept`` returns the
+subscriptions still to serve, and the broker resumes there once space frees.
+One slow subscriber thus stalls the producer and every later subscriber, as
+in ActiveMQ, unless a policy says otherwise:
+
+- ``pending_message_limit`` (ActiveMQ's ConstantPendingMessageLimitStrategy):
+  beyond it, the oldest (or newest) pending message is discarded, counted;
+  ``0`` drops what arrives for a full subscription;
+- ``pending_cursor = "file"``: the subscription spools to the temp store;
+- ``abort_slow_consumer``: subscriptions that stay slow are aborted.
+
+A subscription is marked *slow* when more than its prefetch is pending, and
+unmarked when it has caught up (nothing pending). Durable subscriptions keep
+their messages while their consumer is away.
 """
 from __future__ import annotations
 
@@ -14,6 +28,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .destination import Destination
+from .pending import FilePending
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -44,6 +59,8 @@ class Topic(Destination):
         return online + sum(len(d.pending) for d in self.durables.values() if d.active is None)
 
     def add_subscription(self, sub: "Subscription") -> None:
+        if sub.durable is None and self.policy.pending_cursor == "file":
+            sub.pending = FilePending(self, sub)  # type: ignore[assignment]
         self.subs.append(sub)
 
     def remove_subscription(self, sub: "Subscription") -> None:
@@ -58,9 +75,9 @@ class Topic(Destination):
             sub.pending.extendleft(reversed(sorted(returned, key=lambda m: m.seq)))
             sub.durable.active = None
             return
-        dropped = list(sub.pending) + returned
-        sub.pending.clear()
-        for m in dropped:
+        in_memory = list(sub.pending.memory) if isinstance(sub.pending, FilePending) else list(sub.pending)
+        sub.pending.clear()  # a file cursor also releases what it holds on disk
+        for m in in_memory + returned:
             self.broker.message_consumed(self, m)
 
     def durable_state(self, client_id: str, name: str, selector_text: str | None, no_local: bool) -> "DurableState":
@@ -92,25 +109,69 @@ class Topic(Destination):
         self.broker.durables_changed()
         return True
 
-    def accept(self, message: "Message") -> None:
-        """Hand ``message`` to each subscription in turn (ActiveMQ's SimpleDispatchPolicy)."""
-        self.enqueued += 1
+    def accept(self, message: "Message", targets: list["Subscription"] | None = None) -> list["Subscription"] | None:
+        """Hand ``message`` to each subscription in turn (ActiveMQ's SimpleDispatchPolicy).
+
+        Returns None when done, or the subscriptions still to serve when one
+        of them is full: the producer must wait (``targets`` resumes there).
+        """
+        if targets is None:
+            self.enqueued += 1
+            targets = self.subs
         broker = self.broker
-        for sub in self.subs:
-            if not sub.accepts(message):
+        limit = self.policy.pending_message_limit
+        for i, sub in enumerate(targets):
+            if sub.session.is_open is False or not sub.accepts(message):
                 continue
+            direct = not sub.pending and sub.has_capacity()
+            if not direct and self.cursor_full(sub):
+                if limit == 0:
+                    self._discard(sub, message, "subscription full, pending_message_limit is 0")
+                    continue
+                broker.subscription_full(self, sub)
+                return targets[i:]
             if sub.durable is not None:
                 broker.persist_durable(self, sub.durable, message)
             self.hold(message)  # one reference per subscription until it is done with it
-            if not sub.pending and sub.has_capacity():
+            if direct:
                 sub.deliver(message)
             else:
                 sub.pending.append(message)
+                if limit > 0 and len(sub.pending) > limit:
+                    self._evict(sub)
+                if not sub.slow and len(sub.pending) > sub.prefetch:
+                    broker.slow_consumer(sub, True)
         for state in self.durables.values():
             if state.active is None and state.accepts(message):
                 broker.persist_durable(self, state, message)
                 self.hold(message)
                 state.pending.append(message)
+        return None
+
+    # -- full subscriptions, eviction
+    def cursor_full(self, sub: "Subscription") -> bool:
+        """Is ``sub``'s pending cursor full? (ActiveMQ ``PendingMessageCursor.isFull``)"""
+        pending = sub.pending
+        if isinstance(pending, FilePending):
+            return pending.is_full()
+        return self.memory.is_full()
+
+    def _evict(self, sub: "Subscription") -> None:
+        """Over ``pending_message_limit``: discard the oldest (or newest) pending message."""
+        pending = sub.pending
+        if self.policy.message_eviction_strategy == "newest":
+            victim = pending.pop()
+        else:
+            victim = pending.popleft()
+        self._discard(sub, victim, f"pending_message_limit {self.policy.pending_message_limit} exceeded "
+                                   f"({self.policy.message_eviction_strategy} evicted)", held=True)
+
+    def _discard(self, sub: "Subscription", message: "Message", reason: str, *, held: bool = False) -> None:
+        sub.discarded += 1
+        self.discarded += 1
+        if held:
+            self.broker.message_consumed(self, message)
+        self.broker.discarded(self, sub, message, reason)
 
     def dispatch_to(self, sub: "Subscription") -> None:
         pending = sub.pending
@@ -123,6 +184,8 @@ class Topic(Destination):
                 self.broker.message_expired(self, message)
                 continue
             sub.deliver(message)
+        if sub.slow and not pending:
+            self.broker.slow_consumer(sub, False)
 
     def acknowledge(self, sub: "Subscription", messages: list["Message"]) -> None:
         for m in messages:
