@@ -126,9 +126,20 @@ class QueueCursor:
                 self.cache_enabled = False
                 self.store_only.add(PagedRef(message.store_ref, message.seq, message.priority, False, message.expires))
                 return False
+        elif queue.policy.pending_cursor == "file" and not (self.cache_enabled and self.has_space()):
+            # A non-persistent message past the mark spills to the temp store (a file cursor).
+            self.cache_enabled = False
+            handle = queue.broker.spill(queue, message)
+            self.store_only.add(PagedRef(handle, message.seq, message.priority, message.redeliveries > 0, message.expires))
+            return False
         queue.hold(message)
         queue.pending.append(message)
         return True
+
+    @property
+    def spilled(self) -> int:
+        """Store-only messages that are in the temp store (non-persistent)."""
+        return sum(1 for r in self.store_only if not hasattr(r.ref, "journal"))
 
     def add_recovered(self, item: PagedRef) -> None:
         """A message found in the journal at start: store-only until needed."""
@@ -181,4 +192,5 @@ class QueueCursor:
             "cacheEnabled": self.cache_enabled,
             "pageInBlocked": self.blocked,
             "pagedInCount": self.paged_in,
+            "tempCount": self.spilled if self.queue.policy.pending_cursor == "file" else 0,
         }

@@ -22,7 +22,7 @@ from .topic import DurableState, Topic
 from .errors import ResourceLimitError
 from .frames import Frame
 from .message import Message
-from .persistence import StoreRef, durable_key, encode_payload
+from .persistence import StoreRef, decode_payload, durable_key, encode_payload
 from .session import Session
 
 __all__ = ["StoreHooks"]
@@ -206,19 +206,38 @@ class StoreHooks:
         if self.store is not None and message.store_ref is not None:
             self.store.mark_delivered(message.store_ref)
 
-    def discard_stored(self, ref: StoreRef) -> None:
-        if self.store is not None:
-            self.store.dequeue(ref, self._txid)
+    def discard_stored(self, ref: Any) -> None:
+        """Drop a store-only message unread (a purge): its journal record or temp entry."""
+        if isinstance(ref, StoreRef):
+            if self.store is not None:
+                self.store.dequeue(ref, self._txid)
+        else:
+            self.temp_store().release(ref)
+            self.temp_changed()
+
+    def spill(self, queue: Destination, message: Message) -> Any:
+        """Write a non-persistent queue message to the temp store (a file cursor)."""
+        handle = self.temp_store().append(queue.address, self._payload(message))
+        self.temp_changed()
+        return handle
 
     def load_message(self, destination: Destination, paged: PagedRef) -> Message:
-        """Read a store-only message back into a ``Message`` (page-in)."""
-        assert self.store is not None
-        stored = self.store.read(paged.ref)
+        """Read a store-only message back into a ``Message`` (page-in): from the
+        journal, or (a spilled non-persistent message) from the temp store."""
+        if isinstance(paged.ref, StoreRef):
+            assert self.store is not None
+            stored = self.store.read(paged.ref)
+        else:
+            temp = self.temp_store()
+            stored = decode_payload(temp.read(paged.ref))
+            temp.release(paged.ref)
+            self.temp_changed()
         message = Message(
             stored.seq, stored.message_id, destination.address, stored.headers, stored.body,
-            persistent=True, priority=stored.priority, expires=stored.expires, timestamp=stored.timestamp,
+            persistent=stored.persistent, priority=stored.priority, expires=stored.expires, timestamp=stored.timestamp,
         )
-        message.store_ref = paged.ref
+        if isinstance(paged.ref, StoreRef):
+            message.store_ref = paged.ref
         if paged.redelivered:
             message.redeliveries = 1
         return message

@@ -205,3 +205,21 @@ class TestWriteTimeout:
         assert len(ok.messages()) > 150  # the stuck one's unacked share came back, the rest flowed
         assert net.trace.events("write_timeout")
         assert any(e["reason"] == "write_timeout" for e in net.trace.events("disconnect"))
+
+
+def test_non_persistent_queue_messages_spill_to_the_temp_store(tmp_path: Path) -> None:
+    doc = {"system_usage": {"memory_limit": "100 kb"}, "store": {"temp_journal_max_file_length": "1 mb"},
+           "destination_policy": [{"queue": ">", "pending_cursor": "file"}]}
+    net = VirtualNetwork(parse_config(doc), data_dir=tmp_path / "data")
+    p = net.connected_client("p")
+    for i in range(200):
+        p.send("/queue/np", BODY, receipt=f"r{i}", seq=str(i))
+    assert len(p.frames("RECEIPT")) == 200  # no flow control: past the mark they go to disk
+    queue = net.broker.destinations["/queue/np"]
+    stats = queue.cursor_statistics()
+    assert stats["tempCount"] > 100 and net.broker.memory.percent < 75
+    assert net.broker.temp_usage.usage == 1024 * 1024
+    c = net.connected_client("c")
+    c.subscribe("/queue/np")
+    assert [int(m.headers["seq"]) for m in c.messages()] == list(range(200))
+    assert queue.cursor_statistics()["tempCount"] == 0
