@@ -57,6 +57,9 @@ __all__ = ["Broker", "SERVER_NAME", "ParkedSend"]
 
 SERVER_NAME = "minibroker/0.1.0"
 
+#: While tracing, how often each connection is sampled (``connection`` events).
+_CONNECTION_SAMPLE_SECONDS = 1.0
+
 
 class _NoTrace:
     """Stands in when tracing is off."""
@@ -100,6 +103,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         self.destinations = self.registry.by_address
         self.client_ids: dict[str, Session] = {}
         self.timers = Timers()
+        if self.trace.enabled:
+            self.timers.call_at(clock.now() + _CONNECTION_SAMPLE_SECONDS, self._sample_connections)
         #: A token for this broker run, in message ids and temporary names.
         self.boot = "%06x" % self.rng.getrandbits(24)
         self._next_session = 1
@@ -172,6 +177,24 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         dest = None if usage.parent is None else usage.name
         self._emit("usage", mem_pct=self.memory.percent, store_pct=self.store_usage.percent,
                    temp_pct=self.temp_usage.percent, dest=dest, dest_mem_pct=new if dest else None)
+
+    def _sample_connections(self) -> None:
+        """Every second, while tracing: a ``connection`` event per connection (seed 003)."""
+        now = self.clock.now()
+        for session in self.sessions.values():
+            if session.state is State.CONNECTED:
+                self._emit("connection", session=str(session.id), client_id=session.client_id, addr=session.peer or None,
+                           pending_bytes=session.out_bytes + session.transport_buffered,
+                           pending=sum(len(s.dispatched) for s in session.subscriptions.values()),
+                           idle_read=round(now - session.last_read, 6),
+                           idle_write=round(now - session.last_write_progress, 6))
+        self.timers.call_at(now + _CONNECTION_SAMPLE_SECONDS, self._sample_connections)
+
+    def report_buffered(self, sid: int, buffered: int) -> None:
+        """The edge holds ``buffered`` bytes for ``sid``'s socket (for statistics)."""
+        session = self.sessions.get(sid)
+        if session is not None:
+            session.transport_buffered = buffered
 
     def _mark_dirty(self, session: Session) -> None:
         self._dirty.append(session)

@@ -90,9 +90,8 @@ class ProducerFlowControl:
                     kind, pct = "memory", usage.percent
                 self._emit("flow_block", session=str(session.id), dest=destination.address, usage=kind, pct=pct,
                            msg=message.message_id)
-        if receipt is None and not session.reading_paused:
-            session.reading_paused = True
-            self._control.append(PauseReading(session.id))
+        if receipt is None:
+            self._stop_reading(session, "flow")
         return DEFERRED
 
     def _warn_blocked(self, session: Session, destination: Destination, text: str) -> None:
@@ -164,10 +163,22 @@ class ProducerFlowControl:
             if self.trace.enabled:
                 self._emit("flow_unblock", session=str(session.id), dest=parked_dest, usage="memory",
                            waited=round(self.clock.now() - session.blocked_since, 6), pct=self.memory.percent)
-            if session.reading_paused:
-                session.reading_paused = False
-                self._control.append(ResumeReading(session.id))
-                self._replay_held(session)
+            self._start_reading(session, "flow")
+
+    def _stop_reading(self, session: Session, reason: str) -> None:
+        """Stop reading ``session``'s socket for ``reason`` (TCP backpressure on the peer)."""
+        if not session.pause_reasons:
+            self._control.append(PauseReading(session.id))
+        session.pause_reasons.add(reason)
+
+    def _start_reading(self, session: Session, reason: str) -> None:
+        """``reason`` is over; read again (and handle what was held) once no reason is left."""
+        if reason not in session.pause_reasons:
+            return
+        session.pause_reasons.discard(reason)
+        if not session.pause_reasons and session.is_open:
+            self._control.append(ResumeReading(session.id))
+            self._replay_held(session)
 
     def _replay_held(self, session: Session) -> None:
         held = session.held_frames

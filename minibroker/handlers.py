@@ -275,8 +275,26 @@ class FrameHandlers:
             for m in messages:
                 self._emit("ack", session=str(session.id), sub=sub.id, dest=sub.destination.address, msg=m.message_id,
                            mode=sub.ack_mode)
+        latency = self.config.store.store_latency
+        if latency and any(m.store_ref is not None for m in messages):
+            # A slow store (seed 003's KahaDB): finding and removing the acked message
+            # costs time for every message in flight, and meanwhile the broker does not
+            # read this connection: its ACKs back up in the TCP buffers.
+            self._store_busy(session, latency * (len(sub.dispatched) + len(messages)) / 1000)
         sub.destination.acknowledge(sub, messages)
         return None
+
+    def _store_busy(self, session: Session, seconds: float) -> None:
+        """The store keeps the broker busy with ``session`` for ``seconds`` more."""
+        now = self.clock.now()
+        start = max(now, session.busy_until)
+        session.busy_until = start + seconds
+        self._stop_reading(session, "store")
+        self.timers.call_at(session.busy_until, self._store_done, session)
+
+    def _store_done(self, session: Session) -> None:
+        if session.is_open and self.clock.now() >= session.busy_until - 1e-9:
+            self._start_reading(session, "store")
 
     def _on_nack(self, session: Session, frame: Frame) -> Any:
         if session.version == "1.0":

@@ -86,6 +86,8 @@ class _Connection(asyncio.Protocol):
         self.server.broker.set_writable(self.sid, False)
 
     def resume_writing(self) -> None:
+        if self.transport is not None:
+            self.server.broker.report_buffered(self.sid, self.transport.get_write_buffer_size())
         self.server.broker.set_writable(self.sid, True)
         self.server.flush()
 
@@ -165,6 +167,7 @@ class BrokerServer:
                         continue
                     if type(action) is Write:
                         transport.write(action.data)
+                        broker.report_buffered(action.session, transport.get_write_buffer_size())
                     elif type(action) is Close:
                         if action.abort:
                             transport.abort()

@@ -111,8 +111,9 @@ class Session:
         self.blocked_since = now
         #: Dispatch may add output (outbox below its limit, socket not full).
         self.can_write = True
-        #: Reading is paused for producer flow control.
-        self.reading_paused = False
+        #: Why the broker is not reading this socket now ("flow": producer flow
+        #: control; "store": a slow store busy with its ACK). Empty: reading.
+        self.pause_reasons: set[str] = set()
         #: SENDs waiting for memory (producer flow control), in order.
         self.parked: deque[Any] = deque()
         #: Frames read but not handled while reading is paused.
@@ -120,9 +121,16 @@ class Session:
         self.held_error: ProtocolError | None = None
         #: RECEIPTs of this session waiting for an fsync (later ones queue behind).
         self.sync_waiting = 0
+        #: Until when a slow store keeps the broker busy with this session.
+        self.busy_until = 0.0
         self.frames_in = 0
         self.messages_in = 0
         self._on_output = on_output
+
+    @property
+    def reading_paused(self) -> bool:
+        """Is the broker not reading this socket (frames wait in ``held_frames``)?"""
+        return bool(self.pause_reasons)
 
     @property
     def is_open(self) -> bool:

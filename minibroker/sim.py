@@ -15,7 +15,11 @@ A client's inbound buffer models the socket: with ``recv_buffer`` set, the
 broker is told the connection is not writable once that many bytes wait
 unread (the socket buffers are full), and writable again once the client has
 read them down (``read()``). With ``auto_read`` (the default) the client
-reads everything as soon as it arrives.
+reads everything as soon as it arrives. The other direction too: with
+``send_buffer`` set, what the client writes waits in a buffer of that size
+while the broker is not reading it (flow control, a busy store), and a write
+that does not fit is cut short (``write()`` returns what was taken, and
+``send_raw`` raises ``PartialWrite``), as a real non-blocking socket does.
 
 Tests use it to check the core frame by frame; the labs use it to reproduce
 each pathology in seconds.
@@ -36,13 +40,23 @@ from .frames import Frame
 from .persistence import MessageStore
 from .trace import MemoryTrace
 
-__all__ = ["VirtualNetwork", "VirtualClient"]
+__all__ = ["VirtualNetwork", "VirtualClient", "PartialWrite"]
+
+
+class PartialWrite(ConnectionError):
+    """A write to a full send buffer took only part of the bytes."""
+
+    def __init__(self, written: int, total: int) -> None:
+        super().__init__(f"wrote {written} of {total} bytes: the socket's send buffer is full")
+        self.written = written
+        self.total = total
 
 
 class VirtualClient:
     """A STOMP peer on the virtual network."""
 
-    def __init__(self, net: "VirtualNetwork", name: str, *, recv_buffer: int | None = None, auto_read: bool = True) -> None:
+    def __init__(self, net: "VirtualNetwork", name: str, *, recv_buffer: int | None = None, auto_read: bool = True,
+                 send_buffer: int | None = None) -> None:
         self.net = net
         self.name = name
         self.sid = net.broker.open_session(name)
@@ -51,6 +65,9 @@ class VirtualClient:
         self.inbound = bytearray()
         self.recv_buffer = recv_buffer
         self.auto_read = auto_read
+        self.send_buffer = send_buffer
+        #: Bytes written by the client that the broker has not read yet.
+        self.outbound = bytearray()
         self.closed = False
         self.close_reason = ""
         self.reading_paused = False
@@ -65,11 +82,28 @@ class VirtualClient:
         self.send_raw(encode(Frame(command, headers or {}, body), self.version))
 
     def send_raw(self, data: bytes) -> None:
-        """Hand raw bytes to the broker (for malformed-input tests)."""
+        """Write raw bytes; ``PartialWrite`` if the send buffer took only part."""
+        written = self.write(data)
+        if written < len(data):
+            raise PartialWrite(written, len(data))
+
+    def write(self, data: bytes) -> int:
+        """Write what fits in the send buffer; the broker reads it when it reads."""
         if self.closed:
             raise ConnectionError(f"{self.name} is closed")
-        self.net.broker.receive_data(self.sid, data)
-        self.net.pump()
+        if self.send_buffer is not None:
+            data = data[: max(0, self.send_buffer - len(self.outbound))]
+        self.outbound += data
+        self.flush_outbound()
+        return len(data)
+
+    def flush_outbound(self) -> None:
+        """Let the broker read what is waiting, unless it is not reading this socket."""
+        if self.outbound and not self.reading_paused and not self.closed:
+            data = bytes(self.outbound)
+            self.outbound.clear()
+            self.net.broker.receive_data(self.sid, data)
+            self.net.pump()
 
     def connect(self, version: str = "1.2", **headers: str) -> Frame:
         """CONNECT and return the CONNECTED frame (or the ERROR)."""
@@ -120,6 +154,7 @@ class VirtualClient:
     # -- receiving
     def _arrive(self, data: bytes) -> None:
         self.inbound += data
+        self.net.broker.report_buffered(self.sid, len(self.inbound))
         if self.auto_read:
             self.read()
         elif self.recv_buffer is not None and len(self.inbound) >= self.recv_buffer and not self._blocked:
@@ -131,6 +166,7 @@ class VirtualClient:
         n = len(self.inbound) if max_bytes is None else min(max_bytes, len(self.inbound))
         data = bytes(self.inbound[:n])
         del self.inbound[:n]
+        self.net.broker.report_buffered(self.sid, len(self.inbound))
         frames = self.parser.feed(data) if data else []
         self.received.extend(frames)
         if self._blocked and (self.recv_buffer is None or len(self.inbound) < self.recv_buffer // 2):
@@ -243,6 +279,7 @@ class VirtualNetwork:
                     c.reading_paused = True
                 elif type(action) is ResumeReading:
                     c.reading_paused = False
+                    c.flush_outbound()
 
     # -- time
     @property

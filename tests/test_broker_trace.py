@@ -60,7 +60,7 @@ def test_every_event_the_broker_writes_is_valid(tmp_path: Path) -> None:
     expected = {
         "connect", "disconnect", "subscribe", "unsubscribe", "send", "enqueue", "recover", "page_in", "page_in_blocked",
         "dispatch", "ack", "nack", "redeliver", "expire", "dlq", "usage", "flow_block", "flow_unblock", "journal_roll",
-        "journal_full", "error",
+        "journal_full", "error", "connection",
     }
     assert expected <= seen, f"never traced: {sorted(expected - seen)}"
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))

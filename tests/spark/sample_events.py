@@ -79,6 +79,8 @@ SAMPLE: list[tuple[float, str, dict[str, Any]]] = [
     (11.0, "error", {"message": 'Enqueue capacity threshold exceeded on queue "/queue/A".',
                      "session": "s1", "code": "enqueue_threshold", "dest": "/queue/A",
                      "fatal": False}),
+    (11.5, "connection", {"session": "s2", "pending_bytes": 262144, "pending": 1000,
+                          "idle_read": 3.5, "idle_write": 29.0, "addr": "127.0.0.1:50002"}),
     (12.0, "write_timeout", {"session": "s2", "waited": 30.5, "pending_bytes": 262144,
                              "client_id": None, "addr": "127.0.0.1:50002"}),
     (12.0, "disconnect", {"session": "s2", "reason": "write_timeout"}),
