@@ -15,4 +15,5 @@ COMMANDS = [
     "journal",
     "lab",
     "passwd",
+    "doctor",
 ]
