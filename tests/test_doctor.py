@@ -315,6 +315,7 @@ def test_text_report_groups_by_severity(capsys) -> None:
     assert headline.startswith("warning [seed 004] ring-too-small: the ring journal holds 9.6 mb per queue")
     body = lines[lines.index(headline) + 1:lines.index("Notes (1)") - 1]
     assert body and all(line.startswith("    ") for line in body)
+    assert lines[-2:] == ["Seeds cited", "  seed 004 (004_489bf5d377364273.txt): ring journal: enqueue capacity threshold exceeded"]
 
 
 def test_clean_text_report(capsys) -> None:

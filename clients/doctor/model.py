@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
-from minibroker import wildcards
 from minibroker.config import BrokerConfig, PolicyEntry, TransportConfig
 
 __all__ = [
@@ -139,7 +138,6 @@ class Listener:
 
     name: str
     transport: TransportConfig
-    explicit: frozenset[str] = frozenset()
     uri: str = ""
 
 
@@ -193,15 +191,6 @@ class Setup:
         if not any(r.pattern == ">" for r in refs):
             refs.append(PolicyRef(kind, ">", self.default_policy, None))
         return refs
-
-    def policy_for(self, kind: str, name: str) -> PolicyRef:
-        """The policy a destination gets: the most specific entry, or the defaults."""
-        best: PolicyRef | None = None
-        for ref in self.policies(kind):
-            if ref.index is not None and wildcards.matches(ref.pattern, name):
-                if best is None or wildcards.specificity(ref.pattern) > wildcards.specificity(best.pattern):
-                    best = ref
-        return best or PolicyRef(kind, ">", self.default_policy, None)
 
     def is_set(self, key: str) -> bool:
         return key in self.explicit

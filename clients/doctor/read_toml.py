@@ -42,12 +42,11 @@ def read_toml(path: str | Path | None) -> Setup:
         raise DoctorError(str(exc)) from None
     text = default_config_text() if path is None else Path(path).read_text(encoding="utf-8")
     explicit = _explicit_keys(tomllib.loads(text))
-    transport_keys = frozenset(k.split(".", 1)[1] for k in explicit if k.startswith("transport."))
     return Setup(
         source=DEFAULT_SOURCE if path is None else str(path),
         syntax=TomlSyntax(),
         config=config,
         default_policy=PolicyEntry(),
-        listeners=(Listener("transport", config.transport, transport_keys),),
+        listeners=(Listener("transport", config.transport),),
         explicit=explicit,
     )

@@ -263,7 +263,7 @@ class _Reader:
                 values[key] = parse(raw, f"{where} {option}")
                 self.written[f"listener[{name}].{key}"] = f"{option}={raw}"
         transport = TransportConfig(hb_grace_period_multiplier=1.0, **values)  # ActiveMQ's multiplier is 1.0
-        return Listener(name, transport, frozenset(values), uri)
+        return Listener(name, transport, uri)
 
 
 def _broker_element(root: ET.Element) -> ET.Element | None:

@@ -2,7 +2,8 @@
 
 Text: a title line, a count line, then one group per severity (errors,
 warnings, notes), each finding a headline line followed by its indented
-values, why and fix (with the TOML or XML to paste). JSON: one object with
+values, why and fix (with the TOML or XML to paste); last, the seed documents
+cited. JSON: one object with
 ``source``, ``syntax``, ``status``, ``counts`` and ``findings``
 (``Finding.to_json``).
 """
@@ -12,7 +13,7 @@ import json
 import textwrap
 
 from .model import ERROR, INFO, SEVERITIES, WARNING, Finding, Setup
-from .seeds import seed_label
+from .seeds import SEEDS, seed_label
 
 __all__ = ["exit_status", "format_text", "format_json", "CLEAN", "WARNINGS"]
 
@@ -70,6 +71,10 @@ def format_text(setup: Setup, findings: list[Finding]) -> str:
         lines += ["", f"{_GROUP_TITLES[severity]} ({len(group)})"]
         for f in group:
             lines += ["", *_finding_lines(f)]
+    cited = sorted({f.seed for f in findings if f.seed in SEEDS})
+    if cited:
+        lines += ["", "Seeds cited"]
+        lines += [f"  seed {s} ({SEEDS[s][0]}): {SEEDS[s][1]}" for s in cited]
     return "\n".join(lines)
 
 

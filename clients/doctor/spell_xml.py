@@ -60,7 +60,6 @@ _ABORT_ATTRIBUTES = {
 LISTENER_OPTIONS = {
     "so_write_timeout": "transport.soWriteTimeout",
     "default_heart_beat": "transport.defaultHeartBeat",
-    "hb_grace_period_multiplier": "transport.hbGracePeriodMultiplier",
     "connect_timeout": "transport.connectAttemptTimeout",
     "max_frame_size": "wireFormat.maxFrameSize",
     "max_data_length": "wireFormat.maxDataLength",
