@@ -23,7 +23,7 @@ __all__ = ["register"]
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     parser = subparsers.add_parser("doctor", help="check a configuration (ours or activemq.xml) for known traps",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   description=(__doc__ or "").replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", metavar="CONFIG", nargs="?",
                         help="minibroker TOML or ActiveMQ activemq.xml (default: the embedded configuration)")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")

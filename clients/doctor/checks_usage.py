@@ -106,17 +106,18 @@ def queues_share_memory(setup: Setup) -> list[Finding]:
         headline += ", with the legacy space check"
         rule = ("With the legacy space check (ActiveMQ 5.14 and earlier) a queue cursor stops paging in from the store as "
                 "soon as the broker's memory is at the cursor high-water mark (70%): one consumer-less backlog holding 70% "
-                "starves the consumers of every other queue, even queues whose own usage is 0%.")
+                "starves the consumers of every other queue, even queues whose own usage is 0%, while their "
+                "messages sit in the store (seed 000).")
     else:
         rule = ("Each queue without a limit of its own may cache up to 70% of the broker's memory: two consumer-less or slow "
-                "backlogs fill it to 100%, and then no other queue can page its messages in from the store (ActiveMQ 5.15+; "
-                "before 5.15 one backlog at 70% was enough).")
+                "backlogs fill it to 100%, and then no other queue can page its messages in from the store: their "
+                "consumers starve (seed 000). That is ActiveMQ 5.15+; before 5.15 one backlog at 70% was enough.")
     suggested = power_of_two_below(memory // 10, 64 * 1024)
     return [Finding(
         "queues-share-memory", severity, "000", headline,
         (setup.show("system_usage.memory_limit"), *(setup.show_policy(r, "memory_limit") for r in shared[:3]),
          *(setup.show_policy(r, "space_check") for r in legacy[:1])),
-        rule + " Their consumers starve while the messages sit in the store (seed 000).",
+        rule,
         "give queues a memory limit of their own, at least those that build backlogs (the seed's cure)",
         tuple(Change("memory_limit", suggested, kind="queue", pattern=r.pattern) for r in shared))]
 
