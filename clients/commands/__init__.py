@@ -16,4 +16,5 @@ COMMANDS = [
     "lab",
     "bench",
     "passwd",
+    "doctor",
 ]

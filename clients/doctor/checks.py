@@ -1,0 +1,44 @@
+"""Every check ``doctor`` runs, in report order, and running them.
+
+A check is a function ``Setup -> list[Finding]``. ``CHECKS`` lists them with
+the seed each comes from; ``docs/doctor.md`` describes each rule and fix.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from . import checks_journal, checks_stomp, checks_topics, checks_usage
+from .model import SEVERITIES, Finding, Setup
+
+__all__ = ["CHECKS", "run_checks"]
+
+Check = Callable[[Setup], list[Finding]]
+
+#: (seed, check) in report order within a severity.
+CHECKS: tuple[tuple[str | None, Check], ...] = (
+    (None, checks_usage.memory_limit_too_small),
+    (None, checks_usage.store_limit_below_journal_file),
+    ("001", checks_usage.temp_limit_below_temp_file),
+    ("001", checks_usage.memory_above_temp_limit),
+    ("000", checks_usage.queues_share_memory),
+    ("000", checks_usage.destination_limits_exceed_broker),
+    ("002", checks_topics.topics_without_slow_consumer_handling),
+    ("003", checks_stomp.no_stomp_listener),
+    ("003", checks_stomp.prefetch_without_write_timeout),
+    ("003", checks_stomp.no_heart_beats),
+    ("003", checks_stomp.link_stealing_off),
+    ("004", checks_journal.ring_with_priority_queues),
+    ("004", checks_journal.ring_too_small),
+    ("004", checks_journal.ring_strands_messages),
+)
+
+
+def run_checks(setup: Setup) -> list[Finding]:
+    """The reader's notes and every check's findings, most severe first, each
+    with its fix rendered in the input's syntax."""
+    findings = list(setup.notes)
+    for _, check in CHECKS:
+        findings += check(setup)
+    rendered = [dataclasses.replace(f, snippet=setup.render(f.changes)) if f.changes else f for f in findings]
+    return sorted(rendered, key=lambda f: SEVERITIES.index(f.severity))
