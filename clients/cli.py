@@ -61,4 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as ``python -m clients.cli``: use the package's module, not this
+    # ``__main__`` copy, so its CommandError is the one the commands raise.
+    from clients.cli import main as package_main
+
+    sys.exit(package_main())
