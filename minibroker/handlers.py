@@ -340,8 +340,15 @@ class FrameHandlers:
             elif session.version == "1.1":
                 raise ProtocolError(f"{command} frame has no subscription header (required in STOMP 1.1)")
             else:
-                sub = next((s for s in session.subscriptions.values() if seq in s.dispatched), None)
-            if sub is None or seq is None or seq not in sub.dispatched or sub.dispatched[seq].message_id != message_id:
+                sub = next((s for s in session.subscriptions.values()
+                            if seq in s.dispatched and s.dispatched[seq].message_id == message_id), None) or next(
+                    (s for s in session.subscriptions.values() if any(m.message_id == message_id for m in s.dispatched.values())),
+                    None,
+                )
+            if sub is not None and (seq is None or seq not in sub.dispatched or sub.dispatched[seq].message_id != message_id):
+                # Not one of this run's ids (a message recovered after a restart): look it up.
+                seq = next((s for s, m in sub.dispatched.items() if m.message_id == message_id), None)
+            if sub is None or seq is None:
                 raise ProtocolError(f"{command} for message {message_id!r}, which is not awaiting acknowledgement")
         if sub.auto:
             raise ProtocolError(f"{command} on subscription {sub.id!r}, which uses ack mode auto")

@@ -284,16 +284,19 @@ class MessageStore:
         return sum(j.disk_usage() for j in self.journals())
 
     # -- recovery
-    def recover(self) -> Iterator[tuple[str, Location, bool, int, int, int, Journal]]:
-        """Every live message: (key, location, delivered, broker seq, priority, expires, journal).
+    def recover(self) -> Iterator[tuple[str, Location, bool, Journal]]:
+        """Every live message, in log order: (key, location, delivered, journal).
 
-        Payloads are read only for their prefix; bodies stay on disk.
+        Nothing is read beyond what opening the journal scanned: a message's
+        payload stays on disk until it is paged in (``read``, ``read_meta``).
         """
         for journal in self.journals():
-            for rec in journal.recovered(payloads=True):
-                assert rec.payload is not None
-                seq, priority, expires = decode_meta(rec.payload)
-                yield rec.key.decode("utf-8"), rec.location, rec.delivered, seq, priority, expires, journal
+            for rec in journal.recovered(payloads=False):
+                yield rec.key.decode("utf-8"), rec.location, rec.delivered, journal
+
+    def read_meta(self, ref: StoreRef) -> tuple[int, int, int]:
+        """(broker seq, priority, expires) of a stored message, from its payload."""
+        return decode_meta(ref.journal.read(ref.location))
 
     # -- durable subscriptions
     def load_durables(self) -> list[dict[str, Any]]:

@@ -58,11 +58,13 @@ class StoreHooks:
             topic.durables[(state.client_id, state.name)] = state
             states[durable_key(topic.address, state.client_id, state.name)] = state
         count = 0
-        last_seq = 0
         orphans = 0
-        for key, location, delivered, seq, priority, expires, journal in store.recover():
+        for key, location, delivered, journal in store.recover():
             ref = StoreRef(journal, location, key)
-            last_seq = max(last_seq, seq)
+            # Journal order is the order the messages were sent in: recovered
+            # messages take new broker seqs in that order, before any new one.
+            seq = self._next_message
+            self._next_message += 1
             if key.startswith("durable:"):
                 state = states.get(key)
                 if state is None:
@@ -70,7 +72,7 @@ class StoreHooks:
                     orphans += 1
                     continue
                 topic = self.destinations[key[len("durable:"):].split("|", 1)[0]]
-                message = self.load_message(topic, PagedRef(ref, seq, priority, delivered, expires))
+                message = self.load_message(topic, PagedRef(ref, seq, 4, delivered, 0))
                 state.refs[message.seq] = ref
                 if delivered:
                     state.redelivered[message.seq] = 1
@@ -79,6 +81,9 @@ class StoreHooks:
             else:
                 queue = self.destination(key)
                 assert isinstance(queue, Queue)
+                priority, expires = 4, 0
+                if queue.policy.prioritized_messages:  # the only case where order needs the payload
+                    _, priority, expires = store.read_meta(ref)
                 queue.cursor.add_recovered(PagedRef(ref, seq, priority, delivered, expires))
             count += 1
         for state in states.values():
@@ -88,7 +93,6 @@ class StoreHooks:
                 stored = len(dest.cursor.store_only) if isinstance(dest, Queue) else 0
                 if stored:
                     self._emit("recover", dest=dest.address, count=stored)
-        self._next_message = max(self._next_message, last_seq + 1)
         self._set_store_usage(store.disk_usage())
         log.info("recovered %d persistent messages (%d durable subscriptions)%s", count, len(states),
                  f"; dropped {orphans} of removed durable subscriptions" if orphans else "")
@@ -233,7 +237,7 @@ class StoreHooks:
             temp.release(paged.ref)
             self.temp_changed()
         message = Message(
-            stored.seq, stored.message_id, destination.address, stored.headers, stored.body,
+            paged.seq, stored.message_id, destination.address, stored.headers, stored.body,
             persistent=stored.persistent, priority=stored.priority, expires=stored.expires, timestamp=stored.timestamp,
         )
         if isinstance(paged.ref, StoreRef):
