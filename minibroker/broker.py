@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from .actions import Action, Close, Write
 from .clock import Clock
-from .codec import FrameParser, encode
+from .codec import FrameParser, encode, escape
 from .config import BrokerConfig
 from .coreutil import DEFERRED, ParkedSend, log
 from .queue import Queue
@@ -107,6 +107,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             self.timers.call_at(clock.now() + _CONNECTION_SAMPLE_SECONDS, self._sample_connections)
         #: A token for this broker run, in message ids and temporary names.
         self.boot = "%06x" % self.rng.getrandbits(24)
+        self._id_prefix = f"ID:{self.name}-{self.boot}-"
+        self._id_prefix_wire = escape(self._id_prefix, "1.2").encode("utf-8")
         self._next_session = 1
         self._next_sub = 1
         self._next_message = 1

@@ -81,7 +81,7 @@ class FrameHandlers:
         self._next_message += 1
         return Message(
             seq,
-            f"ID:{self.name}-{self.boot}-{seq}",
+            f"{self._id_prefix}{seq}",
             address,
             headers,
             frame.body,
@@ -90,6 +90,7 @@ class FrameHandlers:
             expires=expires,
             timestamp=timestamp,
             origin=session.id,
+            message_id_wire=self._id_prefix_wire + str(seq).encode(),
         )
 
     def _route(self, destination: Destination, message: Message) -> list[Subscription] | None:

@@ -66,6 +66,7 @@ class Message:
         expires: int = 0,
         timestamp: int = 0,
         origin: int = 0,
+        message_id_wire: bytes | None = None,
     ) -> None:
         #: Broker-wide arrival order; FIFO means ordered by ``seq``.
         self.seq = seq
@@ -87,10 +88,11 @@ class Message:
         self.store_ref: Any = None
         #: Holders (a queue, or topic subscriptions) keeping it in memory.
         self.refs = 0
-        self.size = MESSAGE_OVERHEAD + len(body) + sum(len(k) + len(v) for k, v in headers.items())
+        self.size = MESSAGE_OVERHEAD + len(body) + sum(map(len, headers)) + sum(map(len, headers.values()))
         self._tail: bytes | None = None
         self._tail10: bytes | None = None
-        self._mid_wire: bytes | None = None
+        #: The message-id as escaped on the wire (1.1, 1.2), when the creator knows it.
+        self._mid_wire: bytes | None = message_id_wire
 
     def tail(self, version: str) -> bytes:
         """Headers, content-length, blank line, body and NUL, for ``version``."""

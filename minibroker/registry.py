@@ -74,6 +74,9 @@ class DestinationRegistry:
 
         ``right`` is "read" (consume) or "write" (send).
         """
+        found = self.by_address.get(address)
+        if found is not None and found.owner is None and not self.broker.security.authorizes:
+            return found  # the hot path: a known queue or topic, no rights to check
         temp = self._temp_address(session, address)
         if temp is not None:
             kind, name, canonical = temp
@@ -95,7 +98,6 @@ class DestinationRegistry:
         kind, name = parsed
         security = self.broker.security
         principal = session.principal
-        found = self.by_address.get(address)
         security.check(principal, right, kind, name)
         if found is not None:
             return found

@@ -88,6 +88,11 @@ class Security:
     def enabled(self) -> bool:
         return bool(self._users)
 
+    @property
+    def authorizes(self) -> bool:
+        """Are there ``[[authorization]]`` entries to check?"""
+        return bool(self._entries)
+
     def authenticate(self, login: str | None, passcode: str | None) -> Principal:
         """The principal for a CONNECT's credentials; ``ProtocolError`` if refused."""
         if not self._users:
