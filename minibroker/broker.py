@@ -119,8 +119,9 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         #: Sessions with producers parked by flow control, in blocking order.
         self._blocked: list[Session] = []
         self._retry_blocked = False
-        #: Queues whose cursor could not page in for lack of memory.
-        self._blocked_cursors: set[Queue] = set()
+        #: Queues whose cursor could not page in for lack of memory, in the order
+        #: they blocked (a dict used as an ordered set: retries are first come, first served).
+        self._blocked_cursors: dict[Queue, None] = {}
         #: RECEIPTs waiting for an fsync: (store write generation, session, receipt id).
         self._sync_waiters: list[tuple[int, Session, str]] = []
         #: The storage transaction of the COMMIT being applied, if any.
@@ -289,7 +290,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             self._retry_blocked = False
             self._unblock_producers()
             for queue in list(self._blocked_cursors):
-                self._blocked_cursors.discard(queue)
+                del self._blocked_cursors[queue]
                 queue.dispatch()
         store = self.store
         if store is not None and store.write_generation != self._store_generation_seen:
@@ -485,6 +486,7 @@ _REASON_CODES = (
     ("heart-beat timeout", "heartbeat"),
     ("write timeout", "write_timeout"),
     ("slow consumer", "slow_consumer"),
+    ("slow too often", "slow_consumer"),
     ("shutdown", "shutdown"),
 )
 

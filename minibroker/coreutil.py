@@ -10,12 +10,16 @@ if TYPE_CHECKING:
     from .destination import Destination
     from .message import Message
 
-__all__ = ["DEFERRED", "ParkedSend", "int_header", "seq_of", "log"]
+__all__ = ["DEFERRED", "ParkedSend", "Ignored", "int_header", "seq_of", "log"]
 
 log = logging.getLogger("minibroker.broker")
 
 #: A handler's return value meaning "I will send (or have sent) the RECEIPT myself".
 DEFERRED = object()
+
+
+class Ignored(Exception):
+    """A frame the broker drops without complaint (an ACK for an aborted subscription)."""
 
 
 class ParkedSend(NamedTuple):

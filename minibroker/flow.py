@@ -82,17 +82,21 @@ class ProducerFlowControl:
             self._warn_blocked(session, destination, text)
             session.blocked_since = self.clock.now()
             if self.trace.enabled:
-                if text.startswith("Persistent store"):
-                    kind, pct = "store", self.store_usage.percent
-                elif text.startswith("Temp Store") or (resume is not None and self.temp_usage.is_full()):
-                    kind, pct = "temp", self.temp_usage.percent
-                else:
-                    kind, pct = "memory", usage.percent
+                kind, pct = self._holding_usage(text, resume, usage)
+                session.blocked_usage = kind
                 self._emit("flow_block", session=str(session.id), dest=destination.address, usage=kind, pct=pct,
                            msg=message.message_id)
         if receipt is None:
             self._stop_reading(session, "flow")
         return DEFERRED
+
+    def _holding_usage(self, text: str, resume: Any, usage: Any) -> tuple[str, int]:
+        """Which usage holds a producer (the trace's ``usage``), and its percent."""
+        if text.startswith("Persistent store"):
+            return "store", self.store_usage.percent
+        if text.startswith("Temp Store") or (resume is not None and self.temp_usage.is_full()):
+            return "temp", self.temp_usage.percent
+        return "memory", usage.percent
 
     def _warn_blocked(self, session: Session, destination: Destination, text: str) -> None:
         interval = destination.policy.blocked_producer_warning_interval / 1000
@@ -161,8 +165,10 @@ class ProducerFlowControl:
                 continue
             self._blocked.remove(session)
             if self.trace.enabled:
-                self._emit("flow_unblock", session=str(session.id), dest=parked_dest, usage="memory",
-                           waited=round(self.clock.now() - session.blocked_since, 6), pct=self.memory.percent)
+                usage = session.blocked_usage
+                pct = {"store": self.store_usage, "temp": self.temp_usage}.get(usage, self.memory).percent
+                self._emit("flow_unblock", session=str(session.id), dest=parked_dest, usage=usage,
+                           waited=round(self.clock.now() - session.blocked_since, 6), pct=pct)
             self._start_reading(session, "flow")
 
     def _stop_reading(self, session: Session, reason: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .coreutil import DEFERRED, int_header, seq_of
+from .coreutil import DEFERRED, Ignored, int_header, seq_of
 from .destination import Destination
 from .queue import Queue
 from .topic import Topic
@@ -267,7 +267,10 @@ class FrameHandlers:
             sub.destination.dispatch_to(sub)
 
     def _on_ack(self, session: Session, frame: Frame) -> Any:
-        sub, messages = self._settle(session, frame, "ACK")
+        try:
+            sub, messages = self._settle(session, frame, "ACK")
+        except Ignored:
+            return None
         txid = frame.headers.get("transaction")
         if txid is not None:
             self._transaction(session, txid).append(("ack", sub, messages))
@@ -300,7 +303,10 @@ class FrameHandlers:
     def _on_nack(self, session: Session, frame: Frame) -> Any:
         if session.version == "1.0":
             raise ProtocolError("NACK is not part of STOMP 1.0")
-        sub, messages = self._settle(session, frame, "NACK")
+        try:
+            sub, messages = self._settle(session, frame, "NACK")
+        except Ignored:
+            return None
         txid = frame.headers.get("transaction")
         if txid is not None:
             self._transaction(session, txid).append(("nack", sub, messages))
@@ -325,6 +331,8 @@ class FrameHandlers:
             if key.isdigit() and seq_text.isdigit():
                 sub = self._subs_by_key.get(int(key))
                 seq = int(seq_text)
+            if sub is None and key.isdigit() and int(key) in session.aborted:
+                raise Ignored()  # the broker aborted that subscription: the client could not know
             if sub is None or sub.session is not session:
                 raise ProtocolError(f"{command} for unknown ack id {ack_id!r}")
         else:
@@ -336,6 +344,8 @@ class FrameHandlers:
             sub_id = h.get("subscription")
             if sub_id is not None:
                 sub = session.subscriptions.get(sub_id)
+                if sub is None and sub_id in session.aborted.values():
+                    raise Ignored()
                 if sub is None:
                     raise ProtocolError(f"{command} names unknown subscription {sub_id!r}")
             elif session.version == "1.1":
@@ -387,7 +397,8 @@ class FrameHandlers:
         if durable:
             # Every journal record of the transaction carries one storage txid
             # and takes effect at its TX_COMMIT: all of it survives a crash, or none.
-            self._txid = f"{session.id}.{self._next_storage_tx}"
+            # Unique across restarts too (the boot token): a txid is never reused.
+            self._txid = f"{self.boot}.{session.id}.{self._next_storage_tx}"
             self._next_storage_tx += 1
         try:
             for op, target, payload in ops:

@@ -59,7 +59,7 @@ class DestinationHooks:
 
     def page_in_blocked(self, queue: Queue) -> None:
         """``queue``'s cursor refused to page in: remember to try again when space frees."""
-        self._blocked_cursors.add(queue)
+        self._blocked_cursors[queue] = None
         if self.trace.enabled:
             self._emit("page_in_blocked", dest=queue.address, pending=len(queue.cursor.store_only),
                        hwm=queue.policy.cursor_memory_high_water_mark, policy=queue.policy.space_check,
@@ -223,7 +223,12 @@ class DestinationHooks:
             return
         # Better than ActiveMQ, which goes silent: tell the client which subscription and why.
         session.write(encode(Frame("ERROR", {"message": text, "subscription": sub.id}, b""), session.version))
+        session.aborted[sub.key] = sub.id  # its late ACKs and NACKs are ignored, not errors
         self._remove_subscription(session, sub)
+
+    def live_subscription(self, sub: Subscription) -> bool:
+        """Is ``sub`` still subscribed (not unsubscribed, aborted or closed)?"""
+        return self._subs_by_key.get(sub.key) is sub
 
     def discarded(self, topic: Topic, sub: Subscription, message: Message, reason: str) -> None:
         if self.trace.enabled:

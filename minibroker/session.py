@@ -107,8 +107,9 @@ class Session:
         self.last_write_progress = now
         #: When the socket last stopped accepting writes (``transport_paused``).
         self.write_blocked_since = now
-        #: When producer flow control last blocked this session.
+        #: When producer flow control last blocked this session, and which usage did.
         self.blocked_since = now
+        self.blocked_usage = "memory"
         #: Dispatch may add output (outbox below its limit, socket not full).
         self.can_write = True
         #: Why the broker is not reading this socket now ("flow": producer flow
@@ -123,6 +124,8 @@ class Session:
         self.sync_waiting = 0
         #: Until when a slow store keeps the broker busy with this session.
         self.busy_until = 0.0
+        #: Subscriptions the broker aborted (key -> id): late ACKs for them are ignored.
+        self.aborted: dict[int, str] = {}
         self.frames_in = 0
         self.messages_in = 0
         self._on_output = on_output

@@ -222,14 +222,21 @@ class VirtualNetwork:
         broker.recover()
         return broker
 
-    def restart(self, config: BrokerConfig | None = None) -> None:
+    def restart(self, config: BrokerConfig | None = None, *, while_down: Callable[[], Any] | None = None) -> None:
         """Stop the broker (every client is disconnected) and start it again
-        on the same data directory, as after a process restart."""
+        on the same data directory, as after a process restart.
+
+        ``while_down`` runs between the two, with the journals closed and the
+        data directory unlocked: where an offline tool (``minibroker journal
+        compact``) goes.
+        """
         for c in list(self.clients.values()):
             c.closed = True
             c.close_reason = "broker restarted"
         self.clients.clear()
         self.broker.close()
+        if while_down is not None:
+            while_down()
         self.seed += 1
         if config is not None:
             self.config = config

@@ -115,13 +115,16 @@ class Topic(Destination):
         Returns None when done, or the subscriptions still to serve when one
         of them is full: the producer must wait (``targets`` resumes there).
         """
+        broker = self.broker
         if targets is None:
             self.enqueued += 1
             targets = self.subs
-        broker = self.broker
+        else:  # resuming a held producer: skip subscriptions gone since (aborted, unsubscribed)
+            live = broker.live_subscription
+            targets = [s for s in targets if live(s)]
         limit = self.policy.pending_message_limit
         for i, sub in enumerate(targets):
-            if sub.session.is_open is False or not sub.accepts(message):
+            if not sub.accepts(message):
                 continue
             direct = not sub.pending and sub.has_capacity()
             if not direct and self.cursor_full(sub):

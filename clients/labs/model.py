@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,7 @@ class Lab:
         if spec is None or spec.loader is None:
             raise LabError(f"cannot load {self.scenario_path}")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # so the scenario may use dataclasses and the like
         spec.loader.exec_module(module)
         if not hasattr(module, "run"):
             raise LabError(f"{self.scenario_path} has no run(lab) function")

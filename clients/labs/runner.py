@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
 import tempfile
 import threading
@@ -65,6 +66,11 @@ class LabRun:
         self.data_dir = workdir / "data"
         self.trace: Any = None
         self.notes: list[str] = []
+        self._log = _LogCapture()
+
+    def broker_log(self, contains: str = "") -> list[str]:
+        """The broker's log lines (``minibroker.*`` loggers) during this run, optionally filtered."""
+        return [line for line in self._log.lines if contains in line]
 
     def network(self, config: BrokerConfig | None = None, *, seed: int = 0) -> VirtualNetwork:
         """The broker with this run's configuration on a virtual clock, tracing."""
@@ -86,6 +92,32 @@ class LabRun:
             yield live
         finally:
             live.stop()
+
+
+class _LogCapture(logging.Handler):
+    """Collects the broker's log records while a lab run is active (without printing them)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self._saved: tuple[int, bool] = (logging.NOTSET, True)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+    def __enter__(self) -> "_LogCapture":
+        logger = logging.getLogger("minibroker")
+        self._saved = (logger.level, logger.propagate)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logger = logging.getLogger("minibroker")
+        logger.removeHandler(self)
+        logger.setLevel(self._saved[0])
+        logger.propagate = self._saved[1]
 
 
 class LiveBroker:
@@ -168,7 +200,8 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
         workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))
         try:
             run = LabRun(lab, spec, workdir)
-            outcome: Outcome = entry(run)
+            with run._log:
+                outcome: Outcome = entry(run)
             outcome.evidence = run.notes + outcome.evidence
             result = RunResult(spec, outcome)
             if plot_dir is not None and run.trace is not None:
