@@ -167,7 +167,7 @@ def test_symptom_2_slow_consumers_hold_a_fast_one_back(tmp_path: Path, name: str
 # -- the same runs must give the same numbers -------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="Broker._blocked_cursors is a set of Queues hashed by identity, so "
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="Broker._blocked_cursors is a set of Queues hashed by identity, so "
                    "which blocked cursor retries first varies from process to process (lab 00's slow-legacy "
                    "run gets 0 or 24 of F's messages on the virtual clock)")
 def test_blocked_cursors_retry_in_the_order_they_blocked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,7 +176,7 @@ def test_blocked_cursors_retry_in_the_order_they_blocked(tmp_path: Path, monkeyp
     A set iterates in the order of its members' hashes, and a Queue's hash is its
     address in memory: the hash given here only makes that order fixed, and wrong.
     """
-    from minibroker.destination import Queue
+    from minibroker.queue import Queue
     from minibroker.sim import VirtualNetwork
 
     monkeypatch.setattr(Queue, "__hash__", lambda self: {"/queue/X": 1, "/queue/Y": 0}.get(self.address, 2))
