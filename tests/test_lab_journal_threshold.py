@@ -67,8 +67,6 @@ def test_the_growing_layout_refuses_nothing_and_grows_instead(results: dict[str,
     assert m["files_after"] == 1
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="VirtualNetwork.restart has no hook for offline tools; "
-                   "lab 04 works around it (scenario.restart_with)")
 def test_a_virtual_restart_can_run_an_offline_tool_while_the_broker_is_down(tmp_path: Path) -> None:
     data = tmp_path / "data"
     net = VirtualNetwork(load_config(LAB / "ring.toml"), data_dir=data)

@@ -167,14 +167,11 @@ def test_symptom_2_slow_consumers_hold_a_fast_one_back(tmp_path: Path, name: str
 # -- the same runs must give the same numbers -------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="Broker._blocked_cursors is a set of Queues hashed by identity, so "
-                   "which blocked cursor retries first varies from process to process (lab 00's slow-legacy "
-                   "run gets 0 or 24 of F's messages on the virtual clock)")
 def test_blocked_cursors_retry_in_the_order_they_blocked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """When memory frees, the cursors that could not page in retry first come, first served.
 
-    A set iterates in the order of its members' hashes, and a Queue's hash is its
-    address in memory: the hash given here only makes that order fixed, and wrong.
+    (A set would iterate in the order of its members' hashes, which vary from process to
+    process; the hash given here would make that order fixed, and wrong.)
     """
     from minibroker.queue import Queue
     from minibroker.sim import VirtualNetwork

@@ -294,20 +294,6 @@ def compact_offline(lab: LabRun) -> list[str]:
     return lines + ["  " + line.replace(str(lab.data_dir), "<data>") for line in out.getvalue().splitlines()]
 
 
-def restart_with(net: VirtualNetwork, while_down: Any) -> None:
-    """``net.restart()`` with ``while_down()`` run between the stop and the start.
-
-    VirtualNetwork has no hook for offline tools yet (see
-    ``tests/test_lab_journal_threshold.py``), so this does its steps itself.
-    """
-    for c in list(net.clients.values()):
-        c.closed, c.close_reason = True, "broker stopped"
-    net.clients.clear()
-    net.broker.close()
-    while_down()
-    net.broker = net._start_broker()
-
-
 def compacted(lab: LabRun) -> Outcome:
     net = lab.network()
     w = Workload(net, "priority")
@@ -322,7 +308,7 @@ def compacted(lab: LabRun) -> Outcome:
              f"{w.depth} message(s) pinning {before.pinned_files} of {len(before.files)} files, and {refused_pin} "
              f"is {'accepted' if again else 'refused'}")
     compaction: list[str] = []
-    restart_with(net, lambda: compaction.extend(compact_offline(lab)))
+    net.restart(while_down=lambda: compaction.extend(compact_offline(lab)))
     lab.note("the broker stopped; then:")
     for line in compaction:
         lab.note("  " + line)
