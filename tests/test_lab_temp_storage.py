@@ -20,10 +20,15 @@ TOPIC = "/topic/prices"
 BODY = "x" * 1000
 
 
+def lab_results(directory: Path) -> dict[str, RunResult]:
+    """Run a lab quietly; its results by run name."""
+    printed: list[str] = []
+    return {r.spec.name: r for r in run_lab(load_lab(directory), out=printed.append)}
+
+
 @pytest.fixture(scope="module")
 def results() -> dict[str, RunResult]:
-    printed: list[str] = []
-    return {r.spec.name: r for r in run_lab(load_lab(LAB), out=printed.append)}
+    return lab_results(LAB)
 
 
 def test_every_verdict_is_as_promised(results: dict[str, RunResult]) -> None:

@@ -40,7 +40,11 @@ KB = 1024
 
 @contextlib.contextmanager
 def broker_log() -> Iterator[list[str]]:
-    """The broker's log lines (INFO and up) while the block runs, kept off the console."""
+    """The broker's log lines (INFO and up) while the block runs, kept off the console.
+
+    The same helper is in lab 02's scenario: it belongs in the labs framework
+    (``LabRun``), which the labs may not change; see tests/test_lab_slow_consumers.py.
+    """
     lines: list[str] = []
 
     class Keep(logging.Handler):
