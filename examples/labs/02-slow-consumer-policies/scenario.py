@@ -1,0 +1,265 @@
+"""Seed 002: one slow consumer on a non-durable topic, under each policy.
+
+``run(lab)`` plays one workload on the virtual clock; only the broker
+configuration differs, except in the ``stuck-socket*`` runs, where the slow
+subscriber is replaced by one that stops reading its socket altogether:
+
+- topic ``/topic/ticks``, subscribed in this order by ``fast-1``, ``slow``,
+  ``fast-2`` and ``fast-3``; the fast ones are auto-ack; ``slow`` takes 10
+  ahead (client-individual, prefetch 10) and acknowledges 10 a second;
+- a producer sends non-persistent 1000-byte messages, at most 50 a second,
+  each waiting for its RECEIPT (a synchronous send);
+- 30 virtual seconds; rates are measured from t=10 s to t=30 s, once each
+  policy has had time to act.
+
+Pathology: the fast consumers get less than 80% of the producer's 50 msg/s:
+the slow (or stuck) consumer holds everyone back. Every run prints its row of
+the cost table; the last run prints the whole table.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Iterator
+
+from clients.labs import LabRun, Outcome
+from minibroker.stats import statistics_replies
+
+TOPIC = "/topic/ticks"
+BODY = "x" * 1000
+SECONDS, WINDOW_FROM = 30.0, 10.0
+RATE = 50  # the producer's own pace, msg/s
+SLOW_RATE = 10  # the slow consumer's acks, msg/s
+SLOW_PREFETCH = 10
+HEALTHY_SHARE = 0.8
+SUBSCRIBERS = ("fast-1", "slow", "fast-2", "fast-3")  # dispatch order
+KB = 1024
+
+#: The cost table's rows, one per run of this ``minibroker lab run`` (the
+#: runner loads the scenario once and calls ``run`` for each configuration).
+ROWS: list[dict[str, Any]] = []
+COLUMNS = (("run", "run"), ("producer", "producer msg/s"), ("fast", "fast msg/s"), ("slow", "slow msg/s"),
+           ("lag", "slow lag s"), ("backlog", "slow backlog"), ("discarded", "discarded"), ("aborted", "aborted"), ("temp_kb", "temp disk KB"),
+           ("verdict", "verdict"))
+
+
+@contextlib.contextmanager
+def broker_log() -> Iterator[list[str]]:
+    """The broker's log lines (INFO and up) while the block runs, kept off the console.
+
+    The same helper is in lab 01's scenario: it belongs in the labs framework
+    (``LabRun``), which the labs may not change; see tests/test_lab_slow_consumers.py.
+    """
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger("minibroker")
+    handler = Keep(logging.INFO)
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
+class Producer:
+    """A synchronous producer: the next SEND only once the last one has its RECEIPT."""
+
+    def __init__(self, client: Any, now: Any) -> None:
+        self.client = client
+        self.now = now
+        self.sent_at: list[float] = []
+
+    def receipted(self) -> int:
+        return len(self.client.frames("RECEIPT"))
+
+    def tick(self) -> None:
+        n = len(self.sent_at)
+        if self.receipted() == n:
+            self.sent_at.append(self.now())
+            self.client.send(TOPIC, BODY, receipt=f"r{n}", seq=str(n))
+
+
+class SlowConsumer:
+    """Acknowledges one message per tick, in order, while it has any and is subscribed.
+
+    Once an ERROR frame names its subscription (``abort_slow_consumer``), it
+    stops acknowledging: the broker would take an ACK for a message of the
+    aborted subscription as a protocol error and close the whole connection
+    (see tests/test_lab_slow_consumers.py for the broker change that would
+    make this unnecessary).
+    """
+
+    def __init__(self, client: Any, sub_id: str) -> None:
+        self.client = client
+        self.sub_id = sub_id
+        self.acked = 0
+
+    def aborted(self) -> bool:
+        return any(f.headers.get("subscription") == self.sub_id for f in self.client.frames("ERROR"))
+
+    def tick(self) -> None:
+        c = self.client
+        if c.closed or self.aborted():
+            return
+        messages = c.messages()
+        if self.acked < len(messages):
+            c.ack(messages[self.acked])
+            self.acked += 1
+
+
+def run(lab: LabRun) -> Outcome:
+    if lab.spec is lab.lab.runs[0]:
+        ROWS.clear()
+    stuck = lab.name.startswith("stuck-socket")
+    net = lab.network()
+    clients: dict[str, Any] = {}
+    for name in SUBSCRIBERS:
+        if name != "slow":
+            c = net.connected_client(name)
+            c.subscribe(TOPIC, name)
+        elif stuck:
+            c = net.client("stuck", recv_buffer=8192, auto_read=False)
+            c.connect()
+            c.read()  # CONNECTED; after this it reads nothing
+            c.subscribe(TOPIC, "stuck")
+        else:
+            c = net.connected_client(name)
+            c.subscribe(TOPIC, name, "client-individual", **{"activemq.prefetchSize": str(SLOW_PREFETCH)})
+        clients[name] = c
+    slow = SlowConsumer(clients["slow"], "slow")
+    fast = [clients[n] for n in SUBSCRIBERS if n.startswith("fast")]
+    producer = Producer(net.connected_client("producer"), lambda: net.now)
+    cfg = lab.config
+    who = "'stuck' stops reading its socket after CONNECTED" if stuck else \
+        f"'slow' has prefetch {SLOW_PREFETCH} and acks {SLOW_RATE}/s"
+    lab.note(f"workload: {TOPIC}, subscribers {', '.join(SUBSCRIBERS)} in dispatch order ({who}); producer up to "
+             f"{RATE} msg/s, each SEND waiting for its RECEIPT; {SECONDS:.0f} s, rates from t={WINDOW_FROM:.0f} s; "
+             f"memory {cfg.system_usage.memory_limit // KB} KB")
+
+    marks: dict[str, int] = {}
+
+    def mark() -> None:
+        marks.update(producer=producer.receipted(), fast=sum(len(c.messages()) for c in fast),
+                     slow=len(clients["slow"].messages()))
+
+    with broker_log() as log_lines:
+        net.every(1 / RATE, producer.tick, until=SECONDS)
+        if not stuck:
+            net.every(1 / SLOW_RATE, slow.tick, until=SECONDS)
+        net.at(WINDOW_FROM, mark)
+        net.advance(SECONDS)
+    return _verdict(lab, net, producer, clients, fast, marks, log_lines, stuck)
+
+
+def _verdict(lab: LabRun, net: Any, producer: Producer, clients: dict[str, Any], fast: list[Any],
+             marks: dict[str, int], log_lines: list[str], stuck: bool) -> Outcome:
+    broker = net.broker
+    topic = broker.destinations[TOPIC]
+    trace = lab.trace
+    span = SECONDS - WINDOW_FROM
+    slow_client = clients["slow"]
+    producer_rate = (producer.receipted() - marks["producer"]) / span
+    fast_rate = (sum(len(c.messages()) for c in fast) - marks["fast"]) / len(fast) / span
+    slow_rate = (len(slow_client.messages()) - marks["slow"]) / span
+    received = slow_client.messages()
+    lag = round(net.now - producer.sent_at[int(received[-1].headers["seq"])], 1) if received else None
+    aborted = [e for e in trace.events("unsubscribe") if e.get("reason") == "abort"]
+    closed = [e for e in trace.events("disconnect") if e["session"] == str(slow_client.sid)]
+    dropped = len(aborted) + len([e for e in closed if not aborted])
+    temp_kb = broker.temp_usage.peak // KB
+    backlog = sum(len(s.pending) for s in topic.subs if s.session.id == slow_client.sid)
+
+    # -- what the slow (or stuck) consumer did to the others, from the trace and the log
+    slow_marks = [e for e in trace.events("slow_consumer") if e["session"] == str(slow_client.sid)]
+    if slow_marks:
+        first = slow_marks[0]
+        lab.note(f"slow-consumer detector: '{first['sub']}' marked slow at t={first['ts']:.1f} s ({first['pending']} "
+                 f"pending > prefetch {first['prefetch']}); {len(slow_marks)} slow_consumer event(s)")
+    seed_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
+    if seed_line:
+        lab.note(f"broker log: {seed_line}")
+    flow = [e for e in trace.events("flow_block", "flow_unblock") if e["session"] == str(producer.client.sid)]
+    blocks = [e for e in flow if e["event"] == "flow_block"]
+    if blocks:
+        still = flow[-1]["event"] == "flow_block"
+        lab.note(f"trace: {len(blocks)} flow_block for the producer (first at t={blocks[0]['ts']:.1f} s, {blocks[0]['usage']} "
+                 f"{blocks[0]['pct']}%){'; the last has no flow_unblock: blocked to the end' if still else ''}")
+    swaps = trace.events("swap_out")
+    if swaps:
+        lab.note(f"t={swaps[0]['ts']:.1f} s: swap_out of {swaps[0]['count']} messages (the whole memory list) to the temp "
+                 f"store; {len(swaps)} swap_out event(s); temp usage peaked at {temp_kb} KB "
+                 f"({broker.temp_usage.peak * 100 // broker.temp_usage.limit}% of the limit)")
+    discards = trace.events("discard")
+    if discards:
+        lab.note(f"trace: {len(discards)} discard events ({discards[0]['reason']}), first at t={discards[0]['ts']:.1f} s; "
+                 f"the topic counts discarded={topic.discarded}")
+    for e in aborted:
+        lab.note(f"trace: t={e['ts']:.1f} s unsubscribe of '{e['sub']}' with reason abort")
+    for frame in slow_client.frames("ERROR"):
+        headers = ", ".join(f"{k}:{v}" for k, v in frame.headers.items())
+        lab.note(f"the slow client got ERROR [{headers}]; its connection is {'closed' if slow_client.closed else 'still open'}")
+    for e in trace.events("write_timeout"):
+        lab.note(f"trace: t={e['ts']:.1f} s write_timeout for session {e['session']}: its socket took nothing for "
+                 f"{e['waited']:.1f} s; then disconnect with reason {next((d['reason'] for d in closed), '?')}")
+    forced = next((line for line in log_lines if line.startswith("Forced write timeout")), None)
+    if forced:
+        lab.note(f"broker log: {forced}")
+    if stuck and not slow_client.closed:
+        conn = next(c for c in statistics_replies(broker, "/queue/ActiveMQ.Statistics.Connection")
+                    if c["connection"] == slow_client.sid)
+        lab.note(f"minibroker stat --connections, the stuck one: {conn['outboundQueuedBytes'] // KB} KB queued, "
+                 f"transportPaused {conn['transportPaused']}, {conn['secondsSinceLastWrite']:.0f} s since its socket "
+                 f"took anything")
+    sub = next((s for s in statistics_replies(broker, "/queue/ActiveMQ.Statistics.Subscription")
+                if s["connection"] == slow_client.sid), None)
+    if sub is not None:
+        lab.note(f"minibroker stat --subscriptions --json, '{sub['subscription']}': pending {sub['pendingQueueSize']}, "
+                 f"dispatched {sub['dispatchedQueueSize']}, slowConsumer {sub['slowConsumer']}, "
+                 f"discarded {sub['discarded']}")
+    lag_text = f"; its last message was sent {lag:.1f} s before the end" if lag is not None else ""
+    lab.note(f"from t={WINDOW_FROM:.0f} s to t={SECONDS:.0f} s: producer {producer_rate:.1f} msg/s, fast consumers "
+             f"{fast_rate:.1f} msg/s each, the {'stuck' if stuck else 'slow'} one {slow_rate:.1f} msg/s{lag_text}")
+
+    held = fast_rate < HEALTHY_SHARE * RATE
+    row = {"run": lab.name, "producer": f"{producer_rate:.1f}", "fast": f"{fast_rate:.1f}", "slow": f"{slow_rate:.1f}",
+           "lag": "-" if lag is None or dropped else f"{lag:.1f}", "backlog": str(backlog), "discarded": str(topic.discarded),
+           "aborted": str(dropped), "temp_kb": str(temp_kb), "verdict": "pathology" if held else "healthy"}
+    ROWS.append(row)
+    if lab.spec is lab.lab.runs[-1]:
+        lab.note("cost table (every run of this lab):")
+        for line in table(ROWS):
+            lab.note(line)
+    if held:
+        summary = (f"the fast consumers get {fast_rate:.1f} msg/s of the producer's {RATE}: held back by the "
+                   f"{'stuck' if stuck else 'slow'} one")
+    else:
+        cost = []
+        if topic.discarded:
+            cost.append(f"the slow one lost {topic.discarded} messages")
+        if dropped:
+            cost.append(f"the {'stuck' if stuck else 'slow'} consumer was "
+                        + ("disconnected" if slow_client.closed else "unsubscribed"))
+        if temp_kb:
+            cost.append(f"{temp_kb} KB of temp disk for a backlog of {backlog}, the slow one {lag:.0f} s behind and "
+                        "falling further")
+        summary = f"the fast consumers keep up ({fast_rate:.1f} msg/s); cost: {'; '.join(cost) or 'none'}"
+    metrics = {"producer_rate": round(producer_rate, 1), "fast_rate": round(fast_rate, 1),
+               "slow_rate": round(slow_rate, 1), "slow_lag": lag, "discarded": topic.discarded, "aborted": dropped,
+               "temp_peak_kb": temp_kb, "backlog": backlog, "flow_blocks": len(blocks), "sent": len(producer.sent_at)}
+    return Outcome(held, summary, metrics=metrics)
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """The cost table as Markdown lines."""
+    lines = ["| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row[key] for key, _ in COLUMNS) + " |" for row in rows]
+    return lines
