@@ -106,7 +106,7 @@ def test_the_cost_table_has_every_run(results: dict[str, RunResult]) -> None:
     assert all(row.rstrip(" |").endswith(results[row.split(" | ")[0].lstrip("| ")].spec.expect) for row in rows)
 
 
-# -- what the framework and the broker should do (strict xfails: they flip when fixed) ----------
+# -- gaps found while building the lab, now fixed in the broker and the framework --------------
 
 
 def abort_config(memory: int | None = None, **changes: Any) -> BrokerConfig:
@@ -128,9 +128,6 @@ def slow_past_the_abort(net: VirtualNetwork) -> Any:
     return slow
 
 
-@pytest.mark.xfail(strict=True, reason="minibroker/handlers.py: an ACK for a message of a subscription the broker "
-                   "aborted is a fatal protocol error, so abort-the-subscription closes the connection of any client "
-                   "that acknowledges what it had already received (lab 02's slow client stops acking instead)")
 def test_an_ack_after_the_abort_does_not_close_the_connection() -> None:
     slow = slow_past_the_abort(VirtualNetwork(abort_config(), trace=True))
     assert any(f.headers.get("subscription") == "slow" for f in slow.frames("ERROR"))
@@ -138,8 +135,6 @@ def test_an_ack_after_the_abort_does_not_close_the_connection() -> None:
     assert not slow.closed
 
 
-@pytest.mark.xfail(strict=True, reason="minibroker/broker.py: _reason_code does not recognise the abort text, so the "
-                   "trace's disconnect reason is 'error', not the schema's 'slow_consumer'")
 def test_abort_connection_is_traced_as_a_slow_consumer_disconnect() -> None:
     net = VirtualNetwork(abort_config(abort_connection=True), trace=True)
     slow = slow_past_the_abort(net)
@@ -148,9 +143,6 @@ def test_abort_connection_is_traced_as_a_slow_consumer_disconnect() -> None:
     assert reasons == ["slow_consumer"]
 
 
-@pytest.mark.xfail(strict=True, reason="minibroker/topic.py: a producer held at a full subscription resumes its "
-                   "dispatch with the subscriptions it had left to serve, even one aborted (or unsubscribed) since: "
-                   "the message is delivered to the dead subscription and its memory is never released")
 def test_a_held_producer_resumes_without_the_aborted_subscription() -> None:
     net = VirtualNetwork(abort_config(), trace=True)
     slow = net.connected_client("slow")
@@ -167,10 +159,19 @@ def test_a_held_producer_resumes_without_the_aborted_subscription() -> None:
     assert net.broker.memory.usage == 0  # nothing is held for anyone
 
 
-@pytest.mark.xfail(strict=True, reason="clients/labs/runner.py: LabRun has no way to collect the broker's log lines "
-                   "for evidence; labs 01 and 02 each carry a broker_log() helper meanwhile")
-def test_a_lab_run_collects_the_broker_log() -> None:
-    assert callable(getattr(LabRun, "broker_log", None))
+def test_a_lab_run_collects_the_broker_log(tmp_path: Path) -> None:
+    from clients.labs.model import Lab, RunSpec
+
+    config = tmp_path / "c.toml"
+    config.write_text("")
+    lab = Lab(tmp_path, "log", "t", "s", (RunSpec("r", config, "healthy", ""),), tmp_path / "scenario.py")
+    run = LabRun(lab, lab.runs[0], tmp_path)
+    with run._log:
+        net = run.network()
+        c = net.connected_client("c")
+        c.send_frame("SEND", {})  # a protocol error: the broker logs it
+    assert any("SEND frame has no destination header" in line for line in run.broker_log())
+    assert run.broker_log("no destination") and not run.broker_log("nothing like this")
 
 
 # -- stomp.py against the real server -------------------------------------------------------------
@@ -178,7 +179,7 @@ def test_a_lab_run_collects_the_broker_log() -> None:
 
 def test_stomp_py_slow_subscriber_gets_the_abort_error_while_a_fast_one_keeps_receiving(tmp_path: Path) -> None:
     # The lab's abort-subscription.toml, with shorter durations for a test (slow for 1 s, checked every
-    # 0.2 s) and memory enough that the producer is never held before the abort (see the xfail above).
+    # 0.2 s) and memory enough that the producer is never held before the abort (see the resume test above).
     config = abort_config(memory=16 * 1024 * 1024, max_slow_duration=1000, abort_slow_consumer_check_period=200)
     rb = RunningBroker(config, str(tmp_path / "data")).start()
     conns: list[Any] = []

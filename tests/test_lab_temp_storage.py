@@ -76,11 +76,9 @@ def test_the_vm_cursor_never_swaps_but_paces_the_producer(results: dict[str, Run
         results["vm-cursor"].outcome.evidence)
 
 
-# -- what the framework and the broker should do (strict xfails: they flip when fixed) ----------
+# -- gaps found while building the lab, now fixed in the broker and the framework --------------
 
 
-@pytest.mark.xfail(strict=True, reason="clients/labs/model.py: Lab.scenario() does not put the module in sys.modules, "
-                   "so a scenario cannot use @dataclass (lab 01 uses a plain class instead)")
 def test_a_scenario_module_may_define_dataclasses(tmp_path: Path) -> None:
     lab_dir = tmp_path / "99-dataclass"
     lab_dir.mkdir()
@@ -94,8 +92,6 @@ def test_a_scenario_module_may_define_dataclasses(tmp_path: Path) -> None:
     assert load_lab(lab_dir).scenario().Point(2).x == 2
 
 
-@pytest.mark.xfail(strict=True, reason="minibroker/flow.py: flow_unblock always says usage 'memory' and the memory "
-                   "percent, even for a producer held by the temp store")
 def test_flow_unblock_names_the_usage_that_held_the_producer(tmp_path: Path) -> None:
     net = VirtualNetwork(load_config(LAB / "deadlock.toml"), data_dir=tmp_path / "data", trace=True)
     slow = [net.connected_client(f"slow-{i}") for i in (1, 2)]

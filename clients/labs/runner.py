@@ -69,7 +69,8 @@ class LabRun:
         self._log = _LogCapture()
 
     def broker_log(self, contains: str = "") -> list[str]:
-        """The broker's log lines (``minibroker.*`` loggers) during this run, optionally filtered."""
+        """The broker's log messages (``minibroker.*`` loggers, INFO and up) during this run,
+        optionally only those containing ``contains``; they are kept off the console."""
         return [line for line in self._log.lines if contains in line]
 
     def network(self, config: BrokerConfig | None = None, *, seed: int = 0) -> VirtualNetwork:
@@ -103,7 +104,7 @@ class _LogCapture(logging.Handler):
         self._saved: tuple[int, bool] = (logging.NOTSET, True)
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
+        self.lines.append(record.getMessage())
 
     def __enter__(self) -> "_LogCapture":
         logger = logging.getLogger("minibroker")

@@ -20,9 +20,7 @@ seconds.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-from typing import Any, Iterator
+from typing import Any
 
 from clients.labs import LabRun, Outcome
 from minibroker.stats import statistics_replies
@@ -38,31 +36,6 @@ SUBSCRIBERS = ("slow-1", "fast-1", "fast-2", "slow-2")  # dispatch order
 KB = 1024
 
 
-@contextlib.contextmanager
-def broker_log() -> Iterator[list[str]]:
-    """The broker's log lines (INFO and up) while the block runs, kept off the console.
-
-    The same helper is in lab 02's scenario: it belongs in the labs framework
-    (``LabRun``), which the labs may not change; see tests/test_lab_slow_consumers.py.
-    """
-    lines: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(record.getMessage())
-
-    logger = logging.getLogger("minibroker")
-    handler = Keep(logging.INFO)
-    saved = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
 
 
 class Producer:
@@ -121,12 +94,11 @@ def run(lab: LabRun) -> Outcome:
              f"RECEIPT, {LATER} more at t={LATER_AT:.0f} s; broker memory {cfg.system_usage.memory_limit // KB} KB, "
              f"temp limit {cfg.system_usage.temp_limit // KB} KB, temp files {cfg.store.temp_journal_max_file_length // KB} KB, "
              f"cursor {cfg.policy_for('topic', 'prices').pending_cursor}")
-    with broker_log() as log_lines:
-        net.every(PRODUCER_PERIOD, lambda: producer.tick(net.now), until=SECONDS)
-        net.every(SLOW_PERIOD, slow_ack, until=SECONDS)
-        net.at(LATER_AT, later)
-        net.advance(SECONDS)
-    return _verdict(lab, net, producer, slow, fast, log_lines)
+    net.every(PRODUCER_PERIOD, lambda: producer.tick(net.now), until=SECONDS)
+    net.every(SLOW_PERIOD, slow_ack, until=SECONDS)
+    net.at(LATER_AT, later)
+    net.advance(SECONDS)
+    return _verdict(lab, net, producer, slow, fast, lab.broker_log())
 
 
 def _verdict(lab: LabRun, net: Any, producer: Producer, slow: list[Any], fast: list[Any],
@@ -208,8 +180,9 @@ def _verdict(lab: LabRun, net: Any, producer: Producer, slow: list[Any], fast: l
 # ---------------------------------------------------------------------- live
 def run_live(lab: LabRun) -> Outcome:
     """The same trap on the real server: stuck slow subscribers, then drained."""
-    with lab.live_broker() as live, broker_log() as log_lines:
+    with lab.live_broker() as live:
         result = asyncio.run(_live(live))
+    log_lines = lab.broker_log()
     state = result.pop("state")
     seed_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
     if seed_line:

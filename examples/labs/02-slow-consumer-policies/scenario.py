@@ -18,9 +18,7 @@ the cost table; the last run prints the whole table.
 """
 from __future__ import annotations
 
-import contextlib
-import logging
-from typing import Any, Iterator
+from typing import Any
 
 from clients.labs import LabRun, Outcome
 from minibroker.stats import statistics_replies
@@ -43,31 +41,6 @@ COLUMNS = (("run", "run"), ("producer", "producer msg/s"), ("fast", "fast msg/s"
            ("verdict", "verdict"))
 
 
-@contextlib.contextmanager
-def broker_log() -> Iterator[list[str]]:
-    """The broker's log lines (INFO and up) while the block runs, kept off the console.
-
-    The same helper is in lab 01's scenario: it belongs in the labs framework
-    (``LabRun``), which the labs may not change; see tests/test_lab_slow_consumers.py.
-    """
-    lines: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            lines.append(record.getMessage())
-
-    logger = logging.getLogger("minibroker")
-    handler = Keep(logging.INFO)
-    saved = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
 
 
 class Producer:
@@ -151,13 +124,12 @@ def run(lab: LabRun) -> Outcome:
         marks.update(producer=producer.receipted(), fast=sum(len(c.messages()) for c in fast),
                      slow=len(clients["slow"].messages()))
 
-    with broker_log() as log_lines:
-        net.every(1 / RATE, producer.tick, until=SECONDS)
-        if not stuck:
-            net.every(1 / SLOW_RATE, slow.tick, until=SECONDS)
-        net.at(WINDOW_FROM, mark)
-        net.advance(SECONDS)
-    return _verdict(lab, net, producer, clients, fast, marks, log_lines, stuck)
+    net.every(1 / RATE, producer.tick, until=SECONDS)
+    if not stuck:
+        net.every(1 / SLOW_RATE, slow.tick, until=SECONDS)
+    net.at(WINDOW_FROM, mark)
+    net.advance(SECONDS)
+    return _verdict(lab, net, producer, clients, fast, marks, lab.broker_log(), stuck)
 
 
 def _verdict(lab: LabRun, net: Any, producer: Producer, clients: dict[str, Any], fast: list[Any],
