@@ -89,7 +89,7 @@ def run(lab: LabRun) -> Outcome:
 class PerlConsumer:
     """The seed's consumer, after Net::Stomp as its library configured it.
 
-    STOMP 1.0 (Net::Stomp's; 1.2 when it must send heart-beats), ``ack:client``,
+    STOMP 1.0 (Net::Stomp's; 1.1 when it must send heart-beats), ``ack:client``,
     a ``client-id``, ``activemq.exclusive:true`` and no prefetch header (the
     broker's default, 1000 for a queue). Every ``WORK`` seconds ``tick()`` ACKs
     the message in hand and reads the next one, ``READ_CHUNK`` bytes at a time.
