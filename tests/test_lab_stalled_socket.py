@@ -279,6 +279,15 @@ def test_stomp_py_prefetch_1_drains_the_same_workload(broker_factory) -> None:
 
 
 # ------------------------------------------------------------------ what the lab found
+def _slow_store(tmp_path: Path, messages: int, size: int) -> VirtualNetwork:
+    """A virtual broker whose ACKs cost 5 ms per message in flight, with ``messages`` waiting on /queue/jobs."""
+    net = VirtualNetwork(parse_config({"store": {"store_latency": 5}}), data_dir=tmp_path / "data")
+    producer = net.connected_client("producer")
+    for _ in range(messages):
+        producer.send("/queue/jobs", "x" * size, persistent="true")
+    return net
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "Broker._heart_beat_in counts the time the broker itself does not read the connection (a slow store busy "
     "with its ACK, producer flow control) as the peer's silence, and kills a peer that has been beating all along. "
@@ -286,10 +295,7 @@ def test_stomp_py_prefetch_1_drains_the_same_workload(broker_factory) -> None:
     "Fix: in _heart_beat_in, while session.reading_paused, re-arm without failing, and count silence from when "
     "reading resumed (a session.read_resumed_at set in _start_reading)"))
 def test_heart_beats_do_not_blame_the_peer_for_the_brokers_own_pause(tmp_path: Path) -> None:
-    net = VirtualNetwork(parse_config({"store": {"store_latency": 5}}), data_dir=tmp_path / "data")
-    producer = net.connected_client("producer")
-    for _ in range(500):
-        producer.send("/queue/jobs", "x" * 200, persistent="true")
+    net = _slow_store(tmp_path, 500, 200)
     c = net.client("beating")
     assert c.connect("1.2", **{"heart-beat": "1000,0"}).command == "CONNECTED"  # the broker expects a beat a second
     c.subscribe("/queue/jobs", "s", "client-individual")
@@ -388,10 +394,7 @@ def test_a_scenario_may_use_dataclasses(tmp_path: Path) -> None:
     "the asyncio edge resumes and pauses in one flush and reads nothing. Fix: in pump, collapse each session's "
     "Pause/Resume actions of one batch to the last one before flushing the client's outbound"))
 def test_the_virtual_network_reads_no_more_than_the_real_edge(tmp_path: Path) -> None:
-    net = VirtualNetwork(parse_config({"store": {"store_latency": 5}}), data_dir=tmp_path / "data")
-    producer = net.connected_client("producer")
-    for _ in range(200):
-        producer.send("/queue/jobs", "x" * 100, persistent="true")
+    net = _slow_store(tmp_path, 200, 100)
     c = net.client("consumer", send_buffer=10_000)
     c.connect()
     c.subscribe("/queue/jobs", "s", "client-individual")
