@@ -408,3 +408,43 @@ def test_the_virtual_network_reads_no_more_than_the_real_edge(tmp_path: Path) ->
     waiting = len(c.outbound)
     net.advance(1.01)  # ACK 1 done; held ACK 2 starts at once: the edge resumes and pauses, reading nothing
     assert len(c.outbound) == waiting
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "The refused CONNECT's `error` trace event carries neither code nor client_id (the session never got the "
+    "client-id), but the Spark stalled_socket detector (clients/spark/detectors.py) and its sample "
+    "(tests/spark/sample_events.py) look for code='client_id_in_use' and the client_id: the broker/Spark contract is "
+    "broken, and refused reconnects are never counted. Fix: _claim_client_id raises a ProtocolError with "
+    "code='client_id_in_use' (ProtocolError has no code yet; _fail reads getattr(exc, 'code')) and _fail emits the "
+    "requested client-id"))
+def test_a_refused_reconnect_is_traced_as_the_spark_detector_expects(tmp_path: Path) -> None:
+    net = VirtualNetwork(data_dir=tmp_path / "data", trace=True)
+    first = net.client("first")
+    assert first.connect(**{"client_id": CLIENT_ID}).command == "CONNECTED"
+    second = net.client("second")
+    assert second.connect(**{"client_id": CLIENT_ID}).command == "ERROR"
+    [event] = [e for e in net.trace.events("error") if "already connected" in e["message"]]
+    assert event.get("code") == "client_id_in_use" and event.get("client_id") == CLIENT_ID
+
+
+@pytest.mark.spark
+@pytest.mark.xfail(strict=True, reason=(
+    "The Spark stalled_socket detector fires only on a write_timeout event, i.e. only where the cure "
+    "(so_write_timeout) is configured, and counts refused reconnects only after it: the seed's own pathology "
+    "(no write timeout, the reconnect refused while the broker still holds the connection) goes unreported "
+    "('No detector fired' under `minibroker lab run 03 --plot`). Fix in clients/spark/detectors.py: also find "
+    "windows where a connection's `connection` samples show idle_read and idle_write growing with pending > 0, "
+    "and count refusals (error events naming its client-id) inside the window"))
+def test_the_analysis_finds_the_seeds_stalled_socket(tmp_path: Path) -> None:
+    from clients.labs.runner import LabRun
+    from clients.spark.analyze import main as analyze
+
+    lab = _lab()
+    spec = next(s for s in lab.runs if s.name == "default-prefetch")
+    run = LabRun(lab, spec, tmp_path / "run")
+    assert lab.scenario().run(run).pathology
+    trace = tmp_path / "trace.jsonl"
+    run.trace.dump(trace)
+    assert analyze([str(trace), "--out", str(tmp_path / "out"), "--no-plots", "--master", "local[1]"]) == 0
+    findings = json.loads((tmp_path / "out" / "findings.json").read_text())
+    assert any(f["detector"] == "stalled_socket" for f in findings)
