@@ -253,8 +253,9 @@ def stalled_socket(lab: LabRun) -> Outcome:
     in_flight = consumer.in_flight_at_first_ack or 0
     ack_cost = latency * (in_flight + 1) / 1000
     waits = trace.ack_waits(consumer.ack_written)
+    written = trace.pending_bytes(str(first.sid))  # 0 when the connection ended before its first sample
     lab.note(f"at its first ACK the broker had {in_flight} message(s) in flight for it"
-             + (f" ({trace.pending_bytes(str(first.sid)):,} B written to its socket and not read)" if in_flight > 1 else "")
+             + (f" ({written:,} B written to its socket and not read)" if written else "")
              + f": each ACK costs the store {latency} ms x {in_flight + 1} = {ack_cost:.3f} s, "
              f"and the broker reads nothing from the connection meanwhile")
     if consumer.partial_writes:
