@@ -272,7 +272,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         waited = self.clock.now() - since
         log.warning("Forced write timeout for: %s (connection %d, writes stuck for %.1f s)", session.peer, session.id, waited)
         if self.trace.enabled:
-            self._emit("write_timeout", session=str(session.id), waited=round(waited, 6), pending_bytes=session.out_bytes,
+            self._emit("write_timeout", session=str(session.id), waited=round(waited, 6),
+                       pending_bytes=session.out_bytes + session.transport_buffered,
                        client_id=session.client_id, addr=session.peer)
         self._close(session, "write timeout", abort=True)
 
@@ -363,8 +364,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         session.write(encode(Frame("ERROR", headers, body.encode("utf-8")), session.version))
         log.warning("session %d (%s): protocol error: %s", session.id, session.peer, exc.message)
         if self.trace.enabled:
-            self._emit("error", session=str(session.id), client_id=session.client_id, message=exc.message, fatal=True,
-                       code=getattr(exc, "code", None))
+            self._emit("error", session=str(session.id), client_id=session.client_id or exc.client_id,
+                       message=exc.message, fatal=True, code=exc.code)
         self._close(session, f"protocol error: {exc.message}")
 
     def _close(self, session: Session, reason: str, *, notify_edge: bool = True, abort: bool = False) -> None:
@@ -439,7 +440,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         if holder is not None and holder.is_open:
             if not self.config.transport.allow_link_stealing:
                 raise ProtocolError(
-                    f"Broker: {self.name} - Client: {client_id} already connected from {holder.peer or 'unknown'}"
+                    f"Broker: {self.name} - Client: {client_id} already connected from {holder.peer or 'unknown'}",
+                    code="client_id_in_use", client_id=client_id,
                 )
             log.info("client-id %s: link stolen by connection %d from %d", client_id, session.id, holder.id)
             self._fail(holder, ProtocolError(f"client-id {client_id} was taken over by a new connection (allow_link_stealing)"), None)
@@ -467,7 +469,12 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             return
         limit = session.hb_recv_ms * self.config.transport.hb_grace_period_multiplier / 1000
         now = self.clock.now()
-        silent = now - session.last_read
+        if session.reading_paused:
+            # The broker is not reading (a busy store, flow control): the peer's beats wait
+            # unread, so its silence is ours. ActiveMQ skips the check while it is busy too.
+            self.timers.call_at(now + limit, self._heart_beat_in, session)
+            return
+        silent = now - max(session.last_read, session.read_resumed_at)
         if silent >= limit * 0.999:
             self._fail(
                 session,
@@ -475,7 +482,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
                 None,
             )
             return
-        self.timers.call_at(session.last_read + limit, self._heart_beat_in, session)
+        self.timers.call_at(max(session.last_read, session.read_resumed_at) + limit, self._heart_beat_in, session)
 
 
 

@@ -200,7 +200,7 @@ class StoreConfig:
     file_size: int = option(1536 * 1024, size, "ring layout: size of one journal file")
     fsync: str = option("always", choice("always", "batch", "never"), "when journal writes reach the disk")
     temp_journal_max_file_length: int = option(32 * 1024 * 1024, size, "temp store (file cursors): size of one file (ActiveMQ PListStore journalMaxFileLength)")
-    store_latency: int = option(0, integer(0), "ms each journal operation is delayed, to make the store slow on purpose (labs); 0 = off")
+    store_latency: int = option(0, integer(0), "a slow store on purpose (labs): ms a persistent ACK costs per message in flight, while the connection is not read; 0 = off")
 
 
 @dataclass(frozen=True)

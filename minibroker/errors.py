@@ -31,10 +31,14 @@ class ProtocolError(BrokerError):
     asyncio's ``IncompleteReadError.partial``), so they are handled first.
     """
 
-    def __init__(self, message: str, *, detail: str = "") -> None:
+    def __init__(self, message: str, *, detail: str = "", code: str | None = None, client_id: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.detail = detail
+        #: A short code for the trace (``client_id_in_use`` ...), when there is one.
+        self.code = code
+        #: The client-id the frame asked for, when the error is about it.
+        self.client_id = client_id
         self.frames: list = []
 
 

@@ -183,6 +183,7 @@ class ProducerFlowControl:
             return
         session.pause_reasons.discard(reason)
         if not session.pause_reasons and session.is_open:
+            session.read_resumed_at = self.clock.now()
             self._control.append(ResumeReading(session.id))
             self._replay_held(session)
 

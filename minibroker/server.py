@@ -46,6 +46,9 @@ __all__ = ["BrokerServer", "serve", "open_store"]
 _BATCH_SYNC_SECONDS = 1.0
 #: How often the trace buffer is handed to its writer.
 _TRACE_FLUSH_SECONDS = 0.5
+#: How long a closing connection may take to drain its last frames before it is aborted.
+_CLOSE_GRACE_SECONDS = 5.0
+
 
 log = logging.getLogger("minibroker.server")
 
@@ -57,6 +60,7 @@ class _Connection(asyncio.Protocol):
         self.server = server
         self.sid = 0
         self.transport: asyncio.Transport | None = None
+        self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -91,7 +95,13 @@ class _Connection(asyncio.Protocol):
         self.server.broker.set_writable(self.sid, True)
         self.server.flush()
 
+    def abort_if_open(self) -> None:
+        """Closed, but still flushing to a peer that does not read: drop the socket."""
+        if not self.lost and self.transport is not None:
+            self.transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
         self.server.connections.pop(self.sid, None)
         self.server.broker.connection_lost(self.sid)
         self.server.flush()
@@ -172,7 +182,10 @@ class BrokerServer:
                         if action.abort:
                             transport.abort()
                         else:
-                            transport.close()
+                            transport.close()  # flushes what was written (the ERROR frame) first ...
+                            grace = broker.config.transport.so_write_timeout / 1000 or _CLOSE_GRACE_SECONDS
+                            # ... unless the peer never reads: then the socket goes anyway.
+                            asyncio.get_running_loop().call_later(grace, conn.abort_if_open)
                     elif type(action) is PauseReading:
                         transport.pause_reading()
                     elif type(action) is ResumeReading:

@@ -124,6 +124,8 @@ class Session:
         self.sync_waiting = 0
         #: Until when a slow store keeps the broker busy with this session.
         self.busy_until = 0.0
+        #: When the broker last started reading this socket again after a pause.
+        self.read_resumed_at = now
         #: Subscriptions the broker aborted (key -> id): late ACKs for them are ignored.
         self.aborted: dict[int, str] = {}
         self.frames_in = 0

@@ -272,6 +272,7 @@ class VirtualNetwork:
                 continue
             if not actions:
                 return
+            resumed: list[VirtualClient] = []
             for action in actions:
                 c = self.clients.get(action.session)
                 if c is None or c.closed:
@@ -286,7 +287,10 @@ class VirtualNetwork:
                     c.reading_paused = True
                 elif type(action) is ResumeReading:
                     c.reading_paused = False
-                    c.flush_outbound()
+                    resumed.append(c)
+            # As the asyncio edge: a resume and a pause in one batch read nothing.
+            for c in resumed:
+                c.flush_outbound()
 
     # -- time
     @property

@@ -8,7 +8,7 @@
   broker holds it (``minibroker stat --connections`` and the statistics
   destination show the stuck connection); with ``activemq.prefetchSize:1``
   the same workload drains;
-- broker behaviour this lab found wrong, as strict xfails (see each reason).
+- broker behaviour this lab found wrong at first (now fixed): each test below asserts the fix.
 """
 from __future__ import annotations
 
@@ -288,12 +288,6 @@ def _slow_store(tmp_path: Path, messages: int, size: int) -> VirtualNetwork:
     return net
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Broker._heart_beat_in counts the time the broker itself does not read the connection (a slow store busy "
-    "with its ACK, producer flow control) as the peer's silence, and kills a peer that has been beating all along. "
-    "ActiveMQ skips the read check while a command is being processed (AbstractInactivityMonitor: inReceive). "
-    "Fix: in _heart_beat_in, while session.reading_paused, re-arm without failing, and count silence from when "
-    "reading resumed (a session.read_resumed_at set in _start_reading)"))
 def test_heart_beats_do_not_blame_the_peer_for_the_brokers_own_pause(tmp_path: Path) -> None:
     net = _slow_store(tmp_path, 500, 200)
     c = net.client("beating")
@@ -308,13 +302,6 @@ def test_heart_beats_do_not_blame_the_peer_for_the_brokers_own_pause(tmp_path: P
     assert not c.closed, c.close_reason
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Close(abort=False) -> transport.close() waits for the transport's buffer to drain; when the peer does not "
-    "read (the stuck consumer of seed 003, closed by link stealing, a heart-beat timeout or any ERROR) it never "
-    "does, and the socket stays ESTABLISHED with megabytes queued for good (so_write_timeout no longer applies: the "
-    "session is gone). Java's Socket.close() hands the socket to the kernel at once. Fix: in BrokerServer.flush, "
-    "abort (or close the raw socket) when a closing transport has not drained within a bound, e.g. "
-    "so_write_timeout or a few seconds"))
 def test_a_connection_taken_over_is_released_even_if_its_peer_never_reads(broker_factory) -> None:
     import asyncio
 
@@ -353,10 +340,6 @@ def test_a_connection_taken_over_is_released_even_if_its_peer_never_reads(broker
     assert asyncio.run(scenario())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "write_timeout's pending_bytes is session.out_bytes only, while the connection sample (and stat's "
-    "outboundQueuedBytes) is out_bytes + transport_buffered: the event says 0 B for a socket stuck with 100 KB. "
-    "Fix: emit pending_bytes=session.out_bytes + session.transport_buffered in Broker._check_write_timeout"))
 def test_the_write_timeout_event_counts_the_bytes_stuck_in_the_socket(tmp_path: Path) -> None:
     net = VirtualNetwork(parse_config({"transport": {"so_write_timeout": 1000}}), data_dir=tmp_path / "data", trace=True)
     producer = net.connected_client("producer")
@@ -370,11 +353,6 @@ def test_the_write_timeout_event_counts_the_bytes_stuck_in_the_socket(tmp_path: 
     assert event["pending_bytes"] > 50_000
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "clients/labs/model.py Lab.scenario() executes the scenario module without putting it in sys.modules, so a "
-    "@dataclass in a scenario that uses `from __future__ import annotations` fails (dataclasses looks the module "
-    "up). Fix: sys.modules[spec.name] = module before spec.loader.exec_module(module). Lab 03 works around it "
-    "with plain classes and registers its own live.py"))
 def test_a_scenario_may_use_dataclasses(tmp_path: Path) -> None:
     lab_dir = tmp_path / "99-dataclass"
     lab_dir.mkdir()
@@ -388,11 +366,6 @@ def test_a_scenario_may_use_dataclasses(tmp_path: Path) -> None:
     assert load_lab(lab_dir).scenario().Workload().messages == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "VirtualNetwork.pump applies ResumeReading (and reads the client's waiting bytes) even when a PauseReading "
-    "for the same session follows in the same batch (_start_reading -> _replay_held starts the next held ACK); "
-    "the asyncio edge resumes and pauses in one flush and reads nothing. Fix: in pump, collapse each session's "
-    "Pause/Resume actions of one batch to the last one before flushing the client's outbound"))
 def test_the_virtual_network_reads_no_more_than_the_real_edge(tmp_path: Path) -> None:
     net = _slow_store(tmp_path, 200, 100)
     c = net.client("consumer", send_buffer=10_000)
@@ -410,13 +383,6 @@ def test_the_virtual_network_reads_no_more_than_the_real_edge(tmp_path: Path) ->
     assert len(c.outbound) == waiting
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "The refused CONNECT's `error` trace event carries neither code nor client_id (the session never got the "
-    "client-id), but the Spark stalled_socket detector (clients/spark/detectors.py) and its sample "
-    "(tests/spark/sample_events.py) look for code='client_id_in_use' and the client_id: the broker/Spark contract is "
-    "broken, and refused reconnects are never counted. Fix: _claim_client_id raises a ProtocolError with "
-    "code='client_id_in_use' (ProtocolError has no code yet; _fail reads getattr(exc, 'code')) and _fail emits the "
-    "requested client-id"))
 def test_a_refused_reconnect_is_traced_as_the_spark_detector_expects(tmp_path: Path) -> None:
     net = VirtualNetwork(data_dir=tmp_path / "data", trace=True)
     first = net.client("first")
@@ -428,13 +394,6 @@ def test_a_refused_reconnect_is_traced_as_the_spark_detector_expects(tmp_path: P
 
 
 @pytest.mark.spark
-@pytest.mark.xfail(strict=True, reason=(
-    "The Spark stalled_socket detector fires only on a write_timeout event, i.e. only where the cure "
-    "(so_write_timeout) is configured, and counts refused reconnects only after it: the seed's own pathology "
-    "(no write timeout, the reconnect refused while the broker still holds the connection) goes unreported "
-    "('No detector fired' under `minibroker lab run 03 --plot`). Fix in clients/spark/detectors.py: also find "
-    "windows where a connection's `connection` samples show idle_read and idle_write growing with pending > 0, "
-    "and count refusals (error events naming its client-id) inside the window"))
 def test_the_analysis_finds_the_seeds_stalled_socket(tmp_path: Path) -> None:
     from clients.labs.runner import LabRun
     from clients.spark.analyze import main as analyze

@@ -15,7 +15,9 @@ a JSON object. Each detector names the seed it comes from:
   again within a short time.
 - ``slow_consumer`` (seed 002): the broker marked a subscription slow.
 - ``stalled_socket`` (seed 003): a write to a client was stuck until the
-  write timeout closed it (and its reconnects were refused).
+  write timeout closed it, or (no write timeout) its connection samples show
+  bytes queued and nothing drained for a window; with the reconnects refused
+  meanwhile (the same client-id).
 - ``journal_full_few_live`` (seed 004): enqueues were refused as the journal
   was full while it held few live messages, each pinning a file.
 """
@@ -261,14 +263,27 @@ def slow_consumer(tb: Tables, p: Params) -> DataFrame:
 
 def stalled_socket(tb: Tables, p: Params) -> DataFrame:
     ev = tb.events
-    stuck = ev.filter(F.col("event") == "write_timeout").select(
+    timed_out = ev.filter(F.col("event") == "write_timeout").select(
         "session", "client_id", "waited", "pending_bytes", F.col("t").alias("end"),
         (F.col("t") - F.coalesce("waited", F.lit(0.0))).alias("start"))
+    # A stall no write timeout ended (the seed's own case): the connection samples show
+    # bytes queued for a socket that has not drained for at least min_window seconds.
+    sampled = (
+        ev.filter((F.col("event") == "connection") & (F.col("idle_write") >= p.min_window)
+                  & (F.col("pending_bytes") > 0))
+        .groupBy("session")
+        .agg(F.max("client_id").alias("client_id"), F.max("idle_write").alias("waited"),
+             F.max("pending_bytes").alias("pending_bytes"), F.max("t").alias("end"),
+             F.min(F.col("t") - F.col("idle_write")).alias("start"))
+        .join(timed_out.select("session"), "session", "left_anti")
+        .select("session", "client_id", "waited", "pending_bytes", "end", "start")
+    )
+    stuck = timed_out.unionByName(sampled)
     refused = ev.filter((F.col("event") == "error") & (F.col("code") == "client_id_in_use")).select(
         F.col("client_id").alias("rid"), F.col("t").alias("rt"))
     keys = ["session", "start"]
     reconnects = (
-        stuck.join(refused, (F.col("rid") == F.col("client_id")) & (F.col("rt") >= F.col("end")) &
+        stuck.join(refused, (F.col("rid") == F.col("client_id")) & (F.col("rt") >= F.col("start")) &
                    (F.col("rt") <= F.col("end") + p.reconnect_window))
         .groupBy(*keys).agg(F.count(F.lit(1)).alias("refused_reconnects"))
     )
@@ -284,7 +299,7 @@ def stalled_socket(tb: Tables, p: Params) -> DataFrame:
     return _finding(
         out, "stalled_socket",
         F.format_string("writes to %s (client-id %s) were stuck for %.1f s with %d bytes queued; "
-                        "%d messages dispatched, %d acked meanwhile; %d reconnect(s) refused after",
+                        "%d messages dispatched, %d acked meanwhile; %d reconnect(s) refused",
                         "session", F.coalesce("client_id", F.lit("-")), "waited",
                         F.coalesce("pending_bytes", F.lit(0)), "dispatched", "acked",
                         "refused_reconnects"),

@@ -23,7 +23,7 @@ __all__ = ["Tables", "build_tables", "islands"]
 USED = [
     "seq", "ts", "event", "session", "client", "client_id", "sub", "dest", "count", "pending",
     "mem_pct", "dest_mem_pct", "store_pct", "temp_pct", "hwm", "usage", "pct", "waited", "slow",
-    "prefetch", "pending_bytes", "store", "layout", "file", "files", "live", "live_bytes",
+    "prefetch", "pending_bytes", "idle_read", "idle_write", "store", "layout", "file", "files", "live", "live_bytes",
     "capacity", "file_live", "code", "message", "bytes", "redeliveries",
 ]
 
