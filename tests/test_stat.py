@@ -45,7 +45,7 @@ def test_stat_command_prints_the_tables(broker, capsys) -> None:
         out = capsys.readouterr().out
         assert "broker localhost: memory 0%" in out
         row = next(line for line in out.splitlines() if line.startswith("/queue/orders"))
-        assert row.split() == ["/queue/orders", "2", "2", "0", "0", "2", "0", "0"]
+        assert row.split() == ["/queue/orders", "2", "2", "0", "0", "2", "0", "0", "0"]
         assert "/topic/news" in out and "minibroker-stat" not in out.split("connection")[0]
         assert cli(["stat", "--port", str(broker.port), "--json"]) == 0
         data = json.loads(capsys.readouterr().out)

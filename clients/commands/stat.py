@@ -85,15 +85,18 @@ def format_tables(stats: dict[str, Any]) -> str:
         f"{b['blockedProducers']} blocked sends",
         "",
     ]
-    header = ["destination", "size", "enqueued", "dequeued", "consumers", "cached", "store-only", "mem%"]
+    header = ["destination", "size", "enqueued", "dequeued", "consumers", "cached", "store-only", "mem%", "discarded"]
     rows = [[d["destinationName"], d["size"], d["enqueueCount"], d["dequeueCount"], d["consumerCount"],
-             d["cachedCount"], d["storeOnlyCount"], d["memoryPercentUsage"]] for d in stats["destinations"]
+             d["cachedCount"], d["storeOnlyCount"], d["memoryPercentUsage"], d.get("discardedCount", 0)]
+            for d in stats["destinations"]
             if not d["destinationName"].endswith(".minibroker-stat")]  # our own reply queue
     out.append(_table(rows, header) if rows else "(no destinations)")
     if "connections" in stats:
-        header = ["connection", "peer", "client-id", "subs", "unacked", "out-bytes", "blocked", "idle-read-s", "idle-write-s"]
+        header = ["connection", "peer", "client-id", "subs", "unacked", "out-bytes", "blocked", "not-read",
+                  "idle-read-s", "idle-write-s"]
         rows = [[c["connection"], c["remoteAddress"], c["clientId"] or "-", c["subscriptions"], c["unacknowledged"],
-                 c["outboundQueuedBytes"], c["blockedSends"], c["secondsSinceLastRead"], c["secondsSinceLastWrite"]]
+                 c["outboundQueuedBytes"], c["blockedSends"], "yes" if c["readingPaused"] else "",
+                 c["secondsSinceLastRead"], c["secondsSinceLastWrite"]]
                 for c in stats["connections"]]
         out += ["", _table(rows, header) if rows else "(no connections)"]
     if "subscriptions" in stats:
