@@ -14,5 +14,8 @@ COMMANDS = [
     "stat",
     "journal",
     "lab",
+    "workload",
+    "replay",
+    "analyze",
     "passwd",
 ]
