@@ -27,7 +27,8 @@ from minibroker.frames import VERSIONS
 from minibroker.trace import Trace
 
 from ..cli import CommandError
-from ..replay import RECEIPT_MODES, Progress, Replayer, ReplayError, ReplayOptions, open_table
+from ..replay import (RECEIPT_MODES, Progress, Replayer, ReplayError, ReplayOptions, open_table,
+                      parse_shard, shard)
 from ._common import FAILURE, USAGE, _parse_heartbeat, add_connection_args, describe, parse_float, parse_int
 
 __all__ = ["register"]
@@ -56,6 +57,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                              "sends persistent messages synchronously) (default: %(default)s)")
     parser.add_argument("--timeout", default="30", metavar="S",
                         help="seconds to wait for a RECEIPT or a blocked write (default: %(default)s)")
+    parser.add_argument("--shard", metavar="I/N",
+                        help="play only the clients of shard I of N (0 <= I < N, by a hash of the "
+                             "client's name): N processes share one table")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_connection_args(parser)
     client_id = parser._option_string_actions["--client-id"]
@@ -100,6 +104,12 @@ def _warn(text: str) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run ``minibroker replay``."""
     options = options_from(args)
+    part = None
+    if args.shard is not None:
+        try:
+            part = parse_shard(args.shard)
+        except ValueError as exc:
+            raise CommandError(f"bad --shard: {exc}", USAGE) from None
     if args.trace is not None and not Path(args.trace).parent.is_dir():
         raise CommandError(f"cannot write --trace {args.trace!r}: no such directory", USAGE)
     _raise_fd_limit(options.max_clients)
@@ -120,7 +130,10 @@ def main(args: argparse.Namespace) -> int:
         if not args.no_progress and sys.stderr is not None and sys.stderr.isatty():
             progress = Progress(sys.stderr, table.duration)
         replayer = Replayer(options, trace=trace, progress=progress, describe=describe, warn=_warn)
-        report = asyncio.run(replayer.run(table.actions()))
+        actions = table.actions()
+        if part is not None:
+            actions = shard(actions, *part)
+        report = asyncio.run(replayer.run(actions))
     except ReplayError as exc:
         raise CommandError(str(exc), FAILURE) from None
     finally:

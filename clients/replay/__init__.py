@@ -22,7 +22,7 @@ from minibroker.trace import Trace
 from .driver import RECEIPT_MODES, Replayer, ReplayOptions
 from .progress import Progress
 from .report import ReplayReport
-from .source import ActionTable, ReplayError, open_table
+from .source import ActionTable, ReplayError, open_table, parse_shard, shard
 
 __all__ = [
     "replay",
@@ -32,6 +32,8 @@ __all__ = [
     "ReplayError",
     "ActionTable",
     "open_table",
+    "shard",
+    "parse_shard",
     "Progress",
     "RECEIPT_MODES",
 ]

@@ -108,7 +108,7 @@ class Replayer:
         self.clients: dict[str, ReplayClient] = {}
         self._pending = 0  # rows pushed and not yet taken by their client
         self._room: asyncio.Future[None] | None = None
-        self.last_lag = 0.0
+        self.recent_lag = 0.0  # the worst lag since the progress bar was last drawn
         self.table_t = 0.0
 
     # ------------------------------------------------------------- the run
@@ -174,6 +174,7 @@ class Replayer:
             self.trace.flush()
             if self.progress is not None:
                 self.progress.update(loop.time() - self._start, self.table_t, self)
+            self.recent_lag = 0.0
 
     # ------------------------------------------- called by the clients (hot)
     def dequeued(self) -> None:
@@ -183,7 +184,8 @@ class Replayer:
             room.set_result(None)
 
     def lag(self, seconds: float, action: Action) -> None:
-        self.last_lag = seconds
+        if seconds > self.recent_lag:
+            self.recent_lag = seconds
         self.lag_hist.record(seconds, action.t)
 
     def performed(self, kind: str) -> None:

@@ -42,7 +42,7 @@ class Progress:
         else:
             head = f"t {table_t:.1f} s"
         return (f"replay {head}  clients {c.connected}  sent {c.sent}  recv {c.received}  "
-                f"acked {c.acked}  behind {format_seconds(max(0.0, r.last_lag))}  "
+                f"acked {c.acked}  behind {format_seconds(max(0.0, r.recent_lag))}  "
                 f"errors {r.errors.count}  ({elapsed:.0f} s)")
 
     def update(self, elapsed: float, table_t: float, r: "Replayer") -> None:

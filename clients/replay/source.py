@@ -14,13 +14,16 @@ it starts at once and holds a line per part file in memory. Accepted paths:
 
 ``checked`` wraps the stream: it refuses a row whose ``t`` goes backwards (a
 hand-made table out of order would silently run late) and rows the replay
-cannot play.
+cannot play. ``shard`` keeps the clients of one shard of N (by a hash of the
+client's name), so N replay processes, on one machine's cores or on several
+machines, can share one table; their traces are analysed together.
 """
 from __future__ import annotations
 
 import json
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +31,7 @@ from typing import Any, Callable
 
 from clients.spark.actions import ACTIONS, Action, iter_actions
 
-__all__ = ["ReplayError", "ActionTable", "open_table", "checked"]
+__all__ = ["ReplayError", "ActionTable", "open_table", "checked", "shard", "parse_shard"]
 
 
 class ReplayError(Exception):
@@ -134,3 +137,26 @@ def checked(actions: Iterator[Action]) -> Iterator[Action]:
     except (ValueError, TypeError) as exc:  # a line that is not JSON, or not an action
         raise ReplayError(f"bad action table: {exc}") from None
 
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"I/N"`` (0 <= I < N) as ``(I, N)``; ``ValueError`` otherwise."""
+    index, slash, count = text.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i = n = -1
+    if not slash or not 0 <= i < n:
+        raise ValueError(f"expected I/N with 0 <= I < N, e.g. 0/4, not {text!r}")
+    return i, n
+
+
+def shard(actions: Iterator[Action], index: int, count: int) -> Iterator[Action]:
+    """The rows of the clients in shard ``index`` of ``count`` (stable across runs)."""
+    mine: dict[str, bool] = {}
+    for action in actions:
+        keep = mine.get(action.client)
+        if keep is None:
+            keep = mine[action.client] = zlib.crc32(action.client.encode()) % count == index
+        if keep:
+            yield action

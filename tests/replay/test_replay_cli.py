@@ -48,7 +48,7 @@ def test_replay_end_to_end(broker, table, tmp_path, capsys) -> None:
 
 def test_replay_json_summary(broker, table, capsys) -> None:
     status = clients.cli.main(["replay", str(small_table(table)), "--port", str(broker.port),
-                               "--json", "--speed", "4"])
+                               "--json", "--speed", "4", "--shard", "0/1"])
     report = json.loads(capsys.readouterr().out)
     assert status == 0
     assert (report["sent"], report["received"], report["acked"], report["errors"]) == (20, 20, 20, 0)
@@ -79,6 +79,7 @@ def _bad_cases(tmp_path: Path, actions: str, trace: str) -> list[tuple[list[str]
         (["replay", actions, "--max-clients", "0"], "bad --max-clients '0'"),
         (["replay", actions, "--port", "70000"], "bad --port '70000'"),
         (["replay", actions, "--heartbeat", "often"], "bad --heartbeat"),
+        (["replay", actions, "--shard", "2/2"], "bad --shard: expected I/N"),
         (["replay", str(tmp_path / "nothing")], "no such action table"),
         (["replay", str(tmp_path)], "no action table under"),
         (["replay", actions, "--trace", str(tmp_path / "no" / "t.jsonl")], "no such directory"),

@@ -8,7 +8,7 @@ import shutil
 import pytest
 from replay_tables import producer, write_table
 
-from clients.replay import ReplayError, open_table
+from clients.replay import ReplayError, open_table, parse_shard, shard
 from clients.replay.progress import Progress, bar
 from clients.replay.stats import ErrorLog, Histogram
 
@@ -120,7 +120,7 @@ def test_progress_bar_draws_in_place_and_clears() -> None:
         from clients.replay.stats import Counters
         counters = Counters(sent=5, received=4, acked=3, connected=2)
         errors = ErrorLog()
-        last_lag = 0.0123
+        recent_lag = 0.0123
 
     stream = io.StringIO()
     p = Progress(stream, duration=10.0)
@@ -140,3 +140,18 @@ def test_job_output_without_summary(tmp_path) -> None:
     shutil.rmtree(out / "actions.jsonl")
     with pytest.raises(ReplayError):
         open_table(out)
+
+
+def test_shards_split_the_clients_between_processes(tmp_path) -> None:
+    rows = [r for i in range(20) for r in producer(f"p-{i}", "/queue/A", [0.1 * i])]
+    path = write_table(tmp_path / "a.jsonl", rows)
+    parts = [list(shard(open_table(path).actions(), i, 3)) for i in range(3)]
+    clients = [{a.client for a in part} for part in parts]
+    assert set().union(*clients) == {f"p-{i}" for i in range(20)}
+    assert sum(len(c) for c in clients) == 20 and all(clients)  # disjoint, none empty
+    assert sum(len(p) for p in parts) == len(rows)
+    assert [a.client for a in shard(open_table(path).actions(), 1, 3)] == [a.client for a in parts[1]]
+    assert parse_shard("2/4") == (2, 4)
+    for bad in ("4/4", "-1/2", "1", "a/b"):
+        with pytest.raises(ValueError, match="I/N"):
+            parse_shard(bad)
