@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..cli import CommandError
+from ..replay.source import spark_error
 from ._common import FAILURE, USAGE
 
 __all__ = ["register", "run_spark_job", "job_argv", "Option"]
@@ -120,8 +121,7 @@ def run_spark_job(module: str, argv: list[str]) -> int:
     except SystemExit as exc:  # the job's own argument parser
         return exc.code if isinstance(exc.code, int) else USAGE
     except (PySparkException, Py4JError, OSError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise CommandError(f"Spark failed: {first}", FAILURE) from None
+        raise CommandError(f"Spark failed: {spark_error(exc)}", FAILURE) from None
 
 
 def generate(args: argparse.Namespace) -> int:

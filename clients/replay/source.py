@@ -31,7 +31,8 @@ from typing import Any, Callable
 
 from clients.spark.actions import ACTIONS, Action, iter_actions
 
-__all__ = ["ReplayError", "ActionTable", "open_table", "checked", "shard", "parse_shard"]
+__all__ = ["ReplayError", "ActionTable", "open_table", "checked", "shard", "parse_shard",
+           "spark_error"]
 
 
 class ReplayError(Exception):
@@ -97,8 +98,11 @@ def open_table(path: str | Path, *, log: Callable[[str], None] = print) -> Actio
 def _convert(parquet: Path, log: Callable[[str], None]) -> tuple[Path, Callable[[], None]]:
     """Parquet -> sorted JSON lines in a temporary directory, with Spark."""
     try:
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+        from pyspark.sql import SparkSession
+
         from clients.spark.session import get_session
-        import pyspark  # noqa: F401
     except ImportError:
         raise ReplayError(f"{parquet} holds only Parquet, which needs Spark to read (pip install "
                           "-e '.[spark]'), or regenerate with --format jsonl") from None
@@ -106,9 +110,25 @@ def _convert(parquet: Path, log: Callable[[str], None]) -> tuple[Path, Callable[
         "the workload job writes JSON lines too unless --format parquet)")
     tmp = Path(tempfile.mkdtemp(prefix="minibroker-replay-"))
     out = tmp / "actions.jsonl"
+    ours = SparkSession.getActiveSession() is None
     spark = get_session("minibroker-replay-convert")
-    spark.read.parquet(str(parquet)).orderBy("t", "client", "seq").write.json(str(out))
+    try:
+        spark.read.parquet(str(parquet)).orderBy("t", "client", "seq").write.json(str(out))
+    except (PySparkException, Py4JError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ReplayError(f"cannot read {parquet} with Spark: {spark_error(exc)}") from None
+    finally:
+        if ours:  # free the JVM's memory before the replay starts
+            spark.stop()
     return out, lambda: shutil.rmtree(tmp, ignore_errors=True)
+
+
+def spark_error(exc: BaseException) -> str:
+    """The first line worth showing of a PySpark or Py4J error (the Java exception's
+    own message rather than Py4J's "An error occurred while calling ...")."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java) if java is not None else str(exc)
+    return (text.strip().splitlines() or [type(exc).__name__])[0]
 
 
 _NEEDS = {

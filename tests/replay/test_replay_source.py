@@ -9,6 +9,7 @@ import pytest
 from replay_tables import producer, write_table
 
 from clients.replay import ReplayError, open_table, parse_shard, shard
+from clients.replay.source import spark_error
 from clients.replay.progress import Progress, bar
 from clients.replay.stats import ErrorLog, Histogram
 
@@ -155,3 +156,13 @@ def test_shards_split_the_clients_between_processes(tmp_path) -> None:
     for bad in ("4/4", "-1/2", "1", "a/b"):
         with pytest.raises(ValueError, match="I/N"):
             parse_shard(bad)
+
+
+def test_spark_errors_are_shown_by_their_java_message() -> None:
+    class Py4JLike(Exception):
+        java_exception = "org.apache.spark.SparkException: [FAILED_READ_FILE] footer\n\tat ..."
+
+    assert spark_error(Py4JLike("An error occurred while calling o42.parquet.")) == (
+        "org.apache.spark.SparkException: [FAILED_READ_FILE] footer")
+    assert spark_error(ValueError("first\nsecond")) == "first"
+    assert spark_error(ValueError("")) == "ValueError"
