@@ -27,8 +27,8 @@ from minibroker.frames import VERSIONS
 from minibroker.trace import Trace
 
 from ..cli import CommandError
-from ..replay import (RECEIPT_MODES, Progress, Replayer, ReplayError, ReplayOptions, open_table,
-                      parse_shard, shard)
+from ..replay import (RECEIPT_MODES, Progress, Replayer, ReplayError, ReplayOptions, ReplayReport,
+                      open_table, parse_shard, shard)
 from ._common import FAILURE, USAGE, _parse_heartbeat, add_connection_args, describe, parse_float, parse_int
 
 __all__ = ["register"]
@@ -133,15 +133,25 @@ def main(args: argparse.Namespace) -> int:
         actions = table.actions()
         if part is not None:
             actions = shard(actions, *part)
-        report = asyncio.run(replayer.run(actions))
+        try:
+            report = asyncio.run(replayer.run(actions))
+        except KeyboardInterrupt:
+            _print(args, replayer.report(), options)
+            print("interrupted", file=sys.stderr)
+            return 130
     except ReplayError as exc:
         raise CommandError(str(exc), FAILURE) from None
     finally:
         if trace is not None:
             trace.close()
         table.close()
+    _print(args, report, options)
+    return 0 if report.ok else FAILURE
+
+
+def _print(args: argparse.Namespace, report: ReplayReport, options: ReplayOptions) -> None:
     if args.json:
         print(json.dumps(report.as_dict(), indent=1))
     else:
-        print(report.render(source=args.actions, target=target, speed=options.speed, trace=args.trace))
-    return 0 if report.ok else FAILURE
+        print(report.render(source=args.actions, target=f"{options.host}:{options.port}",
+                            speed=options.speed, trace=args.trace))

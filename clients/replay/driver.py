@@ -109,18 +109,17 @@ class Replayer:
         self._pending = 0  # rows pushed and not yet taken by their client
         self._room: asyncio.Future[None] | None = None
         self.recent_lag = 0.0  # the worst lag since the progress bar was last drawn
+        self._start = self._end = self._last_due = 0.0  # loop times
         self.table_t = 0.0
 
     # ------------------------------------------------------------- the run
     async def run(self, actions: Iterable[Action]) -> ReplayReport:
         """Play ``actions`` (in time order) to the end; return the report."""
         loop = asyncio.get_running_loop()
-        start = loop.time()
-        self._start = start
+        self._start = self._end = self._last_due = loop.time()
         ticker = loop.create_task(self._tick())
-        due = start
         try:
-            due = await self._schedule(actions, start)
+            await self._schedule(actions, self._start)
             for client in self.clients.values():
                 client.finish()
             await asyncio.gather(*(c.task for c in self.clients.values()))
@@ -132,21 +131,25 @@ class Replayer:
                 if client.client is not None:
                     client.client.close()
             self.trace.flush()
-        elapsed = loop.time() - start
-        if self.progress is not None:
-            self.progress.close()
-        return ReplayReport(self.counters, self.lag_hist, self.latency, self.errors, elapsed,
-                            due - start, len(self.clients), self.trace.written)
+            self._end = loop.time()
+            if self.progress is not None:
+                self.progress.close()
+        return self.report()
 
-    async def _schedule(self, actions: Iterable[Action], start: float) -> float:
+    def report(self) -> ReplayReport:
+        """What was done so far (all of it once ``run`` has returned)."""
+        return ReplayReport(self.counters, self.lag_hist, self.latency, self.errors,
+                            self._end - self._start, self._last_due - self._start,
+                            len(self.clients), self.trace.written)
+
+    async def _schedule(self, actions: Iterable[Action], start: float) -> None:
         loop = asyncio.get_running_loop()
         speed = self.speed
         clients = self.clients
         limit = self.options.max_pending
         burst = 0
-        due = start
         for action in actions:
-            due = start + action.t / speed
+            due = self._last_due = start + action.t / speed
             self.table_t = action.t
             wait = due - loop.time()
             if wait > 0.0005:
@@ -165,7 +168,6 @@ class Replayer:
                 client = clients[action.client] = ReplayClient(action.client, self)
             self._pending += 1
             client.push(action, due)
-        return due
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()

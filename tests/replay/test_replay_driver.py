@@ -171,3 +171,20 @@ async def test_a_blocked_table_does_not_grow_without_bound(broker, table) -> Non
         await sub.get(timeout=10)
     await drain.disconnect()
     await asyncio.sleep(0)
+
+
+async def test_an_interrupted_run_still_reports_and_closes(broker, table) -> None:
+    rows = [*producer("p-0", "/queue/I", [0.05, 0.1], stop=60.0),
+            *consumer("c-0", "/queue/I", stop=60.0)]
+    trace = MemoryTrace(time.time)
+    replayer = Replayer(options(broker), trace=trace)
+    run = asyncio.ensure_future(replayer.run(open_table(table(rows)).actions()))
+    while replayer.counters.acked < 2:
+        await asyncio.sleep(0.01)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    report = replayer.report()
+    assert (report.counters.sent, report.counters.acked, report.clients) == (2, 2, 2)
+    assert report.elapsed > 0 and report.schedule == pytest.approx(60.0)
+    await asyncio.wait_for(asyncio.gather(*(c.client.closed for c in replayer.clients.values())), 10)
