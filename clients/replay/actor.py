@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from clients.spark.actions import Action
 from clients.stomp import StompClient, StompClientError, StompError, Subscription
@@ -122,11 +122,6 @@ class ReplayClient:
         self._disconnecting = False  # DISCONNECT sent on the current connection
         self.task = asyncio.get_running_loop().create_task(self._run())
 
-    @property
-    def backlog(self) -> int:
-        """Actions due and not yet performed."""
-        return len(self._pending)
-
     def push(self, action: Action, due: float) -> None:
         """Perform ``action`` (due at loop time ``due``) after the ones before it."""
         self._pending.append((action, due))
@@ -172,43 +167,46 @@ class ReplayClient:
             self._fail()
 
     async def _perform(self, a: Action) -> None:
-        r = self.replayer
-        kind = a.action
-        if kind == "send":
-            client = self._client()
-            headers = dict(a.headers) if a.headers else {}
-            if a.persistent:
-                headers["persistent"] = "true"
-            if a.priority is not None:
-                headers["priority"] = str(a.priority)
-            msg = f"{self.name}:{a.seq}"
-            headers["replay-id"] = msg
-            headers["replay-ts"] = repr(time.time())
-            size = a.size or 0
-            await client.send(a.dest, body(size), headers,  # type: ignore[arg-type]
-                              receipt=r.wants_receipt(a), timeout=r.timeout)
-            r.sent(self.name, a.dest, msg, size, a.persistent, a.priority)  # type: ignore[arg-type]
-        elif kind == "connect":
-            await self._connect(a)
-        elif kind == "subscribe":
-            client = self._client()
-            sub = await client.subscribe(a.dest, id=a.sub, ack=a.ack or "auto",  # type: ignore[arg-type]
-                                         prefetch=a.prefetch, selector=a.selector,
-                                         headers=a.headers, timeout=r.timeout)
-            self.consumers[sub.id] = Consumer(self, client, sub, a.dest, a.process or 0.0)  # type: ignore[arg-type]
-        elif kind == "pace":
-            consumer = self.consumers.get(a.sub)  # type: ignore[arg-type]
-            if consumer is not None:
-                consumer.process = a.process or 0.0
-        elif kind == "unsubscribe":
-            consumer = self.consumers.pop(a.sub, None)  # type: ignore[arg-type]
-            if consumer is not None:
-                consumer.stop()
-                await consumer.sub.unsubscribe(timeout=r.timeout)
-        elif kind == "disconnect":
-            await self.close()
-        r.performed(kind)
+        await self._HANDLERS[a.action](self, a)
+        self.replayer.performed(a.action)
         self._check_errors()
+
+    async def _send(self, a: Action) -> None:
+        r = self.replayer
+        client = self._client()
+        headers = dict(a.headers) if a.headers else {}
+        if a.persistent:
+            headers["persistent"] = "true"
+        if a.priority is not None:
+            headers["priority"] = str(a.priority)
+        msg = f"{self.name}:{a.seq}"
+        headers["replay-id"] = msg
+        headers["replay-ts"] = repr(time.time())
+        size = a.size or 0
+        await client.send(a.dest, body(size), headers,  # type: ignore[arg-type]
+                          receipt=r.wants_receipt(a), timeout=r.timeout)
+        r.sent(self.name, a.dest, msg, size, a.persistent, a.priority)  # type: ignore[arg-type]
+
+    async def _subscribe(self, a: Action) -> None:
+        client = self._client()
+        sub = await client.subscribe(a.dest, id=a.sub, ack=a.ack or "auto",  # type: ignore[arg-type]
+                                     prefetch=a.prefetch, selector=a.selector, headers=a.headers,
+                                     timeout=self.replayer.timeout)
+        self.consumers[sub.id] = Consumer(self, client, sub, a.dest, a.process or 0.0)  # type: ignore[arg-type]
+
+    async def _pace(self, a: Action) -> None:
+        consumer = self.consumers.get(a.sub)  # type: ignore[arg-type]
+        if consumer is not None:
+            consumer.process = a.process or 0.0
+
+    async def _unsubscribe(self, a: Action) -> None:
+        consumer = self.consumers.pop(a.sub, None)  # type: ignore[arg-type]
+        if consumer is not None:
+            consumer.stop()
+            await consumer.sub.unsubscribe(timeout=self.replayer.timeout)
+
+    async def _disconnect(self, a: Action) -> None:
+        await self.close()
 
     def _client(self) -> StompClient:
         if self.client is None or self.client.is_closed:
@@ -217,7 +215,7 @@ class ReplayClient:
 
     async def _connect(self, a: Action) -> None:
         r = self.replayer
-        if self.client is not None and not self.client.is_closed:
+        if self.client is not None and not self.client.is_closed and not self._disconnecting:
             raise StompClientError("connect while connected")
         if not r.take_connection():
             raise StompClientError(f"not connected: {r.max_clients} connections are already "
@@ -237,6 +235,12 @@ class ReplayClient:
         self._disconnecting = False
         client.closed.add_done_callback(self._on_closed)
         r.connected(self.name, client, client_id)
+
+    #: action -> the method that performs it
+    _HANDLERS: dict[str, Callable[["ReplayClient", Action], Awaitable[None]]] = {
+        "connect": _connect, "subscribe": _subscribe, "send": _send, "pace": _pace,
+        "unsubscribe": _unsubscribe, "disconnect": _disconnect,
+    }
 
     # ---------------------------------------------------------------- ending
     def _on_closed(self, closed: "asyncio.Future[StompClientError | None]") -> None:

@@ -6,7 +6,8 @@ One asyncio task reads the action table lazily (``source``) and, for each
 row, waits until ``start + t / speed`` on the loop's monotonic clock, then
 pushes the row to its client (``actor.ReplayClient``, created on first
 sight), which performs its rows in order on its own task. Everything that is
-already due is pushed without sleeping; while behind, the scheduler still
+due (or due within ``EARLY`` seconds: finer sleeps cost more than they are
+worth on asyncio's timers) is pushed without sleeping; while behind, the scheduler still
 yields every ``BATCH`` rows so the clients and the sockets get to run, and it
 stops reading once ``max_pending`` rows wait in clients (a broker that holds
 its producers back would otherwise grow those queues without bound: the rows
@@ -44,6 +45,7 @@ __all__ = ["ReplayOptions", "Replayer", "RECEIPT_MODES"]
 #: (as a JMS producer sends them synchronously), or always.
 RECEIPT_MODES = ("never", "persistent", "always")
 BATCH = 64  # rows pushed between yields while behind schedule
+EARLY = 0.0005  # seconds: a row due this soon is pushed now
 TICK = 0.5  # seconds between trace flushes and progress redraws
 
 
@@ -152,7 +154,7 @@ class Replayer:
             due = self._last_due = start + action.t / speed
             self.table_t = action.t
             wait = due - loop.time()
-            if wait > 0.0005:
+            if wait > EARLY:
                 await asyncio.sleep(wait)
                 burst = 0
             elif burst >= BATCH:

@@ -188,3 +188,15 @@ async def test_an_interrupted_run_still_reports_and_closes(broker, table) -> Non
     assert (report.counters.sent, report.counters.acked, report.clients) == (2, 2, 2)
     assert report.elapsed > 0 and report.schedule == pytest.approx(60.0)
     await asyncio.wait_for(asyncio.gather(*(c.client.closed for c in replayer.clients.values())), 10)
+
+
+async def test_a_client_can_connect_again_after_disconnecting(broker, table) -> None:
+    rows = producer("p-0", "/queue/Again", [0.05], stop=0.1)
+    rows += [{**r, "seq": r["seq"] + 3, "t": r["t"] + 0.2} for r in rows]  # the same client again
+    report, trace = await play(table(rows), options(broker))
+    assert report.ok and report.counters.sent == 2
+    assert len(trace.events("connect")) == len(trace.events("disconnect")) == 2
+    drain = await StompClient.connect("127.0.0.1", broker.port)
+    sub = await drain.subscribe("/queue/Again")
+    assert {(await sub.get(timeout=10)).headers["replay-id"] for _ in range(2)} == {"p-0:1", "p-0:4"}
+    await drain.disconnect()
