@@ -14,7 +14,10 @@ COMMANDS = [
     "stat",
     "journal",
     "lab",
+    "doctor",
+    "workload",
+    "replay",
+    "analyze",
     "bench",
     "passwd",
-    "doctor",
 ]

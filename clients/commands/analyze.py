@@ -1,0 +1,54 @@
+"""``minibroker analyze``: analyse traces into tables, plots, findings and a report.
+
+The Spark job ``clients.spark.analyze`` reads one or many trace files (the
+broker's, from serve --trace, or the client-side trace of minibroker replay
+--trace) and writes under --out: report.md, findings.json, PNG plots, and
+every table as Parquet (parquet/NAME/) and CSV (csv/NAME.csv). It runs in
+local mode (local[*]) unless --master or MINIBROKER_SPARK_MASTER says
+otherwise; on a cluster run the same job with spark-submit (README,
+docs/spark.md). The trace format: docs/trace-schema.md.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..cli import CommandError
+from ._common import USAGE
+from .workload import Option, add_options, check_out, job_argv, run_spark_job
+
+__all__ = ["register"]
+
+OPTIONS: list[Option] = [
+    ("--bucket", "pos", "S", "seconds per time bucket (default 1)"),
+    ("--min-window", "nonneg", "S", "shortest starved or idle window reported, seconds (default 5)"),
+    ("--hwm", "pct", "PCT", "cursor high-water mark when the trace does not say (default 70)"),
+    ("--swap-gap", "pos", "S", "swaps closer than this belong to one storm (default 5)"),
+    ("--swap-min", "int+", "N", "swap_out events that make a storm (default 3)"),
+    ("--few-live-fraction", "frac", "F",
+     "journal full with live bytes at most this share of capacity is reported (default 0.2)"),
+    ("--no-plots", "flag", None, "tables and report only"),
+    ("--master", "str", "M", "Spark master (default local[*] or $MINIBROKER_SPARK_MASTER)"),
+]
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Add the ``analyze`` subcommand."""
+    parser = subparsers.add_parser("analyze", help="analyse traces: tables, plots, findings (Spark)",
+                                   description=__doc__.split("\n\n", 1)[1].replace("``", ""),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("traces", nargs="+", metavar="TRACE",
+                        help="trace files (JSON lines) or directories of them")
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    add_options(parser, OPTIONS)
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``minibroker analyze``."""
+    argv = job_argv(args, OPTIONS)
+    missing = [t for t in args.traces if "://" not in t and not Path(t).exists()]
+    if missing:
+        raise CommandError(f"no such trace: {', '.join(missing)}", USAGE)
+    check_out(args.out)
+    return run_spark_job("clients.spark.analyze", [*args.traces, "--out", args.out, *argv])
