@@ -165,11 +165,16 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         now = self.clock.now()
         # Half for the core's outbox, half for the edge's socket buffer.
         session = Session(sid, peer, parser, now, max(1, t.write_buffer_limit // 2), self._mark_dirty)
+        session.tag = self._session_tag(sid)
         self.sessions[sid] = session
         if t.connect_timeout:
             self.timers.call_at(now + t.connect_timeout / 1000, self._check_connect_timeout, session)
         log.info("connection %d from %s", sid, peer or "?")
         return sid
+
+    def _session_tag(self, sid: int) -> str:
+        """The session id of connection ``sid`` as CONNECTED announced it (the trace's ``session``)."""
+        return f"{self.name}-{self.boot}-{sid}"
 
     def _emit(self, event: str, **fields: Any) -> None:
         """Record a trace event (fields that are None are left out); call only when tracing."""
@@ -186,7 +191,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         now = self.clock.now()
         for session in self.sessions.values():
             if session.state is State.CONNECTED:
-                self._emit("connection", session=str(session.id), client_id=session.client_id, addr=session.peer or None,
+                self._emit("connection", session=session.tag, client_id=session.client_id, addr=session.peer or None,
                            pending_bytes=session.out_bytes + session.transport_buffered,
                            pending=sum(len(s.dispatched) for s in session.subscriptions.values()),
                            idle_read=round(now - session.last_read, 6),
@@ -240,6 +245,11 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             return False
         return session.is_open
 
+    def shutdown(self) -> None:
+        """Close every connection (the broker is stopping): each is traced as a shutdown."""
+        for session in list(self.sessions.values()):
+            self._close(session, "broker shutdown")
+
     def connection_lost(self, sid: int) -> None:
         """The socket of ``sid`` is gone (closed by the peer or by us)."""
         session = self.sessions.get(sid)
@@ -272,7 +282,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         waited = self.clock.now() - since
         log.warning("Forced write timeout for: %s (connection %d, writes stuck for %.1f s)", session.peer, session.id, waited)
         if self.trace.enabled:
-            self._emit("write_timeout", session=str(session.id), waited=round(waited, 6),
+            self._emit("write_timeout", session=session.tag, waited=round(waited, 6),
                        pending_bytes=session.out_bytes + session.transport_buffered,
                        client_id=session.client_id, addr=session.peer)
         self._close(session, "write timeout", abort=True)
@@ -364,7 +374,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         session.write(encode(Frame("ERROR", headers, body.encode("utf-8")), session.version))
         log.warning("session %d (%s): protocol error: %s", session.id, session.peer, exc.message)
         if self.trace.enabled:
-            self._emit("error", session=str(session.id), client_id=session.client_id or exc.client_id,
+            self._emit("error", session=session.tag, client_id=session.client_id or exc.client_id,
                        message=exc.message, fatal=True, code=exc.code)
         self._close(session, f"protocol error: {exc.message}")
 
@@ -393,7 +403,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             del self.client_ids[session.client_id]
         log.info("connection %d closed: %s", session.id, reason)
         if self.trace.enabled:
-            self._emit("disconnect", session=str(session.id), client_id=session.client_id, reason=_reason_code(reason))
+            self._emit("disconnect", session=session.tag, client_id=session.client_id, reason=_reason_code(reason))
 
     # ------------------------------------------------------------------ CONNECT
     def _on_connect(self, session: Session, frame: Frame) -> Any:
@@ -420,7 +430,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         session.parser.version = version
         session.login = h.get("login")
         session.hb_send_ms, session.hb_recv_ms = send_ms, recv_ms
-        connected = {"version": version, "session": f"{self.name}-{self.boot}-{session.id}", "server": SERVER_NAME}
+        connected = {"version": version, "session": session.tag, "server": SERVER_NAME}
         if version != "1.0":
             connected["heart-beat"] = hb_header
         session.write(encode(Frame("CONNECTED", connected), version))
@@ -431,7 +441,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             self.timers.call_at(now + recv_ms * t.hb_grace_period_multiplier / 1000, self._heart_beat_in, session)
         log.info("session %d connected: STOMP %s client-id=%s heart-beat=%s", session.id, version, client_id, hb_header or "-")
         if self.trace.enabled:
-            self._emit("connect", session=str(session.id), client_id=client_id, version=version, addr=session.peer,
+            self._emit("connect", session=session.tag, client_id=client_id, version=version, addr=session.peer,
                        heart_beat=hb_header or None)
         return DEFERRED  # CONNECT has no receipt
 

@@ -84,7 +84,7 @@ class ProducerFlowControl:
             if self.trace.enabled:
                 kind, pct = self._holding_usage(text, resume, usage)
                 session.blocked_usage = kind
-                self._emit("flow_block", session=str(session.id), dest=destination.address, usage=kind, pct=pct,
+                self._emit("flow_block", session=session.tag, dest=destination.address, usage=kind, pct=pct,
                            msg=message.message_id)
         if receipt is None:
             self._stop_reading(session, "flow")
@@ -114,7 +114,7 @@ class ProducerFlowControl:
         session.write(encode(Frame("ERROR", headers, b""), session.version))
         if self.trace.enabled:
             code = "enqueue_threshold" if "Enqueue capacity threshold" in text else "resource_full"
-            self._emit("error", session=str(session.id), client_id=session.client_id, message=text, code=code, fatal=False)
+            self._emit("error", session=session.tag, client_id=session.client_id, message=text, code=code, fatal=False)
 
     def _park_timeout(self, session: Session, message: Message) -> None:
         for i, parked in enumerate(session.parked):
@@ -167,7 +167,7 @@ class ProducerFlowControl:
             if self.trace.enabled:
                 usage = session.blocked_usage
                 pct = {"store": self.store_usage, "temp": self.temp_usage}.get(usage, self.memory).percent
-                self._emit("flow_unblock", session=str(session.id), dest=parked_dest, usage=usage,
+                self._emit("flow_unblock", session=session.tag, dest=parked_dest, usage=usage,
                            waited=round(self.clock.now() - session.blocked_since, 6), pct=pct)
             self._start_reading(session, "flow")
 

@@ -97,7 +97,7 @@ class FrameHandlers:
         """Hand a new message to its destination; for a topic blocked at a full
         subscription, the subscriptions still to serve."""
         if self.trace.enabled:
-            self._emit("send", session=str(message.origin), dest=destination.address, msg=message.message_id,
+            self._emit("send", session=self._session_tag(message.origin), dest=destination.address, msg=message.message_id,
                        size=message.size, persistent=message.persistent, priority=message.priority, tx=self._txid)
         return self._admit(destination, message)
 
@@ -204,7 +204,7 @@ class FrameHandlers:
         if receipt is not None:  # the RECEIPT goes before the first MESSAGE, as ActiveMQ does
             self._send_receipt(session, receipt)
         if self.trace.enabled:
-            self._emit("subscribe", session=str(session.id), sub=sub_id, dest=destination.address, ack=ack_mode,
+            self._emit("subscribe", session=session.tag, sub=sub_id, dest=destination.address, ack=ack_mode,
                        prefetch=prefetch, selector=selector_text, durable=durable_name, exclusive=sub.exclusive or None)
         if browser:
             assert isinstance(destination, Queue)
@@ -257,7 +257,7 @@ class FrameHandlers:
         self._subs_by_key.pop(sub.key, None)
         sub.destination.remove_subscription(sub)
         if self.trace.enabled:
-            self._emit("unsubscribe", session=str(session.id), sub=sub.id, dest=sub.destination.address,
+            self._emit("unsubscribe", session=session.tag, sub=sub.id, dest=sub.destination.address,
                        reason="client" if session.is_open else "disconnect")
 
     def _resume_dispatch(self, session: Session) -> None:
@@ -277,7 +277,7 @@ class FrameHandlers:
             return None
         if self.trace.enabled:
             for m in messages:
-                self._emit("ack", session=str(session.id), sub=sub.id, dest=sub.destination.address, msg=m.message_id,
+                self._emit("ack", session=session.tag, sub=sub.id, dest=sub.destination.address, msg=m.message_id,
                            mode=sub.ack_mode)
         latency = self.config.store.store_latency
         if latency and any(m.store_ref is not None for m in messages):
@@ -317,7 +317,7 @@ class FrameHandlers:
     def _nack(self, sub: Subscription, messages: list[Message]) -> None:
         if self.trace.enabled:
             for m in messages:
-                self._emit("nack", session=str(sub.session.id), sub=sub.id, dest=sub.destination.address, msg=m.message_id)
+                self._emit("nack", session=sub.session.tag, sub=sub.id, dest=sub.destination.address, msg=m.message_id)
         sub.destination.redeliver(sub, messages, "nack")
 
     def _settle(self, session: Session, frame: Frame, command: str) -> tuple[Subscription, list[Message]]:

@@ -41,7 +41,7 @@ class DestinationHooks:
         """``message`` goes back to ``destination`` for another delivery (traced)."""
         count = message.redeliveries if sub is None or destination.kind == "queue" else sub.redelivered.get(message.seq, 1)
         self._emit("redeliver", dest=destination.address, msg=message.message_id, redeliveries=count,
-                   session=str(sub.session.id) if sub is not None else None, sub=sub.id if sub is not None else None)
+                   session=sub.session.tag if sub is not None else None, sub=sub.id if sub is not None else None)
 
     def message_consumed(self, destination: Destination, message: Message) -> None:
         """``message`` left ``destination`` for good (acknowledged or dropped)."""
@@ -55,7 +55,7 @@ class DestinationHooks:
         if self.trace.enabled:
             self._emit("enqueue", dest=queue.address, msg=message.message_id, size=message.size, cached=cached,
                        priority=message.priority, persistent=message.persistent,
-                       session=str(message.origin) if message.origin else None)
+                       session=self._session_tag(message.origin) if message.origin else None)
 
     def page_in_blocked(self, queue: Queue) -> None:
         """``queue``'s cursor refused to page in: remember to try again when space frees."""
@@ -181,7 +181,7 @@ class DestinationHooks:
         else:
             log.info("%s: subscription %s of connection %d caught up; no longer slow", dest.address, sub.id, sub.session.id)
         if self.trace.enabled:
-            self._emit("slow_consumer", session=str(sub.session.id), sub=sub.id, dest=dest.address, slow=slow,
+            self._emit("slow_consumer", session=sub.session.tag, sub=sub.id, dest=dest.address, slow=slow,
                        pending=len(sub.pending), prefetch=sub.prefetch)
 
     def _schedule_slow_check(self, dest: Destination) -> None:
@@ -217,7 +217,7 @@ class DestinationHooks:
                 f"subscription {sub.id} to {sub.destination.address} aborted ({len(sub.pending)} messages pending)")
         log.warning("connection %d: %s", session.id, text)
         if self.trace.enabled:
-            self._emit("unsubscribe", session=str(session.id), sub=sub.id, dest=sub.destination.address, reason="abort")
+            self._emit("unsubscribe", session=session.tag, sub=sub.id, dest=sub.destination.address, reason="abort")
         if policy.abort_connection:
             self._fail(session, ProtocolError(text), None)
             return
@@ -233,7 +233,7 @@ class DestinationHooks:
     def discarded(self, topic: Topic, sub: Subscription, message: Message, reason: str) -> None:
         if self.trace.enabled:
             self._emit("discard", dest=topic.address, msg=message.message_id, reason=reason,
-                       session=str(sub.session.id), sub=sub.id)
+                       session=sub.session.tag, sub=sub.id)
 
     def swapped(self, topic: Topic, sub: Subscription, event: str, count: int) -> None:
         fields: dict[str, Any] = {"dest": topic.address, "sub": sub.id, "count": count,

@@ -312,7 +312,14 @@ class MessageStore:
             os.fsync(f.fileno())
         os.replace(tmp, self._durables_file)
 
+    @property
+    def closed(self) -> bool:
+        return self._lock_file is None
+
     def close(self) -> None:
+        """Sync and close every journal and release the data directory (idempotent)."""
+        if self.closed:
+            return
         for journal in self.journals():
             journal.sync()
             journal.close()

@@ -143,6 +143,8 @@ class BrokerServer:
         """Stop listening and close every connection."""
         if self._server is not None:
             self._server.close()
+        self.broker.shutdown()
+        self.flush()
         for conn in list(self.connections.values()):
             if conn.transport is not None:
                 conn.transport.close()

@@ -79,6 +79,8 @@ class Session:
         on_output: Callable[["Session"], None],
     ) -> None:
         self.id = session_id
+        #: The id CONNECTED announces (``<broker>-<boot>-<id>``); the trace uses it too.
+        self.tag = str(session_id)
         self.peer = peer
         self.parser = parser
         self.state = State.CONNECTING

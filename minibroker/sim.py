@@ -74,6 +74,11 @@ class VirtualClient:
         self.version = "1.2"
         self._blocked = False
 
+    @property
+    def tag(self) -> str:
+        """The broker's id for this connection, as CONNECTED and the trace give it."""
+        return self.net.broker._session_tag(self.sid)
+
     # -- sending
     def send_frame(self, command: str, headers: dict[str, str] | None = None, body: bytes | str = b"") -> None:
         """Encode a frame and hand it to the broker."""
@@ -241,6 +246,14 @@ class VirtualNetwork:
         if config is not None:
             self.config = config
         self.broker = self._start_broker()
+
+    def stop(self) -> None:
+        """The broker stops: every connection is closed (traced as a shutdown), the journals closed."""
+        if self.broker.store is not None and self.broker.store.closed:
+            return  # already stopped (or crashed and not restarted)
+        self.broker.shutdown()
+        self.pump()
+        self.broker.close()
 
     def crash(self) -> None:
         """The broker process dies: nothing is flushed or synced (restart() after)."""

@@ -106,7 +106,7 @@ class TestFileCursor:
         net.advance(60)
         assert len(p.frames("RECEIPT")) == before  # blocked, with nothing left to consume
         assert net.broker.temp_usage.percent >= 100
-        blocks = [e for e in net.trace.events("flow_block", "flow_unblock") if e["session"] == str(p.sid)]
+        blocks = [e for e in net.trace.events("flow_block", "flow_unblock") if e["session"] == p.tag]
         assert blocks[-1]["event"] == "flow_block" and blocks[-1]["usage"] == "temp"
 
     def test_with_the_limit_above_the_file_size_it_recovers(self, tmp_path: Path) -> None:

@@ -69,6 +69,6 @@ def test_connection_samples_show_the_stall(tmp_path: Path) -> None:
     c.read()
     c.subscribe("/queue/jobs", "s", "client-individual")
     net.advance(3)
-    samples = [e for e in net.trace.events("connection") if e["session"] == str(c.sid)]
+    samples = [e for e in net.trace.events("connection") if e["session"] == c.tag]
     assert samples and samples[-1]["pending_bytes"] > 0 and samples[-1]["idle_write"] >= 2.0
     assert samples[-1]["pending"] > 0

@@ -139,7 +139,7 @@ def test_abort_connection_is_traced_as_a_slow_consumer_disconnect() -> None:
     net = VirtualNetwork(abort_config(abort_connection=True), trace=True)
     slow = slow_past_the_abort(net)
     assert slow.closed
-    reasons = [e["reason"] for e in net.trace.events("disconnect") if e["session"] == str(slow.sid)]
+    reasons = [e["reason"] for e in net.trace.events("disconnect") if e["session"] == slow.tag]
     assert reasons == ["slow_consumer"]
 
 

@@ -67,6 +67,13 @@ class LabRun:
         self.trace: Any = None
         self.notes: list[str] = []
         self._log = _LogCapture()
+        self._networks: list[VirtualNetwork] = []
+
+    def finish(self) -> None:
+        """The run is over: stop its brokers, so the trace ends where the run did."""
+        for net in self._networks:
+            net.stop()
+        self._networks.clear()
 
     def broker_log(self, contains: str = "") -> list[str]:
         """The broker's log messages (``minibroker.*`` loggers, INFO and up) during this run,
@@ -77,6 +84,7 @@ class LabRun:
         """The broker with this run's configuration on a virtual clock, tracing."""
         net = VirtualNetwork(config or self.config, seed=seed, data_dir=self.data_dir, trace=True)
         self.trace = net.trace
+        self._networks.append(net)
         return net
 
     def note(self, text: str) -> None:
@@ -203,6 +211,7 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
             run = LabRun(lab, spec, workdir)
             with run._log:
                 outcome: Outcome = entry(run)
+                run.finish()
             outcome.evidence = run.notes + outcome.evidence
             result = RunResult(spec, outcome)
             if plot_dir is not None and run.trace is not None:

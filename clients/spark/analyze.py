@@ -82,7 +82,8 @@ def _series(tb: Tables) -> tuple[dict[str, list[dict[str, Any]]], float]:
     consumers = tb.consumer_rates.join(top.select("consumer", "sub"), ["consumer", "sub"]).withColumn(
         "label", F.concat_ws("/", "consumer", "sub"))
     return {
-        "dest_rates": coarse(tb.dest_rates, ["dest"], ["enqueued", "dispatched"], ["backlog"]),
+        "dest_rates": coarse(tb.dest_rates, ["dest"], ["enqueued", "dispatched", "client_sent", "client_received"],
+                             ["backlog"]),
         "consumer_rates": coarse(consumers, ["label"], ["received"], []),
         "usage": coarse(tb.usage, [], [], ["mem_pct", "store_pct", "temp_pct"]),
         "blocked": [r.asDict() for r in tb.blocked.orderBy("start").limit(10_000).collect()],

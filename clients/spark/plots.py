@@ -58,6 +58,10 @@ def rates(out: Path, dest_rates: list[Row], step: float, findings: list[Row]) ->
         ts = [r["t"] for r in rows]
         ax1.plot(ts, [r["enqueued"] / step for r in rows], label=f"{dest} enqueue")
         ax2.plot(ts, [r["dispatched"] / step for r in rows], label=f"{dest} dispatch")
+        if any(r.get("client_sent") for r in rows):  # a client-side (replay) trace
+            ax1.plot(ts, [r["client_sent"] / step for r in rows], linestyle="--", label=f"{dest} sent (client)")
+        if any(r.get("client_received") for r in rows):
+            ax2.plot(ts, [r["client_received"] / step for r in rows], linestyle="--", label=f"{dest} received (client)")
     ax1.set_ylabel("enqueued msg/s")
     ax2.set_ylabel("dispatched msg/s")
     ax2.set_xlabel("seconds since trace start")

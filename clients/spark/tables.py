@@ -39,7 +39,7 @@ class Tables:
     bucket: float
     buckets: int
     events: DataFrame  # pruned events with t and b (derived from the caller's cached scan)
-    dest_rates: DataFrame  # dest, b, t, counts, backlog, dest_mem_pct (dense)
+    dest_rates: DataFrame  # dest, b, t, counts (broker and client_*), backlog, dest_mem_pct (dense)
     consumer_rates: DataFrame  # consumer, sub, dest, b, t, received, acked, source
     usage: DataFrame  # b, t, mem_pct, store_pct, temp_pct (dense, carried forward)
     subscriptions: DataFrame  # session, sub, dest, start, end, prefetch
@@ -85,7 +85,9 @@ def build_tables(
     e = F.col("event")
 
     # per destination and bucket: counts, backlog (queues), own memory percent, blocked page-ins
-    dest_events = ("enqueue", "dispatch", "recover", "usage", "page_in_blocked", *REMOVALS)
+    # (sent/received/acked: a client-side trace, counted apart so that a broker trace and
+    # a client trace analysed together do not count one message twice)
+    dest_events = ("enqueue", "dispatch", "recover", "usage", "page_in_blocked", "sent", "received", "acked", *REMOVALS)
     per_dest = (
         ev.filter(F.col("dest").isNotNull() & e.isin(*dest_events))
         .groupBy("dest", "b")
@@ -96,11 +98,15 @@ def build_tables(
             _count_if(e.isin(*REMOVALS)).alias("removed"),
             F.sum(F.when(e == "recover", F.col("count")).otherwise(0)).alias("recovered"),
             _count_if(e == "page_in_blocked").alias("page_in_blocked"),
+            _count_if(e == "sent").alias("client_sent"),
+            _count_if(e == "received").alias("client_received"),
+            _count_if(e == "acked").alias("client_acked"),
             F.max(F.when(e == "usage", F.col("dest_mem_pct"))).alias("mem"),
         )
     )
     dests = per_dest.select("dest").distinct()
-    counts = ["enqueued", "dispatched", "acked", "removed", "recovered", "page_in_blocked"]
+    counts = ["enqueued", "dispatched", "acked", "removed", "recovered", "page_in_blocked",
+              "client_sent", "client_received", "client_acked"]
     wd = Window.partitionBy("dest").orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
     dest_rates = (
         dests.crossJoin(grid)

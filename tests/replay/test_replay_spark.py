@@ -108,10 +108,6 @@ def test_replayed_workload_is_analysed_per_consumer(pipeline) -> None:
     assert json.loads((pipeline / "analysis" / "findings.json").read_text()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="clients/spark/tables.py builds dest_rates from broker "
-                   "events only (enqueue, dispatch, ack ...): a client-side trace gives an empty "
-                   "table. The fix proposed in the replay branch's report counts sent, received "
-                   "and acked as client_sent, client_received, client_acked")
 def test_replayed_workload_is_analysed_per_destination(pipeline) -> None:
     rates = _csv(pipeline / "analysis" / "csv" / "dest_rates.csv")
     assert {r["dest"] for r in rates} == {"/queue/W", "/topic/W"}

@@ -107,7 +107,7 @@ def _verdict(lab: LabRun, net: Any, producer: Producer, slow: list[Any], fast: l
     topic = broker.destinations[TOPIC]
     trace = lab.trace
     temp = broker.temp_usage
-    psession = str(producer.client.sid)
+    psession = producer.client.tag
 
     swaps = trace.events("swap_out")
     if swaps:

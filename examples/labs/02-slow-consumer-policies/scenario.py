@@ -145,13 +145,13 @@ def _verdict(lab: LabRun, net: Any, producer: Producer, clients: dict[str, Any],
     received = slow_client.messages()
     lag = round(net.now - producer.sent_at[int(received[-1].headers["seq"])], 1) if received else None
     aborted = [e for e in trace.events("unsubscribe") if e.get("reason") == "abort"]
-    closed = [e for e in trace.events("disconnect") if e["session"] == str(slow_client.sid)]
+    closed = [e for e in trace.events("disconnect") if e["session"] == slow_client.tag]
     dropped = len(aborted) + len([e for e in closed if not aborted])
     temp_kb = broker.temp_usage.peak // KB
     backlog = sum(len(s.pending) for s in topic.subs if s.session.id == slow_client.sid)
 
     # -- what the slow (or stuck) consumer did to the others, from the trace and the log
-    slow_marks = [e for e in trace.events("slow_consumer") if e["session"] == str(slow_client.sid)]
+    slow_marks = [e for e in trace.events("slow_consumer") if e["session"] == slow_client.tag]
     if slow_marks:
         first = slow_marks[0]
         lab.note(f"slow-consumer detector: '{first['sub']}' marked slow at t={first['ts']:.1f} s ({first['pending']} "
@@ -159,7 +159,7 @@ def _verdict(lab: LabRun, net: Any, producer: Producer, clients: dict[str, Any],
     seed_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
     if seed_line:
         lab.note(f"broker log: {seed_line}")
-    flow = [e for e in trace.events("flow_block", "flow_unblock") if e["session"] == str(producer.client.sid)]
+    flow = [e for e in trace.events("flow_block", "flow_unblock") if e["session"] == producer.client.tag]
     blocks = [e for e in flow if e["event"] == "flow_block"]
     if blocks:
         still = flow[-1]["event"] == "flow_block"

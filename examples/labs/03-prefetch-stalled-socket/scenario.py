@@ -182,8 +182,8 @@ class PerlConsumer:
                 self.partial_writes.append((self.net.now, exc.written, exc.total, "ACK"))
                 self._reconnect(c)
                 return
-            self.ack_written[(str(c.sid), m.headers["message-id"])] = self.net.now
-            self.net.trace.emit("acked", client=c.name, session=str(c.sid), sub="0", dest=QUEUE,
+            self.ack_written[(c.tag, m.headers["message-id"])] = self.net.now
+            self.net.trace.emit("acked", client=c.name, session=c.tag, sub="0", dest=QUEUE,
                                 msg=m.headers["message-id"], mode="client")
         self._current = self._next_message(c)
         if self._current is None and len(self.processed) >= MESSAGES:
@@ -253,7 +253,7 @@ def stalled_socket(lab: LabRun) -> Outcome:
     in_flight = consumer.in_flight_at_first_ack or 0
     ack_cost = latency * (in_flight + 1) / 1000
     waits = trace.ack_waits(consumer.ack_written)
-    written = trace.pending_bytes(str(first.sid))  # 0 when the connection ended before its first sample
+    written = trace.pending_bytes(first.tag)  # 0 when the connection ended before its first sample
     lab.note(f"at its first ACK the broker had {in_flight} message(s) in flight for it"
              + (f" ({written:,} B written to its socket and not read)" if written else "")
              + f": each ACK costs the store {latency} ms x {in_flight + 1} = {ack_cost:.3f} s, "
@@ -328,7 +328,7 @@ class _Trace:
 
     def describe_old(self, old: VirtualClient, net: VirtualNetwork) -> str:
         """The broker's last ``connection`` sample of the first connection the consumer left."""
-        samples = self.samples(str(old.sid))
+        samples = self.samples(old.tag)
         state = "still held by the broker" if old.sid in net.broker.sessions else "ended by the broker"
         if not samples:
             return f"the connection the consumer left ({state}) was never sampled"
