@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from storage.errors import EnqueueThresholdExceeded, JournalFull
@@ -112,6 +112,14 @@ SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[Heal
 
 @SETTINGS
 @given(OPS)
+# A txid reused after a reopen must not adopt the records of the aborted
+# transaction, and seq 7's DELIVERED marker must survive the GC of its file.
+@example([
+    ("enqueue", None, b"a", b""), ("deliver", 0), ("deliver", 0), ("deliver", 0),
+    ("dequeue", None, 0), ("enqueue", None, b"a", b""), ("deliver", 0),
+    ("enqueue", "t1", b"a", b""), ("churn", 6), ("reopen",), ("deliver", 0), ("deliver", 0),
+    ("commit", "t1"),
+])
 def test_growing_journal_recovers_the_live_committed_set(ops: list[tuple[object, ...]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run(small_config(Path(tmp) / "j", "growing", max_file_length=512), ops)
