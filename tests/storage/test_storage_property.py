@@ -112,8 +112,10 @@ SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[Heal
 
 @SETTINGS
 @given(OPS)
-# A txid reused after a reopen must not adopt the records of the aborted
-# transaction, and seq 7's DELIVERED marker must survive the GC of its file.
+# t1's enqueue (seq 9) sits in db-1, kept by seq 7; the TX_ABORT written for t1
+# at the reopen sits in db-2, which goes when the commit rolls to db-3. The
+# abort must be kept with db-1, or recovery lets the reused t1 adopt seq 9.
+# Seq 7's latest DELIVERED marker is in db-2 too: it is written again first.
 @example([
     ("enqueue", None, b"a", b""), ("deliver", 0), ("deliver", 0), ("deliver", 0),
     ("dequeue", None, 0), ("enqueue", None, b"a", b""), ("deliver", 0),
