@@ -69,8 +69,9 @@ capacity, as in KahaDB and Qpid, and the data ends at the first zero header.
     sort in log order. A new file of ``max_file_length`` (default 32 MiB) is
     added when a record does not fit. A file is deleted when it is not the
     current write file, holds no live enqueue and no record of an open
-    transaction, and holds no dequeue/commit record whose enqueue sits in a
-    file that is itself kept (``growing.py``).
+    transaction, holds no dequeue/commit record whose enqueue sits in a
+    file that is itself kept, and no abort record of a transaction whose
+    records sit in a file that is kept (``growing.py``).
 
 ``temp`` (ActiveMQ PListStore, ``tempstore.py``)
     ``tmp-00000001.data`` ...: ENQUEUE records (key = list id) in files of

@@ -16,10 +16,15 @@ checkpointUpdate``) when all of these hold:
   that is itself kept. Deleting such a file would lose the acknowledgement
   while the message's own record survives, and recovery would bring the
   message back. So one unconsumed message in ``db-1`` keeps ``db-1`` *and*
-  every later file holding acks for messages of ``db-1``.
+  every later file holding acks for messages of ``db-1``;
+* it holds no abort record of a transaction whose records sit in a file that
+  is kept. Deleting it would leave those records unfinished at recovery,
+  where a later commit of the same txid (one reused after a restart, say)
+  would adopt them.
 
-The last rule is computed in log order in one pass, since a dequeue or commit
-always follows the enqueue it refers to (``JournalIndex.retained``). Markers
+The last two rules are computed in log order in one pass, since a dequeue,
+commit or abort always follows the records it refers to
+(``JournalIndex.retained``). Markers
 (DELIVERED) do not keep a file: before a file goes, the journal writes the
 markers of its still-live messages again.
 """

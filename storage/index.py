@@ -17,7 +17,9 @@ Per file it keeps what the layouts need to decide reuse and deletion:
                 one must be kept too, or recovery would resurrect (a lost
                 dequeue) or drop (a lost commit) a message. This is KahaDB's
                 "a file containing acks for messages in a still-live file is
-                kept".
+                kept". For an abort record, the files holding the records of
+                the transaction it ends: a lost abort would leave them open
+                at recovery, for a later commit of the same txid to adopt.
 
 Payloads are never held: an ``Entry`` is the location of an ENQUEUE record.
 """
@@ -181,7 +183,15 @@ class JournalIndex:
         self._release(tx)
 
     def abort(self, seq: int, txid: bytes, file_id: int, end: int) -> None:
-        self._note(file_id, seq, end)
+        stats = self._note(file_id, seq, end)
+        tx = self.txs.get(txid)
+        if tx is not None:
+            # While a file holding the transaction's records is kept, so is
+            # this abort: without it, a later commit of the same txid would
+            # adopt those records at recovery.
+            for tx_file in tx.files:
+                if tx_file != file_id:
+                    _bump(stats.deps, tx_file, 1)
         self.discard(txid)
 
     def discard(self, txid: bytes) -> None:

@@ -101,7 +101,8 @@ class FileInfo:
     ``live`` counts the live enqueues in this file (including those of open
     transactions). ``pins`` are the messages that keep it: its own live
     enqueues and, in the growing layout, the live messages of older files for
-    which it holds dequeue or commit records. ``first_seq`` is the seq of its
+    which it holds dequeue or commit records (or, for an abort record, the
+    messages keeping the files of the transaction it ended). ``first_seq`` is the seq of its
     header record (None for a ring file never written), ``used`` the bytes of
     records in it, ``size`` its size on disk.
     """
