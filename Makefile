@@ -22,7 +22,11 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 61613 --data-dir ./data
 
+# Byte-compile first: Python 3.11.7's compiler can fail spuriously when two threads
+# compile at once (CPython gh-106905), e.g. a first import in a test while a broker
+# thread compiles a selector; with everything compiled, imports compile nothing.
 test: $(STAMP)
+	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
