@@ -38,7 +38,7 @@ Listener = Callable[["Usage", int, int], None]
 class Usage:
     """Bytes used against a limit, with a parent that sees every change."""
 
-    __slots__ = ("name", "limit", "usage", "parent", "_percent", "_listeners", "peak")
+    __slots__ = ("name", "limit", "usage", "parent", "_percent", "_listeners", "peak", "_low", "_high")
 
     def __init__(self, name: str, limit: int, parent: "Usage | None" = None) -> None:
         self.name = name
@@ -48,29 +48,45 @@ class Usage:
         self.peak = 0
         self._percent = 0
         self._listeners: list[Listener] = []
+        # The usage band within which the percent does not change: [_low, _high).
+        # Charging and releasing only compare against it (the hot path); the
+        # percent is recomputed only when the usage leaves the band.
+        self._low = 0
+        self._high = self._band_top(0)
+
+    def _band_top(self, percent: int) -> int:
+        if self.limit <= 0:
+            return 1 << 62
+        return -(-(percent + 1) * self.limit // 100)  # the least usage with a higher percent
 
     # -- accounting
     def increase(self, amount: int) -> None:
         """Charge ``amount`` bytes here and to every ancestor."""
         u: Usage | None = self
         while u is not None:
-            u.usage += amount
-            if u.usage > u.peak:
-                u.peak = u.usage
-            u._changed()
+            used = u.usage + amount
+            u.usage = used
+            if used > u.peak:
+                u.peak = used
+            if used >= u._high:
+                u._changed()
             u = u.parent
 
     def decrease(self, amount: int) -> None:
         """Release ``amount`` bytes here and from every ancestor."""
         u: Usage | None = self
         while u is not None:
-            u.usage -= amount
-            u._changed()
+            used = u.usage - amount
+            u.usage = used
+            if used < u._low:
+                u._changed()
             u = u.parent
 
     def _changed(self) -> None:
         old = self._percent
         new = self.percent
+        self._low = -(-new * self.limit // 100) if self.limit > 0 else 0
+        self._high = self._band_top(new)
         if new != old:
             self._percent = new
             for listener in self._listeners:
@@ -88,7 +104,8 @@ class Usage:
         """At or over ``mark`` percent here, or in any ancestor (ActiveMQ ``isFull``)."""
         u: Usage | None = self
         while u is not None:
-            if u.limit > 0 and u.percent >= mark:
+            # percent >= mark, without the division: floor(usage*100/limit) >= mark
+            if u.limit > 0 and u.usage * 100 >= mark * u.limit:
                 return True
             u = u.parent
         return False

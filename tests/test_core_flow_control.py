@@ -215,3 +215,32 @@ class TestProducerFlowControl:
         slow.read()
         assert len(p.frames("RECEIPT")) == 60
         assert len(slow.messages()) == 60
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@given(limit=st.integers(1, 5000), steps=st.lists(st.tuples(st.booleans(), st.integers(1, 2000)), max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_usage_percent_listeners_and_fullness_match_the_arithmetic(limit: int, steps: list) -> None:
+    """The band bookkeeping (percent recomputed only when usage leaves its band) never misses a change."""
+    root = Usage("root", limit * 3)
+    usage = Usage("u", limit, root)
+    heard: list[tuple[int, int]] = []
+    usage.add_listener(lambda u, old, new: heard.append((old, new)))
+    expected: list[tuple[int, int]] = []
+    percent = 0
+    for release, amount in steps:
+        if release and usage.usage >= amount:
+            usage.decrease(amount)
+        else:
+            usage.increase(amount)
+        now = usage.usage * 100 // limit
+        if now != percent:
+            expected.append((percent, now))
+            percent = now
+        assert usage.percent == now and root.usage == usage.usage
+        for mark in (50, 70, 100):
+            assert usage.is_full(mark) == (now >= mark or root.usage * 100 // root.limit >= mark)
+    assert heard == expected
