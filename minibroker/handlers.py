@@ -58,14 +58,14 @@ class FrameHandlers:
 
     def _make_message(self, session: Session, frame: Frame, address: str) -> Message:
         h = frame.headers
-        priority = int_header(h, "priority", 4, 0, 9, clamp=True)
-        expires = int_header(h, "expires", 0, 0, None, clamp=False)
-        persistent = h.get("persistent", "false").lower() == "true"
+        # The common frame names none of these: skip the parsing when absent.
+        priority = 4 if "priority" not in h else int_header(h, "priority", 4, 0, 9, clamp=True)
+        expires = 0 if "expires" not in h else int_header(h, "expires", 0, 0, None, clamp=False)
+        persistent_text = h.get("persistent")
+        persistent = persistent_text is not None and persistent_text.lower() == "true"
         timestamp = self.clock.wall_ms()
         headers = {"destination": address}
-        for k, v in h.items():
-            if k not in BROKER_SET_HEADERS:
-                headers[k] = v
+        headers.update({k: v for k, v in h.items() if k not in BROKER_SET_HEADERS})
         reply_to = headers.get("reply-to")
         if reply_to is not None and reply_to.startswith(_TEMP_STARTS):
             # The owner names its temporary queue: create it, publish its remote address.
@@ -96,9 +96,12 @@ class FrameHandlers:
     def _route(self, destination: Destination, message: Message) -> list[Subscription] | None:
         """Hand a new message to its destination; for a topic blocked at a full
         subscription, the subscriptions still to serve."""
-        if self.trace.enabled:
-            self._emit("send", session=self._session_tag(message.origin), dest=destination.address, msg=message.message_id,
-                       size=message.size, persistent=message.persistent, priority=message.priority, tx=self._txid)
+        if self.trace.enabled:  # hot when traced: emit directly, ``tx`` only inside a transaction
+            fields = {"session": self._session_tag(message.origin), "dest": destination.address, "msg": message.message_id,
+                      "size": message.size, "persistent": message.persistent, "priority": message.priority}
+            if self._txid is not None:
+                fields["tx"] = self._txid
+            self.trace.emit("send", **fields)
         return self._admit(destination, message)
 
     def destination(self, address: str) -> Destination:

@@ -30,12 +30,15 @@ class DestinationHooks:
 
     def delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame went to ``sub`` (traced: dispatch, and the ack of auto mode)."""
-        session = str(sub.session.id)
+        # The hot path of a traced broker: emit directly (no field is ever None here).
+        emit = self.trace.emit
+        session = sub.session.tag
+        address = sub.destination.address
         redelivered = bool(message.redeliveries or message.seq in sub.redelivered)
-        self._emit("dispatch", session=session, sub=sub.id, dest=sub.destination.address, msg=message.message_id,
-                   size=message.size, redelivered=redelivered, priority=message.priority)
+        emit("dispatch", session=session, sub=sub.id, dest=address, msg=message.message_id,
+             size=message.size, redelivered=redelivered, priority=message.priority)
         if sub.auto and not sub.browser:
-            self._emit("ack", session=session, sub=sub.id, dest=sub.destination.address, msg=message.message_id, mode="auto")
+            emit("ack", session=session, sub=sub.id, dest=address, msg=message.message_id, mode="auto")
 
     def redelivering(self, destination: Destination, message: Message, sub: Subscription | None) -> None:
         """``message`` goes back to ``destination`` for another delivery (traced)."""
@@ -52,10 +55,14 @@ class DestinationHooks:
 
     def message_enqueued(self, queue: Queue, message: Message, cached: bool) -> None:
         """``message`` entered ``queue``: cached in memory, or store-only."""
-        if self.trace.enabled:
-            self._emit("enqueue", dest=queue.address, msg=message.message_id, size=message.size, cached=cached,
-                       priority=message.priority, persistent=message.persistent,
-                       session=self._session_tag(message.origin) if message.origin else None)
+        if self.trace.enabled:  # hot when traced: emit directly, leaving out a missing session
+            if message.origin:
+                self.trace.emit("enqueue", dest=queue.address, msg=message.message_id, size=message.size, cached=cached,
+                                priority=message.priority, persistent=message.persistent,
+                                session=self._session_tag(message.origin))
+            else:
+                self.trace.emit("enqueue", dest=queue.address, msg=message.message_id, size=message.size, cached=cached,
+                                priority=message.priority, persistent=message.persistent)
 
     def page_in_blocked(self, queue: Queue) -> None:
         """``queue``'s cursor refused to page in: remember to try again when space frees."""
