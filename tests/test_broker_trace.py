@@ -67,6 +67,16 @@ def test_every_event_the_broker_writes_is_valid(tmp_path: Path) -> None:
     assert all(e["event"] in EVENTS for e in events)
 
 
+def test_every_session_field_is_the_session_id_connected_announced(tmp_path: Path) -> None:
+    net = busy_network(tmp_path)
+    announced = {e["session"] for e in net.trace.events("connect")}
+    events = net.trace.events()
+    tagged = [e for e in events if "session" in e]
+    assert {e["event"] for e in tagged} >= {"send", "enqueue", "dispatch", "ack", "connect", "flow_block"}
+    strays = {(e["event"], e["session"]) for e in tagged if e["session"] not in announced}
+    assert not strays
+
+
 def test_usage_events_carry_broker_wide_values_and_change_only_on_percent_changes(tmp_path: Path) -> None:
     net = busy_network(tmp_path)
     usage = net.trace.events("usage")
