@@ -68,7 +68,6 @@ _UNESCAPE = {
     "1.1": {"n": "\n", "c": ":", "\\": "\\"},
     "1.2": {"n": "\n", "c": ":", "\\": "\\", "r": "\r"},
 }
-_NEEDS_ESCAPE = ("\\", "\n", ":", "\r")
 
 
 def unescape(text: str, version: str) -> str:
@@ -100,7 +99,7 @@ def unescape(text: str, version: str) -> str:
 
 def escape(text: str, version: str) -> str:
     """Encode ``text`` as a header name or value of ``version``."""
-    if version == "1.0" or not any(c in text for c in _NEEDS_ESCAPE):
+    if version == "1.0" or not ("\\" in text or "\n" in text or ":" in text or "\r" in text):
         return text
     text = text.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
     if version == "1.2":

@@ -115,10 +115,16 @@ def decode_payload(payload: bytes) -> StoredMessage:
     start += _LENGTH.size
     block = payload[start : start + length].decode("utf-8")
     headers: dict[str, str] = {}
-    for line in block.split("\n"):
-        if line:
-            name, _, value = line.partition(":")
-            headers[unescape(name, "1.2")] = unescape(value, "1.2")
+    if "\\" in block:
+        for line in block.split("\n"):
+            if line:
+                name, _, value = line.partition(":")
+                headers[unescape(name, "1.2")] = unescape(value, "1.2")
+    else:  # nothing escaped (the usual case): no per-header unescaping
+        for line in block.split("\n"):
+            if line:
+                name, _, value = line.partition(":")
+                headers[name] = value
     message_id = headers.pop("message-id")
     return StoredMessage(seq, message_id, headers, payload[start + length :], bool(flags & 1), priority, expires, timestamp)
 
