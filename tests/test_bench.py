@@ -74,3 +74,17 @@ def test_missing_activemq_names_the_install_command(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(brokers, "AMQ_JAR", tmp_path / "no-such" / "activemq.jar")
     with pytest.raises(brokers.BrokerStartError, match=re.escape("apt-get install -y activemq")):
         brokers.ActiveMQ.check_installed()
+
+
+@pytest.mark.slow
+def test_backlog_bench_pages_under_limits_and_not_without() -> None:
+    """bench/backlog.py measures the store cursor only if the limited broker really pages."""
+    p = subprocess.run([sys.executable, str(BENCH / "backlog.py"), "--messages", "3000", "--reps", "1"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    counts = dict(re.findall(r"^(plain|limits): store-only after producing \(per rep\) \[(\d+)\], "
+                             r"paged in while draining \[(?:\d+)\]$", p.stdout, re.M))
+    paged = dict(re.findall(r"^(plain|limits): .*paged in while draining \[(\d+)\]$", p.stdout, re.M))
+    assert counts == {"plain": "0", "limits": counts.get("limits")} and int(counts["limits"]) > 0, p.stdout
+    assert paged["limits"] == counts["limits"] and paged["plain"] == "0", p.stdout
+    assert re.search(r"^\| consume \| [\d,]+ ", p.stdout, re.M), p.stdout

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""A persistent backlog drained through the store cursor (issue 5's target).
+
+The shared harness runs producer and consumer at once, so in its scenario B
+the queue never holds more than a message or two and nothing ever pages: a
+memory limit changes nothing there. This benchmark builds the backlog first.
+Per rep and per broker configuration:
+
+1. produce N persistent messages to a queue with no consumer (a receipt every
+   100 sends, at most 10 receipts outstanding);
+2. then subscribe one auto-ack consumer and time how long it takes to receive
+   all N.
+
+Under ``--limits FILE`` (default: ``bench/configs/backlog.toml``, a 4 MB
+memory limit) the backlog passes the cursor's high-water mark, so most of it
+goes to the store only and the consumer's phase pages it in, ``max_page_size``
+messages at a time. The plain broker (``--plain FILE``, default a 1 GB memory
+limit) keeps it all in memory; the table says how many messages each broker
+held store-only and paged in, read from its statistics over STOMP. Brokers run side
+by side and the reps alternate which goes first; the table gives each phase's
+msg/s and the ratio limits / plain, with each broker's peak RSS.
+
+    .venv/bin/python bench/backlog.py [--messages 100000] [--reps 3] [--limits FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from brokers import Ours, RssSampler
+
+from minibroker.codec import FrameParser, encode
+from minibroker.frames import Frame
+
+HERE = Path(__file__).resolve().parent
+RECEIPT_EVERY = 100
+RECEIPT_WINDOW = 10
+
+
+async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, FrameParser]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    parser = FrameParser(role="client")
+    writer.write(encode(Frame("CONNECT", {"accept-version": "1.2", "host": "localhost"}, b"")))
+    while True:
+        frames = parser.feed(await reader.read(65536))
+        if frames:
+            if frames[0].command != "CONNECTED":
+                raise RuntimeError(f"broker refused: {frames[0].headers.get('message')}")
+            return reader, writer, parser
+
+
+async def produce(port: int, dest: str, count: int, size: int) -> float:
+    """Send ``count`` persistent messages; seconds until the last receipt."""
+    reader, writer, parser = await _connect(port)
+    body = b"x" * size
+    started = time.perf_counter()
+    outstanding = 0
+    for i in range(count):
+        headers = {"destination": dest, "persistent": "true"}
+        last = i == count - 1
+        if (i + 1) % RECEIPT_EVERY == 0 or last:
+            headers["receipt"] = str(i)
+            outstanding += 1
+        writer.write(encode(Frame("SEND", headers, body)))
+        while outstanding >= RECEIPT_WINDOW or (last and outstanding):
+            await writer.drain()
+            for frame in parser.feed(await reader.read(65536)):
+                if frame.command == "ERROR":
+                    raise RuntimeError(f"ERROR while producing: {frame.headers.get('message')}")
+                if frame.command == "RECEIPT":
+                    outstanding -= 1
+    elapsed = time.perf_counter() - started
+    writer.close()
+    return elapsed
+
+
+async def consume(port: int, dest: str, count: int) -> float:
+    """Receive ``count`` messages (auto ack); seconds from SUBSCRIBE to the last."""
+    reader, writer, parser = await _connect(port)
+    started = time.perf_counter()
+    writer.write(encode(Frame("SUBSCRIBE", {"destination": dest, "id": "0", "ack": "auto"}, b"")))
+    received = 0
+    while received < count:
+        data = await asyncio.wait_for(reader.read(262144), 60)
+        if not data:
+            raise RuntimeError(f"connection closed after {received} of {count} messages")
+        for frame in parser.feed(data):
+            if frame.command == "ERROR":
+                raise RuntimeError(f"ERROR while consuming: {frame.headers.get('message')}")
+            received += frame.command == "MESSAGE"
+    elapsed = time.perf_counter() - started
+    writer.close()
+    return elapsed
+
+
+async def queue_statistics(port: int, dest: str) -> dict:
+    """The destination's statistics, asked of the broker over STOMP (the statistics plugin)."""
+    reader, writer, parser = await _connect(port)
+    reply_to = "/temp-queue/backlog-stats"
+    writer.write(encode(Frame("SUBSCRIBE", {"destination": reply_to, "id": "s"}, b"")))
+    name = dest[len("/queue/"):]
+    writer.write(encode(Frame("SEND", {"destination": f"/queue/ActiveMQ.Statistics.Destination.{name}",
+                                       "reply-to": reply_to}, b"")))
+    while True:
+        data = await asyncio.wait_for(reader.read(65536), 10)
+        for frame in parser.feed(data):
+            if frame.command == "ERROR":
+                raise RuntimeError(f"statistics refused: {frame.headers.get('message')}")
+            if frame.command == "MESSAGE":
+                writer.close()
+                return json.loads(frame.body)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--limits", default=str(HERE / "configs" / "backlog.toml"),
+                    help="configuration of the broker with limits (default: %(default)s)")
+    ap.add_argument("--plain", default=str(HERE / "configs" / "backlog-plain.toml"),
+                    help="configuration of the reference broker, which must not page (default: %(default)s)")
+    a = ap.parse_args(argv)
+    if a.messages < 1 or a.reps < 1:
+        ap.error("--messages and --reps must be at least 1")
+    with tempfile.TemporaryDirectory(prefix="minibroker-backlog-") as tmp:
+        brokers = [Ours("plain", Path(tmp), config=a.plain), Ours("limits", Path(tmp), config=a.limits)]
+        sampler = RssSampler()
+        results: dict[str, dict[str, list[float]]] = {
+            b.name: {"produce": [], "consume": [], "store_only": [], "paged_in": []} for b in brokers}
+        peaks: dict[str, float] = {}
+        try:
+            for b in brokers:
+                b.start()
+                sampler.watch(b.pid)
+            sampler.start()
+            for rep in range(a.reps):
+                order = brokers if rep % 2 == 0 else brokers[::-1]
+                for b in order:
+                    dest = f"/queue/backlog.{rep}"
+                    p = asyncio.run(produce(b.port, dest, a.messages, a.size))
+                    before = asyncio.run(queue_statistics(b.port, dest))
+                    c = asyncio.run(consume(b.port, dest, a.messages))
+                    after = asyncio.run(queue_statistics(b.port, dest))
+                    results[b.name]["store_only"].append(before.get("storeOnlyCount", 0))
+                    results[b.name]["paged_in"].append(after.get("pagedInCount", 0))
+                    results[b.name]["produce"].append(a.messages / p)
+                    results[b.name]["consume"].append(a.messages / c)
+                    print(f"rep {rep + 1} {b.name}: produce {a.messages / p:,.0f} msg/s, "
+                          f"consume {a.messages / c:,.0f} msg/s; store-only after producing {before.get('storeOnlyCount')}, "
+                          f"paged in {after.get('pagedInCount')}", file=sys.stderr)
+            peaks = {b.name: sampler.peak(b.pid) for b in brokers}
+        finally:
+            sampler.stop()
+            for b in brokers:
+                b.stop()
+    print(f"# backlog of {a.messages:,} persistent messages x {a.size} B, produced then drained; "
+          f"{a.reps} reps; limits: {a.limits}")
+    print("| phase | plain msg/s, median [min–max] | limits msg/s | limits / plain (paired reps) |")
+    print("|---|---|---|---|")
+    for phase in ("produce", "consume"):
+        plain, limits = results["plain"][phase], results["limits"][phase]
+        paired = [l / p for l, p in zip(limits, plain)]
+        print(f"| {phase} | {statistics.median(plain):,.0f} [{min(plain):,.0f}–{max(plain):,.0f}] "
+              f"| {statistics.median(limits):,.0f} [{min(limits):,.0f}–{max(limits):,.0f}] "
+              f"| **{statistics.median(limits) / statistics.median(plain):.2f}** "
+              f"[{min(paired):.2f}–{max(paired):.2f}] |")
+    for b in ("plain", "limits"):
+        print(f"\n{b}: store-only after producing (per rep) {results[b]['store_only']}, "
+              f"paged in while draining {results[b]['paged_in']}")
+    print(f"\npeak RSS MB: plain {peaks.get('plain', 0):.1f}, limits {peaks.get('limits', 0):.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
