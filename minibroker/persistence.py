@@ -28,6 +28,12 @@ Theory of operation
   written since the last sync and returns the generation it covers, so one
   fsync releases the RECEIPTs of every producer that wrote before it (group
   commit). When to call it is the edge's business (``fsync`` policy).
+- **Transactions.** A transaction's records carry its storage txid (unique per
+  broker run) and take effect at its TX_COMMIT. In the ``ring`` layout a
+  transaction may touch several journals; its decision is fsynced to
+  ``<data_dir>/txlog`` before the first TX_COMMIT and retired once a sync has
+  made every commit durable, so a crash between two journals' commits is
+  completed at the next start instead of half applied (``storage.txlog``).
 - **Durable subscriptions** themselves (topic, client id, name, selector) are a
   small JSON file, rewritten atomically when one is created or removed.
 """
@@ -39,11 +45,12 @@ import os
 import re
 import struct
 import threading
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from storage import Journal, JournalConfig, Location, StorageError
+from storage import Journal, JournalConfig, Location, StorageError, TransactionLog
 
 from .codec import encode_headers, unescape
 from .config import StoreConfig
@@ -167,6 +174,10 @@ class MessageStore:
         self._dirty: set[Journal] = set()
         #: storage txid -> journals written under it (a ring transaction may span queues)
         self._tx_journals: dict[str, set[Journal]] = {}
+        #: ring layout: the log of decisions of transactions across queues
+        self._txlog: TransactionLog | None = None
+        #: (txid, write generation of its commits), decided and not yet retired
+        self._deciding: deque[tuple[str, int]] = deque()
         self._lock = threading.Lock()
         self.write_generation = 0
         self.synced_generation = 0
@@ -186,20 +197,31 @@ class MessageStore:
             )
         else:
             self._shared = None
+            # Decisions of transactions across queues come first: a crash may
+            # have cut one short, and its journals must commit it, not abort it.
+            self._txlog = TransactionLog(self.root / "txlog")
+            decided = self._txlog.decided()
             base = self.root / "journal"
             base.mkdir(exist_ok=True)
             for sub in sorted(p for p in base.iterdir() if p.is_dir()):
                 name_file = sub / "NAME"
                 if name_file.exists():
                     key = name_file.read_text(encoding="utf-8")
-                    self._journals[key] = self._open_ring(sub, key)
+                    self._journals[key] = self._open_ring(sub, key, decided)
+            if decided:
+                for journal in self._journals.values():
+                    journal.sync()  # the commits written at open are durable: the decisions may go
+                for txid in decided:
+                    self._txlog.retire(txid)
+                self._txlog.sync()
 
     # -- journals
-    def _open_ring(self, directory: Path, key: str) -> Journal:
+    def _open_ring(self, directory: Path, key: str, committed: frozenset[bytes] = frozenset()) -> Journal:
         name = key.split("/", 2)[-1] if key.startswith("/") else key
         return Journal.open(
             JournalConfig(directory=directory, layout="ring", name=name,
-                          file_count=self.config.file_count, file_size=self.config.file_size)
+                          file_count=self.config.file_count, file_size=self.config.file_size),
+            committed=committed,
         )
 
     def journal_for(self, key: str) -> Journal:
@@ -247,10 +269,30 @@ class MessageStore:
         self._wrote(ref.journal)
 
     def commit(self, txid: str) -> None:
-        """Make a transaction's records effective, in every journal it touched."""
-        for journal in self._tx_journals.pop(txid, set()):
+        """Make a transaction's records effective, in every journal it touched.
+
+        Across several journals (queues of the ring layout) the decision is
+        fsynced to the transaction log first: that is the commit point, and
+        recovery completes the commit from it (``storage.txlog``).
+        """
+        journals = self._tx_journals.pop(txid, set())
+        spans = len(journals) > 1 and self._txlog is not None
+        if spans:
+            assert self._txlog is not None
+            self._txlog.decide(txid)
+        for journal in journals:
             journal.commit(txid)
             self._wrote(journal)
+        self._retire_decisions()
+        if spans:
+            self._deciding.append((txid, self.write_generation))
+
+    def _retire_decisions(self) -> None:
+        """Retire the decisions whose participants' commits a sync has made durable."""
+        while self._deciding and self._deciding[0][1] <= self.synced_generation:
+            txid, _ = self._deciding.popleft()
+            assert self._txlog is not None
+            self._txlog.retire(txid)
 
     def abort(self, txid: str) -> None:
         for journal in self._tx_journals.pop(txid, set()):
@@ -329,6 +371,11 @@ class MessageStore:
         for journal in self.journals():
             journal.sync()
             journal.close()
+        if self._txlog is not None:
+            for txid, _ in self._deciding:  # every participant is synced now
+                self._txlog.retire(txid)
+            self._deciding.clear()
+            self._txlog.close()
         self._unlock()
 
     def _unlock(self) -> None:

@@ -47,6 +47,12 @@ has no room for it, it is written before the txid is next used). DELIVERED
 makes recovery flag the message as redelivered; it does not pin its file (if
 the file is reclaimed while the message lives, the marker is written again).
 
+A transaction with records in several journals (several queues of the
+``ring`` layout) is committed atomically through a transaction log of its own
+(``txlog.py``, Qpid's TPL): its decision is fsynced there before the first
+TX_COMMIT, and ``Journal.open(committed=...)`` completes a decided transaction
+that a crash left unfinished instead of aborting it.
+
 Files
 =====
 
@@ -159,6 +165,7 @@ from storage.journal import Journal
 from storage.model import FileInfo, JournalConfig, Location, Pin, RecoveredRecord
 from storage.recovery import RecoveryReport, RepairAction, repair
 from storage.tempstore import TempHandle, TempStore
+from storage.txlog import TransactionLog
 
 __all__ = [
     "CorruptRecord",
@@ -177,6 +184,7 @@ __all__ = [
     "TempHandle",
     "TempStore",
     "TornWrite",
+    "TransactionLog",
     "compact",
     "format_report",
     "inspect",

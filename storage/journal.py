@@ -1,7 +1,8 @@
 """The journal: append records, replay them at open, read payloads back.
 
 Theory of operation. ``Journal.open`` replays the directory (``recovery.py``),
-cuts a torn tail, writes a TX_ABORT for every transaction left open, and
+cuts a torn tail, writes a TX_ABORT for every transaction left open (a TX_COMMIT
+for one whose decision the caller passes in ``committed``: ``txlog.py``), and
 opens the last file for appending. Every operation then validates, appends
 one record to the current file's write buffer (rolling to another file when it
 does not fit: ``ring.py`` / ``growing.py`` decide which), and applies the same
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 
 from storage.bodies import (
@@ -67,19 +68,22 @@ class Journal:
     # -- lifecycle ---------------------------------------------------------------
 
     @classmethod
-    def open(cls, config: JournalConfig) -> Journal:
+    def open(cls, config: JournalConfig, *, committed: Iterable[TxId] = ()) -> Journal:
         """Open (creating if needed) and recover the journal in ``config.directory``.
 
+        A transaction left unfinished is aborted, unless its txid is in
+        ``committed``: the decision, kept elsewhere, of a transaction that spans
+        several journals (``txlog.py``); then its commit is written now.
         Raises ``CorruptRecord`` on damage before the tail of the log, and
         ``StorageError`` if the files do not match the config.
         """
         config.path.mkdir(parents=True, exist_ok=True)
         result = scan_directory(config)
         journal = cls(config, result)
-        journal._start(result)
+        journal._start(result, {as_bytes(t, "txid") for t in committed})
         return journal
 
-    def _start(self, result: ScanResult) -> None:
+    def _start(self, result: ScanResult, committed: set[bytes]) -> None:
         torn = result.damage
         if torn is not None:
             self._cut(torn)
@@ -95,7 +99,11 @@ class Journal:
         else:
             first = 0 if self._layout.fixed_files else max(self._segments, default=0) + 1
             self._open_file(first)
-        aborted = tuple(self._index.txs)
+        unfinished = tuple(self._index.txs)
+        decided = tuple(t for t in unfinished if t in committed)
+        aborted = tuple(t for t in unfinished if t not in committed)
+        for txid in decided:
+            self.commit(txid)  # the decision is durable elsewhere: finish what the crash cut short
         for txid in aborted:
             try:
                 self.abort(txid)
@@ -105,7 +113,7 @@ class Journal:
         self._collect()
         outcome = "torn" if torn else ("clean" if order else "new")
         self.recovery = RecoveryReport(
-            outcome, len(order), result.records, len(self._index.live), torn, aborted
+            outcome, len(order), result.records, len(self._index.live), torn, aborted, decided
         )
 
     def _cut(self, torn: TornWrite) -> None:

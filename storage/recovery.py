@@ -75,6 +75,8 @@ class RecoveryReport:
     live: int
     torn: TornWrite | None = None
     aborted_txids: tuple[bytes, ...] = ()
+    #: unfinished transactions committed at open because their decision was given (``Journal.open``)
+    committed_txids: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from storage import Journal, StorageError, compact, format_report, inspect, repair
+from storage import Journal, StorageError, TransactionLog, compact, format_report, inspect, repair
 from storage.recovery import detect_config
 
 from ..cli import CommandError
@@ -81,11 +81,23 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _decided_transactions(directory: Path) -> frozenset[bytes]:
+    """Decisions of cross-queue transactions in the data directory above ``directory``:
+    a crash may have cut their commits short, and opening must complete them."""
+    for candidate in directory.parents:
+        if (candidate / "txlog").is_dir():
+            with TransactionLog(candidate / "txlog") as log:
+                return log.decided()
+    return frozenset()
+
+
 def _compact(args: argparse.Namespace) -> int:
     for directory in journal_directories(args.directory):
+        if directory.name == "txlog":
+            continue  # the transaction log holds decisions, not messages
         _require_stopped(directory)
         try:
-            with Journal.open(detect_config(directory)) as journal:
+            with Journal.open(detect_config(directory), committed=_decided_transactions(directory)) as journal:
                 moved = compact(journal)
                 journal.sync()
                 print(f"{directory}: moved {len(moved)} message(s); {journal.live_count} live")

@@ -18,8 +18,8 @@ def _close_journals(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     opened: list[Journal] = []
     real_open = Journal.open.__func__  # type: ignore[attr-defined]
 
-    def tracking_open(cls: type[Journal], config: JournalConfig) -> Journal:
-        journal = real_open(cls, config)
+    def tracking_open(cls: type[Journal], config: JournalConfig, **options: object) -> Journal:
+        journal = real_open(cls, config, **options)
         opened.append(journal)
         return journal
 

@@ -142,6 +142,21 @@ class JournalContract:
         again.close()
         assert [r.seq for r in open_journal().recovered()] == [fresh.seq]
 
+    def test_an_unfinished_transaction_decided_elsewhere_is_committed_at_open(
+        self, open_journal: Opener, config: JournalConfig
+    ) -> None:
+        j = open_journal()
+        decided = j.enqueue(b"q", body(1), txid="decided")
+        j.enqueue(b"q", body(2), txid="undecided")
+        j.close()  # a crash before either TX_COMMIT
+        again = Journal.open(config, committed={"decided"})
+        assert again.recovery.committed_txids == (b"decided",)
+        assert again.recovery.aborted_txids == (b"undecided",)
+        assert [r.seq for r in again.recovered()] == [decided.seq]
+        again.close()
+        # the commit written at open is a record like any other: the next open needs no decision
+        assert [r.seq for r in open_journal().recovered()] == [decided.seq]
+
     def test_sync_returns_the_highest_durable_seq(self, open_journal: Opener) -> None:
         j = open_journal()
         j.enqueue(b"q", body(1))
