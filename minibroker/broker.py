@@ -69,6 +69,9 @@ class _NoTrace:
     def emit(self, event: str, **fields: Any) -> None:  # pragma: no cover - never called
         pass
 
+    def emit_fixed(self, kind: int, values: tuple[Any, ...]) -> None:  # pragma: no cover - never called
+        pass
+
 
 class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
     """The sans-IO broker. See the module docstring for the event protocol."""

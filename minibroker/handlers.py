@@ -20,6 +20,7 @@ from .message import BROKER_SET_HEADERS, Message
 from .registry import TEMP_PREFIXES
 from .session import Session
 from .stats import is_statistics_address, statistics_replies
+from .trace import SEND
 from .subscription import ACK_MODES, Subscription
 
 __all__ = ["FrameHandlers"]
@@ -96,12 +97,9 @@ class FrameHandlers:
     def _route(self, destination: Destination, message: Message) -> list[Subscription] | None:
         """Hand a new message to its destination; for a topic blocked at a full
         subscription, the subscriptions still to serve."""
-        if self.trace.enabled:  # hot when traced: emit directly, ``tx`` only inside a transaction
-            fields = {"session": self._session_tag(message.origin), "dest": destination.address, "msg": message.message_id,
-                      "size": message.size, "persistent": message.persistent, "priority": message.priority}
-            if self._txid is not None:
-                fields["tx"] = self._txid
-            self.trace.emit("send", **fields)
+        if self.trace.enabled:  # hot when traced: one fixed-shape record (trace.py)
+            self.trace.emit_fixed(SEND, (self._session_tag(message.origin), destination.address, message.message_id,
+                                         message.size, message.persistent, message.priority, self._txid))
         return self._admit(destination, message)
 
     def destination(self, address: str) -> Destination:

@@ -21,6 +21,7 @@ from .errors import ResourceLimitError
 from .frames import Frame
 from .message import Message
 from .subscription import Subscription
+from .trace import DISPATCH, DISPATCH_AUTO_ACK, ENQUEUE
 
 __all__ = ["DestinationHooks"]
 
@@ -30,15 +31,11 @@ class DestinationHooks:
 
     def delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame went to ``sub`` (traced: dispatch, and the ack of auto mode)."""
-        # The hot path of a traced broker: emit directly (no field is ever None here).
-        emit = self.trace.emit
-        session = sub.session.tag
-        address = sub.destination.address
-        redelivered = bool(message.redeliveries or message.seq in sub.redelivered)
-        emit("dispatch", session=session, sub=sub.id, dest=address, msg=message.message_id,
-             size=message.size, redelivered=redelivered, priority=message.priority)
-        if sub.auto and not sub.browser:
-            emit("ack", session=session, sub=sub.id, dest=address, msg=message.message_id, mode="auto")
+        # The hot path of a traced broker: one fixed-shape record (trace.py).
+        kind = DISPATCH_AUTO_ACK if sub.auto and not sub.browser else DISPATCH
+        self.trace.emit_fixed(kind, (sub.session.tag, sub.id, sub.destination.address, message.message_id,
+                                     message.size, bool(message.redeliveries or message.seq in sub.redelivered),
+                                     message.priority))
 
     def redelivering(self, destination: Destination, message: Message, sub: Subscription | None) -> None:
         """``message`` goes back to ``destination`` for another delivery (traced)."""
@@ -55,14 +52,10 @@ class DestinationHooks:
 
     def message_enqueued(self, queue: Queue, message: Message, cached: bool) -> None:
         """``message`` entered ``queue``: cached in memory, or store-only."""
-        if self.trace.enabled:  # hot when traced: emit directly, leaving out a missing session
-            if message.origin:
-                self.trace.emit("enqueue", dest=queue.address, msg=message.message_id, size=message.size, cached=cached,
-                                priority=message.priority, persistent=message.persistent,
-                                session=self._session_tag(message.origin))
-            else:
-                self.trace.emit("enqueue", dest=queue.address, msg=message.message_id, size=message.size, cached=cached,
-                                priority=message.priority, persistent=message.persistent)
+        if self.trace.enabled:  # hot when traced: one fixed-shape record (trace.py)
+            self.trace.emit_fixed(ENQUEUE, (queue.address, message.message_id, message.size, cached, message.priority,
+                                            message.persistent,
+                                            self._session_tag(message.origin) if message.origin else None))
 
     def page_in_blocked(self, queue: Queue) -> None:
         """``queue``'s cursor refused to page in: remember to try again when space frees."""

@@ -28,7 +28,12 @@ in ``flush``, which runs when the buffer holds ``buffer_events`` events, when
 the server's periodic timer calls it, and on ``close``. ``seq`` is assigned at
 flush time from the line count, which keeps ``emit`` to one clock call and one
 append. A broker that wants to skip even building the keyword arguments checks
-``trace.enabled`` first (False for ``NullTrace``).
+``trace.enabled`` first (False for ``NullTrace``). The events of every message
+(send, enqueue, dispatch, auto ack) go through ``emit_fixed`` instead: a kind
+number and a tuple of values, named only when encoded, and the dispatch and
+its auto ack as one record. In the broker's process that halved the cost of
+tracing a queue message (about 12 us to 6 us of CPU on top of 13 us untraced,
+measured in-process with 100k messages and an offloaded writer).
 
 Measured on the 2-core development machine, for a 6-field ``dispatch`` event,
 as CPU time of the broker's process: the call with its keyword arguments
@@ -65,6 +70,11 @@ __all__ = [
     "dumps_events",
     "encode_line",
     "encode_batch",
+    "expand",
+    "SEND",
+    "ENQUEUE",
+    "DISPATCH",
+    "DISPATCH_AUTO_ACK",
 ]
 
 SCHEMA_VERSION = 1
@@ -312,11 +322,58 @@ def encode_line(seq: int, ts: float, event: str, broker_json: str, fields: dict[
     return head + ("," + _encode_fields(fields) if fields else "}")
 
 
-def encode_batch(first_seq: int, batch: Iterable[tuple[float, str, dict[str, Any]]],
-                 broker_json: str) -> str:
-    """Trace lines for buffered ``(ts, event, fields)`` events, numbered from ``first_seq``."""
-    lines = [encode_line(seq, ts, event, broker_json, fields)
-             for seq, (ts, event, fields) in enumerate(batch, first_seq)]
+# --- fixed-shape hot events ------------------------------------------------------
+#
+# The events every message makes (send, enqueue, dispatch and the ack of auto
+# mode) are recorded as ``(ts, kind, values)``: a small int and a tuple in a
+# fixed order instead of a dict of keyword arguments, which is what costs in
+# the broker's process. The names are put back when the batch is encoded (in
+# the writer process when offloaded), so the lines are exactly what ``emit``
+# would have written. ``DISPATCH_AUTO_ACK`` is two lines: the dispatch, then the
+# ack of auto mode, whose fields are the first four of the dispatch's.
+
+SEND = 1  #: (session, dest, msg, size, persistent, priority, tx or None)
+ENQUEUE = 2  #: (dest, msg, size, cached, priority, persistent, session or None)
+DISPATCH = 3  #: (session, sub, dest, msg, size, redelivered, priority)
+DISPATCH_AUTO_ACK = 4  #: as DISPATCH, then an ``ack`` line with ``mode: auto``
+
+_FIXED: dict[int, tuple[tuple[str, tuple[str, ...], dict[str, Any] | None], ...]] = {
+    SEND: (("send", ("session", "dest", "msg", "size", "persistent", "priority", "tx"), None),),
+    ENQUEUE: (("enqueue", ("dest", "msg", "size", "cached", "priority", "persistent", "session"), None),),
+    DISPATCH: (("dispatch", ("session", "sub", "dest", "msg", "size", "redelivered", "priority"), None),),
+    DISPATCH_AUTO_ACK: (
+        ("dispatch", ("session", "sub", "dest", "msg", "size", "redelivered", "priority"), None),
+        ("ack", ("session", "sub", "dest", "msg"), {"mode": "auto"}),
+    ),
+}
+
+
+def expand(kind: int, values: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """The ``(event, fields)`` lines of a fixed-shape event (None values left out)."""
+    out = []
+    for event, names, extra in _FIXED[kind]:
+        fields = dict(zip(names, values))
+        if None in values:
+            fields = {k: v for k, v in fields.items() if v is not None}
+        if extra:
+            fields.update(extra)
+        out.append((event, fields))
+    return out
+
+
+def encode_batch(first_seq: int, batch: Iterable[tuple[float, Any, Any]], broker_json: str) -> str:
+    """Trace lines for buffered events, numbered from ``first_seq``: ``(ts, event,
+    fields)`` from ``emit``, ``(ts, kind, values)`` from ``emit_fixed``."""
+    lines = []
+    seq = first_seq
+    for ts, event, fields in batch:
+        if type(event) is int:
+            for name, expanded in expand(event, fields):
+                lines.append(encode_line(seq, ts, name, broker_json, expanded))
+                seq += 1
+        else:
+            lines.append(encode_line(seq, ts, event, broker_json, fields))
+            seq += 1
     lines.append("")
     return "\n".join(lines)
 
@@ -371,7 +428,8 @@ class Trace:
         self.broker = broker
         self._broker_json = _json_encoder.encode_basestring(broker)
         self._limit = buffer_events
-        self._buf: list[tuple[float, str, dict[str, Any]]] = []
+        self._buf: list[tuple[float, Any, Any]] = []
+        self._extra_lines = 0  # lines beyond one per buffered entry (DISPATCH_AUTO_ACK)
         self._seq = 0
         self.closed = False
 
@@ -379,6 +437,16 @@ class Trace:
         """Record one event now. Fields must be JSON-encodable scalars or dicts."""
         buf = self._buf
         buf.append((self._clock(), event, fields))
+        if len(buf) >= self._limit:
+            self.flush()
+
+    def emit_fixed(self, kind: int, values: tuple[Any, ...]) -> None:
+        """Record a fixed-shape hot event now (``SEND``, ``ENQUEUE``, ``DISPATCH``,
+        ``DISPATCH_AUTO_ACK``: see their comments for the order of ``values``)."""
+        buf = self._buf
+        buf.append((self._clock(), kind, values))
+        if kind == DISPATCH_AUTO_ACK:
+            self._extra_lines += 1
         if len(buf) >= self._limit:
             self.flush()
 
@@ -399,7 +467,8 @@ class Trace:
             assert self._file is not None
             self._file.write(encode_batch(self._seq + 1, buf, self._broker_json))
             self._file.flush()
-        self._seq += len(buf)
+        self._seq += len(buf) + self._extra_lines
+        self._extra_lines = 0
 
     @property
     def written(self) -> int:
@@ -434,9 +503,10 @@ def _writer_main(path: str, broker: str) -> int:
     with open(path, "w", encoding="utf-8") as out:
         while header := stdin.read(8):
             batch = marshal.loads(stdin.read(int.from_bytes(header, "little")))
-            out.write(encode_batch(seq, batch, broker_json))
+            text = encode_batch(seq, batch, broker_json)
+            out.write(text)
             out.flush()
-            seq += len(batch)
+            seq += text.count("\n")  # one per line (JSON escapes newlines in strings); a pair is two
     return 0
 
 
@@ -448,6 +518,9 @@ class NullTrace:
     written = 0
 
     def emit(self, event: str, **fields: Any) -> None:
+        pass
+
+    def emit_fixed(self, kind: int, values: tuple[Any, ...]) -> None:
         pass
 
     def flush(self) -> None:
@@ -489,6 +562,10 @@ class MemoryTrace:
         }
         record.update(fields)
         self._events.append(record)
+
+    def emit_fixed(self, kind: int, values: tuple[Any, ...]) -> None:
+        for event, fields in expand(kind, values):
+            self.emit(event, **fields)
 
     def events(self, *names: str) -> list[dict[str, Any]]:
         if not names:

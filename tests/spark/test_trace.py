@@ -11,7 +11,11 @@ import pytest
 
 from minibroker.trace import (
     COMMON,
+    DISPATCH,
+    DISPATCH_AUTO_ACK,
+    ENQUEUE,
     EVENTS,
+    SEND,
     FIELDS,
     MemoryTrace,
     NullTrace,
@@ -58,6 +62,59 @@ def test_offloaded_writer_output_equals_sample_file(tmp_path):
     trace.close()
     assert trace.written == len(SAMPLE)
     assert path.read_text() == SAMPLE_PATH.read_text()
+
+
+# The hot events, written the fast way (emit_fixed) and the plain way (emit):
+# (kind, values, the same events as (event, fields) for emit).
+FIXED_CASES = [
+    (SEND, ("b-1-3", "/queue/q", "ID:b-1-7", 300, True, 4, None),
+     [("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-7", size=300, persistent=True, priority=4))]),
+    (SEND, ("b-1-3", "/queue/q", "ID:b-1-8", 12, False, 9, "b.3.1"),
+     [("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-8", size=12, persistent=False, priority=9,
+                    tx="b.3.1"))]),
+    (ENQUEUE, ("/queue/q", "ID:b-1-7", 300, False, 4, True, "b-1-3"),
+     [("enqueue", dict(dest="/queue/q", msg="ID:b-1-7", size=300, cached=False, priority=4, persistent=True,
+                       session="b-1-3"))]),
+    (ENQUEUE, ("/queue/ActiveMQ.DLQ", "ID:b-1-7", 300, True, 4, True, None),
+     [("enqueue", dict(dest="/queue/ActiveMQ.DLQ", msg="ID:b-1-7", size=300, cached=True, priority=4,
+                       persistent=True))]),
+    (DISPATCH, ("b-1-4", "s", "/queue/q", "ID:b-1-7", 300, True, 4),
+     [("dispatch", dict(session="b-1-4", sub="s", dest="/queue/q", msg="ID:b-1-7", size=300, redelivered=True,
+                        priority=4))]),
+    (DISPATCH_AUTO_ACK, ("b-1-4", "0", "/topic/t", "ID:b-1-9", 64, False, 0),
+     [("dispatch", dict(session="b-1-4", sub="0", dest="/topic/t", msg="ID:b-1-9", size=64, redelivered=False,
+                        priority=0)),
+      ("ack", dict(session="b-1-4", sub="0", dest="/topic/t", msg="ID:b-1-9", mode="auto"))]),
+]
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_fixed_shape_events_write_the_same_lines_as_emit(tmp_path, offload):
+    fast, plain = tmp_path / "fast.jsonl", tmp_path / "plain.jsonl"
+    # One tick per record: emit_fixed stamps both lines of a pair with one clock reading.
+    fast_trace = Trace(fast, iter(range(100)).__next__, broker=BROKER, buffer_events=4, offload=offload)
+    ticks = [i for i, (_, _, lines) in enumerate(FIXED_CASES * 2) for _ in lines]
+    plain_trace = Trace(plain, iter(ticks).__next__, broker=BROKER, buffer_events=3)
+    for kind, values, lines in FIXED_CASES * 2:  # twice: the seq runs on across buffer flushes
+        fast_trace.emit_fixed(kind, values)
+        for event, fields in lines:
+            plain_trace.emit(event, **fields)
+    fast_trace.close()
+    plain_trace.close()
+    assert fast.read_text() == plain.read_text()
+    assert fast_trace.written == plain_trace.written == 2 * sum(len(lines) for _, _, lines in FIXED_CASES)
+    for line in fast.read_text().splitlines():
+        assert validate_event(json.loads(line)) == [], line
+
+
+def test_memory_trace_expands_fixed_shape_events():
+    mem = MemoryTrace(lambda: 1.0, broker=BROKER)
+    for kind, values, _ in FIXED_CASES:
+        mem.emit_fixed(kind, values)
+    expected = [(event, fields) for _, _, lines in FIXED_CASES for event, fields in lines]
+    got = [(e["event"], {k: v for k, v in e.items() if k not in COMMON}) for e in mem.events()]
+    assert got == expected
+    NullTrace().emit_fixed(SEND, FIXED_CASES[0][1])  # accepted, ignored
 
 
 def test_memory_trace_matches_file_trace():
