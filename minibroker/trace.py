@@ -361,16 +361,47 @@ def expand(kind: int, values: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]
     return out
 
 
+_str = _json_encoder.encode_basestring  # the C string encoder, as _encode uses
+_BOOL = ("false", "true")
+_V = SCHEMA_VERSION
+
+
+def _fixed_lines(seq: int, ts: float, kind: int, v: tuple[Any, ...], broker_json: str) -> list[str]:
+    """The lines of a fixed-shape record, formatted directly (the writer's hot path).
+
+    Byte for byte what ``expand`` + ``encode_line`` give (a test holds them
+    equal); about twice as fast, and a dispatch and its auto ack share the
+    encoding of their common fields.
+    """
+    head = f'{{"v":{_V},"seq":{seq},"ts":{ts!r},"event":"'
+    if kind == SEND:
+        session, dest, msg, size, persistent, priority, tx = v
+        tail = f',"tx":{_str(tx)}}}' if tx is not None else "}"
+        return [f'{head}send","broker":{broker_json},"session":{_str(session)},"dest":{_str(dest)},'
+                f'"msg":{_str(msg)},"size":{size},"persistent":{_BOOL[persistent]},"priority":{priority}{tail}']
+    if kind == ENQUEUE:
+        dest, msg, size, cached, priority, persistent, session = v
+        tail = f',"session":{_str(session)}}}' if session is not None else "}"
+        return [f'{head}enqueue","broker":{broker_json},"dest":{_str(dest)},"msg":{_str(msg)},"size":{size},'
+                f'"cached":{_BOOL[cached]},"priority":{priority},"persistent":{_BOOL[persistent]}{tail}']
+    session, sub, dest, msg, size, redelivered, priority = v
+    ids = f'"broker":{broker_json},"session":{_str(session)},"sub":{_str(sub)},"dest":{_str(dest)},"msg":{_str(msg)}'
+    dispatch = f'{head}dispatch",{ids},"size":{size},"redelivered":{_BOOL[redelivered]},"priority":{priority}}}'
+    if kind == DISPATCH:
+        return [dispatch]
+    return [dispatch, f'{{"v":{_V},"seq":{seq + 1},"ts":{ts!r},"event":"ack",{ids},"mode":"auto"}}']
+
+
 def encode_batch(first_seq: int, batch: Iterable[tuple[float, Any, Any]], broker_json: str) -> str:
     """Trace lines for buffered events, numbered from ``first_seq``: ``(ts, event,
     fields)`` from ``emit``, ``(ts, kind, values)`` from ``emit_fixed``."""
-    lines = []
+    lines: list[str] = []
     seq = first_seq
     for ts, event, fields in batch:
         if type(event) is int:
-            for name, expanded in expand(event, fields):
-                lines.append(encode_line(seq, ts, name, broker_json, expanded))
-                seq += 1
+            added = _fixed_lines(seq, ts, event, fields, broker_json)
+            lines += added
+            seq += len(added)
         else:
             lines.append(encode_line(seq, ts, event, broker_json, fields))
             seq += 1

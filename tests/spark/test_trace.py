@@ -72,6 +72,9 @@ FIXED_CASES = [
     (SEND, ("b-1-3", "/queue/q", "ID:b-1-8", 12, False, 9, "b.3.1"),
      [("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-8", size=12, persistent=False, priority=9,
                     tx="b.3.1"))]),
+    (SEND, ("b-1-3", '/queue/naïve "q"\\', "ID:b-1-9", 0, False, 0, None),  # escaping as the JSON encoder does
+     [("send", dict(session="b-1-3", dest='/queue/naïve "q"\\', msg="ID:b-1-9", size=0, persistent=False,
+                    priority=0))]),
     (ENQUEUE, ("/queue/q", "ID:b-1-7", 300, False, 4, True, "b-1-3"),
      [("enqueue", dict(dest="/queue/q", msg="ID:b-1-7", size=300, cached=False, priority=4, persistent=True,
                        session="b-1-3"))]),
