@@ -50,6 +50,7 @@ from .storehooks import StoreHooks
 from .subscription import Subscription
 from .timers import Timers
 from .usage import Usage
+from .trace import SEND
 from storage import TempStore
 
 __all__ = ["Broker", "SERVER_NAME", "ParkedSend"]
@@ -129,6 +130,10 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         self._sync_waiters: list[tuple[int, Session, str]] = []
         #: The storage transaction of the COMMIT being applied, if any.
         self._txid: str | None = None
+        #: A traced SEND held back for a moment, so that the enqueue that usually
+        #: follows at once makes one record with it (SEND_ENQUEUE); any other event
+        #: writes it first, so the trace's order never changes.
+        self._pending_send: tuple[Any, ...] | None = None
         self._next_storage_tx = 1
         self._store_generation_seen = 0
         self._journal_files: dict[int, int] = {}
@@ -181,7 +186,15 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
 
     def _emit(self, event: str, **fields: Any) -> None:
         """Record a trace event (fields that are None are left out); call only when tracing."""
+        if self._pending_send is not None:
+            self._write_pending_send()
         self.trace.emit(event, **{k: v for k, v in fields.items() if v is not None})
+
+    def _write_pending_send(self) -> None:
+        """Write the SEND held back for its enqueue, which is not coming first."""
+        pending, self._pending_send = self._pending_send, None
+        if pending is not None:
+            self.trace.emit_fixed(SEND, pending)
 
     def _trace_usage(self, usage: Usage, old: int, new: int) -> None:
         """A usage percent changed: a ``usage`` event with the broker-wide values."""

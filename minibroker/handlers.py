@@ -20,7 +20,6 @@ from .message import BROKER_SET_HEADERS, Message
 from .registry import TEMP_PREFIXES
 from .session import Session
 from .stats import is_statistics_address, statistics_replies
-from .trace import SEND
 from .subscription import ACK_MODES, Subscription
 
 __all__ = ["FrameHandlers"]
@@ -97,10 +96,16 @@ class FrameHandlers:
     def _route(self, destination: Destination, message: Message) -> list[Subscription] | None:
         """Hand a new message to its destination; for a topic blocked at a full
         subscription, the subscriptions still to serve."""
-        if self.trace.enabled:  # hot when traced: one fixed-shape record (trace.py)
-            self.trace.emit_fixed(SEND, (self._session_tag(message.origin), destination.address, message.message_id,
-                                         message.size, message.persistent, message.priority, self._txid))
-        return self._admit(destination, message)
+        if not self.trace.enabled:
+            return self._admit(destination, message)
+        # Hot when traced: the SEND waits for the enqueue to make one record with it (trace.py).
+        self._pending_send = (self._session_tag(message.origin), destination.address, message.message_id,
+                              message.size, message.persistent, message.priority, self._txid)
+        try:
+            return self._admit(destination, message)
+        finally:
+            if self._pending_send is not None:  # no enqueue came (a topic, a refusal)
+                self._write_pending_send()
 
     def destination(self, address: str) -> Destination:
         """The queue or topic at ``address``, created on first use (no rights checked)."""

@@ -21,7 +21,7 @@ from .errors import ResourceLimitError
 from .frames import Frame
 from .message import Message
 from .subscription import Subscription
-from .trace import DISPATCH, DISPATCH_AUTO_ACK, ENQUEUE
+from .trace import DISPATCH, DISPATCH_AUTO_ACK, ENQUEUE, SEND_ENQUEUE
 
 __all__ = ["DestinationHooks"]
 
@@ -32,6 +32,8 @@ class DestinationHooks:
     def delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame went to ``sub`` (traced: dispatch, and the ack of auto mode)."""
         # The hot path of a traced broker: one fixed-shape record (trace.py).
+        if self._pending_send is not None:
+            self._write_pending_send()  # a topic's dispatch: the send comes first
         kind = DISPATCH_AUTO_ACK if sub.auto and not sub.browser else DISPATCH
         self.trace.emit_fixed(kind, (sub.session.tag, sub.id, sub.destination.address, message.message_id,
                                      message.size, bool(message.redeliveries or message.seq in sub.redelivered),
@@ -53,6 +55,13 @@ class DestinationHooks:
     def message_enqueued(self, queue: Queue, message: Message, cached: bool) -> None:
         """``message`` entered ``queue``: cached in memory, or store-only."""
         if self.trace.enabled:  # hot when traced: one fixed-shape record (trace.py)
+            pending = self._pending_send
+            if pending is not None and pending[2] == message.message_id and pending[1] == queue.address:
+                self._pending_send = None
+                self.trace.emit_fixed(SEND_ENQUEUE, (*pending, cached))
+                return
+            if pending is not None:
+                self._write_pending_send()
             self.trace.emit_fixed(ENQUEUE, (queue.address, message.message_id, message.size, cached, message.priority,
                                             message.persistent,
                                             self._session_tag(message.origin) if message.origin else None))

@@ -75,6 +75,7 @@ __all__ = [
     "ENQUEUE",
     "DISPATCH",
     "DISPATCH_AUTO_ACK",
+    "SEND_ENQUEUE",
 ]
 
 SCHEMA_VERSION = 1
@@ -336,6 +337,7 @@ SEND = 1  #: (session, dest, msg, size, persistent, priority, tx or None)
 ENQUEUE = 2  #: (dest, msg, size, cached, priority, persistent, session or None)
 DISPATCH = 3  #: (session, sub, dest, msg, size, redelivered, priority)
 DISPATCH_AUTO_ACK = 4  #: as DISPATCH, then an ``ack`` line with ``mode: auto``
+SEND_ENQUEUE = 5  #: as SEND plus cached: a ``send`` line, then the ``enqueue`` of that message
 
 _FIXED: dict[int, tuple[tuple[str, tuple[str, ...], dict[str, Any] | None], ...]] = {
     SEND: (("send", ("session", "dest", "msg", "size", "persistent", "priority", "tx"), None),),
@@ -346,10 +348,16 @@ _FIXED: dict[int, tuple[tuple[str, tuple[str, ...], dict[str, Any] | None], ...]
         ("ack", ("session", "sub", "dest", "msg"), {"mode": "auto"}),
     ),
 }
+_SEND_NAMES = ("session", "dest", "msg", "size", "persistent", "priority", "tx", "cached")
 
 
 def expand(kind: int, values: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]]]:
     """The ``(event, fields)`` lines of a fixed-shape event (None values left out)."""
+    if kind == SEND_ENQUEUE:
+        named = dict(zip(_SEND_NAMES, values))
+        enqueue = (named["dest"], named["msg"], named["size"], named["cached"], named["priority"],
+                   named["persistent"], named["session"])
+        return expand(SEND, values[:7]) + expand(ENQUEUE, enqueue)
     out = []
     for event, names, extra in _FIXED[kind]:
         fields = dict(zip(names, values))
@@ -373,12 +381,19 @@ def _fixed_lines(seq: int, ts: float, kind: int, v: tuple[Any, ...], broker_json
     equal); about twice as fast, and a dispatch and its auto ack share the
     encoding of their common fields.
     """
-    head = f'{{"v":{_V},"seq":{seq},"ts":{ts!r},"event":"'
-    if kind == SEND:
-        session, dest, msg, size, persistent, priority, tx = v
+    stamp = repr(ts)
+    head = f'{{"v":{_V},"seq":{seq},"ts":{stamp},"event":"'
+    if kind == SEND or kind == SEND_ENQUEUE:
+        session, dest, msg, size, persistent, priority, tx = v[:7]
         tail = f',"tx":{_str(tx)}}}' if tx is not None else "}"
-        return [f'{head}send","broker":{broker_json},"session":{_str(session)},"dest":{_str(dest)},'
-                f'"msg":{_str(msg)},"size":{size},"persistent":{_BOOL[persistent]},"priority":{priority}{tail}']
+        session, dest, msg = _str(session), _str(dest), _str(msg)
+        send = (f'{head}send","broker":{broker_json},"session":{session},"dest":{dest},'
+                f'"msg":{msg},"size":{size},"persistent":{_BOOL[persistent]},"priority":{priority}{tail}')
+        if kind == SEND:
+            return [send]
+        return [send, f'{{"v":{_V},"seq":{seq + 1},"ts":{stamp},"event":"enqueue","broker":{broker_json},'
+                      f'"dest":{dest},"msg":{msg},"size":{size},"cached":{_BOOL[v[7]]},"priority":{priority},'
+                      f'"persistent":{_BOOL[persistent]},"session":{session}}}']
     if kind == ENQUEUE:
         dest, msg, size, cached, priority, persistent, session = v
         tail = f',"session":{_str(session)}}}' if session is not None else "}"
@@ -389,7 +404,7 @@ def _fixed_lines(seq: int, ts: float, kind: int, v: tuple[Any, ...], broker_json
     dispatch = f'{head}dispatch",{ids},"size":{size},"redelivered":{_BOOL[redelivered]},"priority":{priority}}}'
     if kind == DISPATCH:
         return [dispatch]
-    return [dispatch, f'{{"v":{_V},"seq":{seq + 1},"ts":{ts!r},"event":"ack",{ids},"mode":"auto"}}']
+    return [dispatch, f'{{"v":{_V},"seq":{seq + 1},"ts":{stamp},"event":"ack",{ids},"mode":"auto"}}']
 
 
 def encode_batch(first_seq: int, batch: Iterable[tuple[float, Any, Any]], broker_json: str) -> str:
@@ -476,7 +491,7 @@ class Trace:
         ``DISPATCH_AUTO_ACK``: see their comments for the order of ``values``)."""
         buf = self._buf
         buf.append((self._clock(), kind, values))
-        if kind == DISPATCH_AUTO_ACK:
+        if kind >= DISPATCH_AUTO_ACK:  # DISPATCH_AUTO_ACK and SEND_ENQUEUE are two lines
             self._extra_lines += 1
         if len(buf) >= self._limit:
             self.flush()
