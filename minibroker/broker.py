@@ -50,7 +50,7 @@ from .storehooks import StoreHooks
 from .subscription import Subscription
 from .timers import Timers
 from .usage import Usage
-from .trace import SEND
+from .trace import SEND, SEND_ENQUEUE
 from storage import TempStore
 
 __all__ = ["Broker", "SERVER_NAME", "ParkedSend"]
@@ -134,6 +134,9 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         #: follows at once makes one record with it (SEND_ENQUEUE); any other event
         #: writes it first, so the trace's order never changes.
         self._pending_send: tuple[Any, ...] | None = None
+        #: SEND, or SEND_ENQUEUE once its enqueue joined it (a dispatch may still join).
+        self._pending_kind = SEND
+        self._pending_cached = False  # the enqueue's ``cached``, once it joined (SEND_ENQUEUE)
         self._next_storage_tx = 1
         self._store_generation_seen = 0
         self._journal_files: dict[int, int] = {}
@@ -194,7 +197,10 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         """Write the SEND held back for its enqueue, which is not coming first."""
         pending, self._pending_send = self._pending_send, None
         if pending is not None:
-            self.trace.emit_fixed(SEND, pending)
+            if self._pending_kind == SEND_ENQUEUE:
+                self.trace.emit_fixed(SEND_ENQUEUE, (*pending, self._pending_cached))
+            else:
+                self.trace.emit_fixed(SEND, pending)
 
     def _trace_usage(self, usage: Usage, old: int, new: int) -> None:
         """A usage percent changed: a ``usage`` event with the broker-wide values."""

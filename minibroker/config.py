@@ -160,6 +160,10 @@ class BrokerSection:
     data_dir: str = option("data", text, "directory for journals and temp files")
     persistent: bool = option(True, boolean, "journal persistent messages (ActiveMQ persistent); false keeps everything in memory")
     trace: str = option("", text, "write the trace (JSON lines, docs/trace-schema.md) to this file; empty = off")
+    trace_writer_nice: int = option(
+        19, integer(0, 19),
+        "CPU niceness of the trace's writer process: 19 takes only idle CPU (the trace lags under load), 0 keeps up",
+    )
 
 
 @dataclass(frozen=True)

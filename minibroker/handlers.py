@@ -19,6 +19,7 @@ from .frames import Frame
 from .message import BROKER_SET_HEADERS, Message
 from .registry import TEMP_PREFIXES
 from .session import Session
+from .trace import SEND
 from .stats import is_statistics_address, statistics_replies
 from .subscription import ACK_MODES, Subscription
 
@@ -99,8 +100,11 @@ class FrameHandlers:
         if not self.trace.enabled:
             return self._admit(destination, message)
         # Hot when traced: the SEND waits for the enqueue to make one record with it (trace.py).
-        self._pending_send = (self._session_tag(message.origin), destination.address, message.message_id,
+        origin = self.sessions.get(message.origin)
+        self._pending_send = (origin.tag if origin is not None else self._session_tag(message.origin),
+                              destination.address, message.message_id,
                               message.size, message.persistent, message.priority, self._txid)
+        self._pending_kind = SEND
         try:
             return self._admit(destination, message)
         finally:

@@ -21,7 +21,15 @@ from .errors import ResourceLimitError
 from .frames import Frame
 from .message import Message
 from .subscription import Subscription
-from .trace import DISPATCH, DISPATCH_AUTO_ACK, ENQUEUE, SEND_ENQUEUE
+from .trace import (
+    DISPATCH,
+    DISPATCH_AUTO_ACK,
+    ENQUEUE,
+    SEND,
+    SEND_ENQUEUE,
+    SEND_ENQUEUE_DISPATCH,
+    SEND_ENQUEUE_DISPATCH_AUTO_ACK,
+)
 
 __all__ = ["DestinationHooks"]
 
@@ -32,12 +40,20 @@ class DestinationHooks:
     def delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame went to ``sub`` (traced: dispatch, and the ack of auto mode)."""
         # The hot path of a traced broker: one fixed-shape record (trace.py).
-        if self._pending_send is not None:
-            self._write_pending_send()  # a topic's dispatch: the send comes first
-        kind = DISPATCH_AUTO_ACK if sub.auto and not sub.browser else DISPATCH
-        self.trace.emit_fixed(kind, (sub.session.tag, sub.id, sub.destination.address, message.message_id,
-                                     message.size, bool(message.redeliveries or message.seq in sub.redelivered),
-                                     message.priority))
+        pending = self._pending_send
+        if pending is not None:
+            if self._pending_kind == SEND_ENQUEUE and pending[2] == message.message_id:
+                # A new message went straight to a waiting consumer: send, enqueue and dispatch in one record.
+                self._pending_send = None
+                # (A message sent a moment ago has never been delivered: redelivered is False.)
+                self.trace.emit_fixed(
+                    SEND_ENQUEUE_DISPATCH_AUTO_ACK if sub.auto and not sub.browser else SEND_ENQUEUE_DISPATCH,
+                    (*pending, self._pending_cached, sub.trace_ids, False))
+                return
+            self._write_pending_send()  # a topic's dispatch, or another message's: the send comes first
+        self.trace.emit_fixed(DISPATCH_AUTO_ACK if sub.auto and not sub.browser else DISPATCH,
+                              (sub.trace_ids, message.message_id, message.size,
+                               bool(message.redeliveries or message.seq in sub.redelivered), message.priority))
 
     def redelivering(self, destination: Destination, message: Message, sub: Subscription | None) -> None:
         """``message`` goes back to ``destination`` for another delivery (traced)."""
@@ -56,9 +72,11 @@ class DestinationHooks:
         """``message`` entered ``queue``: cached in memory, or store-only."""
         if self.trace.enabled:  # hot when traced: one fixed-shape record (trace.py)
             pending = self._pending_send
-            if pending is not None and pending[2] == message.message_id and pending[1] == queue.address:
-                self._pending_send = None
-                self.trace.emit_fixed(SEND_ENQUEUE, (*pending, cached))
+            if pending is not None and pending[2] == message.message_id and pending[1] == queue.address \
+                    and self._pending_kind == SEND:
+                # Held until _route ends, so that a dispatch at once can join too.
+                self._pending_cached = cached
+                self._pending_kind = SEND_ENQUEUE
                 return
             if pending is not None:
                 self._write_pending_send()

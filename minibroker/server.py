@@ -311,4 +311,5 @@ def open_trace(config: BrokerConfig) -> "Trace | None":
         open(path, "a").close()
     except OSError as exc:
         raise ConfigError(f"bad value for 'broker.trace': {path!r} ({exc.strerror or exc})") from None
-    return Trace(path, time.time, broker=config.broker.name, offload=True)
+    return Trace(path, time.time, broker=config.broker.name, offload=True,
+                 writer_nice=config.broker.trace_writer_nice)

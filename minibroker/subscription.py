@@ -70,6 +70,7 @@ class Subscription:
         "browse_done",
         "_head",
         "_head_version",
+        "trace_ids",
     )
 
     def __init__(
@@ -122,6 +123,8 @@ class Subscription:
         self.acked_count = 0
         self._head = b""
         self._head_version = ""
+        #: (session, sub, dest) as the trace names them: one tuple shared by every dispatch record.
+        self.trace_ids = (session.tag, sub_id, destination.address)
 
     # -- the dispatcher's questions
     def has_capacity(self) -> bool:

@@ -30,18 +30,17 @@ flush time from the line count, which keeps ``emit`` to one clock call and one
 append. A broker that wants to skip even building the keyword arguments checks
 ``trace.enabled`` first (False for ``NullTrace``). The events of every message
 (send, enqueue, dispatch, auto ack) go through ``emit_fixed`` instead: a kind
-number and a tuple of values, named only when encoded, and the dispatch and
-its auto ack as one record. In the broker's process that halved the cost of
-tracing a queue message (about 12 us to 6 us of CPU on top of 13 us untraced,
-measured in-process with 100k messages and an offloaded writer).
+number and a tuple of values, named only when encoded. Events that happen
+together share a record: a send and its enqueue, a dispatch and its auto ack,
+and a new queue message handed at once to a waiting consumer makes one record
+for its four lines. The buffer is small (512 records): a batch that stays in
+the CPU's cache costs the broker less than a large one, and the flush of one is
+a marshal call and two small writes.
 
-Measured on the 2-core development machine, for a 6-field ``dispatch`` event,
-as CPU time of the broker's process: the call with its keyword arguments
-costs 0.3 us even on ``NullTrace``; ``emit`` 0.6 us; ``emit`` plus its share
-of an inline ``flush`` about 3 us (JSON encoding is most of it). With
-``offload=True`` the broker's process spends about 0.5 us per event; the
-encoding (about 2.5 us) runs in the writer process, which needs a free core
-to keep up (docs/trace-schema.md, "Cost", has the commands).
+With ``offload=True`` (the server's choice) the JSON is made by a writer
+process at idle priority, fed through a spool file (see ``_SpoolWriter``), so
+the broker never waits for it; docs/trace-schema.md, "Cost", has what tracing
+costs the broker's throughput and how it was measured.
 
 This module imports only the standard library: the broker imports it.
 """
@@ -76,6 +75,8 @@ __all__ = [
     "DISPATCH",
     "DISPATCH_AUTO_ACK",
     "SEND_ENQUEUE",
+    "SEND_ENQUEUE_DISPATCH",
+    "SEND_ENQUEUE_DISPATCH_AUTO_ACK",
 ]
 
 SCHEMA_VERSION = 1
@@ -331,13 +332,22 @@ def encode_line(seq: int, ts: float, event: str, broker_json: str, fields: dict[
 # the broker's process. The names are put back when the batch is encoded (in
 # the writer process when offloaded), so the lines are exactly what ``emit``
 # would have written. ``DISPATCH_AUTO_ACK`` is two lines: the dispatch, then the
-# ack of auto mode, whose fields are the first four of the dispatch's.
+# ack of auto mode, whose fields are the first four of the dispatch's. The
+# broker holds a send back for a moment so that what usually follows at once
+# joins it in one record: its enqueue (``SEND_ENQUEUE``), and the dispatch of
+# that message to a waiting consumer (``SEND_ENQUEUE_DISPATCH``: one record, one
+# timestamp, for the four lines a queue message in auto mode makes).
 
 SEND = 1  #: (session, dest, msg, size, persistent, priority, tx or None)
 ENQUEUE = 2  #: (dest, msg, size, cached, priority, persistent, session or None)
-DISPATCH = 3  #: (session, sub, dest, msg, size, redelivered, priority)
+DISPATCH = 3  #: ((session, sub, dest), msg, size, redelivered, priority): a subscription keeps its triple
 DISPATCH_AUTO_ACK = 4  #: as DISPATCH, then an ``ack`` line with ``mode: auto``
 SEND_ENQUEUE = 5  #: as SEND plus cached: a ``send`` line, then the ``enqueue`` of that message
+#: as SEND_ENQUEUE plus ((session, sub, dest) of the subscription, redelivered): then its ``dispatch``
+SEND_ENQUEUE_DISPATCH = 6
+SEND_ENQUEUE_DISPATCH_AUTO_ACK = 7  #: as SEND_ENQUEUE_DISPATCH, then the ``ack`` of auto mode
+#: Lines a record of each kind makes beyond its first.
+_EXTRA_LINES = (0, 0, 0, 0, 1, 1, 2, 3)
 
 _FIXED: dict[int, tuple[tuple[str, tuple[str, ...], dict[str, Any] | None], ...]] = {
     SEND: (("send", ("session", "dest", "msg", "size", "persistent", "priority", "tx"), None),),
@@ -353,11 +363,17 @@ _SEND_NAMES = ("session", "dest", "msg", "size", "persistent", "priority", "tx",
 
 def expand(kind: int, values: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]]]:
     """The ``(event, fields)`` lines of a fixed-shape event (None values left out)."""
+    if kind == SEND_ENQUEUE_DISPATCH or kind == SEND_ENQUEUE_DISPATCH_AUTO_ACK:
+        dispatch = (values[8], values[2], values[3], values[9], values[5])
+        return expand(SEND_ENQUEUE, values[:8]) + expand(
+            DISPATCH_AUTO_ACK if kind == SEND_ENQUEUE_DISPATCH_AUTO_ACK else DISPATCH, dispatch)
     if kind == SEND_ENQUEUE:
         named = dict(zip(_SEND_NAMES, values))
         enqueue = (named["dest"], named["msg"], named["size"], named["cached"], named["priority"],
                    named["persistent"], named["session"])
         return expand(SEND, values[:7]) + expand(ENQUEUE, enqueue)
+    if kind == DISPATCH or kind == DISPATCH_AUTO_ACK:
+        values = (*values[0], *values[1:])
     out = []
     for event, names, extra in _FIXED[kind]:
         fields = dict(zip(names, values))
@@ -383,6 +399,11 @@ def _fixed_lines(seq: int, ts: float, kind: int, v: tuple[Any, ...], broker_json
     """
     stamp = repr(ts)
     head = f'{{"v":{_V},"seq":{seq},"ts":{stamp},"event":"'
+    if kind >= SEND_ENQUEUE_DISPATCH:
+        ids, redelivered = v[8], v[9]
+        dispatch_kind = DISPATCH_AUTO_ACK if kind == SEND_ENQUEUE_DISPATCH_AUTO_ACK else DISPATCH
+        return (_fixed_lines(seq, ts, SEND_ENQUEUE, v, broker_json)
+                + _fixed_lines(seq + 2, ts, dispatch_kind, (ids, v[2], v[3], redelivered, v[5]), broker_json))
     if kind == SEND or kind == SEND_ENQUEUE:
         session, dest, msg, size, persistent, priority, tx = v[:7]
         tail = f',"tx":{_str(tx)}}}' if tx is not None else "}"
@@ -399,7 +420,7 @@ def _fixed_lines(seq: int, ts: float, kind: int, v: tuple[Any, ...], broker_json
         tail = f',"session":{_str(session)}}}' if session is not None else "}"
         return [f'{head}enqueue","broker":{broker_json},"dest":{_str(dest)},"msg":{_str(msg)},"size":{size},'
                 f'"cached":{_BOOL[cached]},"priority":{priority},"persistent":{_BOOL[persistent]}{tail}']
-    session, sub, dest, msg, size, redelivered, priority = v
+    (session, sub, dest), msg, size, redelivered, priority = v
     ids = f'"broker":{broker_json},"session":{_str(session)},"sub":{_str(sub)},"dest":{_str(dest)},"msg":{_str(msg)}'
     dispatch = f'{head}dispatch",{ids},"size":{size},"redelivered":{_BOOL[redelivered]},"priority":{priority}}}'
     if kind == DISPATCH:
@@ -433,10 +454,14 @@ class Trace:
     a timer for timely output and ``close()`` at shutdown.
 
     ``offload=True`` (path sinks only) moves encoding and writing to a child
-    process on another core: ``flush`` then only marshals the batch down a
-    pipe, which cuts the broker's cost per event about threefold. The file is
-    complete after ``close()``; before that it lags by what the child has not
-    yet written.
+    process: ``flush`` only marshals the batch and appends it to a spool file
+    beside the trace, which cuts the broker's cost per event about threefold.
+    The child runs at low CPU priority (``writer_nice``), so on a busy machine
+    it takes only idle CPU and the trace lags the broker; the spool (rotated
+    every ``spool_segment_bytes``, each segment deleted once converted) holds
+    the lag on disk, never in the broker's memory, and the broker never waits
+    for the child. The file is complete after ``close()``, which waits for the
+    child to convert what is left.
     """
 
     enabled = True
@@ -447,24 +472,32 @@ class Trace:
         clock: Callable[[], float],
         *,
         broker: str = "minibroker",
-        buffer_events: int = 8192,
+        buffer_events: int = 512,
         offload: bool = False,
+        writer_nice: int = 19,
+        spool_segment_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         if buffer_events < 1:
             raise ValueError("buffer_events must be at least 1")
         self._child: subprocess.Popen[bytes] | None = None
+        self._spool: _SpoolWriter | None = None
         self._file: TextIO | None = None
         self._owns_file = False
         if offload:
             if not isinstance(sink, (str, os.PathLike)):
                 raise ValueError("offload=True needs a path to write to")
+            path = os.path.abspath(os.fspath(sink))
+            self._spool = _SpoolWriter(path, spool_segment_bytes)
             # Run this file as a script (it imports only the standard library); -I keeps
             # the script's directory off sys.path, so no sibling module shadows the stdlib.
             self._child = subprocess.Popen(
-                [sys.executable, "-I", os.path.abspath(__file__), "--write", os.fspath(sink),
-                 broker],
+                [sys.executable, "-I", os.path.abspath(__file__), "--write", path, broker,
+                 str(writer_nice)],
                 stdin=subprocess.PIPE,
             )
+            assert self._child.stdin is not None
+            self._spool.doorbell = self._child.stdin.fileno()
+            os.set_blocking(self._spool.doorbell, False)
         elif isinstance(sink, (str, os.PathLike)):
             self._file = open(sink, "w", encoding="utf-8")  # noqa: SIM115
             self._owns_file = True
@@ -475,7 +508,7 @@ class Trace:
         self._broker_json = _json_encoder.encode_basestring(broker)
         self._limit = buffer_events
         self._buf: list[tuple[float, Any, Any]] = []
-        self._extra_lines = 0  # lines beyond one per buffered entry (DISPATCH_AUTO_ACK)
+        self._extra_lines = 0  # lines beyond one per buffered entry (two-line and longer records)
         self._seq = 0
         self.closed = False
 
@@ -487,12 +520,11 @@ class Trace:
             self.flush()
 
     def emit_fixed(self, kind: int, values: tuple[Any, ...]) -> None:
-        """Record a fixed-shape hot event now (``SEND``, ``ENQUEUE``, ``DISPATCH``,
-        ``DISPATCH_AUTO_ACK``: see their comments for the order of ``values``)."""
+        """Record a fixed-shape hot event now (``SEND``, ``ENQUEUE``, ``DISPATCH`` and
+        the combined kinds: see their comments for the order of ``values``)."""
         buf = self._buf
         buf.append((self._clock(), kind, values))
-        if kind >= DISPATCH_AUTO_ACK:  # DISPATCH_AUTO_ACK and SEND_ENQUEUE are two lines
-            self._extra_lines += 1
+        self._extra_lines += _EXTRA_LINES[kind]
         if len(buf) >= self._limit:
             self.flush()
 
@@ -502,13 +534,8 @@ class Trace:
         if not buf or self.closed:
             return
         self._buf = []
-        if self._child is not None:
-            blob = marshal.dumps(buf)
-            pipe = self._child.stdin
-            assert pipe is not None
-            pipe.write(len(blob).to_bytes(8, "little"))
-            pipe.write(blob)
-            pipe.flush()
+        if self._spool is not None:
+            self._spool.append(marshal.dumps(buf))
         else:
             assert self._file is not None
             self._file.write(encode_batch(self._seq + 1, buf, self._broker_json))
@@ -527,8 +554,9 @@ class Trace:
         self.flush()
         self.closed = True
         if self._child is not None:
-            assert self._child.stdin is not None
-            self._child.stdin.close()
+            assert self._child.stdin is not None and self._spool is not None
+            self._spool.close()
+            self._child.stdin.close()  # end of stream: the child converts the rest and exits
             if self._child.wait() != 0:
                 raise RuntimeError(f"trace writer process exited with {self._child.returncode}")
         elif self._owns_file and self._file is not None:
@@ -541,18 +569,110 @@ class Trace:
         self.close()
 
 
-def _writer_main(path: str, broker: str) -> int:
-    """The offload writer: length-prefixed marshalled batches on stdin -> JSON lines."""
+# --- the offload spool ----------------------------------------------------------
+#
+# Theory of operation: the broker appends each flushed batch to a spool file as
+# an 8-byte length and a marshalled list, then writes one byte (a doorbell) to
+# the child's stdin. The child sleeps on stdin; on a doorbell it converts every
+# complete batch it finds in the spool, from where it stopped. Regular-file
+# appends never block the broker on the child (a pipe would: it holds 64 KB),
+# which is what lets the child run at low priority. The spool is cut into
+# segments ``<trace>.spool.<k>``: a batch whose length is ``_NEXT_SEGMENT``
+# says "go on in segment k+1" (created before the mark is written), and the
+# child deletes a segment when it leaves it. EOF on stdin (the broker closed
+# the trace, or died) means: convert what is left, delete the spool, exit.
+
+_NEXT_SEGMENT = (1 << 64) - 1
+
+
+def _segment_path(path: str, k: int) -> str:
+    head, tail = os.path.split(path)
+    return os.path.join(head, f".{tail}.spool.{k}")
+
+
+class _SpoolWriter:
+    """The broker's side of the spool: appends batches, rings the doorbell."""
+
+    def __init__(self, path: str, segment_bytes: int) -> None:
+        self.path = path
+        self.segment_bytes = segment_bytes
+        self.doorbell = -1
+        head, tail = os.path.split(path)
+        stale = f".{tail}.spool."
+        for name in os.listdir(head or "."):  # left by a writer that was killed
+            if name.startswith(stale) and name[len(stale):].isdigit():
+                os.unlink(os.path.join(head, name))
+        self._k = 0
+        self._fd = self._open(0)
+        self._size = 0
+
+    def _open(self, k: int) -> int:
+        return os.open(_segment_path(self.path, k), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
+
+    def append(self, blob: bytes) -> None:
+        if self._size >= self.segment_bytes:
+            next_fd = self._open(self._k + 1)
+            self._write(_NEXT_SEGMENT.to_bytes(8, "little"))
+            os.close(self._fd)
+            self._fd, self._k, self._size = next_fd, self._k + 1, 0
+        self._write(len(blob).to_bytes(8, "little") + blob)
+        self._size += 8 + len(blob)
+        try:
+            os.write(self.doorbell, b"\x01")
+        except BlockingIOError:  # 64K doorbells unread: the child will find this batch anyway
+            pass
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _writer_main(path: str, broker: str, nice: int) -> int:
+    """The offload writer: spool batches (see above) -> JSON lines in ``path``."""
+    if nice:
+        os.nice(nice)
+    if nice >= 19 and hasattr(os, "SCHED_IDLE"):
+        # Linux: run only when a CPU would otherwise idle (a waking broker preempts at once).
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     broker_json = _json_encoder.encode_basestring(broker)
     seq = 1
-    stdin = sys.stdin.buffer
+    k, offset = 0, 0
+    fd = os.open(_segment_path(path, 0), os.O_RDONLY)
     with open(path, "w", encoding="utf-8") as out:
-        while header := stdin.read(8):
-            batch = marshal.loads(stdin.read(int.from_bytes(header, "little")))
-            text = encode_batch(seq, batch, broker_json)
-            out.write(text)
+
+        def convert() -> None:
+            nonlocal seq, k, offset, fd
+            while True:
+                header = os.pread(fd, 8, offset)
+                if len(header) < 8:
+                    return
+                size = int.from_bytes(header, "little")
+                if size == _NEXT_SEGMENT:
+                    os.close(fd)
+                    os.unlink(_segment_path(path, k))
+                    k, offset = k + 1, 0
+                    fd = os.open(_segment_path(path, k), os.O_RDONLY)
+                    continue
+                blob = os.pread(fd, size, offset + 8)
+                if len(blob) < size:  # the broker is still writing it; its doorbell follows
+                    return
+                offset += 8 + size
+                text = encode_batch(seq, marshal.loads(blob), broker_json)
+                out.write(text)
+                seq += text.count("\n")  # one per line (JSON escapes newlines in strings); a pair is two
+
+        while True:
+            more = os.read(0, 65536)
+            convert()
             out.flush()
-            seq += text.count("\n")  # one per line (JSON escapes newlines in strings); a pair is two
+            if not more:
+                break
+    os.close(fd)
+    os.unlink(_segment_path(path, k))
     return 0
 
 
@@ -661,6 +781,6 @@ def dumps_events(events: Iterable[Mapping[str, Any]], *, broker: str = "minibrok
 
 
 if __name__ == "__main__":  # the offload writer process (see Trace)
-    if len(sys.argv) != 4 or sys.argv[1] != "--write":
-        sys.exit("usage: trace.py --write PATH BROKER  (started by Trace(offload=True))")
-    sys.exit(_writer_main(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) != 5 or sys.argv[1] != "--write":
+        sys.exit("usage: trace.py --write PATH BROKER NICE  (started by Trace(offload=True))")
+    sys.exit(_writer_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))

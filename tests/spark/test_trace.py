@@ -17,6 +17,8 @@ from minibroker.trace import (
     EVENTS,
     SEND,
     SEND_ENQUEUE,
+    SEND_ENQUEUE_DISPATCH,
+    SEND_ENQUEUE_DISPATCH_AUTO_ACK,
     FIELDS,
     MemoryTrace,
     NullTrace,
@@ -65,6 +67,86 @@ def test_offloaded_writer_output_equals_sample_file(tmp_path):
     assert path.read_text() == SAMPLE_PATH.read_text()
 
 
+def _spool_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if ".spool." in p.name)
+
+
+def test_offloaded_writer_rotates_its_spool_and_leaves_none(tmp_path):
+    """Tiny spool segments: every batch after the first starts a segment; the
+    child deletes each one it leaves and the last at the end, and the trace is
+    still the sample, line for line."""
+    path = tmp_path / "t.jsonl"
+    times = iter([ts for ts, _, _ in SAMPLE])
+    trace = Trace(path, lambda: next(times), broker=BROKER, buffer_events=2, offload=True,
+                  spool_segment_bytes=1)
+    for _, event, fields in SAMPLE:
+        trace.emit(event, **fields)
+    assert _spool_files(tmp_path)  # the spool exists while the trace is open
+    trace.close()
+    assert path.read_text() == SAMPLE_PATH.read_text()
+    assert _spool_files(tmp_path) == []
+
+
+def test_offloaded_writer_runs_at_low_priority_and_removes_a_stale_spool(tmp_path):
+    import os
+
+    path = tmp_path / "t.jsonl"
+    stale = tmp_path / ".t.jsonl.spool.7"  # left behind by a writer that was killed
+    stale.write_bytes(b"junk")
+    trace = Trace(path, lambda: 1.0, broker=BROKER, offload=True, writer_nice=5)
+    assert not stale.exists()
+    child = trace._child
+    assert child is not None
+    import time
+
+    wanted = min(os.getpriority(os.PRIO_PROCESS, 0) + 5, 19)
+    deadline = time.monotonic() + 30  # the child renices itself as it starts
+    while os.getpriority(os.PRIO_PROCESS, child.pid) != wanted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert os.getpriority(os.PRIO_PROCESS, child.pid) == wanted
+    trace.emit("expire", dest="/queue/q", msg="m-1")
+    trace.close()
+    assert [json.loads(line)["event"] for line in path.read_text().splitlines()] == ["expire"]
+
+
+def test_offloaded_writer_finishes_the_trace_when_the_broker_dies(tmp_path):
+    """The broker process is killed with batches flushed: the writer sees its
+    stdin close, converts what the spool holds, deletes the spool and exits."""
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "t.jsonl"
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from minibroker.trace import Trace
+        t = Trace({str(path)!r}, lambda: 2.5, broker="b", offload=True, buffer_events=10)
+        for i in range(25):
+            t.emit("expire", dest="/queue/q", msg="m-%d" % i)
+        t.flush()
+        print(t._child.pid, flush=True)
+        os.kill(os.getpid(), 9)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -9
+    writer_pid = int(proc.stdout.split()[0])
+    import os
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(writer_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [e["msg"] for e in lines] == ["m-%d" % i for i in range(25)]
+    assert [e["seq"] for e in lines] == list(range(1, 26))
+    assert _spool_files(tmp_path) == []
+
+
 # The hot events, written the fast way (emit_fixed) and the plain way (emit):
 # (kind, values, the same events as (event, fields) for emit).
 FIXED_CASES = [
@@ -91,13 +173,27 @@ FIXED_CASES = [
      [("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-11", size=20, persistent=False, priority=4)),
       ("enqueue", dict(dest="/queue/q", msg="ID:b-1-11", size=20, cached=True, priority=4, persistent=False,
                        session="b-1-3"))]),
-    (DISPATCH, ("b-1-4", "s", "/queue/q", "ID:b-1-7", 300, True, 4),
+    (DISPATCH, (("b-1-4", "s", "/queue/q"), "ID:b-1-7", 300, True, 4),
      [("dispatch", dict(session="b-1-4", sub="s", dest="/queue/q", msg="ID:b-1-7", size=300, redelivered=True,
                         priority=4))]),
-    (DISPATCH_AUTO_ACK, ("b-1-4", "0", "/topic/t", "ID:b-1-9", 64, False, 0),
+    (DISPATCH_AUTO_ACK, (("b-1-4", "0", "/topic/t"), "ID:b-1-9", 64, False, 0),
      [("dispatch", dict(session="b-1-4", sub="0", dest="/topic/t", msg="ID:b-1-9", size=64, redelivered=False,
                         priority=0)),
       ("ack", dict(session="b-1-4", sub="0", dest="/topic/t", msg="ID:b-1-9", mode="auto"))]),
+    (SEND_ENQUEUE_DISPATCH, ("b-1-3", "/queue/q", "ID:b-1-20", 5, True, 4, "t\\1", True, ("b-1-4", "s", "/queue/q"), False),
+     [("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-20", size=5, persistent=True, priority=4, tx="t\\1")),
+      ("enqueue", dict(dest="/queue/q", msg="ID:b-1-20", size=5, cached=True, priority=4, persistent=True,
+                       session="b-1-3")),
+      ("dispatch", dict(session="b-1-4", sub="s", dest="/queue/q", msg="ID:b-1-20", size=5, redelivered=False,
+                        priority=4))]),
+    (SEND_ENQUEUE_DISPATCH_AUTO_ACK, ("b-1-3", "/queue/\"q\"", "ID:b-1-21", 0, False, 0, None, False,
+                                      ("b-1-4", "0", "/queue/\"q\""), True),
+     [("send", dict(session="b-1-3", dest="/queue/\"q\"", msg="ID:b-1-21", size=0, persistent=False, priority=0)),
+      ("enqueue", dict(dest="/queue/\"q\"", msg="ID:b-1-21", size=0, cached=False, priority=0, persistent=False,
+                       session="b-1-3")),
+      ("dispatch", dict(session="b-1-4", sub="0", dest="/queue/\"q\"", msg="ID:b-1-21", size=0, redelivered=True,
+                        priority=0)),
+      ("ack", dict(session="b-1-4", sub="0", dest="/queue/\"q\"", msg="ID:b-1-21", mode="auto"))]),
 ]
 
 
