@@ -29,6 +29,7 @@ until a consumer needs it.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
@@ -81,6 +82,10 @@ class StoreIndex:
         else:
             assert self._sorted is not None
             self._sorted.add(item)
+
+    def first(self, count: int) -> list[PagedRef]:
+        """The next ``count`` references in dispatch order, left in place."""
+        return list(itertools.islice(iter(self), count))
 
     def pop_first(self) -> PagedRef:
         if self._fifo is not None:
@@ -170,11 +175,13 @@ class QueueCursor:
         count = min(queue.policy.max_page_size, len(self.store_only))
         batch = []
         root = broker.memory
+        ahead = broker.read_ahead(self.store_only.first(count))  # one read per run of neighbours
         for _ in range(count):
             # ActiveMQ's canRecoveryNextMessage: stop once the broker is at 90%.
             if batch and root.limit and root.percent >= _RECOVERY_LIMIT_PERCENT:
                 break
-            message = broker.load_message(queue, self.store_only.pop_first())
+            paged = self.store_only.pop_first()
+            message = broker.load_message(queue, paged, ahead.get(id(paged.ref)))
             queue.hold(message)
             batch.append(message)
         count = len(batch)

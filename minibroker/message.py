@@ -67,6 +67,7 @@ class Message:
         timestamp: int = 0,
         origin: int = 0,
         message_id_wire: bytes | None = None,
+        wire_headers: bytes | None = None,
     ) -> None:
         #: Broker-wide arrival order; FIFO means ordered by ``seq``.
         self.seq = seq
@@ -89,7 +90,10 @@ class Message:
         #: Holders (a queue, or topic subscriptions) keeping it in memory.
         self.refs = 0
         self.size = MESSAGE_OVERHEAD + len(body) + sum(map(len, headers)) + sum(map(len, headers.values()))
-        self._tail: bytes | None = None
+        #: With ``wire_headers`` (the STOMP 1.2 form of ``headers``, as stored), the 1.2 tail needs no encoding.
+        self._tail: bytes | None = (
+            None if wire_headers is None else b"".join((wire_headers, b"content-length:%d\n\n" % len(body), body, b"\x00"))
+        )
         self._tail10: bytes | None = None
         #: The message-id as escaped on the wire (1.1, 1.2), when the creator knows it.
         self._mid_wire: bytes | None = message_id_wire

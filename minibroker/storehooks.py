@@ -22,7 +22,7 @@ from .topic import DurableState, Topic
 from .errors import ResourceLimitError
 from .frames import Frame
 from .message import Message
-from .persistence import StoreRef, decode_payload, durable_key, encode_payload
+from .persistence import StoredMessage, StoreRef, decode_payload, durable_key, encode_payload
 from .session import Session
 
 __all__ = ["StoreHooks"]
@@ -225,10 +225,22 @@ class StoreHooks:
         self.temp_changed()
         return handle
 
-    def load_message(self, destination: Destination, paged: PagedRef) -> Message:
+    def read_ahead(self, refs: list[PagedRef]) -> dict[int, StoredMessage]:
+        """The journal's messages among ``refs``, read together (a page-in's batch),
+        by ``id`` of their ``StoreRef``: pass each to ``load_message``. Spilled
+        messages are left for ``load_message`` (reading those frees them)."""
+        wanted = [p.ref for p in refs if isinstance(p.ref, StoreRef)]
+        if not wanted or self.store is None:
+            return {}
+        return {id(ref): stored for ref, stored in zip(wanted, self.store.read_many(wanted))}
+
+    def load_message(self, destination: Destination, paged: PagedRef, stored: StoredMessage | None = None) -> Message:
         """Read a store-only message back into a ``Message`` (page-in): from the
-        journal, or (a spilled non-persistent message) from the temp store."""
-        if isinstance(paged.ref, StoreRef):
+        journal (or ``stored``, read ahead), or (a spilled non-persistent message)
+        from the temp store."""
+        if stored is not None:
+            pass
+        elif isinstance(paged.ref, StoreRef):
             assert self.store is not None
             stored = self.store.read(paged.ref)
         else:
@@ -239,6 +251,7 @@ class StoreHooks:
         message = Message(
             paged.seq, stored.message_id, destination.address, stored.headers, stored.body,
             persistent=stored.persistent, priority=stored.priority, expires=stored.expires, timestamp=stored.timestamp,
+            message_id_wire=stored.wire_message_id, wire_headers=stored.wire_headers,
         )
         if isinstance(paged.ref, StoreRef):
             message.store_ref = paged.ref

@@ -46,6 +46,40 @@ class JournalContract:
         assert [j.read(loc) for loc in locations] == [body(n) for n in range(5)]
         assert j.location(locations[2].seq) == locations[2]
 
+    def test_read_many_equals_read_in_the_order_given_across_files_and_gaps(self, open_journal: Opener) -> None:
+        """Batched page-in reads: records of several files, with dequeued records,
+        delivered markers and another key's records between them, some still
+        buffered; the answer is per location, in the order asked."""
+        import random
+
+        j = open_journal()
+        locs = [j.enqueue(b"q1" if n % 3 else b"q2", body(n, 40 + n % 7)) for n in range(60)]
+        for loc in locs[::4]:
+            j.dequeue(loc.seq)
+        for n in range(1, 60, 5):
+            if n % 4:
+                j.mark_delivered(locs[n].seq)
+        live = [(n, loc) for n, loc in enumerate(locs) if n % 4]
+        assert len({loc.file_id for _, loc in live}) > 1  # the batch spans files
+        random.Random(7).shuffle(live)
+        assert j.read_many([loc for _, loc in live]) == [body(n, 40 + n % 7) for n, _ in live]
+        assert j.read_many([]) == []
+        with pytest.raises(KeyError):
+            j.read_many([live[0][1], locs[0]])  # locs[0] was dequeued
+
+    def test_read_many_names_a_damaged_record(self, open_journal: Opener, config: JournalConfig) -> None:
+        from storage.errors import CorruptRecord
+        from storage_helpers import flip
+
+        j = open_journal()
+        locs = [j.enqueue(b"q", body(n)) for n in range(4)]
+        j.flush()
+        name = next(f.name for f in j.files() if f.file_id == locs[2].file_id)
+        flip(config.directory / name, locs[2].offset + locs[2].length - 3)
+        with pytest.raises(CorruptRecord, match=f"at offset {locs[2].offset}"):
+            j.read_many(locs)
+        assert j.read_many([locs[0], locs[1], locs[3]]) == [body(0), body(1), body(3)]
+
     def test_reopen_recovers_live_messages_in_order_with_keys(self, open_journal: Opener) -> None:
         j = open_journal()
         locs = [j.enqueue(b"q1" if n % 2 else "q2", body(n)) for n in range(10)]
