@@ -164,6 +164,10 @@ class BrokerSection:
         19, integer(0, 19),
         "CPU niceness of the trace's writer process: 19 takes only idle CPU (the trace lags under load), 0 keeps up",
     )
+    trace_lag_limit: int = option(
+        256 * 1024 * 1024, size,
+        "how much trace may wait (spooled beside the file) while the broker is busy; 0 = write at once",
+    )
 
 
 @dataclass(frozen=True)

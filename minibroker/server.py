@@ -312,4 +312,4 @@ def open_trace(config: BrokerConfig) -> "Trace | None":
     except OSError as exc:
         raise ConfigError(f"bad value for 'broker.trace': {path!r} ({exc.strerror or exc})") from None
     return Trace(path, time.time, broker=config.broker.name, offload=True,
-                 writer_nice=config.broker.trace_writer_nice)
+                 writer_nice=config.broker.trace_writer_nice, lag_limit=config.broker.trace_lag_limit)

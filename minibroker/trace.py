@@ -48,6 +48,7 @@ This module imports only the standard library: the broker imports it.
 from __future__ import annotations
 
 import io
+import logging
 import marshal
 import os
 import subprocess
@@ -80,6 +81,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+
+log = logging.getLogger("minibroker.trace")
 
 # --- the schema, as data -----------------------------------------------------
 
@@ -456,12 +459,13 @@ class Trace:
     ``offload=True`` (path sinks only) moves encoding and writing to a child
     process: ``flush`` only marshals the batch and appends it to a spool file
     beside the trace, which cuts the broker's cost per event about threefold.
-    The child runs at low CPU priority (``writer_nice``), so on a busy machine
-    it takes only idle CPU and the trace lags the broker; the spool (rotated
-    every ``spool_segment_bytes``, each segment deleted once converted) holds
-    the lag on disk, never in the broker's memory, and the broker never waits
-    for the child. The file is complete after ``close()``, which waits for the
-    child to convert what is left.
+    The child runs at low CPU priority (``writer_nice``) and, while the broker
+    is busy (half a core or more), waits, unless more than ``lag_limit`` bytes
+    of spool are waiting (0: it never waits). So under load the trace lags the
+    broker; the spool (rotated every ``spool_segment_bytes``, each segment
+    deleted once converted) holds the lag on disk, never in the broker's
+    memory, and the broker never waits for the child. The file is complete
+    after ``close()``, which waits for the child to convert what is left.
     """
 
     enabled = True
@@ -475,6 +479,7 @@ class Trace:
         buffer_events: int = 512,
         offload: bool = False,
         writer_nice: int = 19,
+        lag_limit: int = 256 * 1024 * 1024,
         spool_segment_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         if buffer_events < 1:
@@ -492,7 +497,7 @@ class Trace:
             # the script's directory off sys.path, so no sibling module shadows the stdlib.
             self._child = subprocess.Popen(
                 [sys.executable, "-I", os.path.abspath(__file__), "--write", path, broker,
-                 str(writer_nice)],
+                 str(writer_nice), str(lag_limit)],
                 stdin=subprocess.PIPE,
             )
             assert self._child.stdin is not None
@@ -505,6 +510,9 @@ class Trace:
             self._file = sink
         self._clock = clock
         self.broker = broker
+        self._name = os.fspath(sink) if isinstance(sink, (str, os.PathLike)) else getattr(sink, "name", "(stream)")
+        #: Why writing failed (tracing then stopped), or None.
+        self.error: str | None = None
         self._broker_json = _json_encoder.encode_basestring(broker)
         self._limit = buffer_events
         self._buf: list[tuple[float, Any, Any]] = []
@@ -534,14 +542,28 @@ class Trace:
         if not buf or self.closed:
             return
         self._buf = []
-        if self._spool is not None:
-            self._spool.append(marshal.dumps(buf))
-        else:
-            assert self._file is not None
-            self._file.write(encode_batch(self._seq + 1, buf, self._broker_json))
-            self._file.flush()
+        if not self.enabled:  # writing failed earlier: what callers still emit is dropped
+            self._extra_lines = 0
+            return
+        try:
+            if self._spool is not None:
+                self._spool.append(marshal.dumps(buf))
+            else:
+                assert self._file is not None
+                self._file.write(encode_batch(self._seq + 1, buf, self._broker_json))
+                self._file.flush()
+        except OSError as exc:  # a full disk, a dead writer: the trace stops, the broker does not
+            self._fail(exc)
+            return
         self._seq += len(buf) + self._extra_lines
         self._extra_lines = 0
+
+    def _fail(self, exc: OSError) -> None:
+        self.enabled = False  # the broker checks this before building events
+        self.error = f"{exc.strerror or exc}"
+        self._buf = []
+        self._extra_lines = 0
+        log.error("trace %s: cannot write (%s); tracing stops here, the broker goes on", self._name, self.error)
 
     @property
     def written(self) -> int:
@@ -555,12 +577,20 @@ class Trace:
         self.closed = True
         if self._child is not None:
             assert self._child.stdin is not None and self._spool is not None
-            self._spool.close()
-            self._child.stdin.close()  # end of stream: the child converts the rest and exits
+            try:
+                self._spool.close()
+                self._child.stdin.close()  # end of stream: the child converts the rest and exits
+            except OSError as exc:
+                self._fail(exc)
             if self._child.wait() != 0:
-                raise RuntimeError(f"trace writer process exited with {self._child.returncode}")
+                log.error("trace %s: the writer process exited with status %d; the file may be incomplete",
+                          self._name, self._child.returncode)
+                self.error = self.error or f"writer exited with {self._child.returncode}"
         elif self._owns_file and self._file is not None:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as exc:
+                self._fail(exc)
 
     def __enter__(self) -> Trace:
         return self
@@ -631,22 +661,95 @@ class _SpoolWriter:
         os.close(self._fd)
 
 
-def _writer_main(path: str, broker: str, nice: int) -> int:
-    """The offload writer: spool batches (see above) -> JSON lines in ``path``."""
+#: The writer samples the broker's CPU over windows this long (seconds)...
+_LOAD_WINDOW = 0.1
+#: ...and calls it busy at this fraction of one core or more.
+_BUSY_FRACTION = 0.5
+
+
+class _BrokerLoad:
+    """How busy the broker process is, from ``/proc/<pid>/stat`` (Linux).
+
+    The writer defers its work while the broker uses half a core or more: on a
+    small machine even an idle-priority writer slows the broker it shares the
+    cores (and their caches) with. Where ``/proc`` is missing, never busy.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self._path = f"/proc/{pid}/stat"
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._last: tuple[float, float] | None = None
+        self._busy = True  # until one whole window has been measured
+
+    def _cpu(self) -> float | None:
+        try:
+            with open(self._path, "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / self._tick  # utime + stime
+
+    def busy(self) -> bool:
+        import time
+
+        cpu = self._cpu()
+        if cpu is None:
+            return False
+        now = time.monotonic()
+        if self._last is None:
+            self._last = (now, cpu)
+        elif now - self._last[0] >= _LOAD_WINDOW:
+            then, before = self._last
+            self._busy = (cpu - before) / (now - then) >= _BUSY_FRACTION
+            self._last = (now, cpu)
+        return self._busy
+
+
+def _writer_main(path: str, broker: str, nice: int, lag_limit: int) -> int:
+    """The offload writer: spool batches (see above) -> JSON lines in ``path``.
+
+    It converts while the broker is not busy (``_BrokerLoad``), or when more
+    than ``lag_limit`` bytes of spool wait (0: never wait), and everything once
+    the broker closes the trace or dies.
+    """
+    import select
+    import time
+
     if nice:
         os.nice(nice)
     if nice >= 19 and hasattr(os, "SCHED_IDLE"):
         # Linux: run only when a CPU would otherwise idle (a waking broker preempts at once).
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    load = _BrokerLoad(os.getppid()) if lag_limit > 0 else None
     broker_json = _json_encoder.encode_basestring(broker)
     seq = 1
     k, offset = 0, 0
     fd = os.open(_segment_path(path, 0), os.O_RDONLY)
+
+    def backlog() -> int:
+        """Spool bytes not converted yet."""
+        waiting = os.fstat(fd).st_size - offset
+        later = k + 1
+        while True:
+            try:
+                waiting += os.stat(_segment_path(path, later)).st_size
+            except FileNotFoundError:
+                return waiting
+            later += 1
+
+    def may_wait() -> bool:
+        return load is not None and load.busy() and backlog() <= lag_limit
+
     with open(path, "w", encoding="utf-8") as out:
 
-        def convert() -> None:
+        def convert(finish: bool) -> None:
             nonlocal seq, k, offset, fd
+            checked = time.monotonic()
             while True:
+                if not finish and time.monotonic() - checked >= _LOAD_WINDOW / 2:
+                    if may_wait():  # the broker got busy again: leave the rest for later
+                        return
+                    checked = time.monotonic()
                 header = os.pread(fd, 8, offset)
                 if len(header) < 8:
                     return
@@ -666,11 +769,13 @@ def _writer_main(path: str, broker: str, nice: int) -> int:
                 seq += text.count("\n")  # one per line (JSON escapes newlines in strings); a pair is two
 
         while True:
-            more = os.read(0, 65536)
-            convert()
-            out.flush()
-            if not more:
+            ready, _, _ = select.select([0], [], [], _LOAD_WINDOW)
+            if ready and not os.read(0, 65536):  # EOF: the trace was closed, or the broker died
+                convert(finish=True)
                 break
+            if not may_wait():
+                convert(finish=False)
+                out.flush()
     os.close(fd)
     os.unlink(_segment_path(path, k))
     return 0
@@ -781,6 +886,6 @@ def dumps_events(events: Iterable[Mapping[str, Any]], *, broker: str = "minibrok
 
 
 if __name__ == "__main__":  # the offload writer process (see Trace)
-    if len(sys.argv) != 5 or sys.argv[1] != "--write":
-        sys.exit("usage: trace.py --write PATH BROKER NICE  (started by Trace(offload=True))")
-    sys.exit(_writer_main(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    if len(sys.argv) != 6 or sys.argv[1] != "--write":
+        sys.exit("usage: trace.py --write PATH BROKER NICE LAG_LIMIT  (started by Trace(offload=True))")
+    sys.exit(_writer_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])))

@@ -367,3 +367,79 @@ def test_spark_reader_drops_unknown_fields_and_counts_corrupt_lines(spark, tmp_p
     assert [r["event"] for r in df.filter("event is not null").orderBy("seq").collect()] == [
         "expire", "teleport"]
     df.unpersist()
+
+
+def test_a_trace_that_cannot_write_stops_and_the_caller_goes_on(tmp_path, caplog):
+    """A full disk or a dead writer: flush logs why, tracing stops (``enabled``
+    turns False, so the broker builds no more events), nothing is raised."""
+    import errno
+    import logging
+    import os
+
+    trace = Trace(tmp_path / "t.jsonl", lambda: 1.0, broker=BROKER, offload=True, buffer_events=2)
+    real_write = os.write
+
+    def full_disk(fd, data):
+        if fd == trace._spool._fd:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    trace.emit("expire", dest="/queue/q", msg="m-1")
+    trace.flush()
+    os.write = full_disk
+    try:
+        with caplog.at_level(logging.ERROR, logger="minibroker.trace"):
+            trace.emit("expire", dest="/queue/q", msg="m-2")
+            trace.emit_fixed(SEND, ("s", "/queue/q", "m-3", 1, False, 4, None))  # fills the buffer: flush fails
+    finally:
+        os.write = real_write
+    assert trace.enabled is False and trace.error == "No space left on device"
+    assert "cannot write (No space left on device); tracing stops here" in caplog.text
+    trace.close()
+    assert [json.loads(line)["msg"] for line in (tmp_path / "t.jsonl").read_text().splitlines()] == ["m-1"]
+
+
+def _spin_until(predicate, seconds):
+    """Keep this process busy (a full core) until ``predicate()`` or ``seconds`` pass."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for _ in range(20000):
+            pass
+        if predicate():
+            return True
+    return False
+
+
+def _lines(path):
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_the_writer_waits_while_the_broker_is_busy_and_catches_up_when_it_idles(tmp_path):
+    """The broker (here: this process) uses a whole core: the writer converts
+    nothing; once it idles, the trace catches up without a close."""
+    path = tmp_path / "t.jsonl"
+    trace = Trace(path, lambda: 1.0, broker=BROKER, offload=True, buffer_events=10)
+    for i in range(30):
+        trace.emit("expire", dest="/queue/q", msg=f"m-{i}")
+    trace.flush()
+    assert not _spin_until(lambda: len(_lines(path)) > 0, 1.5)  # busy for 1.5 s: nothing written
+    import time
+
+    deadline = time.monotonic() + 30
+    while len(_lines(path)) < 30 and time.monotonic() < deadline:
+        time.sleep(0.05)  # idle now
+    assert len(_lines(path)) == 30
+    trace.close()
+
+
+def test_past_its_lag_limit_the_writer_converts_even_while_the_broker_is_busy(tmp_path):
+    path = tmp_path / "t.jsonl"
+    trace = Trace(path, lambda: 1.0, broker=BROKER, offload=True, buffer_events=10, writer_nice=0, lag_limit=1)
+    for i in range(30):
+        trace.emit("expire", dest="/queue/q", msg=f"m-{i}")
+    trace.flush()
+    assert _spin_until(lambda: len(_lines(path)) == 30, 30)
+    trace.close()
+    assert [json.loads(line)["seq"] for line in _lines(path)] == list(range(1, 31))
