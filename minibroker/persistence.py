@@ -65,13 +65,18 @@ _VERSION = 1
 class StoreRef:
     """Where one persistent message lives: its journal, record seq and location."""
 
-    __slots__ = ("journal", "seq", "location", "key")
+    __slots__ = ("journal", "seq", "key")
 
     def __init__(self, journal: Journal, location: Location, key: str) -> None:
         self.journal = journal
         self.seq = location.seq
-        self.location = location
         self.key = key
+
+    @property
+    def location(self) -> Location:
+        """Where the record is, from the journal's index (not kept here: a store-only
+        message is one of these, and a backlog may hold millions)."""
+        return self.journal.location(self.seq)
 
     def __repr__(self) -> str:
         return f"<StoreRef {self.key} seq={self.seq}>"

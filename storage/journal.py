@@ -388,8 +388,10 @@ class Journal:
         return out
 
     def location(self, seq: int) -> Location:
-        """Where the live enqueue ``seq`` is (KeyError if it is not live)."""
-        e = self._index.live[seq]
+        """Where the live (or transaction-pending) enqueue ``seq`` is (KeyError if neither)."""
+        e = self._index.live.get(seq) or self._index.pending.get(seq)
+        if e is None:
+            raise KeyError(seq)
         return Location(e.seq, e.file_id, e.offset, e.length)
 
     def recovered(self, *, payloads: bool = True) -> Iterator[RecoveredRecord]:
