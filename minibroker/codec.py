@@ -42,6 +42,7 @@ __all__ = [
     "encode_headers",
     "escape",
     "unescape",
+    "decode_header_block",
     "HEARTBEAT",
     "DEFAULT_LIMITS",
 ]
@@ -95,6 +96,22 @@ def unescape(text: str, version: str) -> str:
             )
         out.append(decoded)
         start = i + 2
+
+
+def decode_header_block(block: bytes) -> dict[str, str]:
+    """``name:value\\n`` lines encoded by ``encode_headers(..., "1.2")`` back to a dict
+    (the first of a repeated name wins; only what was escaped is unescaped)."""
+    headers: dict[str, str] = {}
+    for line in block.decode("utf-8").split("\n"):
+        if line:
+            name, _, value = line.partition(":")
+            if "\\" in value:
+                value = unescape(value, "1.2")
+            if "\\" in name:
+                name = unescape(name, "1.2")
+            if name not in headers:
+                headers[name] = value
+    return headers
 
 
 def escape(text: str, version: str) -> str:

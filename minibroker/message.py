@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .codec import encode_headers, escape
+from .codec import decode_header_block, encode_headers, escape
 
 __all__ = ["Message", "MESSAGE_OVERHEAD", "BROKER_SET_HEADERS"]
 
@@ -37,7 +37,8 @@ class Message:
         "seq",
         "message_id",
         "destination",
-        "headers",
+        "_headers",
+        "_wire_headers",
         "body",
         "persistent",
         "priority",
@@ -58,7 +59,7 @@ class Message:
         seq: int,
         message_id: str,
         destination: str,
-        headers: Mapping[str, str],
+        headers: Mapping[str, str] | None,
         body: bytes,
         *,
         persistent: bool = False,
@@ -68,14 +69,17 @@ class Message:
         origin: int = 0,
         message_id_wire: bytes | None = None,
         wire_headers: bytes | None = None,
+        header_chars: int = 0,
     ) -> None:
         #: Broker-wide arrival order; FIFO means ordered by ``seq``.
         self.seq = seq
         self.message_id = message_id
         #: Full destination address, e.g. ``/queue/orders``.
         self.destination = destination
-        #: Every header the consumer will see besides the per-delivery ones.
-        self.headers = headers
+        # Every header the consumer will see besides the per-delivery ones (``headers``);
+        # None until first use for a paged-in message, whose ``wire_headers`` hold them.
+        self._headers = headers
+        self._wire_headers = wire_headers
         self.body = body
         self.persistent = persistent
         self.priority = priority
@@ -89,7 +93,12 @@ class Message:
         self.store_ref: Any = None
         #: Holders (a queue, or topic subscriptions) keeping it in memory.
         self.refs = 0
-        self.size = MESSAGE_OVERHEAD + len(body) + sum(map(len, headers)) + sum(map(len, headers.values()))
+        if headers is None:
+            if wire_headers is None:
+                raise ValueError("a message needs its headers, or their wire form")
+            self.size = MESSAGE_OVERHEAD + len(body) + header_chars
+        else:
+            self.size = MESSAGE_OVERHEAD + len(body) + sum(map(len, headers)) + sum(map(len, headers.values()))
         #: With ``wire_headers`` (the STOMP 1.2 form of ``headers``, as stored), the 1.2 tail needs no encoding.
         self._tail: bytes | None = (
             None if wire_headers is None else b"".join((wire_headers, b"content-length:%d\n\n" % len(body), body, b"\x00"))
@@ -97,6 +106,15 @@ class Message:
         self._tail10: bytes | None = None
         #: The message-id as escaped on the wire (1.1, 1.2), when the creator knows it.
         self._mid_wire: bytes | None = message_id_wire
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Every header the consumer will see besides the per-delivery ones."""
+        headers = self._headers
+        if headers is None:
+            assert self._wire_headers is not None
+            headers = self._headers = decode_header_block(self._wire_headers)
+        return headers
 
     def tail(self, version: str) -> bytes:
         """Headers, content-length, blank line, body and NUL, for ``version``."""

@@ -52,7 +52,7 @@ from typing import Any, Iterator
 
 from storage import Journal, JournalConfig, Location, StorageError, TransactionLog
 
-from .codec import encode_headers, unescape
+from .codec import decode_header_block, encode_headers, unescape
 from .config import StoreConfig
 
 __all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "decode_payload", "durable_key"]
@@ -88,7 +88,7 @@ class StoredMessage:
 
     seq: int
     message_id: str
-    headers: dict[str, str]
+    headers: dict[str, str] | None
     body: bytes
     persistent: bool
     priority: int
@@ -99,6 +99,8 @@ class StoredMessage:
     wire_headers: bytes | None = None
     #: The message-id as escaped on the wire.
     wire_message_id: bytes | None = None
+    #: With ``headers`` None (``decode_payload(lazy=True)``): the characters of their names and values.
+    header_chars: int = 0
 
 
 def durable_key(topic: str, client_id: str, name: str) -> str:
@@ -122,33 +124,38 @@ def decode_meta(payload: bytes) -> tuple[int, int, int]:
     return seq, priority, expires
 
 
-def decode_payload(payload: bytes) -> StoredMessage:
-    """The message a payload holds."""
+def decode_payload(payload: bytes, *, lazy: bool = False) -> StoredMessage:
+    """The message a payload holds.
+
+    ``lazy`` (a page-in): when the stored header block is plain ASCII with no
+    escapes (the usual case), ``headers`` is left None and ``header_chars``
+    gives the characters its names and values hold; ``Message`` decodes
+    ``wire_headers`` on first use (a selector, a 1.0/1.1 consumer, a DLQ copy).
+    """
     version, flags, priority, expires, timestamp, seq = _PREFIX.unpack_from(payload)
     if version != _VERSION:
         raise ValueError(f"unknown message payload version {version}")
     start = _PREFIX.size
     (length,) = _LENGTH.unpack_from(payload, start)
     start += _LENGTH.size
-    block = payload[start : start + length].decode("utf-8")
-    headers: dict[str, str] = {}
-    for line in block.split("\n"):
-        if line:
-            name, _, value = line.partition(":")
-            # Only what was escaped is unescaped: usually just the message id's colons (\c).
-            if "\\" in value:
-                value = unescape(value, "1.2")
-            if "\\" in name:
-                name = unescape(name, "1.2")
-            headers[name] = value
-    message_id = headers.pop("message-id")
-    wire_headers = wire_id = None
     raw = payload[start : start + length]
+    body = payload[start + length :]
+    persistent = bool(flags & 1)
     if raw.startswith(b"message-id:"):  # always, as encode_payload writes it
         eol = raw.index(b"\n")
         wire_id, wire_headers = raw[11:eol], raw[eol + 1 :]
-    return StoredMessage(seq, message_id, headers, payload[start + length :], bool(flags & 1), priority, expires,
-                         timestamp, wire_headers, wire_id)
+        message_id = wire_id.decode("utf-8")
+        if "\\" in message_id:
+            message_id = unescape(message_id, "1.2")
+        if lazy and wire_headers.isascii() and b"\\" not in wire_headers:
+            chars = len(wire_headers) - 2 * wire_headers.count(b"\n")  # each line is name:value\n
+            return StoredMessage(seq, message_id, None, body, persistent, priority, expires, timestamp,
+                                 wire_headers, wire_id, chars)
+        return StoredMessage(seq, message_id, decode_header_block(wire_headers), body, persistent, priority,
+                             expires, timestamp, wire_headers, wire_id)
+    headers = decode_header_block(raw)
+    message_id = headers.pop("message-id")
+    return StoredMessage(seq, message_id, headers, body, persistent, priority, expires, timestamp)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -314,9 +321,9 @@ class MessageStore:
             journal.abort(txid)
             self._wrote(journal)
 
-    def read(self, ref: StoreRef) -> StoredMessage:
-        """Page a message in from disk."""
-        return decode_payload(ref.journal.read(ref.location))
+    def read(self, ref: StoreRef, *, lazy: bool = False) -> StoredMessage:
+        """Page a message in from disk (``lazy``: see ``decode_payload``)."""
+        return decode_payload(ref.journal.read(ref.location), lazy=lazy)
 
     def flush(self) -> None:
         """Hand buffered writes to the operating system."""
@@ -357,7 +364,7 @@ class MessageStore:
             for rec in journal.recovered(payloads=False):
                 yield rec.key.decode("utf-8"), rec.location, rec.delivered, journal
 
-    def read_many(self, refs: list[StoreRef]) -> list[StoredMessage]:
+    def read_many(self, refs: list[StoreRef], *, lazy: bool = False) -> list[StoredMessage]:
         """Page many messages in at once (one read per run of neighbours in a file)."""
         by_journal: dict[int, list[int]] = {}
         for i, ref in enumerate(refs):
@@ -366,7 +373,7 @@ class MessageStore:
         for positions in by_journal.values():
             journal = refs[positions[0]].journal
             for i, payload in zip(positions, journal.read_many([refs[i].location for i in positions])):
-                out[i] = decode_payload(payload)
+                out[i] = decode_payload(payload, lazy=lazy)
         return out  # type: ignore[return-value]
 
     def read_meta(self, ref: StoreRef) -> tuple[int, int, int]:

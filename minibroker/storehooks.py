@@ -232,7 +232,7 @@ class StoreHooks:
         wanted = [p.ref for p in refs if isinstance(p.ref, StoreRef)]
         if not wanted or self.store is None:
             return {}
-        return {id(ref): stored for ref, stored in zip(wanted, self.store.read_many(wanted))}
+        return {id(ref): stored for ref, stored in zip(wanted, self.store.read_many(wanted, lazy=True))}
 
     def load_message(self, destination: Destination, paged: PagedRef, stored: StoredMessage | None = None) -> Message:
         """Read a store-only message back into a ``Message`` (page-in): from the
@@ -242,7 +242,7 @@ class StoreHooks:
             pass
         elif isinstance(paged.ref, StoreRef):
             assert self.store is not None
-            stored = self.store.read(paged.ref)
+            stored = self.store.read(paged.ref, lazy=True)
         else:
             temp = self.temp_store()
             stored = decode_payload(temp.read(paged.ref))
@@ -251,7 +251,7 @@ class StoreHooks:
         message = Message(
             paged.seq, stored.message_id, destination.address, stored.headers, stored.body,
             persistent=stored.persistent, priority=stored.priority, expires=stored.expires, timestamp=stored.timestamp,
-            message_id_wire=stored.wire_message_id, wire_headers=stored.wire_headers,
+            message_id_wire=stored.wire_message_id, wire_headers=stored.wire_headers, header_chars=stored.header_chars,
         )
         if isinstance(paged.ref, StoreRef):
             message.store_ref = paged.ref

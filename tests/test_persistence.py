@@ -329,3 +329,28 @@ def test_a_paged_in_message_goes_on_the_wire_as_the_stored_block_says() -> None:
     for version in ("1.0", "1.1", "1.2"):
         assert paged.tail(version) == fresh.tail(version)
         assert paged.message_id_wire(version) == fresh.message_id_wire(version)
+
+
+@pytest.mark.parametrize("headers", [
+    {"destination": "/queue/q", "plain": "v", "priority": "4"},  # decoded on first use
+    {"colon:name": "a:b", "naïve": "é"},  # escaped or not ASCII: decoded at once
+])
+def test_a_lazily_decoded_message_is_the_same_message(headers: dict) -> None:
+    """Page-in leaves plain header blocks undecoded until something needs them:
+    size, headers, selectors' view and every version's frame are unchanged."""
+    from minibroker.message import Message
+    from minibroker.persistence import decode_payload, encode_payload
+
+    payload = encode_payload(3, "ID:b-1:3", headers, b"body", persistent=True, priority=4, expires=0, timestamp=1)
+    lazy = decode_payload(payload, lazy=True)
+    eager = decode_payload(payload)
+    assert (lazy.headers is None) == all(k.isascii() and ":" not in k + v for k, v in headers.items())
+    assert lazy.message_id == eager.message_id == "ID:b-1:3"
+    paged = Message(3, lazy.message_id, "/queue/q", lazy.headers, lazy.body, message_id_wire=lazy.wire_message_id,
+                    wire_headers=lazy.wire_headers, header_chars=lazy.header_chars)
+    fresh = Message(3, "ID:b-1:3", "/queue/q", dict(headers), b"body")
+    assert paged.size == fresh.size
+    for version in ("1.0", "1.1", "1.2"):
+        assert paged.tail(version) == fresh.tail(version)
+    assert paged.header_view() == fresh.header_view()
+    assert dict(paged.headers) == headers
