@@ -577,6 +577,9 @@ class Trace:
         self.closed = True
         if self._child is not None:
             assert self._child.stdin is not None and self._spool is not None
+            waiting = self._spool.on_disk()
+            if waiting >= 16 * 1024 * 1024:
+                log.info("trace %s: writing the last %d MB of trace before exit", self._name, waiting >> 20)
             try:
                 self._spool.close()
                 self._child.stdin.close()  # end of stream: the child converts the rest and exits
@@ -656,6 +659,16 @@ class _SpoolWriter:
             os.write(self.doorbell, b"\x01")
         except BlockingIOError:  # 64K doorbells unread: the child will find this batch anyway
             pass
+
+    def on_disk(self) -> int:
+        """Bytes of spool the writer has not deleted yet (an upper bound of its lag)."""
+        total = 0
+        for k in range(self._k + 1):
+            try:
+                total += os.stat(_segment_path(self.path, k)).st_size
+            except FileNotFoundError:
+                pass
+        return total
 
     def close(self) -> None:
         os.close(self._fd)

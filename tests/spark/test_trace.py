@@ -82,6 +82,7 @@ def test_offloaded_writer_rotates_its_spool_and_leaves_none(tmp_path):
     for _, event, fields in SAMPLE:
         trace.emit(event, **fields)
     assert _spool_files(tmp_path)  # the spool exists while the trace is open
+    assert trace._spool is not None and trace._spool.on_disk() > 0
     trace.close()
     assert path.read_text() == SAMPLE_PATH.read_text()
     assert _spool_files(tmp_path) == []
