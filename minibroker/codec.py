@@ -78,6 +78,8 @@ def unescape(text: str, version: str) -> str:
     """
     if "\\" not in text or version == "1.0":
         return text
+    if text.count("\\") == text.count("\\c"):  # only colons escaped (message ids): no backslash escapes a backslash
+        return text.replace("\\c", ":")
     table = _UNESCAPE[version]
     out: list[str] = []
     start = 0

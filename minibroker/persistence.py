@@ -46,9 +46,8 @@ import re
 import struct
 import threading
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from storage import Journal, JournalConfig, Location, StorageError, TransactionLog
 
@@ -82,9 +81,8 @@ class StoreRef:
         return f"<StoreRef {self.key} seq={self.seq}>"
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """A message decoded from its payload."""
+class StoredMessage(NamedTuple):
+    """A message decoded from its payload (a named tuple: one is made per page-in)."""
 
     seq: int
     message_id: str

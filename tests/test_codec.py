@@ -254,3 +254,19 @@ def test_client_parser_switches_to_the_version_connected_announces() -> None:
 def test_encode_refuses_unescapable_headers(frame: Frame, version: str) -> None:
     with pytest.raises(ValueError, match="cannot be sent unescaped"):
         encode(frame, version)
+
+
+@pytest.mark.parametrize("text, decoded", [
+    ("ID\\cb-1\\c7", "ID:b-1:7"),  # only colons: the fast path
+    ("a\\\\cb", "a\\cb"),  # an escaped backslash before a c is not a colon
+    ("\\\\\\c", "\\:"),
+    ("x\\c\\ny", "x:\ny"),
+])
+def test_unescape_of_colons_and_of_everything_else(text: str, decoded: str) -> None:
+    assert unescape(text, "1.2") == decoded
+
+
+@pytest.mark.parametrize("text", ["a\\cb\\x", "ab\\", "\\c\\"])
+def test_unescape_refuses_undefined_escapes_even_beside_colons(text: str) -> None:
+    with pytest.raises(ProtocolError, match="undefined escape"):
+        unescape(text, "1.2")
