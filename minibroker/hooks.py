@@ -281,13 +281,7 @@ class DestinationHooks:
         store = self._temp_store
         if store is None:
             return
-        usage = self.temp_usage
-        delta = store.disk_usage() - usage.usage
-        if delta > 0:
-            usage.increase(delta)
-        elif delta < 0:
-            usage.decrease(-delta)
-            self.space_freed()
+        self._set_usage(self.temp_usage, store.disk_usage())
 
     def payload_of(self, message: Message) -> bytes:
         return self._payload(message)

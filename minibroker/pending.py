@@ -88,28 +88,26 @@ class FilePending:
     def popleft(self) -> "Message":
         if self.memory:
             return self.memory.popleft()
-        handle, _ = self.disk.popleft()
+        message = self._read_back(self.disk.popleft()[0])
+        broker = self.topic.broker
+        if not self.disk and broker.trace.enabled:
+            broker.swapped(self.topic, self.sub, "swap_in", self.swaps)
+        return message
+
+    def _read_back(self, handle: Any) -> "Message":
+        """A swapped-out message, read from the temp store (which frees it) and held again."""
         broker = self.topic.broker
         store = broker.temp_store()
         message = self._decode(store.read(handle))
         store.release(handle)
         self.topic.hold(message)
         broker.temp_changed()
-        if not self.disk and broker.trace.enabled:
-            broker.swapped(self.topic, self.sub, "swap_in", self.swaps)
         return message
 
     def pop(self) -> "Message":
         """The newest pending message (eviction of the newest)."""
         if self.disk:
-            handle, _ = self.disk.pop()
-            broker = self.topic.broker
-            store = broker.temp_store()
-            message = self._decode(store.read(handle))
-            store.release(handle)
-            self.topic.hold(message)
-            broker.temp_changed()
-            return message
+            return self._read_back(self.disk.pop()[0])
         return self.memory.pop()
 
     def clear(self) -> None:

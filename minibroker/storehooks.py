@@ -130,7 +130,10 @@ class StoreHooks:
         self._sync_waiters = keep
 
     def _set_store_usage(self, used: int) -> None:
-        usage = self.store_usage
+        self._set_usage(self.store_usage, used)
+
+    def _set_usage(self, usage: Any, used: int) -> None:
+        """Bring ``usage`` to ``used`` bytes; space freed wakes what waits for it."""
         delta = used - usage.usage
         if delta > 0:
             usage.increase(delta)

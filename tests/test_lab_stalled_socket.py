@@ -356,19 +356,6 @@ def test_the_write_timeout_event_counts_the_bytes_stuck_in_the_socket(tmp_path: 
     assert event["pending_bytes"] > 50_000
 
 
-def test_a_scenario_may_use_dataclasses(tmp_path: Path) -> None:
-    lab_dir = tmp_path / "99-dataclass"
-    lab_dir.mkdir()
-    (lab_dir / "defaults.toml").write_text("")
-    (lab_dir / "lab.toml").write_text('name = "dc"\ntitle = "t"\nseed = "s"\n'
-                                      '[[run]]\nname = "r"\nconfig = "defaults.toml"\nexpect = "healthy"\n')
-    (lab_dir / "scenario.py").write_text(
-        "from __future__ import annotations\nfrom dataclasses import dataclass\n\n"
-        "@dataclass\nclass Workload:\n    messages: int = 1\n\n"
-        "def run(lab):\n    from clients.labs import Outcome\n    return Outcome(False, str(Workload()))\n")
-    assert load_lab(lab_dir).scenario().Workload().messages == 1
-
-
 def test_the_virtual_network_reads_no_more_than_the_real_edge(tmp_path: Path) -> None:
     net = _slow_store(tmp_path, 200, 100)
     c = net.client("consumer", send_buffer=10_000)
