@@ -139,21 +139,17 @@ def decode_payload(payload: bytes, *, lazy: bool = False) -> StoredMessage:
     raw = payload[start : start + length]
     body = payload[start + length :]
     persistent = bool(flags & 1)
-    if raw.startswith(b"message-id:"):  # always, as encode_payload writes it
-        eol = raw.index(b"\n")
-        wire_id, wire_headers = raw[11:eol], raw[eol + 1 :]
-        message_id = wire_id.decode("utf-8")
-        if "\\" in message_id:
-            message_id = unescape(message_id, "1.2")
-        if lazy and wire_headers.isascii() and b"\\" not in wire_headers:
-            chars = len(wire_headers) - 2 * wire_headers.count(b"\n")  # each line is name:value\n
-            return StoredMessage(seq, message_id, None, body, persistent, priority, expires, timestamp,
-                                 wire_headers, wire_id, chars)
-        return StoredMessage(seq, message_id, decode_header_block(wire_headers), body, persistent, priority,
-                             expires, timestamp, wire_headers, wire_id)
-    headers = decode_header_block(raw)
-    message_id = headers.pop("message-id")
-    return StoredMessage(seq, message_id, headers, body, persistent, priority, expires, timestamp)
+    if not raw.startswith(b"message-id:"):  # encode_payload always writes it first
+        raise ValueError("message payload does not start with its message-id")
+    eol = raw.index(b"\n")
+    wire_id, wire_headers = raw[11:eol], raw[eol + 1 :]
+    message_id = unescape(wire_id.decode("utf-8"), "1.2")
+    if lazy and wire_headers.isascii() and b"\\" not in wire_headers:
+        chars = len(wire_headers) - 2 * wire_headers.count(b"\n")  # each line is name:value\n
+        return StoredMessage(seq, message_id, None, body, persistent, priority, expires, timestamp,
+                             wire_headers, wire_id, chars)
+    return StoredMessage(seq, message_id, decode_header_block(wire_headers), body, persistent, priority,
+                         expires, timestamp, wire_headers, wire_id)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -321,7 +317,7 @@ class MessageStore:
 
     def read(self, ref: StoreRef, *, lazy: bool = False) -> StoredMessage:
         """Page a message in from disk (``lazy``: see ``decode_payload``)."""
-        return decode_payload(ref.journal.read(ref.location), lazy=lazy)
+        return self.read_many([ref], lazy=lazy)[0]
 
     def flush(self) -> None:
         """Hand buffered writes to the operating system."""

@@ -241,12 +241,10 @@ class StoreHooks:
         """Read a store-only message back into a ``Message`` (page-in): from the
         journal (or ``stored``, read ahead), or (a spilled non-persistent message)
         from the temp store."""
-        if stored is not None:
-            pass
-        elif isinstance(paged.ref, StoreRef):
+        if stored is None and isinstance(paged.ref, StoreRef):
             assert self.store is not None
             stored = self.store.read(paged.ref, lazy=True)
-        else:
+        elif stored is None:
             temp = self.temp_store()
             stored = decode_payload(temp.read(paged.ref))
             temp.release(paged.ref)

@@ -51,8 +51,10 @@ import io
 import logging
 import marshal
 import os
+import select
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from json import encoder as _json_encoder
 from typing import Any, TextIO
@@ -703,8 +705,6 @@ class _BrokerLoad:
         return (int(fields[11]) + int(fields[12])) / self._tick  # utime + stime
 
     def busy(self) -> bool:
-        import time
-
         cpu = self._cpu()
         if cpu is None:
             return False
@@ -725,9 +725,6 @@ def _writer_main(path: str, broker: str, nice: int, lag_limit: int) -> int:
     than ``lag_limit`` bytes of spool wait (0: never wait), and everything once
     the broker closes the trace or dies.
     """
-    import select
-    import time
-
     if nice:
         os.nice(nice)
     if nice >= 19 and hasattr(os, "SCHED_IDLE"):
