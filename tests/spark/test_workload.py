@@ -104,7 +104,7 @@ def test_tiny_action_table_rows(spark, tiny_out):
                         (10.0, 4, "unsubscribe", None), (10.0, 5, "disconnect", None)]
     sub = next(a for a in actions if a.action == "subscribe")
     assert (sub.dest, sub.sub, sub.ack, sub.prefetch, sub.selector) == (
-        "/queue/A", "c-0", "client-individual", 1, "type = 'order'")
+        "/queue/A", "c-0", "client-individual", 1, "kind = 'order'")
     for client, offset in (("p-0", 0.0), ("p-1", 0.05)):
         sends = [a for a in actions if a.client == client and a.action == "send"]
         assert [a.seq for a in sends] == list(range(1, 21))
@@ -114,7 +114,7 @@ def test_tiny_action_table_rows(spark, tiny_out):
         assert (last.t, last.seq) == (4.0, 21)
     sends = [a for a in actions if a.action == "send"]
     assert all(100 <= a.size <= 199 and a.priority in (1, 9) for a in sends)
-    assert all(a.headers["app"] == "tiny" and a.headers["type"] in ("order", "audit") for a in sends)
+    assert all(a.headers["app"] == "tiny" and a.headers["kind"] in ("order", "audit") for a in sends)
     assert {a.persistent for a in sends} == {True, False}
     assert Counter(a.priority for a in sends)[1] > Counter(a.priority for a in sends)[9]
     # the Parquet table holds the same rows
