@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..cli import CommandError
-from ..replay.source import spark_error
+from clients.spark.session import spark_error
 from ._common import FAILURE, USAGE
 
 __all__ = ["register", "run_spark_job", "job_argv", "Option"]
@@ -111,8 +111,9 @@ def run_spark_job(module: str, argv: list[str]) -> int:
     """
     try:
         job = importlib.import_module(module)
-        from py4j.protocol import Py4JError
-        from pyspark.errors import PySparkException
+        from clients.spark.session import spark_errors
+
+        errors = spark_errors()
     except ImportError as exc:
         raise CommandError(f"this command needs the spark extra (pip install -e '.[spark]'; "
                            f"Java 17 on the PATH): {exc}", FAILURE) from None
@@ -120,7 +121,7 @@ def run_spark_job(module: str, argv: list[str]) -> int:
         return int(job.main(argv) or 0)
     except SystemExit as exc:  # the job's own argument parser
         return exc.code if isinstance(exc.code, int) else USAGE
-    except (PySparkException, Py4JError, OSError) as exc:
+    except (*errors, OSError) as exc:
         raise CommandError(f"Spark failed: {spark_error(exc)}", FAILURE) from None
 
 

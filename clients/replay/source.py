@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from clients.spark.actions import ACTIONS, Action, iter_actions
+from clients.spark.actions import ACTIONS, Action, iter_actions, parquet_to_jsonl
+from clients.spark.session import spark_error  # imports no PySpark; re-exported for the CLI
 
 __all__ = ["ReplayError", "ActionTable", "open_table", "checked", "shard", "parse_shard",
            "spark_error"]
@@ -97,38 +98,20 @@ def open_table(path: str | Path, *, log: Callable[[str], None] = print) -> Actio
 
 def _convert(parquet: Path, log: Callable[[str], None]) -> tuple[Path, Callable[[], None]]:
     """Parquet -> sorted JSON lines in a temporary directory, with Spark."""
-    try:
-        from py4j.protocol import Py4JError
-        from pyspark.errors import PySparkException
-        from pyspark.sql import SparkSession
-
-        from clients.spark.session import get_session
-    except ImportError:
-        raise ReplayError(f"{parquet} holds only Parquet, which needs Spark to read (pip install "
-                          "-e '.[spark]'), or regenerate with --format jsonl") from None
     log(f"converting {parquet} to JSON lines with Spark (a JVM start; "
         "the workload job writes JSON lines too unless --format parquet)")
     tmp = Path(tempfile.mkdtemp(prefix="minibroker-replay-"))
     out = tmp / "actions.jsonl"
-    ours = SparkSession.getActiveSession() is None
-    spark = get_session("minibroker-replay-convert")
     try:
-        spark.read.parquet(str(parquet)).orderBy("t", "client", "seq").write.json(str(out))
-    except (PySparkException, Py4JError) as exc:
+        parquet_to_jsonl(parquet, out)
+    except ImportError:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ReplayError(f"cannot read {parquet} with Spark: {spark_error(exc)}") from None
-    finally:
-        if ours:  # free the JVM's memory before the replay starts
-            spark.stop()
+        raise ReplayError(f"{parquet} holds only Parquet, which needs Spark to read (pip install "
+                          "-e '.[spark]'), or regenerate with --format jsonl") from None
+    except ValueError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ReplayError(f"cannot read {parquet} with Spark: {exc}") from None
     return out, lambda: shutil.rmtree(tmp, ignore_errors=True)
-
-
-def spark_error(exc: BaseException) -> str:
-    """The first line worth showing of a PySpark or Py4J error (the Java exception's
-    own message rather than Py4J's "An error occurred while calling ...")."""
-    java = getattr(exc, "java_exception", None)
-    text = str(java) if java is not None else str(exc)
-    return (text.strip().splitlines() or [type(exc).__name__])[0]
 
 
 _NEEDS = {

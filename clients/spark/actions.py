@@ -87,3 +87,21 @@ def iter_actions(path: str | Path) -> Iterator[Action]:
 def read_summary(path: str | Path) -> dict[str, Any]:
     """``summary.json`` of an output directory: counts, clients, duration."""
     return json.loads((Path(path) / "summary.json").read_text(encoding="utf-8"))
+
+
+def parquet_to_jsonl(parquet: Path, out: Path) -> None:
+    """Rewrite a Parquet action table as JSON-lines part files sorted by time (a
+    small Spark job, for ``replay``). Raises ``ValueError`` with Spark's reason."""
+    from pyspark.sql import SparkSession
+
+    from clients.spark.session import get_session, spark_error, spark_errors
+
+    ours = SparkSession.getActiveSession() is None
+    spark = get_session("minibroker-replay-convert")
+    try:
+        spark.read.parquet(str(parquet)).orderBy("t", "client", "seq").write.json(str(out))
+    except spark_errors() as exc:
+        raise ValueError(spark_error(exc)) from None
+    finally:
+        if ours:  # free the JVM's memory before the replay starts
+            spark.stop()

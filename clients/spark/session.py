@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["launched_by_spark_submit", "get_session", "LOCAL_CONF", "TEST_CONF"]
+__all__ = ["launched_by_spark_submit", "get_session", "spark_errors", "spark_error", "LOCAL_CONF", "TEST_CONF"]
 
 CONF_DIR = Path(__file__).with_name("conf")
 
@@ -71,3 +71,19 @@ def get_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def spark_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a Spark job raises for a bad input or a failed JVM (imports PySpark)."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    return (PySparkException, Py4JError)
+
+
+def spark_error(exc: BaseException) -> str:
+    """The first line worth showing of a PySpark or Py4J error (the Java exception's
+    own message rather than Py4J's "An error occurred while calling ...")."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java) if java is not None else str(exc)
+    return (text.strip().splitlines() or [type(exc).__name__])[0]
