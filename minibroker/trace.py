@@ -466,7 +466,9 @@ class Trace:
     of spool are waiting (0: it never waits). So under load the trace lags the
     broker; the spool (rotated every ``spool_segment_bytes``, each segment
     deleted once converted) holds the lag on disk, never in the broker's
-    memory, and the broker never waits for the child. The file is complete
+    memory, and the broker never waits for the child. ``load_stat`` is the
+    ``/proc/<pid>/stat`` file whose CPU time counts as the broker's (default:
+    this process). The file is complete
     after ``close()``, which waits for the child to convert what is left.
     """
 
@@ -482,6 +484,7 @@ class Trace:
         offload: bool = False,
         writer_nice: int = 19,
         lag_limit: int = 256 * 1024 * 1024,
+        load_stat: str | None = None,
         spool_segment_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         if buffer_events < 1:
@@ -499,7 +502,7 @@ class Trace:
             # the script's directory off sys.path, so no sibling module shadows the stdlib.
             self._child = subprocess.Popen(
                 [sys.executable, "-I", os.path.abspath(__file__), "--write", path, broker,
-                 str(writer_nice), str(lag_limit)],
+                 str(writer_nice), str(lag_limit), load_stat or f"/proc/{os.getpid()}/stat"],
                 stdin=subprocess.PIPE,
             )
             assert self._child.stdin is not None
@@ -690,8 +693,8 @@ class _BrokerLoad:
     cores (and their caches) with. Where ``/proc`` is missing, never busy.
     """
 
-    def __init__(self, pid: int) -> None:
-        self._path = f"/proc/{pid}/stat"
+    def __init__(self, stat_path: str) -> None:
+        self._path = stat_path
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._last: tuple[float, float] | None = None
         self._busy = True  # until one whole window has been measured
@@ -718,7 +721,7 @@ class _BrokerLoad:
         return self._busy
 
 
-def _writer_main(path: str, broker: str, nice: int, lag_limit: int) -> int:
+def _writer_main(path: str, broker: str, nice: int, lag_limit: int, load_stat: str) -> int:
     """The offload writer: spool batches (see above) -> JSON lines in ``path``.
 
     It converts while the broker is not busy (``_BrokerLoad``), or when more
@@ -730,7 +733,7 @@ def _writer_main(path: str, broker: str, nice: int, lag_limit: int) -> int:
     if nice >= 19 and hasattr(os, "SCHED_IDLE"):
         # Linux: run only when a CPU would otherwise idle (a waking broker preempts at once).
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    load = _BrokerLoad(os.getppid()) if lag_limit > 0 else None
+    load = _BrokerLoad(load_stat) if lag_limit > 0 else None
     broker_json = _json_encoder.encode_basestring(broker)
     seq = 1
     k, offset = 0, 0
@@ -896,6 +899,6 @@ def dumps_events(events: Iterable[Mapping[str, Any]], *, broker: str = "minibrok
 
 
 if __name__ == "__main__":  # the offload writer process (see Trace)
-    if len(sys.argv) != 6 or sys.argv[1] != "--write":
-        sys.exit("usage: trace.py --write PATH BROKER NICE LAG_LIMIT  (started by Trace(offload=True))")
-    sys.exit(_writer_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])))
+    if len(sys.argv) != 7 or sys.argv[1] != "--write":
+        sys.exit("usage: trace.py --write PATH BROKER NICE LAG_LIMIT LOAD_STAT  (started by Trace(offload=True))")
+    sys.exit(_writer_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]))

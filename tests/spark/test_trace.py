@@ -400,47 +400,90 @@ def test_a_trace_that_cannot_write_stops_and_the_caller_goes_on(tmp_path, caplog
     assert [json.loads(line)["msg"] for line in (tmp_path / "t.jsonl").read_text().splitlines()] == ["m-1"]
 
 
-def _spin_until(predicate, seconds):
-    """Keep this process busy (a full core) until ``predicate()`` or ``seconds`` pass."""
-    import time
+class _FakeLoad:
+    """A ``/proc/<pid>/stat`` look-alike whose CPU time grows two seconds per
+    second while ``busy`` (a broker using two cores), and stays put when not:
+    the writer's view of the broker's load, without depending on this machine's."""
 
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for _ in range(20000):
-            pass
-        if predicate():
-            return True
-    return False
+    def __init__(self, path):
+        import threading
+
+        self.path = path
+        self.busy = True
+        self._ticks = 0
+        self._write()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _write(self):
+        fields = ["S"] + ["0"] * 10 + [str(self._ticks), "0"] + ["0"] * 30
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("1 (broker) " + " ".join(fields) + "\n")
+        tmp.replace(self.path)
+
+    def _run(self):
+        import os
+        import time
+
+        tick = os.sysconf("SC_CLK_TCK")
+        last = time.monotonic()
+        while not self._stop.wait(0.01):
+            now = time.monotonic()
+            if self.busy:
+                self._ticks += int(2 * tick * (now - last)) + 1
+                self._write()
+            last = now
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
 
 
 def _lines(path):
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_the_writer_waits_while_the_broker_is_busy_and_catches_up_when_it_idles(tmp_path):
-    """The broker (here: this process) uses a whole core: the writer converts
-    nothing; once it idles, the trace catches up without a close."""
-    path = tmp_path / "t.jsonl"
-    trace = Trace(path, lambda: 1.0, broker=BROKER, offload=True, buffer_events=10)
-    for i in range(30):
-        trace.emit("expire", dest="/queue/q", msg=f"m-{i}")
-    trace.flush()
-    assert not _spin_until(lambda: len(_lines(path)) > 0, 1.5)  # busy for 1.5 s: nothing written
+def _wait_for(predicate, seconds):
     import time
 
-    deadline = time.monotonic() + 30
-    while len(_lines(path)) < 30 and time.monotonic() < deadline:
-        time.sleep(0.05)  # idle now
-    assert len(_lines(path)) == 30
-    trace.close()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_the_writer_waits_while_the_broker_is_busy_and_catches_up_when_it_idles(tmp_path):
+    """While the broker uses two cores the writer converts nothing; once it
+    idles, the trace catches up without a close."""
+    load = _FakeLoad(tmp_path / "stat")
+    path = tmp_path / "t.jsonl"
+    trace = Trace(path, lambda: 1.0, broker=BROKER, offload=True, buffer_events=10, load_stat=str(load.path))
+    try:
+        for i in range(30):
+            trace.emit("expire", dest="/queue/q", msg=f"m-{i}")
+        trace.flush()
+        assert not _wait_for(lambda: len(_lines(path)) > 0, 1.5)  # busy for 1.5 s: nothing written
+        load.busy = False
+        assert _wait_for(lambda: len(_lines(path)) == 30, 30)  # idle now
+    finally:
+        load.close()
+        trace.close()
 
 
 def test_past_its_lag_limit_the_writer_converts_even_while_the_broker_is_busy(tmp_path):
+    load = _FakeLoad(tmp_path / "stat")
     path = tmp_path / "t.jsonl"
-    trace = Trace(path, lambda: 1.0, broker=BROKER, offload=True, buffer_events=10, writer_nice=0, lag_limit=1)
-    for i in range(30):
-        trace.emit("expire", dest="/queue/q", msg=f"m-{i}")
-    trace.flush()
-    assert _spin_until(lambda: len(_lines(path)) == 30, 30)
-    trace.close()
+    trace = Trace(path, lambda: 1.0, broker=BROKER, offload=True, buffer_events=10, writer_nice=0, lag_limit=1,
+                  load_stat=str(load.path))
+    try:
+        for i in range(30):
+            trace.emit("expire", dest="/queue/q", msg=f"m-{i}")
+        trace.flush()
+        assert _wait_for(lambda: len(_lines(path)) == 30, 30)
+    finally:
+        load.close()
+        trace.close()
     assert [json.loads(line)["seq"] for line in _lines(path)] == list(range(1, 31))
