@@ -32,43 +32,35 @@ def parse_address(address: str) -> tuple[str, str] | None:
     return None
 
 
-class FifoPending:
-    """Pending messages in arrival order (a VM cursor)."""
+class FifoPending(deque):  # type: ignore[type-arg]
+    """Pending messages in arrival order (a VM cursor).
 
-    __slots__ = ("_items",)
+    A ``deque`` itself, not a wrapper around one: dispatch asks its length,
+    appends and pops several times per message, and these stay C calls.
+    """
 
-    def __init__(self) -> None:
-        self._items: deque["Message"] = deque()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __iter__(self) -> Iterator["Message"]:
-        return iter(self._items)
-
-    def append(self, message: "Message") -> None:
-        self._items.append(message)
-
-    def popleft(self) -> "Message":
-        return self._items.popleft()
+    __slots__ = ()
 
     def push_front(self, messages: list["Message"]) -> None:
         """Put ``messages`` (sorted by seq) back, keeping the whole list in seq order."""
         if not messages:
             return
-        items = self._items
-        if not items or messages[-1].seq < items[0].seq:
-            items.extendleft(reversed(messages))
+        if not self or messages[-1].seq < self[0].seq:
+            self.extendleft(reversed(messages))
         else:
-            self._items = deque(heapq.merge(messages, items, key=lambda m: m.seq))
+            merged = list(heapq.merge(messages, self, key=lambda m: m.seq))
+            self.clear()
+            self.extend(merged)
 
     def remove_where(self, predicate: Any) -> list["Message"]:
         """Remove and return every message for which ``predicate`` is true."""
-        kept: deque["Message"] = deque()
+        kept: list["Message"] = []
         removed = []
-        for m in self._items:
+        for m in self:
             (removed if predicate(m) else kept).append(m)
-        self._items = kept
+        if removed:
+            self.clear()
+            self.extend(kept)
         return removed
 
 
