@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from .errors import ProtocolError
-from .frames import BODY_COMMANDS, CLIENT_COMMANDS, SERVER_COMMANDS, Frame
+from .frames import BODY_COMMANDS, CLIENT_COMMANDS, SERVER_COMMANDS, Frame, ParsedHeaders
 
 __all__ = [
     "FrameParser",
@@ -319,14 +319,16 @@ class FrameParser:
             raise ProtocolError(f"header is not UTF-8 near {bad!r}") from None
         if "\r" in text:
             lines = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+            head = None
         else:
             lines = text.split("\n")
+            head = text
         command = lines[0]
         if len(command) > self.max_command_length:
             raise ProtocolError(f"command longer than {self.max_command_length} bytes")
         if command not in self.commands:
             raise ProtocolError(f"unknown command {command[:40]!r}")
-        headers = self._headers(command, lines, len(text))
+        headers = self._headers(command, lines, len(text), head)
         clen_text = headers.get("content-length")
         clen: int | None = None
         if clen_text is not None:
@@ -351,7 +353,7 @@ class FrameParser:
         if len(buf) - pos > self._max_block:
             raise ProtocolError("header block exceeds the frame's header limits")
 
-    def _headers(self, command: str, lines: list[str], block_length: int) -> dict[str, str]:
+    def _headers(self, command: str, lines: list[str], block_length: int, head: str | None) -> dict[str, str]:
         if len(lines) - 1 > self.max_headers:
             raise ProtocolError(f"more than {self.max_headers} headers")
         limit = self.max_header_line_length
@@ -362,7 +364,8 @@ class FrameParser:
         version = self.version
         escaped = version != "1.0" and command not in _UNESCAPED_COMMANDS
         trim = version == "1.0"
-        headers: dict[str, str] = {}
+        headers = ParsedHeaders()
+        headers.head = head
         for i in range(1, len(lines)):
             line = lines[i]
             name, colon, value = line.partition(":")

@@ -11,6 +11,7 @@ from typing import Mapping, NamedTuple
 
 __all__ = [
     "Frame",
+    "ParsedHeaders",
     "CLIENT_COMMANDS",
     "SERVER_COMMANDS",
     "BODY_COMMANDS",
@@ -39,6 +40,19 @@ SERVER_COMMANDS = frozenset({"CONNECTED", "MESSAGE", "RECEIPT", "ERROR"})
 BODY_COMMANDS = frozenset({"SEND", "MESSAGE", "ERROR"})
 #: Protocol versions this implementation speaks, lowest first.
 VERSIONS = ("1.0", "1.1", "1.2")
+
+
+class ParsedHeaders(dict):  # type: ignore[type-arg]
+    """A parsed frame's headers (a ``dict``), with the head they were read from.
+
+    ``head`` is the frame's command line and header lines exactly as received
+    (LF line ends, nothing unescaped), or None where the codec did not keep it
+    (CRLF line ends). The broker passes a SEND's header lines through to the
+    MESSAGE as they are when nothing in them changes (``message.send_block``)
+    instead of encoding its dict again. Compares equal to a plain dict.
+    """
+
+    __slots__ = ("head",)
 
 
 class Frame(NamedTuple):

@@ -16,7 +16,7 @@ from .queue import Queue
 from .topic import Topic
 from .errors import ProtocolError, ResourceLimitError
 from .frames import Frame
-from .message import BROKER_SET_HEADERS, Message
+from .message import BROKER_SET_HEADERS, Message, send_block
 from .registry import TEMP_PREFIXES
 from .session import Session
 from .trace import SEND
@@ -65,6 +65,18 @@ class FrameHandlers:
         persistent_text = h.get("persistent")
         persistent = persistent_text is not None and persistent_text.lower() == "true"
         timestamp = self.clock.wall_ms()
+        seq = self._next_message
+        head = getattr(h, "head", None)
+        if head is not None and session.version != "1.0":
+            passed = send_block(head, h, address, timestamp, expires, priority)
+            if passed is not None:  # the SEND's lines go out as they came (message.send_block)
+                self._next_message += 1
+                return Message(
+                    seq, f"{self._id_prefix}{seq}", address, None, frame.body,
+                    persistent=persistent, priority=priority, expires=expires, timestamp=timestamp,
+                    origin=session.id, message_id_wire=self._id_prefix_wire + str(seq).encode(),
+                    wire_headers=passed[0], header_chars=passed[1],
+                )
         headers = {"destination": address}
         headers.update({k: v for k, v in h.items() if k not in BROKER_SET_HEADERS})
         reply_to = headers.get("reply-to")
@@ -78,7 +90,6 @@ class FrameHandlers:
             headers["persistent"] = "true"
         else:
             headers.pop("persistent", None)
-        seq = self._next_message
         self._next_message += 1
         return Message(
             seq,

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from .codec import decode_header_block, encode_headers, escape
 
-__all__ = ["Message", "MESSAGE_OVERHEAD", "BROKER_SET_HEADERS"]
+__all__ = ["Message", "MESSAGE_OVERHEAD", "BROKER_SET_HEADERS", "send_block"]
 
 #: Fixed per-message memory charge (ActiveMQ ``Message.getSize``).
 MESSAGE_OVERHEAD = 1024
@@ -28,6 +28,48 @@ MESSAGE_OVERHEAD = 1024
 BROKER_SET_HEADERS = frozenset(
     {"message-id", "subscription", "ack", "redelivered", "destination", "receipt", "transaction", "content-length"}
 )
+
+
+#: SEND headers the broker rewrites in place (``handlers._make_message``): a SEND naming one
+#: takes the general path (``persistent:true`` excepted: it stays as it is).
+_REWRITTEN_HEADERS = frozenset({"timestamp", "expires", "priority", "reply-to", "persistent"})
+
+
+def send_block(
+    head: str, headers: Mapping[str, str], address: str, timestamp: int, expires: int, priority: int
+) -> tuple[bytes, int] | None:
+    """A MESSAGE's STOMP 1.2 header block made from a SEND's head as received.
+
+    Theory of operation: the broker's headers for a message are the SEND's
+    headers without the ones it sets itself (``BROKER_SET_HEADERS``), after
+    ``destination`` and followed by ``timestamp``, ``expires`` and ``priority``
+    (``handlers._make_message`` builds that dict). When the SEND's head
+    (``ParsedHeaders.head``: command line, then ``name:value`` lines) holds no
+    escape, one colon per line and no repeated name, its lines already are
+    their own 1.2 encoding, so the block is those lines minus the broker-set
+    ones, with the broker's lines around them: the bytes ``encode_headers``
+    would give for the dict, without building or encoding it. Returns
+    (block, characters of its names and values), or None where the head does
+    not qualify (the caller builds the dict instead).
+    """
+    lines = head.count("\n")
+    if len(headers) != lines or head.count(":") != lines or "\\" in head:
+        return None
+    if not _REWRITTEN_HEADERS.isdisjoint(headers) and (
+        headers.get("persistent") != "true" or len(_REWRITTEN_HEADERS.intersection(headers)) > 1
+    ):
+        return None
+    if address != headers.get("destination") and (
+        "\\" in address or ":" in address or "\n" in address or "\r" in address
+    ):
+        return None
+    kept = head[head.find("\n"):] if lines else ""  # "\nname:value" lines, after the command
+    for name in BROKER_SET_HEADERS.intersection(headers):
+        at = kept.index("\n" + name + ":")
+        end = kept.find("\n", at + 1)
+        kept = kept[:at] + kept[end:] if end >= 0 else kept[:at]
+    text = f"destination:{address}{kept}\ntimestamp:{timestamp}\nexpires:{expires}\npriority:{priority}\n"
+    return text.encode("utf-8"), len(text) - 2 * text.count("\n")
 
 
 class Message:
@@ -116,6 +158,13 @@ class Message:
             headers = self._headers = decode_header_block(self._wire_headers)
         return headers
 
+    @property
+    def wire_headers(self) -> bytes:
+        """Every header of ``headers`` as STOMP 1.2 ``name:value`` lines (as stored in the journal)."""
+        if self._wire_headers is None:
+            self._wire_headers = encode_headers(self.headers.items(), "1.2", strict=False)
+        return self._wire_headers
+
     def tail(self, version: str) -> bytes:
         """Headers, content-length, blank line, body and NUL, for ``version``."""
         if version == "1.0":
@@ -123,7 +172,7 @@ class Message:
                 self._tail10 = self._build_tail("1.0")
             return self._tail10
         if self._tail is None:
-            self._tail = self._build_tail("1.2")
+            self._tail = b"".join((self.wire_headers, b"content-length:%d\n\n" % len(self.body), self.body, b"\x00"))
         if version == "1.1" and b"\\r" in self._tail:
             return self._build_tail("1.1")  # 1.1 has no \\r escape: rare, not cached
         return self._tail

@@ -51,10 +51,11 @@ from typing import Any, Iterator, NamedTuple
 
 from storage import Journal, JournalConfig, Location, StorageError, TransactionLog
 
-from .codec import decode_header_block, encode_headers, unescape
+from .codec import decode_header_block, encode_headers, escape, unescape
 from .config import StoreConfig
 
-__all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "decode_payload", "durable_key"]
+__all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "encode_wire_payload", "decode_payload",
+           "durable_key"]
 
 _PREFIX = struct.Struct("<BBBxqqQ")
 _LENGTH = struct.Struct("<I")
@@ -109,7 +110,15 @@ def durable_key(topic: str, client_id: str, name: str) -> str:
 def encode_payload(seq: int, message_id: str, headers: dict[str, str], body: bytes, *, persistent: bool,
                    priority: int, expires: int, timestamp: int) -> bytes:
     """The journal payload of a message (see the module docstring)."""
-    block = encode_headers([("message-id", message_id), *headers.items()], "1.2")
+    return encode_wire_payload(seq, escape(message_id, "1.2").encode("utf-8"), encode_headers(headers.items(), "1.2"),
+                               body, persistent=persistent, priority=priority, expires=expires, timestamp=timestamp)
+
+
+def encode_wire_payload(seq: int, message_id_wire: bytes, wire_headers: bytes, body: bytes, *, persistent: bool,
+                        priority: int, expires: int, timestamp: int) -> bytes:
+    """``encode_payload`` for a message whose id and headers are already STOMP 1.2
+    wire text (``Message.message_id_wire``, ``Message.wire_headers``)."""
+    block = b"message-id:" + message_id_wire + b"\n" + wire_headers
     prefix = _PREFIX.pack(_VERSION, 1 if persistent else 0, priority, expires, timestamp, seq)
     return b"".join((prefix, _LENGTH.pack(len(block)), block, body))
 

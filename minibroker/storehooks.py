@@ -22,7 +22,7 @@ from .topic import DurableState, Topic
 from .errors import ResourceLimitError
 from .frames import Frame
 from .message import Message
-from .persistence import StoredMessage, StoreRef, decode_payload, durable_key, encode_payload
+from .persistence import StoredMessage, StoreRef, decode_payload, durable_key, encode_wire_payload
 from .session import Session
 
 __all__ = ["StoreHooks"]
@@ -142,9 +142,10 @@ class StoreHooks:
             self.space_freed()
 
     def _payload(self, message: Message) -> bytes:
-        return encode_payload(
-            message.seq, message.message_id, dict(message.headers), message.body, persistent=message.persistent,
-            priority=message.priority, expires=message.expires, timestamp=message.timestamp,
+        return encode_wire_payload(
+            message.seq, message.message_id_wire("1.2"), message.wire_headers, message.body,
+            persistent=message.persistent, priority=message.priority, expires=message.expires,
+            timestamp=message.timestamp,
         )
 
     def _storage_call(self, fn: Callable[[], Any]) -> Any:
