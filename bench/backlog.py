@@ -9,7 +9,11 @@ Per rep and per broker configuration:
 1. produce N persistent messages to a queue with no consumer (a receipt every
    100 sends, at most 10 receipts outstanding);
 2. then subscribe one auto-ack consumer and time how long it takes to receive
-   all N.
+   all N ("consume": the consumer is the bottleneck, every message is paged in);
+3. produce N again (untimed), then subscribe the consumer while a producer
+   sends N more, and time until all 2N are received ("through": a persistent
+   queue in use, producer and consumer at once over a standing backlog; under
+   limits the new messages go to the store only too, and everything is paged).
 
 Under ``--limits FILE`` (default: ``bench/configs/backlog.toml``, a 4 MB
 memory limit) the backlog passes the cursor's high-water mark, so most of it
@@ -99,6 +103,14 @@ async def consume(port: int, dest: str, count: int) -> float:
     return elapsed
 
 
+async def through(port: int, dest: str, count: int, size: int) -> float:
+    """With ``count`` messages already waiting, send ``count`` more while one consumer
+    drains the queue: seconds from SUBSCRIBE until all ``2 * count`` are received."""
+    consumer = asyncio.ensure_future(consume(port, dest, 2 * count))
+    await produce(port, dest, count, size)
+    return await consumer
+
+
 async def queue_statistics(port: int, dest: str) -> dict:
     """The destination's statistics, asked of the broker over STOMP (the statistics plugin)."""
     reader, writer, parser = await _connect(port)
@@ -133,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         brokers = [Ours("plain", Path(tmp), config=a.plain), Ours("limits", Path(tmp), config=a.limits)]
         sampler = RssSampler()
         results: dict[str, dict[str, list[float]]] = {
-            b.name: {"produce": [], "consume": [], "store_only": [], "paged_in": []} for b in brokers}
+            b.name: {"produce": [], "consume": [], "through": [], "store_only": [], "paged_in": []} for b in brokers}
         peaks: dict[str, float] = {}
         try:
             for b in brokers:
@@ -152,8 +164,12 @@ def main(argv: list[str] | None = None) -> int:
                     results[b.name]["paged_in"].append(after.get("pagedInCount", 0))
                     results[b.name]["produce"].append(a.messages / p)
                     results[b.name]["consume"].append(a.messages / c)
+                    asyncio.run(produce(b.port, dest, a.messages, a.size))  # a standing backlog again
+                    t = asyncio.run(through(b.port, dest, a.messages, a.size))
+                    results[b.name]["through"].append(2 * a.messages / t)
                     print(f"rep {rep + 1} {b.name}: produce {a.messages / p:,.0f} msg/s, "
-                          f"consume {a.messages / c:,.0f} msg/s; store-only after producing {before.get('storeOnlyCount')}, "
+                          f"consume {a.messages / c:,.0f} msg/s, through {2 * a.messages / t:,.0f} msg/s; "
+                          f"store-only after producing {before.get('storeOnlyCount')}, "
                           f"paged in {after.get('pagedInCount')}", file=sys.stderr)
             peaks = {b.name: sampler.peak(b.pid) for b in brokers}
         finally:
@@ -164,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{a.reps} reps; limits: {a.limits}")
     print("| phase | plain msg/s, median [min–max] | limits msg/s | limits / plain (paired reps) |")
     print("|---|---|---|---|")
-    for phase in ("produce", "consume"):
+    for phase in ("produce", "consume", "through"):
         plain, limits = results["plain"][phase], results["limits"][phase]
         paired = [l / p for l, p in zip(limits, plain)]
         print(f"| {phase} | {statistics.median(plain):,.0f} [{min(plain):,.0f}–{max(plain):,.0f}] "

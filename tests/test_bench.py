@@ -87,4 +87,5 @@ def test_backlog_bench_pages_under_limits_and_not_without() -> None:
     paged = dict(re.findall(r"^(plain|limits): .*paged in while draining \[(\d+)\]$", p.stdout, re.M))
     assert counts == {"plain": "0", "limits": counts.get("limits")} and int(counts["limits"]) > 0, p.stdout
     assert paged["limits"] == counts["limits"] and paged["plain"] == "0", p.stdout
-    assert re.search(r"^\| consume \| [\d,]+ ", p.stdout, re.M), p.stdout
+    for phase in ("produce", "consume", "through"):
+        assert re.search(rf"^\| {phase} \| [\d,]+ ", p.stdout, re.M), p.stdout
