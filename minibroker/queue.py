@@ -51,6 +51,8 @@ class Queue(Destination):
         self._groups: list[list["Subscription"]] = []
         self._rotation: list[int] = []
         self._any_selector = False
+        #: The one eligible consumer, when there is exactly one and it has no selector (the fast dispatch).
+        self._single: "Subscription | None" = None
         self._dispatching = False
 
     @property
@@ -101,6 +103,7 @@ class Queue(Destination):
         self._groups = [by_priority[p] for p in sorted(by_priority, reverse=True)]
         self._rotation = [0] * len(self._groups)
         self._any_selector = any(c.selector is not None or c.no_local for c in eligible)
+        self._single = eligible[0] if len(eligible) == 1 and not self._any_selector else None
 
     # -- messages in
     def accept(self, message: "Message") -> None:
@@ -166,8 +169,8 @@ class Queue(Destination):
             while True:
                 if not self.pending and not (self._someone_has_capacity() and cursor.page_in()):
                     break
-                if len(self._groups) == 1 and len(self._groups[0]) == 1 and not self._any_selector:
-                    self._dispatch_single(self._groups[0][0])
+                if self._single is not None:
+                    self._dispatch_single(self._single)
                 else:
                     self._dispatch_general()
                 if self.pending or not cursor.store_only or not self._someone_has_capacity():
@@ -177,12 +180,14 @@ class Queue(Destination):
 
     def _dispatch_single(self, sub: "Subscription") -> None:
         pending = self.pending
-        now_ms = self.broker.clock.wall_ms()
+        now_ms = 0  # read from the clock only when a message can expire
         while pending and sub.has_capacity():
             message = pending.popleft()
-            if message.expires and message.is_expired(now_ms):
-                self._expire(message)
-                continue
+            if message.expires:
+                now_ms = now_ms or self.broker.clock.wall_ms()
+                if message.is_expired(now_ms):
+                    self._expire(message)
+                    continue
             sub.deliver(message)
 
     def _dispatch_general(self) -> None:
