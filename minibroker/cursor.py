@@ -52,6 +52,10 @@ _PRIORITIES = 10
 _DEFAULT_PRIORITY = 4
 #: A ``_SeqFifo`` drops its popped head once it is longer than this and than the rest.
 _TRIM_MIN = 1024
+#: ``StoreIndex`` iterates (a browse, a purge) this many references at a time.
+_CHUNK = 1024
+#: ``PagedRef(*fields)`` without the named tuple's Python-level ``__new__`` (a page-in makes many).
+_new = tuple.__new__
 
 
 class PagedRef(NamedTuple):
@@ -96,17 +100,22 @@ class _SeqFifo:
         head = self.head
         return zip(itertools.islice(self.seqs, head, None), itertools.islice(self.refs, head, None))
 
-    def drop_first(self) -> int:
-        """Remove the first pair; returns its seq."""
+    def slice(self, count: int) -> tuple[array, array]:
+        """The first ``count`` (or fewer) pairs, as two arrays."""
         head = self.head
-        seq = self.seqs[head]
-        head += 1
+        return self.seqs[head : head + count], self.refs[head : head + count]
+
+    def drop(self, count: int) -> array:
+        """Remove the first ``count`` pairs; returns their seqs."""
+        head = self.head
+        gone = self.seqs[head : head + count]
+        head += len(gone)
         if head > _TRIM_MIN and head * 2 > len(self.seqs):
             del self.seqs[:head]
             del self.refs[:head]
             head = 0
         self.head = head
-        return seq
+        return gone
 
     def without(self, gone: set[int]) -> "_SeqFifo":
         kept = [(seq, ref) for seq, ref in self.pairs() if seq not in gone]
@@ -142,24 +151,29 @@ class StoreIndex:
     def __bool__(self) -> bool:
         return any(self._fifos)
 
-    def _ordered(self) -> Iterator[tuple[int, _SeqFifo]]:
-        """(priority, FIFO) in dispatch order."""
+    def _ordered(self) -> list[tuple[int, _SeqFifo]]:
+        """(priority, FIFO) in dispatch order, the empty ones left out."""
         if not self.prioritized:
-            return iter(((_DEFAULT_PRIORITY, self._fifos[0]),))
-        return ((p, self._fifos[p]) for p in range(_PRIORITIES - 1, -1, -1))
+            return [(_DEFAULT_PRIORITY, self._fifos[0])]
+        return [(p, self._fifos[p]) for p in range(_PRIORITIES - 1, -1, -1) if self._fifos[p]]
 
     def __iter__(self) -> Iterator[PagedRef]:
         for priority, fifo in self._ordered():
-            for seq, ref in fifo.pairs():
-                yield self._paged(seq, ref, priority)
+            for start in range(fifo.head, len(fifo.seqs), _CHUNK):
+                yield from self._paged(fifo.seqs[start : start + _CHUNK], fifo.refs[start : start + _CHUNK], priority)
 
-    def _paged(self, seq: int, ref: int, priority: int) -> PagedRef:
-        if ref >= 0:
-            journal, key = self._home  # type: ignore[misc]
-            target: Any = StoreRef(journal, ref, key)
-        else:
-            target = self._objects[seq]
-        return PagedRef(target, seq, priority, seq in self.redelivered, self.expires.get(seq, 0))
+    def _paged(self, seqs: array, refs: array, priority: int) -> list[PagedRef]:
+        """``PagedRef``s of (broker seq, journal seq) pairs: a ``StoreRef`` for each."""
+        journal, key = self._home if self._home is not None else (None, "")
+        redelivered, expires, objects = self.redelivered, self.expires, self._objects
+        if not (redelivered or expires or objects):  # the usual case, made quickly
+            return [_new(PagedRef, (StoreRef(journal, ref, key), seq, priority, False, 0))  # type: ignore[arg-type]
+                    for seq, ref in zip(seqs, refs)]
+        return [
+            _new(PagedRef, (StoreRef(journal, ref, key) if ref >= 0 else objects[seq],  # type: ignore[arg-type]
+                            seq, priority, seq in redelivered, expires.get(seq, 0)))
+            for seq, ref in zip(seqs, refs)
+        ]
 
     def add(self, ref: Any, seq: int, priority: int = _DEFAULT_PRIORITY, redelivered: bool = False,
             expires: int = 0) -> None:
@@ -181,23 +195,28 @@ class StoreIndex:
 
     def first(self, count: int) -> list[PagedRef]:
         """The next ``count`` references in dispatch order, left in place."""
-        return list(itertools.islice(iter(self), count))
+        out: list[PagedRef] = []
+        for priority, fifo in self._ordered():
+            if len(out) >= count:
+                break
+            out += self._paged(*fifo.slice(count - len(out)), priority)
+        return out
 
-    def drop_first(self) -> None:
-        """Remove the first reference (the first that ``first`` returns)."""
+    def drop(self, count: int) -> None:
+        """Remove the first ``count`` references (those ``first(count)`` returns)."""
         for _, fifo in self._ordered():
-            if fifo:
-                self._forget(fifo.drop_first())
-                return
-        raise IndexError("drop_first from an empty StoreIndex")
+            if count <= 0:
+                break
+            gone = fifo.drop(count)
+            count -= len(gone)
+            if self.expires or self.redelivered or self._objects:
+                for seq in gone:
+                    self._forget(seq)
 
     def _forget(self, seq: int) -> None:
-        if self.expires:
-            self.expires.pop(seq, None)
-        if self.redelivered:
-            self.redelivered.discard(seq)
-        if self._objects:
-            self._objects.pop(seq, None)
+        self.expires.pop(seq, None)
+        self.redelivered.discard(seq)
+        self._objects.pop(seq, None)
 
     def remove_where(self, predicate: Callable[[PagedRef], bool]) -> list[PagedRef]:
         """Remove the references ``predicate`` accepts; returns them in dispatch order."""
@@ -302,11 +321,11 @@ class QueueCursor:
             # ActiveMQ's canRecoveryNextMessage: stop once the broker is at 90%.
             if batch and root.limit and root.percent >= _RECOVERY_LIMIT_PERCENT:
                 break
-            self.store_only.drop_first()
             message = broker.load_message(queue, paged, ahead.get(id(paged.ref)))
             queue.hold(message)
             batch.append(message)
         count = len(batch)
+        self.store_only.drop(count)
         queue.pending.push_front(sorted(batch, key=lambda m: m.seq))
         self.paged_in += count
         if not self.store_only and self.has_space():

@@ -114,7 +114,9 @@ class JournalIndex:
         return len(self.table) - self._pending
 
     def is_live(self, seq: int) -> bool:
-        return self._live_row(seq) >= 0
+        table = self.table
+        pos = table.find(seq)
+        return pos >= 0 and table.states[pos] == LIVE
 
     def _live_row(self, seq: int) -> int:
         """The table row of the live enqueue ``seq``, or -1."""
@@ -176,12 +178,15 @@ class JournalIndex:
 
     def dequeue(self, seq: int, ref: int, txid: bytes, file_id: int, end: int) -> None:
         stats = self._note(file_id, seq, end)
-        pos = self._live_row(ref)
+        table = self.table
+        pos = table.find(ref)
+        if pos >= 0 and table.states[pos] != LIVE:
+            pos = -1
         if not txid:
             if pos >= 0:
                 self._drop(pos, stats)
             return
-        enq_file = None if pos < 0 else self.table.files[pos]
+        enq_file = None if pos < 0 else table.files[pos]
         self._tx(txid, stats).dequeues.append((ref, file_id, enq_file))
         if enq_file is not None and enq_file != file_id:
             _bump(stats.deps, enq_file, 1)
@@ -241,7 +246,8 @@ class JournalIndex:
         """Row ``pos`` is no longer live nor pending: it dies (positions may move)."""
         table = self.table
         file_id = table.files[pos]
-        self.markers.pop(table.seqs[pos], None)
+        if self.markers:
+            self.markers.pop(table.seqs[pos], None)
         table.kill(pos)
         home = self.files[file_id]
         home.live -= 1
