@@ -8,7 +8,9 @@ A queue's undelivered messages live in two places:
   to dispatch (``queue.pending``). Non-persistent messages always live here
   (a VM cursor; the temp-store issue adds swapping).
 - the *store*: persistent messages that are only on disk (``store_only``), in
-  dispatch order, as small references (record location, seq, priority).
+  dispatch order, as two numbers each (broker seq, journal seq: ``StoreIndex``),
+  for they are counted by no memory usage and a backlog may hold millions; a
+  ``StoreRef`` is made only when one is read.
 
 A persistent message is always written to the journal. It is *also* kept in
 the cache while the cursor has space (``has_space``: see ``usage.py``, the
