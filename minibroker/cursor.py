@@ -8,7 +8,9 @@ A queue's undelivered messages live in two places:
   to dispatch (``queue.pending``). Non-persistent messages always live here
   (a VM cursor; the temp-store issue adds swapping).
 - the *store*: persistent messages that are only on disk (``store_only``), in
-  dispatch order, as small references (record location, seq, priority).
+  dispatch order, as two numbers each (broker seq, journal seq: ``StoreIndex``),
+  for they are counted by no memory usage and a backlog may hold millions; a
+  ``StoreRef`` is made only when one is read.
 
 A persistent message is always written to the journal. It is *also* kept in
 the cache while the cursor has space (``has_space``: see ``usage.py``, the
@@ -31,77 +33,217 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections import deque
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
+from array import array
+from bisect import bisect_left
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
-from sortedcontainers import SortedKeyList
+from .persistence import StoreRef
 
 if TYPE_CHECKING:
     from .queue import Queue
     from .message import Message
-    from .persistence import StoreRef
 
-__all__ = ["QueueCursor", "PagedRef"]
+__all__ = ["QueueCursor", "PagedRef", "StoreIndex"]
 
 log = logging.getLogger("minibroker.cursor")
 
 #: A page-in stops once broker memory reaches this (AbstractStoreCursor.canRecoveryNextMessage).
 _RECOVERY_LIMIT_PERCENT = 90
+#: Message priorities (JMS): 0..9, 4 by default.
+_PRIORITIES = 10
+_DEFAULT_PRIORITY = 4
+#: A ``_SeqFifo`` drops its popped head once it is longer than this and than the rest.
+_TRIM_MIN = 1024
+#: ``StoreIndex`` iterates (a browse, a purge) this many references at a time.
+_CHUNK = 1024
+#: ``PagedRef(*fields)`` without the named tuple's Python-level ``__new__`` (a page-in makes many).
+_new = tuple.__new__
 
 
 class PagedRef(NamedTuple):
-    """A store-only message: where it is and what dispatch order needs."""
+    """A store-only message: where it is and what dispatch order needs.
 
-    ref: "StoreRef"
+    Made on demand by ``StoreIndex`` (which keeps none of these). ``priority``
+    is the message's in a prioritized queue, and 4 in a FIFO one, whose order
+    ignores it.
+    """
+
+    ref: Any  # a persistence.StoreRef, or a temp store handle (a spilled non-persistent message)
     seq: int
     priority: int
     redelivered: bool
     expires: int
 
 
-class StoreIndex:
-    """Store-only references in dispatch order: FIFO, or priority then FIFO."""
+class _SeqFifo:
+    """(broker seq, journal seq) pairs in seq order, in two arrays popped from a head index."""
 
-    def __init__(self, prioritized: bool) -> None:
-        self._fifo: deque[PagedRef] | None = None if prioritized else deque()
-        self._sorted: SortedKeyList | None = SortedKeyList(key=lambda r: (-r.priority, r.seq)) if prioritized else None
+    __slots__ = ("seqs", "refs", "head")
+
+    def __init__(self, seqs: Any = (), refs: Any = ()) -> None:
+        self.seqs = array("q", seqs)
+        self.refs = array("q", refs)
+        self.head = 0
 
     def __len__(self) -> int:
-        return len(self._fifo) if self._fifo is not None else len(self._sorted)  # type: ignore[arg-type]
+        return len(self.seqs) - self.head
+
+    def add(self, seq: int, ref: int) -> None:
+        seqs = self.seqs
+        if len(seqs) > self.head and seq < seqs[-1]:  # out of seq order (a transaction, a recovery)
+            pos = bisect_left(seqs, seq, self.head)
+            seqs.insert(pos, seq)
+            self.refs.insert(pos, ref)
+        else:
+            seqs.append(seq)
+            self.refs.append(ref)
+
+    def pairs(self) -> Iterator[tuple[int, int]]:
+        head = self.head
+        return zip(itertools.islice(self.seqs, head, None), itertools.islice(self.refs, head, None))
+
+    def slice(self, count: int) -> tuple[array, array]:
+        """The first ``count`` (or fewer) pairs, as two arrays."""
+        head = self.head
+        return self.seqs[head : head + count], self.refs[head : head + count]
+
+    def drop(self, count: int) -> array:
+        """Remove the first ``count`` pairs; returns their seqs."""
+        head = self.head
+        gone = self.seqs[head : head + count]
+        head += len(gone)
+        if head > _TRIM_MIN and head * 2 > len(self.seqs):
+            del self.seqs[:head]
+            del self.refs[:head]
+            head = 0
+        self.head = head
+        return gone
+
+    def without(self, gone: set[int]) -> "_SeqFifo":
+        kept = [(seq, ref) for seq, ref in self.pairs() if seq not in gone]
+        return _SeqFifo((seq for seq, _ in kept), (ref for _, ref in kept))
+
+
+class StoreIndex:
+    """Store-only references in dispatch order: FIFO, or priority then FIFO.
+
+    Theory of operation: a store-only message costs a few bytes here, not an
+    object. Each FIFO (one, or one per priority 0..9, highest first) holds two
+    ``array('q')``: the broker seq and the journal seq. The queue's journal and
+    key are the same for all its messages (``_home``), so a ``StoreRef`` is made
+    only when a ``PagedRef`` is asked for (a page-in, a browse, an expiry).
+    What is rarely not the default lives in sparse dicts by broker seq:
+    ``expires`` (non-zero), ``redelivered``, and ``_objects``, for a reference
+    that is not a ``StoreRef`` of the home journal (a temp store handle of a
+    spilled message); its journal seq is -1.
+    """
+
+    def __init__(self, prioritized: bool) -> None:
+        self.prioritized = prioritized
+        self._fifos = [_SeqFifo() for _ in range(_PRIORITIES if prioritized else 1)]
+        #: (journal, key) of the queue's StoreRefs: set by the first one added.
+        self._home: tuple[Any, str] | None = None
+        self.expires: dict[int, int] = {}
+        self.redelivered: set[int] = set()
+        self._objects: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return sum(len(f) for f in self._fifos)
+
+    def __bool__(self) -> bool:
+        return any(self._fifos)
+
+    def _ordered(self) -> list[tuple[int, _SeqFifo]]:
+        """(priority, FIFO) in dispatch order, the empty ones left out."""
+        if not self.prioritized:
+            return [(_DEFAULT_PRIORITY, self._fifos[0])]
+        return [(p, self._fifos[p]) for p in range(_PRIORITIES - 1, -1, -1) if self._fifos[p]]
 
     def __iter__(self) -> Iterator[PagedRef]:
-        return iter(self._fifo if self._fifo is not None else self._sorted)  # type: ignore[arg-type]
+        for priority, fifo in self._ordered():
+            for start in range(fifo.head, len(fifo.seqs), _CHUNK):
+                yield from self._paged(fifo.seqs[start : start + _CHUNK], fifo.refs[start : start + _CHUNK], priority)
 
-    def add(self, item: PagedRef) -> None:
-        if self._fifo is not None:
-            if self._fifo and item.seq < self._fifo[-1].seq:  # recovery out of log order
-                items = sorted([*self._fifo, item], key=lambda r: r.seq)
-                self._fifo = deque(items)
-            else:
-                self._fifo.append(item)
-        else:
-            assert self._sorted is not None
-            self._sorted.add(item)
+    def _paged(self, seqs: array, refs: array, priority: int) -> list[PagedRef]:
+        """``PagedRef``s of (broker seq, journal seq) pairs: a ``StoreRef`` for each."""
+        journal, key = self._home if self._home is not None else (None, "")
+        redelivered, expires, objects = self.redelivered, self.expires, self._objects
+        if not (redelivered or expires or objects):  # the usual case, made quickly
+            return [_new(PagedRef, (StoreRef(journal, ref, key), seq, priority, False, 0))  # type: ignore[arg-type]
+                    for seq, ref in zip(seqs, refs)]
+        return [
+            _new(PagedRef, (StoreRef(journal, ref, key) if ref >= 0 else objects[seq],  # type: ignore[arg-type]
+                            seq, priority, seq in redelivered, expires.get(seq, 0)))
+            for seq, ref in zip(seqs, refs)
+        ]
+
+    def add(self, ref: Any, seq: int, priority: int = _DEFAULT_PRIORITY, redelivered: bool = False,
+            expires: int = 0) -> None:
+        """A store-only message: ``ref`` a ``StoreRef`` or a temp store handle."""
+        journal_seq = -1
+        if type(ref) is StoreRef:
+            if self._home is None:
+                self._home = (ref.journal, ref.key)
+            if ref.journal is self._home[0] and ref.key == self._home[1]:
+                journal_seq = ref.seq
+        if journal_seq < 0:
+            self._objects[seq] = ref
+        if redelivered:
+            self.redelivered.add(seq)
+        if expires:
+            self.expires[seq] = expires
+        fifo = self._fifos[min(max(priority, 0), _PRIORITIES - 1) if self.prioritized else 0]
+        fifo.add(seq, journal_seq)
 
     def first(self, count: int) -> list[PagedRef]:
         """The next ``count`` references in dispatch order, left in place."""
-        return list(itertools.islice(iter(self), count))
+        out: list[PagedRef] = []
+        for priority, fifo in self._ordered():
+            if len(out) >= count:
+                break
+            out += self._paged(*fifo.slice(count - len(out)), priority)
+        return out
 
-    def pop_first(self) -> PagedRef:
-        if self._fifo is not None:
-            return self._fifo.popleft()
-        assert self._sorted is not None
-        return self._sorted.pop(0)
+    def drop(self, count: int) -> None:
+        """Remove the first ``count`` references (those ``first(count)`` returns)."""
+        for _, fifo in self._ordered():
+            if count <= 0:
+                break
+            gone = fifo.drop(count)
+            count -= len(gone)
+            if self.expires or self.redelivered or self._objects:
+                for seq in gone:
+                    self._forget(seq)
 
-    def remove_where(self, predicate: Any) -> list[PagedRef]:
-        kept = [r for r in self if not predicate(r)]
+    def _forget(self, seq: int) -> None:
+        self.expires.pop(seq, None)
+        self.redelivered.discard(seq)
+        self._objects.pop(seq, None)
+
+    def remove_where(self, predicate: Callable[[PagedRef], bool]) -> list[PagedRef]:
+        """Remove the references ``predicate`` accepts; returns them in dispatch order."""
         removed = [r for r in self if predicate(r)]
-        if self._fifo is not None:
-            self._fifo = deque(kept)
-        else:
-            assert self._sorted is not None
-            self._sorted = SortedKeyList(kept, key=self._sorted.key)
+        if len(removed) == len(self):
+            self._fifos = [_SeqFifo() for _ in self._fifos]
+            self.expires.clear()
+            self.redelivered.clear()
+            self._objects.clear()
+        elif removed:
+            gone = {r.seq for r in removed}
+            self._fifos = [f.without(gone) if f else f for f in self._fifos]
+            for seq in gone:
+                self._forget(seq)
         return removed
+
+    def expired(self, now_ms: int) -> list[PagedRef]:
+        """Remove and return the references whose message expired by ``now_ms``."""
+        if not any(0 < e <= now_ms for e in self.expires.values()):
+            return []
+        return self.remove_where(lambda r: 0 < r.expires <= now_ms)
+
+    def objects(self) -> Iterator[Any]:
+        """The references kept as objects (temp store handles)."""
+        return iter(self._objects.values())
 
 
 class QueueCursor:
@@ -129,13 +271,13 @@ class QueueCursor:
         if message.store_ref is not None:
             if not (self.cache_enabled and self.has_space()):
                 self.cache_enabled = False
-                self.store_only.add(PagedRef(message.store_ref, message.seq, message.priority, False, message.expires))
+                self.store_only.add(message.store_ref, message.seq, message.priority, False, message.expires)
                 return False
         elif queue.policy.pending_cursor == "file" and not (self.cache_enabled and self.has_space()):
             # A non-persistent message past the mark spills to the temp store (a file cursor).
             self.cache_enabled = False
             handle = queue.broker.spill(queue, message)
-            self.store_only.add(PagedRef(handle, message.seq, message.priority, message.redeliveries > 0, message.expires))
+            self.store_only.add(handle, message.seq, message.priority, message.redeliveries > 0, message.expires)
             return False
         queue.hold(message)
         queue.pending.append(message)
@@ -144,12 +286,12 @@ class QueueCursor:
     @property
     def spilled(self) -> int:
         """Store-only messages that are in the temp store (non-persistent)."""
-        return sum(1 for r in self.store_only if not hasattr(r.ref, "journal"))
+        return sum(1 for ref in self.store_only.objects() if not isinstance(ref, StoreRef))
 
-    def add_recovered(self, item: PagedRef) -> None:
+    def add_recovered(self, ref: StoreRef, seq: int, priority: int, redelivered: bool, expires: int) -> None:
         """A message found in the journal at start: store-only until needed."""
         self.cache_enabled = False
-        self.store_only.add(item)
+        self.store_only.add(ref, seq, priority, redelivered, expires)
 
     def can_page_in(self) -> bool:
         return bool(self.store_only) and self.has_space()
@@ -175,16 +317,17 @@ class QueueCursor:
         count = min(queue.policy.max_page_size, len(self.store_only))
         batch = []
         root = broker.memory
-        ahead = broker.read_ahead(self.store_only.first(count))  # one read per run of neighbours
-        for _ in range(count):
+        refs = self.store_only.first(count)
+        ahead = broker.read_ahead(refs)  # one read per run of neighbours
+        for paged in refs:
             # ActiveMQ's canRecoveryNextMessage: stop once the broker is at 90%.
             if batch and root.limit and root.percent >= _RECOVERY_LIMIT_PERCENT:
                 break
-            paged = self.store_only.pop_first()
             message = broker.load_message(queue, paged, ahead.get(id(paged.ref)))
             queue.hold(message)
             batch.append(message)
         count = len(batch)
+        self.store_only.drop(count)
         queue.pending.push_front(sorted(batch, key=lambda m: m.seq))
         self.paged_in += count
         if not self.store_only and self.has_space():

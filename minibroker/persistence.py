@@ -67,15 +67,14 @@ class StoreRef:
 
     __slots__ = ("journal", "seq", "key")
 
-    def __init__(self, journal: Journal, location: Location, key: str) -> None:
+    def __init__(self, journal: Journal, seq: int, key: str) -> None:
         self.journal = journal
-        self.seq = location.seq
+        self.seq = seq
         self.key = key
 
     @property
     def location(self) -> Location:
-        """Where the record is, from the journal's index (not kept here: a store-only
-        message is one of these, and a backlog may hold millions)."""
+        """Where the record is, from the journal's index (not kept here)."""
         return self.journal.location(self.seq)
 
     def __repr__(self) -> str:
@@ -283,7 +282,7 @@ class MessageStore:
         journal = self.journal_for(key)
         location = journal.enqueue(key, payload, txid)
         self._wrote(journal, txid)
-        return StoreRef(journal, location, key)
+        return StoreRef(journal, location.seq, key)
 
     def dequeue(self, ref: StoreRef, txid: str | None = None) -> None:
         ref.journal.dequeue(ref.seq, txid)

@@ -132,9 +132,9 @@ class Queue(Destination):
         now_ms = self.broker.clock.wall_ms()
         for message in self.pending.remove_where(lambda m: m.is_expired(now_ms)):
             self._expire(message)
-        for ref in self.cursor.store_only.remove_where(lambda r: 0 < r.expires <= now_ms):
+        for ref in self.cursor.store_only.expired(now_ms):
             self._expire(self.broker.load_message(self, ref))
-        if any(m.expires for m in self.pending) or any(r.expires for r in self.cursor.store_only):
+        if any(m.expires for m in self.pending) or self.cursor.store_only.expires:
             self._schedule_sweep()
 
     # -- browsing: a snapshot delivered without consuming, then browser:end

@@ -60,7 +60,7 @@ class StoreHooks:
         count = 0
         orphans = 0
         for key, location, delivered, journal in store.recover():
-            ref = StoreRef(journal, location, key)
+            ref = StoreRef(journal, location.seq, key)
             # Journal order is the order the messages were sent in: recovered
             # messages take new broker seqs in that order, before any new one.
             seq = self._next_message
@@ -84,7 +84,7 @@ class StoreHooks:
                 priority, expires = 4, 0
                 if queue.policy.prioritized_messages:  # the only case where order needs the payload
                     _, priority, expires = store.read_meta(ref)
-                queue.cursor.add_recovered(PagedRef(ref, seq, priority, delivered, expires))
+                queue.cursor.add_recovered(ref, seq, priority, delivered, expires)
             count += 1
         for state in states.values():
             state.pending = type(state.pending)(sorted(state.pending, key=lambda m: m.seq))

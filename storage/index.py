@@ -21,31 +21,22 @@ Per file it keeps what the layouts need to decide reuse and deletion:
                 the transaction it ends: a lost abort would leave them open
                 at recovery, for a later commit of the same txid to adopt.
 
-Payloads are never held: an ``Entry`` is the location of an ENQUEUE record.
+Payloads are never held. The live and pending (in an open transaction)
+enqueues are rows of an ``EntryTable`` (``entries.py``: parallel arrays, about
+30 bytes a message, for a backlog may hold millions): their seq, key, file,
+offset, length and state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator, Mapping
+from storage.entries import LIVE, PENDING, EntryTable
+from storage.model import FileInfo, Location, Pin
 
-from storage.model import FileInfo, Pin
+__all__ = ["FileStats", "JournalIndex", "Tx"]
 
-__all__ = ["Entry", "FileStats", "JournalIndex", "Tx"]
-
-
-class Entry(NamedTuple):
-    """A live (or transaction-pending) enqueue: where its record is.
-
-    Immutable and cheap to create (one per message); what changes, the
-    delivered marker, lives in ``JournalIndex.markers``.
-    """
-
-    seq: int
-    key: bytes
-    file_id: int
-    offset: int
-    length: int
+#: ``Location(*fields)`` without the named tuple's Python-level ``__new__`` (a page-in makes many).
+_location = tuple.__new__
 
 
 class FileStats:
@@ -70,7 +61,7 @@ class Tx:
     __slots__ = ("enqueues", "dequeues", "files")
 
     def __init__(self) -> None:
-        self.enqueues: list[Entry] = []
+        self.enqueues: list[int] = []  # seqs of its (pending) enqueues
         # (enqueue seq, file of the dequeue record, file of the enqueue or None)
         self.dequeues: list[tuple[int, int, int | None]] = []
         self.files: dict[int, int] = {}
@@ -88,8 +79,9 @@ class JournalIndex:
     """Live enqueues, open transactions and per-file counts of one journal."""
 
     def __init__(self) -> None:
-        self.live: dict[int, Entry] = {}
-        self.pending: dict[int, Entry] = {}
+        #: The live and pending enqueues (``entries.py``).
+        self.table = EntryTable()
+        self._pending = 0  # rows of the table that are pending
         self.markers: dict[int, int] = {}  # delivered enqueue seq -> file of its latest marker
         self.txs: dict[bytes, Tx] = {}
         self.files: dict[int, FileStats] = {}
@@ -114,6 +106,44 @@ class JournalIndex:
     def log_order(self) -> list[FileStats]:
         return sorted(self.files.values(), key=lambda s: s.first_seq)
 
+    # -- live enqueues ---------------------------------------------------------
+
+    @property
+    def live_count(self) -> int:
+        """Live enqueues (not those pending in an open transaction)."""
+        return len(self.table) - self._pending
+
+    def is_live(self, seq: int) -> bool:
+        table = self.table
+        pos = table.find(seq)
+        return pos >= 0 and table.states[pos] == LIVE
+
+    def _live_row(self, seq: int) -> int:
+        """The table row of the live enqueue ``seq``, or -1."""
+        pos = self.table.find(seq)
+        return pos if pos >= 0 and self.table.states[pos] == LIVE else -1
+
+    def holds(self, seq: int) -> bool:
+        """Is ``seq`` a live or transaction-pending enqueue?"""
+        return self.table.find(seq) >= 0
+
+    def location(self, seq: int) -> Location | None:
+        """Where the live or pending enqueue ``seq`` is (None if neither)."""
+        table = self.table
+        pos = table.find(seq)
+        if pos < 0:
+            return None
+        return _location(Location, (seq, table.files[pos], table.offsets[pos], table.lengths[pos]))
+
+    def live_locations(self) -> Iterator[tuple[bytes, Location]]:
+        """(key, location) of every live enqueue, in seq order; dequeuing meanwhile is safe."""
+        table = self.table
+        for seq in table.live_seqs():
+            pos = self._live_row(seq)
+            if pos >= 0:
+                location = _location(Location, (seq, table.files[pos], table.offsets[pos], table.lengths[pos]))
+                yield table.keys[table.key_ids[pos]], location
+
     # -- records -------------------------------------------------------------
 
     def _note(self, file_id: int, seq: int, end: int) -> FileStats:
@@ -133,53 +163,57 @@ class JournalIndex:
 
     def enqueue(
         self, seq: int, key: bytes, txid: bytes, file_id: int, offset: int, end: int
-    ) -> Entry:
+    ) -> None:
         stats = self.files[file_id]  # _note, inlined: this is the hottest path
         stats.records += 1
         stats.last_seq = seq
         stats.used = end
         stats.live += 1
-        entry = Entry(seq, key, file_id, offset, end - offset)
         if txid:
-            self._tx(txid, stats).enqueues.append(entry)
-            self.pending[seq] = entry
+            self._tx(txid, stats).enqueues.append(seq)
+            self.table.add(seq, key, file_id, offset, end - offset, PENDING)
+            self._pending += 1
         else:
-            self.live[seq] = entry
-        return entry
+            self.table.add(seq, key, file_id, offset, end - offset, LIVE)
 
     def dequeue(self, seq: int, ref: int, txid: bytes, file_id: int, end: int) -> None:
         stats = self._note(file_id, seq, end)
+        table = self.table
+        pos = table.find(ref)
+        if pos >= 0 and table.states[pos] != LIVE:
+            pos = -1
         if not txid:
-            entry = self.live.pop(ref, None)
-            if entry is not None:
-                self._drop(entry, stats)
+            if pos >= 0:
+                self._drop(pos, stats)
             return
-        entry = self.live.get(ref)
-        enq_file = None if entry is None else entry.file_id
+        enq_file = None if pos < 0 else table.files[pos]
         self._tx(txid, stats).dequeues.append((ref, file_id, enq_file))
         if enq_file is not None and enq_file != file_id:
             _bump(stats.deps, enq_file, 1)
 
-    def _drop(self, entry: Entry, stats: FileStats) -> None:
-        """``entry`` is dequeued by a record in ``stats``'s file."""
-        self._unpin(entry)
-        if entry.file_id != stats.file_id:
-            _bump(stats.deps, entry.file_id, 1)
+    def _drop(self, pos: int, stats: FileStats) -> None:
+        """Row ``pos`` is dequeued by a record in ``stats``'s file."""
+        enq_file = self.table.files[pos]
+        self._unpin(pos)
+        if enq_file != stats.file_id:
+            _bump(stats.deps, enq_file, 1)
 
     def commit(self, seq: int, txid: bytes, file_id: int, end: int) -> None:
         stats = self._note(file_id, seq, end)
         tx = self.txs.pop(txid, None)
         if tx is None:
             return
-        for entry in tx.enqueues:
-            del self.pending[entry.seq]
-            self.live[entry.seq] = entry
-            if entry.file_id != file_id:
-                _bump(stats.deps, entry.file_id, 1)
+        table = self.table
+        for enq_seq in tx.enqueues:
+            pos = table.find(enq_seq)
+            table.states[pos] = LIVE
+            self._pending -= 1
+            if table.files[pos] != file_id:
+                _bump(stats.deps, table.files[pos], 1)
         for ref, _, _ in tx.dequeues:
-            dead = self.live.pop(ref, None)
-            if dead is not None:
-                self._drop(dead, stats)
+            pos = self._live_row(ref)
+            if pos >= 0:
+                self._drop(pos, stats)
         self._release(tx)
 
     def abort(self, seq: int, txid: bytes, file_id: int, end: int) -> None:
@@ -199,21 +233,25 @@ class JournalIndex:
         tx = self.txs.pop(txid, None)
         if tx is None:
             return
-        for entry in tx.enqueues:
-            del self.pending[entry.seq]
-            self._unpin(entry)
+        for enq_seq in tx.enqueues:
+            self._pending -= 1
+            self._unpin(self.table.find(enq_seq))
         for _, dq_file, enq_file in tx.dequeues:
             holder = self.files.get(dq_file)
             if holder is not None and enq_file is not None and enq_file != dq_file:
                 _bump(holder.deps, enq_file, -1)
         self._release(tx)
 
-    def _unpin(self, entry: Entry) -> None:
-        """``entry`` is no longer live nor pending."""
-        self.markers.pop(entry.seq, None)
-        home = self.files[entry.file_id]
+    def _unpin(self, pos: int) -> None:
+        """Row ``pos`` is no longer live nor pending: it dies (positions may move)."""
+        table = self.table
+        file_id = table.files[pos]
+        if self.markers:
+            self.markers.pop(table.seqs[pos], None)
+        table.kill(pos)
+        home = self.files[file_id]
         home.live -= 1
-        if home.live == 0 and entry.file_id != self.current:
+        if home.live == 0 and file_id != self.current:
             self.emptied = True
 
     def _release(self, tx: Tx) -> None:
@@ -226,7 +264,7 @@ class JournalIndex:
 
     def delivered(self, seq: int, ref: int, file_id: int, end: int) -> None:
         self._note(file_id, seq, end)
-        if ref in self.live or ref in self.pending:
+        if self.holds(ref):
             self.markers[ref] = file_id
 
     # -- questions -------------------------------------------------------------
@@ -247,8 +285,10 @@ class JournalIndex:
     def own_pins(self) -> dict[int, list[Pin]]:
         """For each file, the live and pending enqueues in it, in seq order."""
         pins: dict[int, list[Pin]] = {file_id: [] for file_id in self.files}
-        for entry in sorted((*self.live.values(), *self.pending.values()), key=lambda e: e.seq):
-            pins.setdefault(entry.file_id, []).append(Pin(entry.seq, entry.key, entry.file_id))
+        table = self.table
+        for pos in table.rows():
+            file_id = table.files[pos]
+            pins.setdefault(file_id, []).append(Pin(table.seqs[pos], table.keys[table.key_ids[pos]], file_id))
         return pins
 
     def pins(self, transitive: bool) -> dict[int, tuple[Pin, ...]]:

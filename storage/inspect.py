@@ -56,7 +56,7 @@ def inspect(source: Journal | str | os.PathLike[str]) -> JournalReport:
         names = {fid: (seg.name, seg.capacity) for fid, seg in result.segments.items()}
         current = result.order[-1] if result.order else None
         files = result.index.file_infos(names, current, transitive=not layout.fixed_files)
-        live = len(result.index.live)
+        live = result.index.live_count
         txids = tuple(result.index.txs)
         torn = str(result.damage) if result.damage else None
     return JournalReport(

@@ -117,7 +117,7 @@ class Journal:
         self._collect()
         outcome = "torn" if torn else ("clean" if order else "new")
         self.recovery = RecoveryReport(
-            outcome, len(order), result.records, len(self._index.live), torn, aborted, decided
+            outcome, len(order), result.records, self._index.live_count, torn, aborted, decided
         )
 
     def _cut(self, torn: TornWrite) -> None:
@@ -235,7 +235,7 @@ class Journal:
 
     def dequeue(self, enqueue_seq: int, txid: TxId | None = None) -> int:
         """Remove a live message (at ``commit(txid)`` if given); returns the record's seq."""
-        if enqueue_seq not in self._index.live:
+        if not self._index.is_live(enqueue_seq):
             raise KeyError(f"no live enqueue with seq {enqueue_seq}")
         t = self._txid(txid)
         with self._lock:
@@ -248,7 +248,7 @@ class Journal:
 
     def mark_delivered(self, enqueue_seq: int) -> int:
         """Record that a message went to a consumer: recovery flags it redelivered."""
-        if enqueue_seq not in self._index.live and enqueue_seq not in self._index.pending:
+        if not self._index.holds(enqueue_seq):
             raise KeyError(f"no live enqueue with seq {enqueue_seq}")
         with self._lock:
             seq = self._mark(enqueue_seq)
@@ -343,8 +343,7 @@ class Journal:
 
     def read(self, location: Location) -> bytes:
         """The payload of a live (or transaction-pending) enqueue, read from disk."""
-        index = self._index
-        if location.seq not in index.live and location.seq not in index.pending:
+        if not self._index.holds(location.seq):
             raise KeyError(f"no live enqueue with seq {location.seq}")
         seg = self._segments[location.file_id]
         with self._lock:
@@ -359,9 +358,9 @@ class Journal:
         ``_READ_SPAN`` bytes, skipping gaps of up to ``_READ_GAP`` bytes; each
         record is still checked as ``read`` checks it.
         """
-        index = self._index
+        find = self._index.table.find  # a row, or -1: neither live nor pending
         for location in locations:
-            if location.seq not in index.live and location.seq not in index.pending:
+            if find(location.seq) < 0:
                 raise KeyError(f"no live enqueue with seq {location.seq}")
         out: list[bytes] = [b""] * len(locations)
         order = sorted(range(len(locations)), key=lambda i: (locations[i].file_id, locations[i].offset))
@@ -389,21 +388,16 @@ class Journal:
 
     def location(self, seq: int) -> Location:
         """Where the live (or transaction-pending) enqueue ``seq`` is (KeyError if neither)."""
-        e = self._index.live.get(seq) or self._index.pending.get(seq)
-        if e is None:
+        location = self._index.location(seq)
+        if location is None:
             raise KeyError(seq)
-        return Location(e.seq, e.file_id, e.offset, e.length)
+        return location
 
     def recovered(self, *, payloads: bool = True) -> Iterator[RecoveredRecord]:
         """The live (committed) enqueues in log order; payloads read from disk if asked."""
-        live = self._index.live
-        for seq in sorted(live):
-            e = live.get(seq)
-            if e is None:
-                continue
-            loc = Location(seq, e.file_id, e.offset, e.length)
-            yield RecoveredRecord(seq, e.key, self.read(loc) if payloads else None, loc,
-                                  seq in self._index.markers)
+        markers = self._index.markers
+        for key, loc in self._index.live_locations():
+            yield RecoveredRecord(loc.seq, key, self.read(loc) if payloads else None, loc, loc.seq in markers)
 
     # -- questions ---------------------------------------------------------------------
 
@@ -417,7 +411,7 @@ class Journal:
 
     @property
     def live_count(self) -> int:
-        return len(self._index.live)
+        return self._index.live_count
 
     @property
     def current_file_id(self) -> int:

@@ -160,6 +160,28 @@ class TestStoreCursor:
         assert len(c.messages()) == 100
         assert queue.cursor_statistics()["storeOnlyCount"] == 0 and queue.memory.usage == 0
 
+    def test_store_only_messages_keep_priority_expiry_and_redelivery(self, tmp_path: Path) -> None:
+        net = self.small_memory(tmp_path, prioritized_messages=True, expire_messages_period=1000)
+        p = net.connected_client()
+        soon = str(net.clock.wall_ms() + 500)
+        for i in range(100):  # past the mark after about 70: the rest are store-only
+            p.send("/queue/prio", BODY, persistent="true", priority=str(i % 10), n=str(i),
+                   **({"expires": soon} if i in (95, 96) else {}))
+        queue = net.broker.destinations["/queue/prio"]
+        assert queue.cursor_statistics()["storeOnlyCount"] > 20
+        net.advance(1.5)  # the sweep expires the two store-only messages
+        assert queue.expired == 2 and queue.size() == 98
+        c = net.connected_client()
+        c.subscribe("/queue/prio", "s", "client-individual", **{"activemq.prefetchSize": "3"})
+        first = [m.headers["n"] for m in c.messages()]
+        net.restart()  # the three delivered come back redelivered; all come back store-only
+        c = net.connected_client()
+        c.subscribe("/queue/prio")
+        got = c.messages()
+        expected = sorted((n for n in range(100) if n not in (95, 96)), key=lambda n: (-(n % 10), n))
+        assert [int(m.headers["n"]) for m in got] == expected
+        assert sorted(m.headers["n"] for m in got if m.headers.get("redelivered")) == sorted(first)
+
     def test_page_in_takes_max_page_size_at_a_time(self, tmp_path: Path) -> None:
         net = persistent_net(tmp_path, {"destination_policy": [{"queue": ">", "max_page_size": 5}]})
         p = net.connected_client()

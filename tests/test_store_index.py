@@ -1,0 +1,80 @@
+"""The store cursor's compact index of store-only messages against a sorted list.
+
+``StoreIndex`` keeps two numbers a message (and sparse dicts for what is rarely
+set); whatever it is asked, it must answer as a sorted list of ``PagedRef``
+would: dispatch order (priority then seq, or seq), each message's journal
+record, redelivered flag, expiry and temp store handle.
+"""
+from __future__ import annotations
+
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minibroker import cursor
+from minibroker.cursor import PagedRef, StoreIndex
+from minibroker.persistence import StoreRef
+
+HOME, OTHER = object(), object()  # two journals
+KIND = st.sampled_from(["home", "home", "home", "spilled", "other journal"])
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 3), st.integers(0, 9), st.booleans(),
+                  st.sampled_from([0, 0, 100, 200]), KIND),
+        st.tuples(st.just("take"), st.integers(0, 7)),
+        st.tuples(st.just("expire"), st.sampled_from([50, 150, 250])),
+        st.tuples(st.just("remove"), st.integers(0, 5)),
+    ),
+    max_size=80,
+)
+
+
+def described(r: PagedRef) -> tuple:
+    """A ``PagedRef`` as comparable values (``StoreRef``s are made afresh each time)."""
+    ref = (r.ref.journal, r.ref.seq, r.ref.key) if isinstance(r.ref, StoreRef) else r.ref
+    return (ref, r.seq, r.priority, r.redelivered, r.expires)
+
+
+@settings(max_examples=200, deadline=None)
+@given(OPS, st.booleans())
+def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool) -> None:
+    index = StoreIndex(prioritized)
+    model: list[tuple] = []
+    seq = 10
+
+    def order(r: tuple) -> tuple:
+        return (-r[2], r[1]) if prioritized else (r[1],)
+
+    with mock.patch.object(cursor, "_TRIM_MIN", 2), mock.patch.object(cursor, "_CHUNK", 3):
+        for op in ops:
+            if op[0] == "add":
+                _, back, priority, redelivered, expires, kind = op
+                seq += 1
+                s = seq - back * 5 if back and all(r[1] != seq - back * 5 for r in model) else seq
+                if kind == "spilled":
+                    ref, described_ref = f"handle-{s}", f"handle-{s}"
+                else:
+                    journal = OTHER if kind == "other journal" and model else HOME
+                    ref = StoreRef(journal, 1000 + s, "/queue/q")
+                    described_ref = (journal, 1000 + s, "/queue/q")
+                index.add(ref, s, priority, redelivered, expires)
+                model.append((described_ref, s, priority if prioritized else 4, redelivered, expires))
+                model.sort(key=order)
+            elif op[0] == "take":
+                assert [described(r) for r in index.first(op[1])] == model[: op[1]]
+                index.drop(op[1])
+                del model[: op[1]]
+            elif op[0] == "expire":
+                gone = [r for r in model if 0 < r[4] <= op[1]]
+                assert [described(r) for r in index.expired(op[1])] == gone
+                model = [r for r in model if r not in gone]
+            else:
+                gone = [r for r in model if r[1] % 6 == op[1]]
+                assert [described(r) for r in index.remove_where(lambda r: r.seq % 6 == op[1])] == gone
+                model = [r for r in model if r not in gone]
+            assert [described(r) for r in index] == model
+            assert len(index) == len(model) and bool(index) == bool(model)
+            assert bool(index.expires) == any(r[4] for r in model)
+            spilled = sorted(r[0] for r in model if isinstance(r[0], str))
+            assert sorted(o for o in index.objects() if isinstance(o, str)) == spilled
