@@ -315,17 +315,20 @@ class QueueCursor:
             return False
         self.blocked = False
         count = min(queue.policy.max_page_size, len(self.store_only))
-        batch = []
+        batch: list["Message"] = []
         root = broker.memory
+        # ActiveMQ's canRecoveryNextMessage: stop once the broker is at 90% (``percent`` is
+        # ``usage * 100 // limit``): with the page's messages charged at once below, count here.
+        room = -(-_RECOVERY_LIMIT_PERCENT * root.limit // 100) - root.usage if root.limit else None
         refs = self.store_only.first(count)
-        ahead = broker.read_ahead(refs)  # one read per run of neighbours
-        for paged in refs:
-            # ActiveMQ's canRecoveryNextMessage: stop once the broker is at 90%.
-            if batch and root.limit and root.percent >= _RECOVERY_LIMIT_PERCENT:
+        taken = 0
+        for paged, stored in zip(refs, broker.read_ahead(refs)):  # one read per run of neighbours
+            if batch and room is not None and taken >= room:
                 break
-            message = broker.load_message(queue, paged, ahead.get(id(paged.ref)))
-            queue.hold(message)
+            message = broker.load_message(queue, paged, stored)
+            taken += message.size
             batch.append(message)
+        queue.hold_page(batch, taken)
         count = len(batch)
         self.store_only.drop(count)
         queue.pending.push_front(sorted(batch, key=lambda m: m.seq))

@@ -142,6 +142,15 @@ class Destination:
             self.memory.increase(message.size)
         message.refs += 1
 
+    def hold_page(self, messages: list["Message"], size: int) -> None:
+        """``hold`` each of ``messages``, new here (a page-in), whose sizes sum to
+        ``size``: the memory is charged in one change, not one per message."""
+        for message in messages:
+            if message.refs:
+                raise ValueError(f"{message!r} is already held")
+            message.refs = 1
+        self.memory.increase(size)
+
     # -- overridden by Queue and Topic
     def add_subscription(self, sub: "Subscription") -> None:
         raise NotImplementedError

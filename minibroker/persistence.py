@@ -59,6 +59,9 @@ __all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "encod
 
 _PREFIX = struct.Struct("<BBBxqqQ")
 _LENGTH = struct.Struct("<I")
+_PREFIX_AND_LENGTH = struct.Struct("<BBBxqqQI")  # both at once, for decoding
+#: ``StoredMessage(*fields)`` without the named tuple's Python-level ``__new__`` (a page-in makes many).
+_new = tuple.__new__
 _VERSION = 1
 
 
@@ -138,24 +141,23 @@ def decode_payload(payload: bytes, *, lazy: bool = False) -> StoredMessage:
     gives the characters its names and values hold; ``Message`` decodes
     ``wire_headers`` on first use (a selector, a 1.0/1.1 consumer, a DLQ copy).
     """
-    version, flags, priority, expires, timestamp, seq = _PREFIX.unpack_from(payload)
+    version, flags, priority, expires, timestamp, seq, length = _PREFIX_AND_LENGTH.unpack_from(payload)
     if version != _VERSION:
         raise ValueError(f"unknown message payload version {version}")
-    start = _PREFIX.size
-    (length,) = _LENGTH.unpack_from(payload, start)
-    start += _LENGTH.size
-    raw = payload[start : start + length]
-    body = payload[start + length :]
-    persistent = bool(flags & 1)
-    if not raw.startswith(b"message-id:"):  # encode_payload always writes it first
+    start = _PREFIX_AND_LENGTH.size
+    end = start + length
+    if not payload.startswith(b"message-id:", start):  # encode_payload always writes it first
         raise ValueError("message payload does not start with its message-id")
-    eol = raw.index(b"\n")
-    wire_id, wire_headers = raw[11:eol], raw[eol + 1 :]
-    message_id = unescape(wire_id.decode("utf-8"), "1.2")
+    eol = payload.index(b"\n", start, end)
+    wire_id, wire_headers, body = payload[start + 11 : eol], payload[eol + 1 : end], payload[end:]
+    message_id = wire_id.decode("utf-8")
+    if b"\\" in wire_id:
+        message_id = unescape(message_id, "1.2")
+    persistent = bool(flags & 1)
     if lazy and wire_headers.isascii() and b"\\" not in wire_headers:
         chars = len(wire_headers) - 2 * wire_headers.count(b"\n")  # each line is name:value\n
-        return StoredMessage(seq, message_id, None, body, persistent, priority, expires, timestamp,
-                             wire_headers, wire_id, chars)
+        return _new(StoredMessage, (seq, message_id, None, body, persistent, priority, expires,  # type: ignore[arg-type]
+                                    timestamp, wire_headers, wire_id, chars))
     return StoredMessage(seq, message_id, decode_header_block(wire_headers), body, persistent, priority,
                          expires, timestamp, wire_headers, wire_id)
 
@@ -374,7 +376,7 @@ class MessageStore:
         out: list[StoredMessage | None] = [None] * len(refs)
         for positions in by_journal.values():
             journal = refs[positions[0]].journal
-            for i, payload in zip(positions, journal.read_many([refs[i].location for i in positions])):
+            for i, payload in zip(positions, journal.read_seqs([refs[i].seq for i in positions])):
                 out[i] = decode_payload(payload, lazy=lazy)
         return out  # type: ignore[return-value]
 

@@ -229,20 +229,24 @@ class StoreHooks:
         self.temp_changed()
         return handle
 
-    def read_ahead(self, refs: list[PagedRef]) -> dict[int, StoredMessage]:
+    def read_ahead(self, refs: list[PagedRef]) -> list[StoredMessage | None]:
         """The journal's messages among ``refs``, read together (a page-in's batch),
-        by ``id`` of their ``StoreRef``: pass each to ``load_message``. Spilled
-        messages are left for ``load_message`` (reading those frees them)."""
-        wanted = [p.ref for p in refs if isinstance(p.ref, StoreRef)]
+        in the order of ``refs``: pass each to ``load_message``. Spilled messages
+        are None, left for ``load_message`` (reading those frees them)."""
+        wanted = [p.ref for p in refs if type(p.ref) is StoreRef]
         if not wanted or self.store is None:
-            return {}
-        return {id(ref): stored for ref, stored in zip(wanted, self.store.read_many(wanted, lazy=True))}
+            return [None] * len(refs)
+        stored = iter(self.store.read_many(wanted, lazy=True))
+        if len(wanted) == len(refs):
+            return list(stored)
+        return [next(stored) if type(p.ref) is StoreRef else None for p in refs]
 
     def load_message(self, destination: Destination, paged: PagedRef, stored: StoredMessage | None = None) -> Message:
         """Read a store-only message back into a ``Message`` (page-in): from the
         journal (or ``stored``, read ahead), or (a spilled non-persistent message)
         from the temp store."""
-        if stored is None and isinstance(paged.ref, StoreRef):
+        in_journal = type(paged.ref) is StoreRef
+        if stored is None and in_journal:
             assert self.store is not None
             stored = self.store.read(paged.ref, lazy=True)
         elif stored is None:
@@ -255,7 +259,7 @@ class StoreHooks:
             persistent=stored.persistent, priority=stored.priority, expires=stored.expires, timestamp=stored.timestamp,
             message_id_wire=stored.wire_message_id, wire_headers=stored.wire_headers, header_chars=stored.header_chars,
         )
-        if isinstance(paged.ref, StoreRef):
+        if in_journal:
             message.store_ref = paged.ref
         if paged.redelivered:
             message.redeliveries = 1

@@ -11,7 +11,9 @@ import struct
 from typing import NamedTuple
 
 from storage.errors import CorruptRecord
-from storage.record import HEADER_SIZE, RecordType, Status, check
+import zlib
+
+from storage.record import HEADER, HEADER_SIZE, MAGIC, RecordType, Status, check
 
 __all__ = [
     "FORMAT_VERSION",
@@ -98,6 +100,22 @@ def enqueue_payload(data: bytes, offset: int = 0) -> bytes:
     """The payload of the ENQUEUE record that starts at ``offset`` of ``data``."""
     klen, tlen = _ENQUEUE.unpack_from(data, offset + HEADER_SIZE)
     return data[offset + HEADER_SIZE + 4 + klen + tlen :]
+
+
+def payload_at(data: bytes, view: memoryview, at: int, length: int, seq: int) -> bytes | None:
+    """The payload of the ENQUEUE record ``seq`` that fills ``data[at:at + length]``
+    (``view`` is ``memoryview(data)``), checked as ``verified_payload`` checks it
+    but without copying the record first; None if it is not that record intact
+    (``verified_payload`` then says why)."""
+    if length < HEADER_SIZE + _ENQUEUE.size or at + length > len(data):
+        return None
+    crc, magic, rtype, flags, body_length, found = HEADER.unpack_from(data, at)
+    end = at + HEADER_SIZE + body_length
+    if (magic != MAGIC or rtype != RecordType.ENQUEUE or flags or found != seq or end != at + length
+            or zlib.crc32(view[at + 4 : end]) != crc):
+        return None
+    klen, tlen = _ENQUEUE.unpack_from(data, at + HEADER_SIZE)
+    return data[at + HEADER_SIZE + _ENQUEUE.size + klen + tlen : end]
 
 
 def verified_payload(data: bytes, seq: int, file: str, offset: int) -> bytes:

@@ -199,6 +199,29 @@ class TestStoreCursor:
                 c.ack(m)
         assert c.bodies() == [f"m{i}".encode() for i in range(12)]
 
+    def test_a_page_in_stops_once_the_broker_is_at_90_percent(self, tmp_path: Path) -> None:
+        """ActiveMQ's canRecoveryNextMessage: the page is charged at once, but cut
+        where the broker's memory reaches 90%, as if charged message by message."""
+        net = persistent_net(tmp_path, {"system_usage": {"memory_limit": "100 kb"},
+                                        "destination_policy": [{"queue": "A", "memory_limit": "10 mb"}]})
+        p = net.connected_client()
+        for i in range(30):
+            p.send("/queue/A", BODY, persistent="true", n=str(i))
+        net.restart()
+        p = net.connected_client()
+        while net.broker.memory.percent < 85:  # consumer-less B holds the memory, non-persistent
+            p.send("/queue/B", BODY)
+        root, queue = net.broker.memory, net.broker.destinations["/queue/A"]
+        before = root.usage
+        c = net.connected_client()
+        c.subscribe("/queue/A", "s", "client-individual", **{"activemq.prefetchSize": "1"})
+        paged = queue.cursor_statistics()["pagedInCount"]
+        size = (root.usage - before) // paged
+        assert 1 < paged < 30
+        assert root.percent >= 90 and (before + (paged - 1) * size) * 100 // root.limit < 90
+        assert queue.memory.usage == paged * size  # each paged-in message is charged to A once
+        assert [m.headers["n"] for m in c.messages()] == ["0"]
+
     def test_nothing_is_loaded_after_restart_until_a_consumer_comes(self, tmp_path: Path) -> None:
         net = self.small_memory(tmp_path)
         p = net.connected_client()

@@ -63,9 +63,12 @@ class JournalContract:
         assert len({loc.file_id for _, loc in live}) > 1  # the batch spans files
         random.Random(7).shuffle(live)
         assert j.read_many([loc for _, loc in live]) == [body(n, 40 + n % 7) for n, _ in live]
-        assert j.read_many([]) == []
+        assert j.read_seqs([loc.seq for _, loc in live]) == [body(n, 40 + n % 7) for n, _ in live]
+        assert j.read_many([]) == [] == j.read_seqs([])
         with pytest.raises(KeyError):
             j.read_many([live[0][1], locs[0]])  # locs[0] was dequeued
+        with pytest.raises(KeyError):
+            j.read_seqs([live[0][1].seq, locs[0].seq])
 
     def test_read_many_names_a_damaged_record(self, open_journal: Opener, config: JournalConfig) -> None:
         from storage.errors import CorruptRecord
@@ -78,7 +81,10 @@ class JournalContract:
         flip(config.directory / name, locs[2].offset + locs[2].length - 3)
         with pytest.raises(CorruptRecord, match=f"at offset {locs[2].offset}"):
             j.read_many(locs)
+        with pytest.raises(CorruptRecord, match=f"at offset {locs[2].offset}.*crc"):
+            j.read_seqs([loc.seq for loc in locs])
         assert j.read_many([locs[0], locs[1], locs[3]]) == [body(0), body(1), body(3)]
+        assert j.read_seqs([locs[3].seq, locs[0].seq]) == [body(3), body(0)]
 
     def test_reopen_recovers_live_messages_in_order_with_keys(self, open_journal: Opener) -> None:
         j = open_journal()
