@@ -89,3 +89,15 @@ def test_backlog_bench_pages_under_limits_and_not_without() -> None:
     assert paged["limits"] == counts["limits"] and paged["plain"] == "0", p.stdout
     for phase in ("produce", "consume", "through"):
         assert re.search(rf"^\| {phase} \| [\d,]+ ", p.stdout, re.M), p.stdout
+
+
+def test_cost_measures_every_scenario_and_refuses_an_unknown_one() -> None:
+    """bench/cost.py runs each in-process scenario (page-in drains exactly what it filled)."""
+    p = subprocess.run([sys.executable, str(BENCH / "cost.py"), "--messages", "400", "--reps", "1"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    rows = dict(re.findall(r"^\| ([a-z-]+) \| ([\d.]+) \|$", p.stdout, re.M))
+    assert set(rows) == {"queue", "ack", "page-in"} and all(float(v) > 0 for v in rows.values()), p.stdout
+    bad = subprocess.run([sys.executable, str(BENCH / "cost.py"), "--scenarios", "topic"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "unknown scenario 'topic'" in bad.stderr, bad.stderr

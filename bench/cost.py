@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""The broker core's cost per message, in process: no sockets, no client.
+
+The socket benchmarks (compare.py, backlog.py) move by 20-40% on this shared
+machine from one minute to the next, too much to see a 5% change in the code.
+This one drives the sans-IO core directly and measures one of:
+
+- CPU time per message (``time.process_time``, the fastest of ``--reps``), or
+- with ``--callgrind`` (needs ``valgrind``), machine instructions per message,
+  counted by valgrind's callgrind: the same on every run, whatever else the
+  machine does, so two versions of the code can be compared to the percent.
+  Each count is the difference between a run of N and a run of N/4 messages, so
+  start-up and set-up cancel out. About a minute per scenario.
+
+Scenarios:
+
+``queue``   scenario A's path: SENDs as the shared harness writes them, to a queue
+            with one auto-ack consumer (parse, route, dispatch, encode);
+``ack``     scenario D's: one SEND, its MESSAGE and the consumer's ACK, at
+            client-individual with prefetch 1;
+``page-in`` issue 5's: a recovered journal of persistent messages, all
+            store-only, paged in by the store cursor and consumed.
+
+    python bench/cost.py [--scenarios queue,ack,page-in] [--messages 20000] [--callgrind]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = ("queue", "ack", "page-in")
+_CONNECT = b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"
+_BODY = b"x" * 256
+
+
+def _send(i: int) -> bytes:
+    """A SEND as bench/harness/stomp_bench.py writes it."""
+    return (b"SEND\ndestination:/queue/A\ncontent-length:256\nbench-run:abcdef012345\nbench-seq:%d %d\n\n"
+            % (i, time.monotonic_ns()) + _BODY + b"\x00")
+
+
+def _broker(config=None, store=None):  # type: ignore[no-untyped-def]
+    from minibroker.broker import Broker
+    from minibroker.clock import SystemClock
+    from minibroker.config import BrokerConfig
+
+    return Broker(config or BrokerConfig(), SystemClock(), store=store)
+
+
+def queue(n: int) -> None:
+    b = _broker()
+    p, c = b.open_session("p"), b.open_session("c")
+    b.receive_data(p, _CONNECT)
+    b.receive_data(c, _CONNECT)
+    b.receive_data(c, b"SUBSCRIBE\nid:1\ndestination:/queue/A\nack:auto\n\n\x00")
+    b.take_actions()
+    batch = b"".join(_send(i) for i in range(50))
+    for _ in range(max(1, n // 50)):
+        b.receive_data(p, batch)
+        b.take_actions()
+
+
+def ack(n: int) -> None:
+    from minibroker.actions import Write
+
+    b = _broker()
+    p, c = b.open_session("p"), b.open_session("c")
+    b.receive_data(p, _CONNECT)
+    b.receive_data(c, _CONNECT)
+    b.receive_data(c, b"SUBSCRIBE\nid:1\ndestination:/queue/A\nack:client-individual\nactivemq.prefetchSize:1\n\n\x00")
+    b.take_actions()
+    for i in range(n):
+        b.receive_data(p, _send(i))
+        for action in b.take_actions():
+            if type(action) is Write and action.session == c:
+                at = action.data.index(b"\nack:") + 5
+                b.receive_data(c, b"ACK\nid:" + action.data[at : action.data.index(b"\n", at)] + b"\n\n\x00")
+                b.take_actions()
+
+
+def _page_in_config():  # type: ignore[no-untyped-def]
+    from minibroker.config import parse_config
+
+    return parse_config({"system_usage": {"memory_limit": "4 mb"}, "store": {"fsync": "never"}})
+
+
+def fill_journal(directory: Path, n: int) -> None:
+    """N persistent messages on /queue/A, written as the broker writes them."""
+    from minibroker.persistence import MessageStore, encode_payload
+
+    store = MessageStore(_page_in_config().store, directory)
+    for seq in range(1, n + 1):
+        headers = {"destination": "/queue/A", "persistent": "true", "bench-seq": str(seq)}
+        store.enqueue("/queue/A", encode_payload(seq, f"ID:bench-1-{seq}", headers, _BODY, persistent=True,
+                                                 priority=4, expires=0, timestamp=0))
+    store.close()
+
+
+def page_in(directory: Path) -> int:
+    """Recover the journal in ``directory`` and drain /queue/A through the store cursor."""
+    from minibroker.persistence import MessageStore
+
+    config = _page_in_config()
+    broker = _broker(config, MessageStore(config.store, directory))
+    broker.recover()
+    queue = broker.destinations["/queue/A"]
+    drained = 0
+    while queue.cursor.page_in():
+        while queue.pending:
+            broker.message_consumed(queue, queue.pending.popleft())
+            drained += 1
+    return drained
+
+
+def _run_once(scenario: str, n: int, journal: Path | None) -> float:
+    """CPU seconds for ``n`` messages of ``scenario`` (``journal``: a filled copy, for page-in)."""
+    started = time.process_time()
+    if scenario == "queue":
+        queue(n)
+    elif scenario == "ack":
+        ack(n)
+    else:
+        assert journal is not None
+        if page_in(journal) != n:
+            raise SystemExit(f"page-in drained the wrong number of messages (expected {n})")
+    return time.process_time() - started
+
+
+def _instructions(scenario: str, n: int, tmp: Path) -> int:
+    """Instructions callgrind counts for a whole child run of ``n`` messages."""
+    args = [sys.executable, str(Path(__file__).resolve()), "--child", scenario, "--messages", str(n)]
+    if scenario == "page-in":
+        journal = tmp / f"journal-{n}"
+        shutil.rmtree(journal, ignore_errors=True)
+        shutil.copytree(tmp / f"filled-{n}", journal)
+        args += ["--journal", str(journal)]
+    p = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *args],
+                       capture_output=True, text=True)
+    for line in p.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1])
+    raise SystemExit(f"callgrind gave no count for {scenario}:\n{p.stderr[-2000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated, from %(default)s")
+    ap.add_argument("--messages", type=int, default=20_000, help="messages per run (default %(default)s)")
+    ap.add_argument("--reps", type=int, default=5, help="runs per scenario for CPU time; the fastest counts")
+    ap.add_argument("--callgrind", action="store_true", help="count instructions with valgrind instead")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--journal", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:  # one measured run, under callgrind
+        _run_once(a.child, a.messages, Path(a.journal) if a.journal else None)
+        return 0
+    scenarios = [s.strip() for s in a.scenarios.split(",") if s.strip()]
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        ap.error(f"unknown scenario {unknown[0]!r}: choose from {', '.join(SCENARIOS)}")
+    if a.messages < 8:
+        ap.error(f"--messages must be at least 8, not {a.messages}")
+    if a.callgrind and shutil.which("valgrind") is None:
+        ap.error("--callgrind needs valgrind (apt-get install -y valgrind)")
+    small = a.messages // 4
+    with tempfile.TemporaryDirectory(prefix="minibroker-cost-") as tmp_name:
+        tmp = Path(tmp_name)
+        if "page-in" in scenarios:
+            for n in (small, a.messages):
+                fill_journal(tmp / f"filled-{n}", n)
+        print(f"# broker core, in process: {a.messages:,} messages per run"
+              + (" (instructions: callgrind, run of N minus run of N/4)" if a.callgrind else f" (fastest of {a.reps})"))
+        print("| scenario | " + ("instructions / message" if a.callgrind else "CPU us / message") + " |")
+        print("|---|---|")
+        for scenario in scenarios:
+            if a.callgrind:
+                per = (_instructions(scenario, a.messages, tmp) - _instructions(scenario, small, tmp)) / (a.messages - small)
+                print(f"| {scenario} | {per:,.0f} |", flush=True)
+                continue
+            best = float("inf")
+            for rep in range(a.reps):
+                journal = None
+                if scenario == "page-in":
+                    journal = tmp / f"journal-{rep}"
+                    shutil.copytree(tmp / f"filled-{a.messages}", journal)
+                best = min(best, _run_once(scenario, a.messages, journal))
+                if journal is not None:
+                    shutil.rmtree(journal)
+            print(f"| {scenario} | {best / a.messages * 1e6:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
