@@ -370,6 +370,9 @@ class MessageStore:
 
     def read_many(self, refs: list[StoreRef], *, lazy: bool = False) -> list[StoredMessage]:
         """Page many messages in at once (one read per run of neighbours in a file)."""
+        journal = refs[0].journal if refs else None
+        if journal is not None and all(ref.journal is journal for ref in refs):  # one queue's page: one journal
+            return [decode_payload(payload, lazy=lazy) for payload in journal.read_seqs([ref.seq for ref in refs])]
         by_journal: dict[int, list[int]] = {}
         for i, ref in enumerate(refs):
             by_journal.setdefault(id(ref.journal), []).append(i)
