@@ -87,6 +87,42 @@ def test_queue_send_receive(broker, version: str) -> None:
         close(conn)
 
 
+def test_application_headers_reach_consumers_of_every_version_unchanged(broker) -> None:
+    """A 1.2 producer's headers, passed through as they came (plain ones) or rebuilt
+    (one that needs escaping), reach stomp.py consumers of 1.0, 1.1 and 1.2 alike,
+    with the broker's own headers and without the SEND's receipt."""
+    consumers = {v: connect(broker, v) for v in ("1.0", "1.1", "1.2")}
+    producer, producer_listener = connect(broker, "1.2")
+    try:
+        for version, (conn, _) in consumers.items():
+            conn.subscribe("/topic/headers", id=f"s{version}", ack="auto", headers={"receipt": f"sub{version}"})
+        deadline = time.time() + WAIT
+        while time.time() < deadline and not all(f"sub{v}" in l.receipts for v, (_, l) in consumers.items()):
+            time.sleep(0.01)
+        plain = {"app": "plain value", "kind": "order", "persistent": "true"}
+        producer.send("/topic/headers", "one", headers={**plain, "receipt": "send-1"})
+        producer.send("/topic/headers", "two", headers={"app": "colon:inside", "x-id": "a\\b"})
+        for version, (_, listener) in consumers.items():
+            one, two = listener.take(2)
+            assert (one.body, two.body) == ("one", "two"), version
+            assert {k: one.headers[k] for k in plain} == plain, version
+            assert two.headers["app"] == "colon:inside" and two.headers["x-id"] == "a\\b", version
+            for frame in (one, two):
+                assert frame.headers["destination"] == "/topic/headers", version
+                assert frame.headers["subscription"] == f"s{version}", version
+                assert frame.headers["message-id"] and frame.headers["priority"] == "4", version
+                assert int(frame.headers["timestamp"]) > 0 and frame.headers["expires"] == "0", version
+                assert "receipt" not in frame.headers, version
+        deadline = time.time() + WAIT
+        while time.time() < deadline and "send-1" not in producer_listener.receipts:
+            time.sleep(0.01)
+        assert producer_listener.receipts == ["send-1"]  # the receipt went to its producer, once
+    finally:
+        for conn, _ in consumers.values():
+            close(conn)
+        close(producer)
+
+
 def test_topic_fan_out(broker) -> None:
     subs = [connect(broker) for _ in range(3)]
     producer, _ = connect(broker)
