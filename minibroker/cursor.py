@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 from array import array
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
@@ -47,6 +48,7 @@ __all__ = ["QueueCursor", "PagedRef", "StoreIndex"]
 
 log = logging.getLogger("minibroker.cursor")
 
+_BY_SEQ = operator.attrgetter("seq")
 #: A page-in stops once broker memory reaches this (AbstractStoreCursor.canRecoveryNextMessage).
 _RECOVERY_LIMIT_PERCENT = 90
 #: Message priorities (JMS): 0..9, 4 by default.
@@ -331,7 +333,8 @@ class QueueCursor:
         queue.hold_page(batch, taken)
         count = len(batch)
         self.store_only.drop(count)
-        queue.pending.push_front(sorted(batch, key=lambda m: m.seq))
+        # A FIFO page comes out in seq order; a prioritized one is by priority first.
+        queue.pending.push_front(sorted(batch, key=_BY_SEQ) if self.store_only.prioritized else batch)
         self.paged_in += count
         if not self.store_only and self.has_space():
             self.cache_enabled = True

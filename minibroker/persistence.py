@@ -150,9 +150,10 @@ def decode_payload(payload: bytes, *, lazy: bool = False) -> StoredMessage:
         raise ValueError("message payload does not start with its message-id")
     eol = payload.index(b"\n", start, end)
     wire_id, wire_headers, body = payload[start + 11 : eol], payload[eol + 1 : end], payload[end:]
-    message_id = wire_id.decode("utf-8")
-    if b"\\" in wire_id:
-        message_id = unescape(message_id, "1.2")
+    if wire_id.count(b"\\") == wire_id.count(b"\\c"):  # only colons escaped (the broker's ids): no unescape call
+        message_id = wire_id.replace(b"\\c", b":").decode("utf-8")
+    else:
+        message_id = unescape(wire_id.decode("utf-8"), "1.2")
     persistent = bool(flags & 1)
     if lazy and wire_headers.isascii() and b"\\" not in wire_headers:
         chars = len(wire_headers) - 2 * wire_headers.count(b"\n")  # each line is name:value\n
