@@ -152,6 +152,10 @@ class StoreIndex:
     def __len__(self) -> int:
         return sum(len(f) for f in self._fifos)
 
+    def nbytes(self) -> int:
+        """Bytes its arrays take (the sparse dicts, rarely filled, are left out)."""
+        return sum((len(f.seqs) + len(f.refs)) * f.seqs.itemsize for f in self._fifos)
+
     def __bool__(self) -> bool:
         return any(self._fifos)
 

@@ -358,6 +358,10 @@ class MessageStore:
     def disk_usage(self) -> int:
         return sum(j.disk_usage() for j in self.journals())
 
+    def index_bytes(self) -> int:
+        """Bytes the journals' in-memory indexes take (``Journal.index_bytes``)."""
+        return sum(j.index_bytes() for j in self.journals())
+
     # -- recovery
     def recover(self) -> Iterator[tuple[str, Location, bool, Journal]]:
         """Every live message, in log order: (key, location, delivered, journal).

@@ -49,6 +49,10 @@ def broker_statistics(broker: "Broker") -> dict[str, Any]:
         "tempUsage": broker.temp_usage.usage,
         "tempLimit": broker.temp_usage.limit,
         "tempPercentUsage": broker.temp_usage.percent,
+        # What no usage counts: where every persistent message is (the journals' indexes)
+        # and which are store-only (the queue cursors'): grows with a backlog on disk.
+        "indexBytes": (broker.store.index_bytes() if broker.store is not None else 0)
+        + sum(d.cursor.store_only.nbytes() for d in dests if getattr(d, "cursor", None) is not None),
         "size": sum(d.size() for d in dests),
         "enqueueCount": sum(d.enqueued for d in dests),
         "dequeueCount": sum(d.dequeued for d in dests),

@@ -60,6 +60,11 @@ class EntryTable:
         """Rows that are not dead."""
         return len(self.seqs) - self.dead
 
+    def nbytes(self) -> int:
+        """Bytes the rows take (dead ones included, until compaction drops them)."""
+        arrays = (self.seqs, self.files, self.offsets, self.lengths, self.key_ids)
+        return sum(len(a) * a.itemsize for a in arrays) + len(self.states)
+
     def add(self, seq: int, key: bytes, file_id: int, offset: int, length: int, state: int) -> None:
         """A new enqueue record (live, or pending in a transaction)."""
         key_id = self._key_ids.get(key)

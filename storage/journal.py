@@ -446,6 +446,10 @@ class Journal:
         cur = self._current
         return self._layout.writable(cur.file_id, cur.offset, _HEADER_RECORD, self._live)
 
+    def index_bytes(self) -> int:
+        """Bytes the in-memory index of live and pending enqueues takes (counted by no usage)."""
+        return self._index.table.nbytes()
+
     def disk_usage(self) -> int:
         """Bytes the journal's files take on disk (each counted at its full, preallocated size)."""
         return sum(seg.capacity for seg in self._segments.values())

@@ -222,6 +222,24 @@ class TestStoreCursor:
         assert queue.memory.usage == paged * size  # each paged-in message is charged to A once
         assert [m.headers["n"] for m in c.messages()] == ["0"]
 
+    def test_statistics_show_the_index_memory_no_usage_counts(self, tmp_path: Path) -> None:
+        """A store-only backlog costs index memory outside every usage: the broker's
+        statistics say how much (journal rows of ~33 bytes, cursor pairs of 16)."""
+        from minibroker.stats import broker_statistics
+
+        net = self.small_memory(tmp_path)
+        empty = broker_statistics(net.broker)["indexBytes"]
+        p = net.connected_client()
+        for i in range(300):
+            p.send("/queue/deep", BODY, persistent="true")
+        stats = broker_statistics(net.broker)
+        stored = net.broker.destinations["/queue/deep"].cursor_statistics()["storeOnlyCount"]
+        assert stored > 200 and stats["memoryPercentUsage"] < 100
+        grown = stats["indexBytes"] - empty
+        assert 300 * 33 + stored * 16 <= grown <= 300 * 40 + stored * 24
+        net.restart()  # everything store-only now, and counted again from the recovered journal
+        assert broker_statistics(net.broker)["indexBytes"] >= 300 * (33 + 16)
+
     def test_nothing_is_loaded_after_restart_until_a_consumer_comes(self, tmp_path: Path) -> None:
         net = self.small_memory(tmp_path)
         p = net.connected_client()

@@ -23,7 +23,7 @@ def test_statistics_plugin_answers_any_stomp_client(broker) -> None:
         conn.send("/queue/ActiveMQ.Statistics.Broker", "", headers={"reply-to": "/temp-queue/replies"})
         broker_stats = json.loads(listener.take(1)[0].body)
         assert broker_stats["memoryPercentUsage"] == 0 and broker_stats["memoryUsage"] > 3 * 1024
-        assert {"storePercentUsage", "tempPercentUsage", "connectionCount", "diagnosis"} <= set(broker_stats)
+        assert {"storePercentUsage", "tempPercentUsage", "indexBytes", "connectionCount", "diagnosis"} <= set(broker_stats)
     finally:
         close(conn)
 
@@ -43,7 +43,7 @@ def test_stat_command_prints_the_tables(broker, capsys) -> None:
         conn.subscribe("/topic/news", id="n")
         assert cli(["stat", "--port", str(broker.port), "--connections", "--subscriptions"]) == 0
         out = capsys.readouterr().out
-        assert "broker localhost: memory 0%" in out
+        assert "broker localhost: memory 0%" in out and " bytes (in no usage)" in out
         row = next(line for line in out.splitlines() if line.startswith("/queue/orders"))
         assert row.split() == ["/queue/orders", "2", "2", "0", "0", "2", "0", "0", "0"]
         assert "/topic/news" in out and "minibroker-stat" not in out.split("connection")[0]

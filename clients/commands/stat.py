@@ -80,7 +80,8 @@ def format_tables(stats: dict[str, Any]) -> str:
     b = stats["broker"]
     out = [
         f"broker {b['brokerName']}: memory {b['memoryPercentUsage']}% ({b['memoryUsage']}/{b['memoryLimit']} bytes), "
-        f"store {b['storePercentUsage']}%, temp {b['tempPercentUsage']}%; "
+        f"store {b['storePercentUsage']}%, temp {b['tempPercentUsage']}%, "
+        f"index {b.get('indexBytes', 0)} bytes (in no usage); "
         f"{b['connectionCount']} connections, {b['destinationCount']} destinations, "
         f"{b['blockedProducers']} blocked sends",
         "",
