@@ -378,7 +378,7 @@ class Journal:
     def _read_records(self, wanted: list[tuple[int, int, int, int]]) -> list[bytes]:
         """Payloads of (file, offset, length, seq) records, in the order given."""
         out: list[bytes] = [b""] * len(wanted)
-        order = sorted(range(len(wanted)), key=lambda i: wanted[i][:2])
+        order = sorted(range(len(wanted)), key=wanted.__getitem__)  # by (file, offset): each is unique
         i = 0
         while i < len(order):
             file_id, start, length, _ = wanted[order[i]]

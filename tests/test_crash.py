@@ -27,11 +27,11 @@ def kill(proc: subprocess.Popen) -> None:
 
 async def produce(port: int, start_at: int, receipted: set[int], seconds: float) -> None:
     """Send persistent messages, each with a receipt, until killed or time is up."""
+    pending: list[tuple[int, asyncio.Task]] = []
     try:
         client = await StompClient.connect(port=port)
         i = start_at
         deadline = time.monotonic() + seconds
-        pending: list[tuple[int, asyncio.Task]] = []
         while time.monotonic() < deadline:
             pending.append((i, asyncio.ensure_future(client.send("/queue/crash", f"m{i}", headers={"persistent": "true"}, receipt=True, timeout=10))))
             i += 1
@@ -44,7 +44,9 @@ async def produce(port: int, start_at: int, receipted: set[int], seconds: float)
             await task
             receipted.add(n)
     except (StompClientError, ConnectionError, TimeoutError, OSError):
-        pass  # the broker died under us: only receipted messages count
+        # The broker died under us: only receipted messages count. Collect the sends still
+        # in flight, so that their ConnectionLost is not reported as never retrieved.
+        await asyncio.gather(*(task for _, task in pending), return_exceptions=True)
 
 
 async def consume(port: int, seen: list[list], acked: set[int], limit: int | None, idle: float = 2.0) -> None:
