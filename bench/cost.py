@@ -54,13 +54,19 @@ def _broker(config=None, store=None):  # type: ignore[no-untyped-def]
     return Broker(config or BrokerConfig(), SystemClock(), store=store)
 
 
-def queue(n: int) -> None:
+def _producer_and_consumer(subscribe_headers: bytes):  # type: ignore[no-untyped-def]
+    """A broker with a connected producer and a consumer subscribed to /queue/A."""
     b = _broker()
     p, c = b.open_session("p"), b.open_session("c")
     b.receive_data(p, _CONNECT)
     b.receive_data(c, _CONNECT)
-    b.receive_data(c, b"SUBSCRIBE\nid:1\ndestination:/queue/A\nack:auto\n\n\x00")
+    b.receive_data(c, b"SUBSCRIBE\nid:1\ndestination:/queue/A\n" + subscribe_headers + b"\n\x00")
     b.take_actions()
+    return b, p, c
+
+
+def queue(n: int) -> None:
+    b, p, _ = _producer_and_consumer(b"ack:auto\n")
     batch = b"".join(_send(i) for i in range(50))
     for _ in range(max(1, n // 50)):
         b.receive_data(p, batch)
@@ -70,12 +76,7 @@ def queue(n: int) -> None:
 def ack(n: int) -> None:
     from minibroker.actions import Write
 
-    b = _broker()
-    p, c = b.open_session("p"), b.open_session("c")
-    b.receive_data(p, _CONNECT)
-    b.receive_data(c, _CONNECT)
-    b.receive_data(c, b"SUBSCRIBE\nid:1\ndestination:/queue/A\nack:client-individual\nactivemq.prefetchSize:1\n\n\x00")
-    b.take_actions()
+    b, p, c = _producer_and_consumer(b"ack:client-individual\nactivemq.prefetchSize:1\n")
     for i in range(n):
         b.receive_data(p, _send(i))
         for action in b.take_actions():
