@@ -375,15 +375,11 @@ class MessageStore:
 
     def read_many(self, refs: list[StoreRef], *, lazy: bool = False) -> list[StoredMessage]:
         """Page many messages in at once (one read per run of neighbours in a file)."""
-        journal = refs[0].journal if refs else None
-        if journal is not None and all(ref.journal is journal for ref in refs):  # one queue's page: one journal
-            return [decode_payload(payload, lazy=lazy) for payload in journal.read_seqs([ref.seq for ref in refs])]
-        by_journal: dict[int, list[int]] = {}
+        by_journal: dict[Journal, list[int]] = {}  # a queue's page is all in one journal
         for i, ref in enumerate(refs):
-            by_journal.setdefault(id(ref.journal), []).append(i)
+            by_journal.setdefault(ref.journal, []).append(i)
         out: list[StoredMessage | None] = [None] * len(refs)
-        for positions in by_journal.values():
-            journal = refs[positions[0]].journal
+        for journal, positions in by_journal.items():
             for i, payload in zip(positions, journal.read_seqs([refs[i].seq for i in positions])):
                 out[i] = decode_payload(payload, lazy=lazy)
         return out  # type: ignore[return-value]

@@ -114,9 +114,7 @@ class JournalIndex:
         return len(self.table) - self._pending
 
     def is_live(self, seq: int) -> bool:
-        table = self.table
-        pos = table.find(seq)
-        return pos >= 0 and table.states[pos] == LIVE
+        return self._live_row(seq) >= 0
 
     def _live_row(self, seq: int) -> int:
         """The table row of the live enqueue ``seq``, or -1."""
@@ -129,11 +127,12 @@ class JournalIndex:
 
     def location(self, seq: int) -> Location | None:
         """Where the live or pending enqueue ``seq`` is (None if neither)."""
+        pos = self.table.find(seq)
+        return None if pos < 0 else self._location_at(pos)
+
+    def _location_at(self, pos: int) -> Location:
         table = self.table
-        pos = table.find(seq)
-        if pos < 0:
-            return None
-        return _location(Location, (seq, table.files[pos], table.offsets[pos], table.lengths[pos]))
+        return _location(Location, (table.seqs[pos], table.files[pos], table.offsets[pos], table.lengths[pos]))
 
     def live_locations(self) -> Iterator[tuple[bytes, Location]]:
         """(key, location) of every live enqueue, in seq order; dequeuing meanwhile is safe."""
@@ -141,8 +140,7 @@ class JournalIndex:
         for seq in table.live_seqs():
             pos = self._live_row(seq)
             if pos >= 0:
-                location = _location(Location, (seq, table.files[pos], table.offsets[pos], table.lengths[pos]))
-                yield table.keys[table.key_ids[pos]], location
+                yield table.keys[table.key_ids[pos]], self._location_at(pos)
 
     # -- records -------------------------------------------------------------
 

@@ -44,7 +44,7 @@ TxId = bytes | str
 _HEADER_RECORD = HEADER_SIZE + len(encode_file_header(0, 0, 0)[0])
 _ENQUEUE_FIXED = HEADER_SIZE + 4
 _DEQUEUE_FIXED = HEADER_SIZE + 10
-#: read_many: neighbouring records are read in one pread spanning at most this many bytes...
+#: read_seqs: neighbouring records are read in one pread spanning at most this many bytes...
 _READ_SPAN = 1 << 20
 #: ...and skipping at most this many bytes between two of them (other queues' records, acks).
 _READ_GAP = 64 << 10
@@ -350,14 +350,6 @@ class Journal:
         with self._lock:
             data = seg.pread(location.offset, location.length)
         return verified_payload(data, location.seq, seg.name, location.offset)
-
-    def read_many(self, locations: Sequence[Location]) -> list[bytes]:
-        """The payloads of many live enqueues, in the order given (see ``read_seqs``)."""
-        find = self._index.table.find  # a row, or -1: neither live nor pending
-        for location in locations:
-            if find(location.seq) < 0:
-                raise KeyError(f"no live enqueue with seq {location.seq}")
-        return self._read_records([(loc.file_id, loc.offset, loc.length, loc.seq) for loc in locations])
 
     def read_seqs(self, seqs: Sequence[int]) -> list[bytes]:
         """The payloads of the live (or transaction-pending) enqueues ``seqs``, in

@@ -46,7 +46,7 @@ class JournalContract:
         assert [j.read(loc) for loc in locations] == [body(n) for n in range(5)]
         assert j.location(locations[2].seq) == locations[2]
 
-    def test_read_many_equals_read_in_the_order_given_across_files_and_gaps(self, open_journal: Opener) -> None:
+    def test_read_seqs_equals_read_in_the_order_given_across_files_and_gaps(self, open_journal: Opener) -> None:
         """Batched page-in reads: records of several files, with dequeued records,
         delivered markers and another key's records between them, some still
         buffered; the answer is per location, in the order asked."""
@@ -62,15 +62,13 @@ class JournalContract:
         live = [(n, loc) for n, loc in enumerate(locs) if n % 4]
         assert len({loc.file_id for _, loc in live}) > 1  # the batch spans files
         random.Random(7).shuffle(live)
-        assert j.read_many([loc for _, loc in live]) == [body(n, 40 + n % 7) for n, _ in live]
-        assert j.read_seqs([loc.seq for _, loc in live]) == [body(n, 40 + n % 7) for n, _ in live]
-        assert j.read_many([]) == [] == j.read_seqs([])
+        assert j.read_seqs([loc.seq for _, loc in live]) == [body(n, 40 + n % 7) for n, _ in live] \
+            == [j.read(loc) for _, loc in live]
+        assert j.read_seqs([]) == []
         with pytest.raises(KeyError):
-            j.read_many([live[0][1], locs[0]])  # locs[0] was dequeued
-        with pytest.raises(KeyError):
-            j.read_seqs([live[0][1].seq, locs[0].seq])
+            j.read_seqs([live[0][1].seq, locs[0].seq])  # locs[0] was dequeued
 
-    def test_read_many_names_a_damaged_record(self, open_journal: Opener, config: JournalConfig) -> None:
+    def test_read_seqs_names_a_damaged_record(self, open_journal: Opener, config: JournalConfig) -> None:
         from storage.errors import CorruptRecord
         from storage_helpers import flip
 
@@ -79,11 +77,9 @@ class JournalContract:
         j.flush()
         name = next(f.name for f in j.files() if f.file_id == locs[2].file_id)
         flip(config.directory / name, locs[2].offset + locs[2].length - 3)
-        with pytest.raises(CorruptRecord, match=f"at offset {locs[2].offset}"):
-            j.read_many(locs)
         with pytest.raises(CorruptRecord, match=f"at offset {locs[2].offset}.*crc"):
             j.read_seqs([loc.seq for loc in locs])
-        assert j.read_many([locs[0], locs[1], locs[3]]) == [body(0), body(1), body(3)]
+        assert j.read_seqs([locs[0].seq, locs[1].seq, locs[3].seq]) == [body(0), body(1), body(3)]
         assert j.read_seqs([locs[3].seq, locs[0].seq]) == [body(3), body(0)]
 
     def test_reopen_recovers_live_messages_in_order_with_keys(self, open_journal: Opener) -> None:
