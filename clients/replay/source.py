@@ -30,10 +30,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from clients.spark.actions import ACTIONS, Action, iter_actions, parquet_to_jsonl
-from clients.spark.session import spark_error  # imports no PySpark; re-exported for the CLI
 
-__all__ = ["ReplayError", "ActionTable", "open_table", "checked", "shard", "parse_shard",
-           "spark_error"]
+__all__ = ["ReplayError", "ActionTable", "open_table", "checked", "shard", "parse_shard"]
 
 
 class ReplayError(Exception):

@@ -9,7 +9,7 @@ import pytest
 from replay_tables import producer, write_table
 
 from clients.replay import ReplayError, open_table, parse_shard, shard
-from clients.replay.source import spark_error
+from clients.spark.session import spark_error
 from clients.replay.progress import Progress, bar
 from clients.replay.stats import ErrorLog, Histogram
 
