@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .queue import Queue
     from .message import Message
 
-__all__ = ["QueueCursor", "PagedRef", "StoreIndex"]
+__all__ = ["QueueCursor", "PagedRef", "StoreIndex", "StoreRun"]
 
 log = logging.getLogger("minibroker.cursor")
 
@@ -75,6 +75,17 @@ class PagedRef(NamedTuple):
     priority: int
     redelivered: bool
     expires: int
+
+
+class StoreRun(NamedTuple):
+    """Store-only messages of one priority, next in dispatch order, all in the
+    queue's journal under its key (``StoreIndex.first_runs``)."""
+
+    journal: Any
+    key: str
+    priority: int
+    seqs: array  # broker seqs
+    journal_seqs: array
 
 
 class _SeqFifo:
@@ -210,6 +221,25 @@ class StoreIndex:
             out += self._paged(*fifo.slice(count - len(out)), priority)
         return out
 
+    def first_runs(self, count: int) -> list["StoreRun"] | None:
+        """The next ``count`` references in dispatch order as runs of numbers, one
+        per priority, left in place: a page-in's fast path, which makes no
+        ``PagedRef``. None when a temp store handle is among the store-only
+        references (``first`` then)."""
+        if self._objects:
+            return None
+        if self._home is None:  # nothing was ever added
+            return []
+        journal, key = self._home
+        runs: list[StoreRun] = []
+        for priority, fifo in self._ordered():
+            if count <= 0:
+                break
+            seqs, journal_seqs = fifo.slice(count)
+            runs.append(StoreRun(journal, key, priority, seqs, journal_seqs))
+            count -= len(seqs)
+        return runs
+
     def drop(self, count: int) -> None:
         """Remove the first ``count`` references (those ``first(count)`` returns)."""
         for _, fifo in self._ordered():
@@ -326,14 +356,29 @@ class QueueCursor:
         # ActiveMQ's canRecoveryNextMessage: stop once the broker is at 90% (``percent`` is
         # ``usage * 100 // limit``): with the page's messages charged at once below, count here.
         room = -(-_RECOVERY_LIMIT_PERCENT * root.limit // 100) - root.usage if root.limit else None
-        refs = self.store_only.first(count)
         taken = 0
-        for paged, stored in zip(refs, broker.read_ahead(refs)):  # one read per run of neighbours
-            if batch and room is not None and taken >= room:
-                break
-            message = broker.load_message(queue, paged, stored)
-            taken += message.size
-            batch.append(message)
+        runs = self.store_only.first_runs(count)
+        if runs is not None:  # the usual case: numbers in, messages out, one read per run
+            for run in runs:
+                budget = None if room is None else max(room - taken, 0 if batch else 1)
+                if budget == 0:
+                    break
+                loaded, size = broker.load_run(queue, run, budget)
+                batch += loaded
+                taken += size
+            redelivered = self.store_only.redelivered
+            if redelivered:
+                for message in batch:
+                    if message.seq in redelivered:
+                        message.redeliveries = 1
+        else:
+            refs = self.store_only.first(count)
+            for paged, stored in zip(refs, broker.read_ahead(refs)):  # one read per run of neighbours
+                if batch and room is not None and taken >= room:
+                    break
+                message = broker.load_message(queue, paged, stored)
+                taken += message.size
+                batch.append(message)
         queue.hold_page(batch, taken)
         count = len(batch)
         self.store_only.drop(count)

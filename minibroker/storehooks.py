@@ -14,7 +14,7 @@ from typing import Any, Callable
 from storage import StorageError
 
 from .codec import encode
-from .cursor import PagedRef
+from .cursor import PagedRef, StoreRun
 from .coreutil import DEFERRED, log
 from .destination import Destination
 from .queue import Queue
@@ -26,6 +26,15 @@ from .persistence import StoredMessage, StoreRef, decode_payload, durable_key, e
 from .session import Session
 
 __all__ = ["StoreHooks"]
+
+
+def _message(stored: StoredMessage, seq: int, address: str) -> Message:
+    """The ``Message`` a journal payload decoded to (a page-in)."""
+    return Message(
+        seq, stored.message_id, address, stored.headers, stored.body,
+        persistent=stored.persistent, priority=stored.priority, expires=stored.expires, timestamp=stored.timestamp,
+        message_id_wire=stored.wire_message_id, wire_headers=stored.wire_headers, header_chars=stored.header_chars,
+    )
 
 
 class StoreHooks:
@@ -241,6 +250,22 @@ class StoreHooks:
             return list(stored)
         return [next(stored) if type(p.ref) is StoreRef else None for p in refs]
 
+    def load_run(self, destination: Destination, run: StoreRun, budget: int | None) -> tuple[list[Message], int]:
+        """Page in ``run``'s messages, read together, while the bytes loaded are
+        below ``budget`` (None: all of them); returns them and their size."""
+        journal, key, _priority, seqs, journal_seqs = run
+        address = destination.address
+        loaded: list[Message] = []
+        taken = 0
+        for seq, journal_seq, payload in zip(seqs, journal_seqs, journal.read_seqs(journal_seqs)):
+            if budget is not None and taken >= budget:
+                break
+            message = _message(decode_payload(payload, lazy=True), seq, address)
+            message.store_ref = StoreRef(journal, journal_seq, key)
+            taken += message.size
+            loaded.append(message)
+        return loaded, taken
+
     def load_message(self, destination: Destination, paged: PagedRef, stored: StoredMessage | None = None) -> Message:
         """Read a store-only message back into a ``Message`` (page-in): from the
         journal (or ``stored``, read ahead), or (a spilled non-persistent message)
@@ -254,11 +279,7 @@ class StoreHooks:
             stored = decode_payload(temp.read(paged.ref))
             temp.release(paged.ref)
             self.temp_changed()
-        message = Message(
-            paged.seq, stored.message_id, destination.address, stored.headers, stored.body,
-            persistent=stored.persistent, priority=stored.priority, expires=stored.expires, timestamp=stored.timestamp,
-            message_id_wire=stored.wire_message_id, wire_headers=stored.wire_headers, header_chars=stored.header_chars,
-        )
+        message = _message(stored, paged.seq, destination.address)
         if in_journal:
             message.store_ref = paged.ref
         if paged.redelivered:

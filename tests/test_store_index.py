@@ -3,7 +3,8 @@
 ``StoreIndex`` keeps two numbers a message (and sparse dicts for what is rarely
 set); whatever it is asked, it must answer as a sorted list of ``PagedRef``
 would: dispatch order (priority then seq, or seq), each message's journal
-record, redelivered flag, expiry and temp store handle.
+record, redelivered flag, expiry and temp store handle; and its runs of
+numbers (a page-in's fast path) must be the same messages.
 """
 from __future__ import annotations
 
@@ -63,6 +64,14 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool)
                 model.sort(key=order)
             elif op[0] == "take":
                 assert [described(r) for r in index.first(op[1])] == model[: op[1]]
+                runs = index.first_runs(op[1])
+                if all(isinstance(r[0], tuple) and r[0][0] is HOME for r in model):  # the fast path's case
+                    assert runs is not None
+                    assert [((run.journal, journal_seq, run.key), seq, run.priority)
+                            for run in runs for seq, journal_seq in zip(run.seqs, run.journal_seqs)] == \
+                        [r[:3] for r in model[: op[1]]]
+                else:  # a temp store handle, or another journal's record, is somewhere in the index
+                    assert runs is None
                 index.drop(op[1])
                 del model[: op[1]]
             elif op[0] == "expire":
