@@ -38,6 +38,8 @@ from array import array
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
+from storage.entries import column, inserted, widened
+
 from .persistence import StoreRef
 
 if TYPE_CHECKING:
@@ -94,8 +96,10 @@ class _SeqFifo:
     __slots__ = ("seqs", "refs", "head")
 
     def __init__(self, seqs: Any = (), refs: Any = ()) -> None:
-        self.seqs = array("q", seqs)
-        self.refs = array("q", refs)
+        # Four bytes a number while they fit (see ``storage.entries``); a journal seq
+        # of -1 (a reference kept in ``StoreIndex._objects``) or a seq past 2**32 widens.
+        self.seqs = column("I", seqs)
+        self.refs = column("I", refs)
         self.head = 0
 
     def __len__(self) -> int:
@@ -105,11 +109,17 @@ class _SeqFifo:
         seqs = self.seqs
         if len(seqs) > self.head and seq < seqs[-1]:  # out of seq order (a transaction, a recovery)
             pos = bisect_left(seqs, seq, self.head)
-            seqs.insert(pos, seq)
-            self.refs.insert(pos, ref)
-        else:
+            self.seqs = inserted(seqs, pos, seq)
+            self.refs = inserted(self.refs, pos, ref)
+            return
+        try:
             seqs.append(seq)
+        except OverflowError:
+            self.seqs = widened(seqs, seq)
+        try:
             self.refs.append(ref)
+        except OverflowError:
+            self.refs = widened(self.refs, ref)
 
     def pairs(self) -> Iterator[tuple[int, int]]:
         head = self.head
@@ -142,13 +152,14 @@ class StoreIndex:
 
     Theory of operation: a store-only message costs a few bytes here, not an
     object. Each FIFO (one, or one per priority 0..9, highest first) holds two
-    ``array('q')``: the broker seq and the journal seq. The queue's journal and
+    arrays, of four-byte items while the numbers fit (``storage.entries.column``):
+    the broker seq and the journal seq. The queue's journal and
     key are the same for all its messages (``_home``), so a ``StoreRef`` is made
     only when a ``PagedRef`` is asked for (a page-in, a browse, an expiry).
     What is rarely not the default lives in sparse dicts by broker seq:
     ``expires`` (non-zero), ``redelivered``, and ``_objects``, for a reference
     that is not a ``StoreRef`` of the home journal (a temp store handle of a
-    spilled message); its journal seq is -1.
+    spilled message); its journal seq is -1 (which widens that FIFO's array).
     """
 
     def __init__(self, prioritized: bool) -> None:

@@ -3,7 +3,7 @@
 Theory of operation. A broker's backlog may keep millions of messages on disk
 only, and the journal must know where each one's record is. A dict of tuples
 costs about 200 bytes a message; this table keeps one row per enqueue in
-parallel arrays instead (seq, file, offset, length, key id, state: 30 bytes).
+parallel arrays instead (seq, file, offset, length, key id, state: 17 bytes).
 
 Rows are appended in seq order: the journal writes records with increasing
 seqs and recovery replays them in log order (a row that comes out of order is
@@ -12,6 +12,11 @@ narrowed by the row last found: seqs increase by at least one per row, so the
 row of ``seq`` is at most ``seq - seqs[hint]`` rows away from the hint. A page-in
 or a consumer asks for neighbouring seqs, one after another, and most lookups
 take one or two probes.
+
+The arrays start narrow (file and key ids two bytes, seqs, offsets and
+lengths four: 17 bytes a row) and an array is widened to eight-byte items the
+first time a value does not fit (seq 2**32, a file past 4 GiB, the 65,536th
+file or key), so a row never holds less than it was given.
 
 A row dies (``kill``) when its message is dequeued or its transaction is
 aborted; dead rows stay, so positions do not move, until they outnumber the
@@ -23,10 +28,10 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import compress
 
-__all__ = ["DEAD", "LIVE", "PENDING", "EntryTable"]
+__all__ = ["DEAD", "LIVE", "PENDING", "EntryTable", "column", "inserted", "widened"]
 
 #: Row states: dequeued (or aborted), live, enqueued in a transaction still open.
 DEAD, LIVE, PENDING = 0, 1, 2
@@ -37,6 +42,36 @@ _COMPACT_MIN = 4096
 _LIVE_ONLY = bytes(1 if state == LIVE else 0 for state in range(256))
 
 
+def column(typecode: str, values: Iterable[int] = ()) -> array:
+    """An array of ``values``: of ``typecode`` if they all fit it, else of eight-byte items."""
+    values = list(values)
+    try:
+        return array(typecode, values)
+    except OverflowError:
+        return array("q", values)
+
+
+def widened(narrow: array, value: int) -> array:
+    """``narrow`` as eight-byte items, with ``value`` appended: what to do when
+    ``narrow.append(value)`` raised ``OverflowError`` (its type could not hold
+    the value; the append changed nothing)."""
+    wide = array("q", narrow)
+    wide.append(value)
+    return wide
+
+
+def inserted(values: array, pos: int, value: int) -> array:
+    """``values`` with ``value`` inserted at ``pos``: ``values`` itself, or (when
+    its narrow type cannot hold the value) a copy of eight-byte items."""
+    try:
+        values.insert(pos, value)
+        return values
+    except OverflowError:
+        wide = array("q", values)
+        wide.insert(pos, value)
+        return wide
+
+
 class EntryTable:
     """Enqueue records by seq: location, key and state (see the module docstring)."""
 
@@ -44,11 +79,11 @@ class EntryTable:
                  "dead", "_hint")
 
     def __init__(self) -> None:
-        self.seqs = array("q")
-        self.files = array("i")
-        self.offsets = array("q")
-        self.lengths = array("q")
-        self.key_ids = array("I")
+        self.seqs = array("I")
+        self.files = array("H")
+        self.offsets = array("I")
+        self.lengths = array("I")
+        self.key_ids = array("H")
         self.states = bytearray()
         #: key id -> key; ``_key_ids`` the other way.
         self.keys: list[bytes] = []
@@ -75,11 +110,26 @@ class EntryTable:
         if seqs and seq <= seqs[-1]:
             self._insert(seq, key_id, file_id, offset, length, state)
             return
-        seqs.append(seq)
-        self.files.append(file_id)
-        self.offsets.append(offset)
-        self.lengths.append(length)
-        self.key_ids.append(key_id)
+        try:
+            self.files.append(file_id)
+        except OverflowError:
+            self.files = widened(self.files, file_id)
+        try:
+            self.offsets.append(offset)
+        except OverflowError:
+            self.offsets = widened(self.offsets, offset)
+        try:
+            self.lengths.append(length)
+        except OverflowError:
+            self.lengths = widened(self.lengths, length)
+        try:
+            self.key_ids.append(key_id)
+        except OverflowError:
+            self.key_ids = widened(self.key_ids, key_id)
+        try:
+            seqs.append(seq)
+        except OverflowError:
+            self.seqs = widened(seqs, seq)
         self.states.append(state)
 
     def _insert(self, seq: int, key_id: int, file_id: int, offset: int, length: int, state: int) -> None:
@@ -87,11 +137,9 @@ class EntryTable:
         pos = bisect_left(self.seqs, seq)
         if pos < len(self.seqs) and self.seqs[pos] == seq:
             raise ValueError(f"seq {seq} is already in the table")
-        self.seqs.insert(pos, seq)
-        self.files.insert(pos, file_id)
-        self.offsets.insert(pos, offset)
-        self.lengths.insert(pos, length)
-        self.key_ids.insert(pos, key_id)
+        for name, value in (("seqs", seq), ("files", file_id), ("offsets", offset), ("lengths", length),
+                            ("key_ids", key_id)):
+            setattr(self, name, inserted(getattr(self, name), pos, value))
         self.states.insert(pos, state)
         self._hint = 0
 
@@ -136,11 +184,11 @@ class EntryTable:
 
     def _compact(self) -> None:
         keep = self.states
-        self.seqs = array("q", compress(self.seqs, keep))
-        self.files = array("i", compress(self.files, keep))
-        self.offsets = array("q", compress(self.offsets, keep))
-        self.lengths = array("q", compress(self.lengths, keep))
-        self.key_ids = array("I", compress(self.key_ids, keep))
+        self.seqs = array(self.seqs.typecode, compress(self.seqs, keep))
+        self.files = array(self.files.typecode, compress(self.files, keep))
+        self.offsets = array(self.offsets.typecode, compress(self.offsets, keep))
+        self.lengths = array(self.lengths.typecode, compress(self.lengths, keep))
+        self.key_ids = array(self.key_ids.typecode, compress(self.key_ids, keep))
         self.states = bytearray(keep.replace(b"\0", b""))
         self.dead = 0
         self._hint = 0

@@ -23,7 +23,7 @@ Per file it keeps what the layouts need to decide reuse and deletion:
 
 Payloads are never held. The live and pending (in an open transaction)
 enqueues are rows of an ``EntryTable`` (``entries.py``: parallel arrays, about
-30 bytes a message, for a backlog may hold millions): their seq, key, file,
+21 bytes a message, for a backlog may hold millions): their seq, key, file,
 offset, length and state.
 """
 

@@ -224,7 +224,7 @@ class TestStoreCursor:
 
     def test_statistics_show_the_index_memory_no_usage_counts(self, tmp_path: Path) -> None:
         """A store-only backlog costs index memory outside every usage: the broker's
-        statistics say how much (journal rows of ~33 bytes, cursor pairs of 16)."""
+        statistics say how much (journal rows of ~17 bytes, cursor pairs of 8)."""
         from minibroker.stats import broker_statistics
 
         net = self.small_memory(tmp_path)
@@ -236,9 +236,9 @@ class TestStoreCursor:
         stored = net.broker.destinations["/queue/deep"].cursor_statistics()["storeOnlyCount"]
         assert stored > 200 and stats["memoryPercentUsage"] < 100
         grown = stats["indexBytes"] - empty
-        assert 300 * 33 + stored * 16 <= grown <= 300 * 40 + stored * 24
+        assert 300 * 17 + stored * 8 <= grown <= 300 * 22 + stored * 12
         net.restart()  # everything store-only now, and counted again from the recovered journal
-        assert broker_statistics(net.broker)["indexBytes"] >= 300 * (33 + 16)
+        assert broker_statistics(net.broker)["indexBytes"] >= 300 * (17 + 8)
 
     def test_nothing_is_loaded_after_restart_until_a_consumer_comes(self, tmp_path: Path) -> None:
         net = self.small_memory(tmp_path)

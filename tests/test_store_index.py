@@ -87,3 +87,18 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool)
             assert bool(index.expires) == any(r[4] for r in model)
             spilled = sorted(r[0] for r in model if isinstance(r[0], str))
             assert sorted(o for o in index.objects() if isinstance(o, str)) == spilled
+
+
+def test_numbers_too_wide_for_four_bytes_and_spilled_handles_keep_their_values() -> None:
+    """The FIFOs hold four-byte numbers while they fit; a seq past 2**32, a journal
+    seq past it, or a spilled message (journal seq -1) widens them, losing nothing."""
+    index = StoreIndex(False)
+    big = 2**32 + 3
+    index.add(StoreRef(HOME, 7, "/queue/q"), 5)
+    index.add(StoreRef(HOME, 2**40, "/queue/q"), big)
+    index.add("handle", big + 1)
+    index.add(StoreRef(HOME, 8, "/queue/q"), 6)  # out of order, among the wide numbers
+    assert [described(r) for r in index.first(4)] == [
+        ((HOME, 7, "/queue/q"), 5, 4, False, 0), ((HOME, 8, "/queue/q"), 6, 4, False, 0),
+        ((HOME, 2**40, "/queue/q"), big, 4, False, 0), ("handle", big + 1, 4, False, 0)]
+    assert index.nbytes() == 4 * 2 * 8

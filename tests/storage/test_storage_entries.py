@@ -80,3 +80,38 @@ def test_a_duplicate_seq_is_refused() -> None:
         pass
     else:
         raise AssertionError("a second row for seq 5 was taken")
+
+
+def test_a_value_too_wide_for_a_narrow_column_widens_it_and_loses_nothing() -> None:
+    """Files and keys start as two-byte ids, offsets and lengths as four-byte
+    numbers: the first value that does not fit widens that column, on append,
+    on an out-of-order insert and through compaction."""
+    table = EntryTable()
+    table.add(1, b"k", 3, 100, 50, LIVE)
+    narrow = table.nbytes()
+    table.add(2, b"k", 70_000, 5 * 2**32 + 7, 2**32 + 1, LIVE)  # a file id, an offset and a length too wide
+    table.add(4, b"k", 1, 2, 3, LIVE)
+    table.add(3, b"k", 2**20, 2**40, 2**33, PENDING)  # out of order: an insert
+    big = 2**32 + 9  # a seq too wide
+    table.add(big, b"k", 5, 6, 7, LIVE)
+    assert table.nbytes() > narrow
+    assert {a.typecode for a in (table.seqs, table.files, table.offsets, table.lengths)} == {"q"}
+    rows = {seq: (table.files[pos], table.offsets[pos], table.lengths[pos], table.states[pos])
+            for seq in (1, 2, 3, 4, big) for pos in [table.find(seq)]}
+    assert rows == {1: (3, 100, 50, LIVE), 2: (70_000, 5 * 2**32 + 7, 2**32 + 1, LIVE),
+                    3: (2**20, 2**40, 2**33, PENDING), 4: (1, 2, 3, LIVE), big: (5, 6, 7, LIVE)}
+    with mock.patch.object(entries, "_COMPACT_MIN", 0):
+        table.kill(table.find(1))
+        table.kill(table.find(4))  # dead rows do not outnumber the others yet ...
+        table.kill(table.find(big))  # ... now they do: compaction keeps the wide columns
+    assert table.dead == 0 and list(table.seqs) == [2, 3]
+    assert [(table.files[pos], table.offsets[pos], table.lengths[pos]) for pos in (0, 1)] == [
+        (70_000, 5 * 2**32 + 7, 2**32 + 1), (2**20, 2**40, 2**33)]
+
+
+def test_the_65536th_key_widens_the_key_column() -> None:
+    table = EntryTable()
+    for seq in range(1, 65_538):
+        table.add(seq, b"q%d" % seq, 0, seq, 1, LIVE)
+    assert table.key_ids.typecode == "q"
+    assert [table.keys[table.key_ids[table.find(seq)]] for seq in (1, 65_536, 65_537)] == [b"q1", b"q65536", b"q65537"]
