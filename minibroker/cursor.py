@@ -38,7 +38,7 @@ from array import array
 from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
-from storage.entries import column, inserted, widened
+from storage.entries import column, inserted
 
 from .persistence import StoreRef
 
@@ -112,14 +112,14 @@ class _SeqFifo:
             self.seqs = inserted(seqs, pos, seq)
             self.refs = inserted(self.refs, pos, ref)
             return
+        rows = len(seqs)
         try:
             seqs.append(seq)
-        except OverflowError:
-            self.seqs = widened(seqs, seq)
-        try:
             self.refs.append(ref)
-        except OverflowError:
-            self.refs = widened(self.refs, ref)
+        except OverflowError:  # a number too wide for four bytes: widen what did not take it
+            if len(seqs) == rows:
+                self.seqs = inserted(seqs, rows, seq)
+            self.refs = inserted(self.refs, rows, ref)
 
     def pairs(self) -> Iterator[tuple[int, int]]:
         head = self.head

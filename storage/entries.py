@@ -31,13 +31,15 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from itertools import compress
 
-__all__ = ["DEAD", "LIVE", "PENDING", "EntryTable", "column", "inserted", "widened"]
+__all__ = ["DEAD", "LIVE", "PENDING", "EntryTable", "column", "inserted"]
 
 #: Row states: dequeued (or aborted), live, enqueued in a transaction still open.
 DEAD, LIVE, PENDING = 0, 1, 2
 
 #: Dead rows are dropped once there are more of them than this and than live ones.
 _COMPACT_MIN = 4096
+#: The numeric arrays of a row, in the order ``add`` fills them.
+_COLUMNS = ("seqs", "files", "offsets", "lengths", "key_ids")
 #: ``bytes.translate`` table: a state byte -> 1 if the row is live.
 _LIVE_ONLY = bytes(1 if state == LIVE else 0 for state in range(256))
 
@@ -49,15 +51,6 @@ def column(typecode: str, values: Iterable[int] = ()) -> array:
         return array(typecode, values)
     except OverflowError:
         return array("q", values)
-
-
-def widened(narrow: array, value: int) -> array:
-    """``narrow`` as eight-byte items, with ``value`` appended: what to do when
-    ``narrow.append(value)`` raised ``OverflowError`` (its type could not hold
-    the value; the append changed nothing)."""
-    wide = array("q", narrow)
-    wide.append(value)
-    return wide
 
 
 def inserted(values: array, pos: int, value: int) -> array:
@@ -110,26 +103,18 @@ class EntryTable:
         if seqs and seq <= seqs[-1]:
             self._insert(seq, key_id, file_id, offset, length, state)
             return
-        try:
-            self.files.append(file_id)
-        except OverflowError:
-            self.files = widened(self.files, file_id)
-        try:
-            self.offsets.append(offset)
-        except OverflowError:
-            self.offsets = widened(self.offsets, offset)
-        try:
-            self.lengths.append(length)
-        except OverflowError:
-            self.lengths = widened(self.lengths, length)
-        try:
-            self.key_ids.append(key_id)
-        except OverflowError:
-            self.key_ids = widened(self.key_ids, key_id)
-        try:
+        rows = len(seqs)
+        try:  # the narrow arrays take almost every value ...
             seqs.append(seq)
-        except OverflowError:
-            self.seqs = widened(seqs, seq)
+            self.files.append(file_id)
+            self.offsets.append(offset)
+            self.lengths.append(length)
+            self.key_ids.append(key_id)
+        except OverflowError:  # ... and widen for the first one that does not fit
+            for name, value in zip(_COLUMNS, (seq, file_id, offset, length, key_id)):
+                values = getattr(self, name)
+                if len(values) == rows:  # not appended before the error
+                    setattr(self, name, inserted(values, rows, value))
         self.states.append(state)
 
     def _insert(self, seq: int, key_id: int, file_id: int, offset: int, length: int, state: int) -> None:
@@ -137,8 +122,7 @@ class EntryTable:
         pos = bisect_left(self.seqs, seq)
         if pos < len(self.seqs) and self.seqs[pos] == seq:
             raise ValueError(f"seq {seq} is already in the table")
-        for name, value in (("seqs", seq), ("files", file_id), ("offsets", offset), ("lengths", length),
-                            ("key_ids", key_id)):
+        for name, value in zip(_COLUMNS, (seq, file_id, offset, length, key_id)):
             setattr(self, name, inserted(getattr(self, name), pos, value))
         self.states.insert(pos, state)
         self._hint = 0
