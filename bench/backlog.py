@@ -24,7 +24,14 @@ held store-only and paged in, read from its statistics over STOMP. Brokers run s
 by side and the reps alternate which goes first; the table gives each phase's
 msg/s and the ratio limits / plain, with each broker's peak RSS.
 
-    .venv/bin/python bench/backlog.py [--messages 100000] [--reps 3] [--limits FILE]
+With ``--with-activemq`` it then runs the same phases against Debian's
+ActiveMQ 5.17 (``apt-get install -y activemq``), once with a 4 MB memoryUsage
+(``configs/activemq-backlog-limits.xml``: its store cursor pages from KahaDB)
+and once with 600 MB (``configs/activemq-backlog-plain.xml``: all cached), one
+after the other on port 61613 (the vendored scripts allow one instance), and
+prints the same ratio for it: what paging costs the reference broker.
+
+    .venv/bin/python bench/backlog.py [--messages 100000] [--reps 3] [--limits FILE] [--with-activemq]
 """
 from __future__ import annotations
 
@@ -37,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from brokers import Ours, RssSampler
+from brokers import ActiveMQ, BrokerStartError, Ours, RssSampler
 
 from minibroker.codec import FrameParser, encode
 from minibroker.frames import Frame
@@ -129,6 +136,65 @@ async def queue_statistics(port: int, dest: str) -> dict:
                 return json.loads(frame.body)
 
 
+def run_phases(port: int, dest: str, count: int, size: int, statistics: bool = True) -> dict[str, float]:
+    """One rep's phases against one broker: msg/s of each, and (``statistics``:
+    asked of the broker over STOMP) how many messages were store-only and paged in."""
+    p = asyncio.run(produce(port, dest, count, size))
+    before = asyncio.run(queue_statistics(port, dest)) if statistics else {}
+    c = asyncio.run(consume(port, dest, count))
+    after = asyncio.run(queue_statistics(port, dest)) if statistics else {}
+    asyncio.run(produce(port, dest, count, size))  # a standing backlog again
+    t = asyncio.run(through(port, dest, count, size))
+    return {"produce": count / p, "consume": count / c, "through": 2 * count / t,
+            "store_only": before.get("storeOnlyCount", -1), "paged_in": after.get("pagedInCount", -1)}
+
+
+def ratio_table(results: dict[str, dict[str, list[float]]], reference: str, limited: str) -> list[str]:
+    """Markdown rows: each phase's msg/s under ``reference`` and ``limited``, and their ratio."""
+    lines = [f"| phase | {reference} msg/s, median [min–max] | {limited} msg/s | {limited} / {reference} (paired reps) |",
+             "|---|---|---|---|"]
+    for phase in ("produce", "consume", "through"):
+        plain, limits = results[reference][phase], results[limited][phase]
+        paired = [l / p for l, p in zip(limits, plain)]
+        lines.append(f"| {phase} | {statistics.median(plain):,.0f} [{min(plain):,.0f}–{max(plain):,.0f}] "
+                     f"| {statistics.median(limits):,.0f} [{min(limits):,.0f}–{max(limits):,.0f}] "
+                     f"| **{statistics.median(limits) / statistics.median(plain):.2f}** "
+                     f"[{min(paired):.2f}–{max(paired):.2f}] |")
+    return lines
+
+
+def activemq_reps(a: argparse.Namespace, workdir: Path) -> tuple[dict[str, dict[str, list[float]]], dict[str, float]]:
+    """The phases against ActiveMQ, limited then plain (alternating first each rep),
+    each after a discarded warm-up round on another queue."""
+    sampler = RssSampler()
+    sampler.start()
+    results: dict[str, dict[str, list[float]]] = {"amq-plain": {}, "amq-limits": {}}
+    peaks: dict[str, float] = {}
+    try:
+        for rep in range(a.reps):
+            names = ["amq-limits", "amq-plain"] if rep % 2 == 0 else ["amq-plain", "amq-limits"]
+            for name in names:
+                conf = HERE / "configs" / f"activemq-backlog-{name.split('-')[1]}.xml"
+                amq = ActiveMQ(workdir, name=name, conf=conf, heap="-Xms1G -Xmx1G")
+                amq.start()
+                try:
+                    assert amq.pid is not None
+                    sampler.watch(amq.pid)
+                    # Its JIT warms up on a discarded round first, as compare.py's warm-ups do.
+                    run_phases(amq.port, "/queue/backlog.warmup", min(a.messages, 20_000), a.size, statistics=False)
+                    got = run_phases(amq.port, f"/queue/backlog.{rep}", a.messages, a.size, statistics=False)
+                    peaks[name] = max(peaks.get(name, 0.0), sampler.peak(amq.pid))
+                finally:
+                    amq.stop()
+                for phase, value in got.items():
+                    results[name].setdefault(phase, []).append(value)
+                print(f"rep {rep + 1} {name}: produce {got['produce']:,.0f} msg/s, consume {got['consume']:,.0f} "
+                      f"msg/s, through {got['through']:,.0f} msg/s", file=sys.stderr)
+    finally:
+        sampler.stop()
+    return results, peaks
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=100_000)
@@ -138,9 +204,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="configuration of the broker with limits (default: %(default)s)")
     ap.add_argument("--plain", default=str(HERE / "configs" / "backlog-plain.toml"),
                     help="configuration of the reference broker, which must not page (default: %(default)s)")
+    ap.add_argument("--with-activemq", action="store_true",
+                    help="then run the same phases against Debian's ActiveMQ, limited and plain")
     a = ap.parse_args(argv)
     if a.messages < 1 or a.reps < 1:
         ap.error("--messages and --reps must be at least 1")
+    if a.with_activemq:
+        try:
+            ActiveMQ.check_installed()
+        except BrokerStartError as exc:
+            ap.error(str(exc))
     with tempfile.TemporaryDirectory(prefix="minibroker-backlog-") as tmp:
         brokers = [Ours("plain", Path(tmp), config=a.plain), Ours("limits", Path(tmp), config=a.limits)]
         sampler = RssSampler()
@@ -155,42 +228,37 @@ def main(argv: list[str] | None = None) -> int:
             for rep in range(a.reps):
                 order = brokers if rep % 2 == 0 else brokers[::-1]
                 for b in order:
-                    dest = f"/queue/backlog.{rep}"
-                    p = asyncio.run(produce(b.port, dest, a.messages, a.size))
-                    before = asyncio.run(queue_statistics(b.port, dest))
-                    c = asyncio.run(consume(b.port, dest, a.messages))
-                    after = asyncio.run(queue_statistics(b.port, dest))
-                    results[b.name]["store_only"].append(before.get("storeOnlyCount", 0))
-                    results[b.name]["paged_in"].append(after.get("pagedInCount", 0))
-                    results[b.name]["produce"].append(a.messages / p)
-                    results[b.name]["consume"].append(a.messages / c)
-                    asyncio.run(produce(b.port, dest, a.messages, a.size))  # a standing backlog again
-                    t = asyncio.run(through(b.port, dest, a.messages, a.size))
-                    results[b.name]["through"].append(2 * a.messages / t)
-                    print(f"rep {rep + 1} {b.name}: produce {a.messages / p:,.0f} msg/s, "
-                          f"consume {a.messages / c:,.0f} msg/s, through {2 * a.messages / t:,.0f} msg/s; "
-                          f"store-only after producing {before.get('storeOnlyCount')}, "
-                          f"paged in {after.get('pagedInCount')}", file=sys.stderr)
+                    got = run_phases(b.port, f"/queue/backlog.{rep}", a.messages, a.size)
+                    for phase, value in got.items():
+                        results[b.name][phase].append(value)
+                    print(f"rep {rep + 1} {b.name}: produce {got['produce']:,.0f} msg/s, "
+                          f"consume {got['consume']:,.0f} msg/s, through {got['through']:,.0f} msg/s; "
+                          f"store-only after producing {got['store_only']}, "
+                          f"paged in {got['paged_in']}", file=sys.stderr)
             peaks = {b.name: sampler.peak(b.pid) for b in brokers}
         finally:
             sampler.stop()
             for b in brokers:
                 b.stop()
+        if a.with_activemq:
+            try:
+                amq_results, amq_peaks = activemq_reps(a, Path(tmp))
+            except BrokerStartError as exc:
+                print(f"backlog.py: ActiveMQ could not be started: {exc}", file=sys.stderr)
+                return 2
     print(f"# backlog of {a.messages:,} persistent messages x {a.size} B, produced then drained; "
           f"{a.reps} reps; limits: {a.limits}")
-    print("| phase | plain msg/s, median [min–max] | limits msg/s | limits / plain (paired reps) |")
-    print("|---|---|---|---|")
-    for phase in ("produce", "consume", "through"):
-        plain, limits = results["plain"][phase], results["limits"][phase]
-        paired = [l / p for l, p in zip(limits, plain)]
-        print(f"| {phase} | {statistics.median(plain):,.0f} [{min(plain):,.0f}–{max(plain):,.0f}] "
-              f"| {statistics.median(limits):,.0f} [{min(limits):,.0f}–{max(limits):,.0f}] "
-              f"| **{statistics.median(limits) / statistics.median(plain):.2f}** "
-              f"[{min(paired):.2f}–{max(paired):.2f}] |")
+    print("\n".join(ratio_table(results, "plain", "limits")))
     for b in ("plain", "limits"):
         print(f"\n{b}: store-only after producing (per rep) {results[b]['store_only']}, "
               f"paged in while draining {results[b]['paged_in']}")
     print(f"\npeak RSS MB: plain {peaks.get('plain', 0):.1f}, limits {peaks.get('limits', 0):.1f}")
+    if a.with_activemq:
+        print(f"\n# ActiveMQ {ActiveMQ.version() or '(version unknown)'}, the same phases, one instance at a time; "
+              "amq-limits: a 4 MB memoryUsage, amq-plain: 600 MB (configs/activemq-backlog-*.xml), 1 GB heap")
+        print("\n".join(ratio_table(amq_results, "amq-plain", "amq-limits")))
+        print(f"\npeak RSS MB: amq-plain {amq_peaks.get('amq-plain', 0):.1f}, "
+              f"amq-limits {amq_peaks.get('amq-limits', 0):.1f}")
     return 0
 
 

@@ -153,9 +153,12 @@ class ActiveMQ:
     kind = "activemq"
     port = AMQ_STOMP_PORT
 
-    def __init__(self, workdir: Path, name: str = "activemq") -> None:
+    def __init__(self, workdir: Path, name: str = "activemq", conf: Path | None = None, heap: str | None = None) -> None:
+        """``conf``: an activemq.xml instead of the vendored one; ``heap``: JVM heap options."""
         self.name = name
         self.run_dir = workdir / "activemq"
+        self.conf = conf
+        self.heap = heap
         self.pid: int | None = None
         self.info: dict = {}
 
@@ -183,7 +186,12 @@ class ActiveMQ:
             return None
 
     def _env(self) -> dict[str, str]:
-        return dict(os.environ, AMQ_RUN=str(self.run_dir))
+        env = dict(os.environ, AMQ_RUN=str(self.run_dir))
+        if self.conf is not None:
+            env["AMQ_CONF"] = str(self.conf)
+        if self.heap is not None:
+            env["AMQ_HEAP"] = self.heap
+        return env
 
     def start(self) -> None:
         self.check_installed()
