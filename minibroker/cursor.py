@@ -176,7 +176,7 @@ class StoreIndex:
 
     def nbytes(self) -> int:
         """Bytes its arrays take (the sparse dicts, rarely filled, are left out)."""
-        return sum((len(f.seqs) + len(f.refs)) * f.seqs.itemsize for f in self._fifos)
+        return sum(len(f.seqs) * f.seqs.itemsize + len(f.refs) * f.refs.itemsize for f in self._fifos)
 
     def __bool__(self) -> bool:
         return any(self._fifos)

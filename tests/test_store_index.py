@@ -102,3 +102,8 @@ def test_numbers_too_wide_for_four_bytes_and_spilled_handles_keep_their_values()
         ((HOME, 7, "/queue/q"), 5, 4, False, 0), ((HOME, 8, "/queue/q"), 6, 4, False, 0),
         ((HOME, 2**40, "/queue/q"), big, 4, False, 0), ("handle", big + 1, 4, False, 0)]
     assert index.nbytes() == 4 * 2 * 8
+    spilled_first = StoreIndex(False)
+    spilled_first.add("handle", 1)  # journal seq -1: the journal seqs widen, the broker seqs stay narrow
+    spilled_first.add(StoreRef(HOME, 9, "/queue/q"), 2)
+    assert spilled_first.nbytes() == 2 * 4 + 2 * 8
+    assert [described(r) for r in spilled_first.first(2)] == [("handle", 1, 4, False, 0), ((HOME, 9, "/queue/q"), 2, 4, False, 0)]
