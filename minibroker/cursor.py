@@ -235,8 +235,9 @@ class StoreIndex:
     def first_runs(self, count: int) -> list["StoreRun"] | None:
         """The next ``count`` references in dispatch order as runs of numbers, one
         per priority, left in place: a page-in's fast path, which makes no
-        ``PagedRef``. None when a temp store handle is among the store-only
-        references (``first`` then)."""
+        ``PagedRef``. None when a reference kept as an object (a temp store
+        handle, or a record of another journal) is among the store-only ones
+        (``first`` then)."""
         if self._objects:
             return None
         if self._home is None:  # nothing was ever added
