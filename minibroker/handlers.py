@@ -71,12 +71,11 @@ class FrameHandlers:
             passed = send_block(head, h, address, timestamp, expires, priority)
             if passed is not None:  # the SEND's lines go out as they came (message.send_block)
                 self._next_message += 1
-                return Message(
-                    seq, f"{self._id_prefix}{seq}", address, None, frame.body,
-                    persistent=persistent, priority=priority, expires=expires, timestamp=timestamp,
-                    origin=session.id, message_id_wire=self._id_prefix_wire + str(seq).encode(),
-                    wire_headers=passed[0], header_chars=passed[1],
-                )
+                # By position (see Message.__init__): persistent, priority, expires, timestamp,
+                # origin, message_id_wire, wire_headers, header_chars.
+                return Message(seq, f"{self._id_prefix}{seq}", address, None, frame.body, persistent, priority,
+                               expires, timestamp, session.id, self._id_prefix_wire + str(seq).encode(),
+                               passed[0], passed[1])
         headers = {"destination": address}
         headers.update({k: v for k, v in h.items() if k not in BROKER_SET_HEADERS})
         reply_to = headers.get("reply-to")
@@ -91,19 +90,9 @@ class FrameHandlers:
         else:
             headers.pop("persistent", None)
         self._next_message += 1
-        return Message(
-            seq,
-            f"{self._id_prefix}{seq}",
-            address,
-            headers,
-            frame.body,
-            persistent=persistent,
-            priority=priority,
-            expires=expires,
-            timestamp=timestamp,
-            origin=session.id,
-            message_id_wire=self._id_prefix_wire + str(seq).encode(),
-        )
+        # By position (see Message.__init__): persistent, priority, expires, timestamp, origin, message_id_wire.
+        return Message(seq, f"{self._id_prefix}{seq}", address, headers, frame.body, persistent, priority, expires,
+                       timestamp, session.id, self._id_prefix_wire + str(seq).encode())
 
     def _route(self, destination: Destination, message: Message) -> list[Subscription] | None:
         """Hand a new message to its destination; for a topic blocked at a full

@@ -60,6 +60,9 @@ __all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "encod
 _PREFIX = struct.Struct("<BBBxqqQ")
 _LENGTH = struct.Struct("<I")
 _PREFIX_AND_LENGTH = struct.Struct("<BBBxqqQI")  # both at once, for decoding
+_unpack_prefix = _PREFIX_AND_LENGTH.unpack_from
+#: Where the header block starts in a payload.
+_BLOCK_START = _PREFIX_AND_LENGTH.size
 #: ``StoredMessage(*fields)`` without the named tuple's Python-level ``__new__`` (a page-in makes many).
 _new = tuple.__new__
 _VERSION = 1
@@ -141,20 +144,20 @@ def decode_payload(payload: bytes, *, lazy: bool = False) -> StoredMessage:
     gives the characters its names and values hold; ``Message`` decodes
     ``wire_headers`` on first use (a selector, a 1.0/1.1 consumer, a DLQ copy).
     """
-    version, flags, priority, expires, timestamp, seq, length = _PREFIX_AND_LENGTH.unpack_from(payload)
+    version, flags, priority, expires, timestamp, seq, length = _unpack_prefix(payload)
     if version != _VERSION:
         raise ValueError(f"unknown message payload version {version}")
-    start = _PREFIX_AND_LENGTH.size
-    end = start + length
-    if not payload.startswith(b"message-id:", start):  # encode_payload always writes it first
+    end = _BLOCK_START + length
+    if not payload.startswith(b"message-id:", _BLOCK_START):  # encode_payload always writes it first
         raise ValueError("message payload does not start with its message-id")
-    eol = payload.index(b"\n", start, end)
-    wire_id, wire_headers, body = payload[start + 11 : eol], payload[eol + 1 : end], payload[end:]
-    if wire_id.count(b"\\") == wire_id.count(b"\\c"):  # only colons escaped (the broker's ids): no unescape call
-        message_id = wire_id.replace(b"\\c", b":").decode("utf-8")
-    else:
+    eol = payload.index(b"\n", _BLOCK_START, end)
+    wire_id, wire_headers, body = payload[_BLOCK_START + 11 : eol], payload[eol + 1 : end], payload[end:]
+    colons = wire_id.replace(b"\\c", b":")
+    if b"\\" not in colons:  # only colons were escaped (the broker's ids): no unescape call
+        message_id = colons.decode("utf-8")
+    else:  # an escaped backslash leaves one behind, whatever follows it
         message_id = unescape(wire_id.decode("utf-8"), "1.2")
-    persistent = bool(flags & 1)
+    persistent = flags & 1 == 1
     if lazy and wire_headers.isascii() and b"\\" not in wire_headers:
         chars = len(wire_headers) - 2 * wire_headers.count(b"\n")  # each line is name:value\n
         return _new(StoredMessage, (seq, message_id, None, body, persistent, priority, expires,  # type: ignore[arg-type]

@@ -30,11 +30,12 @@ __all__ = ["StoreHooks"]
 
 def _message(stored: StoredMessage, seq: int, address: str) -> Message:
     """The ``Message`` a journal payload decoded to (a page-in)."""
-    return Message(
-        seq, stored.message_id, address, stored.headers, stored.body,
-        persistent=stored.persistent, priority=stored.priority, expires=stored.expires, timestamp=stored.timestamp,
-        message_id_wire=stored.wire_message_id, wire_headers=stored.wire_headers, header_chars=stored.header_chars,
-    )
+    _, message_id, headers, body, persistent, priority, expires, timestamp, wire_headers, wire_id, chars = stored
+    assert wire_headers is not None and wire_id is not None  # decode_payload always sets them
+    # By position (see Message.__init__): persistent, priority, expires, timestamp, origin,
+    # message_id_wire, wire_headers, header_chars.
+    return Message(seq, message_id, address, headers, body, persistent, priority, expires, timestamp, 0,
+                   wire_id, wire_headers, chars)
 
 
 class StoreHooks:

@@ -1,0 +1,47 @@
+"""The page-in's ``Message``, made by position, against one made by keywords.
+
+A page-in makes one ``Message`` per store-only message and passes its
+arguments by position (with keywords, making one costs twice as much); an
+argument in the wrong place would go unnoticed by a type checker (priority,
+expires and timestamp are all ints), so whatever a payload decodes to, the
+two must make the same message.
+"""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minibroker.message import Message
+from minibroker.persistence import decode_payload, encode_payload
+from minibroker.storehooks import _message as paged_message
+
+HEADER_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    headers=st.dictionaries(HEADER_TEXT.filter(bool), HEADER_TEXT, max_size=5),
+    body=st.binary(max_size=64),
+    persistent=st.booleans(),
+    priority=st.integers(0, 9),
+    expires=st.sampled_from([0, 1_700_000_000_000]),
+    lazy=st.booleans(),
+    message_id=st.one_of(st.just("ID:host-1:2:3"), st.text(st.sampled_from("ID:\\c\nx"), min_size=1, max_size=8)),
+)
+def test_a_paged_in_message_is_the_message_keywords_make(headers: dict[str, str], body: bytes, persistent: bool,
+                                                         priority: int, expires: int, lazy: bool,
+                                                         message_id: str) -> None:
+    payload = encode_payload(7, message_id, headers, body, persistent=persistent, priority=priority,
+                             expires=expires, timestamp=123)
+    s = decode_payload(payload, lazy=lazy)  # headers None when plain and lazy; else decoded
+    assert s.message_id == message_id  # the broker's ids escape only colons; any other id takes the slow path
+    by_keywords = Message(s.seq, s.message_id, "/queue/q", s.headers, s.body, persistent=s.persistent,
+                          priority=s.priority, expires=s.expires, timestamp=s.timestamp,
+                          message_id_wire=s.wire_message_id, wire_headers=s.wire_headers, header_chars=s.header_chars)
+    paged = paged_message(s, s.seq, "/queue/q")
+    assert {slot: getattr(paged, slot) for slot in Message.__slots__} == {
+        slot: getattr(by_keywords, slot) for slot in Message.__slots__}
+    assert (paged.headers, paged.persistent, paged.priority, paged.expires, paged.timestamp) == (
+        headers, persistent, priority, expires, 123)
+    for version in ("1.0", "1.1", "1.2"):
+        assert paged.tail(version) == by_keywords.tail(version)
