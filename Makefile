@@ -19,13 +19,19 @@ $(STAMP): $(PY) pyproject.toml
 
 venv: $(STAMP)
 
+# stomp.js for the interoperability test (tests/test_stompjs.py), from the lock file.
+STOMPJS := tests/interop/stompjs
+$(STOMPJS)/node_modules/.installed: $(STOMPJS)/package-lock.json
+	npm ci --prefix $(STOMPJS) --no-audit --no-fund --loglevel=error
+	touch $@
+
 run: $(STAMP)
 	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 61613 --data-dir ./data
 
 # Byte-compile first: Python 3.11.7's compiler can fail spuriously when two threads
 # compile at once (CPython gh-106905), e.g. a first import in a test while a broker
 # thread compiles a selector; with everything compiled, imports compile nothing.
-test: $(STAMP)
+test: $(STAMP) $(STOMPJS)/node_modules/.installed
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
 	$(PY) -m pytest -q
 
@@ -33,4 +39,4 @@ bench: $(STAMP)
 	$(PY) bench/compare.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) data build *.egg-info
+	rm -rf $(VENV) data build *.egg-info $(STOMPJS)/node_modules
