@@ -1,12 +1,14 @@
 """Test support: the real broker served in a background thread, or as a process."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from clients.labs.runner import LiveBroker
 from minibroker.config import BrokerConfig
@@ -54,3 +56,11 @@ def start_broker_process(data_dir: Path, *extra: str) -> tuple[subprocess.Popen,
             break
     proc.kill()
     raise AssertionError("the broker process did not start")
+
+
+def run_client_script(argv: list[str], client: str) -> dict[str, Any]:
+    """Run a third-party client's script (``tests/interop``) that prints one JSON object of
+    what it saw; fail with all it printed if it does not finish cleanly."""
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, f"the {client} script failed ({p.returncode}): {p.stdout}{p.stderr}"
+    return json.loads(p.stdout)

@@ -9,12 +9,13 @@ receipt, a consumer at client ack and prefetch 1 acknowledging each message, a t
 """
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from broker_support import run_client_script
 
 SCRIPT = Path(__file__).resolve().parent / "interop" / "perl" / "interop.pl"
 
@@ -31,9 +32,7 @@ def test_net_stomp_speaks_to_the_broker(broker) -> None:  # type: ignore[no-unty
     missing = _net_stomp_missing()
     if missing is not None:
         pytest.skip(missing)
-    p = subprocess.run(["perl", str(SCRIPT), str(broker.port)], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, f"Net::Stomp run failed ({p.returncode}): {p.stdout}{p.stderr}"
-    seen = json.loads(p.stdout)
+    seen = run_client_script(["perl", str(SCRIPT), str(broker.port)], "Net::Stomp")
 
     assert seen["connected"]["command"] == "CONNECTED" and seen["connected"]["version"] == "1.0"
     assert seen["send_with_receipt"] is True

@@ -9,12 +9,12 @@ heart-beats over an idle spell, and an ERROR for a bad frame.
 """
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from broker_support import run_client_script
 
 HERE = Path(__file__).resolve().parent / "interop" / "stompjs"
 
@@ -32,10 +32,7 @@ def test_stompjs_speaks_to_the_broker(broker) -> None:  # type: ignore[no-untype
     missing = _stompjs_ready()
     if missing is not None:
         pytest.fail(missing)
-    p = subprocess.run(["node", str(HERE / "interop.mjs"), str(broker.port)], capture_output=True, text=True,
-                       timeout=60)
-    assert p.returncode == 0, f"stomp.js run failed ({p.returncode}): {p.stdout}{p.stderr}"
-    seen = json.loads(p.stdout)
+    seen = run_client_script(["node", str(HERE / "interop.mjs"), str(broker.port)], "stomp.js")
 
     assert seen["connected"]["version"] == "1.2"
     assert seen["connected"]["server"].startswith("minibroker/")
