@@ -31,7 +31,6 @@ __all__ = ["StoreHooks"]
 def _message(stored: StoredMessage, seq: int, address: str) -> Message:
     """The ``Message`` a journal payload decoded to (a page-in)."""
     _, message_id, headers, body, persistent, priority, expires, timestamp, wire_headers, wire_id, chars = stored
-    assert wire_headers is not None and wire_id is not None  # decode_payload always sets them
     # By position (see Message.__init__): persistent, priority, expires, timestamp, origin,
     # message_id_wire, wire_headers, header_chars.
     return Message(seq, message_id, address, headers, body, persistent, priority, expires, timestamp, 0,
