@@ -8,12 +8,11 @@ offsets, so recovery never slices a payload it does not need.
 from __future__ import annotations
 
 import struct
+import zlib
 from typing import NamedTuple
 
 from storage.errors import CorruptRecord
-import zlib
-
-from storage.record import HEADER, HEADER_SIZE, MAGIC, RecordType, Status, check
+from storage.record import HEADER, HEADER_SIZE, MAGIC, RecordType, check
 
 __all__ = [
     "FORMAT_VERSION",
@@ -102,31 +101,33 @@ def enqueue_payload(data: bytes, offset: int = 0) -> bytes:
     return data[offset + HEADER_SIZE + 4 + klen + tlen :]
 
 
-def payload_at(data: bytes, view: memoryview, at: int, length: int, seq: int) -> bytes | None:
+def verified_payload(data: bytes, seq: int, file: str, offset: int, at: int = 0, length: int | None = None,
+                     view: memoryview | None = None) -> bytes:
     """The payload of the ENQUEUE record ``seq`` that fills ``data[at:at + length]``
-    (``view`` is ``memoryview(data)``), checked as ``verified_payload`` checks it
-    but without copying the record first; None if it is not that record intact
-    (``verified_payload`` then says why)."""
-    if length < HEADER_SIZE + _ENQUEUE.size or at + length > len(data):
-        return None
-    crc, magic, rtype, flags, body_length, found = HEADER.unpack_from(data, at)
-    end = at + HEADER_SIZE + body_length
-    if (magic != MAGIC or rtype != RecordType.ENQUEUE or flags or found != seq or end != at + length
-            or zlib.crc32(view[at + 4 : end]) != crc):
-        return None
-    klen, tlen = _ENQUEUE.unpack_from(data, at + HEADER_SIZE)
-    return data[at + HEADER_SIZE + _ENQUEUE.size + klen + tlen : end]
+    (all of ``data`` by default), checked in place, without copying the record:
+    header, type, seq, length and CRC. ``view``, ``memoryview(data)``, may be
+    passed when many records of one buffer are read (a page-in).
 
-
-def verified_payload(data: bytes, seq: int, file: str, offset: int) -> bytes:
-    """The payload of ``data``, which must be exactly the ENQUEUE record ``seq``.
-
-    Raises ``CorruptRecord`` (naming ``file`` and ``offset``) if it is not.
+    Raises ``CorruptRecord`` (naming ``file`` and ``offset``, where the record
+    is) with what is wrong if it is not that record intact.
     """
-    status, rtype, found, end, reason = check(data, memoryview(data), 0)
-    if status is not Status.OK or rtype != RecordType.ENQUEUE or found != seq or end != len(data):
-        raise CorruptRecord(file, offset, reason or f"expected enqueue {seq}, found record {found}")
-    return enqueue_payload(data)
+    if length is None:
+        length = len(data) - at
+    end = at + length
+    if length >= HEADER_SIZE + _ENQUEUE.size and end <= len(data):
+        crc, magic, rtype, flags, body_length, found = HEADER.unpack_from(data, at)
+        if (magic == MAGIC and rtype == RecordType.ENQUEUE and not flags and found == seq
+                and at + HEADER_SIZE + body_length == end
+                and zlib.crc32((view if view is not None else memoryview(data))[at + 4 : end]) == crc):
+            klen, tlen = _ENQUEUE.unpack_from(data, at + HEADER_SIZE)
+            return data[at + HEADER_SIZE + _ENQUEUE.size + klen + tlen : end]
+    record = data[at:end]  # damaged, or not that record: the full check says what is wrong
+    _, rtype, found, record_end, reason = check(record, memoryview(record), 0)
+    if not reason:
+        reason = (f"expected enqueue {seq}, found record {found}" if rtype != RecordType.ENQUEUE or found != seq
+                  else "the enqueue record does not fill its span" if record_end != len(record)
+                  else "the enqueue body is shorter than its key and txid lengths")
+    raise CorruptRecord(file, offset, reason)
 
 
 def encode_dequeue(ref: int, txid: bytes) -> list[bytes]:

@@ -27,7 +27,6 @@ from storage.bodies import (
     encode_enqueue,
     encode_file_header,
     encode_ref,
-    payload_at,
     verified_payload,
 )
 from storage.errors import JournalFull, TornWrite
@@ -389,11 +388,7 @@ class Journal:
             view = memoryview(data)
             for k in order[i:j]:
                 _, offset, length, seq = wanted[k]
-                at = offset - start
-                payload = payload_at(data, view, at, length, seq)
-                if payload is None:  # damaged: the full check names what is wrong
-                    payload = verified_payload(data[at : at + length], seq, seg.name, offset)
-                out[k] = payload
+                out[k] = verified_payload(data, seq, seg.name, offset, offset - start, length, view)
             view.release()
             i = j
         return out
