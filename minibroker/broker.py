@@ -248,14 +248,14 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             frames = session.parser.feed(data)
         except ProtocolError as exc:
             frames, error = exc.frames, exc
-        if session.reading_paused or session.held_frames:
+        if session.pause_reasons or session.held_frames:  # reading is paused, or was
             session.held_frames.extend(frames)
             frames = []
         for i, frame in enumerate(frames):
             if not session.is_open:
                 return False
             self._handle(session, frame)
-            if session.reading_paused:
+            if session.pause_reasons:
                 # Flow control stopped this producer: the rest waits, unread.
                 session.held_frames.extend(frames[i + 1 :])
                 break
@@ -368,8 +368,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         except ProtocolError as exc:
             self._fail(session, exc, frame)
             return
-        if session.state is not State.CLOSED:
-            session.state = next_state
+        if next_state is not session.state and session.is_open:
+            session.set_state(next_state)
         if result is not DEFERRED:
             receipt = frame.headers.get("receipt")
             if receipt is not None:
@@ -404,7 +404,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         """Close ``session``: return its messages, drop its subscriptions."""
         if session.state is State.CLOSED and session.id not in self.sessions:
             return
-        session.state = State.CLOSED
+        session.set_state(State.CLOSED)
         session.can_write = False
         self.sessions.pop(session.id, None)
         if notify_edge:

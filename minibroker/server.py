@@ -61,6 +61,8 @@ class _Connection(asyncio.Protocol):
         self.sid = 0
         self.transport: asyncio.Transport | None = None
         self.lost = False
+        #: The transport's buffered bytes as last reported to the core.
+        self.reported_buffered = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -91,7 +93,8 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         if self.transport is not None:
-            self.server.broker.report_buffered(self.sid, self.transport.get_write_buffer_size())
+            self.reported_buffered = self.transport.get_write_buffer_size()
+            self.server.broker.report_buffered(self.sid, self.reported_buffered)
         self.server.broker.set_writable(self.sid, True)
         self.server.flush()
 
@@ -174,12 +177,17 @@ class BrokerServer:
                     break
                 for action in actions:
                     conn = connections.get(action.session)
-                    transport = conn.transport if conn is not None else None
+                    if conn is None:
+                        continue
+                    transport = conn.transport
                     if transport is None or transport.is_closing():
                         continue
                     if type(action) is Write:
                         transport.write(action.data)
-                        broker.report_buffered(action.session, transport.get_write_buffer_size())
+                        buffered = transport.get_write_buffer_size()
+                        if buffered or conn.reported_buffered:  # the usual write leaves nothing: nothing new to say
+                            conn.reported_buffered = buffered
+                            broker.report_buffered(action.session, buffered)
                     elif type(action) is Close:
                         if action.abort:
                             transport.abort()

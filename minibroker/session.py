@@ -83,7 +83,11 @@ class Session:
         self.tag = str(session_id)
         self.peer = peer
         self.parser = parser
+        #: Where the session is in its life; changed only by ``set_state``.
         self.state = State.CONNECTING
+        #: False once CLOSED (kept beside ``state``: the hot paths ask it per frame).
+        self.is_open = True
+        self._transitions = TRANSITIONS[State.CONNECTING]
         #: Negotiated STOMP version ("1.0" until CONNECT says otherwise).
         self.version = "1.0"
         self.client_id: str | None = None
@@ -139,13 +143,15 @@ class Session:
         """Is the broker not reading this socket (frames wait in ``held_frames``)?"""
         return bool(self.pause_reasons)
 
-    @property
-    def is_open(self) -> bool:
-        return self.state is not State.CLOSED
+    def set_state(self, state: State) -> None:
+        """Move to ``state``."""
+        self.state = state
+        self.is_open = state is not State.CLOSED
+        self._transitions = TRANSITIONS[state]
 
     def next_state(self, command: str) -> State:
         """The state after ``command``, or ``ProtocolError`` if not allowed now."""
-        nxt = TRANSITIONS[self.state].get(command)
+        nxt = self._transitions.get(command)
         if nxt is None:
             raise ProtocolError(_WRONG_STATE.get(self.state, "{command} after close").format(command=command))
         return nxt
