@@ -326,7 +326,7 @@ class FrameParser:
             return None
         lines = text.split("\n")
         command = lines[0]
-        if command not in self._plain_commands or len(lines) > self.max_headers:
+        if command not in self._plain_commands or len(command) > self.max_command_length or len(lines) > self.max_headers:
             return None
         headers = ParsedHeaders()
         headers.head = text
@@ -464,6 +464,8 @@ class FrameParser:
                 self._check_size(len(buf) - start)
                 return None, 0
             self._check_size(nul + 1 - start)
+            if nul - body_start > self.max_body_length:
+                raise ProtocolError(f"body exceeds the limit of {self.max_body_length} bytes")
         body = bytes(buf[body_start:nul])
         if body and command not in BODY_COMMANDS:
             raise ProtocolError(f"a {command} frame must not have a body")

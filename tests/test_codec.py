@@ -164,14 +164,66 @@ def test_several_frames_in_one_feed_keep_order() -> None:
         ({"max_headers": 2}, b"SEND\na:1\nb:2\nc:3\n\n\x00", "more than 2 headers"),
         ({"max_body_length": 4}, b"SEND\ncontent-length:5\n\n12345\x00", "exceeds the limit of 4"),
         ({"max_body_length": 4}, b"SEND\n\n12345", "exceeds the limit of 4"),
+        ({"max_body_length": 4}, b"SEND\n\n12345\x00", "exceeds the limit of 4"),  # whole, without content-length
         ({"max_frame_size": 20}, b"SEND\ndestination:/q\n\n0123456789\x00", "frame exceeds"),
         ({"max_frame_size": 20}, b"SEND\ncontent-length:100\n\n", "frame exceeds"),
         ({"max_command_length": 8, "max_headers": 2, "max_header_line_length": 8}, b"SEND\n" + b"a:1\n" * 10, "header block exceeds"),
     ],
 )
-def test_limits(limits: dict, wire: bytes, fragment: str) -> None:
+@pytest.mark.parametrize("version", ["1.0", "1.2"])  # 1.2: a whole frame may take the one-step read
+def test_limits(limits: dict, wire: bytes, fragment: str, version: str) -> None:
     with pytest.raises(ProtocolError, match=fragment):
-        FrameParser(**limits).feed(wire)
+        FrameParser(version=version, **limits).feed(wire)
+
+
+def _outcome(parser: FrameParser, pieces: list[bytes]) -> tuple[list[tuple[str, dict, bytes, str | None]], str | None]:
+    """The frames (with the head each kept) and the error, if any, from feeding ``pieces``."""
+    frames: list[Frame] = []
+    try:
+        for piece in pieces:
+            frames += parser.feed(piece)
+            while parser.awaiting_version:  # after CONNECT: the broker sets the version, then reads on
+                parser.version = "1.2"
+                frames += parser.feed(b"")
+        error = None
+    except ProtocolError as exc:
+        frames += exc.frames
+        error = exc.message
+    return [(f.command, dict(f.headers), f.body, getattr(f.headers, "head", None)) for f in frames], error
+
+
+_LINE_PIECES = st.sampled_from(["destination", "id", "ack", ":", "\\", "\\c", "\\t", "\r", "a", "1", " ", "\u00e9",
+                                "content-length:", "content-length:3", "content-length:\u00b2", "content-length:99"])
+_COMMANDS = st.sampled_from(["SEND"] * 4 + ["ACK", "SUBSCRIBE", "MESSAGE", "BOGUS", "CONNECT", "DISCONNECT", ""])
+
+
+@st.composite
+def _frame_bytes(draw: st.DrawFn) -> bytes:
+    eol = draw(st.sampled_from([b"\n"] * 4 + [b"\r\n"]))
+    plain_line = st.builds("{}:{}".format, st.sampled_from(["destination", "id", "receipt", "x", "content-length"]),
+                           st.sampled_from(["/queue/a", "1", "", "a:b", "0", "3", "99", "\u00e9"]))
+    messy_line = st.lists(_LINE_PIECES, max_size=4).map("".join)
+    lines = [draw(_COMMANDS)] + draw(st.lists(st.one_of(plain_line, plain_line, plain_line, messy_line), max_size=4))
+    body = draw(st.one_of(st.just(b""), st.just(b"abc"), st.binary(max_size=6)))
+    return draw(st.sampled_from([b"", b"\n"])) + eol.join(line.encode() for line in lines) + eol + eol + body + b"\x00"
+
+
+@given(frames=st.lists(_frame_bytes(), min_size=1, max_size=3), version=st.sampled_from(["1.1", "1.2"]),
+       limits=st.fixed_dictionaries({}, optional={"max_header_line_length": st.integers(4, 40),
+                                                  "max_headers": st.integers(0, 3),
+                                                  "max_body_length": st.integers(0, 8),
+                                                  "max_frame_size": st.integers(8, 60)}))
+@settings(max_examples=400, deadline=None)
+def test_a_whole_frame_reads_exactly_as_the_two_phases_read_it(frames: list[bytes], version: str, limits: dict) -> None:
+    """Fed whole, a plain frame takes the one-step read (``_whole_frame``); fed a byte at a
+    time, every frame takes the two phases. Frames and kept heads must agree, and both
+    must fail or neither (fed a byte at a time, a frame over two limits may cross the
+    other one first: both messages are right)."""
+    wire = b"".join(frames)
+    whole, whole_error = _outcome(FrameParser(version=version, **limits), [wire])
+    bytewise, bytewise_error = _outcome(FrameParser(version=version, **limits), [wire[i:i + 1] for i in range(len(wire))])
+    assert whole == bytewise
+    assert (whole_error is None) == (bytewise_error is None), (whole_error, bytewise_error)
 
 
 def test_large_body_fed_in_chunks_is_scanned_once() -> None:
