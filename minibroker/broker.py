@@ -175,7 +175,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         )
         now = self.clock.now()
         # Half for the core's outbox, half for the edge's socket buffer.
-        session = Session(sid, peer, parser, now, max(1, t.write_buffer_limit // 2), self._mark_dirty)
+        # A session with new output goes on the dirty list (``take_actions`` empties it).
+        session = Session(sid, peer, parser, now, max(1, t.write_buffer_limit // 2), self._dirty.append)
         session.tag = self._session_tag(sid)
         self.sessions[sid] = session
         if t.connect_timeout:
@@ -225,9 +226,6 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         session = self.sessions.get(sid)
         if session is not None:
             session.transport_buffered = buffered
-
-    def _mark_dirty(self, session: Session) -> None:
-        self._dirty.append(session)
 
     def receive_data(self, sid: int, data: bytes) -> None:
         """Bytes arrived on connection ``sid``."""
@@ -341,7 +339,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
                     self._resume_dispatch(session)
         actions: list[Action] = []
         if self._dirty:
-            dirty, self._dirty = self._dirty, []
+            dirty = self._dirty.copy()  # emptied in place: every session holds its append
+            self._dirty.clear()
             now = self.clock.now()
             for session in dirty:
                 if not session.outbox:
