@@ -107,6 +107,8 @@ class Consumer:
     def turns(self, message: bytes, n: int) -> bytes:
         """ACK ``message`` and the next n-1; returns the n-th MESSAGE, unacknowledged."""
         for _ in range(n):
+            if not message.startswith(b"MESSAGE\n") or b"\nack:" not in message:
+                raise SystemExit(f"expected a MESSAGE with an ack header, got: {message[:200]!r}")
             at = message.index(b"\nack:") + 5
             self.sock.sendall(b"ACK\nid:" + message[at:message.index(b"\n", at)] + b"\n\n\x00")
             message = self.frame()

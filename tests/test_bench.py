@@ -101,3 +101,16 @@ def test_cost_measures_every_scenario_and_refuses_an_unknown_one() -> None:
     bad = subprocess.run([sys.executable, str(BENCH / "cost.py"), "--scenarios", "topic"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "unknown scenario 'topic'" in bad.stderr, bad.stderr
+
+
+def test_turn_measures_the_broker_and_the_asyncio_floor() -> None:
+    """bench/turn.py drives D's ACK -> MESSAGE turn through the real server (and a bare asyncio one)."""
+    p = subprocess.run([sys.executable, str(BENCH / "turn.py"), "--messages", "300", "--floor"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    rows = dict(re.findall(r"^\| (minibroker|asyncio floor) \| ([\d,]+) \| [\d.]+ \| [\d.]+ \|$", p.stdout, re.M))
+    assert set(rows) == {"minibroker", "asyncio floor"}, p.stdout
+    assert all(int(rate.replace(",", "")) > 0 for rate in rows.values()), p.stdout
+    bad = subprocess.run([sys.executable, str(BENCH / "turn.py"), "--messages", "0"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "--messages must be at least 1, not 0" in bad.stderr, bad.stderr
