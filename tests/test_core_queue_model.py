@@ -1,0 +1,228 @@
+"""Queue semantics against a model, under any interleaving (hypothesis state machines).
+
+Two producers send to one queue while consumers come and go: each subscribes
+with an ack mode and a prefetch of its own, acknowledges or rejects what it
+holds, unsubscribes, disconnects or drops its socket. After every step the
+broker must agree with a model of what a queue promises:
+
+- nothing is delivered that was not sent, and nothing acknowledged comes back;
+- a consumer in a client mode never holds more than its prefetch;
+- a message delivered again carries ``redelivered:true``, a first delivery does not;
+- each consumer sees every producer's first deliveries in the order they were sent;
+- at the end, a last consumer drains exactly the messages not yet consumed,
+  each once: nothing is lost or duplicated (with persistent messages, across
+  restarts of the broker too).
+
+The same machine runs on a broker that keeps everything in memory, and on two
+whose 16 kB memory limit makes the cursors page (issue 5): persistent messages
+out to the journal and back in (the store cursor), non-persistent ones to the
+temp store (the file cursor). Paging must change none of it.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from minibroker.config import BrokerConfig, parse_config
+from minibroker.frames import Frame
+from minibroker.sim import VirtualClient, VirtualNetwork
+
+QUEUE = "/queue/model"
+SLOTS = 3
+MODES = ("auto", "client", "client-individual")
+
+
+class _Consumer:
+    """One consumer in the model: its client, mode, prefetch and what it holds unacknowledged."""
+
+    def __init__(self, client: VirtualClient, mode: str, prefetch: int) -> None:
+        self.client = client
+        self.mode = mode
+        self.prefetch = prefetch
+        self.seen = 0  # MESSAGE frames already checked
+        self.held: list[Frame] = []  # delivered, not yet acknowledged, in delivery order
+        self.last_first_delivery: dict[str, int] = {}  # producer -> last index delivered for the first time
+
+
+class QueueModel(RuleBasedStateMachine):
+    """A queue under random producers and consumers, checked against the model above."""
+
+    config: BrokerConfig = BrokerConfig()
+    persistent = False
+    on_disk = False  # a data directory: journals, and the temp store for spilled messages
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data_dir = tempfile.mkdtemp(prefix="minibroker-model-") if self.on_disk else None
+        self.net = VirtualNetwork(self.config, data_dir=self.data_dir)
+        self.producers = [self.net.connected_client(f"p{i}") for i in range(2)]
+        self.sent: dict[bytes, tuple[str, int]] = {}  # body -> (producer, index)
+        self.next_index = [0, 0]
+        self.consumed: set[bytes] = set()
+        self.delivered: set[bytes] = set()
+        self.consumers: list[_Consumer | None] = [None] * SLOTS
+        self.serial = 0
+
+    def teardown(self) -> None:
+        try:
+            for slot in range(SLOTS):
+                if self.consumers[slot] is not None:
+                    self.drop(slot)
+                    self._take_deliveries()  # what it held may have gone to another consumer
+            drain = self.net.connected_client("drain")
+            drain.subscribe(QUEUE, "drain", "auto")
+            self._no_errors(drain)
+            bodies = drain.bodies()
+            assert len(bodies) == len(set(bodies)), "the drain got a message twice"
+            assert not set(bodies) & self.consumed, "a consumed message came back"
+            assert set(bodies) | self.consumed == set(self.sent), (
+                f"lost: {sorted(set(self.sent) - self.consumed - set(bodies))[:5]}")
+        finally:
+            self.net.stop()
+            if self.data_dir is not None:
+                shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    # -- producers
+    @rule(producer=st.integers(0, 1), count=st.integers(1, 4))
+    def send(self, producer: int, count: int) -> None:
+        for _ in range(count):
+            index = self.next_index[producer]
+            self.next_index[producer] += 1
+            body = f"p{producer}-{index}".encode()
+            self.sent[body] = (f"p{producer}", index)
+            headers = {"persistent": "true"} if self.persistent else {}
+            self.producers[producer].send(QUEUE, body, **headers)
+
+    # -- consumers
+    @rule(slot=st.integers(0, SLOTS - 1), mode=st.sampled_from(MODES), prefetch=st.integers(1, 3))
+    def subscribe(self, slot: int, mode: str, prefetch: int) -> None:
+        if self.consumers[slot] is not None:
+            return
+        self.serial += 1
+        client = self.net.connected_client(f"c{self.serial}")
+        consumer = _Consumer(client, mode, prefetch)
+        self.consumers[slot] = consumer
+        client.subscribe(QUEUE, "s", mode, **{"activemq.prefetchSize": str(prefetch)})
+        self._take_deliveries()
+
+    def _held(self, slot: int) -> _Consumer | None:
+        consumer = self.consumers[slot]
+        return consumer if consumer is not None and consumer.held else None
+
+    @precondition(lambda self: any(c is not None and c.held for c in self.consumers))
+    @rule(slot=st.integers(0, SLOTS - 1), pick=st.integers(0, 2), nack=st.booleans())
+    def settle(self, slot: int, pick: int, nack: bool) -> None:
+        consumer = self._held(slot)
+        if consumer is None:
+            return
+        message = consumer.held[min(pick, len(consumer.held) - 1)]
+        at = consumer.held.index(message)
+        settled = consumer.held[: at + 1] if consumer.mode == "client" else [message]
+        consumer.held = [m for m in consumer.held if m not in settled]
+        if nack:
+            consumer.client.nack(message)
+        else:
+            consumer.client.ack(message)
+            self.consumed.update(m.body for m in settled)
+        self._take_deliveries()
+
+    @rule(slot=st.integers(0, SLOTS - 1), how=st.sampled_from(["unsubscribe", "disconnect", "drop"]))
+    def leave(self, slot: int, how: str) -> None:
+        consumer = self.consumers[slot]
+        if consumer is None:
+            return
+        if how == "unsubscribe":
+            consumer.client.send_frame("UNSUBSCRIBE", {"id": "s"})
+            self._take_deliveries()  # nothing more may arrive for it
+            consumer.client.drop()
+        elif how == "disconnect":
+            consumer.client.disconnect()
+        else:
+            consumer.client.drop()
+        self.consumers[slot] = None
+        self._take_deliveries()
+
+    @precondition(lambda self: self.persistent)
+    @rule()
+    def restart(self) -> None:
+        """The broker stops and starts again on its journals: every client is cut off."""
+        self._take_deliveries()
+        self.net.restart()
+        self.consumers = [None] * SLOTS
+        self.producers = [self.net.connected_client(f"p{i}") for i in range(2)]
+
+    def drop(self, slot: int) -> None:
+        consumer = self.consumers[slot]
+        assert consumer is not None
+        consumer.client.drop()
+        self.consumers[slot] = None
+
+    # -- checking every delivery against the model
+    def _no_errors(self, client: VirtualClient) -> None:
+        errors = client.frames("ERROR")
+        assert not errors, f"{client.name}: {errors[0].headers.get('message')}"
+
+    def _take_deliveries(self) -> None:
+        for consumer in self.consumers:
+            if consumer is None:
+                continue
+            self._no_errors(consumer.client)
+            messages = consumer.client.messages()
+            for message in messages[consumer.seen:]:
+                body = message.body
+                assert body in self.sent, f"delivered {body!r}, never sent"
+                assert body not in self.consumed, f"{body!r} was acknowledged, and came back"
+                again = body in self.delivered
+                assert (message.headers.get("redelivered") == "true") == again, (
+                    f"{body!r}: redelivered header {message.headers.get('redelivered')!r}, delivered before: {again}")
+                if not again:
+                    producer, index = self.sent[body]
+                    last = consumer.last_first_delivery.get(producer, -1)
+                    assert index > last, f"{body!r} came after {producer}-{last}: out of the order it was sent in"
+                    consumer.last_first_delivery[producer] = index
+                self.delivered.add(body)
+                if consumer.mode == "auto":
+                    self.consumed.add(body)
+                else:
+                    consumer.held.append(message)
+            consumer.seen = len(messages)
+
+    @invariant()
+    def deliveries_agree_with_the_model(self) -> None:
+        self._take_deliveries()
+        for consumer in self.consumers:
+            if consumer is not None and consumer.mode != "auto":
+                assert len(consumer.held) <= consumer.prefetch, (
+                    f"{consumer.client.name} holds {len(consumer.held)} unacknowledged, prefetch {consumer.prefetch}")
+
+
+_SETTINGS = settings(max_examples=100, stateful_step_count=50, deadline=None,
+                     suppress_health_check=[HealthCheck.too_slow])
+_LIMITED = {"system_usage": {"memory_limit": "16 kb"}, "store": {"fsync": "never", "journal_max_file_length": "64 kb"}}
+
+
+class PagingQueueModel(QueueModel):
+    """The same, persistent, under a memory limit that makes the store cursor page."""
+
+    config = parse_config(_LIMITED)
+    persistent = True
+    on_disk = True
+
+
+class SpillingQueueModel(QueueModel):
+    """The same, non-persistent, under the same limit: the file cursor spills to the temp store."""
+
+    config = parse_config({**_LIMITED, "destination_policy": [{"queue": ">", "pending_cursor": "file"}]})
+    on_disk = True
+
+
+TestQueueInMemory = QueueModel.TestCase
+TestQueueInMemory.settings = _SETTINGS
+TestQueueThroughTheStoreCursor = PagingQueueModel.TestCase
+TestQueueThroughTheStoreCursor.settings = _SETTINGS
+TestQueueThroughTheTempStore = SpillingQueueModel.TestCase
+TestQueueThroughTheTempStore.settings = _SETTINGS
