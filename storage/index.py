@@ -121,6 +121,11 @@ class JournalIndex:
         pos = self.table.find(seq)
         return pos if pos >= 0 and self.table.states[pos] == LIVE else -1
 
+    def pending_in(self, seq: int, txid: bytes) -> bool:
+        """Is ``seq`` an enqueue pending in the open transaction ``txid``?"""
+        tx = self.txs.get(txid)
+        return tx is not None and seq in tx.enqueues
+
     def holds(self, seq: int) -> bool:
         """Is ``seq`` a live or transaction-pending enqueue?"""
         return self.table.find(seq) >= 0
@@ -178,7 +183,9 @@ class JournalIndex:
         stats = self._note(file_id, seq, end)
         table = self.table
         pos = table.find(ref)
-        if pos >= 0 and table.states[pos] != LIVE:
+        if pos >= 0 and table.states[pos] != LIVE and not txid:
+            # A pending enqueue is dequeued only in its own transaction (the journal
+            # checks that): its commit makes the enqueue live, then applies the dequeue.
             pos = -1
         if not txid:
             if pos >= 0:

@@ -234,10 +234,14 @@ class Journal:
         return Location(seq, fid, offset, length)
 
     def dequeue(self, enqueue_seq: int, txid: TxId | None = None) -> int:
-        """Remove a live message (at ``commit(txid)`` if given); returns the record's seq."""
-        if not self._index.is_live(enqueue_seq):
-            raise KeyError(f"no live enqueue with seq {enqueue_seq}")
+        """Remove a live message (at ``commit(txid)`` if given); returns the record's seq.
+
+        A transaction may also dequeue what it enqueued itself (a message sent
+        and consumed before its COMMIT): neither counts until the commit, and
+        an abort drops both."""
         t = self._txid(txid)
+        if not self._index.is_live(enqueue_seq) and not (t and self._index.pending_in(enqueue_seq, t)):
+            raise KeyError(f"no live enqueue with seq {enqueue_seq}")
         with self._lock:
             seq, fid, offset = self._append(
                 RecordType.DEQUEUE, encode_dequeue(enqueue_seq, t), _DEQUEUE_FIXED + len(t)

@@ -290,6 +290,25 @@ class TestTransactions:
         assert c.bodies() == [b"kept", b"kept"]
         assert c.messages()[1].headers["redelivered"] == "true"
 
+    def test_a_persistent_commit_may_deliver_to_an_auto_consumer_at_once(self, tmp_path) -> None:
+        """The COMMIT routes its sends while its journal transaction is still open: an
+        auto-ack consumer consumes one before the TX_COMMIT is written (the journal lets a
+        transaction dequeue its own enqueue; this raised KeyError in the broker before)."""
+        net = VirtualNetwork(data_dir=tmp_path)
+        c = net.connected_client()
+        c.subscribe("/queue/txp")
+        p = net.connected_client()
+        p.send_frame("BEGIN", {"transaction": "t"})
+        p.send("/queue/txp", "a", transaction="t", persistent="true")
+        p.send_frame("COMMIT", {"transaction": "t", "receipt": "done"})
+        assert c.bodies() == [b"a"]
+        assert p.last() is not None and p.last().headers.get("receipt-id") == "done"
+        net.restart()  # consumed for good: nothing comes back
+        again = net.connected_client()
+        again.subscribe("/queue/txp")
+        assert again.bodies() == []
+        net.stop()
+
     def test_lost_connection_rolls_back(self, net: VirtualNetwork) -> None:
         c = net.connected_client()
         c.subscribe("/queue/tx3", "s", "client-individual")

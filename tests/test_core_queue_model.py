@@ -9,6 +9,9 @@ broker must agree with a model of what a queue promises:
 - a consumer in a client mode never holds more than its prefetch;
 - a message delivered again carries ``redelivered:true``, a first delivery does not;
 - each consumer sees every producer's first deliveries in the order they were sent;
+- transactions: a transacted send enters the queue (and the order) at COMMIT and
+  never after ABORT; a transacted ack takes effect at COMMIT, and after ABORT
+  the message is delivered again;
 - at the end, a last consumer drains exactly the messages not yet consumed,
   each once: nothing is lost or duplicated (with persistent messages, across
   restarts of the broker too).
@@ -45,13 +48,16 @@ class _Consumer:
         self.prefetch = prefetch
         self.seen = 0  # MESSAGE frames already checked
         self.held: list[Frame] = []  # delivered, not yet acknowledged, in delivery order
+        self.tx: list[bytes] | None = None  # in an open transaction: the bodies it acknowledged
         self.last_first_delivery: dict[str, int] = {}  # producer -> last index delivered for the first time
 
 
 class QueueModel(RuleBasedStateMachine):
     """A queue under random producers and consumers, checked against the model above."""
 
-    config: BrokerConfig = BrokerConfig()
+    # Redelivered without limit: a message past maximum_redeliveries leaves for the DLQ,
+    # which the dead-letter tests cover; here every message must stay in the queue.
+    config: BrokerConfig = parse_config({"destination_policy": [{"queue": ">", "maximum_redeliveries": -1}]})
     persistent = False
     on_disk = False  # a data directory: journals, and the temp store for spilled messages
 
@@ -60,8 +66,10 @@ class QueueModel(RuleBasedStateMachine):
         self.data_dir = tempfile.mkdtemp(prefix="minibroker-model-") if self.on_disk else None
         self.net = VirtualNetwork(self.config, data_dir=self.data_dir)
         self.producers = [self.net.connected_client(f"p{i}") for i in range(2)]
-        self.sent: dict[bytes, tuple[str, int]] = {}  # body -> (producer, index)
+        self.sent: dict[bytes, tuple[str, int]] = {}  # body -> (producer, its place in the queue's order)
         self.next_index = [0, 0]
+        self.next_body = 0
+        self.producer_tx: list[list[bytes] | None] = [None, None]  # sends held by an open transaction
         self.consumed: set[bytes] = set()
         self.delivered: set[bytes] = set()
         self.consumers: list[_Consumer | None] = [None] * SLOTS
@@ -87,15 +95,40 @@ class QueueModel(RuleBasedStateMachine):
                 shutil.rmtree(self.data_dir, ignore_errors=True)
 
     # -- producers
+    def _enters_queue(self, producer: int, body: bytes) -> None:
+        """``body`` is in the queue now (sent, or its transaction committed): its place in the order."""
+        self.sent[body] = (f"p{producer}", self.next_index[producer])
+        self.next_index[producer] += 1
+
     @rule(producer=st.integers(0, 1), count=st.integers(1, 4))
     def send(self, producer: int, count: int) -> None:
+        tx = self.producer_tx[producer]
         for _ in range(count):
-            index = self.next_index[producer]
-            self.next_index[producer] += 1
-            body = f"p{producer}-{index}".encode()
-            self.sent[body] = (f"p{producer}", index)
+            body = f"p{producer}-{self.next_body}".encode()
+            self.next_body += 1
             headers = {"persistent": "true"} if self.persistent else {}
+            if tx is not None:
+                headers["transaction"] = f"tx-p{producer}"
+                tx.append(body)
             self.producers[producer].send(QUEUE, body, **headers)
+            if tx is None:
+                self._enters_queue(producer, body)
+        self._take_deliveries()
+
+    @rule(producer=st.integers(0, 1), commit=st.booleans())
+    def producer_transaction(self, producer: int, commit: bool) -> None:
+        """BEGIN a transaction, or end the open one: COMMIT (its sends enter the queue) or ABORT."""
+        client, tx = self.producers[producer], self.producer_tx[producer]
+        if tx is None:
+            client.send_frame("BEGIN", {"transaction": f"tx-p{producer}"})
+            self.producer_tx[producer] = []
+            return
+        client.send_frame("COMMIT" if commit else "ABORT", {"transaction": f"tx-p{producer}"})
+        self.producer_tx[producer] = None
+        if commit:
+            for body in tx:
+                self._enters_queue(producer, body)
+        self._take_deliveries()
 
     # -- consumers
     @rule(slot=st.integers(0, SLOTS - 1), mode=st.sampled_from(MODES), prefetch=st.integers(1, 3))
@@ -123,11 +156,32 @@ class QueueModel(RuleBasedStateMachine):
         at = consumer.held.index(message)
         settled = consumer.held[: at + 1] if consumer.mode == "client" else [message]
         consumer.held = [m for m in consumer.held if m not in settled]
+        headers = {"transaction": "tx-c"} if consumer.tx is not None else {}
         if nack:
-            consumer.client.nack(message)
+            consumer.client.nack(message, **headers)
         else:
-            consumer.client.ack(message)
-            self.consumed.update(m.body for m in settled)
+            consumer.client.ack(message, **headers)
+            if consumer.tx is None:
+                self.consumed.update(m.body for m in settled)
+            else:
+                consumer.tx.extend(m.body for m in settled)
+        self._take_deliveries()
+
+    @rule(slot=st.integers(0, SLOTS - 1), commit=st.booleans())
+    def consumer_transaction(self, slot: int, commit: bool) -> None:
+        """BEGIN a transaction for acks, or end the open one: COMMIT (its acks take effect)
+        or ABORT (what it acknowledged or rejected is delivered again)."""
+        consumer = self.consumers[slot]
+        if consumer is None:
+            return
+        if consumer.tx is None:
+            consumer.client.send_frame("BEGIN", {"transaction": "tx-c"})
+            consumer.tx = []
+            return
+        consumer.client.send_frame("COMMIT" if commit else "ABORT", {"transaction": "tx-c"})
+        if commit:
+            self.consumed.update(consumer.tx)
+        consumer.tx = None
         self._take_deliveries()
 
     @rule(slot=st.integers(0, SLOTS - 1), how=st.sampled_from(["unsubscribe", "disconnect", "drop"]))
@@ -151,9 +205,10 @@ class QueueModel(RuleBasedStateMachine):
     def restart(self) -> None:
         """The broker stops and starts again on its journals: every client is cut off."""
         self._take_deliveries()
-        self.net.restart()
+        self.net.restart()  # open transactions die with their connections
         self.consumers = [None] * SLOTS
         self.producers = [self.net.connected_client(f"p{i}") for i in range(2)]
+        self.producer_tx = [None, None]
 
     def drop(self, slot: int) -> None:
         consumer = self.consumers[slot]
@@ -202,7 +257,8 @@ class QueueModel(RuleBasedStateMachine):
 
 _SETTINGS = settings(max_examples=100, stateful_step_count=50, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow])
-_LIMITED = {"system_usage": {"memory_limit": "16 kb"}, "store": {"fsync": "never", "journal_max_file_length": "64 kb"}}
+_LIMITED = {"system_usage": {"memory_limit": "16 kb"}, "store": {"fsync": "never", "journal_max_file_length": "64 kb"},
+            "destination_policy": [{"queue": ">", "maximum_redeliveries": -1}]}
 
 
 class PagingQueueModel(QueueModel):
@@ -216,7 +272,8 @@ class PagingQueueModel(QueueModel):
 class SpillingQueueModel(QueueModel):
     """The same, non-persistent, under the same limit: the file cursor spills to the temp store."""
 
-    config = parse_config({**_LIMITED, "destination_policy": [{"queue": ">", "pending_cursor": "file"}]})
+    config = parse_config({**_LIMITED, "destination_policy": [{"queue": ">", "maximum_redeliveries": -1,
+                                                               "pending_cursor": "file"}]})
     on_disk = True
 
 

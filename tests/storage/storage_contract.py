@@ -166,6 +166,26 @@ class JournalContract:
         j.close()
         assert [r.seq for r in open_journal().recovered()] == [b.seq, c.seq]
 
+    def test_a_transaction_may_dequeue_what_it_enqueued(self, open_journal: Opener) -> None:
+        """A message sent and consumed inside one transaction (a broker's COMMIT that
+        delivers its own send to an auto-ack consumer): nothing of it counts before the
+        commit, nothing is left after it, and an abort drops both."""
+        j = open_journal()
+        kept = j.enqueue(b"q", body(0))
+        for txid, end in (("t1", j.commit), ("t2", j.abort)):
+            sent = j.enqueue(b"q", body(1), txid=txid)
+            j.dequeue(sent.seq, txid=txid)
+            assert j.live_count == 1
+            end(txid)
+            assert j.live_count == 1
+        other = j.enqueue(b"q", body(2), txid="t3")
+        with pytest.raises(KeyError):
+            j.dequeue(other.seq, txid="t4")  # another transaction's pending enqueue
+        with pytest.raises(KeyError):
+            j.dequeue(other.seq)  # nor outside any transaction
+        j.close()
+        assert [r.seq for r in open_journal().recovered()] == [kept.seq]
+
     def test_a_reused_txid_does_not_adopt_an_unfinished_transaction(
         self, open_journal: Opener
     ) -> None:

@@ -34,6 +34,7 @@ OPS = st.lists(
         st.tuples(st.just("enqueue"), TXIDS, st.sampled_from([b"a", b"b"]), PAYLOADS),
         st.tuples(st.just("dequeue"), TXIDS, PICKS),
         st.tuples(st.just("deliver"), PICKS),
+        st.tuples(st.just("consume_own"), st.sampled_from(["t1", "t2"]), PICKS),
         st.tuples(st.just("commit"), st.sampled_from(["t1", "t2"])),
         st.tuples(st.just("abort"), st.sampled_from(["t1", "t2"])),
         st.tuples(st.just("churn"), st.integers(1, 12)),
@@ -96,6 +97,13 @@ def apply(j: Journal, config: JournalConfig, model: Model, op: tuple[object, ...
                 model.tx(txid)[1].append(seq)  # type: ignore[arg-type]
             else:
                 del model.live[seq]
+    elif kind == "consume_own":  # a transaction dequeues what it enqueued itself
+        _, txid, n = op
+        own = sorted(set(model.tx(txid)[0]) - set(model.tx(txid)[1]))  # type: ignore[arg-type]
+        if own:
+            seq = own[n % len(own)]  # type: ignore[operator]
+            j.dequeue(seq, txid=txid)  # type: ignore[arg-type]
+            model.tx(txid)[1].append(seq)  # type: ignore[arg-type]
     elif kind == "deliver":
         seq = model.pick(op[1])  # type: ignore[arg-type]
         if seq is not None:
