@@ -186,6 +186,13 @@ class StoreHooks:
         except StorageError as exc:
             log.error("%s: could not journal %s for durable subscription %s: %s", topic.address, message.message_id, key, exc)
 
+    def mark_durable_delivered(self, state: DurableState, message: Message) -> None:
+        """A persistent message went to a client-ack durable subscriber: note it on
+        that subscription's stored copy, for recovery (as ``mark_delivered`` for a queue)."""
+        ref = state.refs.get(message.seq)
+        if ref is not None and self.store is not None:
+            self.store.mark_delivered(ref)
+
     def settle_durable(self, state: DurableState, message: Message) -> None:
         ref = state.refs.pop(message.seq, None)
         if ref is not None and self.store is not None:

@@ -202,6 +202,9 @@ class Topic(Destination):
     def on_delivered(self, sub: "Subscription", message: "Message") -> None:
         if sub.auto:
             self._settle(sub.durable, message)
+        elif sub.durable is not None and not sub.browser:
+            # Its stored copy is marked, so that after a restart it comes back redelivered.
+            self.broker.mark_durable_delivered(sub.durable, message)
         super().on_delivered(sub, message)
 
     def _settle(self, state: "DurableState | None", message: "Message") -> None:

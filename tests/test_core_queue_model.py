@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from delivery_checks import check_delivery
 from minibroker.config import BrokerConfig, parse_config
 from minibroker.frames import Frame
 from minibroker.sim import VirtualClient, VirtualNetwork
@@ -231,15 +232,7 @@ class QueueModel(RuleBasedStateMachine):
                 body = message.body
                 assert body in self.sent, f"delivered {body!r}, never sent"
                 assert body not in self.consumed, f"{body!r} was acknowledged, and came back"
-                again = body in self.delivered
-                assert (message.headers.get("redelivered") == "true") == again, (
-                    f"{body!r}: redelivered header {message.headers.get('redelivered')!r}, delivered before: {again}")
-                if not again:
-                    producer, index = self.sent[body]
-                    last = consumer.last_first_delivery.get(producer, -1)
-                    assert index > last, f"{body!r} came after {producer}-{last}: out of the order it was sent in"
-                    consumer.last_first_delivery[producer] = index
-                self.delivered.add(body)
+                check_delivery(consumer.client.name, message, self.delivered, self.sent, consumer.last_first_delivery)
                 if consumer.mode == "auto":
                     self.consumed.add(body)
                 else:

@@ -122,6 +122,20 @@ class TestRestart:
         again.subscribe("/topic/news", "s", selector="kind = 'keep'", **{"activemq.subscriptionName": "reader"})
         assert again.bodies() == []  # consumed (auto ack) before the second restart
 
+    def test_a_durable_message_delivered_before_a_restart_comes_back_redelivered(self, tmp_path: Path) -> None:
+        """As a queue's: its stored copy is marked when it goes to a client-ack durable subscriber."""
+        net = persistent_net(tmp_path)
+        d = net.client("d")
+        d.connect(client_id="app")
+        d.subscribe("/topic/t", "s", "client-individual", **{"activemq.subscriptionName": "r"})
+        net.connected_client().send("/topic/t", "held", persistent="true")
+        assert d.bodies() == [b"held"] and "redelivered" not in d.messages()[0].headers
+        net.restart()
+        back = net.client("back")
+        back.connect(client_id="app")
+        back.subscribe("/topic/t", "s", "client-individual", **{"activemq.subscriptionName": "r"})
+        assert back.bodies() == [b"held"] and back.messages()[0].headers.get("redelivered") == "true"
+
     def test_dead_lettered_messages_persist_in_the_dlq(self, tmp_path: Path) -> None:
         net = persistent_net(tmp_path, {"destination_policy": [{"queue": ">", "maximum_redeliveries": 0}]})
         c = net.connected_client()
