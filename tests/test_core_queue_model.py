@@ -8,10 +8,13 @@ broker must agree with a model of what a queue promises:
 - nothing is delivered that was not sent, and nothing acknowledged comes back;
 - a consumer in a client mode never holds more than its prefetch;
 - a message delivered again carries ``redelivered:true``, a first delivery does not;
+- no message is delivered after it expired (virtual time moves on too);
 - each consumer sees every producer's first deliveries in the order they were sent;
 - transactions: a transacted send enters the queue (and the order) at COMMIT and
   never after ABORT; a transacted ack takes effect at COMMIT, and after ABORT
   the message is delivered again;
+- a SEND parked by producer flow control (no RECEIPT yet) may be lost to a
+  restart, as it was never acknowledged; at the end none is still parked;
 - at the end, a last consumer drains exactly the messages not yet consumed,
   each once: nothing is lost or duplicated (with persistent messages, across
   restarts of the broker too).
@@ -19,7 +22,9 @@ broker must agree with a model of what a queue promises:
 The same machine runs on a broker that keeps everything in memory, and on two
 whose 16 kB memory limit makes the cursors page (issue 5): persistent messages
 out to the journal and back in (the store cursor), non-persistent ones to the
-temp store (the file cursor). Paging must change none of it.
+temp store (the file cursor), and through the store cursor of a queue that
+orders by priority (first deliveries then keep each producer's order within a
+priority). Paging must change none of it.
 """
 from __future__ import annotations
 
@@ -60,6 +65,7 @@ class QueueModel(RuleBasedStateMachine):
     # which the dead-letter tests cover; here every message must stay in the queue.
     config: BrokerConfig = parse_config({"destination_policy": [{"queue": ">", "maximum_redeliveries": -1}]})
     persistent = False
+    prioritized = False  # the queue dispatches higher priorities first: order holds per producer and priority
     on_disk = False  # a data directory: journals, and the temp store for spilled messages
 
     def __init__(self) -> None:
@@ -67,8 +73,16 @@ class QueueModel(RuleBasedStateMachine):
         self.data_dir = tempfile.mkdtemp(prefix="minibroker-model-") if self.on_disk else None
         self.net = VirtualNetwork(self.config, data_dir=self.data_dir)
         self.producers = [self.net.connected_client(f"p{i}") for i in range(2)]
-        self.sent: dict[bytes, tuple[str, int]] = {}  # body -> (producer, its place in the queue's order)
-        self.next_index = [0, 0]
+        # body -> (its order: the producer, and its priority where the queue orders by it; its place there)
+        self.sent: dict[bytes, tuple[str, int]] = {}
+        self.next_index: dict[str, int] = {}
+        self.priority: dict[bytes, int] = {}
+        self.expires: dict[bytes, int] = {}  # body -> expiry (ms since the epoch on the virtual clock); 0: never
+        # receipt id -> the bodies it confirms. A SEND parked by producer flow control has no
+        # RECEIPT yet: a restart may lose it (it was never acknowledged), nothing else may.
+        self.unconfirmed: dict[str, list[bytes]] = {}
+        self.receipts_read = [0, 0]
+        self.operation_started = self.net.clock.wall_ms()
         self.next_body = 0
         self.producer_tx: list[list[bytes] | None] = [None, None]  # sends held by an open transaction
         self.consumed: set[bytes] = set()
@@ -86,10 +100,15 @@ class QueueModel(RuleBasedStateMachine):
             drain.subscribe(QUEUE, "drain", "auto")
             self._no_errors(drain)
             bodies = drain.bodies()
+            self._confirm()
+            assert not self.unconfirmed, f"SENDs still parked after the drain: {sorted(self.unconfirmed)[:5]}"
             assert len(bodies) == len(set(bodies)), "the drain got a message twice"
             assert not set(bodies) & self.consumed, "a consumed message came back"
-            assert set(bodies) | self.consumed == set(self.sent), (
-                f"lost: {sorted(set(self.sent) - self.consumed - set(bodies))[:5]}")
+            now = self.net.clock.wall_ms()
+            expired = {b for b in self.sent if 0 < self.expires[b] <= now}
+            assert not set(bodies) & expired, f"drained expired messages: {sorted(set(bodies) & expired)[:5]}"
+            assert set(bodies) | self.consumed | expired == set(self.sent), (
+                f"lost: {sorted(set(self.sent) - self.consumed - expired - set(bodies))[:5]}")
         finally:
             self.net.stop()
             if self.data_dir is not None:
@@ -98,19 +117,30 @@ class QueueModel(RuleBasedStateMachine):
     # -- producers
     def _enters_queue(self, producer: int, body: bytes) -> None:
         """``body`` is in the queue now (sent, or its transaction committed): its place in the order."""
-        self.sent[body] = (f"p{producer}", self.next_index[producer])
-        self.next_index[producer] += 1
+        order = f"p{producer}/priority {self.priority[body]}" if self.prioritized else f"p{producer}"
+        self.sent[body] = (order, self.next_index.get(order, 0))
+        self.next_index[order] = self.sent[body][1] + 1
 
-    @rule(producer=st.integers(0, 1), count=st.integers(1, 4))
-    def send(self, producer: int, count: int) -> None:
+    @rule(producer=st.integers(0, 1), count=st.integers(1, 4), priority=st.integers(0, 9),
+          ttl=st.sampled_from([0, 0, 0, 100, 1000]))
+    def send(self, producer: int, count: int, priority: int, ttl: int) -> None:
         tx = self.producer_tx[producer]
         for _ in range(count):
             body = f"p{producer}-{self.next_body}".encode()
             self.next_body += 1
-            headers = {"persistent": "true"} if self.persistent else {}
+            self.priority[body] = priority
+            self.expires[body] = self.net.clock.wall_ms() + ttl if ttl else 0
+            headers = {"priority": str(priority)}
+            if ttl:
+                headers["expires"] = str(self.expires[body])
+            if self.persistent:
+                headers["persistent"] = "true"
             if tx is not None:
                 headers["transaction"] = f"tx-p{producer}"
                 tx.append(body)
+            else:
+                headers["receipt"] = body.decode()
+                self.unconfirmed[headers["receipt"]] = [body]
             self.producers[producer].send(QUEUE, body, **headers)
             if tx is None:
                 self._enters_queue(producer, body)
@@ -124,11 +154,15 @@ class QueueModel(RuleBasedStateMachine):
             client.send_frame("BEGIN", {"transaction": f"tx-p{producer}"})
             self.producer_tx[producer] = []
             return
-        client.send_frame("COMMIT" if commit else "ABORT", {"transaction": f"tx-p{producer}"})
-        self.producer_tx[producer] = None
         if commit:
+            receipt = f"commit-{self.next_body}-p{producer}"
+            self.unconfirmed[receipt] = list(tx)
+            client.send_frame("COMMIT", {"transaction": f"tx-p{producer}", "receipt": receipt})
             for body in tx:
                 self._enters_queue(producer, body)
+        else:
+            client.send_frame("ABORT", {"transaction": f"tx-p{producer}"})
+        self.producer_tx[producer] = None
         self._take_deliveries()
 
     # -- consumers
@@ -201,12 +235,26 @@ class QueueModel(RuleBasedStateMachine):
         self.consumers[slot] = None
         self._take_deliveries()
 
+    @rule(ms=st.sampled_from([10, 150, 1500]))
+    def time_passes(self, ms: int) -> None:
+        """Virtual time moves on: messages expire (and timers run)."""
+        self._take_deliveries()
+        self.operation_started = self.net.clock.wall_ms()
+        self.net.advance(ms / 1000)
+        self._take_deliveries()  # delivered during the advance: not expired when it began
+        self.operation_started = self.net.clock.wall_ms()
+
     @precondition(lambda self: self.persistent)
     @rule()
     def restart(self) -> None:
         """The broker stops and starts again on its journals: every client is cut off."""
         self._take_deliveries()
-        self.net.restart()  # open transactions die with their connections
+        self.net.restart()  # open transactions die with their connections, and parked SENDs
+        for bodies in self.unconfirmed.values():
+            for body in bodies:
+                del self.sent[body]
+        self.unconfirmed.clear()
+        self.receipts_read = [0, 0]
         self.consumers = [None] * SLOTS
         self.producers = [self.net.connected_client(f"p{i}") for i in range(2)]
         self.producer_tx = [None, None]
@@ -222,7 +270,17 @@ class QueueModel(RuleBasedStateMachine):
         errors = client.frames("ERROR")
         assert not errors, f"{client.name}: {errors[0].headers.get('message')}"
 
+    def _confirm(self) -> None:
+        """Take the producers' RECEIPTs: what they confirm is in the queue for good."""
+        for i, producer in enumerate(self.producers):
+            self._no_errors(producer)
+            receipts = producer.frames("RECEIPT")
+            for receipt in receipts[self.receipts_read[i]:]:
+                self.unconfirmed.pop(receipt.headers["receipt-id"], None)
+            self.receipts_read[i] = len(receipts)
+
     def _take_deliveries(self) -> None:
+        self._confirm()
         for consumer in self.consumers:
             if consumer is None:
                 continue
@@ -232,6 +290,8 @@ class QueueModel(RuleBasedStateMachine):
                 body = message.body
                 assert body in self.sent, f"delivered {body!r}, never sent"
                 assert body not in self.consumed, f"{body!r} was acknowledged, and came back"
+                expires = self.expires[body]
+                assert not expires or expires > self.operation_started, f"{body!r} delivered after it expired"
                 check_delivery(consumer.client.name, message, self.delivered, self.sent, consumer.last_first_delivery)
                 if consumer.mode == "auto":
                     self.consumed.add(body)
@@ -270,9 +330,19 @@ class SpillingQueueModel(QueueModel):
     on_disk = True
 
 
+class PriorityPagingQueueModel(PagingQueueModel):
+    """Through the store cursor with ``prioritized_messages``: its index keeps one FIFO per priority."""
+
+    config = parse_config({**_LIMITED, "destination_policy": [{"queue": ">", "maximum_redeliveries": -1,
+                                                               "prioritized_messages": True}]})
+    prioritized = True
+
+
 TestQueueInMemory = QueueModel.TestCase
 TestQueueInMemory.settings = _SETTINGS
 TestQueueThroughTheStoreCursor = PagingQueueModel.TestCase
 TestQueueThroughTheStoreCursor.settings = _SETTINGS
 TestQueueThroughTheTempStore = SpillingQueueModel.TestCase
 TestQueueThroughTheTempStore.settings = _SETTINGS
+TestPriorityQueueThroughTheStoreCursor = PriorityPagingQueueModel.TestCase
+TestPriorityQueueThroughTheStoreCursor.settings = _SETTINGS
