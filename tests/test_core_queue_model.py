@@ -6,7 +6,8 @@ holds, unsubscribes, disconnects or drops its socket. After every step the
 broker must agree with a model of what a queue promises:
 
 - nothing is delivered that was not sent, and nothing acknowledged comes back;
-- a consumer in a client mode never holds more than its prefetch;
+- a consumer in a client mode never holds more than its prefetch, and one with a
+  selector gets only what it selects;
 - a message delivered again carries ``redelivered:true``, a first delivery does not;
 - no message is delivered after it expired (virtual time moves on too);
 - each consumer sees every producer's first deliveries in the order they were sent;
@@ -43,6 +44,7 @@ from minibroker.sim import VirtualClient, VirtualNetwork
 QUEUE = "/queue/model"
 SLOTS = 3
 MODES = ("auto", "client", "client-individual")
+COLORS = ("red", "blue")
 
 
 class _Consumer:
@@ -56,6 +58,7 @@ class _Consumer:
         self.held: list[Frame] = []  # delivered, not yet acknowledged, in delivery order
         self.tx: list[bytes] | None = None  # in an open transaction: the bodies it acknowledged
         self.last_first_delivery: dict[str, int] = {}  # producer -> last index delivered for the first time
+        self.selects: str | None = None  # the color its selector takes, if it has one
 
 
 class QueueModel(RuleBasedStateMachine):
@@ -77,6 +80,7 @@ class QueueModel(RuleBasedStateMachine):
         self.sent: dict[bytes, tuple[str, int]] = {}
         self.next_index: dict[str, int] = {}
         self.priority: dict[bytes, int] = {}
+        self.color: dict[bytes, str] = {}  # a header some consumers select on
         self.expires: dict[bytes, int] = {}  # body -> expiry (ms since the epoch on the virtual clock); 0: never
         # receipt id -> the bodies it confirms. A SEND parked by producer flow control has no
         # RECEIPT yet: a restart may lose it (it was never acknowledged), nothing else may.
@@ -122,15 +126,16 @@ class QueueModel(RuleBasedStateMachine):
         self.next_index[order] = self.sent[body][1] + 1
 
     @rule(producer=st.integers(0, 1), count=st.integers(1, 4), priority=st.integers(0, 9),
-          ttl=st.sampled_from([0, 0, 0, 100, 1000]))
-    def send(self, producer: int, count: int, priority: int, ttl: int) -> None:
+          ttl=st.sampled_from([0, 0, 0, 100, 1000]), color=st.sampled_from(COLORS))
+    def send(self, producer: int, count: int, priority: int, ttl: int, color: str) -> None:
         tx = self.producer_tx[producer]
         for _ in range(count):
             body = f"p{producer}-{self.next_body}".encode()
             self.next_body += 1
             self.priority[body] = priority
+            self.color[body] = color
             self.expires[body] = self.net.clock.wall_ms() + ttl if ttl else 0
-            headers = {"priority": str(priority)}
+            headers = {"priority": str(priority), "color": color}
             if ttl:
                 headers["expires"] = str(self.expires[body])
             if self.persistent:
@@ -166,15 +171,21 @@ class QueueModel(RuleBasedStateMachine):
         self._take_deliveries()
 
     # -- consumers
-    @rule(slot=st.integers(0, SLOTS - 1), mode=st.sampled_from(MODES), prefetch=st.integers(1, 3))
-    def subscribe(self, slot: int, mode: str, prefetch: int) -> None:
+    @rule(slot=st.integers(0, SLOTS - 1), mode=st.sampled_from(MODES), prefetch=st.integers(1, 3),
+          selects=st.sampled_from([None, None, *COLORS]))
+    def subscribe(self, slot: int, mode: str, prefetch: int, selects: str | None) -> None:
+        """A consumer comes, with a selector on the ``color`` header or none."""
         if self.consumers[slot] is not None:
             return
         self.serial += 1
         client = self.net.connected_client(f"c{self.serial}")
         consumer = _Consumer(client, mode, prefetch)
+        consumer.selects = selects
         self.consumers[slot] = consumer
-        client.subscribe(QUEUE, "s", mode, **{"activemq.prefetchSize": str(prefetch)})
+        headers = {"activemq.prefetchSize": str(prefetch)}
+        if selects is not None:
+            headers["selector"] = f"color = '{selects}'"
+        client.subscribe(QUEUE, "s", mode, **headers)
         self._take_deliveries()
 
     def _held(self, slot: int) -> _Consumer | None:
@@ -290,6 +301,8 @@ class QueueModel(RuleBasedStateMachine):
                 body = message.body
                 assert body in self.sent, f"delivered {body!r}, never sent"
                 assert body not in self.consumed, f"{body!r} was acknowledged, and came back"
+                assert consumer.selects in (None, self.color[body]), (
+                    f"{consumer.client.name} selects {consumer.selects}, got a {self.color[body]} message")
                 expires = self.expires[body]
                 assert not expires or expires > self.operation_started, f"{body!r} delivered after it expired"
                 check_delivery(consumer.client.name, message, self.delivered, self.sent, consumer.last_first_delivery)
