@@ -67,6 +67,12 @@ class JournalContract:
         assert j.read_seqs([]) == []
         with pytest.raises(KeyError):
             j.read_seqs([live[0][1].seq, locs[0].seq])  # locs[0] was dequeued
+        # Neighbouring rows in order (a page-in's usual run: its columns are taken as slices) ...
+        assert j.read_seqs([locs[n].seq for n in (1, 2, 3)]) == [body(n, 40 + n % 7) for n in (1, 2, 3)]
+        ordered = sorted(loc.seq for _, loc in live)
+        assert j.read_seqs(ordered) == [j.read(j.location(seq)) for seq in ordered]
+        with pytest.raises(KeyError):  # ... but not past a dead one among them
+            j.read_seqs([locs[n].seq for n in (3, 4, 5)])
 
     def test_read_seqs_names_a_damaged_record(self, open_journal: Opener, config: JournalConfig) -> None:
         from storage.errors import CorruptRecord
