@@ -17,6 +17,9 @@ subscription may be removed. The broker restarts on its journals. The model:
   subscription was given before; each producer's first deliveries come in
   order;
 - at the end every durable subscription drains exactly what it is still owed.
+
+It runs on a broker without memory limits, and on one whose non-durable
+subscriptions spool what they cannot take yet to the temp store.
 """
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ class TopicModel(RuleBasedStateMachine):
 
     config = parse_config({"store": {"fsync": "never", "journal_max_file_length": "64 kb"},
                            "destination_policy": [{"topic": ">", "maximum_redeliveries": -1}]})
+    durable_allowed = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -119,7 +123,7 @@ class TopicModel(RuleBasedStateMachine):
         if sub is not None and sub.client is not None:
             return  # online already
         if sub is None:
-            sub = self.slots[slot] = _Subscriber(durable)
+            sub = self.slots[slot] = _Subscriber(durable and self.durable_allowed)
         sub.client = self._connect(slot)
         sub.mode, sub.prefetch, sub.seen, sub.held, sub.last_first = mode, prefetch, 0, [], {}
         headers = {"activemq.prefetchSize": str(prefetch)}
@@ -217,6 +221,19 @@ class TopicModel(RuleBasedStateMachine):
                 assert len(sub.held) <= sub.prefetch, f"holds {len(sub.held)} unacknowledged, prefetch {sub.prefetch}"
 
 
+class SpoolingTopicModel(TopicModel):
+    """Non-durable subscribers under a 16 kB limit: what a slow one cannot take yet spools
+    to the temp store (``pending_cursor = "file"``) instead of stopping the producer."""
+
+    config = parse_config({"system_usage": {"memory_limit": "16 kb"},
+                           "store": {"fsync": "never", "journal_max_file_length": "64 kb"},
+                           "destination_policy": [{"topic": ">", "maximum_redeliveries": -1,
+                                                   "pending_cursor": "file"}]})
+    durable_allowed = False  # a durable subscription's backlog stays in memory, and would stop the producer
+
+
+_SETTINGS = settings(max_examples=100, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TestTopicWithDurableSubscriptions = TopicModel.TestCase
-TestTopicWithDurableSubscriptions.settings = settings(max_examples=100, stateful_step_count=50, deadline=None,
-                                                      suppress_health_check=[HealthCheck.too_slow])
+TestTopicWithDurableSubscriptions.settings = _SETTINGS
+TestTopicSpoolingToTheTempStore = SpoolingTopicModel.TestCase
+TestTopicSpoolingToTheTempStore.settings = _SETTINGS
