@@ -265,6 +265,21 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
             return False
         return session.is_open
 
+    def internal_error(self, sid: int) -> None:
+        """Handling what ``sid`` sent raised (a bug): tell its client with an ERROR,
+        as for a protocol error, and close it. Its messages go back to their
+        destinations as on any close; the other connections are not touched."""
+        session = self.sessions.get(sid)
+        if session is None or not session.is_open:
+            return
+        try:
+            self._fail(session, ProtocolError("internal error in the broker: the connection is closed "
+                                              "(the broker's log has the details)"), None)
+        except Exception:  # the session is too broken even for that: just close it
+            log.exception("connection %d: could not send the ERROR for an internal error", sid)
+            if session.is_open:
+                self._close(session, "internal error")
+
     def shutdown(self) -> None:
         """Close every connection (the broker is stopping): each is traced as a shutdown."""
         for session in list(self.sessions.values()):

@@ -82,7 +82,11 @@ class _Connection(asyncio.Protocol):
         self.server.flush()
 
     def data_received(self, data: bytes) -> None:
-        self.server.broker.receive_data(self.sid, data)
+        try:
+            self.server.broker.receive_data(self.sid, data)
+        except Exception:  # a bug in the core: this connection ends with an ERROR; the others go on
+            log.exception("connection %d: internal error while handling what it sent", self.sid)
+            self.server.broker.internal_error(self.sid)
         self.server.flush()
 
     def eof_received(self) -> bool | None:

@@ -111,3 +111,49 @@ def test_outbound_buffers_stay_bounded_for_a_client_that_does_not_read(broker_fa
         assert queued <= 64 * 1024 + 2 * len(frame) + 4096
         held = rb.call(lambda: sum(len(s.pending) for s in rb.server.broker.destinations["/topic/firehose"].subscriptions))
         assert held > 0  # the rest waits in the subscription, in order, for the slow reader
+
+
+def test_a_bug_in_the_core_ends_only_that_connection_with_an_error(broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception from a handler (a bug) is logged; its client gets an ERROR with a message
+    and is closed; another client keeps working."""
+    from minibroker.broker import Broker
+
+    real = Broker._handle
+
+    def faulty(self: Broker, session, frame: Frame) -> None:  # type: ignore[no-untyped-def]
+        if frame.headers.get("boom") == "yes":
+            raise RuntimeError("a bug")
+        real(self, session, frame)
+
+    monkeypatch.setattr(Broker, "_handle", faulty)
+
+    async def main() -> None:
+        async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, FrameParser]:
+            reader, writer = await asyncio.open_connection(*broker.address)
+            writer.write(CONNECT)
+            parser = FrameParser(role="client", version="1.2")
+            frames = parser.feed(await asyncio.wait_for(reader.read(4096), 10))
+            assert frames and frames[0].command == "CONNECTED"
+            return reader, writer, parser
+
+        async def frames_until_closed(reader: asyncio.StreamReader, parser: FrameParser) -> list[Frame]:
+            frames: list[Frame] = []
+            while data := await asyncio.wait_for(reader.read(4096), 10):
+                frames += parser.feed(data)
+            return frames
+
+        bad_reader, bad_writer, bad_parser = await connect()
+        good_reader, good_writer, good_parser = await connect()
+        bad_writer.write(encode(Frame("SEND", {"destination": "/queue/bug", "boom": "yes"}, b"x")))
+        frames = await frames_until_closed(bad_reader, bad_parser)
+        assert [f.command for f in frames] == ["ERROR"]
+        assert "internal error" in frames[0].headers["message"]
+        good_writer.write(encode(Frame("SUBSCRIBE", {"destination": "/queue/fine", "id": "s"})))
+        good_writer.write(encode(Frame("SEND", {"destination": "/queue/fine"}, b"ok")))
+        got: list[Frame] = []
+        while not any(f.command == "MESSAGE" for f in got):
+            got += good_parser.feed(await asyncio.wait_for(good_reader.read(4096), 10))
+        assert [f.body for f in got if f.command == "MESSAGE"] == [b"ok"]
+        good_writer.close()
+
+    asyncio.run(main())
