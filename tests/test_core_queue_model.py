@@ -7,7 +7,10 @@ broker must agree with a model of what a queue promises:
 
 - nothing is delivered that was not sent, and nothing acknowledged comes back;
 - a consumer in a client mode never holds more than its prefetch, and one with a
-  selector gets only what it selects;
+  selector gets only what it selects; while exclusive consumers are there, only
+  one of them receives (the highest ``activemq.priority``, the first among equals);
+- without one, a consumer gets a message only if no consumer of a higher
+  priority could take it (one that selects it and is not full);
 - a message delivered again carries ``redelivered:true``, a first delivery does not;
 - no message is delivered after it expired (virtual time moves on too);
 - each consumer sees every producer's first deliveries in the order they were sent;
@@ -59,6 +62,10 @@ class _Consumer:
         self.tx: list[bytes] | None = None  # in an open transaction: the bodies it acknowledged
         self.last_first_delivery: dict[str, int] = {}  # producer -> last index delivered for the first time
         self.selects: str | None = None  # the color its selector takes, if it has one
+        self.exclusive = False
+        self.priority = 0  # activemq.priority
+        self.serial = 0  # the order consumers came in
+        self.gone = False  # unsubscribed: still listed while its last deliveries are taken
 
 
 class QueueModel(RuleBasedStateMachine):
@@ -172,17 +179,22 @@ class QueueModel(RuleBasedStateMachine):
 
     # -- consumers
     @rule(slot=st.integers(0, SLOTS - 1), mode=st.sampled_from(MODES), prefetch=st.integers(1, 3),
-          selects=st.sampled_from([None, None, *COLORS]))
-    def subscribe(self, slot: int, mode: str, prefetch: int, selects: str | None) -> None:
-        """A consumer comes, with a selector on the ``color`` header or none."""
+          selects=st.sampled_from([None, None, *COLORS]), exclusive=st.sampled_from([False, False, False, True]),
+          priority=st.sampled_from([0, 0, 5]))
+    def subscribe(self, slot: int, mode: str, prefetch: int, selects: str | None, exclusive: bool,
+                  priority: int) -> None:
+        """A consumer comes: with a selector on the ``color`` header or none, exclusive
+        or not, with a consumer priority (``activemq.priority``) or the default 0."""
         if self.consumers[slot] is not None:
             return
         self.serial += 1
         client = self.net.connected_client(f"c{self.serial}")
         consumer = _Consumer(client, mode, prefetch)
-        consumer.selects = selects
+        consumer.selects, consumer.exclusive, consumer.priority, consumer.serial = selects, exclusive, priority, self.serial
         self.consumers[slot] = consumer
-        headers = {"activemq.prefetchSize": str(prefetch)}
+        headers = {"activemq.prefetchSize": str(prefetch), "activemq.priority": str(priority)}
+        if exclusive:
+            headers["activemq.exclusive"] = "true"
         if selects is not None:
             headers["selector"] = f"color = '{selects}'"
         client.subscribe(QUEUE, "s", mode, **headers)
@@ -236,6 +248,7 @@ class QueueModel(RuleBasedStateMachine):
         if consumer is None:
             return
         if how == "unsubscribe":
+            consumer.exclusive, consumer.gone = False, True  # gone from the queue's consumers: another may take over
             consumer.client.send_frame("UNSUBSCRIBE", {"id": "s"})
             self._take_deliveries()  # nothing more may arrive for it
             consumer.client.drop()
@@ -290,13 +303,23 @@ class QueueModel(RuleBasedStateMachine):
                 self.unconfirmed.pop(receipt.headers["receipt-id"], None)
             self.receipts_read[i] = len(receipts)
 
+    def _exclusive_owner(self) -> _Consumer | None:
+        """The exclusive consumer that alone receives: the highest priority, the first to come among equals."""
+        exclusives = [c for c in self.consumers if c is not None and c.exclusive]
+        return min(exclusives, key=lambda c: (-c.priority, c.serial), default=None)
+
     def _take_deliveries(self) -> None:
         self._confirm()
+        owner = self._exclusive_owner()
+        arrived: list[tuple[_Consumer, list[Frame]]] = []
         for consumer in self.consumers:
             if consumer is None:
                 continue
             self._no_errors(consumer.client)
             messages = consumer.client.messages()
+            before = consumer.seen
+            assert owner in (None, consumer) or len(messages) == consumer.seen, (
+                f"{consumer.client.name} received while {owner.client.name if owner else ''} is the exclusive consumer")
             for message in messages[consumer.seen:]:
                 body = message.body
                 assert body in self.sent, f"delivered {body!r}, never sent"
@@ -311,6 +334,23 @@ class QueueModel(RuleBasedStateMachine):
                 else:
                     consumer.held.append(message)
             consumer.seen = len(messages)
+            arrived.append((consumer, messages[before:]))
+        if owner is None:  # once every consumer's holdings are up to date
+            for consumer, new in arrived:
+                self._check_priority(consumer, new)
+
+    def _check_priority(self, consumer: _Consumer, new: list[Frame]) -> None:
+        """What ``consumer`` just got, no consumer of a higher ``activemq.priority`` could
+        take: it selects otherwise, or it is full (an auto-ack consumer never is)."""
+        for message in new:
+            color = self.color[message.body]
+            for other in self.consumers:
+                if (other is None or other is consumer or other.gone or other.priority <= consumer.priority
+                        or other.selects not in (None, color)):
+                    continue
+                assert other.mode != "auto" and len(other.held) >= other.prefetch, (
+                    f"{consumer.client.name} (priority {consumer.priority}) got {message.body!r} while "
+                    f"{other.client.name} (priority {other.priority}) could take it")
 
     @invariant()
     def deliveries_agree_with_the_model(self) -> None:
