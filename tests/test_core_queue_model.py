@@ -23,12 +23,12 @@ broker must agree with a model of what a queue promises:
   each once: nothing is lost or duplicated (with persistent messages, across
   restarts of the broker too).
 
-The same machine runs on a broker that keeps everything in memory, and on two
+The same machine runs on a broker that keeps everything in memory, and on three
 whose 16 kB memory limit makes the cursors page (issue 5): persistent messages
 out to the journal and back in (the store cursor), non-persistent ones to the
-temp store (the file cursor), and through the store cursor of a queue that
-orders by priority (first deliveries then keep each producer's order within a
-priority). Paging must change none of it.
+temp store (the file cursor), and persistent ones through the store cursor of a
+queue that orders by priority (first deliveries then keep each producer's order
+within a priority). Paging must change none of it.
 """
 from __future__ import annotations
 
