@@ -267,11 +267,7 @@ class StoreHooks:
         for seq, journal_seq, payload in zip(seqs, journal_seqs, journal.read_seqs(journal_seqs)):
             if budget is not None and taken >= budget:
                 break
-            # _message, inlined: this loop is a page-in's cost per message.
-            _, mid, headers, body, persistent, priority, expires, timestamp, wire_headers, wire_id, chars = \
-                decode_payload(payload, lazy=True)
-            message = Message(seq, mid, address, headers, body, persistent, priority, expires, timestamp, 0,
-                              wire_id, wire_headers, chars)
+            message = _message(decode_payload(payload, lazy=True), seq, address)
             message.store_ref = StoreRef(journal, journal_seq, key)
             taken += message.size
             loaded.append(message)

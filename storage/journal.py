@@ -241,9 +241,10 @@ class Journal:
         A transaction may also dequeue what it enqueued itself (a message sent
         and consumed before its COMMIT): neither counts until the commit, and
         an abort drops both."""
-        t = self._txid(txid)
-        if not self._index.is_live(enqueue_seq) and not (t and self._index.pending_in(enqueue_seq, t)):
+        if not self._index.is_live(enqueue_seq) and not (
+                txid and self._index.pending_in(enqueue_seq, as_bytes(txid, "txid"))):
             raise KeyError(f"no live enqueue with seq {enqueue_seq}")
+        t = self._txid(txid)
         with self._lock:
             seq, fid, offset = self._append(
                 RecordType.DEQUEUE, encode_dequeue(enqueue_seq, t), _DEQUEUE_FIXED + len(t)
