@@ -52,6 +52,7 @@ from .timers import Timers
 from .usage import Usage
 from .trace import SEND, SEND_ENQUEUE
 from storage import TempStore
+from storage.spill import SpillFile
 
 __all__ = ["Broker", "SERVER_NAME", "ParkedSend"]
 
@@ -86,6 +87,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         #: Where the temp store for file cursors lives (wiped when first opened).
         self.temp_dir = temp_dir
         self._temp_store: TempStore | None = None
+        #: Where store cursors put the store-only lists they do not keep in memory (``index_spill``).
+        self._index_spill: SpillFile | None = None
         #: The journals for persistent messages, or None (a non-persistent broker).
         self.store = store
         self.rng = random.Random(seed)

@@ -9,7 +9,8 @@ A queue's undelivered messages live in two places:
   (a VM cursor; the temp-store issue adds swapping).
 - the *store*: persistent messages that are only on disk (``store_only``), in
   dispatch order, as two numbers each (broker seq, journal seq: ``StoreIndex``),
-  for they are counted by no memory usage and a backlog may hold millions; a
+  for they are counted by no memory usage and a backlog may hold millions
+  (so most of those numbers are on disk too: ``seqfifo.py``); a
   ``StoreRef`` is made only when one is read.
 
 A persistent message is always written to the journal. It is *also* kept in
@@ -31,16 +32,15 @@ until a consumer needs it.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import operator
 from array import array
-from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
-from storage.entries import column, inserted
+from storage.spill import SpillFile
 
 from .persistence import StoreRef
+from .seqfifo import SeqFifo
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -56,10 +56,6 @@ _RECOVERY_LIMIT_PERCENT = 90
 #: Message priorities (JMS): 0..9, 4 by default.
 _PRIORITIES = 10
 _DEFAULT_PRIORITY = 4
-#: A ``_SeqFifo`` drops its popped head once it is longer than this and than the rest.
-_TRIM_MIN = 1024
-#: ``StoreIndex`` iterates (a browse, a purge) this many references at a time.
-_CHUNK = 1024
 #: ``PagedRef(*fields)`` without the named tuple's Python-level ``__new__`` (a page-in makes many).
 _new = tuple.__new__
 
@@ -90,70 +86,13 @@ class StoreRun(NamedTuple):
     journal_seqs: array
 
 
-class _SeqFifo:
-    """(broker seq, journal seq) pairs in seq order, in two arrays popped from a head index."""
-
-    __slots__ = ("seqs", "refs", "head")
-
-    def __init__(self, seqs: Any = (), refs: Any = ()) -> None:
-        # Four bytes a number while they fit (see ``storage.entries``); a journal seq
-        # of -1 (a reference kept in ``StoreIndex._objects``) or a seq past 2**32 widens.
-        self.seqs = column("I", seqs)
-        self.refs = column("I", refs)
-        self.head = 0
-
-    def __len__(self) -> int:
-        return len(self.seqs) - self.head
-
-    def add(self, seq: int, ref: int) -> None:
-        seqs = self.seqs
-        if len(seqs) > self.head and seq < seqs[-1]:  # out of seq order (a transaction, a recovery)
-            pos = bisect_left(seqs, seq, self.head)
-            self.seqs = inserted(seqs, pos, seq)
-            self.refs = inserted(self.refs, pos, ref)
-            return
-        rows = len(seqs)
-        try:
-            seqs.append(seq)
-            self.refs.append(ref)
-        except OverflowError:  # a number too wide for four bytes: widen what did not take it
-            if len(seqs) == rows:
-                self.seqs = inserted(seqs, rows, seq)
-            self.refs = inserted(self.refs, rows, ref)
-
-    def pairs(self) -> Iterator[tuple[int, int]]:
-        head = self.head
-        return zip(itertools.islice(self.seqs, head, None), itertools.islice(self.refs, head, None))
-
-    def slice(self, count: int) -> tuple[array, array]:
-        """The first ``count`` (or fewer) pairs, as two arrays."""
-        head = self.head
-        return self.seqs[head : head + count], self.refs[head : head + count]
-
-    def drop(self, count: int) -> array:
-        """Remove the first ``count`` pairs; returns their seqs."""
-        head = self.head
-        gone = self.seqs[head : head + count]
-        head += len(gone)
-        if head > _TRIM_MIN and head * 2 > len(self.seqs):
-            del self.seqs[:head]
-            del self.refs[:head]
-            head = 0
-        self.head = head
-        return gone
-
-    def without(self, gone: set[int]) -> "_SeqFifo":
-        kept = [(seq, ref) for seq, ref in self.pairs() if seq not in gone]
-        return _SeqFifo((seq for seq, _ in kept), (ref for _, ref in kept))
-
-
 class StoreIndex:
     """Store-only references in dispatch order: FIFO, or priority then FIFO.
 
     Theory of operation: a store-only message costs a few bytes here, not an
-    object. Each FIFO (one, or one per priority 0..9, highest first) holds two
-    arrays, of four-byte items while the numbers fit (``storage.entries.column``):
-    the broker seq and the journal seq. The queue's journal and
+    object. Each FIFO (one, or one per priority 0..9, highest first) holds
+    pairs of numbers, four bytes each while they fit, mostly in the broker's
+    spill file (``seqfifo.py``): the broker seq and the journal seq. The queue's journal and
     key are the same for all its messages (``_home``), so a ``StoreRef`` is made
     only when a ``PagedRef`` is asked for (a page-in, a browse, an expiry).
     What is rarely not the default lives in sparse dicts by broker seq:
@@ -162,9 +101,10 @@ class StoreIndex:
     spilled message); its journal seq is -1 (which widens that FIFO's array).
     """
 
-    def __init__(self, prioritized: bool) -> None:
+    def __init__(self, prioritized: bool, spill: Callable[[], SpillFile] | None = None) -> None:
+        """``spill``: the file for the FIFOs' chunks that are neither first nor last (``seqfifo.py``)."""
         self.prioritized = prioritized
-        self._fifos = [_SeqFifo() for _ in range(_PRIORITIES if prioritized else 1)]
+        self._fifos = [SeqFifo(spill) for _ in range(_PRIORITIES if prioritized else 1)]
         #: (journal, key) of the queue's StoreRefs: set by the first one added.
         self._home: tuple[Any, str] | None = None
         self.expires: dict[int, int] = {}
@@ -175,13 +115,13 @@ class StoreIndex:
         return sum(len(f) for f in self._fifos)
 
     def nbytes(self) -> int:
-        """Bytes its arrays take (the sparse dicts, rarely filled, are left out)."""
-        return sum(len(f.seqs) * f.seqs.itemsize + len(f.refs) * f.refs.itemsize for f in self._fifos)
+        """Bytes its arrays in memory take (the sparse dicts, rarely filled, are left out)."""
+        return sum(f.nbytes() for f in self._fifos)
 
     def __bool__(self) -> bool:
         return any(self._fifos)
 
-    def _ordered(self) -> list[tuple[int, _SeqFifo]]:
+    def _ordered(self) -> list[tuple[int, SeqFifo]]:
         """(priority, FIFO) in dispatch order, the empty ones left out."""
         if not self.prioritized:
             return [(_DEFAULT_PRIORITY, self._fifos[0])]
@@ -189,8 +129,8 @@ class StoreIndex:
 
     def __iter__(self) -> Iterator[PagedRef]:
         for priority, fifo in self._ordered():
-            for start in range(fifo.head, len(fifo.seqs), _CHUNK):
-                yield from self._paged(fifo.seqs[start : start + _CHUNK], fifo.refs[start : start + _CHUNK], priority)
+            for seqs, refs in fifo.runs():
+                yield from self._paged(seqs, refs, priority)
 
     def _paged(self, seqs: array, refs: array, priority: int) -> list[PagedRef]:
         """``PagedRef``s of (broker seq, journal seq) pairs: a ``StoreRef`` for each."""
@@ -272,7 +212,8 @@ class StoreIndex:
         """Remove the references ``predicate`` accepts; returns them in dispatch order."""
         removed = [r for r in self if predicate(r)]
         if len(removed) == len(self):
-            self._fifos = [_SeqFifo() for _ in self._fifos]
+            for fifo in self._fifos:
+                fifo.release()
             self.expires.clear()
             self.redelivered.clear()
             self._objects.clear()
@@ -299,7 +240,7 @@ class QueueCursor:
 
     def __init__(self, queue: "Queue") -> None:
         self.queue = queue
-        self.store_only = StoreIndex(queue.policy.prioritized_messages)
+        self.store_only = StoreIndex(queue.policy.prioritized_messages, queue.broker.index_spill)
         self.cache_enabled = True
         #: True while a page-in is refused for lack of space.
         self.blocked = False

@@ -9,6 +9,7 @@ import tempfile
 from typing import Any
 
 from storage import TempStore
+from storage.spill import SpillFile
 
 from .codec import encode
 from .coreutil import log
@@ -275,6 +276,20 @@ class DestinationHooks:
             directory = self.temp_dir or tempfile.mkdtemp(prefix="minibroker-tmp-")
             self._temp_store = TempStore(directory, self.config.store.temp_journal_max_file_length)
         return self._temp_store
+
+    def index_spill(self) -> SpillFile:
+        """The scratch file for store cursors' lists of store-only messages
+        (``seqfifo.py``), opened on first use: in the data directory, or the temp
+        store's, or the system's temporary directory."""
+        if self._index_spill is None:
+            directory = self.store.root if self.store is not None else self.temp_dir
+            self._index_spill = SpillFile(directory)
+        return self._index_spill
+
+    def index_spilled_bytes(self) -> int:
+        """Bytes the store cursors keep in ``index_spill``'s file."""
+        spill = self._index_spill
+        return 0 if spill is None else spill.size - spill.waste
 
     def temp_changed(self) -> None:
         """The temp store grew or shrank: account it (``temp_usage``)."""

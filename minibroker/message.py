@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .codec import decode_header_block, encode_headers, escape
+from .codec import decode_header_block, encode_headers, escape, unescape
 
 __all__ = ["Message", "MESSAGE_OVERHEAD", "BROKER_SET_HEADERS", "send_block"]
 
@@ -77,7 +77,7 @@ class Message:
 
     __slots__ = (
         "seq",
-        "message_id",
+        "_message_id",
         "destination",
         "_headers",
         "_wire_headers",
@@ -99,7 +99,7 @@ class Message:
     def __init__(
         self,
         seq: int,
-        message_id: str,
+        message_id: str | None,
         destination: str,
         headers: Mapping[str, str] | None,
         body: bytes,
@@ -116,7 +116,8 @@ class Message:
         # keywords, making a Message costs a dict more, about twice as much.
         #: Broker-wide arrival order; FIFO means ordered by ``seq``.
         self.seq = seq
-        self.message_id = message_id
+        # None (a page-in) until first use: made from ``message_id_wire``, which must then be given.
+        self._message_id = message_id
         #: Full destination address, e.g. ``/queue/orders``.
         self.destination = destination
         # Every header the consumer will see besides the per-delivery ones (``headers``);
@@ -136,6 +137,8 @@ class Message:
         self.store_ref: Any = None
         #: Holders (a queue, or topic subscriptions) keeping it in memory.
         self.refs = 0
+        if message_id is None and message_id_wire is None:
+            raise ValueError("a message needs its message-id, or its wire form")
         if headers is None:
             if wire_headers is None:
                 raise ValueError("a message needs its headers, or their wire form")
@@ -149,6 +152,15 @@ class Message:
         self._tail10: bytes | None = None
         #: The message-id as escaped on the wire (1.1, 1.2), when the creator knows it.
         self._mid_wire: bytes | None = message_id_wire
+
+    @property
+    def message_id(self) -> str:
+        """The ``message-id`` header's value."""
+        message_id = self._message_id
+        if message_id is None:
+            assert self._mid_wire is not None
+            message_id = self._message_id = unescape(self._mid_wire.decode("utf-8"), "1.2")
+        return message_id
 
     @property
     def headers(self) -> Mapping[str, str]:

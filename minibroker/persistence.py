@@ -12,14 +12,21 @@ Theory of operation
   for a durable topic subscription, ``durable:<topic>|<client-id>|<name>``: each
   durable subscriber gets its own copy of a persistent message (KahaDB stores it
   once with per-subscription acks; the copy is simpler and is what Qpid does).
-- **Payload.** A fixed prefix, then the headers as STOMP 1.2 header lines, then
-  the body::
+- **Payload.** A fixed prefix, then the message-id and the headers as STOMP
+  1.2 puts them on the wire, then the body (version 2)::
 
-      <BBBxqqQ  version=1, flags (bit 0 persistent), priority, pad,
-                expires (ms), timestamp (ms), broker seq
-      <I        length of the header block
-      headers   "name:value\\n" lines, escaped as STOMP 1.2 (message-id first)
+      <BBBxqqQ  version=2, flags (bit 0 persistent, bit 1 plain headers),
+                priority, pad, expires (ms), timestamp (ms), broker seq
+      <III      length of the message-id, length of the header block, and
+                (plain headers) the characters of their names and values
+      id        the message-id, escaped as STOMP 1.2
+      headers   "name:value\\n" lines, escaped as STOMP 1.2
       body
+
+  "Plain" headers are ASCII without escapes: a page-in leaves them undecoded
+  until something needs them, and the lengths in the prefix spare it any
+  search. Version 1 payloads (one length, then a block with a
+  ``message-id`` line first) are still read.
 
   The broker seq is kept so a restarted broker continues the sequence and
   recovered messages keep their place and their message ids.
@@ -58,14 +65,21 @@ __all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "encod
            "durable_key"]
 
 _PREFIX = struct.Struct("<BBBxqqQ")
-_LENGTH = struct.Struct("<I")
-_PREFIX_AND_LENGTH = struct.Struct("<BBBxqqQI")  # both at once, for decoding
-_unpack_prefix = _PREFIX_AND_LENGTH.unpack_from
-#: Where the header block starts in a payload.
+#: Version 2: the prefix and the three lengths, written and read at once.
+_PREFIX_V2 = struct.Struct("<BBBxqqQIII")
+_pack_v2 = _PREFIX_V2.pack
+_unpack_v2 = _PREFIX_V2.unpack_from
+#: Where the message-id starts in a version 2 payload.
+_ID_START = _PREFIX_V2.size
+#: Version 1: the prefix and the length of the block (message-id line, then headers).
+_PREFIX_AND_LENGTH = struct.Struct("<BBBxqqQI")
+_unpack_v1 = _PREFIX_AND_LENGTH.unpack_from
 _BLOCK_START = _PREFIX_AND_LENGTH.size
 #: ``StoredMessage(*fields)`` without the named tuple's Python-level ``__new__`` (a page-in makes many).
 _new = tuple.__new__
-_VERSION = 1
+_VERSION = 2
+_VERSIONS = (1, 2)
+_PERSISTENT, _PLAIN = 1, 2
 
 
 class StoreRef:
@@ -91,7 +105,8 @@ class StoredMessage(NamedTuple):
     """A message decoded from its payload (a named tuple: one is made per page-in)."""
 
     seq: int
-    message_id: str
+    #: None with ``headers`` (``decode_payload(lazy=True)``): ``wire_message_id`` holds it.
+    message_id: str | None
     headers: dict[str, str] | None
     body: bytes
     persistent: bool
@@ -123,15 +138,19 @@ def encode_wire_payload(seq: int, message_id_wire: bytes, wire_headers: bytes, b
                         priority: int, expires: int, timestamp: int) -> bytes:
     """``encode_payload`` for a message whose id and headers are already STOMP 1.2
     wire text (``Message.message_id_wire``, ``Message.wire_headers``)."""
-    block = b"message-id:" + message_id_wire + b"\n" + wire_headers
-    prefix = _PREFIX.pack(_VERSION, 1 if persistent else 0, priority, expires, timestamp, seq)
-    return b"".join((prefix, _LENGTH.pack(len(block)), block, body))
+    flags = _PERSISTENT if persistent else 0
+    chars = 0
+    if wire_headers.isascii() and b"\\" not in wire_headers:
+        flags |= _PLAIN
+        chars = len(wire_headers) - 2 * wire_headers.count(b"\n")  # each line is name:value\n
+    prefix = _pack_v2(_VERSION, flags, priority, expires, timestamp, seq, len(message_id_wire), len(wire_headers), chars)
+    return b"".join((prefix, message_id_wire, wire_headers, body))
 
 
 def decode_meta(payload: bytes) -> tuple[int, int, int]:
     """(broker seq, priority, expires) from a payload's prefix alone."""
     version, _flags, priority, expires, _ts, seq = _PREFIX.unpack_from(payload)
-    if version != _VERSION:
+    if version not in _VERSIONS:
         raise ValueError(f"unknown message payload version {version}")
     return seq, priority, expires
 
@@ -143,26 +162,48 @@ def decode_payload(payload: bytes, *, lazy: bool = False) -> StoredMessage:
     escapes (the usual case), ``headers`` is left None and ``header_chars``
     gives the characters its names and values hold; ``Message`` decodes
     ``wire_headers`` on first use (a selector, a 1.0/1.1 consumer, a DLQ copy).
+    ``message_id`` is None too: ``Message`` unescapes ``wire_message_id`` when
+    it is first asked for (a 1.0 or 1.1 ACK, a trace; dispatch sends the wire form).
     """
-    version, flags, priority, expires, timestamp, seq, length = _unpack_prefix(payload)
-    if version != _VERSION:
+    if payload[0] == 2:
+        _, flags, priority, expires, timestamp, seq, id_length, length, chars = _unpack_v2(payload)
+        start = _ID_START + id_length
+        end = start + length
+        if end > len(payload):
+            raise ValueError(f"message payload of {len(payload)} bytes is shorter than its lengths say ({end})")
+        wire_id, wire_headers, body = payload[_ID_START:start], payload[start:end], payload[end:]
+        if lazy and flags & _PLAIN:
+            return _new(StoredMessage, (seq, None, None, body, flags & _PERSISTENT == 1,  # type: ignore[arg-type]
+                                        priority, expires, timestamp, wire_headers, wire_id, chars))
+        return StoredMessage(seq, _message_id(wire_id), decode_header_block(wire_headers), body,
+                             flags & _PERSISTENT == 1, priority, expires, timestamp, wire_headers, wire_id)
+    return _decode_v1(payload, lazy)
+
+
+def _message_id(wire_id: bytes) -> str:
+    """The message-id whose STOMP 1.2 wire form is ``wire_id``."""
+    colons = wire_id.replace(b"\\c", b":")
+    if b"\\" not in colons:  # only colons were escaped (the broker's ids): no unescape call
+        return colons.decode("utf-8")
+    return unescape(wire_id.decode("utf-8"), "1.2")  # an escaped backslash leaves one behind
+
+
+def _decode_v1(payload: bytes, lazy: bool) -> StoredMessage:
+    """``decode_payload`` for a version 1 payload (written before version 2)."""
+    version, flags, priority, expires, timestamp, seq, length = _unpack_v1(payload)
+    if version != 1:
         raise ValueError(f"unknown message payload version {version}")
     end = _BLOCK_START + length
     if not payload.startswith(b"message-id:", _BLOCK_START):  # encode_payload always writes it first
         raise ValueError("message payload does not start with its message-id")
     eol = payload.index(b"\n", _BLOCK_START, end)
     wire_id, wire_headers, body = payload[_BLOCK_START + 11 : eol], payload[eol + 1 : end], payload[end:]
-    colons = wire_id.replace(b"\\c", b":")
-    if b"\\" not in colons:  # only colons were escaped (the broker's ids): no unescape call
-        message_id = colons.decode("utf-8")
-    else:  # an escaped backslash leaves one behind, whatever follows it
-        message_id = unescape(wire_id.decode("utf-8"), "1.2")
     persistent = flags & 1 == 1
     if lazy and wire_headers.isascii() and b"\\" not in wire_headers:
         chars = len(wire_headers) - 2 * wire_headers.count(b"\n")  # each line is name:value\n
-        return _new(StoredMessage, (seq, message_id, None, body, persistent, priority, expires,  # type: ignore[arg-type]
+        return _new(StoredMessage, (seq, None, None, body, persistent, priority, expires,  # type: ignore[arg-type]
                                     timestamp, wire_headers, wire_id, chars))
-    return StoredMessage(seq, message_id, decode_header_block(wire_headers), body, persistent, priority,
+    return StoredMessage(seq, _message_id(wire_id), decode_header_block(wire_headers), body, persistent, priority,
                          expires, timestamp, wire_headers, wire_id)
 
 
@@ -223,7 +264,8 @@ class MessageStore:
         if self.layout == "growing":
             self._shared: Journal | None = Journal.open(
                 JournalConfig(directory=self.root / "journal", layout="growing", name="journal",
-                              max_file_length=config.journal_max_file_length)
+                              max_file_length=config.journal_max_file_length,
+                              index_cache_rows=config.index_cache_rows)
             )
         else:
             self._shared = None
@@ -250,7 +292,8 @@ class MessageStore:
         name = key.split("/", 2)[-1] if key.startswith("/") else key
         return Journal.open(
             JournalConfig(directory=directory, layout="ring", name=name,
-                          file_count=self.config.file_count, file_size=self.config.file_size),
+                          file_count=self.config.file_count, file_size=self.config.file_size,
+                          index_cache_rows=self.config.index_cache_rows),
             committed=committed,
         )
 
@@ -364,6 +407,10 @@ class MessageStore:
     def index_bytes(self) -> int:
         """Bytes the journals' in-memory indexes take (``Journal.index_bytes``)."""
         return sum(j.index_bytes() for j in self.journals())
+
+    def index_spilled_bytes(self) -> int:
+        """Bytes of those indexes in their scratch files (``Journal.index_spilled_bytes``)."""
+        return sum(j.index_spilled_bytes() for j in self.journals())
 
     # -- recovery
     def recover(self) -> Iterator[tuple[str, Location, bool, Journal]]:

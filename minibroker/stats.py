@@ -53,6 +53,9 @@ def broker_statistics(broker: "Broker") -> dict[str, Any]:
         # and which are store-only (the queue cursors'): grows with a backlog on disk.
         "indexBytes": (broker.store.index_bytes() if broker.store is not None else 0)
         + sum(d.cursor.store_only.nbytes() for d in dests if getattr(d, "cursor", None) is not None),
+        # ... and how much of it is not in memory but in scratch files (KahaDB's index beyond its cache).
+        "indexSpilledBytes": (broker.store.index_spilled_bytes() if broker.store is not None else 0)
+        + broker.index_spilled_bytes(),
         "size": sum(d.size() for d in dests),
         "enqueueCount": sum(d.enqueued for d in dests),
         "dequeueCount": sum(d.dequeued for d in dests),

@@ -114,6 +114,9 @@ class StoreHooks:
         if self._temp_store is not None:
             self._temp_store.close()
             self._temp_store = None
+        if self._index_spill is not None:
+            self._index_spill.close()
+            self._index_spill = None
 
     def store_synced(self, generation: int) -> None:
         """The edge's fsync covered every write up to ``generation``: release RECEIPTs."""

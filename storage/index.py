@@ -22,13 +22,15 @@ Per file it keeps what the layouts need to decide reuse and deletion:
                 at recovery, for a later commit of the same txid to adopt.
 
 Payloads are never held. The live and pending (in an open transaction)
-enqueues are rows of an ``EntryTable`` (``entries.py``: parallel arrays, about
-21 bytes a message, for a backlog may hold millions): their seq, key, file,
-offset, length and state.
+enqueues are rows of an ``EntryTable`` (``entries.py``: parallel arrays, 17
+bytes a message, in blocks of which only the ones used lately stay in memory,
+for a backlog may hold millions): their seq, key, file, offset, length and
+state.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from storage.entries import LIVE, PENDING, EntryTable
 from storage.model import FileInfo, Location, Pin
@@ -78,9 +80,11 @@ def _bump(deps: dict[int, int], file_id: int, by: int) -> None:
 class JournalIndex:
     """Live enqueues, open transactions and per-file counts of one journal."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache_rows: int | None = None, spill_dir: str | os.PathLike[str] | None = None) -> None:
+        """``cache_rows`` and ``spill_dir``: how much of the table of live enqueues
+        stays in memory, and where the rest goes (``EntryTable``)."""
         #: The live and pending enqueues (``entries.py``).
-        self.table = EntryTable()
+        self.table = EntryTable(cache_rows, spill_dir)
         self._pending = 0  # rows of the table that are pending
         self.markers: dict[int, int] = {}  # delivered enqueue seq -> file of its latest marker
         self.txs: dict[bytes, Tx] = {}
@@ -114,12 +118,7 @@ class JournalIndex:
         return len(self.table) - self._pending
 
     def is_live(self, seq: int) -> bool:
-        return self._live_row(seq) >= 0
-
-    def _live_row(self, seq: int) -> int:
-        """The table row of the live enqueue ``seq``, or -1."""
-        pos = self.table.find(seq)
-        return pos if pos >= 0 and self.table.states[pos] == LIVE else -1
+        return self.table.find(seq, LIVE) >= 0
 
     def pending_in(self, seq: int, txid: bytes) -> bool:
         """Is ``seq`` an enqueue pending in the open transaction ``txid``?"""
@@ -136,16 +135,16 @@ class JournalIndex:
         return None if pos < 0 else self._location_at(pos)
 
     def _location_at(self, pos: int) -> Location:
-        table = self.table
-        return _location(Location, (table.seqs[pos], table.files[pos], table.offsets[pos], table.lengths[pos]))
+        return _location(Location, self.table.location(pos))
 
     def live_locations(self) -> Iterator[tuple[bytes, Location]]:
         """(key, location) of every live enqueue, in seq order; dequeuing meanwhile is safe."""
         table = self.table
         for seq in table.live_seqs():
-            pos = self._live_row(seq)
+            pos = table.find(seq, LIVE)
             if pos >= 0:
-                yield table.keys[table.key_ids[pos]], self._location_at(pos)
+                key, fields = table.entry(pos)
+                yield key, _location(Location, fields)
 
     # -- records -------------------------------------------------------------
 
@@ -182,24 +181,22 @@ class JournalIndex:
     def dequeue(self, seq: int, ref: int, txid: bytes, file_id: int, end: int) -> None:
         stats = self._note(file_id, seq, end)
         table = self.table
-        pos = table.find(ref)
-        if pos >= 0 and table.states[pos] != LIVE and not txid:
+        if not txid:
             # A pending enqueue is dequeued only in its own transaction (the journal
             # checks that): its commit makes the enqueue live, then applies the dequeue.
-            pos = -1
-        if not txid:
+            pos = table.find(ref, LIVE)
             if pos >= 0:
                 self._drop(pos, stats)
             return
-        enq_file = None if pos < 0 else table.files[pos]
+        pos = table.find(ref)
+        enq_file = None if pos < 0 else table.file(pos)
         self._tx(txid, stats).dequeues.append((ref, file_id, enq_file))
         if enq_file is not None and enq_file != file_id:
             _bump(stats.deps, enq_file, 1)
 
     def _drop(self, pos: int, stats: FileStats) -> None:
         """Row ``pos`` is dequeued by a record in ``stats``'s file."""
-        enq_file = self.table.files[pos]
-        self._unpin(pos)
+        enq_file = self._unpin(pos)
         if enq_file != stats.file_id:
             _bump(stats.deps, enq_file, 1)
 
@@ -211,12 +208,13 @@ class JournalIndex:
         table = self.table
         for enq_seq in tx.enqueues:
             pos = table.find(enq_seq)
-            table.states[pos] = LIVE
+            table.set_state(pos, LIVE)
             self._pending -= 1
-            if table.files[pos] != file_id:
-                _bump(stats.deps, table.files[pos], 1)
+            enq_file = table.file(pos)
+            if enq_file != file_id:
+                _bump(stats.deps, enq_file, 1)
         for ref, _, _ in tx.dequeues:
-            pos = self._live_row(ref)
+            pos = table.find(ref, LIVE)
             if pos >= 0:
                 self._drop(pos, stats)
         self._release(tx)
@@ -247,17 +245,18 @@ class JournalIndex:
                 _bump(holder.deps, enq_file, -1)
         self._release(tx)
 
-    def _unpin(self, pos: int) -> None:
-        """Row ``pos`` is no longer live nor pending: it dies (positions may move)."""
+    def _unpin(self, pos: int) -> int:
+        """Row ``pos`` is no longer live nor pending: it dies (positions may move).
+        Returns the file of its enqueue."""
         table = self.table
-        file_id = table.files[pos]
         if self.markers:
-            self.markers.pop(table.seqs[pos], None)
-        table.kill(pos)
+            self.markers.pop(table.seq(pos), None)
+        file_id = table.kill(pos)
         home = self.files[file_id]
         home.live -= 1
         if home.live == 0 and file_id != self.current:
             self.emptied = True
+        return file_id
 
     def _release(self, tx: Tx) -> None:
         for file_id, count in tx.files.items():
@@ -290,10 +289,8 @@ class JournalIndex:
     def own_pins(self) -> dict[int, list[Pin]]:
         """For each file, the live and pending enqueues in it, in seq order."""
         pins: dict[int, list[Pin]] = {file_id: [] for file_id in self.files}
-        table = self.table
-        for pos in table.rows():
-            file_id = table.files[pos]
-            pins.setdefault(file_id, []).append(Pin(table.seqs[pos], table.keys[table.key_ids[pos]], file_id))
+        for seq, key, file_id in self.table.entries():
+            pins.setdefault(file_id, []).append(Pin(seq, key, file_id))
         return pins
 
     def pins(self, transitive: bool) -> dict[int, tuple[Pin, ...]]:

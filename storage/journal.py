@@ -30,7 +30,6 @@ from storage.bodies import (
     encode_ref,
     verified_payload,
 )
-from storage.entries import DEAD
 from storage.errors import JournalFull, TornWrite
 from storage.index import JournalIndex
 from storage.model import FileInfo, JournalConfig, Location, RecoveredRecord
@@ -142,6 +141,7 @@ class Journal:
             self._closed = True
             for seg in self._segments.values():
                 seg.close()
+            self._index.table.close()
 
     def __enter__(self) -> Journal:
         return self
@@ -364,19 +364,21 @@ class Journal:
         ``_READ_SPAN`` bytes, skipping gaps of up to ``_READ_GAP`` bytes; each
         record is still checked as ``read`` checks it."""
         table = self._index.table
-        find, files, offsets, lengths = table.find, table.files, table.offsets, table.lengths
+        find, location = table.find, table.location
         first = find(seqs[0]) if len(seqs) else -1
-        end = first + len(seqs)
-        if first >= 0 and table.seqs[first:end] == array("q", seqs) and table.states.find(DEAD, first, end) < 0:
+        if first >= 0:
             # The usual page-in: neighbouring rows (records written one after another),
             # none dead: their columns are taken as slices, not looked up one by one.
-            return self._read_records(list(zip(files[first:end], offsets[first:end], lengths[first:end], seqs)))
+            run = table.run(first, seqs if type(seqs) is array else array("q", seqs))
+            if run is not None:
+                return self._read_records(run)
         wanted = []
         for seq in seqs:
             row = find(seq)
             if row < 0:
                 raise KeyError(f"no live enqueue with seq {seq}")
-            wanted.append((files[row], offsets[row], lengths[row], seq))
+            _, file_id, offset, length = location(row)
+            wanted.append((file_id, offset, length, seq))
         return self._read_records(wanted)
 
     def _read_records(self, wanted: list[tuple[int, int, int, int]]) -> list[bytes]:
@@ -399,9 +401,10 @@ class Journal:
             with self._lock:
                 data = seg.pread(start, end - start)
             view = memoryview(data)
+            name = seg.name
             for k in order[i:j]:
                 _, offset, length, seq = wanted[k]
-                out[k] = verified_payload(data, seq, seg.name, offset, offset - start, length, view)
+                out[k] = verified_payload(data, seq, name, offset, offset - start, length, view)
             view.release()
             i = j
         return out
@@ -449,6 +452,10 @@ class Journal:
     def index_bytes(self) -> int:
         """Bytes the in-memory index of live and pending enqueues takes (counted by no usage)."""
         return self._index.table.nbytes()
+
+    def index_spilled_bytes(self) -> int:
+        """Bytes of that index kept in its scratch file instead (``entries.py``)."""
+        return self._index.table.spilled_bytes()
 
     def disk_usage(self) -> int:
         """Bytes the journal's files take on disk (each counted at its full, preallocated size)."""

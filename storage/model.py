@@ -36,6 +36,9 @@ class JournalConfig:
     file_count: int = 8
     file_size: int = 1536 * 1024
     max_file_length: int = 32 * 1024 * 1024
+    #: Rows of the index of live enqueues kept in memory (KahaDB's ``indexCacheSize``,
+    #: in rows): the rest is spilled to a scratch file (``entries.py``). None: keep all.
+    index_cache_rows: int | None = 65536
 
     def __post_init__(self) -> None:
         if self.layout not in ("ring", "growing"):
@@ -43,6 +46,8 @@ class JournalConfig:
         low, high = RING_FILE_COUNT_RANGE
         if not low <= self.file_count <= high:
             raise ValueError(f"file_count must be {low}..{high}, not {self.file_count}")
+        if self.index_cache_rows is not None and self.index_cache_rows < 1:
+            raise ValueError(f"index_cache_rows must be at least 1, not {self.index_cache_rows}")
         for field in ("file_size", "max_file_length"):
             if getattr(self, field) < _MIN_FILE_SIZE:
                 raise ValueError(f"{field} must be at least {_MIN_FILE_SIZE} bytes")

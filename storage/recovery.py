@@ -43,7 +43,7 @@ from storage.errors import CorruptRecord, StorageError, TornWrite
 from storage.growing import GrowingLayout
 from storage.index import JournalIndex
 from storage.model import JournalConfig
-from storage.record import HEADER_SIZE, RecordType, Status, check, find_valid_after, scan
+from storage.record import HEADER, HEADER_SIZE, RecordType, Status, check, find_valid_after, scan
 from storage.ring import _NAME as _RING_NAME
 from storage.ring import RingLayout
 from storage.segment import Segment, fsync_directory, numbered_files
@@ -103,38 +103,39 @@ class ScanResult:
 
 # -- replaying records -----------------------------------------------------------
 
-Apply = Callable[[JournalIndex, bytes, int, int, int, int, dict[bytes, bytes]], None]
+Apply = Callable[[JournalIndex, bytes, int, int, int, int, dict[bytes, bytes], int], None]
+# Each takes the record at ``data[off:end]``, which is at ``base + off`` in its file.
 
 
 def _enqueue(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-             keys: dict[bytes, bytes]) -> None:
+             keys: dict[bytes, bytes], base: int) -> None:
     key, txid, _ = decode_enqueue(data, off, end)
-    index.enqueue(seq, keys.setdefault(key, key), txid, fid, off, end)
+    index.enqueue(seq, keys.setdefault(key, key), txid, fid, base + off, base + end)
 
 
 def _dequeue(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-             keys: dict[bytes, bytes]) -> None:
+             keys: dict[bytes, bytes], base: int) -> None:
     ref, txid = decode_dequeue(data, off, end)
-    index.dequeue(seq, ref, txid, fid, end)
+    index.dequeue(seq, ref, txid, fid, base + end)
 
 
 def _commit(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-            keys: dict[bytes, bytes]) -> None:
-    index.commit(seq, data[off + HEADER_SIZE : end], fid, end)
+            keys: dict[bytes, bytes], base: int) -> None:
+    index.commit(seq, data[off + HEADER_SIZE : end], fid, base + end)
 
 
 def _abort(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-           keys: dict[bytes, bytes]) -> None:
-    index.abort(seq, data[off + HEADER_SIZE : end], fid, end)
+           keys: dict[bytes, bytes], base: int) -> None:
+    index.abort(seq, data[off + HEADER_SIZE : end], fid, base + end)
 
 
 def _delivered(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-               keys: dict[bytes, bytes]) -> None:
-    index.delivered(seq, decode_ref(data, off, end), fid, end)
+               keys: dict[bytes, bytes], base: int) -> None:
+    index.delivered(seq, decode_ref(data, off, end), fid, base + end)
 
 
 def _misplaced_header(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-                      keys: dict[bytes, bytes]) -> None:
+                      keys: dict[bytes, bytes], base: int) -> None:
     raise ValueError("a file header record inside a file")
 
 
@@ -148,29 +149,76 @@ _APPLY: dict[int, Apply] = {
 }
 
 
-def _replay(index: JournalIndex, seg: Segment, data: bytes, header_seq: int, header_end: int,
+#: Recovery reads a file this many bytes at a time (a longer record, whole): its
+#: memory is a window, not a file of ``max_file_length`` (32 MB by default).
+_WINDOW = 1 << 20
+
+
+def _replay(index: JournalIndex, seg: Segment, header_seq: int, header_end: int,
             keys: dict[bytes, bytes], is_last: bool) -> tuple[int, int, TornWrite | None]:
-    """Replay one file; returns (last seq, records, torn tail) or raises CorruptRecord."""
+    """Replay one file, a window at a time; returns (last seq, records, torn tail)
+    or raises CorruptRecord.
+
+    A window that ends before the file may cut its last record: the next window
+    starts at that record, and is made long enough for it if its header says it
+    is longer than a window. Where the records really end is classified as
+    ``_classify`` says; only a file that is damaged there is read whole.
+    """
     index.add_file(seg.file_id, header_seq, header_end)
-    records = scan(data, header_end)
     expected = header_seq + 1
     fid = seg.file_id
     enqueue = _APPLY[RecordType.ENQUEUE]
-    try:
-        for rtype, seq, off, end in records:
-            if seq != expected:
-                raise CorruptRecord(seg.name, off, f"seq {seq} where {expected} was expected")
-            if rtype == RecordType.ENQUEUE:  # most records: skip the table lookup
-                enqueue(index, data, fid, seq, off, end, keys)
-            else:
-                _APPLY[rtype](index, data, fid, seq, off, end, keys)
-            expected += 1
-    except (ValueError, struct.error) as err:
-        raise CorruptRecord(seg.name, off, f"malformed body: {err}") from None
-    seg.offset = seg.flushed = records.stop
-    damage = _classify(seg.name, data, records.stop, records.status, records.reason,
-                       records.bad_end, expected - 1, is_last)
+    with open(seg.path, "rb") as file:
+        fd = file.fileno()
+        size = os.fstat(fd).st_size
+        pos, want = header_end, _WINDOW
+        while True:
+            data = os.pread(fd, min(want, max(size - pos, 0)), pos)
+            records = scan(data, 0)
+            off = 0
+            try:
+                for rtype, seq, off, end in records:
+                    if seq != expected:
+                        raise CorruptRecord(seg.name, pos + off, f"seq {seq} where {expected} was expected")
+                    if rtype == RecordType.ENQUEUE:  # most records: skip the table lookup
+                        enqueue(index, data, fid, seq, off, end, keys, pos)
+                    else:
+                        _APPLY[rtype](index, data, fid, seq, off, end, keys, pos)
+                    expected += 1
+            except (ValueError, struct.error) as err:
+                raise CorruptRecord(seg.name, pos + off, f"malformed body: {err}") from None
+            if pos + len(data) >= size:  # this window reaches the end of the file
+                break
+            need = _record_length(data, records.stop)
+            if records.stop == 0 and need <= len(data):  # a whole record that is not valid: the end
+                break
+            pos, want = pos + records.stop, max(_WINDOW, need)  # read on from the record the window cut
+        stop = pos + records.stop
+        clean = records.status is Status.END and _zeros(fd, stop, size)
+    seg.offset = seg.flushed = stop
+    damage = None
+    if not clean:  # damage, or stray bytes after the end: decided on the whole file
+        data = seg.read_all()
+        status, _, _, bad_end, reason = check(data, memoryview(data), stop)
+        damage = _classify(seg.name, data, stop, status, reason, bad_end, expected - 1, is_last)
     return expected - 1, expected - header_seq, damage
+
+
+def _record_length(data: bytes, offset: int) -> int:
+    """How long the record at ``offset`` says it is (its header's length, if whole)."""
+    if len(data) - offset < HEADER_SIZE:
+        return HEADER_SIZE
+    return HEADER_SIZE + HEADER.unpack_from(data, offset)[4]
+
+
+def _zeros(fd: int, start: int, size: int) -> bool:
+    """Is the file all zeros from ``start`` to ``size``? (read a window at a time)"""
+    while start < size:
+        chunk = os.pread(fd, min(_WINDOW, size - start), start)
+        if not chunk or chunk.count(0) != len(chunk):
+            return not chunk
+        start += len(chunk)
+    return True
 
 
 def _classify(name: str, data: bytes, stop: int, status: Status, reason: str, bad_end: int,
@@ -259,7 +307,7 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
         if fid != rolling:
             raise CorruptRecord(segments[fid].name, 0, f"{state} file header inside the log")
 
-    index = JournalIndex()
+    index = JournalIndex(config.index_cache_rows, config.directory)
     keys: dict[bytes, bytes] = {}
     last_seq, records, damage = 0, 0, None
     # Replay allocates an object per live message and creates no cycles; the
@@ -272,11 +320,8 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
             if seq <= last_seq:
                 raise CorruptRecord(segments[fid].name, 0, f"header seq {seq} is not after {last_seq}")
             is_last = position == len(headed) - 1 and rolling not in loose
-            data = segments[fid].read_all()  # one file in memory at a time
-            last_seq, count, damage = _replay(index, segments[fid], data, seq, header_end, keys,
-                                              is_last)
+            last_seq, count, damage = _replay(index, segments[fid], seq, header_end, keys, is_last)
             records += count
-            del data
     finally:
         if collecting:
             gc.enable()

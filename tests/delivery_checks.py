@@ -1,7 +1,39 @@
 """The per-delivery checks the model-based tests share (queue and topic models)."""
 from __future__ import annotations
 
+from typing import Any
+from unittest import mock
+
+from minibroker import seqfifo
 from minibroker.frames import Frame
+from storage import entries
+
+
+class IndexOnDisk:
+    """A model's mix-in: the broker's index mostly on disk. The journal's table comes
+    in blocks of 4 rows with one block meant to stay in memory (with
+    ``index_cache_rows = 1`` in the config), the cursors' FIFOs in chunks of 3 pairs
+    (``storage/entries.py``, ``minibroker/seqfifo.py``), so a few dozen messages
+    spill and read back blocks and chunks all the time."""
+
+    def __init__(self) -> None:
+        self.patches = [mock.patch.object(entries, "BLOCK_ROWS", 4), mock.patch.object(entries, "_SPLIT_ROWS", 8),
+                        mock.patch.object(entries, "_MIN_CACHE_BLOCKS", 1), mock.patch.object(seqfifo, "CHUNK", 3)]
+        for patch in self.patches:
+            patch.start()
+        super().__init__()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()  # type: ignore[misc]
+        finally:
+            for patch in self.patches:
+                patch.stop()
+
+
+def with_index_on_disk(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a document for ``parse_config``) with ``index_cache_rows = 1``."""
+    return {**config, "store": {**config.get("store", {}), "index_cache_rows": 1}}
 
 
 def check_delivery(who: str, message: Frame, given: set[bytes], order: dict[bytes, tuple[str, int]],

@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from delivery_checks import check_delivery
+from delivery_checks import IndexOnDisk, check_delivery, with_index_on_disk
 from minibroker.config import BrokerConfig, parse_config
 from minibroker.frames import Frame
 from minibroker.sim import VirtualClient, VirtualNetwork
@@ -391,6 +391,16 @@ class PriorityPagingQueueModel(PagingQueueModel):
     prioritized = True
 
 
+class SpilledIndexQueueModel(IndexOnDisk, PagingQueueModel):
+    """Through the store cursor with the index mostly on disk (``IndexOnDisk``)."""
+
+    config = parse_config(with_index_on_disk(_LIMITED))
+
+
+class SpillingQueueModelWithTheIndexOnDisk(IndexOnDisk, SpillingQueueModel):
+    """Non-persistent messages spilled to the temp store, their cursor's FIFO in chunks of 3 on disk."""
+
+
 TestQueueInMemory = QueueModel.TestCase
 TestQueueInMemory.settings = _SETTINGS
 TestQueueThroughTheStoreCursor = PagingQueueModel.TestCase
@@ -399,3 +409,7 @@ TestQueueThroughTheTempStore = SpillingQueueModel.TestCase
 TestQueueThroughTheTempStore.settings = _SETTINGS
 TestPriorityQueueThroughTheStoreCursor = PriorityPagingQueueModel.TestCase
 TestPriorityQueueThroughTheStoreCursor.settings = _SETTINGS
+TestQueueWithTheIndexOnDisk = SpilledIndexQueueModel.TestCase
+TestQueueWithTheIndexOnDisk.settings = _SETTINGS
+TestSpillingQueueWithTheIndexOnDisk = SpillingQueueModelWithTheIndexOnDisk.TestCase
+TestSpillingQueueWithTheIndexOnDisk.settings = _SETTINGS

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from delivery_checks import check_delivery
+from delivery_checks import IndexOnDisk, check_delivery, with_index_on_disk
 from minibroker.config import parse_config
 from minibroker.frames import Frame
 from minibroker.sim import VirtualClient, VirtualNetwork
@@ -232,8 +232,17 @@ class SpoolingTopicModel(TopicModel):
     durable_allowed = False  # a durable subscription's backlog stays in memory, and would stop the producer
 
 
+class DurableTopicModelWithTheIndexOnDisk(IndexOnDisk, TopicModel):
+    """Durable subscriptions' persistent messages with the journal's index mostly on disk."""
+
+    config = parse_config(with_index_on_disk({"store": {"fsync": "never", "journal_max_file_length": "64 kb"},
+                                              "destination_policy": [{"topic": ">", "maximum_redeliveries": -1}]}))
+
+
 _SETTINGS = settings(max_examples=100, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TestTopicWithDurableSubscriptions = TopicModel.TestCase
 TestTopicWithDurableSubscriptions.settings = _SETTINGS
 TestTopicSpoolingToTheTempStore = SpoolingTopicModel.TestCase
 TestTopicSpoolingToTheTempStore.settings = _SETTINGS
+TestDurableTopicWithTheIndexOnDisk = DurableTopicModelWithTheIndexOnDisk.TestCase
+TestDurableTopicWithTheIndexOnDisk.settings = _SETTINGS

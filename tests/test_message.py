@@ -33,15 +33,23 @@ def test_a_paged_in_message_is_the_message_keywords_make(headers: dict[str, str]
                                                          message_id: str) -> None:
     payload = encode_payload(7, message_id, headers, body, persistent=persistent, priority=priority,
                              expires=expires, timestamp=123)
-    s = decode_payload(payload, lazy=lazy)  # headers None when plain and lazy; else decoded
-    assert s.message_id == message_id  # the broker's ids escape only colons; any other id takes the slow path
+    s = decode_payload(payload, lazy=lazy)  # headers and id None when plain and lazy; else decoded
+    assert s.message_id == (None if s.headers is None else message_id)
     by_keywords = Message(s.seq, s.message_id, "/queue/q", s.headers, s.body, persistent=s.persistent,
                           priority=s.priority, expires=s.expires, timestamp=s.timestamp,
                           message_id_wire=s.wire_message_id, wire_headers=s.wire_headers, header_chars=s.header_chars)
     paged = paged_message(s, s.seq, "/queue/q")
     assert {slot: getattr(paged, slot) for slot in Message.__slots__} == {
         slot: getattr(by_keywords, slot) for slot in Message.__slots__}
-    assert (paged.headers, paged.persistent, paged.priority, paged.expires, paged.timestamp) == (
-        headers, persistent, priority, expires, 123)
+    assert (paged.message_id, paged.headers, paged.persistent, paged.priority, paged.expires, paged.timestamp) == (
+        message_id, headers, persistent, priority, expires, 123)  # the id unescaped on first use when lazy
     for version in ("1.0", "1.1", "1.2"):
         assert paged.tail(version) == by_keywords.tail(version)
+
+
+def test_a_message_needs_its_id_in_one_form_or_the_other() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="message-id"):
+        Message(1, None, "/queue/q", {}, b"")
+    assert Message(1, None, "/queue/q", {}, b"", message_id_wire=b"ID\\ch-1\\c1").message_id == "ID:h-1:1"

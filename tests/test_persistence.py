@@ -254,6 +254,46 @@ class TestStoreCursor:
         net.restart()  # everything store-only now, and counted again from the recovered journal
         assert broker_statistics(net.broker)["indexBytes"] >= 300 * (17 + 8)
 
+    def test_a_deep_backlog_keeps_a_bounded_index_in_memory(self, tmp_path: Path) -> None:
+        """Past the cache, the journal's index blocks and the cursor's chunks go to
+        scratch files (blocks of 16 rows here, four of them in memory; chunks of 16
+        pairs, two in memory): the index in memory stops growing with the backlog,
+        and every message still comes back once, in order, across a restart."""
+        from unittest import mock
+
+        from minibroker import seqfifo
+        from minibroker.stats import broker_statistics
+        from storage import entries
+
+        with mock.patch.object(entries, "BLOCK_ROWS", 16), mock.patch.object(entries, "_SPLIT_ROWS", 32), \
+                mock.patch.object(seqfifo, "CHUNK", 16):
+            net = persistent_net(tmp_path, {"system_usage": {"memory_limit": "100 kb"},
+                                            "store": {"index_cache_rows": 1, "journal_max_file_length": "1 mb"}})
+            p = net.connected_client()
+            for i in range(1000):
+                p.send("/queue/deep", "x" * 100, persistent="true", n=str(i))
+            stats = broker_statistics(net.broker)
+            queue = net.broker.destinations["/queue/deep"]
+            assert queue.cursor_statistics()["storeOnlyCount"] > 900
+            # In memory: at most 4 + 2 blocks of 16 rows (17 bytes, arrays over-allocate) and 2 chunks of 16 pairs.
+            assert stats["indexBytes"] < 6 * 16 * 17 * 2 + 2 * 16 * 8 * 2
+            assert stats["indexSpilledBytes"] > 900 * (17 + 8)
+            c = net.connected_client()
+            c.subscribe("/queue/deep", "s", "client-individual", **{"activemq.prefetchSize": "50"})
+            for m in c.messages()[:30]:
+                c.ack(m)
+            delivered = len(c.messages())  # the acks made room for 30 more
+            assert delivered == 80
+            net.restart()  # 970 left: 50 of them delivered and unacknowledged
+            assert broker_statistics(net.broker)["indexBytes"] < 6 * 16 * 17 * 2
+            c = net.connected_client()
+            c.subscribe("/queue/deep")
+            got = c.messages()
+            assert [int(m.headers["n"]) for m in got] == list(range(30, 1000))
+            assert [m.headers.get("redelivered") for m in got[:51]] == ["true"] * 50 + [None]
+            assert queue is not net.broker.destinations["/queue/deep"]
+            assert net.broker.destinations["/queue/deep"].size() == 0
+
     def test_nothing_is_loaded_after_restart_until_a_consumer_comes(self, tmp_path: Path) -> None:
         net = self.small_memory(tmp_path)
         p = net.connected_client()
@@ -422,12 +462,58 @@ def test_a_lazily_decoded_message_is_the_same_message(headers: dict) -> None:
     lazy = decode_payload(payload, lazy=True)
     eager = decode_payload(payload)
     assert (lazy.headers is None) == all(k.isascii() and ":" not in k + v for k, v in headers.items())
-    assert lazy.message_id == eager.message_id == "ID:b-1:3"
+    assert eager.message_id == "ID:b-1:3" and lazy.message_id == (None if lazy.headers is None else "ID:b-1:3")
     paged = Message(3, lazy.message_id, "/queue/q", lazy.headers, lazy.body, message_id_wire=lazy.wire_message_id,
                     wire_headers=lazy.wire_headers, header_chars=lazy.header_chars)
     fresh = Message(3, "ID:b-1:3", "/queue/q", dict(headers), b"body")
-    assert paged.size == fresh.size
+    assert paged.size == fresh.size and paged.message_id == "ID:b-1:3"
     for version in ("1.0", "1.1", "1.2"):
         assert paged.tail(version) == fresh.tail(version)
     assert paged.header_view() == fresh.header_view()
     assert dict(paged.headers) == headers
+
+
+#: Payloads as the first format (version 1) wrote them: one length, then a block with the
+#: message-id line first. Journals written before version 2 hold these.
+_V1_PAYLOADS = [
+    ("010107000068e5cf8b01000000806e87740100002a00000000000000470000006d6573736167652d69643a49445c636f6c642d315c"
+     "6334320a64657374696e6174696f6e3a2f71756575652f710a636f6c6f75723a626c75650a6e61c3af76653ac3a95c63310a68656c6c6f",
+     (42, "ID:old-1:42", {"destination": "/queue/q", "colour": "blue", "naïve": "é:1"}, b"hello", True, 7,
+      1700000000000, 1600000000000)),
+    ("01000400000000000000000001000000000000002b00000000000000360000006d6573736167652d69643a49445c636f6c642d315c"
+     "6334330a64657374696e6174696f6e3a2f71756575652f710a706c61696e3a760a",
+     (43, "ID:old-1:43", {"destination": "/queue/q", "plain": "v"}, b"", False, 4, 0, 1)),
+]
+
+
+@pytest.mark.parametrize("payload_hex, fields", _V1_PAYLOADS)
+def test_payloads_of_the_first_format_still_decode(payload_hex: str, fields: tuple) -> None:
+    """Version 2 payloads carry their lengths in the prefix; a journal written by the
+    first format must still page in the same messages, lazily or not."""
+    from minibroker.message import Message
+    from minibroker.persistence import decode_meta, decode_payload, encode_payload
+    from minibroker.storehooks import _message
+
+    payload = bytes.fromhex(payload_hex)
+    seq, message_id, headers, body, persistent, priority, expires, timestamp = fields
+    eager = decode_payload(payload)
+    assert (eager.seq, eager.message_id, eager.headers, eager.body, eager.persistent, eager.priority,
+            eager.expires, eager.timestamp) == fields
+    assert decode_meta(payload) == (seq, priority, expires)
+    fresh = Message(seq, message_id, "/queue/q", headers, body)
+    paged = _message(decode_payload(payload, lazy=True), seq, "/queue/q")
+    assert paged.message_id == message_id and dict(paged.headers) == headers and paged.size == fresh.size
+    for version in ("1.0", "1.1", "1.2"):
+        assert paged.tail(version) == fresh.tail(version)
+    again = encode_payload(seq, message_id, headers, body, persistent=persistent, priority=priority,
+                           expires=expires, timestamp=timestamp)
+    assert again[0] == 2 and decode_payload(again) == eager  # written again, it is version 2
+
+
+def test_a_payload_shorter_than_its_lengths_is_refused() -> None:
+    from minibroker.persistence import decode_payload, encode_payload
+
+    payload = encode_payload(1, "ID:x-1:1", {"destination": "/queue/q"}, b"body", persistent=True, priority=4,
+                             expires=0, timestamp=0)
+    with pytest.raises(ValueError, match="shorter than its lengths"):
+        decode_payload(payload[: len(payload) - len(b"body") - 3])

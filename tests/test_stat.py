@@ -43,7 +43,7 @@ def test_stat_command_prints_the_tables(broker, capsys) -> None:
         conn.subscribe("/topic/news", id="n")
         assert cli(["stat", "--port", str(broker.port), "--connections", "--subscriptions"]) == 0
         out = capsys.readouterr().out
-        assert "broker localhost: memory 0%" in out and " bytes (in no usage)" in out
+        assert "broker localhost: memory 0%" in out and " bytes in memory (in no usage), 0 on disk" in out
         row = next(line for line in out.splitlines() if line.startswith("/queue/orders"))
         assert row.split() == ["/queue/orders", "2", "2", "0", "0", "2", "0", "0", "0"]
         assert "/topic/news" in out and "minibroker-stat" not in out.split("connection")[0]

@@ -13,9 +13,10 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minibroker import cursor
+from minibroker import seqfifo
 from minibroker.cursor import PagedRef, StoreIndex
 from minibroker.persistence import StoreRef
+from storage.spill import SpillFile
 
 HOME, OTHER = object(), object()  # two journals
 KIND = st.sampled_from(["home", "home", "home", "spilled", "other journal"])
@@ -38,16 +39,19 @@ def described(r: PagedRef) -> tuple:
 
 
 @settings(max_examples=200, deadline=None)
-@given(OPS, st.booleans())
-def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool) -> None:
-    index = StoreIndex(prioritized)
+@given(OPS, st.booleans(), st.booleans())
+def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool, spilling: bool) -> None:
+    """In chunks of three pairs, kept in memory or (``spilling``) all but the
+    first and the last of each FIFO in a spill file."""
+    spill = SpillFile()
+    index = StoreIndex(prioritized, (lambda: spill) if spilling else None)
     model: list[tuple] = []
     seq = 10
 
     def order(r: tuple) -> tuple:
         return (-r[2], r[1]) if prioritized else (r[1],)
 
-    with mock.patch.object(cursor, "_TRIM_MIN", 2), mock.patch.object(cursor, "_CHUNK", 3):
+    with mock.patch.object(seqfifo, "CHUNK", 3):
         for op in ops:
             if op[0] == "add":
                 _, back, priority, redelivered, expires, kind = op
@@ -87,6 +91,10 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool)
             assert bool(index.expires) == any(r[4] for r in model)
             spilled = sorted(r[0] for r in model if isinstance(r[0], str))
             assert sorted(o for o in index.objects() if isinstance(o, str)) == spilled
+            for fifo in index._fifos:  # the bound: two chunks in memory, at most 3 pairs (+ inserts) each
+                in_memory = len(fifo._chunks) - fifo.spilled()
+                assert in_memory <= (2 if spilling else len(fifo._chunks))
+    spill.close()
 
 
 def test_numbers_too_wide_for_four_bytes_and_spilled_handles_keep_their_values() -> None:

@@ -81,7 +81,7 @@ def format_tables(stats: dict[str, Any]) -> str:
     out = [
         f"broker {b['brokerName']}: memory {b['memoryPercentUsage']}% ({b['memoryUsage']}/{b['memoryLimit']} bytes), "
         f"store {b['storePercentUsage']}%, temp {b['tempPercentUsage']}%, "
-        f"index {b.get('indexBytes', 0)} bytes (in no usage); "
+        f"index {b.get('indexBytes', 0)} bytes in memory (in no usage), {b.get('indexSpilledBytes', 0)} on disk; "
         f"{b['connectionCount']} connections, {b['destinationCount']} destinations, "
         f"{b['blockedProducers']} blocked sends",
         "",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from storage import recovery
 from storage.journal import Journal
 from storage.model import JournalConfig
 from storage_helpers import small_config
@@ -27,6 +28,16 @@ def _close_journals(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     for journal in opened:
         journal.close()
+
+
+@pytest.fixture(autouse=True, params=["whole", "windows"])
+def _recovery_window(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every storage test twice: recovery reading a file in 1 MB windows (the files
+    here are smaller: one window each), and in windows of 37 bytes, which every
+    record but the smallest crosses: replay, torn tails and damage must come out
+    the same."""
+    if request.param == "windows":
+        monkeypatch.setattr(recovery, "_WINDOW", 37)
 
 
 @pytest.fixture(params=["ring", "growing"])

@@ -25,49 +25,94 @@ OPS = st.lists(
     ),
     max_size=200,
 )
+#: Longer runs, with lookups of rows that exist: enough blocks of a few rows for most to be spilled.
+LONG_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(1, 3), st.sampled_from([LIVE, PENDING])),
+        st.tuples(st.just("add"), st.integers(1, 3), st.just(LIVE)),
+        st.tuples(st.just("add_before"), st.integers(1, 80)),
+        st.tuples(st.just("kill"), st.integers(0, 1000)),
+        st.tuples(st.just("find_row"), st.integers(0, 1000)),
+        st.tuples(st.just("find"), st.integers(-3, 400)),
+    ),
+    min_size=60,
+    max_size=300,
+)
+
+
+def row(table: EntryTable, pos: int) -> tuple[bytes, int, int, int, int]:
+    """(key, file, offset, length, state) of the row at ``pos``."""
+    seq, file_id, offset, length = table.location(pos)
+    return table.key(pos), file_id, offset, length, table.state(pos)
 
 
 @settings(max_examples=200, deadline=None)
 @given(OPS, st.sampled_from([1, 4, 4096]))
 def test_the_table_agrees_with_a_dict(ops: list[tuple], compact_min: int) -> None:
-    table = EntryTable()
+    """Blocks of 8,192 rows, all in memory."""
+    with mock.patch.object(entries, "_COMPACT_MIN", compact_min):
+        table = EntryTable()
+        check_against_a_dict(table, ops)
+        assert all(block.states is not None for block in table.blocks)
+
+
+@settings(max_examples=300, deadline=None)
+@given(LONG_OPS, st.sampled_from([1, 4, 4096]), st.sampled_from([(4, None), (4, 8), (3, 1)]))
+def test_a_table_of_small_blocks_agrees_with_a_dict(ops: list[tuple], compact_min: int,
+                                                    blocks: tuple[int, int | None]) -> None:
+    """Blocks of 3 or 4 rows, all in memory or spilled to a file but for the few
+    used last (``cache_rows``: at least four blocks stay)."""
+    block_rows, cache_rows = blocks
+    with mock.patch.object(entries, "_COMPACT_MIN", compact_min), \
+            mock.patch.object(entries, "BLOCK_ROWS", block_rows), \
+            mock.patch.object(entries, "_SPLIT_ROWS", 2 * block_rows):
+        table = EntryTable(cache_rows)
+        check_against_a_dict(table, ops)
+        in_memory = [block for block in table.blocks if block.states is not None]
+        if cache_rows is None:
+            assert len(in_memory) == len(table.blocks)
+        else:  # the bound holds: no more blocks in memory than the cache takes
+            assert len(in_memory) <= max(4, -(-cache_rows // block_rows))
+            assert (table.spilled_bytes() > 0) == (len(in_memory) < len(table.blocks))
+        table.close()
+
+
+def check_against_a_dict(table: EntryTable, ops: list[tuple]) -> None:
     model: dict[int, tuple[bytes, int, int, int, int]] = {}  # seq -> key, file, offset, length, state
     used: set[int] = set()
     last = 0
-    with mock.patch.object(entries, "_COMPACT_MIN", compact_min):
-        for op in ops:
-            if op[0] == "add":
-                last += op[1]
-                row = (b"ab"[last % 2 :][:1], last % 3, last * 10, last + 7, op[2])
-                table.add(last, *row)
-                model[last] = row
-                used.add(last)
-            elif op[0] == "add_before":
-                seq = last - op[1]
-                if seq >= 1 and seq not in used:
-                    table.add(seq, b"z", 9, seq, 1, LIVE)
-                    model[seq] = (b"z", 9, seq, 1, LIVE)
-                    used.add(seq)
-            elif op[0] == "kill" and model:
-                seq = sorted(model)[op[1] % len(model)]
-                pos = table.find(seq)
-                table.kill(pos)
-                del model[seq]
-            elif op[0] == "find":
-                seq = op[1]
-                pos = table.find(seq)
-                if seq in model:
-                    key, file_id, offset, length, state = model[seq]
-                    assert pos >= 0 and table.seqs[pos] == seq
-                    assert table.keys[table.key_ids[pos]] == key
-                    assert (table.files[pos], table.offsets[pos], table.lengths[pos], table.states[pos]) == (
-                        file_id, offset, length, state)
-                else:
-                    assert pos == -1
-            assert len(table) == len(model)
-        assert list(table.live_seqs()) == sorted(s for s, row in model.items() if row[4] == LIVE)
-        assert [table.seqs[pos] for pos in table.rows()] == sorted(model)
-        assert all(table.states[pos] != DEAD for pos in table.rows())
+    for op in ops:
+        if op[0] == "add":
+            last += op[1]
+            values = (b"ab"[last % 2 :][:1], last % 3, last * 10, last + 7, op[2])
+            table.add(last, *values)
+            model[last] = values
+            used.add(last)
+        elif op[0] == "add_before":
+            seq = last - op[1]
+            if seq >= 1 and seq not in used:
+                table.add(seq, b"z", 9, seq, 1, LIVE)
+                model[seq] = (b"z", 9, seq, 1, LIVE)
+                used.add(seq)
+        elif op[0] == "kill" and model:
+            seq = sorted(model)[op[1] % len(model)]
+            pos = table.find(seq)
+            table.kill(pos)
+            del model[seq]
+        elif op[0] in ("find", "find_row"):
+            seq = op[1] if op[0] == "find" or not model else sorted(model)[op[1] % len(model)]
+            pos = table.find(seq)
+            if seq in model:
+                assert pos >= 0 and table.seq(pos) == seq
+                assert row(table, pos) == model[seq]
+            else:
+                assert pos == -1
+        assert len(table) == len(model)
+    assert list(table.live_seqs()) == sorted(s for s, values in model.items() if values[4] == LIVE)
+    assert [(seq, key, file_id) for seq, key, file_id in table.entries()] == [
+        (seq, model[seq][0], model[seq][1]) for seq in sorted(model)]
+    for seq in sorted(model):  # every row again, in order: blocks read back one after another
+        assert row(table, table.find(seq)) == model[seq]
 
 
 def test_a_duplicate_seq_is_refused() -> None:
@@ -95,17 +140,17 @@ def test_a_value_too_wide_for_a_narrow_column_widens_it_and_loses_nothing() -> N
     big = 2**32 + 9  # a seq too wide
     table.add(big, b"k", 5, 6, 7, LIVE)
     assert table.nbytes() > narrow
-    assert {a.typecode for a in (table.seqs, table.files, table.offsets, table.lengths)} == {"q"}
-    rows = {seq: (table.files[pos], table.offsets[pos], table.lengths[pos], table.states[pos])
-            for seq in (1, 2, 3, 4, big) for pos in [table.find(seq)]}
+    block = table.blocks[0]
+    assert {a.typecode for a in (block.seqs, block.files, block.offsets, block.lengths)} == {"q"}
+    rows = {seq: row(table, table.find(seq))[1:] for seq in (1, 2, 3, 4, big)}
     assert rows == {1: (3, 100, 50, LIVE), 2: (70_000, 5 * 2**32 + 7, 2**32 + 1, LIVE),
                     3: (2**20, 2**40, 2**33, PENDING), 4: (1, 2, 3, LIVE), big: (5, 6, 7, LIVE)}
     with mock.patch.object(entries, "_COMPACT_MIN", 0):
         table.kill(table.find(1))
         table.kill(table.find(4))  # dead rows do not outnumber the others yet ...
         table.kill(table.find(big))  # ... now they do: compaction keeps the wide columns
-    assert table.dead == 0 and list(table.seqs) == [2, 3]
-    assert [(table.files[pos], table.offsets[pos], table.lengths[pos]) for pos in (0, 1)] == [
+    assert table.dead == 0 and list(table.blocks[0].seqs) == [2, 3]
+    assert [row(table, table.find(seq))[1:4] for seq in (2, 3)] == [
         (70_000, 5 * 2**32 + 7, 2**32 + 1), (2**20, 2**40, 2**33)]
 
 
@@ -113,5 +158,5 @@ def test_the_65536th_key_widens_the_key_column() -> None:
     table = EntryTable()
     for seq in range(1, 65_538):
         table.add(seq, b"q%d" % seq, 0, seq, 1, LIVE)
-    assert table.key_ids.typecode == "q"
-    assert [table.keys[table.key_ids[table.find(seq)]] for seq in (1, 65_536, 65_537)] == [b"q1", b"q65536", b"q65537"]
+    assert table.blocks[-1].key_ids.typecode == "q"
+    assert [table.key(table.find(seq)) for seq in (1, 65_536, 65_537)] == [b"q1", b"q65536", b"q65537"]

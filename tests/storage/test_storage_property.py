@@ -10,6 +10,7 @@ messages, in seq order, with their keys, payloads and delivered flags.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,12 +58,19 @@ class Model:
 
 
 #: The index's table drops dead rows past a threshold: 1 makes it do so at every dequeue.
-COMPACT_MIN = st.sampled_from([1, 4096])
+#: With 4, its blocks are of 4 rows and only one of them is meant to stay in memory (the rest spilled).
+COMPACT_MIN = st.sampled_from([1, 4096, 4])
 
 
 def run(config: JournalConfig, ops: list[tuple[object, ...]], compact_min: int = 4096) -> None:
     model = Model()
-    with mock.patch.object(entries, "_COMPACT_MIN", compact_min):
+    block_rows = 4 if compact_min == 4 else entries.BLOCK_ROWS
+    if compact_min == 4:
+        config = dataclasses.replace(config, index_cache_rows=1)
+    with mock.patch.object(entries, "_COMPACT_MIN", compact_min), \
+            mock.patch.object(entries, "BLOCK_ROWS", block_rows), \
+            mock.patch.object(entries, "_SPLIT_ROWS", 2 * block_rows), \
+            mock.patch.object(entries, "_MIN_CACHE_BLOCKS", 1 if compact_min == 4 else 4):
         j = Journal.open(config)
         try:
             for op in ops:

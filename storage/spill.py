@@ -1,0 +1,100 @@
+"""A scratch file for index blocks that are not kept in memory.
+
+Theory of operation. The journal's table of live enqueues (``entries.py``)
+and a queue cursor's list of store-only messages grow by a few bytes per
+message, and a backlog may hold millions: KahaDB keeps such an index in a
+page file and only a cache of its pages in memory (``indexCacheSize``). Here
+a structure cuts itself into blocks and writes the ones it has not used
+lately to a ``SpillFile``: an anonymous temporary file (unlinked at once, so
+nothing is left behind by a crash and recovery never sees it), written and
+read with ``pwrite``/``pread`` at slots this class hands out. Several
+structures may share one file, each holding its own slots.
+
+The file is scratch, never a record of anything: the journal rebuilds its
+index from its own records at every open. A slot that is rewritten with a
+blob no larger than it is reused in place; a freed slot is reused for the
+next blob of exactly its size (the blocks of a full chunk all have the same);
+otherwise the blob goes to the end. Freed bytes not yet reused are waste:
+when waste is more than half the file (and over ``_REPACK_MIN``),
+``needs_repack`` tells an owner that holds all the file's slots to copy them
+into a fresh file (``repacked``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["Slot", "SpillFile"]
+
+#: (offset, capacity, length) of one blob in the file.
+Slot = tuple[int, int, int]
+
+#: Waste below this many bytes is never worth a repack.
+_REPACK_MIN = 1 << 20
+
+
+class SpillFile:
+    """Blobs at slots of an anonymous temporary file (see the module docstring)."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        try:
+            self._file = tempfile.TemporaryFile(dir=directory, prefix="index-spill-")
+        except OSError:  # a read-only journal directory (an offline tool): the system's temp dir
+            self._file = tempfile.TemporaryFile(prefix="minibroker-index-spill-")
+        self._fd = self._file.fileno()
+        self.directory = None if directory is None else Path(directory)
+        #: Bytes the file holds, and of those the bytes no slot uses any more.
+        self.size = 0
+        self.waste = 0
+        #: Freed slots by capacity: offsets to reuse for a blob of that size.
+        self._free: dict[int, list[int]] = {}
+
+    def write(self, blob: bytes, slot: Slot | None = None) -> Slot:
+        """Store ``blob``: in ``slot`` if it fits there, else at the end. Returns its slot."""
+        if slot is not None:
+            offset, capacity, _ = slot
+            if len(blob) <= capacity:
+                os.pwrite(self._fd, blob, offset)
+                return (offset, capacity, len(blob))
+            self.free(slot)
+        size = len(blob)
+        reusable = self._free.get(size)
+        if reusable:
+            offset = reusable.pop()
+            self.waste -= size
+        else:
+            offset = self.size
+            self.size += size
+        os.pwrite(self._fd, blob, offset)
+        return (offset, size, size)
+
+    def read(self, slot: Slot) -> bytes:
+        """The blob last written to ``slot``."""
+        offset, _, length = slot
+        data = os.pread(self._fd, length, offset)
+        if len(data) != length:
+            raise OSError(f"index spill file: short read at {offset} ({len(data)} of {length} bytes)")
+        return data
+
+    def free(self, slot: Slot) -> None:
+        """``slot`` is no longer used."""
+        offset, capacity, _ = slot
+        self.waste += capacity
+        self._free.setdefault(capacity, []).append(offset)
+
+    @property
+    def needs_repack(self) -> bool:
+        return self.waste > _REPACK_MIN and self.waste * 2 > self.size
+
+    def repacked(self, slots: list[Slot]) -> tuple["SpillFile", list[Slot]]:
+        """A fresh file holding the blobs of ``slots`` (the live ones), and their new
+        slots in the same order; this file is closed."""
+        fresh = SpillFile(self.directory)
+        moved = [fresh.write(self.read(slot)) for slot in slots]
+        self.close()
+        return fresh, moved
+
+    def close(self) -> None:
+        self._file.close()
