@@ -120,12 +120,15 @@ async def through(port: int, dest: str, count: int, size: int) -> float:
 
 async def queue_statistics(port: int, dest: str) -> dict:
     """The destination's statistics, asked of the broker over STOMP (the statistics plugin)."""
+    return await ask_statistics(port, f"/queue/ActiveMQ.Statistics.Destination.{dest[len('/queue/'):]}")
+
+
+async def ask_statistics(port: int, address: str) -> dict:
+    """What the statistics destination ``address`` answers (a request with a ``reply-to``)."""
     reader, writer, parser = await _connect(port)
     reply_to = "/temp-queue/backlog-stats"
     writer.write(encode(Frame("SUBSCRIBE", {"destination": reply_to, "id": "s"}, b"")))
-    name = dest[len("/queue/"):]
-    writer.write(encode(Frame("SEND", {"destination": f"/queue/ActiveMQ.Statistics.Destination.{name}",
-                                       "reply-to": reply_to}, b"")))
+    writer.write(encode(Frame("SEND", {"destination": address, "reply-to": reply_to}, b"")))
     while True:
         data = await asyncio.wait_for(reader.read(65536), 10)
         for frame in parser.feed(data):

@@ -91,6 +91,23 @@ def test_backlog_bench_pages_under_limits_and_not_without() -> None:
         assert re.search(rf"^\| {phase} \| [\d,]+ ", p.stdout, re.M), p.stdout
 
 
+@pytest.mark.slow
+def test_rss_bench_prints_each_phase_and_the_bound() -> None:
+    """bench/rss.py: a limited broker's RSS phase by phase, with the backlog store-only
+    and the index mostly on disk past the cache (20,000 rows fit in it: none spilled)."""
+    p = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--messages", "20000"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    for phase in ("idle", "warm", r"20,000 produced \([\d,]+ store-only\)", "drained"):
+        assert re.search(rf"^\| {phase} \| \d+\.\d \|$", p.stdout, re.M), p.stdout
+    phases = json.loads(p.stdout.strip().splitlines()[-1])
+    assert phases["store_only"] > 15000 and phases["index_bytes"] > 0, phases
+    assert re.search(r"^bound over the idle base: ", p.stdout, re.M), p.stdout
+    bad = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--messages", "0"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "--messages must be at least 1, not 0" in bad.stderr
+
+
 def test_cost_measures_every_scenario_and_refuses_an_unknown_one() -> None:
     """bench/cost.py runs each in-process scenario (page-in drains exactly what it filled)."""
     p = subprocess.run([sys.executable, str(BENCH / "cost.py"), "--messages", "400", "--reps", "1"],
