@@ -24,6 +24,7 @@ of each damaged file and truncates it at the last good record.
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import shutil
@@ -152,6 +153,7 @@ _APPLY: dict[int, Apply] = {
 #: Recovery reads a file this many bytes at a time (a longer record, whole): its
 #: memory is a window, not a file of ``max_file_length`` (32 MB by default).
 _WINDOW = 1 << 20
+_SEEK_DATA: int | None = getattr(os, "SEEK_DATA", None)  # Linux, the BSDs, macOS
 
 
 def _replay(index: JournalIndex, seg: Segment, header_seq: int, header_end: int,
@@ -212,8 +214,22 @@ def _record_length(data: bytes, offset: int) -> int:
 
 
 def _zeros(fd: int, start: int, size: int) -> bool:
-    """Is the file all zeros from ``start`` to ``size``? (read a window at a time)"""
+    """Is the file all zeros from ``start`` to ``size``?
+
+    Holes are skipped unread (``SEEK_DATA``: a file preallocated with
+    ``ftruncate`` is one hole past its data); what is left is read a window at
+    a time. Where the file system cannot tell holes, everything is read.
+    """
     while start < size:
+        try:
+            start = os.lseek(fd, start, _SEEK_DATA) if _SEEK_DATA is not None else start
+        except OSError as err:
+            if err.errno == errno.ENXIO:  # no data from ``start`` to the end of the file
+                return True
+            if err.errno != errno.EINVAL:  # EINVAL: holes unknown here; just read
+                raise
+        if start >= size:
+            return True
         chunk = os.pread(fd, min(_WINDOW, size - start), start)
         if not chunk or chunk.count(0) != len(chunk):
             return not chunk
@@ -247,14 +263,17 @@ _PROBE = 64  # bytes read to check a file header (the header record is 36)
 def _read_header(layout: LayoutPolicy, seg: Segment) -> tuple[str, int, int]:
     """("ok", header seq, header end) | ("blank", 0, 0) | ("damaged", 0, 0).
 
-    Reads only the start of the file unless it starts with zeros; raises
+    Reads only the start of the file unless it starts with zeros (then the
+    rest a window at a time, to tell blank from damaged); raises
     ``StorageError`` if a valid header belongs to another journal or config.
     """
     probe = seg.read_head(_PROBE)
     status, rtype, seq, end, _ = check(probe, memoryview(probe), 0)
-    if status is Status.END:
-        data = seg.read_all()
-        return ("blank" if data.count(0) == len(data) else "damaged"), 0, 0
+    if status is Status.END:  # starts with zeros: blank only if zeros to the end (read in windows)
+        with open(seg.path, "rb") as file:
+            fd = file.fileno()
+            blank = _zeros(fd, 0, os.fstat(fd).st_size)
+        return ("blank" if blank else "damaged"), 0, 0
     header = decode_file_header(probe, 0, end) if status is Status.OK else None
     if header is None or rtype != RecordType.FILE_HEADER:
         return "damaged", 0, 0

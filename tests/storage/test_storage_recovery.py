@@ -185,6 +185,39 @@ def test_repair_keeps_numbered_copies_when_a_file_breaks_twice(config: JournalCo
     assert [r.payload for r in reopened(config)] == written.surviving(written.last, off)
 
 
+def test_stray_bytes_past_a_hole_in_a_preallocated_file_are_found(tmp_path: Path) -> None:
+    """The check that a file is zeros after its data skips holes unread
+    (SEEK_DATA); bytes written far past the data, beyond a hole, are still seen."""
+    config = small_config(tmp_path / "q", "growing", max_file_length=1 << 20)
+    j = Journal.open(config)
+    for n in range(20):
+        j.enqueue(b"q", b"payload %d" % n)
+    (info,) = j.files()
+    path, end = config.path / info.name, info.used
+    j.close()
+    with open(path, "r+b") as f:
+        f.seek((1 << 20) - 100)
+        f.write(b"junk")
+    j = Journal.open(config)
+    torn = j.recovery.torn
+    assert isinstance(torn, TornWrite) and torn.file == path.name
+    assert "stray bytes" in str(torn) and torn.offset == end
+    assert len(payloads(j)) == 20
+    j.close()
+
+
+def test_a_zeroed_file_header_with_records_after_it_is_damage_not_a_blank_file(tmp_path: Path) -> None:
+    """A file that starts with zeros is blank only if it is zeros to its end:
+    the check reads it a window at a time, and must not stop at the first."""
+    config = small_config(tmp_path / "q", "growing")
+    written = write_messages(config)
+    assert len(written.records(written.last)) > 1
+    zero(written.last, 0, 64)  # the file header and the start of the first record
+    with pytest.raises(CorruptRecord) as err:
+        Journal.open(config)
+    assert err.value.file == written.last.name and "valid records follow" in str(err.value)
+
+
 def test_a_growing_file_cut_before_its_header_is_dropped(tmp_path: Path) -> None:
     config = small_config(tmp_path / "q", "growing")
     written = write_messages(config)
