@@ -197,11 +197,10 @@ class StoreIndex:
         for _, fifo in self._ordered():
             if count <= 0:
                 break
-            gone = fifo.drop(count)
-            count -= len(gone)
-            if self.expires or self.redelivered or self._objects:
-                for seq in gone:
+            if self.expires or self.redelivered or self._objects:  # rarely: read the seqs only then
+                for seq in fifo.slice(count)[0]:
                     self._forget(seq)
+            count -= fifo.drop(count)
 
     def _forget(self, seq: int) -> None:
         self.expires.pop(seq, None)

@@ -17,20 +17,17 @@ commit) is inserted in its place, in whichever chunk holds that place.
 from __future__ import annotations
 
 import itertools
-import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from typing import Callable, Iterable, Iterator
 
 from storage.entries import column, inserted
-from storage.spill import Slot, SpillFile
+from storage.spill import Slot, SpillFile, pack_columns, unpack_columns
 
 __all__ = ["CHUNK", "SeqFifo"]
 
 #: Pairs per chunk: a new chunk starts when the last one holds this many.
 CHUNK = 4096
-#: A spilled chunk: its two arrays' typecodes and its pair count, then the arrays.
-_CHUNK_HEAD = struct.Struct("<2sI")
 
 
 class _Chunk:
@@ -45,19 +42,12 @@ class _Chunk:
         self.slot: Slot | None = None
 
     def encode(self) -> bytes:
-        seqs, refs = self.seqs, self.refs
-        assert seqs is not None and refs is not None
-        head = _CHUNK_HEAD.pack((seqs.typecode + refs.typecode).encode("ascii"), len(seqs))
-        return b"".join((head, seqs.tobytes(), refs.tobytes()))
+        assert self.seqs is not None and self.refs is not None
+        return pack_columns((self.seqs, self.refs))
 
     @staticmethod
     def decode(blob: bytes) -> tuple[array, array]:
-        codes, count = _CHUNK_HEAD.unpack_from(blob)
-        seqs, refs = array(chr(codes[0])), array(chr(codes[1]))
-        at = _CHUNK_HEAD.size
-        end = at + count * seqs.itemsize
-        seqs.frombytes(blob[at:end])
-        refs.frombytes(blob[end : end + count * refs.itemsize])
+        (seqs, refs), _ = unpack_columns(blob)
         return seqs, refs
 
 
@@ -187,10 +177,9 @@ class SeqFifo:
                 break
         return array("q", seqs), array("q", refs)
 
-    def drop(self, count: int) -> array:
-        """Remove the first ``count`` pairs; returns their seqs."""
-        gone = self.slice(count)[0]
-        count = len(gone)
+    def drop(self, count: int) -> int:
+        """Remove the first ``count`` pairs; returns how many there were (at most ``count``)."""
+        count = min(count, self._len)
         self._len -= count
         chunks = self._chunks
         head = self.head + count
@@ -201,7 +190,7 @@ class SeqFifo:
             if chunks:
                 self._load(chunks[0])  # the new first chunk stays in memory
         self.head = head
-        return gone
+        return count
 
     def without(self, gone: set[int]) -> "SeqFifo":
         """A copy without the pairs whose broker seq is in ``gone``; this FIFO is

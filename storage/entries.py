@@ -39,14 +39,13 @@ a key id.
 
 from __future__ import annotations
 
-import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from itertools import compress
 from pathlib import Path
 
-from storage.spill import Slot, SpillFile
+from storage.spill import Slot, SpillFile, pack_columns, unpack_columns
 
 __all__ = ["BLOCK_ROWS", "DEAD", "DEFAULT_CACHE_ROWS", "LIVE", "PENDING", "EntryTable", "column", "inserted"]
 
@@ -70,8 +69,6 @@ _MIN_CACHE_BLOCKS = 4
 _COLUMNS = ("seqs", "files", "offsets", "lengths", "key_ids")
 #: ``bytes.translate`` table: a state byte -> 1 if the row is live.
 _LIVE_ONLY = bytes(1 if state == LIVE else 0 for state in range(256))
-#: A spilled block: the five arrays' typecodes and the row count, then the arrays and the states.
-_BLOCK_HEAD = struct.Struct("<5sI")
 
 
 def column(typecode: str, values: Iterable[int] = ()) -> array:
@@ -122,25 +119,13 @@ class _Block:
         return sum(len(a) * a.itemsize for a in self.arrays()) + len(self.states)
 
     def encode(self) -> bytes:
-        arrays = self.arrays()
-        head = _BLOCK_HEAD.pack("".join(a.typecode for a in arrays).encode("ascii"), self.rows)
-        return b"".join((head, *(a.tobytes() for a in arrays), self.states))  # type: ignore[arg-type]
+        return pack_columns(self.arrays(), self.states)  # type: ignore[arg-type]
 
     def decode(self, blob: bytes) -> None:
         """Take the arrays back from ``encode``'s bytes."""
-        codes, rows = _BLOCK_HEAD.unpack_from(blob)
-        view = memoryview(blob)
-        at = _BLOCK_HEAD.size
-        columns = []
-        for code in codes.decode("ascii"):
-            values = array(code)
-            end = at + rows * values.itemsize
-            values.frombytes(view[at:end])
-            columns.append(values)
-            at = end
+        columns, states = unpack_columns(blob)
         self.seqs, self.files, self.offsets, self.lengths, self.key_ids = columns
-        self.states = bytearray(view[at : at + rows])
-        view.release()
+        self.states = bytearray(states)
 
     def drop_arrays(self) -> None:
         self.seqs = self.files = self.offsets = self.lengths = self.key_ids = None

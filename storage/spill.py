@@ -23,16 +23,43 @@ into a fresh file (``repacked``).
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
+from array import array
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["Slot", "SpillFile"]
+__all__ = ["Slot", "SpillFile", "pack_columns", "unpack_columns"]
 
 #: (offset, capacity, length) of one blob in the file.
 Slot = tuple[int, int, int]
 
 #: Waste below this many bytes is never worth a repack.
 _REPACK_MIN = 1 << 20
+#: ``pack_columns``' head: how many arrays, and how many items each holds (then their typecodes).
+_COLUMNS_HEAD = struct.Struct("<BI")
+
+
+def pack_columns(columns: Sequence[array], tail: bytes | bytearray = b"") -> bytes:
+    """Arrays of one length, then ``tail``, as one blob for a slot (``unpack_columns``)."""
+    codes = "".join(values.typecode for values in columns).encode("ascii")
+    head = _COLUMNS_HEAD.pack(len(codes), len(columns[0]))
+    return b"".join((head, codes, *(values.tobytes() for values in columns), tail))
+
+
+def unpack_columns(blob: bytes) -> tuple[list[array], memoryview]:
+    """The arrays ``pack_columns`` packed into ``blob``, and a view of its tail."""
+    count, items = _COLUMNS_HEAD.unpack_from(blob)
+    at = _COLUMNS_HEAD.size + count
+    view = memoryview(blob)
+    columns = []
+    for code in blob[_COLUMNS_HEAD.size : at].decode("ascii"):
+        values = array(code)
+        end = at + items * values.itemsize
+        values.frombytes(view[at:end])
+        columns.append(values)
+        at = end
+    return columns, view[at:]
 
 
 class SpillFile:

@@ -50,7 +50,8 @@ def test_the_fifo_answers_as_a_sorted_list(ops: list[tuple], spilling: bool) -> 
                 model.append((s, ref))
                 model.sort()
             elif op[0] == "drop":
-                gone = fifo.drop(op[1])
+                gone = fifo.slice(op[1])[0]
+                assert fifo.drop(op[1]) == len(gone) == len(model[: op[1]])
                 assert list(gone) == [p[0] for p in model[: op[1]]]
                 del model[: op[1]]
             elif op[0] == "slice":
