@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from .codec import decode_header_block, encode_headers, escape, unescape
 
-__all__ = ["Message", "MESSAGE_OVERHEAD", "BROKER_SET_HEADERS", "send_block"]
+__all__ = ["Message", "MESSAGE_OVERHEAD", "BROKER_SET_HEADERS", "message_id_from_wire", "send_block"]
 
 #: Fixed per-message memory charge (ActiveMQ ``Message.getSize``).
 MESSAGE_OVERHEAD = 1024
@@ -70,6 +70,14 @@ def send_block(
         kept = kept[:at] + kept[end:] if end >= 0 else kept[:at]
     text = f"destination:{address}{kept}\ntimestamp:{timestamp}\nexpires:{expires}\npriority:{priority}\n"
     return text.encode("utf-8"), len(text) - 2 * text.count("\n")
+
+
+def message_id_from_wire(wire_id: bytes) -> str:
+    """The message-id whose STOMP 1.2 wire form is ``wire_id``."""
+    colons = wire_id.replace(b"\\c", b":")
+    if b"\\" not in colons:  # only colons were escaped (the broker's ids): no unescape call
+        return colons.decode("utf-8")
+    return unescape(wire_id.decode("utf-8"), "1.2")  # an escaped backslash leaves one behind
 
 
 class Message:
@@ -159,7 +167,7 @@ class Message:
         message_id = self._message_id
         if message_id is None:
             assert self._mid_wire is not None
-            message_id = self._message_id = unescape(self._mid_wire.decode("utf-8"), "1.2")
+            message_id = self._message_id = message_id_from_wire(self._mid_wire)
         return message_id
 
     @property

@@ -58,8 +58,9 @@ from typing import Any, Iterator, NamedTuple
 
 from storage import Journal, JournalConfig, Location, StorageError, TransactionLog
 
-from .codec import decode_header_block, encode_headers, escape, unescape
+from .codec import decode_header_block, encode_headers, escape
 from .config import StoreConfig
+from .message import message_id_from_wire
 
 __all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "encode_wire_payload", "decode_payload",
            "durable_key"]
@@ -175,17 +176,9 @@ def decode_payload(payload: bytes, *, lazy: bool = False) -> StoredMessage:
         if lazy and flags & _PLAIN:
             return _new(StoredMessage, (seq, None, None, body, flags & _PERSISTENT == 1,  # type: ignore[arg-type]
                                         priority, expires, timestamp, wire_headers, wire_id, chars))
-        return StoredMessage(seq, _message_id(wire_id), decode_header_block(wire_headers), body,
+        return StoredMessage(seq, message_id_from_wire(wire_id), decode_header_block(wire_headers), body,
                              flags & _PERSISTENT == 1, priority, expires, timestamp, wire_headers, wire_id)
     return _decode_v1(payload, lazy)
-
-
-def _message_id(wire_id: bytes) -> str:
-    """The message-id whose STOMP 1.2 wire form is ``wire_id``."""
-    colons = wire_id.replace(b"\\c", b":")
-    if b"\\" not in colons:  # only colons were escaped (the broker's ids): no unescape call
-        return colons.decode("utf-8")
-    return unescape(wire_id.decode("utf-8"), "1.2")  # an escaped backslash leaves one behind
 
 
 def _decode_v1(payload: bytes, lazy: bool) -> StoredMessage:
@@ -203,7 +196,7 @@ def _decode_v1(payload: bytes, lazy: bool) -> StoredMessage:
         chars = len(wire_headers) - 2 * wire_headers.count(b"\n")  # each line is name:value\n
         return _new(StoredMessage, (seq, None, None, body, persistent, priority, expires,  # type: ignore[arg-type]
                                     timestamp, wire_headers, wire_id, chars))
-    return StoredMessage(seq, _message_id(wire_id), decode_header_block(wire_headers), body, persistent, priority,
+    return StoredMessage(seq, message_id_from_wire(wire_id), decode_header_block(wire_headers), body, persistent, priority,
                          expires, timestamp, wire_headers, wire_id)
 
 
