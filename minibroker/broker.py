@@ -342,9 +342,9 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
                 del self._blocked_cursors[queue]
                 queue.dispatch()
         store = self.store
-        if store is not None and store.write_generation != self._store_generation_seen:
+        if store is not None and (store.write_generation != self._store_generation_seen or store.deferred):
+            store.flush()  # writes the deferred dequeues first (a new generation)
             self._store_generation_seen = store.write_generation
-            store.flush()
             self._set_store_usage(store.disk_usage())
             if self.trace.enabled:
                 self.trace_journal_rolls()

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import re
 import struct
@@ -64,6 +65,8 @@ from .message import message_id_from_wire
 
 __all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "encode_wire_payload", "decode_payload",
            "durable_key"]
+
+log = logging.getLogger("minibroker.store")
 
 _PREFIX = struct.Struct("<BBBxqqQ")
 #: Version 2: the prefix and the three lengths, written and read at once.
@@ -236,6 +239,8 @@ class MessageStore:
         self.layout = config.layout
         self._journals: dict[str, Journal] = {}
         self._dirty: set[Journal] = set()
+        #: journal -> seqs of dequeues written at the next ``flush`` (``dequeue``)
+        self._deferred: dict[Journal, list[int]] = {}
         #: storage txid -> journals written under it (a ring transaction may span queues)
         self._tx_journals: dict[str, set[Journal]] = {}
         #: ring layout: the log of decisions of transactions across queues
@@ -322,13 +327,61 @@ class MessageStore:
     def enqueue(self, key: str, payload: bytes, txid: str | None = None) -> StoreRef:
         """Write a message; raises ``storage`` errors (a full ring, a closed journal)."""
         journal = self.journal_for(key)
-        location = journal.enqueue(key, payload, txid)
+        try:
+            location = journal.enqueue(key, payload, txid)
+        except StorageError:
+            if journal not in self._deferred:
+                raise
+            # A full ring may have room once this turn's dequeues are written.
+            self._write_deferred(journal)
+            location = journal.enqueue(key, payload, txid)
         self._wrote(journal, txid)
         return StoreRef(journal, location.seq, key)
 
     def dequeue(self, ref: StoreRef, txid: str | None = None) -> None:
-        ref.journal.dequeue(ref.seq, txid)
-        self._wrote(ref.journal, txid)
+        """Remove a message (at ``commit(txid)`` with a txid).
+
+        Without a txid the record is deferred: written with the others of this
+        turn as one DEQUEUE_MANY record at the next ``flush`` (a drained page
+        costs one record, not 200), which the broker calls at the end of every
+        turn, before the turn's frames go out. It is no less durable for that:
+        records reach the disk only at ``flush`` and ``sync`` anyway, and no
+        RECEIPT waits for a dequeue outside a transaction (a transaction's are
+        written at once, and its COMMIT's RECEIPT waits for their sync).
+        """
+        if txid is not None:
+            ref.journal.dequeue(ref.seq, txid)
+            self._wrote(ref.journal, txid)
+            return
+        seqs = self._deferred.get(ref.journal)
+        if seqs is None:
+            seqs = self._deferred[ref.journal] = []
+        seqs.append(ref.seq)
+
+    @property
+    def deferred(self) -> int:
+        """Dequeues waiting for the next ``flush``."""
+        return sum(map(len, self._deferred.values()))
+
+    def _write_deferred(self, journal: Journal | None = None) -> None:
+        """Write the deferred dequeues (of ``journal`` only, if given), then count
+        them as one write generation: a concurrent ``sync`` that claims it has
+        them all on its journals."""
+        if journal is None:
+            deferred, self._deferred = self._deferred, {}
+        else:
+            seqs = self._deferred.pop(journal, None)
+            deferred = {journal: seqs} if seqs is not None else {}
+        for target, seqs in deferred.items():
+            try:
+                target.dequeue_many(seqs)
+            except StorageError as exc:  # the messages stay in the journal: a restart redelivers them
+                log.error("could not write %d dequeues to journal %s: %s; those messages come back at a restart",
+                          len(seqs), target.config.name, exc)
+        if deferred:
+            with self._lock:
+                self.write_generation += 1
+                self._dirty.update(deferred)
 
     def mark_delivered(self, ref: StoreRef) -> None:
         ref.journal.mark_delivered(ref.seq)
@@ -370,7 +423,9 @@ class MessageStore:
         return self.read_many([ref], lazy=lazy)[0]
 
     def flush(self) -> None:
-        """Hand buffered writes to the operating system."""
+        """Write the deferred dequeues, and hand buffered writes to the operating system."""
+        if self._deferred:
+            self._write_deferred()
         for journal in self._dirty:
             journal.flush()
 
@@ -453,6 +508,7 @@ class MessageStore:
         """Sync and close every journal and release the data directory (idempotent)."""
         if self.closed:
             return
+        self._write_deferred()
         for journal in self.journals():
             journal.sync()
             journal.close()

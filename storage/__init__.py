@@ -31,13 +31,16 @@ Across files they only increase: files in between may have been deleted
 
 Record types and bodies (``bodies.py``)::
 
-    FILE_HEADER 1  <BBHIQ: version=1, layout (1 ring, 2 growing, 3 temp),
+    FILE_HEADER 1  <BBHIQ: version=2, layout (1 ring, 2 growing, 3 temp),
                    reserved, file_id, capacity (the file's preallocated size)
     ENQUEUE     2  <HH: key length, txid length; key; txid; payload
     DEQUEUE     3  <QH: seq of the enqueue it removes, txid length; txid
     TX_COMMIT   4  txid
     TX_ABORT    5  txid
     DELIVERED   6  <Q: seq of an enqueue that was handed to a consumer
+    DEQUEUE_MANY 7 <Q...: seqs of the enqueues it removes, none in a
+                   transaction (file header version 2; version 1 files,
+                   written before it existed, are still read)
 
 A record with a non-empty txid takes effect only when a TX_COMMIT with that
 txid follows; TX_ABORT, or no outcome at all before the end of the log,

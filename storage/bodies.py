@@ -8,7 +8,9 @@ offsets, so recovery never slices a payload it does not need.
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
+from array import array
 from typing import NamedTuple
 
 from storage.errors import CorruptRecord
@@ -20,10 +22,12 @@ __all__ = [
     "Layout",
     "as_bytes",
     "decode_dequeue",
+    "decode_dequeue_many",
     "decode_enqueue",
     "decode_file_header",
     "decode_ref",
     "encode_dequeue",
+    "encode_dequeue_many",
     "encode_enqueue",
     "encode_file_header",
     "encode_ref",
@@ -31,7 +35,10 @@ __all__ = [
     "verified_payload",
 ]
 
-FORMAT_VERSION = 1
+#: Written in every file header. Version 2 may hold DEQUEUE_MANY records; a
+#: version 1 file (written before them) is still read.
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 _FILE_HEADER = struct.Struct("<BBHIQ")  # version, layout, reserved, file_id, capacity
 _ENQUEUE = struct.Struct("<HH")  # key length, txid length
 _DEQUEUE = struct.Struct("<QH")  # enqueue seq, txid length
@@ -74,7 +81,7 @@ def decode_file_header(data: bytes, offset: int, end: int) -> FileHeader | None:
     if end - offset - HEADER_SIZE != _FILE_HEADER.size:
         return None
     version, layout, _, file_id, capacity = _FILE_HEADER.unpack_from(data, offset + HEADER_SIZE)
-    if version != FORMAT_VERSION:
+    if version not in _READABLE_VERSIONS:
         return None
     return FileHeader(version, layout, file_id, capacity)
 
@@ -142,6 +149,25 @@ def decode_dequeue(data: bytes, offset: int, end: int) -> tuple[int, bytes]:
     if t + tlen != end:
         raise ValueError("dequeue body length does not match its txid length")
     return ref, data[t:end]
+
+
+def encode_dequeue_many(refs: array) -> list[bytes]:
+    """The body of a DEQUEUE_MANY record: the enqueue seqs, little-endian u64 each."""
+    if sys.byteorder != "little":
+        refs = array("Q", refs)
+        refs.byteswap()
+    return [refs.tobytes()]
+
+
+def decode_dequeue_many(data: bytes, offset: int, end: int) -> array:
+    """The enqueue seqs a DEQUEUE_MANY record removes."""
+    start = offset + HEADER_SIZE
+    if (end - start) % 8 or end == start:
+        raise ValueError("a dequeue-many body is not a non-empty run of 8-byte seqs")
+    refs = array("Q", data[start:end])
+    if sys.byteorder != "little":
+        refs.byteswap()
+    return refs
 
 
 def encode_ref(ref: int) -> list[bytes]:

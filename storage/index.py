@@ -194,6 +194,15 @@ class JournalIndex:
         if enq_file is not None and enq_file != file_id:
             _bump(stats.deps, enq_file, 1)
 
+    def dequeue_many(self, seq: int, refs: Iterable[int], file_id: int, end: int) -> None:
+        """A DEQUEUE_MANY record: ``dequeue`` of each of ``refs``, none in a transaction."""
+        stats = self._note(file_id, seq, end)
+        find, drop = self.table.find, self._drop
+        for ref in refs:
+            pos = find(ref, LIVE)
+            if pos >= 0:
+                drop(pos, stats)
+
     def _drop(self, pos: int, stats: FileStats) -> None:
         """Row ``pos`` is dequeued by a record in ``stats``'s file."""
         enq_file = self._unpin(pos)

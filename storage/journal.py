@@ -25,6 +25,7 @@ from types import TracebackType
 from storage.bodies import (
     as_bytes,
     encode_dequeue,
+    encode_dequeue_many,
     encode_enqueue,
     encode_file_header,
     encode_ref,
@@ -44,6 +45,8 @@ TxId = bytes | str
 _HEADER_RECORD = HEADER_SIZE + len(encode_file_header(0, 0, 0)[0])
 _ENQUEUE_FIXED = HEADER_SIZE + 4
 _DEQUEUE_FIXED = HEADER_SIZE + 10
+#: dequeue_many: at most this many seqs in one DEQUEUE_MANY record (32 KB).
+_MANY_MAX = 4096
 #: read_seqs: neighbouring records are read in one pread spanning at most this many bytes...
 _READ_SPAN = 1 << 20
 #: ...and skipping at most this many bytes between two of them (other queues' records, acks).
@@ -252,6 +255,40 @@ class Journal:
             self._index.dequeue(seq, enqueue_seq, t, fid, offset + _DEQUEUE_FIXED + len(t))
         self._collect()
         return seq
+
+    def dequeue_many(self, enqueue_seqs: Sequence[int]) -> list[int]:
+        """Remove many live messages, none in a transaction: ``dequeue`` of each,
+        written as DEQUEUE_MANY records (8 bytes a message, not a record each).
+        Returns the seqs of the records written.
+
+        Checked first, so a KeyError (an unknown seq, or one given twice) writes
+        nothing. The seqs go into as few records as fit: a record never spans two
+        files, so one that would not fit in the current file's room is cut there.
+        """
+        is_live = self._index.is_live
+        for seq in enqueue_seqs:
+            if not is_live(seq):
+                raise KeyError(f"no live enqueue with seq {seq}")
+        if len(set(enqueue_seqs)) != len(enqueue_seqs):
+            raise KeyError("a seq is dequeued twice in one dequeue_many")
+        refs = enqueue_seqs if type(enqueue_seqs) is array and enqueue_seqs.typecode == "Q" else array("Q", enqueue_seqs)
+        written: list[int] = []
+        with self._lock:
+            done = 0
+            while done < len(refs):
+                cur = self._current
+                fits = (cur.capacity - cur.offset - HEADER_SIZE) // 8
+                if fits <= 0:  # _append rolls first: a fresh file's room
+                    fits = (self._max_record - HEADER_SIZE) // 8
+                count = min(len(refs) - done, _MANY_MAX, fits)
+                chunk = refs[done : done + count]
+                length = HEADER_SIZE + 8 * count
+                seq, fid, offset = self._append(RecordType.DEQUEUE_MANY, encode_dequeue_many(chunk), length)
+                self._index.dequeue_many(seq, chunk, fid, offset + length)
+                written.append(seq)
+                done += count
+        self._collect()
+        return written
 
     def mark_delivered(self, enqueue_seq: int) -> int:
         """Record that a message went to a consumer: recovery flags it redelivered."""

@@ -59,6 +59,7 @@ class RecordType(enum.IntEnum):
     TX_COMMIT = 4
     TX_ABORT = 5
     DELIVERED = 6
+    DEQUEUE_MANY = 7
 
 
 _TYPES = frozenset(int(t) for t in RecordType)

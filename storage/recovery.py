@@ -36,6 +36,7 @@ from pathlib import Path
 from storage.bodies import (
     Layout,
     decode_dequeue,
+    decode_dequeue_many,
     decode_enqueue,
     decode_file_header,
     decode_ref,
@@ -120,6 +121,11 @@ def _dequeue(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end
     index.dequeue(seq, ref, txid, fid, base + end)
 
 
+def _dequeue_many(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
+                  keys: dict[bytes, bytes], base: int) -> None:
+    index.dequeue_many(seq, decode_dequeue_many(data, off, end), fid, base + end)
+
+
 def _commit(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
             keys: dict[bytes, bytes], base: int) -> None:
     index.commit(seq, data[off + HEADER_SIZE : end], fid, base + end)
@@ -147,6 +153,7 @@ _APPLY: dict[int, Apply] = {
     RecordType.TX_COMMIT: _commit,
     RecordType.TX_ABORT: _abort,
     RecordType.DELIVERED: _delivered,
+    RecordType.DEQUEUE_MANY: _dequeue_many,
 }
 
 

@@ -517,3 +517,90 @@ def test_a_payload_shorter_than_its_lengths_is_refused() -> None:
                              expires=0, timestamp=0)
     with pytest.raises(ValueError, match="shorter than its lengths"):
         decode_payload(payload[: len(payload) - len(b"body") - 3])
+
+
+class TestDeferredDequeues:
+    """A dequeue outside a transaction is written at the next flush, with the
+    others of the turn, as one DEQUEUE_MANY record (``MessageStore.dequeue``)."""
+
+    @staticmethod
+    def _store(tmp_path: Path, **options: object):  # type: ignore[no-untyped-def]
+        from minibroker.config import StoreConfig
+        from minibroker.persistence import MessageStore
+
+        return MessageStore(StoreConfig(**options), tmp_path / "data")  # type: ignore[arg-type]
+
+    @staticmethod
+    def _payload(n: int) -> bytes:
+        from minibroker.persistence import encode_payload
+
+        return encode_payload(n, f"ID:d-{n}", {"n": str(n)}, b"body %d" % n, persistent=True, priority=4,
+                              expires=0, timestamp=0)
+
+    def test_dequeues_wait_for_the_flush_then_count_as_one_write(self, tmp_path: Path) -> None:
+        store = self._store(tmp_path)
+        refs = [store.enqueue("/queue/A", self._payload(n)) for n in range(10)]
+        store.flush()
+        journal = refs[0].journal
+        generation, last = store.write_generation, journal.last_seq
+        for ref in refs[:6]:
+            store.dequeue(ref)
+        assert (store.deferred, journal.live_count, journal.last_seq, store.write_generation) == (6, 10, last, generation)
+        store.flush()
+        assert (store.deferred, journal.live_count, journal.last_seq) == (0, 4, last + 1)  # one record
+        assert store.write_generation == generation + 1  # a sync after this covers them
+        assert store.needs_sync
+        for ref in refs[6:8]:
+            store.dequeue(ref)
+        store.close()  # writes the deferred ones too
+        again = self._store(tmp_path)
+        try:
+            assert [location.seq for _, location, _, _ in again.recover()] == [r.seq for r in refs[8:]]
+        finally:
+            again.close()
+
+    def test_a_full_ring_takes_an_enqueue_once_the_deferred_dequeues_are_written(self, tmp_path: Path) -> None:
+        from storage import StorageError
+
+        store = self._store(tmp_path, layout="ring", file_count=4, file_size=64 * 1024)
+        try:
+            refs = []
+            with pytest.raises(StorageError):
+                while True:
+                    refs.append(store.enqueue("/queue/R", self._payload(len(refs)) + bytes(900)))
+            for ref in refs:
+                store.dequeue(ref)
+            assert store.deferred == len(refs)
+            store.enqueue("/queue/R", self._payload(0) + bytes(900))  # refused with the dequeues unwritten
+            assert store.deferred == 0 and refs[0].journal.live_count == 1
+        finally:
+            store.close()
+
+    def test_a_drained_page_is_one_record_written_before_the_turn_s_frames_go_out(self, tmp_path: Path) -> None:
+        net = persistent_net(tmp_path)
+        p = net.connected_client()
+        for i in range(50):
+            p.send("/queue/d", f"m{i}", persistent="true")
+        journal = net.broker.store.journal_for("/queue/d")
+        before = journal.last_seq
+        c = net.connected_client()
+        c.subscribe("/queue/d")  # auto ack: all 50 consumed in one turn
+        assert len(c.messages()) == 50
+        assert journal.live_count == 0 and journal.last_seq == before + 1
+        for i in range(3):
+            p.send("/queue/e", f"n{i}", persistent="true")
+        broker = net.broker
+        late = broker.open_session("late")
+        broker.receive_data(late, b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"
+                                  b"SUBSCRIBE\nid:1\ndestination:/queue/e\nack:auto\n\n\x00")
+        # Consumed (auto ack) in this turn, not yet written: a crash now loses the
+        # MESSAGE frames and the dequeues together, and the messages come back.
+        assert broker.store.deferred == 3 and journal.live_count == 3
+        actions = broker.take_actions()
+        assert broker.store.deferred == 0 and journal.live_count == 0
+        assert sum(a.data.count(b"MESSAGE\n") for a in actions if hasattr(a, "data")) == 3
+        net.restart()
+        again = net.connected_client()
+        again.subscribe("/queue/d")
+        again.subscribe("/queue/e", "s2")
+        assert again.bodies() == []

@@ -134,6 +134,55 @@ class JournalContract:
             j.read(loc)
         assert j.last_seq == before
 
+    def test_dequeue_many_is_dequeue_of_each_and_survives_reopen(self, open_journal: Opener) -> None:
+        j = open_journal()
+        locs = [j.enqueue(b"q1" if n % 2 else b"q2", body(n)) for n in range(30)]
+        gone = [locs[n].seq for n in range(30) if n % 3]
+        before = j.last_seq
+        written = j.dequeue_many(gone)
+        assert written == [before + 1]  # one record for them all: it fits the current file
+        assert j.live_count == 10
+        with pytest.raises(KeyError):
+            j.read(locs[1])
+        assert j.read(locs[3]) == body(3)
+        j.close()
+        again = open_journal()
+        assert [r.seq for r in again.recovered()] == [locs[n].seq for n in range(0, 30, 3)]
+        assert again.live_count == 10
+
+    def test_dequeue_many_refuses_a_bad_batch_without_writing(self, open_journal: Opener) -> None:
+        j = open_journal()
+        locs = [j.enqueue(b"q", body(n)) for n in range(4)]
+        j.dequeue(locs[0].seq)
+        before = j.last_seq
+        for bad in ([locs[1].seq, locs[0].seq],  # one already dequeued
+                    [locs[1].seq, 12345],  # one never enqueued
+                    [locs[1].seq, locs[2].seq, locs[1].seq]):  # one given twice
+            with pytest.raises(KeyError):
+                j.dequeue_many(bad)
+        assert j.last_seq == before and j.live_count == 3
+        assert j.dequeue_many([]) == []
+
+    def test_dequeue_many_records_never_span_files(self, open_journal: Opener, config: JournalConfig) -> None:
+        """A batch bigger than the room left in the current file is cut there: every
+        record still lies in one file, and a reopen replays them all."""
+        from storage.record import HEADER_SIZE
+
+        j = open_journal()
+        per_file = config.file_size if config.layout == "ring" else config.max_file_length
+        count = per_file // 8 + 50  # its seqs alone are more than a file holds
+        locs = [j.enqueue(b"q", b"") for _ in range(count)]
+        seqs = [loc.seq for loc in locs]
+        j.dequeue(seqs[0])  # the ring must be able to reuse the files of the oldest
+        records = j.dequeue_many(seqs[1:-1])
+        assert len(records) >= 2
+        assert all(f.used <= f.size for f in j.files())
+        assert j.live_count == 1
+        j.close()
+        again = open_journal()
+        assert [r.seq for r in again.recovered()] == [seqs[-1]]
+        assert HEADER_SIZE + 8 * count > per_file
+
     def test_delivered_marker_survives_reopen(self, open_journal: Opener) -> None:
         j = open_journal()
         a, b, c = (j.enqueue(b"q", body(n)) for n in range(3))

@@ -34,6 +34,7 @@ OPS = st.lists(
     st.one_of(
         st.tuples(st.just("enqueue"), TXIDS, st.sampled_from([b"a", b"b"]), PAYLOADS),
         st.tuples(st.just("dequeue"), TXIDS, PICKS),
+        st.tuples(st.just("dequeue_many"), st.lists(PICKS, max_size=5)),
         st.tuples(st.just("deliver"), PICKS),
         st.tuples(st.just("consume_own"), st.sampled_from(["t1", "t2"]), PICKS),
         st.tuples(st.just("commit"), st.sampled_from(["t1", "t2"])),
@@ -105,6 +106,11 @@ def apply(j: Journal, config: JournalConfig, model: Model, op: tuple[object, ...
                 model.tx(txid)[1].append(seq)  # type: ignore[arg-type]
             else:
                 del model.live[seq]
+    elif kind == "dequeue_many":  # several at once, as the broker writes a turn's acks
+        seqs = sorted({seq for seq in map(model.pick, op[1]) if seq is not None})  # type: ignore[call-overload]
+        j.dequeue_many(seqs)
+        for seq in seqs:
+            del model.live[seq]
     elif kind == "consume_own":  # a transaction dequeues what it enqueued itself
         _, txid, n = op
         own = sorted(set(model.tx(txid)[0]) - set(model.tx(txid)[1]))  # type: ignore[arg-type]
@@ -128,6 +134,12 @@ def apply(j: Journal, config: JournalConfig, model: Model, op: tuple[object, ...
     elif kind == "churn":  # traffic that leaves nothing behind but moves the writer on
         for _ in range(op[1]):  # type: ignore[call-overload]
             j.dequeue(j.enqueue(b"churn", b"c" * 40).seq)
+        churned: list[int] = []
+        try:
+            for _ in range(op[1]):  # type: ignore[call-overload]
+                churned.append(j.enqueue(b"churn", b"c" * 40).seq)
+        finally:  # a full ring refuses one: what got in still goes
+            j.dequeue_many(churned)
     else:
         j.close()
         model.pending.clear()

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import struct
 import zlib
+from array import array
 
 import pytest
 
 from storage.bodies import (
     decode_dequeue,
+    decode_dequeue_many,
     decode_enqueue,
     decode_file_header,
     decode_ref,
     encode_dequeue,
+    encode_dequeue_many,
     encode_enqueue,
     encode_file_header,
     encode_ref,
@@ -135,6 +138,8 @@ BODY_CASES = [
     (RecordType.DEQUEUE, encode_dequeue(42, b"tx"), decode_dequeue, (42, b"tx")),
     (RecordType.DEQUEUE, encode_dequeue(2**64 - 1, b""), decode_dequeue, (2**64 - 1, b"")),
     (RecordType.DELIVERED, encode_ref(3), decode_ref, 3),
+    (RecordType.DEQUEUE_MANY, encode_dequeue_many(array("Q", [7, 2**64 - 1, 9])), decode_dequeue_many,
+     array("Q", [7, 2**64 - 1, 9])),
 ]
 
 
@@ -146,9 +151,12 @@ def test_bodies_round_trip(rtype: int, parts: list[bytes], decoder: object, expe
 
 def test_file_header_round_trip_and_version_check() -> None:
     data = encode(RecordType.FILE_HEADER, 1, encode_file_header(1, 5, 4096))
-    assert decode_file_header(data, 0, len(data)) == (1, 1, 5, 4096)
-    wrong = encode(RecordType.FILE_HEADER, 1, [b"\x02" + encode_file_header(1, 5, 4096)[0][1:]])
-    assert decode_file_header(wrong, 0, len(wrong)) is None
+    assert decode_file_header(data, 0, len(data)) == (2, 1, 5, 4096)
+    old = encode(RecordType.FILE_HEADER, 1, [b"\x01" + encode_file_header(1, 5, 4096)[0][1:]])
+    assert decode_file_header(old, 0, len(old)) == (1, 1, 5, 4096)  # written before DEQUEUE_MANY: still read
+    for version in (b"\x00", b"\x03"):
+        wrong = encode(RecordType.FILE_HEADER, 1, [version + encode_file_header(1, 5, 4096)[0][1:]])
+        assert decode_file_header(wrong, 0, len(wrong)) is None
 
 
 def test_malformed_bodies_are_rejected() -> None:
@@ -158,6 +166,10 @@ def test_malformed_bodies_are_rejected() -> None:
     long_dequeue = frame(RecordType.DEQUEUE, 1, struct.pack("<QH", 1, 0) + b"extra")
     with pytest.raises(ValueError):
         decode_dequeue(long_dequeue, 0, len(long_dequeue))
+    for body in (b"", b"\x01" * 12):  # empty, or not a whole number of seqs
+        many = frame(RecordType.DEQUEUE_MANY, 1, body)
+        with pytest.raises(ValueError):
+            decode_dequeue_many(many, 0, len(many))
 
 
 def test_verified_payload_names_the_file_and_offset() -> None:

@@ -275,3 +275,31 @@ def test_a_directory_of_the_other_layout_is_refused(config: JournalConfig) -> No
     other = "growing" if config.layout == "ring" else "ring"
     with pytest.raises(StorageError, match=f"holds {config.layout} journal files"):
         Journal.open(small_config(config.path, other))
+
+
+def test_a_journal_of_version_1_files_still_opens(config: JournalConfig) -> None:
+    """Files written before DEQUEUE_MANY existed say version 1 in their header:
+    they are read as before, and new records go on in them."""
+    import zlib
+
+    from storage.record import HEADER_SIZE
+
+    j = Journal.open(config)
+    locs = [j.enqueue(b"q", b"m%d" % n) for n in range(6)]
+    for loc in locs[:2]:
+        j.dequeue(loc.seq)
+    j.close()
+    for path in sorted(config.path.iterdir()):
+        data = bytearray(path.read_bytes())
+        if len(data) < HEADER_SIZE + 1 or data[HEADER_SIZE] != 2:
+            continue
+        data[HEADER_SIZE] = 1  # the version, first byte of the file header's body
+        end = HEADER_SIZE + int.from_bytes(data[8:12], "little")  # the body length
+        data[0:4] = zlib.crc32(data[4:end]).to_bytes(4, "little")
+        path.write_bytes(bytes(data))
+    again = Journal.open(config)
+    assert again.recovery.outcome == "clean"
+    assert [r.payload for r in again.recovered()] == [b"m%d" % n for n in range(2, 6)]
+    again.dequeue_many([loc.seq for loc in locs[2:4]])
+    again.close()
+    assert [r.payload for r in Journal.open(config).recovered()] == [b"m4", b"m5"]
