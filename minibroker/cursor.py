@@ -325,10 +325,10 @@ class QueueCursor:
                         message.redeliveries = 1
         else:
             refs = self.store_only.first(count)
-            for paged, stored in zip(refs, broker.read_ahead(refs)):  # one read per run of neighbours
+            for paged, payload in zip(refs, broker.read_ahead(refs)):  # one read per run of neighbours
                 if batch and room is not None and taken >= room:
                     break
-                message = broker.load_message(queue, paged, stored)
+                message = broker.load_message(queue, paged, payload)
                 taken += message.size
                 batch.append(message)
         queue.hold_page(batch, taken)

@@ -153,10 +153,10 @@ class Message:
             self.size = MESSAGE_OVERHEAD + len(body) + header_chars
         else:
             self.size = MESSAGE_OVERHEAD + len(body) + sum(map(len, headers)) + sum(map(len, headers.values()))
-        #: With ``wire_headers`` (the STOMP 1.2 form of ``headers``, as stored), the 1.2 tail needs no encoding.
-        self._tail: bytes | None = (
-            None if wire_headers is None else b"".join((wire_headers, b"content-length:%d\n\n" % len(body), body, b"\x00"))
-        )
+        # The 1.2 tail (``tail``), made at the first dispatch: a message that goes to the
+        # store only (past the cursor's mark) never needs it, and a cached one would
+        # hold its body twice meanwhile.
+        self._tail: bytes | None = None
         self._tail10: bytes | None = None
         #: The message-id as escaped on the wire (1.1, 1.2), when the creator knows it.
         self._mid_wire: bytes | None = message_id_wire

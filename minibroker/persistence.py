@@ -24,8 +24,8 @@ Theory of operation
       body
 
   "Plain" headers are ASCII without escapes: a page-in leaves them undecoded
-  until something needs them, and the lengths in the prefix spare it any
-  search. Version 1 payloads (one length, then a block with a
+  until something needs them (``decode_messages``), and the lengths in the
+  prefix spare it any search. Version 1 payloads (one length, then a block with a
   ``message-id`` line first) are still read.
 
   The broker seq is kept so a restarted broker continues the sequence and
@@ -55,16 +55,16 @@ import struct
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from storage import Journal, JournalConfig, Location, StorageError, TransactionLog
 
 from .codec import decode_header_block, encode_headers, escape
 from .config import StoreConfig
-from .message import message_id_from_wire
+from .message import Message, message_id_from_wire
 
 __all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "encode_wire_payload", "decode_payload",
-           "durable_key"]
+           "decode_messages", "durable_key"]
 
 log = logging.getLogger("minibroker.store")
 
@@ -79,8 +79,6 @@ _ID_START = _PREFIX_V2.size
 _PREFIX_AND_LENGTH = struct.Struct("<BBBxqqQI")
 _unpack_v1 = _PREFIX_AND_LENGTH.unpack_from
 _BLOCK_START = _PREFIX_AND_LENGTH.size
-#: ``StoredMessage(*fields)`` without the named tuple's Python-level ``__new__`` (a page-in makes many).
-_new = tuple.__new__
 _VERSION = 2
 _VERSIONS = (1, 2)
 _PERSISTENT, _PLAIN = 1, 2
@@ -106,12 +104,12 @@ class StoreRef:
 
 
 class StoredMessage(NamedTuple):
-    """A message decoded from its payload (a named tuple: one is made per page-in)."""
+    """A message decoded from its payload, whole (a page-in makes ``Message``s
+    straight from the payloads instead: ``decode_messages``)."""
 
     seq: int
-    #: None with ``headers`` (``decode_payload(lazy=True)``): ``wire_message_id`` holds it.
-    message_id: str | None
-    headers: dict[str, str] | None
+    message_id: str
+    headers: dict[str, str]
     body: bytes
     persistent: bool
     priority: int
@@ -122,8 +120,6 @@ class StoredMessage(NamedTuple):
     wire_headers: bytes | None = None
     #: The message-id as escaped on the wire.
     wire_message_id: bytes | None = None
-    #: With ``headers`` None (``decode_payload(lazy=True)``): the characters of their names and values.
-    header_chars: int = 0
 
 
 def durable_key(topic: str, client_id: str, name: str) -> str:
@@ -159,48 +155,60 @@ def decode_meta(payload: bytes) -> tuple[int, int, int]:
     return seq, priority, expires
 
 
-def decode_payload(payload: bytes, *, lazy: bool = False) -> StoredMessage:
-    """The message a payload holds.
-
-    ``lazy`` (a page-in): when the stored header block is plain ASCII with no
-    escapes (the usual case), ``headers`` is left None and ``header_chars``
-    gives the characters its names and values hold; ``Message`` decodes
-    ``wire_headers`` on first use (a selector, a 1.0/1.1 consumer, a DLQ copy).
-    ``message_id`` is None too: ``Message`` unescapes ``wire_message_id`` when
-    it is first asked for (a 1.0 or 1.1 ACK, a trace; dispatch sends the wire form).
-    """
+def decode_payload(payload: bytes) -> StoredMessage:
+    """The message a payload holds, decoded whole."""
     if payload[0] == 2:
-        _, flags, priority, expires, timestamp, seq, id_length, length, chars = _unpack_v2(payload)
+        _, flags, priority, expires, timestamp, seq, id_length, length, _ = _unpack_v2(payload)
         start = _ID_START + id_length
         end = start + length
         if end > len(payload):
             raise ValueError(f"message payload of {len(payload)} bytes is shorter than its lengths say ({end})")
         wire_id, wire_headers, body = payload[_ID_START:start], payload[start:end], payload[end:]
-        if lazy and flags & _PLAIN:
-            return _new(StoredMessage, (seq, None, None, body, flags & _PERSISTENT == 1,  # type: ignore[arg-type]
-                                        priority, expires, timestamp, wire_headers, wire_id, chars))
         return StoredMessage(seq, message_id_from_wire(wire_id), decode_header_block(wire_headers), body,
                              flags & _PERSISTENT == 1, priority, expires, timestamp, wire_headers, wire_id)
-    return _decode_v1(payload, lazy)
-
-
-def _decode_v1(payload: bytes, lazy: bool) -> StoredMessage:
-    """``decode_payload`` for a version 1 payload (written before version 2)."""
     version, flags, priority, expires, timestamp, seq, length = _unpack_v1(payload)
     if version != 1:
         raise ValueError(f"unknown message payload version {version}")
     end = _BLOCK_START + length
-    if not payload.startswith(b"message-id:", _BLOCK_START):  # encode_payload always writes it first
+    if not payload.startswith(b"message-id:", _BLOCK_START):  # version 1 always wrote it first
         raise ValueError("message payload does not start with its message-id")
     eol = payload.index(b"\n", _BLOCK_START, end)
     wire_id, wire_headers, body = payload[_BLOCK_START + 11 : eol], payload[eol + 1 : end], payload[end:]
-    persistent = flags & 1 == 1
-    if lazy and wire_headers.isascii() and b"\\" not in wire_headers:
-        chars = len(wire_headers) - 2 * wire_headers.count(b"\n")  # each line is name:value\n
-        return _new(StoredMessage, (seq, None, None, body, persistent, priority, expires,  # type: ignore[arg-type]
-                                    timestamp, wire_headers, wire_id, chars))
-    return StoredMessage(seq, message_id_from_wire(wire_id), decode_header_block(wire_headers), body, persistent, priority,
-                         expires, timestamp, wire_headers, wire_id)
+    return StoredMessage(seq, message_id_from_wire(wire_id), decode_header_block(wire_headers), body, flags & 1 == 1,
+                         priority, expires, timestamp, wire_headers, wire_id)
+
+
+def decode_messages(payloads: Iterable[bytes], seqs: Iterable[int], address: str) -> list[Message]:
+    """The ``Message``s of a page-in, made straight from their payloads: broker
+    seq ``seqs[k]``, destination ``address``.
+
+    Theory of operation: a page-in makes hundreds at a time, and a dispatch
+    needs only the wire form, so where the stored header block is plain (a
+    version 2 payload whose block is ASCII without escapes: the usual case)
+    nothing is decoded: the message keeps the block and the escaped
+    message-id as they are stored, with the block's characters (for its
+    memory charge) from the prefix, and ``Message`` decodes them on first use
+    (a selector, a 1.0 or 1.1 consumer, a DLQ copy, a trace). Any other payload
+    (escapes, or version 1) is decoded whole (``decode_payload``).
+    """
+    out: list[Message] = []
+    append = out.append
+    for payload, seq in zip(payloads, seqs):
+        if payload[0] == 2:
+            _, flags, priority, expires, timestamp, _, id_length, length, chars = _unpack_v2(payload)
+            start = _ID_START + id_length
+            end = start + length
+            if flags & _PLAIN and end <= len(payload):
+                # By position (see Message.__init__): persistent, priority, expires, timestamp,
+                # origin, message_id_wire, wire_headers, header_chars.
+                append(Message(seq, None, address, None, payload[end:], flags & _PERSISTENT == 1, priority, expires,
+                               timestamp, 0, payload[_ID_START:start], payload[start:end], chars))
+                continue
+        stored = decode_payload(payload)
+        append(Message(seq, stored.message_id, address, stored.headers, stored.body, stored.persistent,
+                       stored.priority, stored.expires, stored.timestamp, 0, stored.wire_message_id,
+                       stored.wire_headers))
+    return out
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -418,9 +426,9 @@ class MessageStore:
             journal.abort(txid)
             self._wrote(journal)
 
-    def read(self, ref: StoreRef, *, lazy: bool = False) -> StoredMessage:
-        """Page a message in from disk (``lazy``: see ``decode_payload``)."""
-        return self.read_many([ref], lazy=lazy)[0]
+    def read(self, ref: StoreRef) -> StoredMessage:
+        """A message read back from disk, decoded whole."""
+        return self.read_many([ref])[0]
 
     def flush(self) -> None:
         """Write the deferred dequeues, and hand buffered writes to the operating system."""
@@ -471,16 +479,21 @@ class MessageStore:
             for rec in journal.recovered(payloads=False):
                 yield rec.key.decode("utf-8"), rec.location, rec.delivered, journal
 
-    def read_many(self, refs: list[StoreRef], *, lazy: bool = False) -> list[StoredMessage]:
-        """Page many messages in at once (one read per run of neighbours in a file)."""
+    def read_many(self, refs: list[StoreRef]) -> list[StoredMessage]:
+        """Many messages read back at once, decoded whole (``read_payloads``)."""
+        return [decode_payload(payload) for payload in self.read_payloads(refs)]
+
+    def read_payloads(self, refs: list[StoreRef]) -> list[bytes]:
+        """The payloads of many messages, in the order of ``refs``: one read per run
+        of neighbours in a file (a page-in's batch; ``decode_messages`` makes them messages)."""
         by_journal: dict[Journal, list[int]] = {}  # a queue's page is all in one journal
         for i, ref in enumerate(refs):
             by_journal.setdefault(ref.journal, []).append(i)
-        out: list[StoredMessage | None] = [None] * len(refs)
+        out: list[bytes] = [b""] * len(refs)
         for journal, positions in by_journal.items():
             for i, payload in zip(positions, journal.read_seqs([refs[i].seq for i in positions])):
-                out[i] = decode_payload(payload, lazy=lazy)
-        return out  # type: ignore[return-value]
+                out[i] = payload
+        return out
 
     def read_meta(self, ref: StoreRef) -> tuple[int, int, int]:
         """(broker seq, priority, expires) of a stored message, from its payload."""

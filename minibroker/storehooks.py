@@ -22,19 +22,10 @@ from .topic import DurableState, Topic
 from .errors import ResourceLimitError
 from .frames import Frame
 from .message import Message
-from .persistence import StoredMessage, StoreRef, decode_payload, durable_key, encode_wire_payload
+from .persistence import StoreRef, decode_messages, durable_key, encode_wire_payload
 from .session import Session
 
 __all__ = ["StoreHooks"]
-
-
-def _message(stored: StoredMessage, seq: int, address: str) -> Message:
-    """The ``Message`` a journal payload decoded to (a page-in)."""
-    _, message_id, headers, body, persistent, priority, expires, timestamp, wire_headers, wire_id, chars = stored
-    # By position (see Message.__init__): persistent, priority, expires, timestamp, origin,
-    # message_id_wire, wire_headers, header_chars.
-    return Message(seq, message_id, address, headers, body, persistent, priority, expires, timestamp, 0,
-                   wire_id, wire_headers, chars)
 
 
 class StoreHooks:
@@ -248,48 +239,46 @@ class StoreHooks:
         self.temp_changed()
         return handle
 
-    def read_ahead(self, refs: list[PagedRef]) -> list[StoredMessage | None]:
-        """The journal's messages among ``refs``, read together (a page-in's batch),
-        in the order of ``refs``: pass each to ``load_message``. Spilled messages
-        are None, left for ``load_message`` (reading those frees them)."""
+    def read_ahead(self, refs: list[PagedRef]) -> list[bytes | None]:
+        """The payloads of the journal's messages among ``refs``, read together (a
+        page-in's batch), in the order of ``refs``: pass each to ``load_message``.
+        Spilled messages are None, left for ``load_message`` (reading those frees them)."""
         wanted = [p.ref for p in refs if type(p.ref) is StoreRef]
         if not wanted or self.store is None:
             return [None] * len(refs)
-        stored = iter(self.store.read_many(wanted, lazy=True))
+        payloads = iter(self.store.read_payloads(wanted))
         if len(wanted) == len(refs):
-            return list(stored)
-        return [next(stored) if type(p.ref) is StoreRef else None for p in refs]
+            return list(payloads)
+        return [next(payloads) if type(p.ref) is StoreRef else None for p in refs]
 
     def load_run(self, destination: Destination, run: StoreRun, budget: int | None) -> tuple[list[Message], int]:
         """Page in ``run``'s messages, read together, while the bytes loaded are
         below ``budget`` (None: all of them); returns them and their size."""
         journal, key, _priority, seqs, journal_seqs = run
-        address = destination.address
-        loaded: list[Message] = []
+        loaded = decode_messages(journal.read_seqs(journal_seqs), seqs, destination.address)
         taken = 0
-        for seq, journal_seq, payload in zip(seqs, journal_seqs, journal.read_seqs(journal_seqs)):
+        for n, (message, journal_seq) in enumerate(zip(loaded, journal_seqs)):
             if budget is not None and taken >= budget:
+                del loaded[n:]  # left in the store: the broker's memory is at the page-in limit
                 break
-            message = _message(decode_payload(payload, lazy=True), seq, address)
             message.store_ref = StoreRef(journal, journal_seq, key)
             taken += message.size
-            loaded.append(message)
         return loaded, taken
 
-    def load_message(self, destination: Destination, paged: PagedRef, stored: StoredMessage | None = None) -> Message:
+    def load_message(self, destination: Destination, paged: PagedRef, payload: bytes | None = None) -> Message:
         """Read a store-only message back into a ``Message`` (page-in): from the
-        journal (or ``stored``, read ahead), or (a spilled non-persistent message)
+        journal (or ``payload``, read ahead), or (a spilled non-persistent message)
         from the temp store."""
         in_journal = type(paged.ref) is StoreRef
-        if stored is None and in_journal:
+        if payload is None and in_journal:
             assert self.store is not None
-            stored = self.store.read(paged.ref, lazy=True)
-        elif stored is None:
+            payload = self.store.read_payloads([paged.ref])[0]
+        elif payload is None:
             temp = self.temp_store()
-            stored = decode_payload(temp.read(paged.ref))
+            payload = temp.read(paged.ref)
             temp.release(paged.ref)
             self.temp_changed()
-        message = _message(stored, paged.seq, destination.address)
+        [message] = decode_messages((payload,), (paged.seq,), destination.address)
         if in_journal:
             message.store_ref = paged.ref
         if paged.redelivered:

@@ -11,7 +11,8 @@ import struct
 import sys
 import zlib
 from array import array
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple, NoReturn
 
 from storage.errors import CorruptRecord
 from storage.record import HEADER, HEADER_SIZE, MAGIC, RecordType, check
@@ -33,6 +34,7 @@ __all__ = [
     "encode_ref",
     "enqueue_payload",
     "verified_payload",
+    "verified_payloads",
 ]
 
 #: Written in every file header. Version 2 may hold DEQUEUE_MANY records; a
@@ -44,6 +46,9 @@ _ENQUEUE = struct.Struct("<HH")  # key length, txid length
 _DEQUEUE = struct.Struct("<QH")  # enqueue seq, txid length
 _REF = struct.Struct("<Q")  # DELIVERED: enqueue seq
 _MAX_ID = 0xFFFF
+#: An ENQUEUE record's header and fixed body part: where its key starts.
+_ENQUEUE_MIN = HEADER_SIZE + _ENQUEUE.size
+_ENQUEUE_TYPE = int(RecordType.ENQUEUE)
 
 
 class Layout:
@@ -108,27 +113,48 @@ def enqueue_payload(data: bytes, offset: int = 0) -> bytes:
     return data[offset + HEADER_SIZE + 4 + klen + tlen :]
 
 
-def verified_payload(data: bytes, seq: int, file: str, offset: int, at: int = 0, length: int | None = None,
-                     view: memoryview | None = None) -> bytes:
+def verified_payload(data: bytes, seq: int, file: str, offset: int, at: int = 0, length: int | None = None) -> bytes:
     """The payload of the ENQUEUE record ``seq`` that fills ``data[at:at + length]``
-    (all of ``data`` by default), checked in place, without copying the record:
-    header, type, seq, length and CRC. ``view``, ``memoryview(data)``, may be
-    passed when many records of one buffer are read (a page-in).
-
-    Raises ``CorruptRecord`` (naming ``file`` and ``offset``, where the record
-    is) with what is wrong if it is not that record intact.
-    """
+    (all of ``data`` by default), which is at ``offset`` of ``file``: checked as
+    ``verified_payloads`` checks each of its records."""
     if length is None:
         length = len(data) - at
-    end = at + length
-    if length >= HEADER_SIZE + _ENQUEUE.size and end <= len(data):
-        crc, magic, rtype, flags, body_length, found = HEADER.unpack_from(data, at)
-        if (magic == MAGIC and rtype == RecordType.ENQUEUE and not flags and found == seq
-                and at + HEADER_SIZE + body_length == end
-                and zlib.crc32((view if view is not None else memoryview(data))[at + 4 : end]) == crc):
-            klen, tlen = _ENQUEUE.unpack_from(data, at + HEADER_SIZE)
-            return data[at + HEADER_SIZE + _ENQUEUE.size + klen + tlen : end]
-    record = data[at:end]  # damaged, or not that record: the full check says what is wrong
+    return verified_payloads(data, offset - at, (offset,), (length,), (seq,), file)[0]
+
+
+def verified_payloads(data: bytes, base: int, offsets: Sequence[int], lengths: Sequence[int], seqs: Sequence[int],
+                      file: str) -> list[bytes]:
+    """The payloads of the ENQUEUE records ``seqs`` in ``data``, which holds
+    ``file`` from its offset ``base`` on: record k at ``offsets[k]`` of the file,
+    ``lengths[k]`` bytes long (a page-in reads a span of neighbours at once).
+
+    Each is checked in place, without copying the record: header, type, seq,
+    length and CRC. Raises ``CorruptRecord`` (naming ``file`` and the record's
+    offset) with what is wrong if one is not that record intact.
+    """
+    out: list[bytes] = []
+    append = out.append
+    view = memoryview(data)
+    size = len(data)
+    unpack_header, unpack_enqueue, crc32 = HEADER.unpack_from, _ENQUEUE.unpack_from, zlib.crc32
+    for offset, length, seq in zip(offsets, lengths, seqs):
+        at = offset - base
+        end = at + length
+        if length >= _ENQUEUE_MIN and end <= size:
+            crc, magic, rtype, flags, body_length, found = unpack_header(data, at)
+            if (magic == MAGIC and rtype == _ENQUEUE_TYPE and not flags and found == seq
+                    and HEADER_SIZE + body_length == length and crc32(view[at + 4 : end]) == crc):
+                klen, tlen = unpack_enqueue(data, at + HEADER_SIZE)
+                append(data[at + _ENQUEUE_MIN + klen + tlen : end])
+                continue
+        view.release()
+        _refuse(data[at:end], seq, file, offset)
+    view.release()
+    return out
+
+
+def _refuse(record: bytes, seq: int, file: str, offset: int) -> NoReturn:
+    """Raise ``CorruptRecord`` saying why ``record`` is not the ENQUEUE record ``seq``."""
     _, rtype, found, record_end, reason = check(record, memoryview(record), 0)
     if not reason:
         reason = (f"expected enqueue {seq}, found record {found}" if rtype != RecordType.ENQUEUE or found != seq

@@ -376,15 +376,15 @@ class EntryTable:
         block.states[pos & _MASK] = state  # type: ignore[index]
         block.dirty = True
 
-    def run(self, pos: int, seqs: array) -> list[tuple[int, int, int, int]] | None:
-        """(file, offset, length, seq) of ``seqs`` when they are the rows from
+    def run(self, pos: int, seqs: array) -> tuple[array, array, array] | None:
+        """The files, offsets and lengths of ``seqs`` when they are the rows from
         ``pos`` on, all in its block and none dead (a page-in's usual case:
         taken as slices, not looked up one by one); else None."""
         block, first = self.blocks[pos >> _SHIFT], pos & _MASK
         end = first + len(seqs)
         if end > block.rows or block.seqs[first:end] != seqs or block.states.find(DEAD, first, end) >= 0:  # type: ignore[index, union-attr]
             return None
-        return list(zip(block.files[first:end], block.offsets[first:end], block.lengths[first:end], seqs))  # type: ignore[index]
+        return block.files[first:end], block.offsets[first:end], block.lengths[first:end]  # type: ignore[index]
 
     def kill(self, pos: int) -> int:
         """The row at ``pos`` is gone (dequeued, or its transaction aborted); returns its file."""

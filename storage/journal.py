@@ -30,6 +30,7 @@ from storage.bodies import (
     encode_file_header,
     encode_ref,
     verified_payload,
+    verified_payloads,
 )
 from storage.errors import JournalFull, TornWrite
 from storage.index import JournalIndex
@@ -405,44 +406,48 @@ class Journal:
         first = find(seqs[0]) if len(seqs) else -1
         if first >= 0:
             # The usual page-in: neighbouring rows (records written one after another),
-            # none dead: their columns are taken as slices, not looked up one by one.
+            # none dead: their columns are taken as slices, not looked up one by one,
+            # and they are in the order they were written (file by file, each's by offset).
             run = table.run(first, seqs if type(seqs) is array else array("q", seqs))
             if run is not None:
-                return self._read_records(run)
-        wanted = []
+                return self._read_in_file_order(*run, seqs)
+        rows = []
         for seq in seqs:
             row = find(seq)
             if row < 0:
                 raise KeyError(f"no live enqueue with seq {seq}")
             _, file_id, offset, length = location(row)
-            wanted.append((file_id, offset, length, seq))
-        return self._read_records(wanted)
+            rows.append((file_id, offset, length, seq))
+        order = sorted(range(len(rows)), key=rows.__getitem__)  # by (file, offset): each is unique
+        files, offsets, lengths, ordered_seqs = zip(*(rows[k] for k in order)) if rows else ((), (), (), ())
+        out: list[bytes] = [b""] * len(rows)
+        for k, payload in zip(order, self._read_in_file_order(files, offsets, lengths, ordered_seqs)):
+            out[k] = payload
+        return out
 
-    def _read_records(self, wanted: list[tuple[int, int, int, int]]) -> list[bytes]:
-        """Payloads of (file, offset, length, seq) records, in the order given."""
-        out: list[bytes] = [b""] * len(wanted)
-        order = sorted(range(len(wanted)), key=wanted.__getitem__)  # by (file, offset): each is unique
+    def _read_in_file_order(self, files: Sequence[int], offsets: Sequence[int], lengths: Sequence[int],
+                            seqs: Sequence[int]) -> list[bytes]:
+        """Payloads of records (file, offset, length, seq) given file by file, each
+        file's by offset: one ``pread`` per span of neighbours."""
+        out: list[bytes] = []
+        count = len(seqs)
         i = 0
-        while i < len(order):
-            file_id, start, length, _ = wanted[order[i]]
-            end = start + length
+        while i < count:
+            file_id = files[i]
+            start = offsets[i]
+            end = start + lengths[i]
             j = i + 1
-            while j < len(order):
-                nxt_file, nxt_offset, nxt_length, _ = wanted[order[j]]
-                if (nxt_file != file_id or nxt_offset - end > _READ_GAP
-                        or nxt_offset + nxt_length - start > _READ_SPAN):
+            while j < count and files[j] == file_id:
+                nxt = offsets[j]
+                nxt_end = nxt + lengths[j]
+                if nxt < end or nxt - end > _READ_GAP or nxt_end - start > _READ_SPAN:
                     break
-                end = max(end, nxt_offset + nxt_length)
+                end = nxt_end
                 j += 1
             seg = self._segments[file_id]
             with self._lock:
                 data = seg.pread(start, end - start)
-            view = memoryview(data)
-            name = seg.name
-            for k in order[i:j]:
-                _, offset, length, seq = wanted[k]
-                out[k] = verified_payload(data, seq, name, offset, offset - start, length, view)
-            view.release()
+            out += verified_payloads(data, start, offsets[i:j], lengths[i:j], seqs[i:j], seg.name)
             i = j
         return out
 

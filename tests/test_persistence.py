@@ -456,15 +456,12 @@ def test_a_lazily_decoded_message_is_the_same_message(headers: dict) -> None:
     """Page-in leaves plain header blocks undecoded until something needs them:
     size, headers, selectors' view and every version's frame are unchanged."""
     from minibroker.message import Message
-    from minibroker.persistence import decode_payload, encode_payload
+    from minibroker.persistence import decode_messages, encode_payload
 
     payload = encode_payload(3, "ID:b-1:3", headers, b"body", persistent=True, priority=4, expires=0, timestamp=1)
-    lazy = decode_payload(payload, lazy=True)
-    eager = decode_payload(payload)
-    assert (lazy.headers is None) == all(k.isascii() and ":" not in k + v for k, v in headers.items())
-    assert eager.message_id == "ID:b-1:3" and lazy.message_id == (None if lazy.headers is None else "ID:b-1:3")
-    paged = Message(3, lazy.message_id, "/queue/q", lazy.headers, lazy.body, message_id_wire=lazy.wire_message_id,
-                    wire_headers=lazy.wire_headers, header_chars=lazy.header_chars)
+    [paged] = decode_messages([payload], [3], "/queue/q")
+    plain = all(k.isascii() and ":" not in k + v for k, v in headers.items())
+    assert (paged._headers is None, paged._message_id is None) == (plain, plain)  # left for first use
     fresh = Message(3, "ID:b-1:3", "/queue/q", dict(headers), b"body")
     assert paged.size == fresh.size and paged.message_id == "ID:b-1:3"
     for version in ("1.0", "1.1", "1.2"):
@@ -491,8 +488,7 @@ def test_payloads_of_the_first_format_still_decode(payload_hex: str, fields: tup
     """Version 2 payloads carry their lengths in the prefix; a journal written by the
     first format must still page in the same messages, lazily or not."""
     from minibroker.message import Message
-    from minibroker.persistence import decode_meta, decode_payload, encode_payload
-    from minibroker.storehooks import _message
+    from minibroker.persistence import decode_messages, decode_meta, decode_payload, encode_payload
 
     payload = bytes.fromhex(payload_hex)
     seq, message_id, headers, body, persistent, priority, expires, timestamp = fields
@@ -501,7 +497,7 @@ def test_payloads_of_the_first_format_still_decode(payload_hex: str, fields: tup
             eager.expires, eager.timestamp) == fields
     assert decode_meta(payload) == (seq, priority, expires)
     fresh = Message(seq, message_id, "/queue/q", headers, body)
-    paged = _message(decode_payload(payload, lazy=True), seq, "/queue/q")
+    [paged] = decode_messages([payload], [seq], "/queue/q")
     assert paged.message_id == message_id and dict(paged.headers) == headers and paged.size == fresh.size
     for version in ("1.0", "1.1", "1.2"):
         assert paged.tail(version) == fresh.tail(version)

@@ -47,6 +47,7 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool,
     index = StoreIndex(prioritized, (lambda: spill) if spilling else None)
     model: list[tuple] = []
     seq = 10
+    home_set = False
 
     def order(r: tuple) -> tuple:
         return (-r[2], r[1]) if prioritized else (r[1],)
@@ -60,7 +61,10 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool,
                 if kind == "spilled":
                     ref, described_ref = f"handle-{s}", f"handle-{s}"
                 else:
-                    journal = OTHER if kind == "other journal" and model else HOME
+                    # The index's home journal is its first StoreRef's: another journal's
+                    # record can only come after one of HOME's.
+                    journal = OTHER if kind == "other journal" and home_set else HOME
+                    home_set = True
                     ref = StoreRef(journal, 1000 + s, "/queue/q")
                     described_ref = (journal, 1000 + s, "/queue/q")
                 index.add(ref, s, priority, redelivered, expires)
