@@ -117,6 +117,7 @@ def page_in(directory: Path) -> int:
         while queue.pending:
             broker.message_consumed(queue, queue.pending.popleft())
             drained += 1
+        broker.take_actions()  # a turn ends: its dequeues are written (MessageStore.flush)
     return drained
 
 
