@@ -80,6 +80,8 @@ _PREFIX_AND_LENGTH = struct.Struct("<BBBxqqQI")
 _unpack_v1 = _PREFIX_AND_LENGTH.unpack_from
 _BLOCK_START = _PREFIX_AND_LENGTH.size
 _VERSION = 2
+#: At most this many dequeues of one journal wait for the flush (one full DEQUEUE_MANY record).
+_DEFERRED_MAX = 4096
 _VERSIONS = (1, 2)
 _PERSISTENT, _PLAIN = 1, 2
 
@@ -365,6 +367,8 @@ class MessageStore:
         if seqs is None:
             seqs = self._deferred[ref.journal] = []
         seqs.append(ref.seq)
+        if len(seqs) >= _DEFERRED_MAX:  # a purge of a deep backlog: written as it goes, not all held
+            self._write_deferred(ref.journal)
 
     @property
     def deferred(self) -> int:

@@ -555,6 +555,24 @@ class TestDeferredDequeues:
         finally:
             again.close()
 
+    def test_a_deep_purge_does_not_hold_its_dequeues(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """At most ``_DEFERRED_MAX`` dequeues of a journal wait: past that they are
+        written at once, so a purge of millions holds none of them in memory."""
+        from minibroker import persistence
+
+        monkeypatch.setattr(persistence, "_DEFERRED_MAX", 4)
+        store = self._store(tmp_path)
+        try:
+            refs = [store.enqueue("/queue/P", self._payload(n)) for n in range(10)]
+            journal, last = refs[0].journal, refs[0].journal.last_seq
+            for ref in refs:
+                store.dequeue(ref)
+            assert store.deferred == 2 and journal.live_count == 2 and journal.last_seq == last + 2
+            store.flush()
+            assert store.deferred == 0 and journal.live_count == 0 and journal.last_seq == last + 3
+        finally:
+            store.close()
+
     def test_a_full_ring_takes_an_enqueue_once_the_deferred_dequeues_are_written(self, tmp_path: Path) -> None:
         from storage import StorageError
 
