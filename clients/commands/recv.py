@@ -4,11 +4,12 @@ Stops after ``--count`` messages or when nothing arrives for ``--timeout``
 seconds (without either it runs until interrupted), then disconnects and
 prints a summary on stderr. In the client ack modes each message is
 acknowledged once printed; messages the broker sent beyond ``--count`` stay
-unacknowledged and are redelivered to the next consumer. In ``auto`` mode the
-broker counts a message consumed as soon as it is written to the socket (as
-ActiveMQ does), so those extra messages are gone: use ``--ack
-client-individual --prefetch 1`` to take exactly N. Exit status 1 when
-``--count`` was not reached.
+unacknowledged and go back to the queue, flagged redelivered. In ``auto``
+mode the broker counts a message consumed as soon as it is written to the
+socket (as ActiveMQ does), so messages it sent beyond ``--count`` would be
+gone: with ``--count N`` the default is therefore ``client-individual`` with
+a prefetch of N, which takes exactly N, and ``auto`` only without a count.
+Exit status 1 when ``--count`` was not reached.
 """
 from __future__ import annotations
 
@@ -45,9 +46,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--count", "-n", metavar="N", help="stop after N messages")
     parser.add_argument("--timeout", "-t", metavar="S",
                         help="stop when nothing arrives for S seconds")
-    parser.add_argument("--ack", choices=ACK_MODES, default="auto",
-                        help="ack mode of the subscription (default: %(default)s)")
-    parser.add_argument("--prefetch", metavar="N", help="activemq.prefetchSize of the subscription")
+    parser.add_argument("--ack", choices=ACK_MODES,
+                        help="ack mode of the subscription (default: client-individual with --count, "
+                             "which takes exactly N; auto without)")
+    parser.add_argument("--prefetch", metavar="N",
+                        help="activemq.prefetchSize of the subscription (default with --count and no --ack: N)")
     parser.add_argument("--selector", metavar="S", help="JMS selector of the subscription")
     parser.add_argument("--no-ack", action="store_true",
                         help="in a client ack mode, never acknowledge: the messages go back to the "
@@ -94,20 +97,25 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
                 prefetch: int | None, headers: dict[str, str]) -> int:
     dest = args.destination
     received = acked = 0
+    ack = args.ack
+    if ack is None:  # auto would lose what the broker sends beyond --count
+        ack = "auto" if count is None else "client-individual"
+        if count is not None and prefetch is None:
+            prefetch = count
 
     def summary(stopped: str) -> bool:
         """Print the summary line; True when --count was not reached."""
         short = count is not None and received < count
         noun = "message" if (count if short else received) == 1 else "messages"
         of = f" of {count}" if short else ""
-        acks = f" (acked: {acked})" if args.ack != "auto" else ""
+        acks = f" (acked: {acked})" if ack != "auto" else ""
         print(f"received {received}{of} {noun} from {dest}{acks}{stopped}", file=sys.stderr)
         return short
 
     stopped = ""
     async with connected(args) as client:
         try:
-            sub = await client.subscribe(dest, ack=args.ack, prefetch=prefetch,
+            sub = await client.subscribe(dest, ack=ack, prefetch=prefetch,
                                          selector=args.selector, headers=headers)
             while count is None or received < count:
                 try:
@@ -122,7 +130,7 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
                     _silence_stdout()
                     stopped = "; output closed"
                     break
-                if args.ack != "auto" and not args.no_ack:
+                if ack != "auto" and not args.no_ack:
                     await client.ack(message)
                     acked += 1
             await client.disconnect()
