@@ -91,14 +91,18 @@ class StoreIndex:
 
     Theory of operation: a store-only message costs a few bytes here, not an
     object. Each FIFO (one, or one per priority 0..9, highest first) holds
-    pairs of numbers, four bytes each while they fit, mostly in the broker's
-    spill file (``seqfifo.py``): the broker seq and the journal seq. The queue's journal and
-    key are the same for all its messages (``_home``), so a ``StoreRef`` is made
-    only when a ``PagedRef`` is asked for (a page-in, a browse, an expiry).
-    What is rarely not the default lives in sparse dicts by broker seq:
-    ``expires`` (non-zero), ``redelivered``, and ``_objects``, for a reference
+    three numbers a message, four bytes each while they fit, mostly in the
+    broker's spill file (``seqfifo.py``): the broker seq, the journal seq and
+    the expiry (0: none; a backlog of messages with a time to live is common,
+    so it is not kept aside). The queue's journal and key are the same for all
+    its messages (``_home``), so a ``StoreRef`` is made only when a
+    ``PagedRef`` is asked for (a page-in, a browse, an expiry). What is rarely
+    not the default lives in sparse collections by broker seq: ``redelivered``
+    (messages recovered after a delivery), and ``_objects``, for a reference
     that is not a ``StoreRef`` of the home journal (a temp store handle of a
     spilled message); its journal seq is -1 (which widens that FIFO's array).
+    For the expiry sweep the index counts the messages that can expire and
+    keeps a lower bound of their soonest expiry (``expired``).
     """
 
     def __init__(self, prioritized: bool, spill: Callable[[], SpillFile] | None = None) -> None:
@@ -107,7 +111,9 @@ class StoreIndex:
         self._fifos = [SeqFifo(spill) for _ in range(_PRIORITIES if prioritized else 1)]
         #: (journal, key) of the queue's StoreRefs: set by the first one added.
         self._home: tuple[Any, str] | None = None
-        self.expires: dict[int, int] = {}
+        #: Messages here with an expiry, and a bound no later than the soonest of them.
+        self.expiring = 0
+        self._soonest = 0
         self.redelivered: set[int] = set()
         self._objects: dict[int, Any] = {}
 
@@ -129,20 +135,20 @@ class StoreIndex:
 
     def __iter__(self) -> Iterator[PagedRef]:
         for priority, fifo in self._ordered():
-            for seqs, refs in fifo.runs():
-                yield from self._paged(seqs, refs, priority)
+            for seqs, refs, expires in fifo.runs():
+                yield from self._paged(seqs, refs, expires, priority)
 
-    def _paged(self, seqs: array, refs: array, priority: int) -> list[PagedRef]:
-        """``PagedRef``s of (broker seq, journal seq) pairs: a ``StoreRef`` for each."""
+    def _paged(self, seqs: array, refs: array, expires: array, priority: int) -> list[PagedRef]:
+        """``PagedRef``s of (broker seq, journal seq, expiry) entries: a ``StoreRef`` for each."""
         journal, key = self._home if self._home is not None else (None, "")
-        redelivered, expires, objects = self.redelivered, self.expires, self._objects
-        if not (redelivered or expires or objects):  # the usual case, made quickly
-            return [_new(PagedRef, (StoreRef(journal, ref, key), seq, priority, False, 0))  # type: ignore[arg-type]
-                    for seq, ref in zip(seqs, refs)]
+        redelivered, objects = self.redelivered, self._objects
+        if not (redelivered or objects):  # the usual case, made quickly
+            return [_new(PagedRef, (StoreRef(journal, ref, key), seq, priority, False, expiry))  # type: ignore[arg-type]
+                    for seq, ref, expiry in zip(seqs, refs, expires)]
         return [
             _new(PagedRef, (StoreRef(journal, ref, key) if ref >= 0 else objects[seq],  # type: ignore[arg-type]
-                            seq, priority, seq in redelivered, expires.get(seq, 0)))
-            for seq, ref in zip(seqs, refs)
+                            seq, priority, seq in redelivered, expiry))
+            for seq, ref, expiry in zip(seqs, refs, expires)
         ]
 
     def add(self, ref: Any, seq: int, priority: int = _DEFAULT_PRIORITY, redelivered: bool = False,
@@ -159,9 +165,10 @@ class StoreIndex:
         if redelivered:
             self.redelivered.add(seq)
         if expires:
-            self.expires[seq] = expires
+            self._soonest = min(self._soonest, expires) if self.expiring else expires
+            self.expiring += 1
         fifo = self._fifos[min(max(priority, 0), _PRIORITIES - 1) if self.prioritized else 0]
-        fifo.add(seq, journal_seq)
+        fifo.add(seq, journal_seq, expires)
 
     def first(self, count: int) -> list[PagedRef]:
         """The next ``count`` references in dispatch order, left in place."""
@@ -187,7 +194,7 @@ class StoreIndex:
         for priority, fifo in self._ordered():
             if count <= 0:
                 break
-            seqs, journal_seqs = fifo.slice(count)
+            seqs, journal_seqs, _ = fifo.slice(count)
             runs.append(StoreRun(journal, key, priority, seqs, journal_seqs))
             count -= len(seqs)
         return runs
@@ -197,13 +204,15 @@ class StoreIndex:
         for _, fifo in self._ordered():
             if count <= 0:
                 break
-            if self.expires or self.redelivered or self._objects:  # rarely: read the seqs only then
-                for seq in fifo.slice(count)[0]:
-                    self._forget(seq)
+            if self.expiring or self.redelivered or self._objects:  # rarely: read the entries only then
+                seqs, _, expires = fifo.slice(count)
+                self.expiring -= len(expires) - expires.count(0)
+                if self.redelivered or self._objects:
+                    for seq in seqs:
+                        self._forget(seq)
             count -= fifo.drop(count)
 
     def _forget(self, seq: int) -> None:
-        self.expires.pop(seq, None)
         self.redelivered.discard(seq)
         self._objects.pop(seq, None)
 
@@ -213,21 +222,37 @@ class StoreIndex:
         if len(removed) == len(self):
             for fifo in self._fifos:
                 fifo.release()
-            self.expires.clear()
+            self.expiring = 0
             self.redelivered.clear()
             self._objects.clear()
         elif removed:
             gone = {r.seq for r in removed}
             self._fifos = [f.without(gone) if f else f for f in self._fifos]
+            self.expiring -= sum(1 for r in removed if r.expires)
             for seq in gone:
                 self._forget(seq)
         return removed
 
     def expired(self, now_ms: int) -> list[PagedRef]:
-        """Remove and return the references whose message expired by ``now_ms``."""
-        if not any(0 < e <= now_ms for e in self.expires.values()):
+        """Remove and return the references whose message expired by ``now_ms``.
+
+        Only when one may have: the soonest expiry is kept as a bound (a page-in
+        that takes it leaves the bound early), and a sweep that finds nothing due
+        moves the bound to the soonest expiry left."""
+        if not self.expiring or now_ms < self._soonest:
             return []
-        return self.remove_where(lambda r: 0 < r.expires <= now_ms)
+        soonest = 0
+
+        def due(r: PagedRef) -> bool:
+            nonlocal soonest
+            if r.expires > now_ms:
+                soonest = min(soonest, r.expires) if soonest else r.expires
+                return False
+            return r.expires > 0
+
+        removed = self.remove_where(due)
+        self._soonest = soonest
+        return removed
 
     def objects(self) -> Iterator[Any]:
         """The references kept as objects (temp store handles)."""

@@ -134,7 +134,7 @@ class Queue(Destination):
             self._expire(message)
         for ref in self.cursor.store_only.expired(now_ms):
             self._expire(self.broker.load_message(self, ref))
-        if any(m.expires for m in self.pending) or self.cursor.store_only.expires:
+        if any(m.expires for m in self.pending) or self.cursor.store_only.expiring:
             self._schedule_sweep()
 
     # -- browsing: a snapshot delivered without consuming, then browser:end

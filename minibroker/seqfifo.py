@@ -1,17 +1,19 @@
-"""A store cursor's list of store-only messages: number pairs, mostly on disk.
+"""A store cursor's list of store-only messages: numbers, mostly on disk.
 
 Theory of operation. A queue's store-only messages are kept in dispatch order
-as (broker seq, journal seq) pairs: eight bytes a message while the numbers
-fit four-byte arrays (``storage.entries.column``), for a backlog may hold
-millions. The pairs are cut into chunks of ``CHUNK`` (4,096). A queue is read
-at its head (a page-in) and written at its tail (a new message), so only the
-first and the last chunk stay in memory; with a ``SpillFile`` (``spill``,
-asked for on first need) every chunk in between is written there as it fills
-and read back when the head reaches it. A backlog of a million messages then
-keeps about 64 kB of pairs in memory, not 8 MB, plus a few dozen bytes per
-spilled chunk. Without a spill file every chunk stays in memory.
+as (broker seq, journal seq, expiry) entries: twelve bytes a message while the
+numbers fit four-byte arrays (``storage.entries.column``; an expiry, in ms
+since the epoch, widens its chunk's column to eight), for a backlog may hold
+millions. The entries are cut into chunks of ``CHUNK`` (4,096), one array per
+column. A queue is read at its head (a page-in) and written at its tail (a new
+message), so only the first and the last chunk stay in memory; with a
+``SpillFile`` (``spill``, asked for on first need) every chunk in between is
+written there as it fills and read back when the head reaches it. A backlog of
+a million messages then keeps about 100 kB of entries in memory, not 12 MB,
+plus a few dozen bytes per spilled chunk. Without a spill file every chunk
+stays in memory.
 
-A pair that comes out of seq order (a transaction's sends, routed at its
+An entry that comes out of seq order (a transaction's sends, routed at its
 commit) is inserted in its place, in whichever chunk holds that place.
 """
 from __future__ import annotations
@@ -31,52 +33,56 @@ CHUNK = 4096
 
 
 class _Chunk:
-    """Consecutive pairs: two arrays, or (spilled) the slot that holds them."""
+    """Consecutive entries: three arrays, or (spilled) the slot that holds them."""
 
-    __slots__ = ("seqs", "refs", "count", "slot")
+    __slots__ = ("seqs", "refs", "expires", "count", "slot")
 
-    def __init__(self, seqs: array, refs: array) -> None:
+    def __init__(self, seqs: array, refs: array, expires: array) -> None:
         self.seqs: array | None = seqs
         self.refs: array | None = refs
+        self.expires: array | None = expires
         self.count = len(seqs)
         self.slot: Slot | None = None
 
+    def columns(self) -> tuple[array, array, array]:
+        assert self.seqs is not None and self.refs is not None and self.expires is not None
+        return self.seqs, self.refs, self.expires
+
     def encode(self) -> bytes:
-        assert self.seqs is not None and self.refs is not None
-        return pack_columns((self.seqs, self.refs))
+        return pack_columns(self.columns())
 
     @staticmethod
-    def decode(blob: bytes) -> tuple[array, array]:
-        (seqs, refs), _ = unpack_columns(blob)
-        return seqs, refs
+    def decode(blob: bytes) -> tuple[array, array, array]:
+        (seqs, refs, expires), _ = unpack_columns(blob)
+        return seqs, refs, expires
 
 
 class SeqFifo:
-    """(broker seq, journal seq) pairs in seq order, popped from the head (see the module docstring)."""
+    """(broker seq, journal seq, expiry) entries in seq order, popped from the head
+    (see the module docstring). An expiry of 0 is none."""
 
     __slots__ = ("_chunks", "_firsts", "head", "_len", "_spill")
 
     def __init__(self, spill: Callable[[], SpillFile] | None = None,
-                 pairs: Iterable[tuple[int, int]] = ()) -> None:
+                 entries: Iterable[tuple[int, int, int]] = ()) -> None:
         """``spill``: gives the file for the chunks between the first and the last
         (None: keep them all in memory)."""
         self._chunks: list[_Chunk] = []
-        #: Each chunk's lowest seq (a bound: pairs before ``head`` may have gone).
+        #: Each chunk's lowest seq (a bound: entries before ``head`` may have gone).
         self._firsts: list[int] = []
-        #: Pairs of the first chunk already dropped.
+        #: Entries of the first chunk already dropped.
         self.head = 0
         self._len = 0
         self._spill = spill
-        for seq, ref in pairs:
-            self.add(seq, ref)
+        for seq, ref, expires in entries:
+            self.add(seq, ref, expires)
 
     def __len__(self) -> int:
         return self._len
 
     def nbytes(self) -> int:
-        """Bytes of the pairs in memory."""
-        return sum(len(c.seqs) * c.seqs.itemsize + len(c.refs) * c.refs.itemsize  # type: ignore[arg-type, union-attr]
-                   for c in self._chunks if c.seqs is not None)
+        """Bytes of the entries in memory."""
+        return sum(len(a) * a.itemsize for c in self._chunks if c.seqs is not None for a in c.columns())
 
     def spilled(self) -> int:
         """Chunks in the spill file."""
@@ -84,10 +90,10 @@ class SeqFifo:
 
     # -- chunks ----------------------------------------------------------------
 
-    def _arrays(self, chunk: _Chunk) -> tuple[array, array]:
+    def _arrays(self, chunk: _Chunk) -> tuple[array, array, array]:
         """``chunk``'s arrays (a spilled one's read aside, not kept)."""
         if chunk.seqs is not None:
-            return chunk.seqs, chunk.refs  # type: ignore[return-value]
+            return chunk.columns()
         assert self._spill is not None and chunk.slot is not None
         return _Chunk.decode(self._spill().read(chunk.slot))
 
@@ -96,7 +102,7 @@ class SeqFifo:
         if chunk.seqs is None:
             assert self._spill is not None and chunk.slot is not None
             spill = self._spill()
-            chunk.seqs, chunk.refs = _Chunk.decode(spill.read(chunk.slot))
+            chunk.seqs, chunk.refs, chunk.expires = _Chunk.decode(spill.read(chunk.slot))
             spill.free(chunk.slot)
             chunk.slot = None
 
@@ -104,36 +110,39 @@ class SeqFifo:
         """Write a chunk between the first and the last to the spill file."""
         if self._spill is not None and chunk.seqs is not None:
             chunk.slot = self._spill().write(chunk.encode())
-            chunk.seqs = chunk.refs = None
+            chunk.seqs = chunk.refs = chunk.expires = None
 
-    # -- pairs -----------------------------------------------------------------
+    # -- entries ---------------------------------------------------------------
 
-    def add(self, seq: int, ref: int) -> None:
+    def add(self, seq: int, ref: int, expires: int = 0) -> None:
         chunks = self._chunks
         tail = chunks[-1] if chunks else None
         if tail is not None and self._len and seq < tail.seqs[-1]:  # type: ignore[index]
-            self._insert(seq, ref)  # out of seq order (a transaction, a recovery)
+            self._insert(seq, ref, expires)  # out of seq order (a transaction, a recovery)
             return
         if tail is None or tail.count >= CHUNK:
             if len(chunks) >= 2:
                 self._store(tail)  # type: ignore[arg-type]
-            tail = _Chunk(column("I"), column("I"))
+            tail = _Chunk(column("I"), column("I"), column("I"))
             chunks.append(tail)
             self._firsts.append(seq)
-        seqs, refs = tail.seqs, tail.refs
-        rows = len(seqs)  # type: ignore[arg-type]
+        seqs, refs, expiries = tail.columns()
+        rows = len(seqs)
         try:
-            seqs.append(seq)  # type: ignore[union-attr]
-            refs.append(ref)  # type: ignore[union-attr]
+            seqs.append(seq)
+            refs.append(ref)
+            expiries.append(expires)
         except OverflowError:  # a number too wide for four bytes: widen what did not take it
-            if len(seqs) == rows:  # type: ignore[arg-type]
-                tail.seqs = inserted(seqs, rows, seq)  # type: ignore[arg-type]
-            tail.refs = inserted(refs, rows, ref)  # type: ignore[arg-type]
+            if len(seqs) == rows:
+                tail.seqs = inserted(seqs, rows, seq)
+            if len(refs) == rows:
+                tail.refs = inserted(refs, rows, ref)
+            tail.expires = inserted(expiries, rows, expires)
         tail.count = rows + 1
         self._len += 1
 
-    def _insert(self, seq: int, ref: int) -> None:
-        """A pair before the last one: into the chunk that holds its place."""
+    def _insert(self, seq: int, ref: int, expires: int) -> None:
+        """An entry before the last one: into the chunk that holds its place."""
         i = max(0, bisect_right(self._firsts, seq) - 1)
         chunk = self._chunks[i]
         spilled = chunk.seqs is None
@@ -141,6 +150,7 @@ class SeqFifo:
         pos = bisect_left(chunk.seqs, seq, self.head if i == 0 else 0)  # type: ignore[arg-type]
         chunk.seqs = inserted(chunk.seqs, pos, seq)  # type: ignore[arg-type]
         chunk.refs = inserted(chunk.refs, pos, ref)  # type: ignore[arg-type]
+        chunk.expires = inserted(chunk.expires, pos, expires)  # type: ignore[arg-type]
         chunk.count += 1
         if seq < self._firsts[i]:
             self._firsts[i] = seq
@@ -148,37 +158,36 @@ class SeqFifo:
             self._store(chunk)
         self._len += 1
 
-    def runs(self) -> Iterator[tuple[array, array]]:
-        """The pairs from the head, a chunk at a time, as two arrays."""
+    def runs(self) -> Iterator[tuple[array, array, array]]:
+        """The entries from the head, a chunk at a time, as three arrays."""
         for i, chunk in enumerate(self._chunks):
-            seqs, refs = self._arrays(chunk)
+            columns = self._arrays(chunk)
             if i == 0 and self.head:
-                seqs, refs = seqs[self.head :], refs[self.head :]
-            if seqs:
-                yield seqs, refs
+                columns = tuple(c[self.head :] for c in columns)  # type: ignore[assignment]
+            if columns[0]:
+                yield columns
 
-    def pairs(self) -> Iterator[tuple[int, int]]:
-        return itertools.chain.from_iterable(zip(seqs, refs) for seqs, refs in self.runs())
+    def entries(self) -> Iterator[tuple[int, int, int]]:
+        return itertools.chain.from_iterable(zip(*columns) for columns in self.runs())
 
-    def slice(self, count: int) -> tuple[array, array]:
-        """The first ``count`` (or fewer) pairs, as two arrays."""
+    def slice(self, count: int) -> tuple[array, array, array]:
+        """The first ``count`` (or fewer) entries, as three arrays."""
         if self._chunks:
             first = self._chunks[0]
             head = self.head
             if first.count - head >= count:  # the usual case: all in the first chunk
-                return first.seqs[head : head + count], first.refs[head : head + count]  # type: ignore[index]
-        seqs: list[int] = []
-        refs: list[int] = []
-        for run_seqs, run_refs in self.runs():  # across chunks
-            take = count - len(seqs)
-            seqs.extend(run_seqs[:take])
-            refs.extend(run_refs[:take])
-            if len(seqs) >= count:
+                return tuple(c[head : head + count] for c in first.columns())  # type: ignore[return-value]
+        out: tuple[list[int], list[int], list[int]] = ([], [], [])
+        for columns in self.runs():  # across chunks
+            take = count - len(out[0])
+            for values, column_ in zip(out, columns):
+                values.extend(column_[:take])
+            if len(out[0]) >= count:
                 break
-        return array("q", seqs), array("q", refs)
+        return array("q", out[0]), array("q", out[1]), array("q", out[2])
 
     def drop(self, count: int) -> int:
-        """Remove the first ``count`` pairs; returns how many there were (at most ``count``)."""
+        """Remove the first ``count`` entries; returns how many there were (at most ``count``)."""
         count = min(count, self._len)
         self._len -= count
         chunks = self._chunks
@@ -193,9 +202,9 @@ class SeqFifo:
         return count
 
     def without(self, gone: set[int]) -> "SeqFifo":
-        """A copy without the pairs whose broker seq is in ``gone``; this FIFO is
+        """A copy without the entries whose broker seq is in ``gone``; this FIFO is
         emptied (``release``): use the copy instead."""
-        copy = SeqFifo(self._spill, ((seq, ref) for seq, ref in self.pairs() if seq not in gone))
+        copy = SeqFifo(self._spill, (entry for entry in self.entries() if entry[0] not in gone))
         self.release()
         return copy
 

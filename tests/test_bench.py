@@ -94,10 +94,12 @@ def test_backlog_bench_pages_under_limits_and_not_without() -> None:
 @pytest.mark.slow
 def test_rss_bench_prints_each_phase_and_the_bound() -> None:
     """bench/rss.py: a limited broker's RSS phase by phase, with the backlog store-only
-    and the index mostly on disk past the cache (20,000 rows fit in it: none spilled)."""
-    p = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--messages", "20000"],
+    and the index mostly on disk past the cache (20,000 rows fit in it: none spilled); with
+    ``--expires-in``, every backlog message has a time to live (kept in the index's columns)."""
+    p = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--messages", "20000", "--expires-in", "3600"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    assert "20,000 persistent messages x 256 B, each expiring 3600 s ahead" in p.stdout
     for phase in ("idle", "warm", r"20,000 produced \([\d,]+ store-only\)", "drained"):
         assert re.search(rf"^\| {phase} \| \d+\.\d \|$", p.stdout, re.M), p.stdout
     phases = json.loads(p.stdout.strip().splitlines()[-1])
@@ -106,6 +108,9 @@ def test_rss_bench_prints_each_phase_and_the_bound() -> None:
     bad = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--messages", "0"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "--messages must be at least 1, not 0" in bad.stderr
+    bad = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--expires-in", "-5"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "--expires-in must not be negative, not -5" in bad.stderr
 
 
 def test_cost_measures_every_scenario_and_refuses_an_unknown_one() -> None:

@@ -1,6 +1,6 @@
-"""A store cursor's FIFO of number pairs (``minibroker/seqfifo.py``) against a sorted list.
+"""A store cursor's FIFO of numbers (``minibroker/seqfifo.py``) against a sorted list.
 
-Chunks of three pairs, so that a few dozen messages make many chunks; with a
+Entries are (broker seq, journal seq, expiry). Chunks of three entries, so that a few dozen messages make many chunks; with a
 spill file only the first and the last chunk may stay in memory, and every
 answer must still be the sorted list's.
 """
@@ -20,6 +20,7 @@ OPS = st.lists(
         st.tuples(st.just("add"), st.just(0)),
         st.tuples(st.just("add"), st.integers(0, 30)),  # how far back: out of order when > 0
         st.tuples(st.just("add_wide"), st.integers(0, 30)),  # a journal seq past 2**32
+        st.tuples(st.just("add_expiring"), st.integers(0, 30)),  # an expiry: ms since the epoch
         st.tuples(st.just("drop"), st.integers(0, 8)),
         st.tuples(st.just("slice"), st.integers(0, 12)),
         st.tuples(st.just("without"), st.integers(0, 4)),
@@ -35,19 +36,20 @@ def test_the_fifo_answers_as_a_sorted_list(ops: list[tuple], spilling: bool) -> 
     spill = SpillFile()
     with mock.patch.object(seqfifo, "CHUNK", 3):
         fifo = SeqFifo((lambda: spill) if spilling else None)
-        model: list[tuple[int, int]] = []
+        model: list[tuple[int, int, int]] = []
         used: set[int] = set()  # seqs are never reused
         seq = 100
         for op in ops:
-            if op[0] in ("add", "add_wide"):
+            if op[0] in ("add", "add_wide", "add_expiring"):
                 seq += 1
                 s = seq - op[1]
                 if s in used:
                     continue
                 used.add(s)
                 ref = s * 7 + (2**32 if op[0] == "add_wide" else 0)
-                fifo.add(s, ref)
-                model.append((s, ref))
+                expires = 1_700_000_000_000 + s if op[0] == "add_expiring" else 0
+                fifo.add(s, ref, expires)
+                model.append((s, ref, expires))
                 model.sort()
             elif op[0] == "drop":
                 gone = fifo.slice(op[1])[0]
@@ -55,13 +57,13 @@ def test_the_fifo_answers_as_a_sorted_list(ops: list[tuple], spilling: bool) -> 
                 assert list(gone) == [p[0] for p in model[: op[1]]]
                 del model[: op[1]]
             elif op[0] == "slice":
-                seqs, refs = fifo.slice(op[1])
-                assert list(zip(seqs, refs)) == model[: op[1]]
+                seqs, refs, expires = fifo.slice(op[1])
+                assert list(zip(seqs, refs, expires)) == model[: op[1]]
             else:
                 fifo = fifo.without({p[0] for p in model if p[0] % 5 == op[1]})
                 model = [p for p in model if p[0] % 5 != op[1]]
             assert len(fifo) == len(model)
-            assert list(fifo.pairs()) == model
+            assert list(fifo.entries()) == model
             chunks = len(fifo._chunks)
             in_memory = chunks - fifo.spilled()
             assert in_memory <= (2 if spilling else chunks)

@@ -92,7 +92,7 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool,
                 model = [r for r in model if r not in gone]
             assert [described(r) for r in index] == model
             assert len(index) == len(model) and bool(index) == bool(model)
-            assert bool(index.expires) == any(r[4] for r in model)
+            assert index.expiring == sum(1 for r in model if r[4])
             spilled = sorted(r[0] for r in model if isinstance(r[0], str))
             assert sorted(o for o in index.objects() if isinstance(o, str)) == spilled
             for fifo in index._fifos:  # the bound: two chunks in memory, at most 3 pairs (+ inserts) each
@@ -113,9 +113,31 @@ def test_numbers_too_wide_for_four_bytes_and_spilled_handles_keep_their_values()
     assert [described(r) for r in index.first(4)] == [
         ((HOME, 7, "/queue/q"), 5, 4, False, 0), ((HOME, 8, "/queue/q"), 6, 4, False, 0),
         ((HOME, 2**40, "/queue/q"), big, 4, False, 0), ("handle", big + 1, 4, False, 0)]
-    assert index.nbytes() == 4 * 2 * 8
+    assert index.nbytes() == 4 * (2 * 8 + 4)  # the expiries (none) stay four bytes each
     spilled_first = StoreIndex(False)
     spilled_first.add("handle", 1)  # journal seq -1: the journal seqs widen, the broker seqs stay narrow
     spilled_first.add(StoreRef(HOME, 9, "/queue/q"), 2)
-    assert spilled_first.nbytes() == 2 * 4 + 2 * 8
+    assert spilled_first.nbytes() == 2 * 4 + 2 * 8 + 2 * 4
     assert [described(r) for r in spilled_first.first(2)] == [("handle", 1, 4, False, 0), ((HOME, 9, "/queue/q"), 2, 4, False, 0)]
+
+
+def test_the_expiry_sweep_reads_the_index_only_when_a_message_may_be_due() -> None:
+    """The index counts the messages that can expire and keeps a bound on the
+    soonest: a sweep before it reads nothing; one after it takes what is due and
+    moves the bound to the soonest left, even when a page-in took the soonest."""
+    index = StoreIndex(False)
+    for seq, expires in ((1, 300), (2, 0), (3, 100), (4, 200), (5, 400)):
+        index.add(StoreRef(HOME, 10 + seq, "/queue/q"), seq, expires=expires)
+    assert index.expiring == 4
+    with mock.patch.object(StoreIndex, "remove_where", side_effect=AssertionError("read the index")):
+        assert index.expired(99) == []
+    assert [r.seq for r in index.expired(150)] == [3]
+    assert index.expiring == 3
+    with mock.patch.object(StoreIndex, "remove_where", side_effect=AssertionError("read the index")):
+        assert index.expired(199) == []  # the bound moved to 200
+    index.drop(1)  # a page-in takes seq 1 (expiring at 300): the bound stays at 200
+    assert index.expiring == 2
+    assert [r.seq for r in index.expired(250)] == [4]
+    assert index.expired(350) == []  # the soonest left is 400
+    assert [r.seq for r in index.expired(400)] == [5]
+    assert index.expiring == 0 and [r.seq for r in index] == [2]
