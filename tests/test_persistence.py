@@ -573,6 +573,30 @@ class TestDeferredDequeues:
         finally:
             store.close()
 
+    def test_a_dequeue_the_journal_cannot_write_is_logged_and_comes_back(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        """A storage error while writing a turn's dequeues (it has not been seen: a
+        ring keeps room for them) must not stop the broker's turn: it is logged,
+        and the messages, still in the journal, come back at the next start."""
+        from storage import JournalFull
+        from storage.journal import Journal
+
+        store = self._store(tmp_path)
+        refs = [store.enqueue("/queue/F", self._payload(n)) for n in range(3)]
+        store.dequeue(refs[0])
+        with monkeypatch.context() as m:
+            m.setattr(Journal, "dequeue_many", lambda self, seqs: (_ for _ in ()).throw(JournalFull("j", 2, 1)))
+            store.flush()  # does not raise
+        assert store.deferred == 0
+        assert "could not write 1 dequeues to journal journal" in caplog.text
+        assert "come back at a restart" in caplog.text
+        store.close()
+        again = self._store(tmp_path)
+        try:
+            assert [location.seq for _, location, _, _ in again.recover()] == [r.seq for r in refs]
+        finally:
+            again.close()
+
     def test_a_full_ring_takes_an_enqueue_once_the_deferred_dequeues_are_written(self, tmp_path: Path) -> None:
         from storage import StorageError
 
