@@ -20,12 +20,18 @@ Scenarios:
             client-individual with prefetch 1;
 ``page-in`` issue 5's: a recovered journal of persistent messages, all
             store-only, paged in by the store cursor and consumed.
+``through`` issue 5's "through" phase (``bench/backlog.py``): a standing backlog
+            of N/2 persistent messages under a 4 MB limit (most store-only),
+            then an auto-ack consumer while a producer sends N/2 more, all
+            paged in; ``through-plain`` the same with a 1 GB limit (all
+            cached). Their difference is what paging costs a queue in use.
 
     python bench/cost.py [--scenarios queue,ack,page-in] [--messages 20000] [--callgrind]
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import subprocess
@@ -35,7 +41,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCENARIOS = ("queue", "ack", "page-in")
+SCENARIOS = ("queue", "ack", "page-in", "through", "through-plain")
 _CONNECT = b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"
 _BODY = b"x" * 256
 
@@ -86,10 +92,10 @@ def ack(n: int) -> None:
                 b.take_actions()
 
 
-def _page_in_config():  # type: ignore[no-untyped-def]
+def _page_in_config(memory_limit: str = "4 mb"):  # type: ignore[no-untyped-def]
     from minibroker.config import parse_config
 
-    return parse_config({"system_usage": {"memory_limit": "4 mb"}, "store": {"fsync": "never"}})
+    return parse_config({"system_usage": {"memory_limit": memory_limit}, "store": {"fsync": "never"}})
 
 
 def fill_journal(directory: Path, n: int) -> None:
@@ -121,6 +127,35 @@ def page_in(directory: Path) -> int:
     return drained
 
 
+def through(n: int, memory_limit: str) -> int:
+    """The "through" phase in process (see the module docstring); returns the messages received."""
+    from minibroker.actions import Write
+    from minibroker.persistence import MessageStore
+
+    config = _page_in_config(memory_limit)
+    batch = b"".join(_send(i).replace(b"SEND\n", b"SEND\npersistent:true\n", 1) for i in range(50))
+    with tempfile.TemporaryDirectory(prefix="minibroker-cost-through-") as data:
+        b = _broker(config, MessageStore(config.store, data))
+        p, c = b.open_session("p"), b.open_session("c")
+        b.receive_data(p, _CONNECT)
+        b.receive_data(c, _CONNECT)
+        b.take_actions()
+        for _ in range(n // 100):  # the standing backlog
+            b.receive_data(p, batch)
+            b.take_actions()
+        b.receive_data(c, b"SUBSCRIBE\nid:1\ndestination:/queue/A\nack:auto\n\n\x00")
+        received = 0
+        for turn in itertools.count():
+            if turn < n // 100:
+                b.receive_data(p, batch)
+            actions = b.take_actions()
+            received += sum(a.data.count(b"\nsubscription:") for a in actions if type(a) is Write and a.session == c)
+            if turn >= n // 100 and not actions:
+                break
+        b.close()
+    return received
+
+
 def _run_once(scenario: str, n: int, journal: Path | None) -> float:
     """CPU seconds for ``n`` messages of ``scenario`` (``journal``: a filled copy, for page-in)."""
     started = time.process_time()
@@ -128,6 +163,10 @@ def _run_once(scenario: str, n: int, journal: Path | None) -> float:
         queue(n)
     elif scenario == "ack":
         ack(n)
+    elif scenario.startswith("through"):
+        expected = 2 * 50 * (n // 100)
+        if through(n, "1 gb" if scenario == "through-plain" else "4 mb") != expected:
+            raise SystemExit(f"{scenario} received the wrong number of messages (expected {expected})")
     else:
         assert journal is not None
         if page_in(journal) != n:

@@ -114,12 +114,14 @@ def test_rss_bench_prints_each_phase_and_the_bound() -> None:
 
 
 def test_cost_measures_every_scenario_and_refuses_an_unknown_one() -> None:
-    """bench/cost.py runs each in-process scenario (page-in drains exactly what it filled)."""
+    """bench/cost.py runs each in-process scenario (page-in drains exactly what it filled, and
+    the through scenarios receive every message sent; each checks its count itself)."""
     p = subprocess.run([sys.executable, str(BENCH / "cost.py"), "--messages", "400", "--reps", "1"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     rows = dict(re.findall(r"^\| ([a-z-]+) \| ([\d.]+) \|$", p.stdout, re.M))
-    assert set(rows) == {"queue", "ack", "page-in"} and all(float(v) > 0 for v in rows.values()), p.stdout
+    assert set(rows) == {"queue", "ack", "page-in", "through", "through-plain"} and all(
+        float(v) > 0 for v in rows.values()), p.stdout
     bad = subprocess.run([sys.executable, str(BENCH / "cost.py"), "--scenarios", "topic"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "unknown scenario 'topic'" in bad.stderr, bad.stderr
