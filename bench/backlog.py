@@ -66,15 +66,17 @@ async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWrite
             return reader, writer, parser
 
 
-async def produce(port: int, dest: str, count: int, size: int, expires_in: float = 0) -> float:
+async def produce(port: int, dest: str, count: int, size: int, expires_in: float = 0,
+                  persistent: bool = True) -> float:
     """Send ``count`` persistent messages (``expires_in`` seconds: each with an
-    ``expires`` header that far ahead); seconds until the last receipt."""
+    ``expires`` header that far ahead; not ``persistent``: without the header);
+    seconds until the last receipt."""
     reader, writer, parser = await _connect(port)
     body = b"x" * size
     started = time.perf_counter()
     outstanding = 0
     for i in range(count):
-        headers = {"destination": dest, "persistent": "true"}
+        headers = {"destination": dest, "persistent": "true"} if persistent else {"destination": dest}
         if expires_in:
             headers["expires"] = str(int((time.time() + expires_in) * 1000))
         last = i == count - 1

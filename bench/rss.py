@@ -47,7 +47,8 @@ def vm_rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-def measure(messages: int, config: Path, settle: float = 0.3, expires_in: float = 0) -> dict[str, float]:
+def measure(messages: int, config: Path, settle: float = 0.3, expires_in: float = 0,
+            persistent: bool = True) -> dict[str, float]:
     """RSS (MB) of a fresh broker with ``config`` after each phase, and the backlog's statistics."""
     with tempfile.TemporaryDirectory(prefix="minibroker-rss-") as workdir:
         broker = Ours("limits", Path(workdir), str(config))
@@ -61,7 +62,7 @@ def measure(messages: int, config: Path, settle: float = 0.3, expires_in: float 
             asyncio.run(consume(broker.port, "/queue/warm", WARM))
             time.sleep(settle)
             phases["warm"] = vm_rss_mb(pid)
-            asyncio.run(produce(broker.port, "/queue/backlog", messages, 256, expires_in))
+            asyncio.run(produce(broker.port, "/queue/backlog", messages, 256, expires_in, persistent))
             time.sleep(settle)
             phases["backlog"] = vm_rss_mb(pid)
             stats = asyncio.run(queue_statistics(broker.port, "/queue/backlog"))
@@ -82,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=1_000_000, help="backlog size (default 1,000,000)")
     parser.add_argument("--config", type=Path, default=HERE / "configs" / "backlog.toml",
                         help="the broker's configuration (default: bench/configs/backlog.toml, 4 MB)")
+    parser.add_argument("--non-persistent", action="store_true",
+                        help="a non-persistent backlog, spilled to the temp store by the file cursor "
+                             "(use --config bench/configs/spill.toml)")
     parser.add_argument("--expires-in", type=float, default=0, metavar="S",
                         help="give every backlog message an expires header S seconds ahead (default: none)")
     a = parser.parse_args(argv)
@@ -91,12 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--messages must be at least 1, not {a.messages}")
     limit_mb = load_config(a.config).system_usage.memory_limit / 2**20
     try:
-        phases = measure(a.messages, a.config, expires_in=a.expires_in)
+        phases = measure(a.messages, a.config, expires_in=a.expires_in, persistent=not a.non_persistent)
     except BrokerStartError as exc:
         print(f"rss.py: {exc}", file=sys.stderr)
         return 2
     ttl = f", each expiring {a.expires_in:g} s ahead" if a.expires_in else ""
-    print(f"# one broker, memory_limit {limit_mb:g} MB ({a.config}); {a.messages:,} persistent messages x 256 B{ttl}")
+    kind = "non-persistent" if a.non_persistent else "persistent"
+    print(f"# one broker, memory_limit {limit_mb:g} MB ({a.config}); {a.messages:,} {kind} messages x 256 B{ttl}")
     print("| phase | VmRSS MB |")
     print("|---|---|")
     for name in ("idle", "warm", "backlog", "drained"):

@@ -68,7 +68,7 @@ class PagedRef(NamedTuple):
     ignores it.
     """
 
-    ref: Any  # a persistence.StoreRef, or a temp store handle (a spilled non-persistent message)
+    ref: Any  # a persistence.StoreRef, or (an int) a temp store entry's seq (a spilled non-persistent message)
     seq: int
     priority: int
     redelivered: bool
@@ -96,13 +96,14 @@ class StoreIndex:
     the expiry (0: none; a backlog of messages with a time to live is common,
     so it is not kept aside). The queue's journal and key are the same for all
     its messages (``_home``), so a ``StoreRef`` is made only when a
-    ``PagedRef`` is asked for (a page-in, a browse, an expiry). What is rarely
-    not the default lives in sparse collections by broker seq: ``redelivered``
-    (messages recovered after a delivery), and ``_objects``, for a reference
-    that is not a ``StoreRef`` of the home journal (a temp store handle of a
-    spilled message); its journal seq is -1 (which widens that FIFO's array).
-    For the expiry sweep the index counts the messages that can expire and
-    keeps a lower bound of their soonest expiry (``expired``).
+    ``PagedRef`` is asked for (a page-in, a browse, an expiry). A spilled
+    non-persistent message (the ``file`` cursor) is a number too: its temp
+    store seq t, kept as journal seq ``-(t + 1)`` (negative numbers widen that
+    FIFO's array). What is rarely not the default lives in sparse collections
+    by broker seq: ``redelivered`` (messages recovered after a delivery), and
+    ``_objects``, for a ``StoreRef`` of another journal than the home one; its
+    journal seq is -1. For the expiry sweep the index counts the messages that
+    can expire and keeps a lower bound of their soonest expiry (``expired``).
     """
 
     def __init__(self, prioritized: bool, spill: Callable[[], SpillFile] | None = None) -> None:
@@ -116,6 +117,8 @@ class StoreIndex:
         self._soonest = 0
         self.redelivered: set[int] = set()
         self._objects: dict[int, Any] = {}
+        #: Spilled messages here (temp store entries).
+        self.temps = 0
 
     def __len__(self) -> int:
         return sum(len(f) for f in self._fifos)
@@ -142,26 +145,29 @@ class StoreIndex:
         """``PagedRef``s of (broker seq, journal seq, expiry) entries: a ``StoreRef`` for each."""
         journal, key = self._home if self._home is not None else (None, "")
         redelivered, objects = self.redelivered, self._objects
-        if not (redelivered or objects):  # the usual case, made quickly
+        if not (redelivered or objects or self.temps):  # the usual case, made quickly
             return [_new(PagedRef, (StoreRef(journal, ref, key), seq, priority, False, expiry))  # type: ignore[arg-type]
                     for seq, ref, expiry in zip(seqs, refs, expires)]
         return [
-            _new(PagedRef, (StoreRef(journal, ref, key) if ref >= 0 else objects[seq],  # type: ignore[arg-type]
-                            seq, priority, seq in redelivered, expiry))
+            _new(PagedRef, (StoreRef(journal, ref, key) if ref >= 0 else objects[seq] if ref == -1  # type: ignore[arg-type]
+                            else -ref - 1, seq, priority, seq in redelivered, expiry))
             for seq, ref, expiry in zip(seqs, refs, expires)
         ]
 
     def add(self, ref: Any, seq: int, priority: int = _DEFAULT_PRIORITY, redelivered: bool = False,
             expires: int = 0) -> None:
-        """A store-only message: ``ref`` a ``StoreRef`` or a temp store handle."""
+        """A store-only message: ``ref`` a ``StoreRef``, or a temp store entry's seq (an int)."""
         journal_seq = -1
         if type(ref) is StoreRef:
             if self._home is None:
                 self._home = (ref.journal, ref.key)
             if ref.journal is self._home[0] and ref.key == self._home[1]:
                 journal_seq = ref.seq
-        if journal_seq < 0:
-            self._objects[seq] = ref
+            else:
+                self._objects[seq] = ref
+        else:
+            journal_seq = -ref - 1
+            self.temps += 1
         if redelivered:
             self.redelivered.add(seq)
         if expires:
@@ -182,10 +188,9 @@ class StoreIndex:
     def first_runs(self, count: int) -> list["StoreRun"] | None:
         """The next ``count`` references in dispatch order as runs of numbers, one
         per priority, left in place: a page-in's fast path, which makes no
-        ``PagedRef``. None when a reference kept as an object (a temp store
-        handle, or a record of another journal) is among the store-only ones
-        (``first`` then)."""
-        if self._objects:
+        ``PagedRef``. None when a temp store entry or a record of another
+        journal is among the store-only ones (``first`` then)."""
+        if self._objects or self.temps:
             return None
         if self._home is None:  # nothing was ever added
             return []
@@ -204,9 +209,11 @@ class StoreIndex:
         for _, fifo in self._ordered():
             if count <= 0:
                 break
-            if self.expiring or self.redelivered or self._objects:  # rarely: read the entries only then
-                seqs, _, expires = fifo.slice(count)
+            if self.expiring or self.redelivered or self._objects or self.temps:  # rarely: read the entries only then
+                seqs, refs, expires = fifo.slice(count)
                 self.expiring -= len(expires) - expires.count(0)
+                if self.temps:
+                    self.temps -= sum(1 for ref in refs if ref < -1)
                 if self.redelivered or self._objects:
                     for seq in seqs:
                         self._forget(seq)
@@ -222,13 +229,14 @@ class StoreIndex:
         if len(removed) == len(self):
             for fifo in self._fifos:
                 fifo.release()
-            self.expiring = 0
+            self.expiring = self.temps = 0
             self.redelivered.clear()
             self._objects.clear()
         elif removed:
             gone = {r.seq for r in removed}
             self._fifos = [f.without(gone) if f else f for f in self._fifos]
             self.expiring -= sum(1 for r in removed if r.expires)
+            self.temps -= sum(1 for r in removed if type(r.ref) is int)
             for seq in gone:
                 self._forget(seq)
         return removed
@@ -254,9 +262,6 @@ class StoreIndex:
         self._soonest = soonest
         return removed
 
-    def objects(self) -> Iterator[Any]:
-        """The references kept as objects (temp store handles)."""
-        return iter(self._objects.values())
 
 
 class QueueCursor:
@@ -289,8 +294,8 @@ class QueueCursor:
         elif queue.policy.pending_cursor == "file" and not (self.cache_enabled and self.has_space()):
             # A non-persistent message past the mark spills to the temp store (a file cursor).
             self.cache_enabled = False
-            handle = queue.broker.spill(queue, message)
-            self.store_only.add(handle, message.seq, message.priority, message.redeliveries > 0, message.expires)
+            entry = queue.broker.spill(queue, message)
+            self.store_only.add(entry, message.seq, message.priority, message.redeliveries > 0, message.expires)
             return False
         queue.hold(message)
         queue.pending.append(message)
@@ -299,7 +304,7 @@ class QueueCursor:
     @property
     def spilled(self) -> int:
         """Store-only messages that are in the temp store (non-persistent)."""
-        return sum(1 for ref in self.store_only.objects() if not isinstance(ref, StoreRef))
+        return self.store_only.temps
 
     def add_recovered(self, ref: StoreRef, seq: int, priority: int, redelivered: bool, expires: int) -> None:
         """A message found in the journal at start: store-only until needed."""

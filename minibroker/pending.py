@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from .persistence import decode_payload
 
@@ -53,8 +53,8 @@ class FilePending:
         self.topic = topic
         self.sub = sub
         self.memory: deque["Message"] = deque()
-        #: (temp store handle, message seq) in order.
-        self.disk: deque[tuple[Any, int]] = deque()
+        #: The temp store seqs of the messages on disk, in order (numbers: a spool may hold millions).
+        self.disk: deque[int] = deque()
         self.swaps = 0
 
     # -- the deque interface the topic uses
@@ -67,8 +67,8 @@ class FilePending:
     def __iter__(self) -> Iterator["Message"]:
         yield from self.memory
         broker = self.topic.broker
-        for handle, _ in self.disk:
-            yield self._decode(broker.temp_store().read(handle))
+        for entry in self.disk:
+            yield self._decode(broker.temp_store().read(entry))
 
     def append(self, message: "Message") -> None:
         """A new message (already held for this subscription by the topic)."""
@@ -88,18 +88,18 @@ class FilePending:
     def popleft(self) -> "Message":
         if self.memory:
             return self.memory.popleft()
-        message = self._read_back(self.disk.popleft()[0])
+        message = self._read_back(self.disk.popleft())
         broker = self.topic.broker
         if not self.disk and broker.trace.enabled:
             broker.swapped(self.topic, self.sub, "swap_in", self.swaps)
         return message
 
-    def _read_back(self, handle: Any) -> "Message":
+    def _read_back(self, entry: int) -> "Message":
         """A swapped-out message, read from the temp store (which frees it) and held again."""
         broker = self.topic.broker
         store = broker.temp_store()
-        message = self._decode(store.read(handle))
-        store.release(handle)
+        message = self._decode(store.read(entry))
+        store.release(entry)
         self.topic.hold(message)
         broker.temp_changed()
         return message
@@ -107,14 +107,14 @@ class FilePending:
     def pop(self) -> "Message":
         """The newest pending message (eviction of the newest)."""
         if self.disk:
-            return self._read_back(self.disk.pop()[0])
+            return self._read_back(self.disk.pop())
         return self.memory.pop()
 
     def clear(self) -> None:
         store = self.topic.broker.temp_store() if self.disk else None
-        for handle, _ in self.disk:
+        for entry in self.disk:
             assert store is not None
-            store.release(handle)
+            store.release(entry)
         self.disk.clear()
         self.memory.clear()
         if store is not None:
@@ -141,8 +141,7 @@ class FilePending:
 
     def _to_disk(self, message: "Message") -> None:
         broker = self.topic.broker
-        handle = broker.temp_store().append(f"{self.topic.address}|{self.sub.key}", broker.payload_of(message))
-        self.disk.append((handle, message.seq))
+        self.disk.append(broker.temp_store().append(f"{self.topic.address}|{self.sub.key}", broker.payload_of(message)))
         self.topic.release(message)
         broker.temp_changed()
 

@@ -233,11 +233,11 @@ class StoreHooks:
             self.temp_store().release(ref)
             self.temp_changed()
 
-    def spill(self, queue: Destination, message: Message) -> Any:
-        """Write a non-persistent queue message to the temp store (a file cursor)."""
-        handle = self.temp_store().append(queue.address, self._payload(message))
+    def spill(self, queue: Destination, message: Message) -> int:
+        """Write a non-persistent queue message to the temp store (a file cursor); returns its temp seq."""
+        entry = self.temp_store().append(queue.address, self._payload(message))
         self.temp_changed()
-        return handle
+        return entry
 
     def read_ahead(self, refs: list[PagedRef]) -> list[bytes | None]:
         """The payloads of the journal's messages among ``refs``, read together (a

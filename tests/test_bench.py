@@ -108,6 +108,12 @@ def test_rss_bench_prints_each_phase_and_the_bound() -> None:
     bad = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--messages", "0"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "--messages must be at least 1, not 0" in bad.stderr
+    spilled = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--messages", "6000", "--non-persistent",
+                              "--config", str(BENCH / "configs" / "spill.toml")],
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert spilled.returncode == 0, f"stdout:\n{spilled.stdout}\nstderr:\n{spilled.stderr}"
+    assert "6,000 non-persistent messages x 256 B" in spilled.stdout
+    assert json.loads(spilled.stdout.strip().splitlines()[-1])["store_only"] > 2000, spilled.stdout  # in the temp store
     bad = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--expires-in", "-5"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "--expires-in must not be negative, not -5" in bad.stderr

@@ -3,7 +3,7 @@
 ``StoreIndex`` keeps two numbers a message (and sparse dicts for what is rarely
 set); whatever it is asked, it must answer as a sorted list of ``PagedRef``
 would: dispatch order (priority then seq, or seq), each message's journal
-record, redelivered flag, expiry and temp store handle; and its runs of
+record, redelivered flag, expiry and temp store entry; and its runs of
 numbers (a page-in's fast path) must be the same messages.
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool,
                 seq += 1
                 s = seq - back * 5 if back and all(r[1] != seq - back * 5 for r in model) else seq
                 if kind == "spilled":
-                    ref, described_ref = f"handle-{s}", f"handle-{s}"
+                    ref = described_ref = 7000 + s  # a temp store entry's seq
                 else:
                     # The index's home journal is its first StoreRef's: another journal's
                     # record can only come after one of HOME's.
@@ -78,7 +78,7 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool,
                     assert [((run.journal, journal_seq, run.key), seq, run.priority)
                             for run in runs for seq, journal_seq in zip(run.seqs, run.journal_seqs)] == \
                         [r[:3] for r in model[: op[1]]]
-                else:  # a temp store handle, or another journal's record, is somewhere in the index
+                else:  # a temp store entry, or another journal's record, is somewhere in the index
                     assert runs is None
                 index.drop(op[1])
                 del model[: op[1]]
@@ -93,32 +93,31 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool,
             assert [described(r) for r in index] == model
             assert len(index) == len(model) and bool(index) == bool(model)
             assert index.expiring == sum(1 for r in model if r[4])
-            spilled = sorted(r[0] for r in model if isinstance(r[0], str))
-            assert sorted(o for o in index.objects() if isinstance(o, str)) == spilled
+            assert index.temps == sum(1 for r in model if isinstance(r[0], int))
             for fifo in index._fifos:  # the bound: two chunks in memory, at most 3 pairs (+ inserts) each
                 in_memory = len(fifo._chunks) - fifo.spilled()
                 assert in_memory <= (2 if spilling else len(fifo._chunks))
     spill.close()
 
 
-def test_numbers_too_wide_for_four_bytes_and_spilled_handles_keep_their_values() -> None:
+def test_numbers_too_wide_for_four_bytes_and_spilled_entries_keep_their_values() -> None:
     """The FIFOs hold four-byte numbers while they fit; a seq past 2**32, a journal
     seq past it, or a spilled message (journal seq -1) widens them, losing nothing."""
     index = StoreIndex(False)
     big = 2**32 + 3
     index.add(StoreRef(HOME, 7, "/queue/q"), 5)
     index.add(StoreRef(HOME, 2**40, "/queue/q"), big)
-    index.add("handle", big + 1)
+    index.add(2**33, big + 1)  # a temp store entry, kept as -(2**33 + 1)
     index.add(StoreRef(HOME, 8, "/queue/q"), 6)  # out of order, among the wide numbers
     assert [described(r) for r in index.first(4)] == [
         ((HOME, 7, "/queue/q"), 5, 4, False, 0), ((HOME, 8, "/queue/q"), 6, 4, False, 0),
-        ((HOME, 2**40, "/queue/q"), big, 4, False, 0), ("handle", big + 1, 4, False, 0)]
+        ((HOME, 2**40, "/queue/q"), big, 4, False, 0), (2**33, big + 1, 4, False, 0)]
     assert index.nbytes() == 4 * (2 * 8 + 4)  # the expiries (none) stay four bytes each
     spilled_first = StoreIndex(False)
-    spilled_first.add("handle", 1)  # journal seq -1: the journal seqs widen, the broker seqs stay narrow
+    spilled_first.add(5, 1)  # a temp store entry, journal seq -6: the journal seqs widen, the broker seqs stay narrow
     spilled_first.add(StoreRef(HOME, 9, "/queue/q"), 2)
     assert spilled_first.nbytes() == 2 * 4 + 2 * 8 + 2 * 4
-    assert [described(r) for r in spilled_first.first(2)] == [("handle", 1, 4, False, 0), ((HOME, 9, "/queue/q"), 2, 4, False, 0)]
+    assert [described(r) for r in spilled_first.first(2)] == [(5, 1, 4, False, 0), ((HOME, 9, "/queue/q"), 2, 4, False, 0)]
 
 
 def test_the_expiry_sweep_reads_the_index_only_when_a_message_may_be_due() -> None:

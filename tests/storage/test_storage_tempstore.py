@@ -6,12 +6,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from storage import tempstore
 from storage.errors import CorruptRecord
 from storage.record import Record, RecordType, decode
-from storage.tempstore import TempHandle, TempStore
+from storage.tempstore import TempStore
 
 FILE = 4096
 
@@ -46,10 +50,10 @@ def test_usage_counts_every_file_at_its_full_size(store: TempStore) -> None:
     )
 
 
-def fill_first_file(store: TempStore) -> tuple[list[TempHandle], TempHandle]:
-    """Append until the store rolls: (the handles in file 1, the first one in file 2)."""
+def fill_first_file(store: TempStore) -> tuple[list[int], int]:
+    """Append until the store rolls: (the entries in file 1, the first one in file 2)."""
     handles = [store.append(b"slow", b"a" * 500)]
-    while handles[-1].file_id == 1:
+    while store.locate(handles[-1]).file_id == 1:
         handles.append(store.append(b"slow", b"a" * 500))
     return handles[:-1], handles[-1]
 
@@ -78,7 +82,7 @@ def test_the_current_file_is_never_deleted_so_usage_never_falls(store: TempStore
 
 def test_a_file_left_unreferenced_is_deleted_when_the_writer_leaves_it(store: TempStore) -> None:
     handle = store.append(b"sub", b"c" * 500)
-    while handle.file_id == 1:
+    while store.locate(handle).file_id == 1:
         store.release(handle)  # consumed at once: file 1 stays only while it is current
         assert [f.file_id for f in store.files()] == [1]
         handle = store.append(b"sub", b"c" * 500)
@@ -97,7 +101,7 @@ def test_the_store_is_wiped_at_open(tmp_path: Path) -> None:
 
 
 def test_entries_use_the_journal_record_framing(store: TempStore) -> None:
-    handle = store.append("sub-9", b"payload")
+    handle = store.locate(store.append("sub-9", b"payload"))
     store.flush()
     data = (store.directory / store.files()[0].name).read_bytes()
     record = decode(data, handle.offset)
@@ -114,11 +118,43 @@ def test_an_entry_larger_than_a_file_is_refused(store: TempStore) -> None:
 
 
 def test_a_damaged_entry_is_reported_not_returned(store: TempStore) -> None:
-    handle = store.append(b"sub", b"payload")
+    handle = store.locate(store.append(b"sub", b"payload"))
     store.flush()
     path = store.directory / store.files()[0].name
     with open(path, "r+b") as f:
         f.seek(handle.offset + handle.length - 1)
         f.write(b"!")
     with pytest.raises(CorruptRecord, match="crc mismatch"):
-        store.read(handle)
+        store.read(handle.seq)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("append"), st.integers(1, 600)),
+                          st.tuples(st.just("release"), st.integers(0, 9))), max_size=80))
+def test_live_entries_are_found_as_a_dict_would_find_them(tmp_path_factory: pytest.TempPathFactory,
+                                                         ops: list[tuple[str, int]]) -> None:
+    """Where each live entry is, over a window of seqs whose dead head is cut off
+    (here past two entries) and which starts afresh when it empties: every
+    lookup answers as a dict of the live entries would, file headers' seqs between."""
+    store = TempStore(tmp_path_factory.mktemp("live"), max_file_length=FILE)
+    model: dict[int, bytes] = {}
+    try:
+        with mock.patch.object(tempstore, "_TRIM", 2):
+            for n, (kind, arg) in enumerate(ops):
+                if kind == "append":
+                    payload = bytes([n % 251]) * arg
+                    was_empty = not model
+                    model[store.append(b"l", payload)] = payload
+                    if was_empty:  # the window started afresh: this entry, maybe a file header's seq before it
+                        assert len(store._live.lengths) <= 2
+                elif model:
+                    seq = sorted(model)[arg % len(model)]  # mostly the oldest, as a FIFO releases
+                    store.release(seq)
+                    del model[seq]
+                    with pytest.raises(KeyError):
+                        store.read(seq)
+                assert store.entries == len(model)
+                assert {seq: store.read(seq) for seq in model} == model
+                assert sum(f.referenced for f in store.files()) == len(model)
+    finally:
+        store.close()
