@@ -209,7 +209,7 @@ class StoreConfig:
     fsync: str = option("always", choice("always", "batch", "never"), "when journal writes reach the disk")
     temp_journal_max_file_length: int = option(32 * 1024 * 1024, size, "temp store (file cursors): size of one file (ActiveMQ PListStore journalMaxFileLength)")
     store_latency: int = option(0, integer(0), "a slow store on purpose (labs): ms a persistent ACK costs per message in flight, while the connection is not read; 0 = off")
-    index_cache_rows: int = option(65536, integer(1), "rows of each journal's index of live messages kept in memory; the rest goes to a scratch file (KahaDB indexCacheSize)")
+    index_cache_rows: int = option(65536, integer(1), "rows of each journal's index of live messages (and of the temp store's) kept in memory; the rest goes to a scratch file (KahaDB indexCacheSize)")
 
 
 @dataclass(frozen=True)

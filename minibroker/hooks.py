@@ -274,7 +274,8 @@ class DestinationHooks:
         """The temp store for file cursors, wiped and opened on first use."""
         if self._temp_store is None:
             directory = self.temp_dir or tempfile.mkdtemp(prefix="minibroker-tmp-")
-            self._temp_store = TempStore(directory, self.config.store.temp_journal_max_file_length)
+            self._temp_store = TempStore(directory, self.config.store.temp_journal_max_file_length,
+                                         self.config.store.index_cache_rows)
         return self._temp_store
 
     def index_spill(self) -> SpillFile:

@@ -14,9 +14,10 @@ choice, counting only written bytes, would hide the behaviour this store is
 here to show.)
 
 An entry is known by its seq (``append`` returns it). Where each live one is
-(file, offset, length) is kept in ``_Live``: three four-byte numbers a seq over
-the window from the oldest live entry to the newest, not an object and a dict
-entry (some 250 bytes), for a spilled backlog may hold millions.
+(file, offset, length) is kept in an ``EntryTable``, the journal's table of
+live enqueues (``entries.py``): a few bytes a row, mostly in an anonymous
+spill file past its cache, not an object and a dict entry (some 250 bytes),
+for a spilled backlog may hold millions.
 
 A file is deleted once no entry in it is referenced (``release``), **except
 the current write file, which is never deleted**. So after the first spill
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from storage.bodies import Layout, as_bytes, encode_enqueue, encode_file_header, verified_payload
-from storage.entries import column, inserted
+from storage.entries import DEFAULT_CACHE_ROWS, LIVE, EntryTable
 from storage.record import HEADER_SIZE, RecordType, encode
 from storage.segment import Segment, numbered_files
 
@@ -41,8 +42,6 @@ __all__ = ["TEMP_MAX_FILE_LENGTH", "TempFileInfo", "TempHandle", "TempStore"]
 
 TEMP_MAX_FILE_LENGTH = 32 * 1024 * 1024
 _NAME = re.compile(r"^tmp-(\d{8})\.data$")
-#: ``_Live`` cuts its dead head off once it is longer than this and half the window.
-_TRIM = 1024
 
 
 class TempHandle(NamedTuple):
@@ -64,70 +63,12 @@ class TempFileInfo(NamedTuple):
     current: bool
 
 
-class _Live:
-    """Where each live entry is, by seq: parallel arrays over a window of seqs.
-
-    Theory of operation: entries take increasing seqs and mostly go in the
-    order they came (a FIFO of spilled messages), so the window from the
-    oldest live seq to the newest stays short. Index ``seq - base`` holds the
-    entry's file, offset and length; a length of 0 marks a seq that is not
-    live (released, or a file header's). The dead head of the window is cut
-    off once it is half of it, and the window starts afresh when it empties.
-    """
-
-    __slots__ = ("base", "head", "files", "offsets", "lengths", "count")
-
-    def __init__(self) -> None:
-        self.base = 1  # the seq at index 0
-        self.head = 0  # no live entry before this index
-        self.files, self.offsets, self.lengths = column("I"), column("I"), column("I")
-        self.count = 0
-
-    def add(self, seq: int, file_id: int, offset: int, length: int) -> None:
-        """A new entry: ``seq`` is past every seq added before."""
-        gap = seq - self.base - len(self.lengths)  # seqs taken by file headers
-        if gap:
-            for values in (self.files, self.offsets, self.lengths):
-                values.extend([0] * gap)
-        at = len(self.lengths)
-        self.files = inserted(self.files, at, file_id)
-        self.offsets = inserted(self.offsets, at, offset)
-        self.lengths = inserted(self.lengths, at, length)
-        self.count += 1
-
-    def find(self, seq: int) -> tuple[int, int, int] | None:
-        """(file, offset, length) of the live entry ``seq``; None if it is not live."""
-        i = seq - self.base
-        if i < self.head or i >= len(self.lengths) or not self.lengths[i]:
-            return None
-        return self.files[i], self.offsets[i], self.lengths[i]
-
-    def remove(self, seq: int) -> None:
-        """The live entry ``seq`` (``find`` says so) is gone."""
-        lengths = self.lengths
-        lengths[seq - self.base] = 0
-        self.count -= 1
-        if not self.count:  # empty: the window starts again after the last seq
-            self.base += len(lengths)
-            self.head = 0
-            self.files, self.offsets, self.lengths = column("I"), column("I"), column("I")
-            return
-        head = self.head
-        while not lengths[head]:
-            head += 1
-        if head > _TRIM and 2 * head > len(lengths):
-            for values in (self.files, self.offsets, lengths):
-                del values[:head]
-            self.base += head
-            head = 0
-        self.head = head
-
-
 class TempStore:
     """Append-only spill files with reference counts; see the module docstring."""
 
     def __init__(self, directory: str | os.PathLike[str],
-                 max_file_length: int = TEMP_MAX_FILE_LENGTH) -> None:
+                 max_file_length: int = TEMP_MAX_FILE_LENGTH, cache_rows: int = DEFAULT_CACHE_ROWS) -> None:
+        """``cache_rows``: the rows of the table of live entries kept in memory (``EntryTable``)."""
         self.directory = Path(directory)
         self.max_file_length = max_file_length
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -135,7 +76,7 @@ class TempStore:
             path.unlink()
         self._segments: dict[int, Segment] = {}
         self._refs: dict[int, int] = {}
-        self._live = _Live()
+        self._live = EntryTable(cache_rows, self.directory)
         self._current: Segment | None = None
         self._next_id = 1
         self._next_seq = 1
@@ -180,15 +121,15 @@ class TempStore:
         seq = self._take_seq()
         offset = seg.append(encode(RecordType.ENQUEUE, seq, parts))
         self._refs[seg.file_id] += 1
-        self._live.add(seq, seg.file_id, offset, length)
+        self._live.add(seq, key, seg.file_id, offset, length, LIVE)
         return seq
 
     def locate(self, seq: int) -> TempHandle:
         """Where the live entry ``seq`` is (KeyError if it is not live)."""
-        found = self._live.find(seq)
-        if found is None:
+        pos = self._live.find(seq, LIVE)
+        if pos < 0:
             raise KeyError(f"no temp entry {seq}")
-        return TempHandle(seq, *found)
+        return TempHandle(*self._live.location(pos))
 
     def read(self, seq: int) -> bytes:
         """The payload of a spilled entry that has not been released."""
@@ -199,8 +140,10 @@ class TempStore:
 
     def release(self, seq: int) -> None:
         """Drop an entry; its file goes when nothing in it is referenced (unless current)."""
-        file_id = self.locate(seq).file_id
-        self._live.remove(seq)
+        pos = self._live.find(seq, LIVE)
+        if pos < 0:
+            raise KeyError(f"no temp entry {seq}")
+        file_id = self._live.kill(pos)
         self._refs[file_id] -= 1
         current = self._current.file_id if self._current is not None else None
         if self._refs[file_id] == 0 and file_id != current:
@@ -217,7 +160,7 @@ class TempStore:
 
     @property
     def entries(self) -> int:
-        return self._live.count
+        return len(self._live)
 
     def files(self) -> list[TempFileInfo]:
         current = self._current.file_id if self._current is not None else None
@@ -227,6 +170,7 @@ class TempStore:
         ]
 
     def close(self) -> None:
+        self._live.close()
         for seg in self._segments.values():
             seg.close()
         self._segments.clear()
