@@ -58,3 +58,34 @@ def test_stat_against_no_broker_is_a_clear_error(capsys) -> None:
     assert cli(["stat", "--port", "1"]) == 1
     err = capsys.readouterr().err
     assert "cannot connect to 127.0.0.1:1" in err and "Traceback" not in err
+
+
+def test_stat_watch_refreshes_until_interrupted(broker) -> None:
+    """``stat --watch S`` prints the tables again every S seconds, each from a fresh
+    request: a message sent between two refreshes shows up in the next one."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "stat", "--port", str(broker.port), "--watch", "0.2",
+                             "-d", "watch.q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    conn, _ = connect(broker)
+    try:
+        rows: list[list[str]] = []
+        refreshes = 0
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("/queue/watch.q"):
+                rows.append(line.split())
+            elif line.startswith("broker "):
+                refreshes += 1
+                if len(rows) < 2:
+                    conn.send("/queue/watch.q", "x", headers={"receipt": f"r{refreshes}"})
+            if (len(rows) >= 2 and rows[-1][1] != rows[0][1]) or refreshes > 50:
+                break
+        assert len(rows) >= 2 and int(rows[-1][1]) > int(rows[0][1])  # the queue's size, read again
+    finally:
+        close(conn)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=10)
+    assert "Traceback" not in err
