@@ -134,6 +134,28 @@ class TestProducerFlowControl:
             (m.headers["message-id"] for m in c.messages()), key=lambda x: int(x.rsplit("-", 1)[1])
         )
 
+    def test_a_blocked_producer_is_logged_at_most_every_30_seconds(self, caplog) -> None:
+        """ActiveMQ's "Producer ... stopped to prevent flooding" line, once per
+        ``blocked_producer_warning_interval`` (30 s) per destination, however
+        often producers block meanwhile."""
+        net = net_with("64 kb")
+        p = net.connected_client("p")
+        lines = lambda: [r for r in caplog.records if "stopped to prevent flooding /queue/full" in r.getMessage()]  # noqa: E731
+        with caplog.at_level("WARNING", logger="minibroker"):
+            for round_ in range(3):  # block, drain, block again: within 30 s of the first line
+                for i in range(40):
+                    p.send("/queue/full", BODY, receipt=f"r{round_}-{i}")
+                drain = net.connected_client(f"drain{round_}")
+                drain.subscribe("/queue/full")  # auto ack: takes them all, freeing the memory
+                drain.drop()
+                net.advance(5)
+            assert len(lines()) == 1
+            net.advance(30)
+            for i in range(40):
+                p.send("/queue/full", BODY, receipt=f"late-{i}")
+            assert len(lines()) == 2
+        assert "Usage Manager Memory Limit reached" in lines()[0].getMessage()
+
     def test_a_producer_without_receipts_stops_being_read(self) -> None:
         net = net_with("64 kb")
         p = net.connected_client("p")
