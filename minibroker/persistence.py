@@ -388,7 +388,7 @@ class MessageStore:
             try:
                 target.dequeue_many(seqs)
             except StorageError as exc:  # the messages stay in the journal: a restart redelivers them
-                log.error("could not write %d dequeues to journal %s: %s; those messages come back at a restart",
+                log.error("could not write %d dequeues to journal %s: %s; those not written come back at a restart",
                           len(seqs), target.config.name, exc)
         if deferred:
             with self._lock:

@@ -32,7 +32,7 @@ __all__ = [
     "encode_enqueue",
     "encode_file_header",
     "encode_ref",
-    "enqueue_payload",
+    "ENQUEUE_FIXED",
     "verified_payload",
     "verified_payloads",
 ]
@@ -47,7 +47,7 @@ _DEQUEUE = struct.Struct("<QH")  # enqueue seq, txid length
 _REF = struct.Struct("<Q")  # DELIVERED: enqueue seq
 _MAX_ID = 0xFFFF
 #: An ENQUEUE record's header and fixed body part: where its key starts.
-_ENQUEUE_MIN = HEADER_SIZE + _ENQUEUE.size
+ENQUEUE_FIXED = HEADER_SIZE + _ENQUEUE.size
 _ENQUEUE_TYPE = int(RecordType.ENQUEUE)
 
 
@@ -107,19 +107,10 @@ def decode_enqueue(data: bytes, offset: int, end: int) -> tuple[bytes, bytes, in
     return data[k:t], data[t:p], p
 
 
-def enqueue_payload(data: bytes, offset: int = 0) -> bytes:
-    """The payload of the ENQUEUE record that starts at ``offset`` of ``data``."""
-    klen, tlen = _ENQUEUE.unpack_from(data, offset + HEADER_SIZE)
-    return data[offset + HEADER_SIZE + 4 + klen + tlen :]
-
-
-def verified_payload(data: bytes, seq: int, file: str, offset: int, at: int = 0, length: int | None = None) -> bytes:
-    """The payload of the ENQUEUE record ``seq`` that fills ``data[at:at + length]``
-    (all of ``data`` by default), which is at ``offset`` of ``file``: checked as
-    ``verified_payloads`` checks each of its records."""
-    if length is None:
-        length = len(data) - at
-    return verified_payloads(data, offset - at, (offset,), (length,), (seq,), file)[0]
+def verified_payload(data: bytes, seq: int, file: str, offset: int) -> bytes:
+    """The payload of the ENQUEUE record ``seq`` that fills ``data``, which is at
+    ``offset`` of ``file``: checked as ``verified_payloads`` checks each of its records."""
+    return verified_payloads(data, offset, (offset,), (len(data),), (seq,), file)[0]
 
 
 def verified_payloads(data: bytes, base: int, offsets: Sequence[int], lengths: Sequence[int], seqs: Sequence[int],
@@ -140,12 +131,12 @@ def verified_payloads(data: bytes, base: int, offsets: Sequence[int], lengths: S
     for offset, length, seq in zip(offsets, lengths, seqs):
         at = offset - base
         end = at + length
-        if length >= _ENQUEUE_MIN and end <= size:
+        if length >= ENQUEUE_FIXED and end <= size:
             crc, magic, rtype, flags, body_length, found = unpack_header(data, at)
             if (magic == MAGIC and rtype == _ENQUEUE_TYPE and not flags and found == seq
                     and HEADER_SIZE + body_length == length and crc32(view[at + 4 : end]) == crc):
                 klen, tlen = unpack_enqueue(data, at + HEADER_SIZE)
-                append(data[at + _ENQUEUE_MIN + klen + tlen : end])
+                append(data[at + ENQUEUE_FIXED + klen + tlen : end])
                 continue
         view.release()
         _refuse(data[at:end], seq, file, offset)

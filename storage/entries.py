@@ -136,7 +136,7 @@ class EntryTable:
     """Enqueue records by seq: location, key and state (see the module docstring)."""
 
     __slots__ = ("blocks", "firsts", "keys", "_key_ids", "dead", "_rows", "_last", "_hint_b", "_hint_r",
-                 "_resident", "cache_blocks", "_spill", "_spill_dir", "loads")
+                 "_resident", "cache_blocks", "_spill", "_spill_dir")
 
     def __init__(self, cache_rows: int | None = None, spill_dir: str | Path | None = None) -> None:
         """``cache_rows``: keep about that many rows' worth of blocks in memory and
@@ -157,8 +157,6 @@ class EntryTable:
         self.cache_blocks = 0 if cache_rows is None else max(_MIN_CACHE_BLOCKS, -(-cache_rows // BLOCK_ROWS))
         self._spill: SpillFile | None = None
         self._spill_dir = spill_dir
-        #: Blocks read back from the spill file so far.
-        self.loads = 0
 
     def __len__(self) -> int:
         """Rows that are not dead."""
@@ -234,7 +232,6 @@ class EntryTable:
             assert self._spill is not None and block.slot is not None
             block.decode(self._spill.read(block.slot))
             block.dirty = False
-            self.loads += 1
         self._touch(block)
         return block
 
@@ -427,13 +424,24 @@ class EntryTable:
         if self._hint_b == b:
             self._hint_r = 0
 
-    def live_seqs(self) -> array:
-        """The seqs of the live rows, in order (a copy: safe to dequeue while iterating)."""
-        out = array("q")
-        for block in self.blocks:
-            view = self._view(block)
-            out.extend(compress(view.seqs, view.states.translate(_LIVE_ONLY)))  # type: ignore[arg-type, union-attr]
-        return out
+    def live_runs(self) -> Iterator[array]:
+        """The seqs of the live rows, in order, a block's at a time (recovery's walk).
+
+        Each block is read into memory once, as a lookup reads it, so a ``find``
+        of the seqs of the run just given lands in it. Rows may be killed and
+        added between runs: a run is taken afresh after the last seq given."""
+        last = -1
+        b = 0
+        while b < len(self.blocks):
+            block = self._block(b)
+            seqs = array("q", compress(block.seqs, block.states.translate(_LIVE_ONLY)))  # type: ignore[arg-type, union-attr]
+            run = seqs[bisect_right(seqs, last):]
+            if run:
+                last = run[-1]
+                yield run
+                b = max(bisect_right(self.firsts, last) - 1, 0)  # the blocks may have moved meanwhile
+            else:
+                b += 1
 
     def entries(self) -> Iterator[tuple[int, bytes, int]]:
         """(seq, key, file) of the rows that are not dead, in seq order."""

@@ -140,11 +140,12 @@ class JournalIndex:
     def live_locations(self) -> Iterator[tuple[bytes, Location]]:
         """(key, location) of every live enqueue, in seq order; dequeuing meanwhile is safe."""
         table = self.table
-        for seq in table.live_seqs():
-            pos = table.find(seq, LIVE)
-            if pos >= 0:
-                key, fields = table.entry(pos)
-                yield key, _location(Location, fields)
+        for run in table.live_runs():
+            for seq in run:
+                pos = table.find(seq, LIVE)
+                if pos >= 0:
+                    key, fields = table.entry(pos)
+                    yield key, _location(Location, fields)
 
     # -- records -------------------------------------------------------------
 

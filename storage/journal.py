@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 
 from storage.bodies import (
+    ENQUEUE_FIXED,
     as_bytes,
     encode_dequeue,
     encode_dequeue_many,
@@ -44,7 +45,6 @@ __all__ = ["Journal", "TxId"]
 
 TxId = bytes | str
 _HEADER_RECORD = HEADER_SIZE + len(encode_file_header(0, 0, 0)[0])
-_ENQUEUE_FIXED = HEADER_SIZE + 4
 _DEQUEUE_FIXED = HEADER_SIZE + 10
 #: dequeue_many: at most this many seqs in one DEQUEUE_MANY record (32 KB).
 _MANY_MAX = 4096
@@ -227,7 +227,7 @@ class Journal:
         """
         k = self._key(key)
         t = self._txid(txid)
-        length = _ENQUEUE_FIXED + len(k) + len(t) + len(payload)
+        length = ENQUEUE_FIXED + len(k) + len(t) + len(payload)
         if length > self._max_record:
             raise ValueError(f"a {length}-byte record does not fit in a {self._layout.size}-byte file")
         parts = encode_enqueue(k, t, payload)
@@ -264,7 +264,9 @@ class Journal:
 
         Checked first, so a KeyError (an unknown seq, or one given twice) writes
         nothing. The seqs go into as few records as fit: a record never spans two
-        files, so one that would not fit in the current file's room is cut there.
+        files, so one that would not fit in the current file's room is cut there
+        (and a full ring refusing the next file, ``JournalFull``, leaves the
+        records before it written).
         """
         is_live = self._index.is_live
         for seq in enqueue_seqs:
@@ -272,7 +274,7 @@ class Journal:
                 raise KeyError(f"no live enqueue with seq {seq}")
         if len(set(enqueue_seqs)) != len(enqueue_seqs):
             raise KeyError("a seq is dequeued twice in one dequeue_many")
-        refs = enqueue_seqs if type(enqueue_seqs) is array and enqueue_seqs.typecode == "Q" else array("Q", enqueue_seqs)
+        refs = array("Q", enqueue_seqs)
         written: list[int] = []
         with self._lock:
             done = 0

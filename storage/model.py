@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+from storage.entries import DEFAULT_CACHE_ROWS
+
 __all__ = [
     "FileInfo",
     "JournalConfig",
@@ -38,7 +40,7 @@ class JournalConfig:
     max_file_length: int = 32 * 1024 * 1024
     #: Rows of the index of live enqueues kept in memory (KahaDB's ``indexCacheSize``,
     #: in rows): the rest is spilled to a scratch file (``entries.py``). None: keep all.
-    index_cache_rows: int | None = 65536
+    index_cache_rows: int | None = DEFAULT_CACHE_ROWS
 
     def __post_init__(self) -> None:
         if self.layout not in ("ring", "growing"):

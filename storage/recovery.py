@@ -199,7 +199,7 @@ def _replay(index: JournalIndex, seg: Segment, header_seq: int, header_end: int,
             if pos + len(data) >= size:  # this window reaches the end of the file
                 break
             need = _record_length(data, records.stop)
-            if records.stop == 0 and need <= len(data):  # a whole record that is not valid: the end
+            if need <= len(data) - records.stop:  # a whole record that is not valid: the end (or damage)
                 break
             pos, want = pos + records.stop, max(_WINDOW, need)  # read on from the record the window cut
         stop = pos + records.stop

@@ -33,7 +33,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from storage.bodies import Layout, as_bytes, encode_enqueue, encode_file_header, verified_payload
+from storage.bodies import ENQUEUE_FIXED, Layout, as_bytes, encode_enqueue, encode_file_header, verified_payload
 from storage.entries import DEFAULT_CACHE_ROWS, LIVE, EntryTable
 from storage.record import HEADER_SIZE, RecordType, encode
 from storage.segment import Segment, numbered_files
@@ -114,22 +114,26 @@ class TempStore:
         if len(key) + len(payload) > self._max_entry:
             raise ValueError(f"a {len(payload)}-byte entry does not fit in a temp file")
         parts = encode_enqueue(key, b"", payload)
-        length = HEADER_SIZE + 4 + len(key) + len(payload)
+        length = ENQUEUE_FIXED + len(key) + len(payload)
         seg = self._current
         if seg is None or seg.offset + length > seg.capacity:
             seg = self._new_file()
         seq = self._take_seq()
         offset = seg.append(encode(RecordType.ENQUEUE, seq, parts))
         self._refs[seg.file_id] += 1
-        self._live.add(seq, key, seg.file_id, offset, length, LIVE)
+        self._live.add(seq, b"", seg.file_id, offset, length, LIVE)  # the list id is in the record: never read back
         return seq
 
-    def locate(self, seq: int) -> TempHandle:
-        """Where the live entry ``seq`` is (KeyError if it is not live)."""
+    def _find(self, seq: int) -> int:
+        """The table position of the live entry ``seq`` (KeyError if it is not live)."""
         pos = self._live.find(seq, LIVE)
         if pos < 0:
             raise KeyError(f"no temp entry {seq}")
-        return TempHandle(*self._live.location(pos))
+        return pos
+
+    def locate(self, seq: int) -> TempHandle:
+        """Where the live entry ``seq`` is (KeyError if it is not live)."""
+        return TempHandle(*self._live.location(self._find(seq)))
 
     def read(self, seq: int) -> bytes:
         """The payload of a spilled entry that has not been released."""
@@ -140,10 +144,7 @@ class TempStore:
 
     def release(self, seq: int) -> None:
         """Drop an entry; its file goes when nothing in it is referenced (unless current)."""
-        pos = self._live.find(seq, LIVE)
-        if pos < 0:
-            raise KeyError(f"no temp entry {seq}")
-        file_id = self._live.kill(pos)
+        file_id = self._live.kill(self._find(seq))
         self._refs[file_id] -= 1
         current = self._current.file_id if self._current is not None else None
         if self._refs[file_id] == 0 and file_id != current:
