@@ -359,6 +359,7 @@ class QueueCursor:
                 if batch and room is not None and taken >= room:
                     break
                 message = broker.load_message(queue, paged, payload)
+                broker.took(paged)
                 taken += message.size
                 batch.append(message)
         queue.hold_page(batch, taken)

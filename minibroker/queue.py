@@ -133,7 +133,9 @@ class Queue(Destination):
         for message in self.pending.remove_where(lambda m: m.is_expired(now_ms)):
             self._expire(message)
         for ref in self.cursor.store_only.expired(now_ms):
-            self._expire(self.broker.load_message(self, ref))
+            message = self.broker.load_message(self, ref)
+            self.broker.took(ref)
+            self._expire(message)
         if any(m.expires for m in self.pending) or self.cursor.store_only.expiring:
             self._schedule_sweep()
 

@@ -242,7 +242,7 @@ class StoreHooks:
     def read_ahead(self, refs: list[PagedRef]) -> list[bytes | None]:
         """The payloads of the journal's messages among ``refs``, read together (a
         page-in's batch), in the order of ``refs``: pass each to ``load_message``.
-        Spilled messages are None, left for ``load_message`` (reading those frees them)."""
+        Spilled messages are None, left for ``load_message``."""
         wanted = [p.ref for p in refs if type(p.ref) is StoreRef]
         if not wanted or self.store is None:
             return [None] * len(refs)
@@ -266,21 +266,26 @@ class StoreHooks:
         return loaded, taken
 
     def load_message(self, destination: Destination, paged: PagedRef, payload: bytes | None = None) -> Message:
-        """Read a store-only message back into a ``Message`` (page-in): from the
-        journal (or ``payload``, read ahead), or (a spilled non-persistent message)
-        from the temp store."""
+        """Read a store-only message back into a ``Message`` (a page-in, an expiry, a
+        browse): from the journal (or ``payload``, read ahead), or (a spilled
+        non-persistent message) from the temp store, where it stays until ``took``."""
         in_journal = type(paged.ref) is StoreRef
         if payload is None and in_journal:
             assert self.store is not None
             payload = self.store.read_payloads([paged.ref])[0]
         elif payload is None:
-            temp = self.temp_store()
-            payload = temp.read(paged.ref)
-            temp.release(paged.ref)
-            self.temp_changed()
+            payload = self.temp_store().read(paged.ref)
         [message] = decode_messages((payload,), (paged.seq,), destination.address)
         if in_journal:
             message.store_ref = paged.ref
         if paged.redelivered:
             message.redeliveries = 1
         return message
+
+    def took(self, paged: PagedRef) -> None:
+        """``paged`` left the store-only index with its message in memory (a page-in,
+        an expiry): a spilled message's temp entry is freed. (A journal record
+        stays until its message is consumed.)"""
+        if type(paged.ref) is not StoreRef:
+            self.temp_store().release(paged.ref)
+            self.temp_changed()

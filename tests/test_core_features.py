@@ -352,6 +352,34 @@ class TestBrowse:
         consumer.subscribe("/queue/b")
         assert consumer.bodies() == [b"m0", b"m1", b"m2"]
 
+    def test_browsing_spilled_messages_leaves_them_for_the_consumer(self, tmp_path) -> None:
+        """A browse reads the messages a file cursor spilled to the temp store without
+        taking them: a consumer then gets every one (a browse used to free the temp
+        entries it read, and the next page-in failed on them)."""
+        net = VirtualNetwork(parse_config({"system_usage": {"memory_limit": "64 kb"},
+                                           "destination_policy": [{"queue": ">", "pending_cursor": "file"}]}))
+        net.broker.temp_dir = str(tmp_path / "tmp")
+        p = net.connected_client()
+        bodies = [f"m{i}".encode() + b"x" * 2000 for i in range(60)]
+        for body in bodies:
+            p.send("/queue/spilled", body.decode())
+        queue = net.broker.destinations["/queue/spilled"]
+        assert queue.cursor.spilled > 20
+        browser = net.connected_client()
+        browser.subscribe("/queue/spilled", "br", browser="true")
+        assert [m.body for m in browser.messages()][:-1] == bodies
+        consumer = net.connected_client()
+        consumer.subscribe("/queue/spilled", "s", "client-individual", **{"activemq.prefetchSize": "5"})
+        got = []
+        while len(got) < len(bodies):
+            batch = consumer.messages()[len(got):]
+            assert batch, f"stalled after {len(got)}"
+            got += batch
+            for m in batch:
+                consumer.ack(m)
+        assert [m.body for m in got] == bodies
+        assert not consumer.frames("ERROR") and net.broker.temp_store().entries == 0
+
     def test_browsing_an_empty_queue_ends_at_once(self) -> None:
         net = VirtualNetwork()
         browser = net.connected_client()
