@@ -44,6 +44,8 @@ HERE = Path(__file__).resolve().parent
 SCENARIOS = ("queue", "ack", "page-in", "through", "through-plain")
 _CONNECT = b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"
 _BODY = b"x" * 256
+#: SENDs per producer turn in the through scenarios (half the messages make the backlog first).
+_THROUGH_BATCH = 50
 
 
 def _send(i: int) -> bytes:
@@ -133,24 +135,25 @@ def through(n: int, memory_limit: str) -> int:
     from minibroker.persistence import MessageStore
 
     config = _page_in_config(memory_limit)
-    batch = b"".join(_send(i).replace(b"SEND\n", b"SEND\npersistent:true\n", 1) for i in range(50))
+    batch = b"".join(_send(i).replace(b"SEND\n", b"SEND\npersistent:true\n", 1) for i in range(_THROUGH_BATCH))
     with tempfile.TemporaryDirectory(prefix="minibroker-cost-through-") as data:
         b = _broker(config, MessageStore(config.store, data))
         p, c = b.open_session("p"), b.open_session("c")
         b.receive_data(p, _CONNECT)
         b.receive_data(c, _CONNECT)
         b.take_actions()
-        for _ in range(n // 100):  # the standing backlog
+        turns = n // (2 * _THROUGH_BATCH)
+        for _ in range(turns):  # the standing backlog
             b.receive_data(p, batch)
             b.take_actions()
         b.receive_data(c, b"SUBSCRIBE\nid:1\ndestination:/queue/A\nack:auto\n\n\x00")
         received = 0
         for turn in itertools.count():
-            if turn < n // 100:
+            if turn < turns:
                 b.receive_data(p, batch)
             actions = b.take_actions()
             received += sum(a.data.count(b"\nsubscription:") for a in actions if type(a) is Write and a.session == c)
-            if turn >= n // 100 and not actions:
+            if turn >= turns and not actions:
                 break
         b.close()
     return received
@@ -164,7 +167,7 @@ def _run_once(scenario: str, n: int, journal: Path | None) -> float:
     elif scenario == "ack":
         ack(n)
     elif scenario.startswith("through"):
-        expected = 2 * 50 * (n // 100)
+        expected = 2 * _THROUGH_BATCH * (n // (2 * _THROUGH_BATCH))
         if through(n, "1 gb" if scenario == "through-plain" else "4 mb") != expected:
             raise SystemExit(f"{scenario} received the wrong number of messages (expected {expected})")
     else:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from backlog import ask_statistics, consume, produce, queue_statistics
-from brokers import BrokerStartError, Ours
+from brokers import BrokerStartError, Ours, proc_status_mb
 
 from minibroker.config import load_config
 
@@ -39,12 +39,8 @@ WARM = 2000
 
 
 def vm_rss_mb(pid: int) -> float:
-    """The process's resident set size now, in MB."""
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for process {pid}")
+    """The process's resident set size now, in MB (the harness's reader)."""
+    return proc_status_mb(pid)["VmRSS"]
 
 
 def measure(messages: int, config: Path, settle: float = 0.3, expires_in: float = 0,
@@ -91,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(argv)
     if a.expires_in < 0:
         parser.error(f"--expires-in must not be negative, not {a.expires_in:g}")
+    if 0 < a.expires_in < 600:  # the drain waits for every message: none may expire during the run
+        parser.error(f"--expires-in must be at least 600 s (the messages must outlive the run), not {a.expires_in:g}")
     if a.messages < 1:
         parser.error(f"--messages must be at least 1, not {a.messages}")
     limit_mb = load_config(a.config).system_usage.memory_limit / 2**20

@@ -8,7 +8,7 @@ A queue's undelivered messages live in two places:
   to dispatch (``queue.pending``). Non-persistent messages always live here
   (a VM cursor; the temp-store issue adds swapping).
 - the *store*: persistent messages that are only on disk (``store_only``), in
-  dispatch order, as two numbers each (broker seq, journal seq: ``StoreIndex``),
+  dispatch order, as three numbers each (broker seq, journal seq, expiry: ``StoreIndex``),
   for they are counted by no memory usage and a backlog may hold millions
   (so most of those numbers are on disk too: ``seqfifo.py``); a
   ``StoreRef`` is made only when one is read.
@@ -166,6 +166,7 @@ class StoreIndex:
             else:
                 self._objects[seq] = ref
         else:
+            assert ref >= 1, ref  # temp store seqs start at 1: -(ref + 1) stays clear of the -1 of _objects
             journal_seq = -ref - 1
             self.temps += 1
         if redelivered:
@@ -380,5 +381,5 @@ class QueueCursor:
             "cacheEnabled": self.cache_enabled,
             "pageInBlocked": self.blocked,
             "pagedInCount": self.paged_in,
-            "tempCount": self.spilled if self.queue.policy.pending_cursor == "file" else 0,
+            "tempCount": self.store_only.temps,
         }

@@ -29,7 +29,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from .persistence import decode_payload
+from .persistence import decode_messages, decode_meta
 
 if TYPE_CHECKING:
     from .topic import Topic
@@ -146,10 +146,6 @@ class FilePending:
         broker.temp_changed()
 
     def _decode(self, payload: bytes) -> "Message":
-        from .message import Message
-
-        stored = decode_payload(payload)
-        message = Message(stored.seq, stored.message_id, self.topic.address, stored.headers, stored.body,
-                          persistent=stored.persistent, priority=stored.priority, expires=stored.expires,
-                          timestamp=stored.timestamp)
+        """The message a swapped-out payload holds, with its own broker seq."""
+        [message] = decode_messages((payload,), (decode_meta(payload)[0],), self.topic.address)
         return message

@@ -387,7 +387,7 @@ class MessageStore:
         for target, seqs in deferred.items():
             try:
                 target.dequeue_many(seqs)
-            except StorageError as exc:  # the messages stay in the journal: a restart redelivers them
+            except (StorageError, KeyError) as exc:  # the messages stay in the journal: a restart redelivers them
                 log.error("could not write %d dequeues to journal %s: %s; those not written come back at a restart",
                           len(seqs), target.config.name, exc)
         if deferred:

@@ -28,7 +28,7 @@ from storage.spill import Slot, SpillFile, pack_columns, unpack_columns
 
 __all__ = ["CHUNK", "SeqFifo"]
 
-#: Pairs per chunk: a new chunk starts when the last one holds this many.
+#: Entries per chunk: a new chunk starts when the last one holds this many.
 CHUNK = 4096
 
 

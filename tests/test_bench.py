@@ -117,6 +117,9 @@ def test_rss_bench_prints_each_phase_and_the_bound() -> None:
     bad = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--expires-in", "-5"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "--expires-in must not be negative, not -5" in bad.stderr
+    bad = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--expires-in", "30"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "--expires-in must be at least 600 s (the messages must outlive the run), not 30" in bad.stderr
 
 
 def test_cost_measures_every_scenario_and_refuses_an_unknown_one() -> None:

@@ -24,6 +24,7 @@ from ..cli import CommandError
 from ..stomp import ACK_MODES, Message, StompClientError
 from ._common import (
     FAILURE,
+    USAGE,
     add_connection_args,
     add_header_arg,
     connected,
@@ -102,6 +103,8 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
         ack = "auto" if count is None else "client-individual"
         if count is not None and prefetch is None:
             prefetch = count
+    if args.no_ack and ack == "auto":
+        raise CommandError("--no-ack needs a client ack mode: --ack client or client-individual (or --count)", USAGE)
 
     def summary(stopped: str) -> bool:
         """Print the summary line; True when --count was not reached."""

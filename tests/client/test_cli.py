@@ -241,6 +241,9 @@ async def test_recv_broker_drops_the_connection(server, capsys) -> None:
     (["--count", "-2"], "bad --count '-2': expected an integer >= 1"),
     (["--prefetch", "many"], "bad --prefetch 'many': expected an integer >= 0"),
     (["-H", "x"], "bad --header 'x': expected NAME:VALUE"),
+    (["--no-ack"], "--no-ack needs a client ack mode: --ack client or client-individual (or --count)"),
+    (["--no-ack", "--ack", "auto", "--count", "1"],
+     "--no-ack needs a client ack mode: --ack client or client-individual (or --count)"),
 ])
 async def test_recv_bad_arguments(capsys, argv, message) -> None:
     assert await cli("recv", "/queue/a", *argv) == 2
