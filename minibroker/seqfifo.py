@@ -23,7 +23,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from typing import Callable, Iterable, Iterator
 
-from storage.entries import column, inserted
+from storage.entries import column, inserted, widened
 from storage.spill import Slot, SpillFile, pack_columns, unpack_columns
 
 __all__ = ["CHUNK", "SeqFifo"]
@@ -133,11 +133,7 @@ class SeqFifo:
             refs.append(ref)
             expiries.append(expires)
         except OverflowError:  # a number too wide for four bytes: widen what did not take it
-            if len(seqs) == rows:
-                tail.seqs = inserted(seqs, rows, seq)
-            if len(refs) == rows:
-                tail.refs = inserted(refs, rows, ref)
-            tail.expires = inserted(expiries, rows, expires)
+            tail.seqs, tail.refs, tail.expires = widened((seqs, refs, expiries), (seq, ref, expires), rows)
         tail.count = rows + 1
         self._len += 1
 
@@ -148,9 +144,7 @@ class SeqFifo:
         spilled = chunk.seqs is None
         self._load(chunk)
         pos = bisect_left(chunk.seqs, seq, self.head if i == 0 else 0)  # type: ignore[arg-type]
-        chunk.seqs = inserted(chunk.seqs, pos, seq)  # type: ignore[arg-type]
-        chunk.refs = inserted(chunk.refs, pos, ref)  # type: ignore[arg-type]
-        chunk.expires = inserted(chunk.expires, pos, expires)  # type: ignore[arg-type]
+        chunk.seqs, chunk.refs, chunk.expires = (inserted(c, pos, v) for c, v in zip(chunk.columns(), (seq, ref, expires)))
         chunk.count += 1
         if seq < self._firsts[i]:
             self._firsts[i] = seq

@@ -41,13 +41,14 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
 from pathlib import Path
 
 from storage.spill import Slot, SpillFile, pack_columns, unpack_columns
 
-__all__ = ["BLOCK_ROWS", "DEAD", "DEFAULT_CACHE_ROWS", "LIVE", "PENDING", "EntryTable", "column", "inserted"]
+__all__ = ["BLOCK_ROWS", "DEAD", "DEFAULT_CACHE_ROWS", "LIVE", "PENDING", "EntryTable", "column", "inserted",
+           "widened"]
 
 #: Row states: dequeued (or aborted), live, enqueued in a transaction still open.
 DEAD, LIVE, PENDING = 0, 1, 2
@@ -90,6 +91,13 @@ def inserted(values: array, pos: int, value: int) -> array:
         wide = array("q", values)
         wide.insert(pos, value)
         return wide
+
+
+def widened(columns: Sequence[array], values: Iterable[int], rows: int) -> list[array]:
+    """``columns`` (of ``rows`` items each) after an append of one value to each
+    stopped at the first value too wide for its column (``OverflowError``): the
+    columns that did not take their value get it now, widened as need be."""
+    return [inserted(c, rows, v) if len(c) == rows else c for c, v in zip(columns, values)]
 
 
 class _Block:
@@ -265,10 +273,9 @@ class EntryTable:
             block.lengths.append(length)  # type: ignore[union-attr]
             block.key_ids.append(key_id)  # type: ignore[union-attr]
         except OverflowError:  # ... and widen for the first one that does not fit
-            for name, value in zip(_COLUMNS, (seq, file_id, offset, length, key_id)):
-                values = getattr(block, name)
-                if len(values) == rows:  # not appended before the error
-                    setattr(block, name, inserted(values, rows, value))
+            columns = widened([getattr(block, name) for name in _COLUMNS], (seq, file_id, offset, length, key_id), rows)
+            for name, values in zip(_COLUMNS, columns):
+                setattr(block, name, values)
         block.states.append(state)  # type: ignore[union-attr]
         block.rows = rows + 1
         self._rows += 1

@@ -14,7 +14,8 @@ The file is scratch, never a record of anything: the journal rebuilds its
 index from its own records at every open. A slot that is rewritten with a
 blob no larger than it is reused in place; a freed slot is reused for the
 next blob of exactly its size (the blocks of a full chunk all have the same);
-otherwise the blob goes to the end. Freed bytes not yet reused are waste:
+otherwise the blob goes to the end. Once every slot is free (a drained
+backlog), the file is truncated to nothing. Freed bytes not yet reused are waste:
 when waste is more than half the file (and over ``_REPACK_MIN``),
 ``needs_repack`` tells an owner that holds all the file's slots to copy them
 into a fresh file (``repacked``).
@@ -110,6 +111,10 @@ class SpillFile:
         offset, capacity, _ = slot
         self.waste += capacity
         self._free.setdefault(capacity, []).append(offset)
+        if self.waste == self.size:  # nothing in use (a backlog drained): the file starts again, empty
+            os.ftruncate(self._fd, 0)
+            self.size = self.waste = 0
+            self._free.clear()
 
     @property
     def needs_repack(self) -> bool:

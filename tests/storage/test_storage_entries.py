@@ -194,3 +194,25 @@ def test_the_live_walk_reads_each_spilled_block_once_and_survives_kills() -> Non
                     table.kill(table.find(seq + 4))
         assert given == [s for s in range(1, 41) if not (s % 10 == 5 and s - 4 <= 36)]
         assert reads <= spilled + 1
+
+
+def test_a_spill_file_whose_slots_are_all_free_is_emptied() -> None:
+    """A drained backlog leaves no scratch bytes behind: once every slot is free,
+    the file is truncated and starts again; until then freed slots are reused."""
+    import os
+
+    from storage.spill import SpillFile
+
+    spill = SpillFile()
+    try:
+        a, b = spill.write(b"a" * 100), spill.write(b"b" * 100)
+        spill.free(a)
+        assert (spill.size, spill.waste) == (200, 100)
+        c = spill.write(b"c" * 100)
+        assert c[0] == a[0] and spill.read(b) == b"b" * 100  # a's slot reused
+        spill.free(b)
+        spill.free(c)
+        assert (spill.size, spill.waste) == (0, 0) and os.fstat(spill._fd).st_size == 0
+        assert spill.read(spill.write(b"d" * 10)) == b"d" * 10
+    finally:
+        spill.close()
