@@ -210,29 +210,38 @@ class StoreIndex:
         for _, fifo in self._ordered():
             if count <= 0:
                 break
-            if self.expiring or self.redelivered or self._objects or self.temps:  # rarely: read the entries only then
-                seqs, refs, expires = fifo.slice(count)
-                self.expiring -= len(expires) - expires.count(0)
-                if self.temps:
-                    self.temps -= sum(1 for ref in refs if ref < -1)
-                if self.redelivered or self._objects:
-                    for seq in seqs:
-                        self._forget(seq)
-            count -= fifo.drop(count)
+            count -= self._drop_head(fifo, count)
+
+    def _drop_head(self, fifo: SeqFifo, count: int) -> int:
+        """Remove ``fifo``'s first ``count`` references, keeping the counts and the
+        sparse collections in step; returns how many there were."""
+        if self.expiring or self.redelivered or self._objects or self.temps:  # rarely: read the entries only then
+            seqs, refs, expires = fifo.slice(count)
+            self.expiring -= len(expires) - expires.count(0)
+            if self.temps:
+                self.temps -= sum(1 for ref in refs if ref < -1)
+            if self.redelivered or self._objects:
+                for seq in seqs:
+                    self._forget(seq)
+        return fifo.drop(count)
 
     def _forget(self, seq: int) -> None:
         self.redelivered.discard(seq)
         self._objects.pop(seq, None)
 
+    def clear(self) -> None:
+        """Remove every reference (iterate first to see them: ``Queue.purge``)."""
+        for fifo in self._fifos:
+            fifo.release()
+        self.expiring = self.temps = 0
+        self.redelivered.clear()
+        self._objects.clear()
+
     def remove_where(self, predicate: Callable[[PagedRef], bool]) -> list[PagedRef]:
         """Remove the references ``predicate`` accepts; returns them in dispatch order."""
         removed = [r for r in self if predicate(r)]
         if len(removed) == len(self):
-            for fifo in self._fifos:
-                fifo.release()
-            self.expiring = self.temps = 0
-            self.redelivered.clear()
-            self._objects.clear()
+            self.clear()
         elif removed:
             gone = {r.seq for r in removed}
             self._fifos = [f.without(gone) if f else f for f in self._fifos]
@@ -245,24 +254,42 @@ class StoreIndex:
     def expired(self, now_ms: int) -> list[PagedRef]:
         """Remove and return the references whose message expired by ``now_ms``.
 
-        Only when one may have: the soonest expiry is kept as a bound (a page-in
-        that takes it leaves the bound early), and a sweep that finds nothing due
-        moves the bound to the soonest expiry left."""
+        Theory of operation: only when one may have: the soonest expiry is kept
+        as a bound (a page-in that takes it leaves the bound early), and a sweep
+        that finds nothing due moves the bound to the soonest expiry left. A
+        sweep reads only the expiry column. Where the due messages are the head
+        of their FIFO (one time to live for all: the usual case) they are
+        dropped from it; due messages between others (mixed times to live) are
+        removed by rebuilding the FIFOs (``remove_where``).
+        """
         if not self.expiring or now_ms < self._soonest:
             return []
         soonest = 0
-
-        def due(r: PagedRef) -> bool:
-            nonlocal soonest
-            if r.expires > now_ms:
-                soonest = min(soonest, r.expires) if soonest else r.expires
-                return False
-            return r.expires > 0
-
-        removed = self.remove_where(due)
+        heads: list[tuple[int, SeqFifo, int]] = []  # (priority, FIFO, how many due at its head)
+        scattered = False
+        for priority, fifo in self._ordered():
+            position = head = 0
+            for _, _, expires in fifo.runs():
+                for expiry in expires:
+                    if expiry > now_ms:
+                        soonest = min(soonest, expiry) if soonest else expiry
+                    elif expiry:
+                        if position == head:
+                            head += 1
+                        else:
+                            scattered = True
+                    position += 1
+            if head:
+                heads.append((priority, fifo, head))
+        if scattered:
+            removed = self.remove_where(lambda r: 0 < r.expires <= now_ms)
+        else:
+            removed = []
+            for priority, fifo, head in heads:
+                removed += self._paged(*fifo.slice(head), priority)
+                self._drop_head(fifo, head)
         self._soonest = soonest
         return removed
-
 
 
 class QueueCursor:

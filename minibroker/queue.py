@@ -252,10 +252,13 @@ class Queue(Destination):
     def purge(self) -> int:
         """Drop every pending message, cached or store-only; returns how many."""
         dropped = self.pending.remove_where(lambda m: True)
-        stored = self.cursor.store_only.remove_where(lambda r: True)
-        for ref in stored:
+        store_only = self.cursor.store_only
+        stored = 0
+        for ref in store_only:  # a chunk at a time, not the whole index at once
             self.broker.discard_stored(ref.ref)
+            stored += 1
+        store_only.clear()
         for m in dropped:
             self.broker.message_consumed(self, m)
-        self.dequeued += len(dropped) + len(stored)
-        return len(dropped) + len(stored)
+        self.dequeued += len(dropped) + stored
+        return len(dropped) + stored

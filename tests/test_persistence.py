@@ -196,6 +196,23 @@ class TestStoreCursor:
         assert [int(m.headers["n"]) for m in got] == expected
         assert sorted(m.headers["n"] for m in got if m.headers.get("redelivered")) == sorted(first)
 
+    def test_a_temporary_queue_s_store_only_backlog_goes_with_its_owner(self, tmp_path: Path) -> None:
+        """A temporary queue is purged when its owner leaves: its store-only messages
+        are dequeued from the journal, walked a chunk at a time, none left behind."""
+        net = self.small_memory(tmp_path)
+        owner = net.connected_client()
+        for i in range(100):
+            owner.send("/temp-queue/t", BODY, persistent="true", n=str(i))
+        [queue] = [d for a, d in net.broker.destinations.items() if "temp-queue" in a]
+        assert queue.cursor_statistics()["storeOnlyCount"] > 20
+        [journal] = net.broker.store.journals()
+        assert journal.live_count == 100
+        owner.drop()
+        net.pump()
+        assert journal.live_count == 0 and len(queue.cursor.store_only) == 0 and queue.dequeued == 100
+        net.restart()
+        assert net.broker.store.journals()[0].live_count == 0
+
     def test_page_in_takes_max_page_size_at_a_time(self, tmp_path: Path) -> None:
         net = persistent_net(tmp_path, {"destination_policy": [{"queue": ">", "max_page_size": 5}]})
         p = net.connected_client()

@@ -140,3 +140,18 @@ def test_the_expiry_sweep_reads_the_index_only_when_a_message_may_be_due() -> No
     assert index.expired(350) == []  # the soonest left is 400
     assert [r.seq for r in index.expired(400)] == [5]
     assert index.expiring == 0 and [r.seq for r in index] == [2]
+
+
+def test_a_sweep_drops_due_messages_at_the_head_without_rebuilding() -> None:
+    """One time to live for all (expiries rising with the seqs): the due messages
+    are each FIFO's head, and a sweep drops them there, reading only the expiry
+    column, with no rebuild of the FIFOs (``remove_where``)."""
+    index = StoreIndex(True)
+    for seq in range(1, 11):
+        index.add(StoreRef(HOME, 100 + seq, "/queue/q"), seq, priority=4 if seq % 2 else 7, expires=1000 + seq)
+    with mock.patch.object(StoreIndex, "remove_where", side_effect=AssertionError("rebuilt the FIFOs")):
+        due = index.expired(1006)
+    assert [(r.seq, r.priority) for r in due] == [(2, 7), (4, 7), (6, 7), (1, 4), (3, 4), (5, 4)]
+    assert index.expiring == 4 and [r.seq for r in index] == [8, 10, 7, 9]
+    assert index.expired(1006) == []  # the bound moved to 1007
+    assert [r.seq for r in index.expired(1008)] == [8, 7]
