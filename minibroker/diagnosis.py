@@ -2,9 +2,10 @@
 
 ``diagnose(broker)`` returns findings, each a dict with ``pathology``,
 ``summary`` (one line for ``stat`` and the log), ``evidence`` and ``cure``.
-Today it knows seed 000's starving consumers (see ``_starving``): a consumer
+It knows seed 000's starving consumers (see ``_starving``): a consumer
 with a backlog in the store that receives nothing because the cursor has no
-space, while consumer-less destinations hold the broker's memory.
+space, while consumer-less destinations hold the broker's memory; and a store
+of the ring layout filled by the rings' reservations (``_rings_fill_store``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,32 @@ def diagnose(broker: "Broker") -> list[dict[str, Any]]:
     """Every pathology the broker's state shows right now."""
     findings: list[dict[str, Any]] = []
     findings += _starving(broker)
+    findings += _rings_fill_store(broker)
     return findings
+
+
+def _rings_fill_store(broker: "Broker") -> list[dict[str, Any]]:
+    """A store of the ring layout that is full because each ring is counted
+    whole from its creation (``ringcost``), however little it holds."""
+    store, usage = broker.store, broker.store_usage
+    if store is None or not usage.is_full():
+        return []
+    rings = store.ring_reservation()
+    if rings is None or not rings.rings:
+        return []
+    return [
+        {
+            "pathology": "rings-reserve-the-store",
+            "destination": None,
+            "summary": (
+                f"persistent store {usage.percent}% full ({usage.usage} of {usage.limit} bytes), persistent producers "
+                f"blocked: {rings.explain()}"
+            ),
+            "evidence": {"rings": rings.rings, "ring_bytes": rings.each, "reserved": rings.reserved,
+                         "store_limit": usage.limit},
+            "cure": rings.cure(usage.limit),
+        }
+    ]
 
 
 def _starving(broker: "Broker") -> list[dict[str, Any]]:

@@ -52,6 +52,9 @@ class ProducerFlowControl:
                 f"Persistent store is Full, {store.percent}% of {store.limit}. "
                 f"Stopping producer (session {session.id}) to prevent flooding {destination.kind}://{destination.name}."
             )
+            rings = self.store.ring_reservation()
+            if rings is not None:
+                text += " " + rings.explain()
         elif resume is not None:
             text = (
                 f"Pending message cursor of a subscription of {destination.kind}://{destination.name} is full, "

@@ -8,6 +8,8 @@ Theory of operation
   ``<data_dir>/journal``; ``ring`` (Qpid legacystore) keeps one journal per
   destination in ``<data_dir>/journal/<name>``, named after it, so a refused
   enqueue names its queue: ``Enqueue capacity threshold exceeded on queue "x".``
+  The directory's name is an injective escaping of the destination's
+  (``journaldirs``): ``/queue/a.b`` and ``/queue/a/b`` never share one.
 - **Keys.** A record's key is the destination address (``/queue/orders``) or,
   for a durable topic subscription, ``durable:<topic>|<client-id>|<name>``: each
   durable subscriber gets its own copy of a persistent message (KahaDB stores it
@@ -50,7 +52,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import struct
 import threading
 from collections import deque
@@ -59,9 +60,11 @@ from typing import Any, Iterable, Iterator, NamedTuple
 
 from storage import Journal, JournalConfig, Location, StorageError, TransactionLog
 
+from . import journaldirs
 from .codec import decode_header_block, encode_headers, escape
 from .config import StoreConfig
 from .message import Message, message_id_from_wire
+from .ringcost import RingReservation
 
 __all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "encode_wire_payload", "decode_payload",
            "decode_messages", "durable_key"]
@@ -213,25 +216,6 @@ def decode_messages(payloads: Iterable[bytes], seqs: Iterable[int], address: str
     return out
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def _dir_name(key: str) -> str:
-    """A directory name for a ring journal: ``queue.orders``, or with a hash when
-    the name had to be changed to be safe (so two keys never share one)."""
-    plain = key.strip("/").replace("/", ".")
-    cleaned = _UNSAFE.sub("_", plain)[:120]
-    if cleaned == plain:
-        return cleaned
-    return cleaned + "-" + format(hash_key(key), "08x")
-
-
-def hash_key(key: str) -> int:
-    import zlib
-
-    return zlib.crc32(key.encode("utf-8"))
-
-
 class MessageStore:
     """Persistent messages of one broker, over one or many journals."""
 
@@ -264,6 +248,8 @@ class MessageStore:
         try:
             self._open_journals()
         except BaseException:
+            for journal in self._journals.values():
+                journal.close()
             self._unlock()
             raise
 
@@ -283,11 +269,9 @@ class MessageStore:
             decided = self._txlog.decided()
             base = self.root / "journal"
             base.mkdir(exist_ok=True)
-            for sub in sorted(p for p in base.iterdir() if p.is_dir()):
-                name_file = sub / "NAME"
-                if name_file.exists():
-                    key = name_file.read_text(encoding="utf-8")
-                    self._journals[key] = self._open_ring(sub, key, decided)
+            for key, sub in sorted(journaldirs.scan(base).items()):
+                journal = self._journals[key] = self._open_ring(sub, key, decided)
+                journaldirs.check_keys(sub, key, (rec.key for rec in journal.recovered(payloads=False)))
             if decided:
                 for journal in self._journals.values():
                     journal.sync()  # the commits written at open are durable: the decisions may go
@@ -311,9 +295,7 @@ class MessageStore:
             return self._shared
         journal = self._journals.get(key)
         if journal is None:
-            directory = self.root / "journal" / _dir_name(key)
-            directory.mkdir(parents=True, exist_ok=True)
-            (directory / "NAME").write_text(key, encoding="utf-8")
+            directory = journaldirs.claim(self.root / "journal", key)
             journal = self._journals[key] = self._open_ring(directory, key)
         return journal
 
@@ -462,7 +444,28 @@ class MessageStore:
         return generation
 
     def disk_usage(self) -> int:
+        """Bytes the journals reserve: every file at its full, preallocated size
+        (what the store limit counts, as in KahaDB and Qpid)."""
         return sum(j.disk_usage() for j in self.journals())
+
+    def written_bytes(self) -> int:
+        """Bytes the journals' files really take on disk (preallocated files are
+        sparse: a ring holds only what was written). Reads the files' block counts."""
+        total = 0
+        for directory in self.journal_directories():
+            try:
+                with os.scandir(directory) as entries:
+                    total += sum(e.stat().st_blocks * 512 for e in entries if e.is_file())
+            except FileNotFoundError:
+                continue
+        return total
+
+    def ring_reservation(self) -> RingReservation | None:
+        """How many rings the store holds and what each reserves (``None`` for
+        the growing layout, whose one journal grows a file at a time)."""
+        if self._shared is not None:
+            return None
+        return RingReservation(len(self._journals), self.config.file_count * self.config.file_size)
 
     def index_bytes(self) -> int:
         """Bytes the journals' in-memory indexes take (``Journal.index_bytes``)."""

@@ -38,6 +38,7 @@ def is_statistics_address(address: str) -> bool:
 
 def broker_statistics(broker: "Broker") -> dict[str, Any]:
     dests = list(broker.destinations.values())
+    rings = broker.store.ring_reservation() if broker.store is not None else None
     return {
         "brokerName": broker.name,
         "memoryUsage": broker.memory.usage,
@@ -46,6 +47,11 @@ def broker_statistics(broker: "Broker") -> dict[str, Any]:
         "storeUsage": broker.store_usage.usage,
         "storeLimit": broker.store_usage.limit,
         "storePercentUsage": broker.store_usage.percent,
+        # storeUsage counts every journal file at its preallocated size; what the disk holds:
+        "storeWrittenBytes": broker.store.written_bytes() if broker.store is not None else 0,
+        # ring layout: one ring per destination, each reserved whole (0 and 0 for the growing layout)
+        "storeRings": rings.rings if rings is not None else 0,
+        "storeRingBytes": rings.each if rings is not None else 0,
         "tempUsage": broker.temp_usage.usage,
         "tempLimit": broker.temp_usage.limit,
         "tempPercentUsage": broker.temp_usage.percent,

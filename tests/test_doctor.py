@@ -45,8 +45,9 @@ EXPECTED: dict[str, list[tuple[str, str, str | None]]] = {
     "seed002-topics.xml": [(W, "topic-slow-consumer-blocks-producer", "002")],
     "seed003-stomp.toml": STOMP_UNWATCHED,
     "seed003-stomp.xml": STOMP_UNWATCHED,
-    "seed004-ring-priority.toml": [(W, "ring-priority-queues", "004")],
-    "seed004-ring-small.toml": [(W, "ring-too-small", "004"), (I, "ring-strands-messages", "004")],
+    "seed004-ring-priority.toml": [(W, "ring-priority-queues", "004"), (W, "ring-reserves-store", None)],
+    "seed004-ring-small.toml": [(W, "ring-too-small", "004"), (W, "ring-reserves-store", None),
+                                (I, "ring-strands-messages", "004")],
     "limits-too-small.toml": [(E, "store-limit-below-journal-file", None), (W, "memory-limit-tiny", None)],
     "limits-too-small.xml": [(E, "store-limit-below-journal-file", None), (W, "memory-limit-tiny", None)],
     "memory-zero.toml": [(E, "memory-limit-zero", None)],
@@ -309,11 +310,13 @@ def test_text_report_groups_by_severity(capsys) -> None:
     status, out, _ = doctor(capsys, str(DATA / "seed004-ring-small.toml"))
     assert status == 1
     lines = out.splitlines()
-    assert lines[1] == "0 errors, 1 warning, 1 note"
-    assert lines.index("Warnings (1)") < lines.index("Notes (1)")
-    headline = next(line for line in lines if line.startswith("warning "))
+    assert lines[1] == "0 errors, 2 warnings, 1 note"
+    assert lines.index("Warnings (2)") < lines.index("Notes (1)")
+    headline, second = (line for line in lines if line.startswith("warning "))
     assert headline.startswith("warning [seed 004] ring-too-small: the ring journal holds 9.6 mb per queue")
-    body = lines[lines.index(headline) + 1:lines.index("Notes (1)") - 1]
+    assert second.startswith("warning [config] ring-reserves-store: the store limit 10 gb holds the rings of 853 "
+                             "destinations (8 x 1536 kb = 12 mb each)")
+    body = lines[lines.index(headline) + 1:lines.index(second) - 1]
     assert body and all(line.startswith("    ") for line in body)
     assert lines[-2:] == ["Seeds cited", "  seed 004 (004_489bf5d377364273.txt): ring journal: enqueue capacity threshold exceeded"]
 

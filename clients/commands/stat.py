@@ -16,6 +16,8 @@ import json
 import sys
 from typing import Any
 
+from minibroker.ringcost import size_text
+
 from ..cli import CommandError
 from ..stomp import StompClient, StompClientError
 from ._common import FAILURE, add_connection_args, connected, describe, parse_float, run
@@ -75,12 +77,23 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _store_detail(b: dict[str, Any]) -> str:
+    """What the store's percent is made of: reserved (what the limit counts) and written."""
+    if "storeWrittenBytes" not in b:
+        return ""
+    reserved, written = size_text(b["storeUsage"]), size_text(b["storeWrittenBytes"])
+    if b.get("storeRings"):
+        return (f" ({reserved} reserved by {b['storeRings']} rings of {size_text(b['storeRingBytes'])}, "
+                f"{written} written)")
+    return f" ({reserved} reserved, {written} written)"
+
+
 def format_tables(stats: dict[str, Any]) -> str:
     """The human-readable report for ``stats``."""
     b = stats["broker"]
     out = [
         f"broker {b['brokerName']}: memory {b['memoryPercentUsage']}% ({b['memoryUsage']}/{b['memoryLimit']} bytes), "
-        f"store {b['storePercentUsage']}%, temp {b['tempPercentUsage']}%, "
+        f"store {b['storePercentUsage']}%{_store_detail(b)}, temp {b['tempPercentUsage']}%, "
         f"index {b.get('indexBytes', 0)} bytes in memory (in no usage), {b.get('indexSpilledBytes', 0)} on disk; "
         f"{b['connectionCount']} connections, {b['destinationCount']} destinations, "
         f"{b['blockedProducers']} blocked sends",

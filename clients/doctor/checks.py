@@ -31,6 +31,7 @@ CHECKS: tuple[tuple[str | None, Check], ...] = (
     ("004", checks_journal.ring_with_priority_queues),
     ("004", checks_journal.ring_too_small),
     ("004", checks_journal.ring_strands_messages),
+    (None, checks_journal.ring_reserves_store),
 )
 
 

@@ -10,9 +10,14 @@ from storage.ring import ENQUEUE_THRESHOLD_PERCENT
 
 from .model import INFO, WARNING, Change, Finding, Setup, human_size
 
-__all__ = ["ring_capacity", "ring_with_priority_queues", "ring_too_small", "ring_strands_messages"]
+__all__ = ["ring_capacity", "ring_with_priority_queues", "ring_too_small", "ring_strands_messages",
+           "ring_reserves_store"]
+
+#: Fewer rings than this in the store limit is a warning: brokers routinely hold thousands of queues.
+FEW_RINGS = 1000
 
 _MB = 1024**2
+_GB = 1024**3
 
 
 def ring_capacity(setup: Setup) -> int:
@@ -89,3 +94,28 @@ def ring_strands_messages(setup: Setup) -> list[Finding]:
         "it, enqueues are refused (seed 004). `minibroker journal inspect DIR` shows which messages pin which files.",
         "if consumers use selectors or client acknowledgement, use the growing journal; " + _WORKAROUND,
         (_GROWING,))]
+
+
+def ring_reserves_store(setup: Setup) -> list[Finding]:
+    """Each destination's ring is counted whole against the store limit from its creation."""
+    if not _ring(setup) or "system_usage.store_limit" in setup.unknown:
+        return []
+    store, limit = setup.config.store, setup.config.system_usage.store_limit
+    each = store.file_count * store.file_size
+    rings = limit // each
+    room = -(-FEW_RINGS * each // _GB) * _GB
+    if rings < 1:
+        return []  # store-limit-below-journal-file says it louder
+    return [Finding(
+        "ring-reserves-store", WARNING if rings < FEW_RINGS else INFO, None,
+        f"the store limit {human_size(limit)} holds the rings of {rings} destinations "
+        f"({store.file_count} x {human_size(store.file_size)} = {human_size(each)} each)",
+        (*_ring_values(setup), setup.show("system_usage.store_limit")),
+        "The ring layout creates a destination's whole ring at its first persistent message and the store counts it "
+        "at its full size from then on, as Qpid preallocates its journal: the files are sparse, so the disk holds "
+        f"only what was written, but the store limit sees {human_size(each)} per destination. With {rings + 1} "
+        "destinations the store is full while the disk holds a few megabytes, and every persistent producer blocks "
+        "(stat's diagnosis and the producers' ERROR say so).",
+        f"give the store limit room for every persistent destination you expect ({FEW_RINGS:,} need "
+        f"{human_size(room)}), make the rings smaller, or use the growing journal",
+        (Change("system_usage.store_limit", room),))]
