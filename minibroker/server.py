@@ -300,16 +300,15 @@ def open_store(config: BrokerConfig) -> MessageStore | None:
     """The journals under ``data_dir`` (recovered), or None for a non-persistent broker."""
     if not config.broker.persistent:
         return None
-    from storage import StorageError
+    from storage import CorruptRecord, StorageError
 
     data_dir = config.broker.data_dir
     try:
         return MessageStore(config.store, data_dir)
     except StorageError as exc:
-        raise StoreOpenError(
-            f"cannot open the journal in {data_dir}: {exc}. "
-            f"`minibroker journal repair {data_dir}/journal` truncates it at the last good record, keeping a copy."
-        ) from None
+        repair = (f" `minibroker journal repair {data_dir}/journal` truncates it at the last good record, keeping a copy."
+                  if isinstance(exc, CorruptRecord) else "")
+        raise StoreOpenError(f"cannot open the journal in {data_dir}: {exc}.{repair}") from None
     except OSError as exc:
         raise StoreOpenError(f"cannot open the data directory {data_dir}: {exc.strerror or exc}") from None
 
