@@ -21,6 +21,7 @@ from .registry import TEMP_PREFIXES
 from .session import Session
 from .trace import SEND
 from .stats import is_statistics_address, statistics_replies
+from .admin import is_admin_address, perform
 from .subscription import ACK_MODES, Subscription
 
 __all__ = ["FrameHandlers"]
@@ -38,6 +39,8 @@ class FrameHandlers:
             raise ProtocolError("SEND frame has no destination header")
         if is_statistics_address(address):
             return self._answer_statistics(session, frame, address)
+        if is_admin_address(address):
+            return self._answer_admin(session, frame, address)
         destination = self.registry.resolve(session, address, "write")
         message = self._make_message(session, frame, destination.address)
         session.messages_in += 1
@@ -133,21 +136,39 @@ class FrameHandlers:
                 f"unknown statistics destination {address}: use ActiveMQ.Statistics.Broker, "
                 "ActiveMQ.Statistics.Destination.<name>, ActiveMQ.Statistics.Subscription or ActiveMQ.Statistics.Connection"
             )
+        self._reply(session, frame, reply_to, replies)
+        return None
+
+    def _answer_admin(self, session: Session, frame: Frame, address: str) -> Any:
+        """A request to an admin operation (``admin.py``): done, then one JSON reply
+        to ``reply-to`` if given; the RECEIPT waits for the disk if the journal was written."""
+        reply_to = frame.headers.get("reply-to")
+        if reply_to:
+            self.registry.resolve(session, reply_to, "write")  # refused before anything is done
+        result = perform(self, session, address, frame.headers)
+        if reply_to:
+            self._reply(session, frame, reply_to, [result.answer], indexed=False)
+        if result.then is not None:
+            result.then()
+        if not session.is_open:
+            return DEFERRED
+        return self._after_write(session, frame.headers.get("receipt"), result.wrote)
+
+    def _reply(self, session: Session, frame: Frame, reply_to: str, items: list[dict[str, Any]], *,
+               indexed: bool = True) -> None:
+        """Send ``items`` as JSON messages to ``reply-to`` (with ``statistics-index`` and
+        ``-total`` when ``indexed``; an empty list is one ``{}`` with index -1)."""
         target = self.registry.resolve(session, reply_to, "write")
         correlation = frame.headers.get("correlation-id")
-        for i, item in enumerate(replies):
-            headers = {"content-type": "application/json", "statistics-index": str(i), "statistics-total": str(len(replies))}
+        for i, item in enumerate(items or [{}]):
+            headers = {"content-type": "application/json"}
+            if indexed:
+                headers["statistics-index"] = str(i if items else -1)
+                headers["statistics-total"] = str(len(items))
             if correlation is not None:
                 headers["correlation-id"] = correlation
             body = json.dumps(item, sort_keys=True).encode("utf-8")
-            reply = self._make_message(session, Frame("SEND", headers, body), target.address)
-            target.accept(reply)
-        if not replies:
-            empty = {"content-type": "application/json", "statistics-index": "-1", "statistics-total": "0"}
-            if correlation is not None:
-                empty["correlation-id"] = correlation
-            target.accept(self._make_message(session, Frame("SEND", empty, b"{}"), target.address))
-        return None
+            target.accept(self._make_message(session, Frame("SEND", headers, body), target.address))
 
     def _on_subscribe(self, session: Session, frame: Frame) -> Any:
         h = frame.headers

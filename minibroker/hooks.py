@@ -20,7 +20,7 @@ from .queue import Queue
 from .topic import Topic
 from .errors import ResourceLimitError
 from .frames import Frame
-from .message import Message
+from .message import Message, moved_copy
 from .subscription import Subscription
 from .trace import (
     DISPATCH,
@@ -132,15 +132,8 @@ class DestinationHooks:
             dlq_name = f"ActiveMQ.DLQ.{destination.kind.capitalize()}.{destination.name}"
         dlq = self.registry.system_queue(dlq_name)
         assert isinstance(dlq, Queue)
-        headers = dict(message.headers)
-        headers["destination"] = dlq.address
-        headers["original-destination"] = destination.address
-        headers["dlqDeliveryFailureCause"] = cause
-        copy = Message(
-            message.seq, message.message_id, dlq.address, headers, message.body,
-            persistent=message.persistent, priority=message.priority, expires=0,
-            timestamp=message.timestamp, origin=message.origin,
-        )
+        copy = moved_copy(message, dlq.address,
+                          {"original-destination": destination.address, "dlqDeliveryFailureCause": cause}, expires=0)
         log.info("%s: %s dead-lettered to %s (%s)", destination.address, message.message_id, dlq.address, cause)
         if self.trace.enabled:
             self._emit("dlq", dest=destination.address, msg=message.message_id, dlq=dlq.address, reason=cause)

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from .codec import decode_header_block, encode_headers, escape, unescape
 
-__all__ = ["Message", "MESSAGE_OVERHEAD", "BROKER_SET_HEADERS", "message_id_from_wire", "send_block"]
+__all__ = ["Message", "MESSAGE_OVERHEAD", "BROKER_SET_HEADERS", "message_id_from_wire", "send_block", "moved_copy"]
 
 #: Fixed per-message memory charge (ActiveMQ ``Message.getSize``).
 MESSAGE_OVERHEAD = 1024
@@ -228,3 +228,17 @@ class Message:
 
     def __repr__(self) -> str:
         return f"<Message {self.message_id} {self.destination} seq={self.seq} size={self.size}>"
+
+
+def moved_copy(message: Message, address: str, extra: Mapping[str, str] | None = None, *,
+               expires: int | None = None) -> Message:
+    """``message`` for another destination (a dead letter queue, an admin move):
+    the same id, headers (``destination`` changed, ``extra`` added), body,
+    persistence and priority; its redelivery count starts again at 0."""
+    headers = dict(message.headers)
+    headers["destination"] = address
+    if extra:
+        headers.update(extra)
+    # By position (see Message.__init__): persistent, priority, expires, timestamp, origin.
+    return Message(message.seq, message.message_id, address, headers, message.body, message.persistent,
+                   message.priority, message.expires if expires is None else expires, message.timestamp, message.origin)

@@ -68,6 +68,10 @@ class DestinationRegistry:
             self.by_address.pop(dest.address, None)
         return removed
 
+    def remove(self, destination: Destination) -> None:
+        """Forget a deleted destination: its address names a new one from now on."""
+        self.by_address.pop(destination.address, None)
+
     # -- resolution
     def resolve(self, session: "Session", address: str, right: str) -> Destination:
         """The destination ``session`` means by ``address``, created if allowed.

@@ -110,6 +110,16 @@ class Security:
         if allowed is None or not principal.has_any(allowed):
             raise ProtocolError(f"User {principal.name} is not authorized to {_VERBS[right]}: {kind}://{name}")
 
+    def check_admin(self, principal: Principal, operation: str, kind: str, name: str) -> None:
+        """Raise ``ProtocolError`` unless ``principal`` holds the ``admin`` right on the
+        destination, for an admin ``operation`` (purge, delete ... see ``admin.py``)."""
+        if not self._entries:
+            return
+        allowed = self._allowed("admin", kind, name)
+        if allowed is None or not principal.has_any(allowed):
+            raise ProtocolError(
+                f"User {principal.name} is not authorized to {operation}: {kind}://{name} (the admin right is needed)")
+
     def _allowed(self, right: str, kind: str, name: str) -> tuple[str, ...] | None:
         key = (right, kind, name)
         if key not in self._cache:
