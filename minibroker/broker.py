@@ -48,6 +48,7 @@ from .security import Security
 from .session import Session, State, negotiate_heart_beat, negotiate_version, parse_heart_beat
 from .storehooks import StoreHooks
 from .subscription import Subscription
+from .teardown import ConnectionTeardown
 from .timers import Timers
 from .usage import Usage
 from .trace import SEND, SEND_ENQUEUE
@@ -75,7 +76,7 @@ class _NoTrace:
         pass
 
 
-class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
+class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, ConnectionTeardown):
     """The sans-IO broker. See the module docstring for the event protocol."""
 
     def __init__(
@@ -148,6 +149,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         #: destinations with an abort-slow-consumer check scheduled.
         self._slow_checks: set[str] = set()
         self._last_block_warning: dict[str, float] = {}
+        #: Told just before and just after each connection's teardown (``invariants.TeardownChecker``), or None.
+        self.close_observer: Any = None
         self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
             "CONNECT": self._on_connect,
             "STOMP": self._on_connect,
@@ -418,31 +421,23 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks):
         self._close(session, f"protocol error: {exc.message}")
 
     def _close(self, session: Session, reason: str, *, notify_edge: bool = True, abort: bool = False) -> None:
-        """Close ``session``: return its messages, drop its subscriptions."""
+        """Close ``session``: return its messages, drop its subscriptions (``teardown.py``)."""
         if session.state is State.CLOSED and session.id not in self.sessions:
             return
+        observer = self.close_observer
+        if observer is not None:
+            observer.closing(self, session)
         session.set_state(State.CLOSED)
         session.can_write = False
         self.sessions.pop(session.id, None)
         if notify_edge:
             self._control.append(Close(session.id, reason, abort))
-        for sub in list(session.subscriptions.values()):
-            self._remove_subscription(session, sub)
-        self._abort_transactions(session)
-        for dest in self.registry.remove_temporaries(session.id):
-            for sub in list(dest.subscriptions):
-                self._remove_subscription(sub.session, sub)
-            if isinstance(dest, Queue):
-                dest.purge()
-        if session in self._blocked:
-            self._blocked.remove(session)
-        session.parked.clear()  # never entered a destination: nothing to release
-        session.held_frames.clear()
-        if session.client_id is not None and self.client_ids.get(session.client_id) is session:
-            del self.client_ids[session.client_id]
+        self._tear_down(session)
         log.info("connection %d closed: %s", session.id, reason)
         if self.trace.enabled:
             self._emit("disconnect", session=session.tag, client_id=session.client_id, reason=_reason_code(reason))
+        if observer is not None:
+            observer.closed(self, session)
 
     # ------------------------------------------------------------------ CONNECT
     def _on_connect(self, session: Session, frame: Frame) -> Any:

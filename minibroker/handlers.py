@@ -468,11 +468,6 @@ class FrameHandlers:
             if op in ("ack", "nack"):
                 target.destination.redeliver(target, payload, "rollback")
 
-    def _abort_transactions(self, session: Session) -> None:
-        for ops in session.transactions.values():
-            self._roll_back(ops)
-        session.transactions.clear()
-
     def _on_disconnect(self, session: Session, frame: Frame) -> Any:
         receipt = frame.headers.get("receipt")
         if receipt is not None:

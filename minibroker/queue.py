@@ -76,7 +76,13 @@ class Queue(Destination):
         self.dispatch()
 
     def remove_subscription(self, sub: "Subscription") -> None:
-        """Detach ``sub``; its unacknowledged messages return to the head."""
+        """Detach ``sub``; its unacknowledged messages return to the head.
+
+        A browser was never a consumer: it only drops what is left of its
+        snapshot (references to messages that stay on the queue)."""
+        if sub.browser:
+            sub.pending.clear()
+            return
         self.consumers.remove(sub)
         if self.exclusive_owner is sub:
             exclusives = [c for c in self.consumers if c.exclusive]

@@ -37,6 +37,7 @@ from .clock import ManualClock
 from .codec import FrameParser, encode
 from .config import BrokerConfig
 from .frames import Frame
+from .invariants import TeardownChecker
 from .persistence import MessageStore
 from .trace import MemoryTrace
 
@@ -204,7 +205,8 @@ class VirtualNetwork:
     """The broker core plus virtual clients on one virtual clock."""
 
     def __init__(
-        self, config: BrokerConfig | None = None, *, seed: int = 0, trace: Any = None, data_dir: Any = None
+        self, config: BrokerConfig | None = None, *, seed: int = 0, trace: Any = None, data_dir: Any = None,
+        check_teardown: bool = False,
     ) -> None:
         self.clock = ManualClock()
         self.config = config or BrokerConfig()
@@ -213,6 +215,9 @@ class VirtualNetwork:
         self.trace = MemoryTrace(self.clock.now, broker=self.config.broker.name) if trace is True else trace
         #: With a data directory, persistent messages go to real journals there.
         self.data_dir = data_dir
+        #: With ``check_teardown``, every connection's end is checked (``invariants.py``):
+        #: ``net.teardown.violations`` lists what a close left behind, across restarts.
+        self.teardown = TeardownChecker() if check_teardown else None
         self.broker = self._start_broker()
         self.clients: dict[int, VirtualClient] = {}
         self._agenda: list[tuple[float, int, Callable[[], Any]]] = []
@@ -225,6 +230,7 @@ class VirtualNetwork:
         temp_dir = Path(self.data_dir) / "tmp_storage" if self.data_dir is not None else None
         broker = Broker(self.config, self.clock, seed=self.seed, trace=self.trace, store=store, temp_dir=temp_dir)
         broker.recover()
+        broker.close_observer = self.teardown
         return broker
 
     def restart(self, config: BrokerConfig | None = None, *, while_down: Callable[[], Any] | None = None) -> None:

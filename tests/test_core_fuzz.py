@@ -6,7 +6,11 @@ bytes. Whatever comes, the core must not raise: it answers with frames (an
 ERROR says in its ``message`` header what was wrong; when it closes the
 connection, the next frames come on a new one), and a bystander client on the
 same broker still sends and receives. The same runs with persistent messages
-on a journal.
+on a journal. Queue browsers, transactions and temporary destinations are in
+the mix, and whenever a connection ends nothing of it may be left behind
+(``minibroker.invariants``: no subscription, unacknowledged message,
+transaction, temporary destination or flow-control wait; what it held is back
+on its queue).
 """
 from __future__ import annotations
 
@@ -26,7 +30,9 @@ COMMANDS = ["CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK
 NUMBERS = st.sampled_from(["0", "1", "2", "10", "-1", "99999999999999999999", "x", "", " 5", "1.5", "\u0663"])
 VALUES = {
     "destination": st.sampled_from(["/queue/f", "/topic/f", "/queue/", "/bogus/x", "", "/queue/ActiveMQ.DLQ",
-                                    "/queue/f,/topic/g", "/topic/>", "/queue/a b", "/queue/\u00e9"]),
+                                    "/queue/f,/topic/g", "/topic/>", "/queue/a b", "/queue/\u00e9", "/queue/f",
+                                    "/temp-queue/t", "/temp-topic/t", "/remote-temp-queue/x"]),
+    "browser": st.sampled_from(["true", "true", "false", "yes"]),
     "id": st.sampled_from(["0", "1", "s", "", "1-1", "99-1", "0-0"]),
     "ack": st.sampled_from(["auto", "client", "client-individual", "bogus", ""]),
     "receipt": st.sampled_from(["r1", "", "r:2"]),
@@ -56,9 +62,13 @@ HEADERS = st.dictionaries(st.sampled_from(sorted(VALUES)), st.just(None), max_si
 @st.composite
 def chunk(draw: st.DrawFn) -> bytes:
     """One frame (well formed or not) or raw bytes."""
-    kind = draw(st.sampled_from(["frame"] * 8 + ["raw", "body-on-bodiless"]))
+    kind = draw(st.sampled_from(["frame"] * 8 + ["raw", "body-on-bodiless", "browse"]))
     if kind == "raw":
         return draw(st.binary(max_size=40))
+    if kind == "browse":  # a queue browser beside whatever else the connection does
+        sub_id = draw(st.sampled_from(["b", "0", "1"]))
+        return encode(Frame("SUBSCRIBE", {"destination": draw(st.sampled_from(["/queue/f", "/queue/ok", "/temp-queue/t"])),
+                                          "id": sub_id, "browser": "true"}), "1.2")
     command = draw(st.sampled_from(COMMANDS))
     headers = draw(HEADERS)
     if draw(st.integers(0, 9)) < 8:  # mostly with the headers the command needs, so that it gets somewhere
@@ -76,7 +86,7 @@ def chunk(draw: st.DrawFn) -> bytes:
 
 def _run(config_doc: dict, persistent: bool, connect_version: str, chunks: list[bytes]) -> None:
     data_dir = tempfile.mkdtemp(prefix="minibroker-fuzz-") if persistent else None
-    net = VirtualNetwork(parse_config(config_doc), data_dir=data_dir)
+    net = VirtualNetwork(parse_config(config_doc), data_dir=data_dir, check_teardown=True)
     try:
         bystander = net.connected_client("bystander")
         bystander.subscribe("/queue/ok", "b", "client-individual")
@@ -90,6 +100,9 @@ def _run(config_doc: dict, persistent: bool, connect_version: str, chunks: list[
         for fuzz in fuzzers:
             for error in fuzz.frames("ERROR"):
                 assert error.headers.get("message"), f"an ERROR without a message header: {error}"
+            fuzz.drop()  # every connection ends here, if it has not already
+        assert net.teardown is not None
+        assert net.teardown.violations == [], net.teardown.violations
         headers = {"persistent": "true"} if persistent else {}
         bystander.send("/queue/ok", "still here", **headers)
         assert bystander.bodies()[-1:] == [b"still here"], bystander.frames()

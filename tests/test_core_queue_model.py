@@ -23,6 +23,13 @@ broker must agree with a model of what a queue promises:
   each once: nothing is lost or duplicated (with persistent messages, across
   restarts of the broker too).
 
+A consumer's connection may also browse the queue (``browser:true``: it sees
+only messages sent and not consumed, and consumes none of them) and use a
+temporary queue of its own. Whenever a connection ends, nothing of it is left
+behind (``minibroker.invariants``: no subscription, unacknowledged message,
+transaction, temporary queue or flow-control wait; what it held is back on the
+queue).
+
 The same machine runs on a broker that keeps everything in memory, and on three
 whose 16 kB memory limit makes the cursors page (issue 5): persistent messages
 out to the journal and back in (the store cursor), non-persistent ones to the
@@ -66,6 +73,7 @@ class _Consumer:
         self.priority = 0  # activemq.priority
         self.serial = 0  # the order consumers came in
         self.gone = False  # unsubscribed: still listed while its last deliveries are taken
+        self.temp_subscribed = False  # consumes from a temporary queue of its own too
 
 
 class QueueModel(RuleBasedStateMachine):
@@ -81,7 +89,7 @@ class QueueModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.data_dir = tempfile.mkdtemp(prefix="minibroker-model-") if self.on_disk else None
-        self.net = VirtualNetwork(self.config, data_dir=self.data_dir)
+        self.net = VirtualNetwork(self.config, data_dir=self.data_dir, check_teardown=True)
         self.producers = [self.net.connected_client(f"p{i}") for i in range(2)]
         # body -> (its order: the producer, and its priority where the queue orders by it; its place there)
         self.sent: dict[bytes, tuple[str, int]] = {}
@@ -100,6 +108,7 @@ class QueueModel(RuleBasedStateMachine):
         self.delivered: set[bytes] = set()
         self.consumers: list[_Consumer | None] = [None] * SLOTS
         self.serial = 0
+        self.browses = 0
 
     def teardown(self) -> None:
         try:
@@ -242,6 +251,46 @@ class QueueModel(RuleBasedStateMachine):
         consumer.tx = None
         self._take_deliveries()
 
+    @rule(slot=st.integers(0, SLOTS - 1), leave=st.sampled_from(["unsubscribe", "stay"]))
+    def browse(self, slot: int, leave: str) -> None:
+        """A consumer's connection browses the queue too: it sees only messages sent
+        and not consumed, consumes none of them, and may stay subscribed as a browser."""
+        consumer = self.consumers[slot]
+        if consumer is None:
+            return
+        self._take_deliveries()
+        self.browses += 1
+        sub_id = f"b{self.browses}"
+        client = consumer.client
+        before = len(client.messages())
+        client.subscribe(QUEUE, sub_id, "auto", browser="true")
+        browsed = [m for m in client.messages()[before:] if m.headers.get("subscription") == sub_id]
+        now = self.net.clock.wall_ms()
+        for message in browsed:
+            if message.headers.get("browser") == "end":
+                continue
+            body = message.body
+            assert body in self.sent, f"browsed {body!r}, never sent"
+            assert body not in self.consumed, f"browsed {body!r}, which was consumed"
+            assert not self.expires[body] or self.expires[body] > now, f"browsed {body!r}, expired"
+        if leave == "unsubscribe":
+            client.send_frame("UNSUBSCRIBE", {"id": sub_id})
+        self._take_deliveries()
+
+    @rule(slot=st.integers(0, SLOTS - 1), subscribe=st.booleans())
+    def temp_queue(self, slot: int, subscribe: bool) -> None:
+        """A consumer's connection sends to a temporary queue of its own (and may consume
+        from it): when the connection ends, the temporary queue goes with its messages."""
+        consumer = self.consumers[slot]
+        if consumer is None:
+            return
+        client = consumer.client
+        if subscribe and not consumer.temp_subscribed:
+            client.subscribe("/temp-queue/own", "t", "client-individual")
+            consumer.temp_subscribed = True
+        client.send("/temp-queue/own", b"to myself", receipt="own")  # a receipt: flow control never stops reading it
+        self._take_deliveries()
+
     @rule(slot=st.integers(0, SLOTS - 1), how=st.sampled_from(["unsubscribe", "disconnect", "drop"]))
     def leave(self, slot: int, how: str) -> None:
         consumer = self.consumers[slot]
@@ -316,7 +365,7 @@ class QueueModel(RuleBasedStateMachine):
             if consumer is None:
                 continue
             self._no_errors(consumer.client)
-            messages = consumer.client.messages()
+            messages = [m for m in consumer.client.messages() if m.headers.get("subscription") == "s"]
             before = consumer.seen
             assert owner in (None, consumer) or len(messages) == consumer.seen, (
                 f"{consumer.client.name} received while {owner.client.name if owner else ''} is the exclusive consumer")
@@ -351,6 +400,11 @@ class QueueModel(RuleBasedStateMachine):
                 assert other.mode != "auto" and len(other.held) >= other.prefetch, (
                     f"{consumer.client.name} (priority {consumer.priority}) got {message.body!r} while "
                     f"{other.client.name} (priority {other.priority}) could take it")
+
+    @invariant()
+    def every_connection_ended_cleanly(self) -> None:
+        assert self.net.teardown is not None
+        assert self.net.teardown.violations == [], self.net.teardown.violations
 
     @invariant()
     def deliveries_agree_with_the_model(self) -> None:

@@ -16,7 +16,8 @@ subscription may be removed. The broker restarts on its journals. The model:
   the prefetch holds; ``redelivered:true`` is set exactly on a message the
   subscription was given before; each producer's first deliveries come in
   order;
-- at the end every durable subscription drains exactly what it is still owed.
+- at the end every durable subscription drains exactly what it is still owed;
+- whenever a connection ends, nothing of it is left behind (``minibroker.invariants``).
 
 It runs on a broker without memory limits, and on one whose non-durable
 subscriptions spool what they cannot take yet to the temp store.
@@ -65,7 +66,7 @@ class TopicModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.data_dir = tempfile.mkdtemp(prefix="minibroker-topic-model-")
-        self.net = VirtualNetwork(self.config, data_dir=self.data_dir)
+        self.net = VirtualNetwork(self.config, data_dir=self.data_dir, check_teardown=True)
         self.producers = [self.net.connected_client(f"p{i}") for i in range(2)]
         self.next_body = 0
         self.persistent: dict[bytes, bool] = {}
@@ -212,6 +213,12 @@ class TopicModel(RuleBasedStateMachine):
                 else:
                     sub.held.append(message)
             sub.seen = len(messages)
+
+    @invariant()
+    def every_connection_ended_cleanly(self) -> None:
+        """Nothing of a subscriber's connection is left once it ended (``minibroker.invariants``)."""
+        assert self.net.teardown is not None
+        assert self.net.teardown.violations == [], self.net.teardown.violations
 
     @invariant()
     def deliveries_agree_with_the_model(self) -> None:

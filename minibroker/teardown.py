@@ -1,0 +1,81 @@
+"""Tearing a connection down: one routine, every step taken.
+
+A mixin of ``Broker``. However a connection ends (DISCONNECT, a protocol
+error, a dropped socket, a heart-beat or write timeout, the broker stopping),
+``_tear_down`` releases everything it held, in this order:
+
+1. its open transactions are rolled back: messages it acknowledged or
+   rejected inside one become deliverable again (first, so that they go back
+   through subscriptions that still exist);
+2. each subscription is removed: a queue takes its unacknowledged messages
+   back at the head, a topic drops (or, durable, keeps) what it held;
+3. its temporary destinations go, with their messages;
+4. what waited for it goes: SENDs parked by producer flow control, frames held
+   while it was not read, RECEIPTs waiting for an fsync;
+5. its client-id is free again.
+
+Each step runs on its own: a step that raises (a bug) is logged with its
+traceback and noted in ``Session.teardown_errors``, and the next step runs
+all the same, so one failure never leaves subscriptions, transactions or
+messages of the connection behind. ``invariants.py`` checks the result.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from .coreutil import log
+from .queue import Queue
+
+if TYPE_CHECKING:
+    from .destination import Destination
+    from .session import Session
+
+__all__ = ["ConnectionTeardown"]
+
+
+class ConnectionTeardown:
+    """``_tear_down``: release all a closed connection held."""
+
+    def _tear_down(self, session: "Session") -> None:
+        """Release everything ``session`` holds (it is already CLOSED and unlisted)."""
+        step = self._teardown_step
+        for txid, ops in list(session.transactions.items()):
+            step(session, f"rolling back transaction {txid!r}", self._roll_back, ops)
+        session.transactions.clear()
+        for sub in list(session.subscriptions.values()):
+            step(session, f"removing subscription {sub.id!r} on {sub.destination.address}",
+                 self._remove_subscription, session, sub)
+        session.subscriptions.clear()
+        for dest in self.registry.remove_temporaries(session.id):
+            step(session, f"removing the temporary destination {dest.address}", self._drop_temporary, dest)
+        step(session, "releasing what waited for it", self._release_waits, session)
+        if session.client_id is not None and self.client_ids.get(session.client_id) is session:
+            del self.client_ids[session.client_id]
+        session.aborted.clear()
+
+    def _teardown_step(self, session: "Session", what: str, fn: Callable[..., Any], *args: Any) -> None:
+        """Run one step of a close; a failure is logged and noted, and the close goes on."""
+        try:
+            fn(*args)
+        except Exception:
+            session.teardown_errors.append(what)
+            log.exception("connection %d: closing it, %s failed (the rest of the close goes on)", session.id, what)
+
+    def _drop_temporary(self, dest: "Destination") -> None:
+        """A temporary destination whose owner left: its consumers go, then its messages."""
+        for sub in list(dest.subscriptions):
+            self._remove_subscription(sub.session, sub)
+        if isinstance(dest, Queue):
+            dest.purge()
+
+    def _release_waits(self, session: "Session") -> None:
+        """Drop what waited on ``session``: parked SENDs, held frames, RECEIPTs owed after an fsync."""
+        if session in self._blocked:
+            self._blocked.remove(session)
+        session.parked.clear()  # never entered a destination: nothing to release
+        session.held_frames.clear()
+        session.held_error = None
+        session.pause_reasons.clear()
+        if session.sync_waiting:
+            self._sync_waiters = [w for w in self._sync_waiters if w[1] is not session]
+            session.sync_waiting = 0
