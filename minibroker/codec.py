@@ -18,7 +18,12 @@ one it is in so each byte is scanned once, even when fed a byte at a time:
 2. the body: with ``content-length``, exactly that many bytes and then a NUL;
    without it, everything up to the first NUL.
 
-EOLs between frames are heart-beats and are skipped. Escaping depends on the
+Every frame is written ending ``NUL LF``, as ActiveMQ writes them: STOMP allows
+EOLs after the NUL, and some clients (PHP's PECL ``stomp`` extension) read one
+byte past every NUL expecting it. Reading, the one EOL right after a frame's NUL
+is that frame's end; further EOLs between frames are heart-beats, counted and
+skipped. A stray NUL between frames is skipped too (ActiveMQ skips it), never
+read as the start of a command. Escaping depends on the
 negotiated version (``parser.version``): none in 1.0, ``\\n \\c \\\\`` in 1.1,
 and also ``\\r`` in 1.2; CONNECT, STOMP and CONNECTED are never escaped. An
 undefined escape is an error in 1.1 and 1.2. Values are trimmed only in 1.0,
@@ -44,11 +49,16 @@ __all__ = [
     "unescape",
     "decode_header_block",
     "HEARTBEAT",
+    "FRAME_END",
     "DEFAULT_LIMITS",
 ]
 
 #: The byte a heart-beat is made of.
 HEARTBEAT = b"\n"
+
+#: How every encoded frame ends: the NUL, then the EOL clients written against
+#: ActiveMQ expect after it.
+FRAME_END = b"\x00\n"
 
 #: Defaults, after ActiveMQ's StompWireFormat (facts sheet, section 6).
 DEFAULT_LIMITS = {
@@ -61,7 +71,8 @@ DEFAULT_LIMITS = {
     "max_frame_size": 110 * 1024 * 1024,
 }
 
-_EOL_BYTES = (10, 13)
+#: Bytes skipped between frames: EOLs (heart-beats, or a frame's trailing EOL) and stray NULs.
+_BETWEEN_FRAMES = (0, 10, 13)
 _SERVER_HANDSHAKE = frozenset({"CONNECT", "STOMP"})
 _CLIENT_HANDSHAKE = frozenset({"CONNECTED"})
 _UNESCAPED_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
@@ -174,7 +185,7 @@ def encode(frame: Frame, version: str = "1.2") -> bytes:
             raise ValueError(f"a {frame.command} frame cannot carry a body")
         items = list(headers.items())
     block = encode_headers(items, version, raw=frame.command in _UNESCAPED_COMMANDS)
-    return b"".join((frame.command.encode("ascii"), b"\n", block, b"\n", body, b"\x00"))
+    return b"".join((frame.command.encode("ascii"), b"\n", block, b"\n", body, FRAME_END))
 
 
 class FrameParser:
@@ -226,8 +237,10 @@ class FrameParser:
         # (command, headers, frame_start, body_start, content_length or None)
         self._head: tuple[str, dict[str, str], int, int, int | None] | None = None
         self._error: ProtocolError | None = None
-        #: Count of heart-beat EOLs seen between frames.
+        #: Count of heart-beat EOLs seen between frames (not the EOL that ends a frame).
         self.heartbeats = 0
+        # True from a frame's NUL until the next byte: one EOL there ends the frame.
+        self._after_nul = False
 
     @property
     def buffered(self) -> int:
@@ -247,15 +260,17 @@ class FrameParser:
         try:
             while True:
                 if self._head is None:
-                    if pos < len(buf) and buf[pos] in _EOL_BYTES:
-                        pos = self._skip_eols(buf, pos)
+                    if pos < len(buf) and buf[pos] in _BETWEEN_FRAMES:
+                        pos = self._skip_between(buf, pos)
                     if pos >= len(buf):
                         break
+                    self._after_nul = False
                     if whole_frames:
                         whole = self._whole_frame(buf, pos)
                         if whole is not None:
                             frames.append(whole[0])
                             pos = self._scan = whole[1]
+                            self._after_nul = True
                             continue
                     if not self._read_head(buf, pos):
                         break
@@ -265,6 +280,7 @@ class FrameParser:
                 frames.append(frame)
                 pos = end
                 self._scan = pos
+                self._after_nul = True
                 if frame.command == "CONNECTED" and self._handshake is _CLIENT_HANDSHAKE:
                     # The server states the version: what follows is in it.
                     self.version = frame.headers.get("version", "1.0")
@@ -272,6 +288,10 @@ class FrameParser:
                     # What follows is in the version the broker negotiates;
                     # the caller sets it and calls feed(b"") to continue.
                     self.awaiting_version = True
+                    eol = 1 if buf[pos : pos + 1] == b"\n" else 2 if buf[pos : pos + 2] == b"\r\n" else 0
+                    if eol:  # this frame's end, here already: not left for the next call
+                        pos = self._scan = pos + eol
+                        self._after_nul = False
                     break
         except ProtocolError as exc:
             exc.frames = frames
@@ -286,23 +306,29 @@ class FrameParser:
                     self._head = (cmd, hdrs, start - pos, body_start - pos, clen)
         return frames
 
-    # -- phase 0: heart-beats between frames
-    def _skip_eols(self, buf: bytearray, pos: int) -> int:
+    # -- phase 0: between frames (a frame's trailing EOL, heart-beats, stray NULs)
+    def _skip_between(self, buf: bytearray, pos: int) -> int:
         n = len(buf)
         while pos < n:
             c = buf[pos]
             if c == 10:
                 pos += 1
-                self.heartbeats += 1
             elif c == 13:
                 if pos + 1 >= n:
                     break  # a CR that may start a CR LF: wait for more
                 if buf[pos + 1] != 10:
                     raise ProtocolError("a CR between frames must be followed by LF")
                 pos += 2
-                self.heartbeats += 1
+            elif c == 0:
+                pos += 1
+                self._after_nul = False
+                continue
             else:
                 break
+            if self._after_nul:
+                self._after_nul = False  # the EOL that ends the frame before
+            else:
+                self.heartbeats += 1
         if self._scan < pos:
             self._scan = pos
         return pos

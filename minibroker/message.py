@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .codec import decode_header_block, encode_headers, escape, unescape
+from .codec import FRAME_END, decode_header_block, encode_headers, escape, unescape
 
 __all__ = ["Message", "MESSAGE_OVERHEAD", "BROKER_SET_HEADERS", "message_id_from_wire", "send_block", "moved_copy"]
 
@@ -187,13 +187,13 @@ class Message:
         return self._wire_headers
 
     def tail(self, version: str) -> bytes:
-        """Headers, content-length, blank line, body and NUL, for ``version``."""
+        """Headers, content-length, blank line, body and the frame's end, for ``version``."""
         if version == "1.0":
             if self._tail10 is None:
                 self._tail10 = self._build_tail("1.0")
             return self._tail10
         if self._tail is None:
-            self._tail = b"".join((self.wire_headers, b"content-length:%d\n\n" % len(self.body), self.body, b"\x00"))
+            self._tail = b"".join((self.wire_headers, b"content-length:%d\n\n" % len(self.body), self.body, FRAME_END))
         if version == "1.1" and b"\\r" in self._tail:
             return self._build_tail("1.1")  # 1.1 has no \\r escape: rare, not cached
         return self._tail
@@ -204,7 +204,7 @@ class Message:
                 encode_headers(self.headers.items(), version, strict=False),
                 b"content-length:%d\n\n" % len(self.body),
                 self.body,
-                b"\x00",
+                FRAME_END,
             )
         )
 

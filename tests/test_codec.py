@@ -1,7 +1,7 @@
 """The STOMP codec, tested as h11 tests its readers and writers.
 
 One table of (version, frame, bytes) runs both ways: ``encode(frame)`` must
-give the bytes and parsing the bytes must give the frame, fed whole, one byte
+give the bytes (ending ``NUL LF``, as ActiveMQ's do) and parsing the bytes must give the frame, fed whole, one byte
 at a time, and followed by trailing bytes of a next frame that must stay
 buffered. A second table holds inputs that only parse (CR LF, repeats,
 heart-beats); a third maps malformed input to the error it must raise.
@@ -18,23 +18,23 @@ from minibroker.frames import Frame
 
 # (version, role the parser plays, frame, exact wire bytes)
 ROUND_TRIP = [
-    ("1.2", "server", Frame("CONNECT", {"accept-version": "1.2", "host": "h"}), b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00"),
-    ("1.2", "server", Frame("STOMP", {"accept-version": "1.0,1.1,1.2", "host": "a:b"}), b"STOMP\naccept-version:1.0,1.1,1.2\nhost:a:b\n\n\x00"),
-    ("1.2", "client", Frame("CONNECTED", {"version": "1.2", "session": "s:1"}), b"CONNECTED\nversion:1.2\nsession:s:1\n\n\x00"),
-    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "5"}, b"hello"), b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\x00"),
-    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "3"}, b"a\x00b"), b"SEND\ndestination:/queue/a\ncontent-length:3\n\na\x00b\x00"),
-    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "0"}), b"SEND\ndestination:/queue/a\ncontent-length:0\n\n\x00"),
-    ("1.2", "server", Frame("SEND", {"destination": "/q", "k:ey": "v\nal\\ue\r", "content-length": "0"}), b"SEND\ndestination:/q\nk\\cey:v\\nal\\\\ue\\r\ncontent-length:0\n\n\x00"),
-    ("1.1", "server", Frame("SEND", {"destination": "/q", "k:ey": "v\nal\\ue", "content-length": "0"}), b"SEND\ndestination:/q\nk\\cey:v\\nal\\\\ue\ncontent-length:0\n\n\x00"),
-    ("1.0", "server", Frame("SEND", {"destination": "/q", "x": "a\\b", "content-length": "1"}, b"z"), b"SEND\ndestination:/q\nx:a\\b\ncontent-length:1\n\nz\x00"),
-    ("1.2", "server", Frame("SUBSCRIBE", {"destination": "/topic/t", "id": "0", "ack": "client-individual"}), b"SUBSCRIBE\ndestination:/topic/t\nid:0\nack:client-individual\n\n\x00"),
-    ("1.2", "server", Frame("ACK", {"id": "m-1"}), b"ACK\nid:m-1\n\n\x00"),
-    ("1.2", "server", Frame("DISCONNECT", {"receipt": "77"}), b"DISCONNECT\nreceipt:77\n\n\x00"),
-    ("1.2", "server", Frame("BEGIN", {"transaction": "tx1"}), b"BEGIN\ntransaction:tx1\n\n\x00"),
-    ("1.2", "client", Frame("MESSAGE", {"subscription": "0", "message-id": "ID:1", "destination": "/queue/a", "content-length": "2"}, b"hi"), b"MESSAGE\nsubscription:0\nmessage-id:ID\\c1\ndestination:/queue/a\ncontent-length:2\n\nhi\x00"),
-    ("1.2", "client", Frame("RECEIPT", {"receipt-id": "r"}), b"RECEIPT\nreceipt-id:r\n\n\x00"),
-    ("1.2", "client", Frame("ERROR", {"message": "bad: thing", "content-length": "3"}, b"why"), b"ERROR\nmessage:bad\\c thing\ncontent-length:3\n\nwhy\x00"),
-    ("1.2", "server", Frame("SEND", {"destination": "/queue/\u00e9t\u00e9", "content-length": "4"}, "\u00e9t\u00e9".encode()[:4]), "SEND\ndestination:/queue/\u00e9t\u00e9\ncontent-length:4\n\n".encode() + "\u00e9t\u00e9".encode()[:4] + b"\x00"),
+    ("1.2", "server", Frame("CONNECT", {"accept-version": "1.2", "host": "h"}), b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00\n"),
+    ("1.2", "server", Frame("STOMP", {"accept-version": "1.0,1.1,1.2", "host": "a:b"}), b"STOMP\naccept-version:1.0,1.1,1.2\nhost:a:b\n\n\x00\n"),
+    ("1.2", "client", Frame("CONNECTED", {"version": "1.2", "session": "s:1"}), b"CONNECTED\nversion:1.2\nsession:s:1\n\n\x00\n"),
+    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "5"}, b"hello"), b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\x00\n"),
+    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "3"}, b"a\x00b"), b"SEND\ndestination:/queue/a\ncontent-length:3\n\na\x00b\x00\n"),
+    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "0"}), b"SEND\ndestination:/queue/a\ncontent-length:0\n\n\x00\n"),
+    ("1.2", "server", Frame("SEND", {"destination": "/q", "k:ey": "v\nal\\ue\r", "content-length": "0"}), b"SEND\ndestination:/q\nk\\cey:v\\nal\\\\ue\\r\ncontent-length:0\n\n\x00\n"),
+    ("1.1", "server", Frame("SEND", {"destination": "/q", "k:ey": "v\nal\\ue", "content-length": "0"}), b"SEND\ndestination:/q\nk\\cey:v\\nal\\\\ue\ncontent-length:0\n\n\x00\n"),
+    ("1.0", "server", Frame("SEND", {"destination": "/q", "x": "a\\b", "content-length": "1"}, b"z"), b"SEND\ndestination:/q\nx:a\\b\ncontent-length:1\n\nz\x00\n"),
+    ("1.2", "server", Frame("SUBSCRIBE", {"destination": "/topic/t", "id": "0", "ack": "client-individual"}), b"SUBSCRIBE\ndestination:/topic/t\nid:0\nack:client-individual\n\n\x00\n"),
+    ("1.2", "server", Frame("ACK", {"id": "m-1"}), b"ACK\nid:m-1\n\n\x00\n"),
+    ("1.2", "server", Frame("DISCONNECT", {"receipt": "77"}), b"DISCONNECT\nreceipt:77\n\n\x00\n"),
+    ("1.2", "server", Frame("BEGIN", {"transaction": "tx1"}), b"BEGIN\ntransaction:tx1\n\n\x00\n"),
+    ("1.2", "client", Frame("MESSAGE", {"subscription": "0", "message-id": "ID:1", "destination": "/queue/a", "content-length": "2"}, b"hi"), b"MESSAGE\nsubscription:0\nmessage-id:ID\\c1\ndestination:/queue/a\ncontent-length:2\n\nhi\x00\n"),
+    ("1.2", "client", Frame("RECEIPT", {"receipt-id": "r"}), b"RECEIPT\nreceipt-id:r\n\n\x00\n"),
+    ("1.2", "client", Frame("ERROR", {"message": "bad: thing", "content-length": "3"}, b"why"), b"ERROR\nmessage:bad\\c thing\ncontent-length:3\n\nwhy\x00\n"),
+    ("1.2", "server", Frame("SEND", {"destination": "/queue/\u00e9t\u00e9", "content-length": "4"}, "\u00e9t\u00e9".encode()[:4]), "SEND\ndestination:/queue/\u00e9t\u00e9\ncontent-length:4\n\n".encode() + "\u00e9t\u00e9".encode()[:4] + b"\x00\n"),
 ]
 
 # Inputs that parse but are not what encode() writes.
@@ -49,6 +49,9 @@ PARSE_ONLY = [
     ("1.2", b"\n\n\r\nSEND\ndestination:/a\n\n\x00", Frame("SEND", {"destination": "/a"})),
     ("1.2", b"CONNECT\nlogin:a\\cb\nhost:x\n\n\x00", Frame("CONNECT", {"login": "a\\cb", "host": "x"})),
     ("1.2", b"SEND\ndestination:/a\nv:a:b:c\n\n\x00", Frame("SEND", {"destination": "/a", "v": "a:b:c"})),
+    # A stray NUL between frames is skipped like an EOL, as ActiveMQ skips it.
+    ("1.2", b"\n\x00SUBSCRIBE\ndestination:/a\nid:1\n\n\x00", Frame("SUBSCRIBE", {"destination": "/a", "id": "1"})),
+    ("1.0", b"\x00\x00\r\nSEND\ndestination:/a\n\nb\x00\n\x00\n", Frame("SEND", {"destination": "/a"}, b"b")),
 ]
 
 # Malformed input -> a fragment of the ProtocolError's message.
@@ -95,6 +98,7 @@ def test_parse_round_trip(feeder, version: str, role: str, frame: Frame, wire: b
     parser = FrameParser(role=role, version=version)
     assert feeder(parser, wire) == [frame]
     assert parser.buffered == 0
+    assert parser.heartbeats == 0  # the EOL after the NUL ends the frame: it is no heart-beat
 
 
 @pytest.mark.parametrize("version,role,frame,wire", ROUND_TRIP)
@@ -147,6 +151,15 @@ def test_heartbeats_are_counted_and_skipped() -> None:
     assert parser.feed(b"\r") == []  # a CR may start a CR LF
     assert parser.feed(b"\n") == []
     assert parser.heartbeats == 4
+
+
+@pytest.mark.parametrize("feeder", [feed_whole, feed_bytewise])
+def test_the_eol_after_a_nul_ends_the_frame_and_later_ones_are_heart_beats(feeder) -> None:
+    frame = Frame("SEND", {"destination": "/a", "content-length": "1"}, b"x")
+    parser = FrameParser(version="1.2")
+    assert feeder(parser, encode(frame) + b"\n\r\n" + encode(frame) + encode(frame) + b"\n") == [frame] * 3
+    assert parser.heartbeats == 3
+    assert parser.buffered == 0
 
 
 def test_several_frames_in_one_feed_keep_order() -> None:
@@ -238,7 +251,7 @@ def test_large_body_fed_in_chunks_is_scanned_once() -> None:
 
 def test_encode_replaces_a_wrong_content_length() -> None:
     frame = Frame("SEND", {"destination": "/a", "content-length": "99"}, b"abc")
-    assert encode(frame) == b"SEND\ndestination:/a\ncontent-length:3\n\nabc\x00"
+    assert encode(frame) == b"SEND\ndestination:/a\ncontent-length:3\n\nabc\x00\n"
 
 
 def test_encode_refuses_a_body_on_a_bodiless_command() -> None:
