@@ -16,7 +16,10 @@ one it is in so each byte is scanned once, even when fed a byte at a time:
 1. the header block: find the empty line that ends it, then split it into the
    command and ``name:value`` lines. The first of a repeated header wins.
 2. the body: with ``content-length``, exactly that many bytes and then a NUL;
-   without it, everything up to the first NUL.
+   without it, everything up to the first NUL. Only SEND, MESSAGE and ERROR
+   carry one; on any other frame a body made only of EOLs is dropped (clients
+   send one), and so is any body on a STOMP 1.0 frame (1.0 does not forbid it;
+   ActiveMQ drops it too); other content there is an error (1.1 and 1.2 forbid it).
 
 Every frame is written ending ``NUL LF``, as ActiveMQ writes them: STOMP allows
 EOLs after the NUL, and some clients (PHP's PECL ``stomp`` extension) read one
@@ -494,9 +497,25 @@ class FrameParser:
                 raise ProtocolError(f"body exceeds the limit of {self.max_body_length} bytes")
         body = bytes(buf[body_start:nul])
         if body and command not in BODY_COMMANDS:
-            raise ProtocolError(f"a {command} frame must not have a body")
+            body = self._dropped_body(command, headers, body)
         self._head = None
         return Frame(command, headers, body), nul + 1
+
+    def _dropped_body(self, command: str, headers: Mapping[str, str], body: bytes) -> bytes:
+        """The empty body that replaces ``body`` on a frame that carries none, when it is
+        only EOLs or the frame is STOMP 1.0; ``ProtocolError`` when 1.1 or 1.2 forbid it."""
+        if not body.replace(b"\r\n", b"").replace(b"\n", b""):
+            return b""
+        if command in _SERVER_HANDSHAKE:  # the session's version is not agreed yet: what it offers
+            offered = headers.get("accept-version")
+            version = "1.0" if offered is None or {v.strip() for v in offered.split(",")} <= {"1.0"} else "1.1+"
+        elif command in _CLIENT_HANDSHAKE:
+            version = headers.get("version", "1.0")
+        else:
+            version = self.version
+        if version == "1.0":
+            return b""
+        raise ProtocolError(f"a {command} frame must not have a body (only EOLs may follow its headers)")
 
     def _check_size(self, size: int) -> None:
         if size > self.max_frame_size:

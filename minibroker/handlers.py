@@ -357,6 +357,10 @@ class FrameHandlers:
         sub: Subscription | None = None
         seq: int | None = None
         ack_id = h.get("id") if session.version == "1.2" else None
+        if ack_id is None and session.version == "1.2":
+            # 1.2 names the message by the MESSAGE's ``ack`` header alone (ActiveMQ refuses
+            # a 1.2 ACK without it too): say so, not that some other header matched nothing.
+            raise ProtocolError(f"{command} frame has no id header (STOMP 1.2 acknowledges the MESSAGE's ack header)")
         if ack_id is not None:
             key, _, seq_text = ack_id.partition("-")
             if key.isdigit() and seq_text.isdigit():
@@ -369,8 +373,7 @@ class FrameHandlers:
         else:
             message_id = h.get("message-id")
             if message_id is None:
-                needed = "id" if session.version == "1.2" else "message-id"
-                raise ProtocolError(f"{command} frame has no {needed} header")
+                raise ProtocolError(f"{command} frame has no message-id header")
             seq = seq_of(message_id)
             sub_id = h.get("subscription")
             if sub_id is not None:

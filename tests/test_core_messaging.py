@@ -238,6 +238,19 @@ def test_bad_ack_is_an_error(net: VirtualNetwork, headers: dict, fragment: str) 
     assert fragment in c.last().headers["message"]
 
 
+@pytest.mark.parametrize("header", ["message-id", "ack"])
+def test_a_1_2_ack_without_an_id_header_names_the_missing_header(net: VirtualNetwork, header: str) -> None:
+    """The MESSAGE's ack id (or its message-id) under the wrong name: the ERROR says
+    which header 1.2 needs, not that the message is not awaiting acknowledgement."""
+    c = net.connected_client()
+    c.subscribe("/queue/noid", "s", "client-individual")
+    net.connected_client().send("/queue/noid", "m")
+    msg = c.messages()[0]
+    c.send_frame("ACK", {"message-id": msg.headers[header], "subscription": "s"})
+    assert c.last().command == "ERROR"
+    assert c.last().headers["message"].startswith("ACK frame has no id header")
+
+
 def test_ack_on_an_auto_subscription_is_an_error(net: VirtualNetwork) -> None:
     c = net.connected_client(version="1.1")
     c.subscribe("/queue/x", "s", "auto")

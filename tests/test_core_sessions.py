@@ -33,6 +33,35 @@ def test_connect_without_accept_version_is_1_0(net: VirtualNetwork) -> None:
     assert c.last().headers["version"] == "1.0"
 
 
+def test_a_1_0_connect_with_an_eol_body_is_accepted(net: VirtualNetwork) -> None:
+    """As RabbitMQ's own tests send it over a raw socket (ActiveMQ and RabbitMQ answer CONNECTED)."""
+    c = net.client()
+    c.send_raw(b"CONNECT\nlogin:guest\npasscode:guest\n\n\n\x00")
+    assert c.last().command == "CONNECTED" and c.last().headers["version"] == "1.0"
+    c.version = c.parser.version = "1.0"
+    c.send_raw(b"SUBSCRIBE\ndestination:/queue/eol\n\nignored in 1.0\x00")  # 1.0: any body, dropped
+    c.send("/queue/eol", "after")
+    assert c.bodies() == [b"after"] and not c.closed
+
+
+@pytest.mark.parametrize("version", ["1.1", "1.2"])
+def test_bodies_on_bodiless_frames_are_eols_only_from_1_1(net: VirtualNetwork, version: str) -> None:
+    c = net.connected_client(version=version)
+    c.send_raw(b"SUBSCRIBE\ndestination:/queue/eols\nid:s\n\n\r\n\n\x00")  # EOLs: dropped
+    c.send("/queue/eols", "m")
+    assert c.bodies() == [b"m"] and not c.closed
+    c.send_raw(b"UNSUBSCRIBE\nid:s\nreceipt:r\n\ncontent\x00")
+    assert c.last().command == "ERROR" and c.closed
+    assert c.last().headers["message"].startswith("a UNSUBSCRIBE frame must not have a body")
+
+
+def test_a_stray_nul_between_frames_is_skipped(net: VirtualNetwork) -> None:
+    c = net.connected_client()
+    c.send_raw(b"\n\x00SUBSCRIBE\ndestination:/queue/nul\nid:s\n\n\x00\x00")
+    c.send("/queue/nul", "m")
+    assert c.bodies() == [b"m"] and not c.closed
+
+
 def test_stomp_command_connects_too(net: VirtualNetwork) -> None:
     c = net.client()
     c.send_frame("STOMP", {"accept-version": "1.2", "host": "anything.example"})
