@@ -2,13 +2,14 @@
 
 The core never touches a socket. After every event it has handled, the edge
 calls ``Broker.take_actions()`` and carries these out, in order: writes first
-(one joined buffer per connection), then closes and reading pauses.
+(one joined buffer per connection, or its frames one by one for an edge that
+frames them, such as WebSocket), then closes and reading pauses.
 """
 from __future__ import annotations
 
 from typing import NamedTuple, Union
 
-__all__ = ["Write", "Close", "PauseReading", "ResumeReading", "Action"]
+__all__ = ["Write", "WriteFrames", "Close", "PauseReading", "ResumeReading", "Action"]
 
 
 class Write(NamedTuple):
@@ -16,6 +17,14 @@ class Write(NamedTuple):
 
     session: int
     data: bytes
+
+
+class WriteFrames(NamedTuple):
+    """Write ``frames`` to connection ``session``, each STOMP frame (or heart-beat
+    EOL) on its own: for an edge that frames them (one WebSocket message each)."""
+
+    session: int
+    frames: list[bytes]
 
 
 class Close(NamedTuple):
@@ -39,4 +48,4 @@ class ResumeReading(NamedTuple):
     session: int
 
 
-Action = Union[Write, Close, PauseReading, ResumeReading]
+Action = Union[Write, WriteFrames, Close, PauseReading, ResumeReading]

@@ -31,7 +31,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-from .actions import Action, Close, Write
+from .actions import Action, Close, Write, WriteFrames
 from .clock import Clock
 from .codec import FrameParser, encode, escape
 from .config import BrokerConfig
@@ -166,8 +166,9 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         }
 
     # ================================================================== edge API
-    def open_session(self, peer: str = "") -> int:
-        """A connection arrived from ``peer``; returns its session id."""
+    def open_session(self, peer: str = "", transport: str = "tcp") -> int:
+        """A connection arrived from ``peer`` over ``transport`` ("tcp" or "websocket",
+        whose writes come frame by frame, as ``WriteFrames``); returns its session id."""
         sid = self._next_session
         self._next_session += 1
         t = self.config.transport
@@ -182,12 +183,12 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         now = self.clock.now()
         # Half for the core's outbox, half for the edge's socket buffer.
         # A session with new output goes on the dirty list (``take_actions`` empties it).
-        session = Session(sid, peer, parser, now, max(1, t.write_buffer_limit // 2), self._dirty.append)
+        session = Session(sid, peer, parser, now, max(1, t.write_buffer_limit // 2), self._dirty.append, transport)
         session.tag = self._session_tag(sid)
         self.sessions[sid] = session
         if t.connect_timeout:
             self.timers.call_at(now + t.connect_timeout / 1000, self._check_connect_timeout, session)
-        log.info("connection %d from %s", sid, peer or "?")
+        log.info("connection %d from %s%s", sid, peer or "?", "" if transport == "tcp" else f" ({transport})")
         return sid
 
     def _session_tag(self, sid: int) -> str:
@@ -367,7 +368,10 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
                 if not session.outbox:
                     continue
                 throttled = not session.can_write
-                actions.append(Write(session.id, session.take_output()))
+                if session.framed:
+                    actions.append(WriteFrames(session.id, session.take_frames()))
+                else:
+                    actions.append(Write(session.id, session.take_output()))
                 session.last_write = now
                 if not session.transport_paused:
                     session.last_write_progress = now

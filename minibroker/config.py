@@ -41,6 +41,7 @@ __all__ = [
     "parse_config",
     "default_config_text",
     "parse_size",
+    "ANY_PORT",
 ]
 
 Parser = Callable[[Any], Any]
@@ -138,6 +139,19 @@ def destination_pattern(value: Any) -> str:
     return value
 
 
+#: A listener port that takes any free port (tests), where 0 means "off".
+ANY_PORT = -1
+
+
+def listener_port(value: Any) -> int:
+    """A port for an optional listener: 1-65535, 0 = off, or "any" (a free port, for tests)."""
+    if value == "any" or value == ANY_PORT:
+        return ANY_PORT
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ValueError('expected an integer from 0 (off) to 65535, or "any" (any free port)')
+    return value
+
+
 def string_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
@@ -187,6 +201,11 @@ class TransportConfig:
     write_buffer_limit: int = option(256 * 1024, size, "bytes queued for a connection's socket before the broker stops dispatching to it")
     so_write_timeout: int = option(0, integer(0), "ms a blocked write may last before the connection is closed (ActiveMQ soWriteTimeout); 0 = off")
     allow_link_stealing: bool = option(False, boolean, "a CONNECT with a client-id already connected takes over instead of being refused")
+    websocket_port: int = option(61614, listener_port, "STOMP over WebSocket port (ActiveMQ's ws transport), on the same host; 0 = off")
+    allowed_origins: tuple[str, ...] = option(
+        (), string_list,
+        "WebSocket: the Origin headers a browser page may connect from (\"http://host:port\"); empty = any",
+    )
 
 
 @dataclass(frozen=True)
@@ -312,6 +331,13 @@ class BrokerConfig:
                 if best is None or wildcards.specificity(entry.pattern) > wildcards.specificity(best.pattern):
                     best = entry
         return best if best is not None else _DEFAULT_POLICY
+
+    def on_free_ports(self) -> "BrokerConfig":
+        """A copy that listens on free ports only: STOMP on any free port, the optional
+        listeners off unless they ask for ``"any"`` port (tests and live labs run beside
+        other brokers on one machine)."""
+        t = self.transport
+        return self.replace(transport={"port": 0, "websocket_port": t.websocket_port if t.websocket_port == ANY_PORT else 0})
 
     def replace(self, **sections: Any) -> "BrokerConfig":
         """A copy with some options changed: ``replace(transport={"port": 0})``."""

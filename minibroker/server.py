@@ -2,24 +2,26 @@
 
 Theory of operation
 -------------------
-This is the only module that touches sockets or the real clock. It uses
-asyncio's protocol layer (``loop.create_server`` with an ``asyncio.Protocol``),
-the layer ``asyncio.start_server`` and its streams are built on: a callback
-per read means no coroutine switch per frame, which matters at 50k msg/s.
+This module and its two connection kinds (``edge.py``: STOMP over TCP;
+``websocket.py``: STOMP over WebSocket) are the only code that touches sockets
+or the real clock. It uses asyncio's protocol layer (``loop.create_server``
+with an ``asyncio.Protocol``), the layer ``asyncio.start_server`` and its
+streams are built on: a callback per read means no coroutine switch per frame,
+which matters at 50k msg/s.
 
-- ``data_received`` passes the bytes straight to ``Broker.receive_data`` and
-  then carries out the actions the core returns (``_flush``).
-- Writes go to ``transport.write``; the transport's high-water mark is the
-  connection's ``write_buffer_limit``. Crossing it calls ``pause_writing``,
-  which tells the core the connection is not writable, so dispatch to it stops
-  (the bounded outbound buffer); ``resume_writing`` lets dispatch continue.
-  This is ``drain()`` backpressure without a coroutine per connection.
+- A connection passes the STOMP bytes it reads straight to
+  ``Broker.receive_data``; then ``flush`` carries out the actions the core
+  returns, through the connection (``write``, ``write_frames``, ``close``).
+- The transport's high-water mark is the connection's ``write_buffer_limit``
+  (``edge.py``): crossing it tells the core the connection is not writable,
+  so dispatch to it stops (the bounded outbound buffer). This is ``drain()``
+  backpressure without a coroutine per connection.
 - ``PauseReading`` stops reading a producer's socket (producer flow control
   by TCP backpressure, as ActiveMQ does to a STOMP producer that asked for no
   receipt).
 - One timer handle is kept for the core's earliest deadline (heart-beats,
   connect timeouts); it is re-armed after every batch of events.
-- SIGINT and SIGTERM close the listener and every connection, then return.
+- SIGINT and SIGTERM close the listeners and every connection, then return.
 """
 from __future__ import annotations
 
@@ -28,17 +30,18 @@ import concurrent.futures
 import logging
 import os
 import signal
-import socket
 import time
 from typing import Any
 
-from .actions import Close, PauseReading, ResumeReading, Write
+from .actions import Close, PauseReading, ResumeReading, Write, WriteFrames
 from .broker import Broker
 from .clock import SystemClock
 from .config import BrokerConfig
+from .edge import EdgeConnection, TcpConnection
 from .errors import ConfigError, StoreOpenError
 from .persistence import MessageStore
 from .trace import Trace
+from .websocket import WebSocketConnection
 
 __all__ = ["BrokerServer", "serve", "open_store"]
 
@@ -46,72 +49,9 @@ __all__ = ["BrokerServer", "serve", "open_store"]
 _BATCH_SYNC_SECONDS = 1.0
 #: How often the trace buffer is handed to its writer.
 _TRACE_FLUSH_SECONDS = 0.5
-#: How long a closing connection may take to drain its last frames before it is aborted.
-_CLOSE_GRACE_SECONDS = 5.0
 
 
 log = logging.getLogger("minibroker.server")
-
-
-class _Connection(asyncio.Protocol):
-    """One client socket, feeding one core session."""
-
-    def __init__(self, server: "BrokerServer") -> None:
-        self.server = server
-        self.sid = 0
-        self.transport: asyncio.Transport | None = None
-        self.lost = False
-        #: The transport's buffered bytes as last reported to the core.
-        self.reported_buffered = 0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # The core's outbox and the transport's buffer each take half of the
-        # connection's write_buffer_limit, so together they never exceed it
-        # by more than one frame.
-        half = self.server.broker.config.transport.write_buffer_limit // 2
-        transport.set_write_buffer_limits(high=half, low=half // 4)
-        peer = transport.get_extra_info("peername")
-        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "")
-        self.sid = self.server.broker.open_session(peer_text)
-        self.server.connections[self.sid] = self
-        self.server.flush()
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.server.broker.receive_data(self.sid, data)
-        except Exception:  # a bug in the core: this connection ends with an ERROR; the others go on
-            log.exception("connection %d: internal error while handling what it sent", self.sid)
-            self.server.broker.internal_error(self.sid)
-        self.server.flush()
-
-    def eof_received(self) -> bool | None:
-        return None  # close the transport; connection_lost follows
-
-    def pause_writing(self) -> None:
-        self.server.broker.set_writable(self.sid, False)
-
-    def resume_writing(self) -> None:
-        if self.transport is not None:
-            self.reported_buffered = self.transport.get_write_buffer_size()
-            self.server.broker.report_buffered(self.sid, self.reported_buffered)
-        self.server.broker.set_writable(self.sid, True)
-        self.server.flush()
-
-    def abort_if_open(self) -> None:
-        """Closed, but still flushing to a peer that does not read: drop the socket."""
-        if not self.lost and self.transport is not None:
-            self.transport.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        self.server.connections.pop(self.sid, None)
-        self.server.broker.connection_lost(self.sid)
-        self.server.flush()
 
 
 class BrokerServer:
@@ -119,8 +59,10 @@ class BrokerServer:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.connections: dict[int, _Connection] = {}
+        self.connections: dict[int, EdgeConnection] = {}
         self._server: asyncio.AbstractServer | None = None
+        #: The STOMP over WebSocket listener, if on.
+        self._websocket_server: asyncio.AbstractServer | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._flushing = False
@@ -135,11 +77,22 @@ class BrokerServer:
         assert self._server is not None and self._server.sockets
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def start(self, host: str, port: int) -> None:
-        """Listen on ``host:port``."""
+    @property
+    def websocket_port(self) -> int | None:
+        """The STOMP over WebSocket port actually bound, or None when that listener is off."""
+        if self._websocket_server is None or not self._websocket_server.sockets:
+            return None
+        return int(self._websocket_server.sockets[0].getsockname()[1])
+
+    async def start(self, host: str, port: int, websocket_port: int = 0) -> None:
+        """Listen on ``host:port`` and, unless ``websocket_port`` is 0, STOMP over
+        WebSocket on ``host:websocket_port`` (``ANY_PORT``: a free one)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port, reuse_address=True)
+        self._server = await _listen(lambda: TcpConnection(self), host, port)
         log.info("listening on %s:%d (STOMP 1.0, 1.1, 1.2)", host, self.port)
+        if websocket_port:
+            self._websocket_server = await _listen(lambda: WebSocketConnection(self), host, max(websocket_port, 0))
+            log.info("listening on %s:%d (STOMP over WebSocket)", host, self.websocket_port)
         self._arm_timer()
         if self.broker.store is not None and self.broker.config.store.fsync == "batch":
             self._batch_timer = loop.call_later(_BATCH_SYNC_SECONDS, self._batch_sync)
@@ -148,15 +101,16 @@ class BrokerServer:
 
     async def close(self) -> None:
         """Stop listening and close every connection."""
-        if self._server is not None:
-            self._server.close()
+        listeners = [srv for srv in (self._server, self._websocket_server) if srv is not None]
+        for listener in listeners:
+            listener.close()
         self.broker.shutdown()
         self.flush()
         for conn in list(self.connections.values()):
-            if conn.transport is not None:
-                conn.transport.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+            if conn.transport is not None and not conn.transport.is_closing():
+                conn.close(abort=False)
+        for listener in listeners:
+            await listener.wait_closed()
         if self._timer is not None:
             self._timer.cancel()
         if self._batch_timer is not None:
@@ -186,23 +140,16 @@ class BrokerServer:
                     transport = conn.transport
                     if transport is None or transport.is_closing():
                         continue
-                    if type(action) is Write:
-                        transport.write(action.data)
-                        buffered = transport.get_write_buffer_size()
-                        if buffered or conn.reported_buffered:  # the usual write leaves nothing: nothing new to say
-                            conn.reported_buffered = buffered
-                            broker.report_buffered(action.session, buffered)
-                    elif type(action) is Close:
-                        if action.abort:
-                            transport.abort()
-                        else:
-                            transport.close()  # flushes what was written (the ERROR frame) first ...
-                            grace = broker.config.transport.so_write_timeout / 1000 or _CLOSE_GRACE_SECONDS
-                            # ... unless the peer never reads: then the socket goes anyway.
-                            asyncio.get_running_loop().call_later(grace, conn.abort_if_open)
-                    elif type(action) is PauseReading:
+                    kind = type(action)
+                    if kind is Write:
+                        conn.write(action.data)  # type: ignore[union-attr]
+                    elif kind is WriteFrames:
+                        conn.write_frames(action.frames)  # type: ignore[union-attr]
+                    elif kind is Close:
+                        conn.close(action.abort)  # type: ignore[union-attr]
+                    elif kind is PauseReading:
                         transport.pause_reading()
-                    elif type(action) is ResumeReading:
+                    elif kind is ResumeReading:
                         transport.resume_reading()
         finally:
             self._flushing = False
@@ -256,6 +203,14 @@ class BrokerServer:
         self.flush()
 
 
+async def _listen(factory: Any, host: str, port: int) -> asyncio.AbstractServer:
+    """A listener on ``host:port``; a port in use is a clear error naming it."""
+    try:
+        return await asyncio.get_running_loop().create_server(factory, host, port, reuse_address=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event | None = None) -> None:
     """Run a broker with ``config`` until SIGINT/SIGTERM (or ``stop`` is set).
 
@@ -269,7 +224,7 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
     try:
         broker.recover()
         server = BrokerServer(broker)
-        await server.start(config.transport.host, config.transport.port)
+        await server.start(config.transport.host, config.transport.port, config.transport.websocket_port)
     except BaseException:
         broker.close()
         raise

@@ -77,8 +77,12 @@ class Session:
         now: float,
         write_buffer_limit: int,
         on_output: Callable[["Session"], None],
+        transport: str = "tcp",
     ) -> None:
         self.id = session_id
+        #: How the client reached us: "tcp", or "websocket" (whose edge writes frame by frame).
+        self.transport = transport
+        self.framed = transport == "websocket"
         #: The id CONNECTED announces (``<broker>-<boot>-<id>``); the trace uses it too.
         self.tag = str(session_id)
         self.peer = peer
@@ -174,6 +178,14 @@ class Session:
         self.out_bytes = 0
         self.can_write = self.is_open and not self.transport_paused  # a closed connection is given nothing more
         return data
+
+    def take_frames(self) -> list[bytes]:
+        """Everything queued since the last call, frame by frame (a framing edge's ``take_output``)."""
+        frames = self.outbox
+        self.outbox = []
+        self.out_bytes = 0
+        self.can_write = not self.transport_paused
+        return frames
 
     def describe(self) -> dict[str, Any]:
         """Statistics for ``stat``."""

@@ -20,7 +20,7 @@ class RunningBroker(LiveBroker):
     def __init__(self, config: BrokerConfig, data_dir: str | None = None) -> None:
         self._tmp = None if data_dir is not None else tempfile.TemporaryDirectory(prefix="minibroker-test-")
         self.data_dir = data_dir if data_dir is not None else self._tmp.name  # type: ignore[union-attr]
-        super().__init__(config.replace(transport={"host": "127.0.0.1", "port": 0}, broker={"data_dir": self.data_dir}))
+        super().__init__(config.on_free_ports().replace(transport={"host": "127.0.0.1"}, broker={"data_dir": self.data_dir}))
 
     def start(self) -> "RunningBroker":  # type: ignore[override]
         super().start()
@@ -42,7 +42,8 @@ class RunningBroker(LiveBroker):
 def start_broker_process(data_dir: Path, *extra: str) -> tuple[subprocess.Popen, int]:
     """``minibroker serve`` as a real process on an ephemeral port; returns it and the port."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--data-dir", str(data_dir), *extra],
+        [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--websocket-port", "0", "--data-dir", str(data_dir),
+         *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     assert proc.stdout is not None

@@ -6,8 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from minibroker.config import load_config
-from minibroker.errors import ConfigError
+from minibroker.config import listener_port, load_config
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -21,6 +20,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--config", metavar="FILE", help="TOML configuration (default: the embedded one)")
     p.add_argument("--host", help="address to listen on (overrides transport.host)")
     p.add_argument("--port", type=_port, help="STOMP port (overrides transport.port)")
+    p.add_argument("--websocket-port", type=_listener_port,
+                   help='STOMP over WebSocket port (overrides transport.websocket_port; 0 = off, "any" = a free one)')
     p.add_argument("--data-dir", metavar="DIR", help="data directory (overrides broker.data_dir)")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging threshold (default: info)")
     p.add_argument("--trace", metavar="FILE", help="write the JSON-lines trace to FILE (overrides broker.trace)")
@@ -37,6 +38,13 @@ def _port(text: str) -> int:
     return value
 
 
+def _listener_port(text: str) -> int:
+    try:
+        return listener_port(int(text) if text.isdigit() else text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}, not {text!r}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
@@ -48,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         transport["host"] = args.host
     if args.port is not None:
         transport["port"] = args.port
+    if args.websocket_port is not None:
+        transport["websocket_port"] = args.websocket_port
     broker_section: dict[str, Any] = {}
     if args.data_dir is not None:
         broker_section["data_dir"] = args.data_dir
@@ -56,10 +66,5 @@ def run(args: argparse.Namespace) -> int:
     config = config.replace(transport=transport, broker=broker_section)
     from minibroker.server import serve
 
-    try:
-        asyncio.run(serve(config))
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot listen on {config.transport.host}:{config.transport.port}: {exc.strerror or exc}"
-        ) from None
+    asyncio.run(serve(config))  # a port in use is a ConfigError naming it
     return 0

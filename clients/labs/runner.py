@@ -94,8 +94,8 @@ class LabRun:
     @contextlib.contextmanager
     def live_broker(self, config: BrokerConfig | None = None) -> Iterator["LiveBroker"]:
         """The real asyncio server with this configuration, on an ephemeral port."""
-        live = LiveBroker((config or self.config).replace(
-            transport={"host": "127.0.0.1", "port": 0}, broker={"data_dir": str(self.data_dir)}))
+        live = LiveBroker((config or self.config).on_free_ports().replace(
+            transport={"host": "127.0.0.1"}, broker={"data_dir": str(self.data_dir)}))
         live.start()
         try:
             yield live

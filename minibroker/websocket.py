@@ -1,0 +1,154 @@
+"""STOMP over WebSocket: the browser's way in (stomp.js, ActiveMQ's ``ws`` transport).
+
+Theory of operation
+-------------------
+Another thin edge in front of the same core: a ``WebSocketConnection`` is an
+``EdgeConnection`` (``server.py``) whose bytes pass through a sans-IO
+``websockets.server.ServerProtocol`` on their way in and out. The library does
+the HTTP upgrade (``Origin`` check, subprotocol choice, its own limits on the
+request), the framing, masking, ping/pong and the closing handshake; this
+module only moves bytes between it, the socket and the core.
+
+- In: the payloads of every data frame read in one go are joined and handed
+  to the core as one chunk of STOMP bytes. STOMP frames may therefore be split
+  across WebSocket messages or batched in one, as stomp.js and RabbitMQ's
+  Web-STOMP allow; a heart-beat is a message holding an EOL.
+- Out: the core knows this session frames its output (``Session.framed``), so
+  it hands over each STOMP frame on its own (``WriteFrames``); each becomes one
+  WebSocket message, text when it is UTF-8 (what browsers expect) and binary
+  otherwise (a body with arbitrary bytes).
+- The session opens when the TCP connection does, so the core's connect
+  timeout covers a client that never finishes the upgrade, and everything that
+  bounds a TCP client (frame and header limits, the outbound buffer,
+  producer flow control by not reading the socket, heart-beats,
+  authentication) bounds this one the same way.
+- A close from the core sends a WebSocket close frame after what was written
+  (the ERROR frame), then the TCP connection ends as on TCP.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Sequence
+
+from websockets.frames import Opcode
+from websockets.http11 import Request
+from websockets.protocol import OPEN
+from websockets.server import ServerProtocol
+
+from .config import TransportConfig
+from .edge import EdgeConnection
+
+if TYPE_CHECKING:
+    from .server import BrokerServer
+
+__all__ = ["WebSocketConnection", "STOMP_SUBPROTOCOLS", "stomp_protocol"]
+
+log = logging.getLogger("minibroker.websocket")
+#: The library's own log (a line per opened connection at INFO): warnings only; the
+#: broker logs each connection itself.
+_protocol_log = logging.getLogger("minibroker.websocket.protocol")
+_protocol_log.setLevel(logging.WARNING)
+
+#: The STOMP subprotocols, most preferred first (RabbitMQ's and ActiveMQ's names).
+STOMP_SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+#: The frames that carry STOMP bytes (control frames are the library's business).
+_DATA_OPCODES = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
+
+
+def _select_subprotocol(protocol: ServerProtocol, offered: Sequence[str]) -> str | None:
+    """The highest STOMP subprotocol the client offers; none offered (or none known) is
+    accepted too: the STOMP version is negotiated by CONNECT either way."""
+    for name in STOMP_SUBPROTOCOLS:
+        if name in offered:
+            return name
+    return None
+
+
+def stomp_protocol(config: TransportConfig) -> ServerProtocol:
+    """A sans-IO WebSocket server connection configured for STOMP."""
+    # A client without an Origin header is not a browser, and the Origin check only
+    # defends browsers against pages from elsewhere (cross-site WebSocket hijacking).
+    origins = [*config.allowed_origins, None] if config.allowed_origins else None
+    return ServerProtocol(
+        origins=origins,  # type: ignore[arg-type]
+        subprotocols=list(STOMP_SUBPROTOCOLS),  # type: ignore[arg-type]
+        select_subprotocol=_select_subprotocol,  # type: ignore[arg-type]
+        # One STOMP frame may span messages; a message never needs more than the largest frame.
+        max_size=config.max_frame_size,
+        logger=_protocol_log,
+    )
+
+
+class WebSocketConnection(EdgeConnection):
+    """A STOMP session whose bytes travel in WebSocket messages."""
+
+    transport_name = "websocket"
+
+    def __init__(self, server: "BrokerServer") -> None:
+        super().__init__(server)
+        self.ws = stomp_protocol(server.broker.config.transport)
+
+    def data_received(self, data: bytes) -> None:
+        ws = self.ws
+        ws.receive_data(data)
+        stomp = []
+        for event in ws.events_received():
+            if isinstance(event, Request):
+                response = ws.accept(event)
+                ws.send_response(response)
+                if response.status_code != 101:
+                    log.info("connection %d: WebSocket upgrade refused (%d): %s", self.sid,
+                             response.status_code, ws.handshake_exc)
+            elif event.opcode in _DATA_OPCODES:
+                stomp.append(event.data)
+        self._send_pending()
+        if stomp:
+            self.deliver(b"".join(stomp))
+
+    def eof_received(self) -> bool | None:
+        self.ws.receive_eof()
+        self._send_pending()
+        return None
+
+    def _send_pending(self) -> None:
+        """Write what the protocol has for the socket; its end-of-stream closes it."""
+        transport = self.transport
+        assert transport is not None
+        for chunk in self.ws.data_to_send():
+            if chunk:
+                transport.write(chunk)
+            elif not transport.is_closing():
+                transport.close()
+                self._abort_after_grace()
+
+    # -- the core's actions
+    def write_frames(self, frames: list[bytes]) -> None:
+        ws = self.ws
+        if ws.state is not OPEN:
+            return  # not upgraded yet (a connect timeout's ERROR), or closing
+        for frame in frames:
+            try:
+                frame.decode("utf-8")
+            except UnicodeDecodeError:
+                ws.send_binary(frame)
+            else:
+                ws.send_text(frame)
+        self._send_pending()
+        self._report_buffered()
+
+    def write(self, data: bytes) -> None:
+        self.write_frames([data])
+
+    def close(self, abort: bool) -> None:
+        transport = self.transport
+        assert transport is not None
+        if abort or self.ws.state is not OPEN:
+            if abort:
+                transport.abort()
+            else:
+                transport.close()
+                self._abort_after_grace()
+            return
+        self.ws.send_close()  # after the frames already written; the client answers, then TCP ends
+        self._send_pending()
+        self._abort_after_grace()
