@@ -29,12 +29,12 @@ def ws_connect(broker, **kwargs: Any) -> ClientConnection:  # type: ignore[no-un
 
 def frame_of(message: str | bytes) -> tuple[str, dict[str, str], bytes]:
     """One STOMP frame from one WebSocket message (command, headers, body): the whole
-    message is exactly that frame, its NUL last."""
+    message is exactly that frame, its NUL (and the EOL the broker writes after it) last."""
     data = message.encode("utf-8") if isinstance(message, str) else message
     head, _, body = data.partition(b"\n\n")
-    assert body.endswith(b"\x00"), data
+    assert body.endswith(b"\x00\n"), data
     command, *lines = head.decode("utf-8").split("\n")
-    return command, dict(line.split(":", 1) for line in lines), body[:-1]
+    return command, dict(line.split(":", 1) for line in lines), body[:-2]
 
 
 def receive_frame(ws: ClientConnection) -> tuple[str, dict[str, str], bytes]:
