@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""A full disk: the broker keeps its promises and comes back when space does.
+
+Mounts a tmpfs of ``--size`` MB (this needs root: ``mount -t tmpfs``) and runs
+the real ``minibroker serve`` with its data directory there
+(``configs/diskfull.toml``: 4 MB journal files, a store limit far above the
+disk). Then:
+
+1. a producer sends persistent 4 KB messages, each with a receipt, until the
+   broker refuses one (an ERROR), stops answering for 10 s, or closes;
+2. while the disk is full: a non-persistent message goes through another
+   connection (sent with a receipt and received), and a persistent SEND gets
+   an ERROR (its ``message`` is kept);
+3. a consumer drains the queue, each ACK with a receipt: every receipted
+   message must arrive (``lost`` counts those that did not);
+4. with the acknowledged files freed, a persistent SEND gets its receipt again,
+   without a restart;
+5. the broker stops (SIGTERM) and starts again on the same data directory:
+   it must start; a consumer takes what is left;
+6. a copy of the data directory, on a disk with room, is started and
+   drained too: ``lost`` counts the receipted messages that no consumer
+   received in any of these (so a message is lost only if it is gone from
+   the disk, not merely stuck behind a full one).
+
+Prints a table and leaves JSON under bench/results/::
+
+    sudo .venv/bin/python bench/diskfull.py [--size 40]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from brokers import BrokerStartError, Ours
+from report import print_table, save
+
+from clients.stomp import ConnectionLost, StompClient, StompClientError
+
+HERE = Path(__file__).resolve().parent
+CONFIG = HERE / "configs" / "diskfull.toml"
+QUEUE = "/queue/diskfull"
+BODY = "x" * 4096
+GONE = (StompClientError, ConnectionLost, ConnectionError, TimeoutError, OSError)
+#: Exit status when the run cannot happen here (no tmpfs can be mounted).
+CANNOT = 3
+
+
+def mount_tmpfs(target: Path, size_mb: int) -> str | None:
+    """Mount a tmpfs of ``size_mb`` at ``target``; None, or why it could not be."""
+    if os.geteuid() != 0:
+        return "mounting a tmpfs needs root (run it with sudo)"
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(target)],
+                       capture_output=True, text=True)
+    return None if p.returncode == 0 else f"mount -t tmpfs failed: {p.stderr.strip()}"
+
+
+async def fill(port: int, limit: int) -> dict:
+    """Persistent SENDs with a receipt each until a refusal, silence or ``limit`` messages."""
+    receipted: list[int] = []
+    outcome = "sent them all"
+    client = await StompClient.connect(port=port, connect_timeout=10)
+    try:
+        for n in range(limit):
+            await client.send(QUEUE, f"{n}:{BODY}", headers={"persistent": "true"}, receipt=True, timeout=10)
+            receipted.append(n)
+    except StompClientError as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    except (TimeoutError, ConnectionError, OSError) as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    finally:
+        client.close()
+    return {"receipted": receipted, "outcome": outcome[:300]}
+
+
+async def round_trip(port: int, persistent: bool, destination: str) -> str:
+    """Send one message with a receipt and receive it: "ok", or what went wrong."""
+    try:
+        async with await StompClient.connect(port=port, connect_timeout=10) as client:
+            sub = await client.subscribe(destination)
+            await client.send(destination, "probe", headers={"persistent": "true" if persistent else "false"},
+                              receipt=True, timeout=10)
+            await sub.get(timeout=10)
+        return "ok"
+    except GONE as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+
+
+async def drain(port: int) -> tuple[set[int], str]:
+    """Receive and ACK (with a receipt each) until nothing comes for 5 s."""
+    received: set[int] = set()
+    try:
+        async with await StompClient.connect(port=port, connect_timeout=10) as client:
+            sub = await client.subscribe(QUEUE, ack="client-individual", prefetch=100)
+            while True:
+                try:
+                    message = await sub.get(timeout=5)
+                except TimeoutError:
+                    break
+                received.add(int(message.body.split(b":", 1)[0]))
+                await client.ack(message, receipt=True, timeout=10)
+        return received, "ok"
+    except GONE as exc:
+        return received, f"{type(exc).__name__}: {exc}"[:300]
+
+
+def run(size_mb: int, mount: Path, workdir: Path) -> dict:
+    broker = Ours("diskfull", workdir, str(CONFIG))
+    broker.data_dir = mount / "data"
+    limit = size_mb * 1024 * 1024 // len(BODY) * 2
+    started = time.monotonic()
+    broker.start()
+    try:
+        filled = asyncio.run(fill(broker.port, limit))
+        alive_when_full = broker.exit_status() is None
+        non_persistent = asyncio.run(round_trip(broker.port, False, "/queue/np")) if alive_when_full else "broker gone"
+        persistent_full = asyncio.run(round_trip(broker.port, True, "/queue/p")) if alive_when_full else "broker gone"
+        received, drained = asyncio.run(drain(broker.port)) if alive_when_full else (set(), "broker gone")
+        after = asyncio.run(round_trip(broker.port, True, "/queue/after")) if broker.exit_status() is None \
+            else "broker gone"
+        status = broker.exit_status()
+    finally:
+        broker.stop()
+    try:
+        broker.start()
+        restarted = "ok"
+        left, _ = asyncio.run(drain(broker.port))
+    except BrokerStartError as exc:
+        restarted, left = f"did not start: {str(exc).splitlines()[-1][:200]}", set()
+    finally:
+        broker.stop()
+    # What the disk holds, read where there is room: a copy of the data directory.
+    shutil.copytree(broker.data_dir, workdir / "copy-data")
+    broker.data_dir = workdir / "copy-data"
+    try:
+        broker.start()
+        recovered, _ = asyncio.run(drain(broker.port))
+    finally:
+        broker.stop()
+    receipted = set(filled["receipted"])
+    lost = receipted - received - left - recovered
+    return {
+        "tmpfs_mb": size_mb, "receipted": len(receipted), "fill_ended_by": filled["outcome"],
+        "broker_alive_when_full": alive_when_full, "exit_status_before_stop": status,
+        "non_persistent_when_full": non_persistent, "persistent_when_full": persistent_full,
+        "drained": len(received), "drain_ended_by": drained, "drained_after_restart": len(left),
+        "recovered_from_a_copy": len(recovered), "lost": len(lost), "lost_examples": sorted(lost)[:10],
+        "persistent_after_drain": after, "restart": restarted, "redelivered_after_restart": len(left & received),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def _cell(text: str, width: int = 60) -> str:
+    """A table cell: an outcome cut to ``width`` characters (the JSON keeps it whole)."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=40, help="tmpfs size in MB (default 40)")
+    parser.add_argument("--json", help="write the JSON here instead of bench/results/")
+    a = parser.parse_args(argv)
+    if a.size < 8:
+        parser.error("--size must be at least 8 (MB)")
+    with tempfile.TemporaryDirectory(prefix="minibroker-diskfull-") as workdir:
+        mount = Path(workdir) / "disk"
+        mount.mkdir()
+        why = mount_tmpfs(mount, a.size)
+        if why is not None:
+            print(f"diskfull: cannot run here: {why}", file=sys.stderr)
+            return CANNOT
+        try:
+            r = run(a.size, mount, Path(workdir))
+        except BrokerStartError as exc:
+            print(f"diskfull: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            subprocess.run(["umount", str(mount)], capture_output=True)
+    print_table(["tmpfs MB", "receipted", "filling ended by", "non-persistent when full", "persistent when full",
+                 "drained", "persistent after drain", "restart", "drained after restart", "from a copy", "lost"],
+                [[r["tmpfs_mb"], r["receipted"], _cell(r["fill_ended_by"]), _cell(r["non_persistent_when_full"]),
+                  _cell(r["persistent_when_full"]), r["drained"], _cell(r["persistent_after_drain"]), _cell(r["restart"]),
+                  r["drained_after_restart"], r["recovered_from_a_copy"], r["lost"]]])
+    save("diskfull", r, a.json)
+    good = (r["lost"] == 0 and r["non_persistent_when_full"] == "ok" and r["persistent_after_drain"] == "ok"
+            and r["restart"] == "ok" and r["persistent_when_full"] != "ok")
+    return 0 if good else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The reliability benches run, with tiny counts, so that they cannot rot.
+
+Each prints its table and leaves its JSON; what they count (lost messages,
+internal errors, invariant breaks) is asserted where a tiny run can already
+tell. No speed and no memory figure is asserted: those are the benches' own
+business, run at full size on a quiet machine.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+
+
+def bench(script: str, tmp_path: Path, *args: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, Any]:
+    out = tmp_path / f"{script}.json"
+    p = subprocess.run([sys.executable, str(BENCH / f"{script}.py"), *args, "--json", str(out)],
+                       capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    document = json.loads(out.read_text()) if out.exists() else None
+    if document is not None:
+        assert document["bench"] == script and document["date"] and document["command"].startswith(f"{script}.py")
+        assert f"JSON: {out}" in p.stdout
+    return p, document
+
+
+@pytest.mark.slow
+def test_sigkill_rounds_count_what_was_lost_with_and_without_a_backlog(tmp_path: Path) -> None:
+    p, doc = bench("sigkill", tmp_path, "--rounds", "1", "--both", "--backlog", "300")
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    assert re.search(r"^\| backlog \| SIGKILLs \| sends receipted \| ACKs receipted \| lost ", p.stdout, re.M)
+    assert [r["backlog"] for r in doc["runs"]] == [0, 300]
+    for r in doc["runs"]:
+        assert r["rounds"] == 1 and r["receipted"] >= r["backlog"] > -1 and r["acks_confirmed"] > 0, r
+        assert (r["lost"], r["delivered_after_ack"], r["duplicated"], r["unknown_bodies"]) == (0, 0, 0, 0), r
+    assert doc["runs"][1]["config"].endswith("sigkill-backlog.toml")
+
+
+@pytest.mark.slow
+def test_fuzz_runs_the_generator_s_frames_and_checks_every_connection(tmp_path: Path) -> None:
+    p, doc = bench("fuzz", tmp_path, "--frames", "300", "--pool", "40", "--per-broker", "60")
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    assert doc["frames"] >= 300 and doc["connections"] > 0 and doc["brokers"] >= 2  # with and without a journal
+    assert (doc["internal_errors"], doc["errors_without_message"], doc["invariant_breaks"], doc["bystander_hurt"]) \
+        == (0, 0, 0, 0), doc["examples"]
+    assert doc["bystander_checks"] >= doc["brokers"] and "left_behind" in doc["checks"]
+
+
+def test_fuzz_counts_a_connection_that_leaves_something_behind() -> None:
+    """The check itself: a closed connection's consumer left on its queue is a break."""
+    sys.path.insert(0, str(BENCH))
+    import fuzz
+
+    from minibroker.sim import VirtualNetwork
+
+    net = VirtualNetwork()
+    done = net.connected_client("done")
+    done.subscribe("/queue/q", "s", "client-individual")
+    net.broker.connection_lost(done.sid)
+    assert fuzz.left_behind(net.broker, done.sid) == []
+    c = net.connected_client("c")
+    c.subscribe("/queue/q", "s", "client-individual")
+    session = net.broker.sessions.pop(c.sid)  # a connection end that forgot its subscription
+    session.is_open = False
+    assert fuzz.left_behind(net.broker, c.sid) == ["subscription still registered",
+                                                   "consumer of a closed connection on /queue/q"]
+
+
+@pytest.mark.slow
+def test_preauth_reports_the_broker_s_memory_under_hostile_sockets(tmp_path: Path) -> None:
+    p, doc = bench("preauth", tmp_path, "--sockets", "10", "--seconds", "2")
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    assert re.search(r"^\| hostile sockets \| accepted \| closed by broker \| refused \| idle RSS MB \| peak RSS MB ",
+                     p.stdout, re.M)
+    assert doc["opened"] + doc["refused"] == 10 and doc["peak_rss_mb"] >= doc["idle_rss_mb"] > 0, doc
+    assert doc["broker_alive"] and doc["bystander_round_trips"] > 0 and doc["bystander_failed"] == 0, doc
+
+
+@pytest.mark.slow
+def test_diskfull_runs_on_a_tmpfs_or_says_why_it_cannot(tmp_path: Path) -> None:
+    p, doc = bench("diskfull", tmp_path, "--size", "8")
+    if p.returncode == 3:  # not root here: the bench says so, and writes nothing
+        assert doc is None and re.search(r"^diskfull: cannot run here: mount", p.stderr, re.M), p.stderr
+        return
+    assert p.returncode in (0, 1), f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    assert doc["receipted"] > 0 and doc["lost"] == 0, doc  # what was receipted is on the disk
+    assert doc["restart"] == "ok" and doc["non_persistent_when_full"] == "ok", doc
