@@ -166,9 +166,10 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         }
 
     # ================================================================== edge API
-    def open_session(self, peer: str = "", transport: str = "tcp") -> int:
-        """A connection arrived from ``peer`` over ``transport`` ("tcp" or "websocket",
-        whose writes come frame by frame, as ``WriteFrames``); returns its session id."""
+    def open_session(self, peer: str = "", protocol: str = "tcp") -> int:
+        """A connection arrived from ``peer`` through the ``protocol`` listener
+        ("tcp", "websocket": statistics show it, and a WebSocket session's output
+        comes frame by frame, as ``WriteFrames``); returns its session id."""
         sid = self._next_session
         self._next_session += 1
         t = self.config.transport
@@ -183,12 +184,14 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         now = self.clock.now()
         # Half for the core's outbox, half for the edge's socket buffer.
         # A session with new output goes on the dirty list (``take_actions`` empties it).
-        session = Session(sid, peer, parser, now, max(1, t.write_buffer_limit // 2), self._dirty.append, transport)
+        session = Session(sid, peer, parser, now, max(1, t.write_buffer_limit // 2), self._dirty.append)
         session.tag = self._session_tag(sid)
+        session.protocol = protocol
+        session.framed = protocol == "websocket"
         self.sessions[sid] = session
         if t.connect_timeout:
             self.timers.call_at(now + t.connect_timeout / 1000, self._check_connect_timeout, session)
-        log.info("connection %d from %s%s", sid, peer or "?", "" if transport == "tcp" else f" ({transport})")
+        log.info("connection %d from %s%s", sid, peer or "?", "" if protocol == "tcp" else f" ({protocol})")
         return sid
 
     def _session_tag(self, sid: int) -> str:

@@ -40,8 +40,8 @@ class EdgeConnection(asyncio.Protocol):
     buffer's accounting are the same for every edge.
     """
 
-    #: The session's transport as statistics name it.
-    transport_name = "tcp"
+    #: The listener's protocol as statistics name it.
+    protocol = "tcp"
 
     def __init__(self, server: "BrokerServer") -> None:
         self.server = server
@@ -64,7 +64,7 @@ class EdgeConnection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=half, low=half // 4)
         peer = transport.get_extra_info("peername")
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "")
-        self.sid = self.server.broker.open_session(peer_text, self.transport_name)
+        self.sid = self.server.broker.open_session(peer_text, self.protocol)
         self.server.connections[self.sid] = self
         self.server.flush()
 

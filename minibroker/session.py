@@ -77,12 +77,8 @@ class Session:
         now: float,
         write_buffer_limit: int,
         on_output: Callable[["Session"], None],
-        transport: str = "tcp",
     ) -> None:
         self.id = session_id
-        #: How the client reached us: "tcp", or "websocket" (whose edge writes frame by frame).
-        self.transport = transport
-        self.framed = transport == "websocket"
         #: The id CONNECTED announces (``<broker>-<boot>-<id>``); the trace uses it too.
         self.tag = str(session_id)
         self.peer = peer
@@ -113,6 +109,10 @@ class Session:
         self.transport_paused = False
         #: Bytes the edge holds for the socket, as last reported.
         self.transport_buffered = 0
+        #: Which listener it came through ("tcp", "websocket"), for statistics.
+        self.protocol = "tcp"
+        #: The edge writes frame by frame (one WebSocket message each): ``take_frames``.
+        self.framed = False
         #: When bytes last left for the socket (reported by the edge).
         self.last_write_progress = now
         #: When the socket last stopped accepting writes (``transport_paused``).

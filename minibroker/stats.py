@@ -116,7 +116,7 @@ def connection_statistics(session: "Session", now: float) -> dict[str, Any]:
     return {
         "connection": session.id,
         "remoteAddress": session.peer,
-        "transport": session.transport,
+        "protocol": session.protocol,
         "clientId": session.client_id,
         "version": session.version,
         "subscriptions": len(session.subscriptions),

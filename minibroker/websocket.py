@@ -82,7 +82,7 @@ def stomp_protocol(config: TransportConfig) -> ServerProtocol:
 class WebSocketConnection(EdgeConnection):
     """A STOMP session whose bytes travel in WebSocket messages."""
 
-    transport_name = "websocket"
+    protocol = "websocket"
 
     def __init__(self, server: "BrokerServer") -> None:
         super().__init__(server)

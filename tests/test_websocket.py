@@ -96,7 +96,7 @@ def test_the_same_limits_and_heart_beats_as_tcp(broker_factory) -> None:  # type
         assert ws.recv(timeout=WAIT) == "\n"  # the broker's heart-beat: a message holding an EOL
         # The connection statistics name the transport.
         session = broker.call(lambda: broker.server.broker.sessions[min(broker.server.broker.sessions)])
-        assert session.transport == "websocket"
+        assert session.protocol == "websocket" and session.framed
         ws.send(b"SEND\ndestination:/queue/big\ncontent-length:2000\n\n" + b"x" * 2000 + b"\x00")
         command, headers, _ = receive_frame(ws)
         assert command == "ERROR" and "1000" in headers["message"]
