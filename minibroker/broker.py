@@ -35,7 +35,7 @@ from .actions import Action, Close, Write, WriteFrames
 from .clock import Clock
 from .codec import FrameParser, encode, escape
 from .config import BrokerConfig
-from .coreutil import DEFERRED, ParkedSend, log
+from .coreutil import DEFERRED, ParkedSend, header_text, log
 from .queue import Queue
 from .errors import ProtocolError
 from .flow import ProducerFlowControl
@@ -413,7 +413,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
 
     def _fail(self, session: Session, exc: ProtocolError, frame: Frame | None) -> None:
         """Answer a protocol error with an ERROR frame, then close."""
-        headers = {"message": exc.message}
+        headers = {"message": header_text(exc.message)}
         if frame is not None and "receipt" in frame.headers:
             headers["receipt-id"] = frame.headers["receipt"]
         body = exc.detail
@@ -452,7 +452,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         try:
             version = negotiate_version(h.get("accept-version"))
         except ProtocolError as exc:
-            headers = {"message": exc.message, "version": "1.0,1.1,1.2"}
+            headers = {"message": header_text(exc.message), "version": "1.0,1.1,1.2"}
             session.write(encode(Frame("ERROR", headers, b"Supported protocol versions are 1.0 1.1 1.2\n")))
             self._close(session, exc.message)
             return DEFERRED

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from .digits import parse_decimal
 from .errors import ProtocolError
 from .frames import BODY_COMMANDS, CLIENT_COMMANDS, SERVER_COMMANDS, Frame, ParsedHeaders
 
@@ -372,9 +373,13 @@ class FrameParser:
             if nul < 0:
                 return None
         else:
-            if not (clen_text.isdigit() and clen_text.isascii()) or int(clen_text) > self.max_body_length:
+            try:
+                clen = parse_decimal(clen_text)
+            except ValueError:
+                return None  # the general path says what is wrong with it
+            if clen > self.max_body_length:
                 return None
-            nul = body_start + int(clen_text)
+            nul = body_start + clen
             if nul >= len(buf) or buf[nul] != 0:
                 return None
         if nul + 1 - pos > self.max_frame_size:
@@ -420,11 +425,11 @@ class FrameParser:
         clen: int | None = None
         if clen_text is not None:
             try:
-                clen = int(clen_text)
-            except ValueError:
-                raise ProtocolError(f"content-length is not a number: {clen_text!r}") from None
-            if clen < 0:
-                raise ProtocolError(f"content-length is negative: {clen}")
+                clen = parse_decimal(clen_text)
+            except ValueError as exc:
+                shown = repr(clen_text[:40]) + ("..." if len(clen_text) > 40 else "")
+                what = "negative" if clen_text.startswith("-") else "not a number of bytes"
+                raise ProtocolError(f"content-length is {what}: {shown} ({exc})") from None
             if clen > self.max_body_length:
                 raise ProtocolError(
                     f"body of {clen} bytes exceeds the limit of {self.max_body_length} bytes"

@@ -17,6 +17,7 @@ that it agrees with the defaults declared here.
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
 import re
 import tomllib
@@ -25,7 +26,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from storage.model import MIN_FILE_SIZE
+
 from . import wildcards
+from .digits import parse_decimal
 from .errors import ConfigError
 
 __all__ = [
@@ -94,6 +98,44 @@ def size(value: Any) -> int:
     return parse_size(value)
 
 
+def size_at_least(low: int, why: str) -> Parser:
+    """A size of at least ``low`` bytes; ``why`` says what needs that much."""
+
+    def parse(value: Any) -> int:
+        parsed = parse_size(value)
+        if parsed < low:
+            raise ValueError(f"expected a size of at least {low} bytes: {why}")
+        return parsed
+
+    return parse
+
+
+_journal_file_size = size_at_least(MIN_FILE_SIZE, "a journal file holds its header and at least one record")
+
+#: The most PBKDF2 iterations a password hash may ask for: each login runs them all,
+#: and OWASP's advice for PBKDF2-SHA256 (2023) is 600,000.
+MAX_HASH_ITERATIONS = 2_000_000
+
+
+def password_hash(value: Any) -> str:
+    """``pbkdf2_sha256$<iterations>$<salt>$<hash>`` as ``minibroker passwd`` prints it."""
+    if not isinstance(value, str):
+        raise ValueError("expected a string")
+    parts = value.split("$")
+    if len(parts) != 4 or parts[0] != "pbkdf2_sha256" or not parts[2] or not parts[3]:
+        raise ValueError("expected pbkdf2_sha256$<iterations>$<salt>$<hash>, as `minibroker passwd` prints it")
+    iterations = parse_decimal(parts[1])
+    if not 1 <= iterations <= MAX_HASH_ITERATIONS:
+        raise ValueError(f"expected from 1 to {MAX_HASH_ITERATIONS:,} iterations (every login runs them all), "
+                         f"not {iterations:,}")
+    for part in parts[2:]:
+        try:
+            base64.b64decode(part + "=" * (-len(part) % 4), validate=True)
+        except ValueError:
+            raise ValueError(f"the salt and the hash must be base64, not {part[:20]!r}") from None
+    return value
+
+
 def boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("expected true or false")
@@ -119,8 +161,13 @@ def heart_beat(value: Any) -> tuple[int, int]:
     """``"cx,cy"`` in milliseconds, as in the STOMP ``heart-beat`` header."""
     if isinstance(value, str):
         parts = value.split(",")
-        if len(parts) == 2 and all(p.strip().isdigit() for p in parts):
-            return (int(parts[0]), int(parts[1]))
+        try:
+            if len(parts) == 2:
+                cx, cy = (parse_decimal(p.strip()) for p in parts)
+                if max(cx, cy) <= 2**31 - 1:
+                    return (cx, cy)
+        except ValueError:
+            pass
     raise ValueError('expected two millisecond counts such as "0,0" or "10000,10000"')
 
 
@@ -197,7 +244,8 @@ class TransportConfig:
     max_header_line_length: int = option(10240, integer(64), "longest header line, bytes")
     max_headers: int = option(1000, integer(1), "most headers in one frame")
     max_data_length: int = option(100 * 1024 * 1024, size, "largest body (ActiveMQ maxDataLength)")
-    max_frame_size: int = option(110 * 1024 * 1024, size, "largest frame, headers and body")
+    max_frame_size: int = option(110 * 1024 * 1024, size_at_least(1024, "a CONNECT frame must fit"),
+                                 "largest frame, headers and body")
     write_buffer_limit: int = option(256 * 1024, size, "bytes queued for a connection's socket before the broker stops dispatching to it")
     so_write_timeout: int = option(0, integer(0), "ms a blocked write may last before the connection is closed (ActiveMQ soWriteTimeout); 0 = off")
     allow_link_stealing: bool = option(False, boolean, "a CONNECT with a client-id already connected takes over instead of being refused")
@@ -222,11 +270,11 @@ class StoreConfig:
     """``[store]``: the persistence journal."""
 
     layout: str = option("growing", choice("growing", "ring"), "growing (KahaDB) or ring (Qpid legacystore)")
-    journal_max_file_length: int = option(32 * 1024 * 1024, size, "growing layout: size of one journal file")
+    journal_max_file_length: int = option(32 * 1024 * 1024, _journal_file_size, "growing layout: size of one journal file")
     file_count: int = option(8, integer(4, 64), "ring layout: number of journal files per queue")
-    file_size: int = option(1536 * 1024, size, "ring layout: size of one journal file")
+    file_size: int = option(1536 * 1024, _journal_file_size, "ring layout: size of one journal file")
     fsync: str = option("always", choice("always", "batch", "never"), "when journal writes reach the disk")
-    temp_journal_max_file_length: int = option(32 * 1024 * 1024, size, "temp store (file cursors): size of one file (ActiveMQ PListStore journalMaxFileLength)")
+    temp_journal_max_file_length: int = option(32 * 1024 * 1024, _journal_file_size, "temp store (file cursors): size of one file (ActiveMQ PListStore journalMaxFileLength)")
     store_latency: int = option(0, integer(0), "a slow store on purpose (labs): ms a persistent ACK costs per message in flight, while the connection is not read; 0 = off")
     index_cache_rows: int = option(65536, integer(1), "rows of each journal's index of live messages (and of the temp store's) kept in memory; the rest goes to a scratch file (KahaDB indexCacheSize)")
 
@@ -284,7 +332,7 @@ class User:
     """``[[users]]``: one account (ActiveMQ's simpleAuthenticationPlugin)."""
 
     name: str = option("", text, "user name (the STOMP login)")
-    password_hash: str = option("", text, "salted hash from `minibroker passwd`")
+    password_hash: str = option("", password_hash, "salted hash from `minibroker passwd`")
     groups: tuple[str, ...] = option((), string_list, "groups the user belongs to")
 
 

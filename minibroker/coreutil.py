@@ -4,13 +4,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .digits import parse_decimal
 from .errors import ProtocolError
 
 if TYPE_CHECKING:
     from .destination import Destination
     from .message import Message
 
-__all__ = ["DEFERRED", "ParkedSend", "Ignored", "int_header", "seq_of", "log"]
+__all__ = ["DEFERRED", "ParkedSend", "Ignored", "int_header", "seq_of", "shown", "header_text", "log"]
 
 log = logging.getLogger("minibroker.broker")
 
@@ -39,18 +40,34 @@ def int_header(headers: Any, name: str, default: int, low: int, high: int | None
     if text is None:
         return default
     try:
-        value = int(text)
-    except ValueError:
-        raise ProtocolError(f"header {name} must be an integer, not {text!r}") from None
+        value = parse_decimal(text, signed=True)
+    except ValueError as exc:
+        raise ProtocolError(f"header {name} must be an integer, not {shown(text)} ({exc})") from None
     if clamp:
         value = max(low, value if high is None else min(high, value))
     elif value < low or (high is not None and value > high):
         bounds = f"from {low} to {high}" if high is not None else f"of {low} or more"
-        raise ProtocolError(f"header {name} must be an integer {bounds}, not {text!r}")
+        raise ProtocolError(f"header {name} must be an integer {bounds}, not {shown(text)}")
     return value
 
 
 def seq_of(message_id: str) -> int | None:
     """The broker sequence number at the end of one of our message ids."""
-    tail = message_id.rpartition("-")[2]
-    return int(tail) if tail.isdigit() else None
+    try:
+        return parse_decimal(message_id.rpartition("-")[2])
+    except ValueError:
+        return None
+
+
+def shown(text: str, limit: int = 40) -> str:
+    """``text`` quoted for an error message, cut to ``limit`` characters (a client's value may be huge)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text)} characters)"
+
+
+def header_text(text: str) -> str:
+    """``text`` made fit for a header value in every STOMP version: an ERROR's
+    ``message`` may quote what a client sent, and a CR or LF there cannot be
+    sent in STOMP 1.0 or in answer to CONNECT (nothing is escaped there)."""
+    if "\r" in text or "\n" in text:
+        text = text.replace("\r", "\\r").replace("\n", "\\n")
+    return text

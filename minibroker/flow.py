@@ -16,7 +16,7 @@ from typing import Any
 
 from .actions import PauseReading, ResumeReading
 from .codec import encode
-from .coreutil import DEFERRED, ParkedSend, log
+from .coreutil import DEFERRED, ParkedSend, header_text, log
 from .destination import Destination
 from .errors import ResourceLimitError
 from .frames import Frame
@@ -111,7 +111,7 @@ class ProducerFlowControl:
 
     def _refuse_send(self, session: Session, receipt: str | None, text: str) -> None:
         """An ERROR for one SEND; the connection stays open, as in ActiveMQ."""
-        headers = {"message": text}
+        headers = {"message": header_text(text)}
         if receipt is not None:
             headers["receipt-id"] = receipt
         session.write(encode(Frame("ERROR", headers, b""), session.version))

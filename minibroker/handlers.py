@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .coreutil import DEFERRED, Ignored, int_header, seq_of
+from .coreutil import DEFERRED, Ignored, int_header, seq_of, shown
+from .digits import parse_decimal
 from .destination import Destination
 from .queue import Queue
 from .topic import Topic
 from .errors import ProtocolError, ResourceLimitError
 from .frames import Frame
-from .message import BROKER_SET_HEADERS, Message, send_block
+from .message import BROKER_SET_HEADERS, MESSAGE_OVERHEAD, Message, send_block
 from .registry import TEMP_PREFIXES
 from .session import Session
 from .trace import SEND
@@ -27,6 +28,9 @@ from .subscription import ACK_MODES, Subscription
 __all__ = ["FrameHandlers"]
 
 _MAX_PREFETCH = 32767
+#: The latest expiry a message may carry: ms since the epoch in a signed 64-bit number,
+#: as the journal keeps it (and as JMS's long).
+MAX_EXPIRES = 2**63 - 1
 _TEMP_STARTS = tuple(TEMP_PREFIXES)
 
 
@@ -43,6 +47,8 @@ class FrameHandlers:
             return self._answer_admin(session, frame, address)
         destination = self.registry.resolve(session, address, "write")
         message = self._make_message(session, frame, destination.address)
+        if message.persistent and self.store is not None:
+            self._check_fits_journal(message)
         session.messages_in += 1
         txid = frame.headers.get("transaction")
         if txid is not None:
@@ -60,11 +66,23 @@ class FrameHandlers:
             return self._park(session, destination, message, receipt, resume=remaining)
         return self._after_write(session, receipt, message.store_ref is not None)
 
+    def _check_fits_journal(self, message: Message) -> None:
+        """Refuse a persistent message too large for one journal file, before it goes anywhere.
+
+        Its record holds the body and headers (``size`` less the memory charge's fixed
+        part, which is more than the record's own framing and the destination's key)."""
+        assert self.store is not None
+        limit, option = self.store.file_limit
+        if message.size + len(message.destination) > limit:
+            raise ProtocolError(
+                f"a persistent message of {message.size - MESSAGE_OVERHEAD} bytes (body and headers) does not fit "
+                f"in one journal file of {limit} bytes ({option}): send it non-persistent, or raise {option}")
+
     def _make_message(self, session: Session, frame: Frame, address: str) -> Message:
         h = frame.headers
         # The common frame names none of these: skip the parsing when absent.
         priority = 4 if "priority" not in h else int_header(h, "priority", 4, 0, 9, clamp=True)
-        expires = 0 if "expires" not in h else int_header(h, "expires", 0, 0, None, clamp=False)
+        expires = 0 if "expires" not in h else int_header(h, "expires", 0, 0, MAX_EXPIRES, clamp=False)
         persistent_text = h.get("persistent")
         persistent = persistent_text is not None and persistent_text.lower() == "true"
         timestamp = self.clock.wall_ms()
@@ -362,14 +380,17 @@ class FrameHandlers:
             # a 1.2 ACK without it too): say so, not that some other header matched nothing.
             raise ProtocolError(f"{command} frame has no id header (STOMP 1.2 acknowledges the MESSAGE's ack header)")
         if ack_id is not None:
-            key, _, seq_text = ack_id.partition("-")
-            if key.isdigit() and seq_text.isdigit():
-                sub = self._subs_by_key.get(int(key))
-                seq = int(seq_text)
-            if sub is None and key.isdigit() and int(key) in session.aborted:
+            key_text, _, seq_text = ack_id.partition("-")
+            try:
+                key, seq = parse_decimal(key_text), parse_decimal(seq_text)
+            except ValueError:
+                raise ProtocolError(f"{command} for unknown ack id {shown(ack_id)}: an ack id is two numbers "
+                                    "in ASCII digits, as the MESSAGE's ack header gave it") from None
+            sub = self._subs_by_key.get(key)
+            if sub is None and key in session.aborted:
                 raise Ignored()  # the broker aborted that subscription: the client could not know
             if sub is None or sub.session is not session:
-                raise ProtocolError(f"{command} for unknown ack id {ack_id!r}")
+                raise ProtocolError(f"{command} for unknown ack id {shown(ack_id)}")
         else:
             message_id = h.get("message-id")
             if message_id is None:

@@ -12,7 +12,7 @@ from storage import TempStore
 from storage.spill import SpillFile
 
 from .codec import encode
-from .coreutil import log
+from .coreutil import header_text, log
 from .destination import Destination
 from .errors import ProtocolError
 from .pending import FilePending
@@ -243,7 +243,7 @@ class DestinationHooks:
             self._fail(session, ProtocolError(text), None)
             return
         # Better than ActiveMQ, which goes silent: tell the client which subscription and why.
-        session.write(encode(Frame("ERROR", {"message": text, "subscription": sub.id}, b""), session.version))
+        session.write(encode(Frame("ERROR", {"message": header_text(text), "subscription": header_text(sub.id)}, b""), session.version))
         session.aborted[sub.key] = sub.id  # its late ACKs and NACKs are ignored, not errors
         self._remove_subscription(session, sub)
 

@@ -253,6 +253,13 @@ class MessageStore:
             self._unlock()
             raise
 
+    @property
+    def file_limit(self) -> tuple[int, str]:
+        """(bytes, the option that sets it): a message's record must fit in one journal file."""
+        if self.layout == "ring":
+            return self.config.file_size, "store.file_size"
+        return self.config.journal_max_file_length, "store.journal_max_file_length"
+
     def _open_journals(self) -> None:
         config = self.config
         if self.layout == "growing":

@@ -27,6 +27,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .codec import FrameParser
+from .coreutil import shown
+from .digits import parse_decimal
 from .errors import ProtocolError
 from .frames import VERSIONS
 from .security import ANONYMOUS, Principal
@@ -220,12 +222,23 @@ def negotiate_version(accept_version: str | None) -> str:
     )
 
 
+#: The longest heart-beat period a peer may ask for, in ms (24 days: a signed 32-bit count).
+MAX_HEART_BEAT_MS = 2**31 - 1
+
+
 def parse_heart_beat(value: str) -> tuple[int, int]:
     """``"cx,cy"`` -> (cx, cy) in ms; ``ProtocolError`` if malformed."""
     parts = value.split(",")
-    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise ProtocolError(f"heart-beat header must be two non-negative integers 'cx,cy', not {value!r}")
-    return int(parts[0]), int(parts[1])
+    try:
+        if len(parts) != 2:
+            raise ValueError("not two numbers")
+        cx, cy = (parse_decimal(p.strip(" \t")) for p in parts)
+    except ValueError as exc:
+        raise ProtocolError(f"heart-beat header must be two non-negative integers 'cx,cy' in ASCII digits, "
+                            f"not {shown(value)} ({exc})") from None
+    if max(cx, cy) > MAX_HEART_BEAT_MS:
+        raise ProtocolError(f"heart-beat periods must be at most {MAX_HEART_BEAT_MS} ms, not {shown(value)}")
+    return cx, cy
 
 
 def negotiate_heart_beat(client: tuple[int, int]) -> tuple[int, int, str]:

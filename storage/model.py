@@ -15,11 +15,13 @@ __all__ = [
     "Location",
     "Pin",
     "RecoveredRecord",
+    "MIN_FILE_SIZE",
     "RING_FILE_COUNT_RANGE",
 ]
 
 RING_FILE_COUNT_RANGE = (4, 64)  # Qpid legacystore num-jfiles
-_MIN_FILE_SIZE = 256
+#: The smallest journal file: its header and one record's framing.
+MIN_FILE_SIZE = 256
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,8 +53,8 @@ class JournalConfig:
         if self.index_cache_rows is not None and self.index_cache_rows < 1:
             raise ValueError(f"index_cache_rows must be at least 1, not {self.index_cache_rows}")
         for field in ("file_size", "max_file_length"):
-            if getattr(self, field) < _MIN_FILE_SIZE:
-                raise ValueError(f"{field} must be at least {_MIN_FILE_SIZE} bytes")
+            if getattr(self, field) < MIN_FILE_SIZE:
+                raise ValueError(f"{field} must be at least {MIN_FILE_SIZE} bytes")
 
     @property
     def path(self) -> Path:

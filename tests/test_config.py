@@ -57,6 +57,20 @@ def test_bad_sizes(text) -> None:
         ({"destination_policy": [{"queue": "/queue/a"}]}, "bad value for 'destination_policy[0].queue'"),
         ({"destination_policy": {"queue": ">"}}, "must be an array of tables"),
         ({"destination_policy": [{"queue": ">", "speed": 1}]}, "unknown key 'destination_policy[0].speed'"),
+        # Values the storage or the wire could not live with, refused at start instead of failing later:
+        ({"store": {"journal_max_file_length": 255}}, "bad value for 'store.journal_max_file_length': 255 "
+                                                      "(expected a size of at least 256 bytes"),
+        ({"store": {"file_size": 0}}, "bad value for 'store.file_size': 0 (expected a size of at least 256 bytes"),
+        ({"store": {"temp_journal_max_file_length": "100"}}, "bad value for 'store.temp_journal_max_file_length'"),
+        ({"transport": {"max_frame_size": 0}}, "bad value for 'transport.max_frame_size': 0 "
+                                               "(expected a size of at least 1024 bytes"),
+        ({"users": [{"name": "a", "password_hash": "pbkdf2_sha256$1000000000$c2FsdA$aGFzaA"}]},
+         "bad value for 'users[0].password_hash': 'pbkdf2_sha256$1000000000$c2FsdA$aGFzaA' "
+         "(expected from 1 to 2,000,000 iterations (every login runs them all), not 1,000,000,000)"),
+        ({"users": [{"name": "a", "password_hash": "pbkdf2_sha256$\u00b2$c2FsdA$aGFzaA"}]},
+         "(not a non-negative integer in ASCII digits (0-9))"),
+        ({"users": [{"name": "a", "password_hash": "plain"}]}, "(expected pbkdf2_sha256$<iterations>$<salt>$<hash>"),
+        ({"transport": {"default_heart_beat": "\u00b2,0"}}, "bad value for 'transport.default_heart_beat': '\u00b2,0'"),
     ],
 )
 def test_validation_names_the_key_and_value(doc: dict, message: str) -> None:
@@ -122,6 +136,15 @@ def test_serve_refuses_a_bad_config_without_a_traceback(tmp_path: Path) -> None:
     result = run_cli("serve", "--config", str(bad))
     assert result.returncode == 2
     assert "bad value for 'system_usage.memory_limit': 'huge'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_refuses_a_journal_file_too_small_without_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "broker.toml"
+    bad.write_text("[store]\njournal_max_file_length = 100\n")
+    result = run_cli("serve", "--config", str(bad), "--data-dir", str(tmp_path / "data"))
+    assert result.returncode == 2
+    assert "bad value for 'store.journal_max_file_length': 100 (expected a size of at least 256 bytes" in result.stderr
     assert "Traceback" not in result.stderr
 
 
