@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test venv bench clean net-stomp browser
+.PHONY: run test venv bench clean net-stomp ruby-stomp php-stomp browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,27 +25,35 @@ $(STOMPJS)/node_modules/.installed: $(STOMPJS)/package-lock.json
 	npm ci --prefix $(STOMPJS) --no-audit --no-fund --loglevel=error
 	touch $@
 
-# Perl's Net::Stomp for tests/test_net_stomp.py: Debian's package, installed when it is
-# missing and this user may install it (root); otherwise that one test says why it skips.
+# Third-party clients from Debian for their interoperability tests, each installed when it
+# is missing and this user may install it (root); otherwise that client's test says why it
+# skips. $(call debian_client,CHECK,PACKAGES,TEST): install PACKAGES unless CHECK succeeds.
 APT := DEBIAN_FRONTEND=noninteractive apt-get -y -qq --no-install-recommends
-net-stomp:
-	@perl -MNet::Stomp -e1 2>/dev/null || { \
+define debian_client
+	@$(1) >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    $(APT) install libnet-stomp-perl >/dev/null 2>&1 \
-	      || { apt-get update -qq >/dev/null 2>&1 && $(APT) install libnet-stomp-perl >/dev/null 2>&1; } \
-	      || echo "note: could not install libnet-stomp-perl: tests/test_net_stomp.py will skip"; \
-	  else echo "note: Net::Stomp is missing (as root: apt-get install libnet-stomp-perl): tests/test_net_stomp.py will skip"; fi; }
+	    $(APT) install $(2) >/dev/null 2>&1 \
+	      || { apt-get update -qq >/dev/null 2>&1 && $(APT) install $(2) >/dev/null 2>&1; } \
+	      || echo "note: could not install $(2): $(3) will skip"; \
+	  else echo "note: not installed: $(2) (as root: apt-get install $(2)); $(3) will skip"; fi; }
+endef
+
+# Perl's Net::Stomp.
+net-stomp:
+	$(call debian_client,perl -MNet::Stomp -e1,libnet-stomp-perl,tests/test_net_stomp.py)
+
+# Ruby's stomp gem.
+ruby-stomp:
+	$(call debian_client,ruby -rstomp -e1,ruby-stomp,tests/test_ruby_stomp.py)
+
+# PHP's PECL stomp extension, and the PHP command line to run it.
+php-stomp:
+	$(call debian_client,php -r 'exit(class_exists("Stomp") ? 0 : 1);',php-cli php-stomp,tests/test_php_stomp.py)
 
 # Debian's Chromium and its driver for the browser tests (stomp.js over WebSocket, the
-# console): installed when missing and this user may (root); otherwise those tests skip,
-# saying why. No browser is downloaded from anywhere else.
+# console). No browser is downloaded from anywhere else.
 browser:
-	@{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    $(APT) install chromium chromium-driver >/dev/null 2>&1 \
-	      || { apt-get update -qq >/dev/null 2>&1 && $(APT) install chromium chromium-driver >/dev/null 2>&1; } \
-	      || echo "note: could not install chromium chromium-driver: the browser tests will skip"; \
-	  else echo "note: Chromium is missing (as root: apt-get install chromium chromium-driver): the browser tests will skip"; fi; }
+	$(call debian_client,{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; },chromium chromium-driver,the browser tests)
 
 run: $(STAMP)
 	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 61613 --data-dir ./data
@@ -53,7 +61,7 @@ run: $(STAMP)
 # Byte-compile first: Python 3.11.7's compiler can fail spuriously when two threads
 # compile at once (CPython gh-106905), e.g. a first import in a test while a broker
 # thread compiles a selector; with everything compiled, imports compile nothing.
-test: $(STAMP) $(STOMPJS)/node_modules/.installed net-stomp browser
+test: $(STAMP) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
 	$(PY) -m pytest -q
 

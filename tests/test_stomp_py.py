@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import stomp
 
+from interop_scenario import BINARY, BINARY_QUEUE, QUEUE, TOPIC, check_scenario
 from minibroker.codec import FrameParser
 
 WAIT = 10.0
@@ -23,6 +24,10 @@ class Collector(stomp.ConnectionListener):
         self.errors: list[Any] = []
         self.receipts: list[str] = []
         self.disconnected = threading.Event()
+        self.connected: Any = None  # the CONNECTED frame
+
+    def on_connected(self, frame: Any) -> None:
+        self.connected = frame
 
     def on_message(self, frame: Any) -> None:
         self.messages.put(frame)
@@ -47,10 +52,10 @@ class Collector(stomp.ConnectionListener):
             return True
 
 
-def connect(broker, version: str = "1.2", **kwargs: Any) -> tuple[Any, Collector]:
+def connect(broker, version: str = "1.2", *, auto_decode: bool = True, **kwargs: Any) -> tuple[Any, Collector]:
     cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
     conn_kwargs = {"heartbeats": kwargs.pop("heartbeats", (0, 0))} if version != "1.0" else {}
-    conn = cls([broker.address], **conn_kwargs)
+    conn = cls([broker.address], auto_decode=auto_decode, **conn_kwargs)
     listener = Collector()
     conn.set_listener("collector", listener)
     conn.connect(wait=True, **kwargs)
@@ -91,6 +96,73 @@ def test_queue_send_receive(broker, version: str) -> None:
         assert all(f.headers["destination"] == "/queue/interop" for f in got)
     finally:
         close(conn)
+
+
+def receipt(listener: Collector, receipt_id: str) -> bool:
+    """Wait for the RECEIPT ``receipt_id``; True once it came."""
+    deadline = time.time() + WAIT
+    while receipt_id not in listener.receipts and time.time() < deadline:
+        time.sleep(0.01)
+    return receipt_id in listener.receipts
+
+
+def ack(conn: Any, version: str, frame: Any) -> None:
+    """ACK ``frame`` as stomp.py's ``version`` connection takes it."""
+    if version == "1.2":
+        conn.ack(frame.headers["ack"])
+    elif version == "1.1":
+        conn.ack(frame.headers["message-id"], frame.headers["subscription"])
+    else:
+        conn.ack(frame.headers["message-id"])
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+def test_stomp_py_holds_the_interop_scenario(broker, version: str) -> None:
+    """The scenario every third-party client plays (``interop_scenario``), by stomp.py
+    speaking each version."""
+    def noted(frame: Any) -> dict[str, Any]:
+        return {"command": frame.cmd, "body": frame.body.decode(), "n": frame.headers.get("n"),
+                "destination": frame.headers.get("destination")}
+
+    seen: dict[str, Any] = {"receipts": [], "first": [], "second": [], "disconnect_receipts": []}
+    (a, la), (b, lb), (c, lc) = (connect(broker, version, auto_decode=False) for _ in range(3))
+    try:
+        seen["connected"] = {"version": la.connected.headers.get("version"), "session": "session" in la.connected.headers}
+        for n in range(5):
+            a.send(QUEUE, f"m{n}", headers={"n": str(n), "receipt": f"r{n}"})
+            seen["receipts"].append(receipt(la, f"r{n}"))
+        a.send(BINARY_QUEUE, BINARY, headers={"receipt": "r-bin"})  # stomp.py sets content-length
+        seen["receipts"].append(receipt(la, "r-bin"))
+
+        a.subscribe(QUEUE, id="q", ack="client", headers={"activemq.prefetchSize": "1"})
+        for i in range(3):  # prefetch 1: the next comes once this one is acknowledged
+            frame = la.take(1)[0]
+            seen["first"].append(noted(frame))
+            if i < 2:
+                ack(a, version, frame)
+        a.disconnect(receipt="bye-a")
+        seen["disconnect_receipts"].append(receipt(la, "bye-a"))
+
+        b.subscribe(QUEUE, id="q", ack="client")  # default prefetch: back to back
+        for frame in lb.take(3):
+            seen["second"].append(noted(frame))
+            ack(b, version, frame)
+        b.subscribe(BINARY_QUEUE, id="bin", ack="auto")
+        frame = lb.take(1)[0]
+        seen["binary"] = {"hex": frame.body.hex(), "content_length": frame.headers.get("content-length")}
+
+        b.subscribe(TOPIC, id="t", ack="auto", headers={"receipt": "sub-b"})
+        c.subscribe(TOPIC, id="t", ack="auto", headers={"receipt": "sub-c"})
+        seen["topic_receipts"] = [receipt(lb, "sub-b"), receipt(lc, "sub-c")]
+        c.send(TOPIC, "to all")
+        seen["topic"] = [lb.take(1)[0].body.decode(), lc.take(1)[0].body.decode()]
+        for conn, listener, name in ((b, lb, "bye-b"), (c, lc, "bye-c")):
+            conn.disconnect(receipt=name)
+            seen["disconnect_receipts"].append(receipt(listener, name))
+    finally:
+        for conn in (a, b, c):
+            close(conn)
+    check_scenario(seen, broker, version)
 
 
 def test_application_headers_reach_consumers_of_every_version_unchanged(broker) -> None:

@@ -1,48 +1,88 @@
 #!/usr/bin/perl
 # Perl's Net::Stomp (Debian's libnet-stomp-perl) against a broker on 127.0.0.1:PORT.
-# Run by tests/test_net_stomp.py: `perl interop.pl PORT`; prints one JSON object of what it saw.
+# Run by tests/test_net_stomp.py: `perl interop.pl PORT`; prints one JSON object of what it
+# saw (the scenario tests/interop_scenario.py checks). Net::Stomp speaks STOMP 1.0 (its
+# CONNECT names no version): header values travel unescaped, a colon as it is.
 use strict;
 use warnings;
 use JSON::PP;
 use Net::Stomp;
+use Net::Stomp::Frame;
 
 my $port = shift @ARGV;
-my %seen = (queue => [], topic => []);
-local $SIG{ALRM} = sub { $seen{timeout} = JSON::PP::true; print encode_json(\%seen), "\n"; exit 1 };
-alarm 20;
+my %seen = (receipts => [], first => [], second => [], topic => [], topic_receipts => [], disconnect_receipts => []);
+local $SIG{ALRM} = sub { $seen{error} = 'timeout'; print encode_json(\%seen), "\n"; exit 1 };
+alarm 30;
 
-my $stomp = Net::Stomp->new({ hostname => '127.0.0.1', port => $port });
-my $connected = $stomp->connect({ login => 'guest', passcode => 'guest' });
-$seen{connected} = { command => $connected->command, version => $connected->headers->{version},
-                     session => $connected->headers->{session} };
-
-# Five messages to a queue with no consumer yet; the last with a receipt (send_with_receipt waits for it).
-for my $n (0 .. 2) {
-    $stomp->send({ destination => '/queue/perl.q', body => "m$n", n => $n, colon => 'a:b' });
+sub open_connection {
+    my $stomp = Net::Stomp->new({ hostname => '127.0.0.1', port => $port });
+    my $connected = $stomp->connect({ login => 'guest', passcode => 'guest' });
+    return ($stomp, $connected);
 }
-$stomp->send({ destination => '/queue/perl.q', body => "nul\0inside", n => 'bin',
-               'content-length' => length("nul\0inside") });
-$seen{send_with_receipt} = $stomp->send_with_receipt({ destination => '/queue/perl.q', body => 'last', n => 'last' })
-    ? JSON::PP::true : JSON::PP::false;
 
-# A consumer at client ack (cumulative in STOMP 1.0) and prefetch 1: one at a time, each acknowledged.
-$stomp->subscribe({ destination => '/queue/perl.q', ack => 'client', 'activemq.prefetchSize' => 1 });
-for (1 .. 5) {
-    my $frame = $stomp->receive_frame;
-    push @{ $seen{queue} }, { command => $frame->command, n => $frame->headers->{n}, body => $frame->body,
-                              colon => $frame->headers->{colon}, destination => $frame->headers->{destination},
-                              has_id => defined $frame->headers->{'message-id'} ? JSON::PP::true : JSON::PP::false };
-    $stomp->ack({ frame => $frame });
+# Send FRAME's command with a receipt header; true when the next frame is that RECEIPT.
+sub with_receipt {
+    my ($stomp, $command, $headers, $id) = @_;
+    $stomp->send_frame(Net::Stomp::Frame->new({ command => $command, headers => { %$headers, receipt => $id } }));
+    my $frame = $stomp->receive_frame({ timeout => 10 });
+    return ($frame && $frame->command eq 'RECEIPT' && $frame->headers->{'receipt-id'} eq $id) ? JSON::PP::true : JSON::PP::false;
 }
-$stomp->unsubscribe({ destination => '/queue/perl.q' });
 
-# A topic: the SUBSCRIBE is handled before the SEND that follows it on the same connection.
-$stomp->subscribe({ destination => '/topic/perl.t', ack => 'auto' });
-$stomp->send({ destination => '/topic/perl.t', body => 'to all' });
-push @{ $seen{topic} }, $stomp->receive_frame->body;
+sub message {
+    my ($stomp) = @_;
+    my $frame = $stomp->receive_frame({ timeout => 10 }) or die "no frame within 10 s\n";
+    return $frame;
+}
 
-# Nothing waits on the queue any more: the five were acknowledged.
-$seen{can_read_after} = $stomp->can_read({ timeout => 0.3 }) ? JSON::PP::true : JSON::PP::false;
-$stomp->disconnect;
+sub noted {
+    my ($frame) = @_;
+    return { command => $frame->command, body => $frame->body, n => $frame->headers->{n},
+             destination => $frame->headers->{destination}, colon => $frame->headers->{colon} };
+}
+
+my ($a, $connected) = open_connection();
+$seen{connected} = { version => $connected->headers->{version},
+                     session => defined $connected->headers->{session} ? JSON::PP::true : JSON::PP::false };
+
+# Five messages and a binary one to queues with no consumer yet, each with a receipt.
+for my $n (0 .. 4) {
+    push @{ $seen{receipts} }, $a->send_with_receipt({ destination => '/queue/interop.q', body => "m$n", n => $n,
+                                                       colon => 'a:b' }) ? JSON::PP::true : JSON::PP::false;
+}
+my $binary = "nul\0inside \xc3\xa9t\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac";  # UTF-8 bytes
+push @{ $seen{receipts} }, $a->send_with_receipt({ destination => '/queue/interop.bin', body => $binary,
+                                                   'content-length' => length($binary) }) ? JSON::PP::true : JSON::PP::false;
+
+# A consumer at client ack (cumulative in STOMP 1.0) and prefetch 1 takes three,
+# acknowledges two, and leaves.
+$a->subscribe({ destination => '/queue/interop.q', ack => 'client', 'activemq.prefetchSize' => 1 });
+for my $i (0 .. 2) {
+    my $frame = message($a);
+    push @{ $seen{first} }, noted($frame);
+    $a->ack({ frame => $frame }) if $i < 2;
+}
+push @{ $seen{disconnect_receipts} }, with_receipt($a, 'DISCONNECT', {}, 'bye-a');
+
+# A second connection gets the one left unacknowledged and the rest.
+my ($b) = open_connection();
+$b->subscribe({ destination => '/queue/interop.q', ack => 'client' });  # default prefetch: back to back
+for (1 .. 3) {
+    my $frame = message($b);
+    push @{ $seen{second} }, noted($frame);
+    $b->ack({ frame => $frame });
+}
+$b->subscribe({ destination => '/queue/interop.bin', ack => 'auto' });
+my $bin = message($b);
+$seen{binary} = { hex => unpack('H*', $bin->body), content_length => $bin->headers->{'content-length'} };
+
+# A topic with two subscribers, each subscribed (receipt) before the message is sent.
+my ($c) = open_connection();
+push @{ $seen{topic_receipts} }, with_receipt($b, 'SUBSCRIBE', { destination => '/topic/interop.t', ack => 'auto' }, 'sub-b');
+push @{ $seen{topic_receipts} }, with_receipt($c, 'SUBSCRIBE', { destination => '/topic/interop.t', ack => 'auto' }, 'sub-c');
+$c->send({ destination => '/topic/interop.t', body => 'to all' });
+$seen{topic} = [message($b)->body, message($c)->body];
+
+push @{ $seen{disconnect_receipts} }, with_receipt($b, 'DISCONNECT', {}, 'bye-b');
+push @{ $seen{disconnect_receipts} }, with_receipt($c, 'DISCONNECT', {}, 'bye-c');
 print encode_json(\%seen), "\n";
 exit 0;
