@@ -113,7 +113,8 @@ class Ours:
 
     def start(self, timeout: float = 20.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        argv = self.command() + ["serve", "--host", "127.0.0.1", "--port", str(self.port), "--websocket-port", "0",
+        argv = self.command() + ["serve", "--host", "127.0.0.1", "--port", str(self.port),
+                                 "--websocket-port", "0", "--console-port", "0",
                                  "--data-dir", str(self.data_dir), "--log-level", "warning"]
         if self.config:
             argv += ["--config", self.config]

@@ -177,7 +177,8 @@ def _measure_server(name: str, argv: list[str], port: int, args: argparse.Namesp
 
 def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, dict[str, float]]]:
     port = free_port()
-    argv = Ours.command() + ["serve", "--host", "127.0.0.1", "--port", str(port), "--websocket-port", "0",
+    argv = Ours.command() + ["serve", "--host", "127.0.0.1", "--port", str(port),
+                             "--websocket-port", "0", "--console-port", "0",
                              "--data-dir", str(tmp / "data"), "--log-level", "warning"]
     results = [("minibroker", _measure_server("minibroker", argv, port, args, tmp, fill=True))]
     if args.floor:

@@ -36,6 +36,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerSection",
     "TransportConfig",
+    "ConsoleConfig",
     "SystemUsageConfig",
     "StoreConfig",
     "PolicyEntry",
@@ -257,6 +258,14 @@ class TransportConfig:
 
 
 @dataclass(frozen=True)
+class ConsoleConfig:
+    """``[console]``: the web console and ``/metrics`` (ActiveMQ's web console port)."""
+
+    host: str = option("127.0.0.1", text, "address the console listens on (only this machine unless changed)")
+    port: int = option(8161, listener_port, "web console and Prometheus /metrics port; 0 = off")
+
+
+@dataclass(frozen=True)
 class SystemUsageConfig:
     """``[system_usage]``: ActiveMQ's ``<systemUsage>`` limits."""
 
@@ -361,6 +370,7 @@ class BrokerConfig:
 
     broker: BrokerSection = field(default_factory=BrokerSection)
     transport: TransportConfig = field(default_factory=TransportConfig)
+    console: ConsoleConfig = field(default_factory=ConsoleConfig)
     system_usage: SystemUsageConfig = field(default_factory=SystemUsageConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     destination_policy: tuple[PolicyEntry, ...] = ()
@@ -384,8 +394,9 @@ class BrokerConfig:
         """A copy that listens on free ports only: STOMP on any free port, the optional
         listeners off unless they ask for ``"any"`` port (tests and live labs run beside
         other brokers on one machine)."""
-        t = self.transport
-        return self.replace(transport={"port": 0, "websocket_port": t.websocket_port if t.websocket_port == ANY_PORT else 0})
+        t, c = self.transport, self.console
+        return self.replace(transport={"port": 0, "websocket_port": t.websocket_port if t.websocket_port == ANY_PORT else 0},
+                            console={"port": c.port if c.port == ANY_PORT else 0})
 
     def replace(self, **sections: Any) -> "BrokerConfig":
         """A copy with some options changed: ``replace(transport={"port": 0})``."""
@@ -401,6 +412,7 @@ _DEFAULT_POLICY = PolicyEntry()
 _SECTIONS: dict[str, type] = {
     "broker": BrokerSection,
     "transport": TransportConfig,
+    "console": ConsoleConfig,
     "system_usage": SystemUsageConfig,
     "store": StoreConfig,
 }

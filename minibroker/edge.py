@@ -47,11 +47,17 @@ class EdgeConnection(asyncio.Protocol):
         self.server = server
         self.sid = 0
         self.transport: asyncio.Transport | None = None
+        self.peer = ""
         self.lost = False
         #: The transport's buffered bytes as last reported to the core.
         self.reported_buffered = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.attach(transport)
+        self.open_session()
+
+    def attach(self, transport: asyncio.BaseTransport) -> None:
+        """Take the accepted socket: no delay, the write buffer's limits, the peer's name."""
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         sock = transport.get_extra_info("socket")
@@ -63,8 +69,11 @@ class EdgeConnection(asyncio.Protocol):
         half = self.server.broker.config.transport.write_buffer_limit // 2
         transport.set_write_buffer_limits(high=half, low=half // 4)
         peer = transport.get_extra_info("peername")
-        peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "")
-        self.sid = self.server.broker.open_session(peer_text, self.protocol)
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "")
+
+    def open_session(self) -> None:
+        """Start the core's session for this connection."""
+        self.sid = self.server.broker.open_session(self.peer, self.protocol)
         self.server.connections[self.sid] = self
         self.server.flush()
 
@@ -128,6 +137,8 @@ class EdgeConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if not self.sid:
+            return  # never had a session (a console page's plain HTTP request)
         self.server.connections.pop(self.sid, None)
         self.server.broker.connection_lost(self.sid)
         self.server.flush()

@@ -37,6 +37,7 @@ from .actions import Close, PauseReading, ResumeReading, Write, WriteFrames
 from .broker import Broker
 from .clock import SystemClock
 from .config import BrokerConfig
+from .console import ConsoleConnection
 from .edge import EdgeConnection, TcpConnection
 from .errors import ConfigError, StoreOpenError
 from .persistence import MessageStore
@@ -63,6 +64,8 @@ class BrokerServer:
         self._server: asyncio.AbstractServer | None = None
         #: The STOMP over WebSocket listener, if on.
         self._websocket_server: asyncio.AbstractServer | None = None
+        #: The web console's listener (its page, /metrics, the page's STOMP), if on.
+        self._console_server: asyncio.AbstractServer | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._flushing = False
@@ -80,19 +83,27 @@ class BrokerServer:
     @property
     def websocket_port(self) -> int | None:
         """The STOMP over WebSocket port actually bound, or None when that listener is off."""
-        if self._websocket_server is None or not self._websocket_server.sockets:
-            return None
-        return int(self._websocket_server.sockets[0].getsockname()[1])
+        return _bound_port(self._websocket_server)
 
-    async def start(self, host: str, port: int, websocket_port: int = 0) -> None:
-        """Listen on ``host:port`` and, unless ``websocket_port`` is 0, STOMP over
-        WebSocket on ``host:websocket_port`` (``ANY_PORT``: a free one)."""
+    @property
+    def console_port(self) -> int | None:
+        """The web console's port actually bound, or None when it is off."""
+        return _bound_port(self._console_server)
+
+    async def start(self, host: str, port: int, websocket_port: int = 0,
+                    console: tuple[str, int] | None = None) -> None:
+        """Listen on ``host:port``; unless ``websocket_port`` is 0, STOMP over
+        WebSocket on ``host:websocket_port`` (``ANY_PORT``: a free one); and the
+        web console on ``console`` (host, port) unless its port is 0."""
         loop = asyncio.get_running_loop()
         self._server = await _listen(lambda: TcpConnection(self), host, port)
         log.info("listening on %s:%d (STOMP 1.0, 1.1, 1.2)", host, self.port)
         if websocket_port:
             self._websocket_server = await _listen(lambda: WebSocketConnection(self), host, max(websocket_port, 0))
             log.info("listening on %s:%d (STOMP over WebSocket)", host, self.websocket_port)
+        if console is not None and console[1]:
+            self._console_server = await _listen(lambda: ConsoleConnection(self), console[0], max(console[1], 0))
+            log.info("web console on http://%s:%d/ (Prometheus metrics at /metrics)", console[0], self.console_port)
         self._arm_timer()
         if self.broker.store is not None and self.broker.config.store.fsync == "batch":
             self._batch_timer = loop.call_later(_BATCH_SYNC_SECONDS, self._batch_sync)
@@ -101,7 +112,7 @@ class BrokerServer:
 
     async def close(self) -> None:
         """Stop listening and close every connection."""
-        listeners = [srv for srv in (self._server, self._websocket_server) if srv is not None]
+        listeners = [srv for srv in (self._server, self._websocket_server, self._console_server) if srv is not None]
         for listener in listeners:
             listener.close()
         self.broker.shutdown()
@@ -203,6 +214,12 @@ class BrokerServer:
         self.flush()
 
 
+def _bound_port(listener: asyncio.AbstractServer | None) -> int | None:
+    if listener is None or not listener.sockets:
+        return None
+    return int(listener.sockets[0].getsockname()[1])
+
+
 async def _listen(factory: Any, host: str, port: int) -> asyncio.AbstractServer:
     """A listener on ``host:port``; a port in use is a clear error naming it."""
     try:
@@ -224,7 +241,8 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
     try:
         broker.recover()
         server = BrokerServer(broker)
-        await server.start(config.transport.host, config.transport.port, config.transport.websocket_port)
+        await server.start(config.transport.host, config.transport.port, config.transport.websocket_port,
+                           (config.console.host, config.console.port))
     except BaseException:
         broker.close()
         raise

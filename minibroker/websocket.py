@@ -94,16 +94,20 @@ class WebSocketConnection(EdgeConnection):
         stomp = []
         for event in ws.events_received():
             if isinstance(event, Request):
-                response = ws.accept(event)
-                ws.send_response(response)
-                if response.status_code != 101:
-                    log.info("connection %d: WebSocket upgrade refused (%d): %s", self.sid,
-                             response.status_code, ws.handshake_exc)
+                self.handle_request(event)
             elif event.opcode in _DATA_OPCODES:
                 stomp.append(event.data)
         self._send_pending()
         if stomp:
             self.deliver(b"".join(stomp))
+
+    def handle_request(self, request: Request) -> None:
+        """The HTTP request that opens the connection: upgrade it (or refuse, saying why)."""
+        response = self.ws.accept(request)
+        self.ws.send_response(response)
+        if response.status_code != 101:
+            log.info("connection %d: WebSocket upgrade refused (%d): %s", self.sid,
+                     response.status_code, self.ws.handshake_exc)
 
     def eof_received(self) -> bool | None:
         self.ws.receive_eof()

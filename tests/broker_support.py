@@ -42,8 +42,8 @@ class RunningBroker(LiveBroker):
 def start_broker_process(data_dir: Path, *extra: str) -> tuple[subprocess.Popen, int]:
     """``minibroker serve`` as a real process on an ephemeral port; returns it and the port."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--websocket-port", "0", "--data-dir", str(data_dir),
-         *extra],
+        [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--websocket-port", "0", "--console-port", "0",
+         "--data-dir", str(data_dir), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     assert proc.stdout is not None

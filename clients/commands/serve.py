@@ -22,6 +22,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--port", type=_port, help="STOMP port (overrides transport.port)")
     p.add_argument("--websocket-port", type=_listener_port,
                    help='STOMP over WebSocket port (overrides transport.websocket_port; 0 = off, "any" = a free one)')
+    p.add_argument("--console-port", type=_listener_port,
+                   help='web console and /metrics port (overrides console.port; 0 = off, "any" = a free one)')
     p.add_argument("--data-dir", metavar="DIR", help="data directory (overrides broker.data_dir)")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging threshold (default: info)")
     p.add_argument("--trace", metavar="FILE", help="write the JSON-lines trace to FILE (overrides broker.trace)")
@@ -58,12 +60,15 @@ def run(args: argparse.Namespace) -> int:
         transport["port"] = args.port
     if args.websocket_port is not None:
         transport["websocket_port"] = args.websocket_port
+    console: dict[str, Any] = {}
+    if args.console_port is not None:
+        console["port"] = args.console_port
     broker_section: dict[str, Any] = {}
     if args.data_dir is not None:
         broker_section["data_dir"] = args.data_dir
     if args.trace is not None:
         broker_section["trace"] = args.trace
-    config = config.replace(transport=transport, broker=broker_section)
+    config = config.replace(transport=transport, console=console, broker=broker_section)
     from minibroker.server import serve
 
     asyncio.run(serve(config))  # a port in use is a ConfigError naming it

@@ -1,0 +1,71 @@
+"""``/metrics`` on the console port: scraped over HTTP and parsed with prometheus_client's
+own parser; the figures are the broker's statistics at that moment."""
+from __future__ import annotations
+
+import queue
+import urllib.error
+import urllib.request
+
+import pytest
+import stomp
+from prometheus_client.parser import text_string_to_metric_families
+
+from minibroker.config import ANY_PORT
+
+WAIT = 10.0
+
+
+def scrape(broker) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:  # type: ignore[no-untyped-def]
+    url = f"http://127.0.0.1:{broker.server.console_port}/metrics"
+    with urllib.request.urlopen(url, timeout=WAIT) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=")
+        text = response.read().decode("utf-8")
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def test_metrics_scrape(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    broker = broker_factory(console={"port": ANY_PORT}, system_usage={"memory_limit": 1024 * 1024})
+    conn = stomp.Connection12([broker.address])
+    receipts: "queue.Queue[str]" = queue.Queue()
+    listener = stomp.ConnectionListener()
+    listener.on_receipt = lambda frame: receipts.put(frame.headers["receipt-id"])  # type: ignore[method-assign]
+    conn.set_listener("receipts", listener)
+    conn.connect(wait=True)
+    try:
+        for n in range(5):
+            conn.send("/queue/metrics.q", "x" * 1000, headers={"persistent": "true"})
+        conn.send("/topic/metrics.t", "to nobody", receipt="last")
+        assert receipts.get(timeout=WAIT) == "last"  # everything before it was handled
+        samples = scrape(broker)
+    finally:
+        conn.disconnect()
+
+    q = (("destination", "/queue/metrics.q"), ("kind", "queue"))
+    assert samples[("minibroker_destination_size", q)] == 5
+    assert samples[("minibroker_destination_enqueued_total", q)] == 5
+    assert samples[("minibroker_destination_consumers", q)] == 0
+    assert samples[("minibroker_destination_memory_usage_bytes", q)] > 5000
+    assert samples[("minibroker_memory_limit_bytes", ())] == 1024 * 1024
+    assert samples[("minibroker_memory_usage_bytes", ())] >= samples[("minibroker_destination_memory_usage_bytes", q)]
+    assert samples[("minibroker_connections", ())] == 1  # the STOMP client; a scrape is no connection
+    assert samples[("minibroker_blocked_producers", ())] == 0
+    assert samples[("minibroker_journal_files", ())] >= 1
+    assert samples[("minibroker_journal_used_bytes", ())] > 5000
+    assert samples[("minibroker_journal_bytes", ())] >= samples[("minibroker_journal_used_bytes", ())]
+    assert ("minibroker_destination_size", (("destination", "/topic/metrics.t"), ("kind", "topic"))) in samples
+
+
+def test_console_port_serves_the_page_and_refuses_the_rest(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    broker = broker_factory(console={"port": ANY_PORT})
+    base = f"http://127.0.0.1:{broker.server.console_port}"
+    with urllib.request.urlopen(base + "/", timeout=WAIT) as response:
+        assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+        assert b"<title>minibroker" in response.read()
+    for path in ("/nothing", "/static/../web.py", "/static/"):
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(base + path, timeout=WAIT)
+        assert missing.value.code == 404
