@@ -16,9 +16,11 @@ ERROR) or by its peer. After each connection ends:
   connection closed as the server would) or answered with an ERROR saying
   "internal error";
 - ``ERROR without message``: an ERROR frame with no ``message`` header;
-- ``invariant breaks``: the connection left something behind (``BREAKS``:
-  a session, subscription, consumer, client-id, blocked send or temporary
-  destination of the ended connection still in the broker);
+- ``invariant breaks``: the connection left something behind, as the core's
+  own checker of connection ends finds it (``minibroker.invariants``, run by
+  the virtual network after every close: no subscription, consumer,
+  transaction, flow-control wait, temporary destination or client-id left,
+  every unacknowledged message back on its queue);
 - a bystander client still sends and receives on the same broker (every
   100 connections).
 
@@ -38,13 +40,12 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from report import print_table, save
 
-from minibroker.broker import Broker
 from minibroker.codec import encode
 from minibroker.config import parse_config
 from minibroker.frames import Frame
@@ -54,55 +55,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from test_core_fuzz import chunk  # noqa: E402  (the fuzz tests' generator)
 
-Check = Callable[[Broker, int], list[str]]
 #: The bystander sends and receives after this many connections (and at each broker's end).
 BYSTANDER_EVERY = 100
-
-
-def left_behind(broker: Broker, sid: int) -> list[str]:
-    """What the ended connection ``sid`` left in ``broker`` (empty when its end was complete)."""
-    breaks = []
-    if sid in broker.sessions:
-        breaks.append("session still registered")
-    if any(sub.session.id == sid for sub in broker._subs_by_key.values()):
-        breaks.append("subscription still registered")
-    for dest in broker.destinations.values():
-        if any(sub.session.id == sid or not sub.session.is_open for sub in dest.subscriptions):
-            breaks.append(f"consumer of a closed connection on {dest.address}")
-        if dest.owner == sid:
-            breaks.append(f"temporary destination {dest.address} outlived its owner")
-    if any(session.id == sid for session in broker._blocked):
-        breaks.append("blocked send still parked")
-    if any(session.id == sid for session in broker.client_ids.values()):
-        breaks.append("client-id still taken")
-    return breaks
-
-
-def invariant_checks() -> list[Check]:
-    """The checks run after every connection: ``left_behind``, and the core's own
-    connection-end invariant when the broker has one (``minibroker.invariants``)."""
-    checks: list[Check] = [left_behind]
-    try:
-        from minibroker import invariants  # type: ignore[attr-defined]
-    except ImportError:
-        return checks
-    shared = getattr(invariants, "connection_end_breaks", None)
-    if shared is not None:
-        checks.append(shared)
-    return checks
 
 
 class Fuzzer:
     """Connections of generated frames against a series of broker cores."""
 
-    def __init__(self, per_broker: int, checks: list[Check]) -> None:
+    def __init__(self, per_broker: int) -> None:
         self.per_broker = per_broker
-        self.checks = checks
         self.counts: Counter[str] = Counter()
         self.examples: dict[str, list[str]] = {}
         self.net: VirtualNetwork | None = None
         self.data_dir: str | None = None
         self.bystander: Any = None
+        self.violations_seen = 0
 
     def _note(self, kind: str, example: str) -> None:
         self.counts[kind] += 1
@@ -123,7 +90,9 @@ class Fuzzer:
         if journal:
             self.data_dir = tempfile.mkdtemp(prefix="minibroker-fuzz-")
             doc["store"] = {"fsync": "never", "journal_max_file_length": "64 kb"}
-        self.net = VirtualNetwork(parse_config(doc), data_dir=self.data_dir, seed=self.counts["brokers"])
+        self.net = VirtualNetwork(parse_config(doc), data_dir=self.data_dir, seed=self.counts["brokers"],
+                                  check_teardown=True)
+        self.violations_seen = 0
         self.bystander = self.net.connected_client("bystander")
         self.bystander.subscribe("/queue/ok", "b", "client-individual")
 
@@ -134,6 +103,9 @@ class Fuzzer:
                 self.net.stop()
             except Exception:
                 self._note("internal errors", "stopping the broker: " + traceback.format_exc(limit=3))
+            self._note_violations("at the broker's shutdown")
+            assert self.net.teardown is not None
+            self.counts["connection ends checked"] += self.net.teardown.checked
         if self.data_dir is not None:
             shutil.rmtree(self.data_dir, ignore_errors=True)
         self.net, self.data_dir = None, None
@@ -188,10 +160,16 @@ class Fuzzer:
                 self._note("ERROR without message", repr(error))
             elif "internal error" in message:
                 self._note("internal errors", f"ERROR {message!r} after {chunks!r}")
-        for check in self.checks:
-            for broken in check(self.net.broker, sid):
-                self._note("invariant breaks", f"{broken} after {chunks!r}")
+        self._note_violations(f"after {chunks!r}")
         self.net.clients.pop(sid, None)
+
+    def _note_violations(self, context: str) -> None:
+        """Count what the checker found since the last look."""
+        assert self.net is not None and self.net.teardown is not None
+        violations = self.net.teardown.violations
+        for broken in violations[self.violations_seen:]:
+            self._note("invariant breaks", f"{broken} {context}")
+        self.violations_seen = len(violations)
 
     def finish(self) -> None:
         self._end_broker()
@@ -239,7 +217,7 @@ def run(frames: int, seed_value: int, per_broker: int, pool_size: int, mutated: 
     started = time.monotonic()
     pool = generate_pool(pool_size, seed_value)
     pool_seconds = time.monotonic() - started
-    fuzzer = Fuzzer(per_broker, invariant_checks())
+    fuzzer = Fuzzer(per_broker)
     rng = random.Random(seed_value)
     versions = ("1.0", "1.1", "1.2")
     while fuzzer.counts["frames"] < frames:
@@ -253,8 +231,7 @@ def run(frames: int, seed_value: int, per_broker: int, pool_size: int, mutated: 
         "internal_errors": c["internal errors"], "errors_without_message": c["ERROR without message"],
         "invariant_breaks": c["invariant breaks"], "bystander_hurt": c["bystander hurt"],
         "bystander_checks": c["bystander checks"],
-        "checks": [check.__qualname__ if check.__module__ == "__main__" else f"{check.__module__}.{check.__qualname__}"
-                   for check in fuzzer.checks],
+        "connection_ends_checked": c["connection ends checked"],
         "examples": fuzzer.examples, "seconds": round(seconds, 1),
         "frames_per_s": round(c["frames"] / seconds) if seconds else 0,
     }

@@ -8,8 +8,14 @@ queue at once, and SIGKILLs the broker at a random moment 0.3 to 1.5 s in.
 After the last round the broker starts once more and a consumer drains the
 queue. Counted over the whole run:
 
-- ``lost``: messages whose SEND got a RECEIPT but whose ACK was never
-  confirmed by the end (the final drain takes everything left);
+- ``lost``: messages whose SEND got a RECEIPT and that no consumer ever
+  received, or that one received but never sent an ACK for (its connection
+  had died) and that never came again (the final drain takes everything
+  left);
+- ``ACK unconfirmed``: messages received and ACKed, the ACK's RECEIPT lost in
+  the kill, and never delivered again: allowed (the broker applied the ACK
+  before it died; a SIGKILL's reset can drop a RECEIPT already sent), but
+  counted apart, since a client cannot tell it from a loss;
 - ``after ack``: deliveries of a message after its ACK got a RECEIPT;
 - ``duplicated``: a message delivered twice on one connection;
 - ``redelivered``: deliveries again after a kill of a message whose ACK was
@@ -55,6 +61,7 @@ class Ledger:
     attempted: int = 0
     receipted: set[int] = field(default_factory=set)
     confirmed: set[int] = field(default_factory=set)  # ACK receipted
+    acked: set[int] = field(default_factory=set)  # ACK written on an open connection
     deliveries: int = 0
     after_ack: list[int] = field(default_factory=list)
     duplicated: list[int] = field(default_factory=list)
@@ -118,6 +125,9 @@ async def consume(port: int, ledger: Ledger, prefetch: int, idle: float | None) 
         async with _connected(port, acks) as client:
 
             async def ack(message: object, n: int) -> None:
+                if client.is_closed:
+                    return  # never sent: the message must come again
+                ledger.acked.add(n)  # written at once by ack() below (no await before)
                 await client.ack(message, receipt=True, timeout=30)  # type: ignore[arg-type]
                 ledger.confirmed.add(n)
 
@@ -181,11 +191,15 @@ def run(rounds: int, backlog: int, seed: int, window: int, prefetch: int, workdi
         asyncio.run(consume(broker.port, ledger, 200, idle=5.0))
     finally:
         broker.stop()
-    lost = sorted(ledger.receipted - ledger.confirmed)
+    unconfirmed = ledger.receipted - ledger.confirmed
+    lost = sorted(unconfirmed - ledger.acked)
+    ack_unconfirmed = sorted(unconfirmed & ledger.acked)
     return {
         "rounds": rounds, "backlog": backlog, "seed": seed, "config": config or "embedded default",
         "sends": ledger.attempted, "receipted": len(ledger.receipted), "acks_confirmed": len(ledger.confirmed),
         "deliveries": ledger.deliveries, "lost": len(lost), "lost_examples": lost[:10],
+        "never_delivered": len(ledger.receipted - ledger.delivered_ever),
+        "ack_unconfirmed": len(ack_unconfirmed), "ack_unconfirmed_examples": ack_unconfirmed[:10],
         "delivered_after_ack": len(ledger.after_ack), "after_ack_examples": ledger.after_ack[:10],
         "duplicated": len(ledger.duplicated), "duplicated_examples": ledger.duplicated[:10],
         "redelivered_unconfirmed": ledger.redelivered, "unknown_bodies": len(ledger.unknown),
@@ -217,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
     print_table(
         ["backlog", "SIGKILLs", "sends receipted", "ACKs receipted", "lost", "delivered after ACK receipt",
-         "duplicated", "redelivered (ACK unconfirmed)", "s"],
+         "duplicated", "ACKed, RECEIPT lost, gone", "redelivered (ACK unconfirmed)", "s"],
         [[r["backlog"], r["rounds"], r["receipted"], r["acks_confirmed"], r["lost"], r["delivered_after_ack"],
-          r["duplicated"], r["redelivered_unconfirmed"], r["seconds"]] for r in runs])
+          r["duplicated"], r["ack_unconfirmed"], r["redelivered_unconfirmed"], r["seconds"]] for r in runs])
     save("sigkill", {"runs": runs}, a.json)
     bad = any(r["lost"] or r["delivered_after_ack"] or r["duplicated"] or r["unknown_bodies"] for r in runs)
     return 1 if bad else 0
