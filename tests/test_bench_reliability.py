@@ -50,27 +50,34 @@ def test_fuzz_runs_the_generator_s_frames_and_checks_every_connection(tmp_path: 
     assert doc["frames"] >= 300 and doc["connections"] > 0 and doc["brokers"] >= 2  # with and without a journal
     assert (doc["internal_errors"], doc["errors_without_message"], doc["invariant_breaks"], doc["bystander_hurt"]) \
         == (0, 0, 0, 0), doc["examples"]
-    assert doc["bystander_checks"] >= doc["brokers"] and "left_behind" in doc["checks"]
+    assert doc["bystander_checks"] >= doc["brokers"] and doc["connection_ends_checked"] >= doc["connections"]
 
 
-def test_fuzz_counts_a_connection_that_leaves_something_behind() -> None:
-    """The check itself: a closed connection's consumer left on its queue is a break."""
+def test_fuzz_counts_a_connection_end_that_leaves_something_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench counts what the core's checker of connection ends finds: here a
+    queue whose removal of a subscription raises (as a bug would)."""
     sys.path.insert(0, str(BENCH))
     import fuzz
 
-    from minibroker.sim import VirtualNetwork
+    from minibroker.codec import encode
+    from minibroker.frames import Frame
+    from minibroker.queue import Queue
 
-    net = VirtualNetwork()
-    done = net.connected_client("done")
-    done.subscribe("/queue/q", "s", "client-individual")
-    net.broker.connection_lost(done.sid)
-    assert fuzz.left_behind(net.broker, done.sid) == []
-    c = net.connected_client("c")
-    c.subscribe("/queue/q", "s", "client-individual")
-    session = net.broker.sessions.pop(c.sid)  # a connection end that forgot its subscription
-    session.is_open = False
-    assert fuzz.left_behind(net.broker, c.sid) == ["subscription still registered",
-                                                   "consumer of a closed connection on /queue/q"]
+    fuzzer = fuzz.Fuzzer(per_broker=10)
+    subscribe = encode(Frame("SUBSCRIBE", {"destination": "/queue/f", "id": "s", "ack": "client"}), "1.2")
+    fuzzer.connection("1.2", [subscribe])
+    assert fuzzer.counts["invariant breaks"] == 0
+
+    def broken(self: Queue, sub: object) -> None:
+        raise RuntimeError("a bug in the queue")
+
+    monkeypatch.setattr(Queue, "remove_subscription", broken)
+    fuzzer.connection("1.2", [subscribe])
+    found = fuzzer.examples["invariant breaks"]
+    assert fuzzer.counts["invariant breaks"] == len(found) > 0
+    assert "its close failed at removing subscription 's' on /queue/f" in found[0], found
+    monkeypatch.undo()
+    fuzzer.finish()
 
 
 @pytest.mark.slow
