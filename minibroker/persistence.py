@@ -456,16 +456,9 @@ class MessageStore:
         return sum(j.disk_usage() for j in self.journals())
 
     def written_bytes(self) -> int:
-        """Bytes the journals' files really take on disk (preallocated files are
-        sparse: a ring holds only what was written). Reads the files' block counts."""
-        total = 0
-        for directory in self.journal_directories():
-            try:
-                with os.scandir(directory) as entries:
-                    total += sum(e.stat().st_blocks * 512 for e in entries if e.is_file())
-            except FileNotFoundError:
-                continue
-        return total
+        """Bytes of records in the journals' files: what of ``disk_usage`` holds
+        something (a ring is reserved whole at its creation, written as it goes)."""
+        return sum(j.used_bytes() for j in self.journals())
 
     def ring_reservation(self) -> RingReservation | None:
         """How many rings the store holds and what each reserves (``None`` for

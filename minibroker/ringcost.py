@@ -2,12 +2,11 @@
 
 The ring layout (Qpid's legacystore) creates a destination's ``file_count``
 files of ``file_size`` bytes at once, and the store counts them at that size
-(as Qpid does: the journal is preallocated). The files are sparse, so the disk
-holds only what was written; but the store limit sees the reservation: 854
-queues of the default 8 x 1.5 MiB ring reserve 10 GiB, the default store limit,
-and then every persistent producer blocks while the disk holds a few
-megabytes. These words say so wherever the store's fullness is reported: the
-ERROR or log line of a blocked producer, ``stat``'s diagnosis.
+(as Qpid does: the journal is preallocated), however little was written in
+them: 854 queues of the default 8 x 1.5 MiB ring reserve 10 GiB, the default
+store limit, and then every persistent producer blocks while the rings hold a
+few megabytes of messages. These words say so wherever the store's fullness is
+reported: the ERROR or log line of a blocked producer, ``stat``'s diagnosis.
 """
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def broker_statistics(broker: "Broker") -> dict[str, Any]:
         "storeUsage": broker.store_usage.usage,
         "storeLimit": broker.store_usage.limit,
         "storePercentUsage": broker.store_usage.percent,
-        # storeUsage counts every journal file at its preallocated size; what the disk holds:
+        # storeUsage counts every journal file at its preallocated size; what was written in them:
         "storeWrittenBytes": broker.store.written_bytes() if broker.store is not None else 0,
         # ring layout: one ring per destination, each reserved whole (0 and 0 for the growing layout)
         "storeRings": rings.rings if rings is not None else 0,

@@ -505,6 +505,10 @@ class Journal:
         """Bytes the journal's files take on disk (each counted at its full, preallocated size)."""
         return sum(seg.capacity for seg in self._segments.values())
 
+    def used_bytes(self) -> int:
+        """Bytes of records in the journal's files: what of ``disk_usage`` was written."""
+        return sum(stats.used for fid, stats in self._index.files.items() if fid in self._segments)
+
     def files(self) -> list[FileInfo]:
         """One ``FileInfo`` per file, by file id (see ``FileInfo``)."""
         return self._index.file_infos(

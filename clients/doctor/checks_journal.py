@@ -112,9 +112,9 @@ def ring_reserves_store(setup: Setup) -> list[Finding]:
         f"({store.file_count} x {human_size(store.file_size)} = {human_size(each)} each)",
         (*_ring_values(setup), setup.show("system_usage.store_limit")),
         "The ring layout creates a destination's whole ring at its first persistent message and the store counts it "
-        "at its full size from then on, as Qpid preallocates its journal: the files are sparse, so the disk holds "
-        f"only what was written, but the store limit sees {human_size(each)} per destination. With {rings + 1} "
-        "destinations the store is full while the disk holds a few megabytes, and every persistent producer blocks "
+        "at its full size from then on, as Qpid preallocates its journal: however little is written in it, the "
+        f"store limit sees {human_size(each)} per destination. With {rings + 1} destinations the store is full "
+        "while the rings hold a few megabytes of messages, and every persistent producer blocks "
         "(stat's diagnosis and the producers' ERROR say so).",
         f"give the store limit room for every persistent destination you expect ({FEW_RINGS:,} need "
         f"{human_size(room)}), make the rings smaller, or use the growing journal",
