@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 
 from minibroker.invariants import TeardownChecker
+from minibroker.codec import encode
+from minibroker.frames import Frame
 from minibroker.sim import VirtualClient, VirtualNetwork
 
 
@@ -110,3 +112,57 @@ def test_the_checker_finds_a_ghost_consumer() -> None:
     net.broker._tear_down = lambda session: None  # type: ignore[method-assign]
     c.drop()
     assert any("/queue/q still lists subscriptions ['s']" in v for v in checker.violations), checker.violations
+
+
+_TOTAL = 60
+_BODY = b"." * 1500  # three messages fill a 4 kB receive buffer
+
+
+@pytest.mark.parametrize("leave", ["disconnect-alone", "pipelined", "disconnect-unread", "drop"])
+@pytest.mark.parametrize("acks", [1, 2, 25])
+def test_a_slow_1_0_client_ack_consumer_leaving_mid_stream_loses_nothing(leave: str, acks: int) -> None:
+    """The Net::Stomp story at the core, every way its last frames can meet the broker:
+    STOMP 1.0, client ack, prefetch 1, a 4 kB receive buffer; after ``acks`` ACKs it
+    subscribes to a topic with a receipt and leaves with the next MESSAGE unacknowledged.
+    The ACK, the SUBSCRIBE and the DISCONNECT come one by one, or in one write; or the
+    DISCONNECT comes while the MESSAGE and the RECEIPT still wait unread; or the socket
+    just drops. An auto consumer at prefetch 500 then drains: each message is acknowledged
+    or drained, once, and the queue's statistics agree."""
+    net, checker = _checked_network()
+    producer = net.connected_client("producer")
+    for i in range(_TOTAL):
+        producer.send("/queue/story", b"m%d" % i + _BODY, persistent="true")
+    c = net.client("perl", recv_buffer=4096, auto_read=False)
+    c.connect("1.0")
+    c.read()
+    c.version = "1.0"  # read only now (auto_read is off): frames it sends are 1.0 from here on
+    c.send_frame("SUBSCRIBE", {"destination": "/queue/story", "ack": "client", "activemq.prefetchSize": "1"})
+    acked = []
+    for _ in range(acks):
+        c.read()
+        message = c.messages()[-1]
+        acked.append(message.body)
+        ack = {"message-id": message.headers["message-id"]}
+        if len(acked) < acks or leave in ("disconnect-alone", "disconnect-unread", "drop"):
+            c.send_frame("ACK", ack)
+    subscribe = {"destination": "/topic/story", "receipt": "sub"}
+    if leave == "pipelined":  # the last ACK, the SUBSCRIBE and the DISCONNECT in one write
+        c.send_raw(b"".join(encode(Frame(cmd, h), "1.0") for cmd, h in
+                            [("ACK", ack), ("SUBSCRIBE", subscribe), ("DISCONNECT", {})]))
+    else:
+        c.send_frame("SUBSCRIBE", subscribe)
+        if leave != "disconnect-unread":
+            c.read()
+            assert c.frames()[-1].command == "RECEIPT" and c.frames()[-2].command == "MESSAGE"  # one came meanwhile
+        if leave == "drop":
+            c.drop()
+        else:
+            c.disconnect()
+    assert c.closed
+    drain = net.connected_client("drain")
+    drain.subscribe("/queue/story", "d", "auto", **{"activemq.prefetchSize": "500"})
+    drained = drain.bodies()
+    assert sorted(acked + drained) == sorted(b"m%d" % i + _BODY for i in range(_TOTAL))
+    queue = net.broker.destinations["/queue/story"]
+    assert (queue.dequeued, queue.size()) == (_TOTAL, 0)
+    assert checker.violations == []
