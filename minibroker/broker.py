@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The edge (``server.py``, or the virtual network in ``sim.py``) feeds events:
 
-- ``open_session(peer)``: a connection arrived; returns its session id;
+- ``open_session(peer, protocol)``: a connection arrived; returns its session id;
 - ``receive_data(sid, data)``: bytes from that connection;
 - ``set_writable(sid, flag)``: the socket's send buffer crossed its high or
   low water mark;
@@ -43,6 +43,7 @@ from .frames import Frame
 from .handlers import FrameHandlers
 from .hooks import DestinationHooks
 from .persistence import MessageStore
+from .rates import SAMPLE_PERIOD, RateMeter
 from .registry import DestinationRegistry
 from .security import Security
 from .session import Session, State, negotiate_heart_beat, negotiate_version, parse_heart_beat
@@ -113,6 +114,9 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         self.timers = Timers()
         if self.trace.enabled:
             self.timers.call_at(clock.now() + _CONNECTION_SAMPLE_SECONDS, self._sample_connections)
+        #: Enqueue and dequeue rates per destination (statistics), sampled every second.
+        self.rates = RateMeter()
+        self.timers.call_at(clock.now() + SAMPLE_PERIOD, self._sample_rates)
         #: A token for this broker run, in message ids and temporary names.
         self.boot = "%06x" % self.rng.getrandbits(24)
         self._id_prefix = f"ID:{self.name}-{self.boot}-"
@@ -230,6 +234,12 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
                            idle_read=round(now - session.last_read, 6),
                            idle_write=round(now - session.last_write_progress, 6))
         self.timers.call_at(now + _CONNECTION_SAMPLE_SECONDS, self._sample_connections)
+
+    def _sample_rates(self) -> None:
+        """Every second: the counters the statistics' rates come from (``rates.py``)."""
+        now = self.clock.now()
+        self.rates.sample(now, [(d.address, d.enqueued, d.dequeued) for d in self.destinations.values()])
+        self.timers.call_at(now + SAMPLE_PERIOD, self._sample_rates)
 
     def report_buffered(self, sid: int, buffered: int) -> None:
         """The edge holds ``buffered`` bytes for ``sid``'s socket (for statistics)."""

@@ -7,13 +7,15 @@ A client sends any message to one of these queues with a ``reply-to`` header:
   matching destination (``>`` for all);
 - ``/queue/ActiveMQ.Statistics.Subscription``: one reply per subscription;
 - ``/queue/ActiveMQ.Statistics.Connection``: one reply per connection (not in
-  ActiveMQ; the outbound-buffer figures of seed 003).
+  ActiveMQ; the outbound buffer of a consumer that stopped reading).
 
 Each reply is a MESSAGE whose body is a JSON object (``content-type:
 application/json``) with ActiveMQ's key names (``memoryPercentUsage``,
 ``enqueueCount`` ...), plus ``statistics-index`` and ``statistics-total``
 headers so a client knows when it has them all. Any STOMP client can read
-them; ``minibroker stat`` prints them as tables.
+them; ``minibroker stat`` prints them as tables. Every key is listed in
+docs/admin.md. Times come from the broker's clock (``timestamp``, and the
+rates of ``rates.py``), never from the wall clock directly.
 """
 from __future__ import annotations
 
@@ -39,8 +41,13 @@ def is_statistics_address(address: str) -> bool:
 def broker_statistics(broker: "Broker") -> dict[str, Any]:
     dests = list(broker.destinations.values())
     rings = broker.store.ring_reservation() if broker.store is not None else None
+    now = broker.clock.now()
+    rates = [_rates(broker, d, now) for d in dests]
+    inflight = sum(_inflight(d) for d in dests)
+    size = sum(d.size() for d in dests)
     return {
         "brokerName": broker.name,
+        "timestamp": broker.clock.wall_ms(),
         "memoryUsage": broker.memory.usage,
         "memoryLimit": broker.memory.limit,
         "memoryPercentUsage": broker.memory.percent,
@@ -62,7 +69,11 @@ def broker_statistics(broker: "Broker") -> dict[str, Any]:
         # ... and how much of it is not in memory but in scratch files (KahaDB's index beyond its cache).
         "indexSpilledBytes": (broker.store.index_spilled_bytes() if broker.store is not None else 0)
         + broker.index_spilled_bytes(),
-        "size": sum(d.size() for d in dests),
+        "size": size,
+        "readyCount": size - inflight,
+        "inflightCount": inflight,
+        "enqueueRate": round(sum(r[0] for r in rates), 3),
+        "dequeueRate": round(sum(r[1] for r in rates), 3),
         "enqueueCount": sum(d.enqueued for d in dests),
         "dequeueCount": sum(d.dequeued for d in dests),
         "dispatchCount": sum(d.dispatched for d in dests),
@@ -75,11 +86,46 @@ def broker_statistics(broker: "Broker") -> dict[str, Any]:
     }
 
 
-def destination_statistics(dest: "Destination") -> dict[str, Any]:
+def _inflight(dest: "Destination") -> int:
+    """Messages of ``dest`` delivered and not yet acknowledged."""
+    return sum(len(s.dispatched) for s in dest.subscriptions)
+
+
+def _rates(broker: "Broker", dest: "Destination", now: float) -> tuple[float, float]:
+    return broker.rates.rates(dest.address, now, dest.enqueued, dest.dequeued)
+
+
+def consumer_statistics(sub: "Subscription") -> dict[str, Any]:
+    """One consumer of a destination, as its ``consumers`` list shows it."""
+    session = sub.session
+    return {
+        "connection": session.id,
+        "subscription": sub.id,
+        "clientId": session.client_id,
+        "user": session.principal.name,
+        "ack": sub.ack_mode,
+        "prefetchSize": sub.prefetch,
+        "outstanding": len(sub.dispatched),
+        "pending": len(sub.pending),
+        "slowConsumer": sub.slow,
+        "selector": sub.selector.text if sub.selector is not None else None,
+    }
+
+
+def destination_statistics(broker: "Broker", dest: "Destination") -> dict[str, Any]:
+    size = dest.size()
+    inflight = _inflight(dest)
+    enqueue_rate, dequeue_rate = _rates(broker, dest, broker.clock.now())
     stats = {
         "destinationName": dest.address,
         "kind": dest.kind,
-        "size": dest.size(),
+        "timestamp": broker.clock.wall_ms(),
+        "size": size,
+        "readyCount": size - inflight,
+        "inflightCount": inflight,
+        "enqueueRate": enqueue_rate,
+        "dequeueRate": dequeue_rate,
+        "consumers": [consumer_statistics(s) for s in dest.subscriptions],
         "enqueueCount": dest.enqueued,
         "dequeueCount": dest.dequeued,
         "dispatchCount": dest.dispatched,
@@ -112,14 +158,21 @@ def subscription_statistics(sub: "Subscription") -> dict[str, Any]:
     }
 
 
-def connection_statistics(session: "Session", now: float) -> dict[str, Any]:
+def connection_statistics(session: "Session", now: float, wall_ms: int) -> dict[str, Any]:
     return {
         "connection": session.id,
+        "timestamp": wall_ms,
         "remoteAddress": session.peer,
-        "protocol": session.protocol,
+        "user": session.principal.name,
         "clientId": session.client_id,
         "version": session.version,
+        "protocol": session.protocol,
         "subscriptions": len(session.subscriptions),
+        "subscriptionList": [
+            {"subscription": sub.id, "destinationName": sub.destination.address, "ack": sub.ack_mode,
+             "prefetchSize": sub.prefetch, "outstanding": len(sub.dispatched)}
+            for sub in session.subscriptions.values()
+        ],
         "unacknowledged": sum(len(s.dispatched) for s in session.subscriptions.values()),
         "outboundQueuedBytes": session.out_bytes + session.transport_buffered,
         "transportPaused": session.transport_paused,
@@ -140,11 +193,11 @@ def statistics_replies(broker: "Broker", address: str) -> list[dict[str, Any]] |
     if what == "Subscription":
         return [subscription_statistics(s) for d in _sorted(broker) for s in d.subscriptions]
     if what == "Connection":
-        now = broker.clock.now()
-        return [connection_statistics(s, now) for s in sorted(broker.sessions.values(), key=lambda s: s.id)]
+        now, wall_ms = broker.clock.now(), broker.clock.wall_ms()
+        return [connection_statistics(s, now, wall_ms) for s in sorted(broker.sessions.values(), key=lambda s: s.id)]
     if what.startswith("Destination."):
         pattern = what[len("Destination.") :]
-        return [destination_statistics(d) for d in _sorted(broker) if wildcards.matches(pattern, d.name)]
+        return [destination_statistics(broker, d) for d in _sorted(broker) if wildcards.matches(pattern, d.name)]
     return None
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from clients.cli import main as cli
 from test_stomp_py import connect, close
@@ -36,16 +37,25 @@ def test_a_statistics_request_without_reply_to_is_an_error(broker) -> None:
 
 
 def test_stat_command_prints_the_tables(broker, capsys) -> None:
-    conn, _ = connect(broker)
+    conn, listener = connect(broker)
     try:
         for i in range(2):
             conn.send("/queue/orders", "x", headers={"receipt": f"r{i}"})
         conn.subscribe("/topic/news", id="n")
+        conn.subscribe("/queue/orders", id="o", ack="client", headers={"activemq.prefetchSize": "1"})
+        listener.take(1)  # one delivered, not acknowledged
         assert cli(["stat", "--port", str(broker.port), "--connections", "--subscriptions"]) == 0
         out = capsys.readouterr().out
-        assert "broker localhost: memory 0%" in out and " bytes in memory (in no usage), 0 on disk" in out
-        row = next(line for line in out.splitlines() if line.startswith("/queue/orders"))
-        assert row.split() == ["/queue/orders", "2", "2", "0", "0", "2", "0", "0", "0"]
+        first = out.splitlines()[0]
+        assert re.match(r"broker localhost at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC: memory 0% "
+                        r"\(\d+(\.\d)? KiB of 64 MiB\)", first), first
+        assert "in memory (in no usage), 0 bytes on disk" in first
+        header = next(line for line in out.splitlines() if line.startswith("destination ")).split()
+        row = dict(zip(header, next(line for line in out.splitlines() if line.startswith("/queue/orders")).split()))
+        assert (row["size"], row["ready"], row["unacked"], row["enqueued"], row["consumers"]) == ("2", "1", "1", "2", "1")
+        assert re.fullmatch(r"\d+\.\d", row["in/s"]) and re.fullmatch(r"\d+(\.\d)?(bytes|KiB)", row["memory"])
+        mine = next(line for line in out.splitlines() if line.split()[:1] and "anonymous" in line.split())
+        assert "tcp" in mine.split()
         assert "/topic/news" in out and "minibroker-stat" not in out.split("connection")[0]
         assert cli(["stat", "--port", str(broker.port), "--json"]) == 0
         data = json.loads(capsys.readouterr().out)
@@ -89,3 +99,25 @@ def test_stat_watch_refreshes_until_interrupted(broker) -> None:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=10)
     assert "Traceback" not in err
+
+
+def test_the_real_server_samples_rates_on_its_clock(broker) -> None:
+    """Rates need the broker's clock to move: a queue that keeps receiving shows
+    a positive enqueue rate once a sample has been taken between its sends."""
+    import time
+
+    conn, listener = connect(broker)
+    try:
+        conn.subscribe("/temp-queue/replies", id="r")
+        deadline = time.monotonic() + 15
+        rate, sent = 0.0, 0
+        while rate == 0.0 and time.monotonic() < deadline:
+            conn.send("/queue/rated", "x", headers={"receipt": f"s{sent}"})
+            sent += 1
+            conn.send("/queue/ActiveMQ.Statistics.Destination.rated", "", headers={"reply-to": "/temp-queue/replies"})
+            data = json.loads(listener.take(1)[0].body)
+            rate = data["enqueueRate"]
+            assert data["timestamp"] > 1_600_000_000_000 and data["readyCount"] == sent
+        assert rate > 0
+    finally:
+        close(conn)

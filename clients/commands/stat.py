@@ -1,12 +1,15 @@
 """``minibroker stat``: live statistics from a running broker.
 
 Asks the broker's statistics destinations (``ActiveMQ.Statistics.*``, as
-ActiveMQ's statisticsBrokerPlugin) over STOMP and prints tables: the broker's
-memory, store and temp percent; per destination its size, counters, consumers,
-messages cached and store-only and memory percent of its own limit (ActiveMQ's
-MemoryPercentUsage, qpid-stat's queue table); with ``--connections`` each
-connection's outbound buffer and unacknowledged messages; and any diagnosis
-the broker makes (seed 000's starving consumers). ``--watch`` refreshes.
+ActiveMQ's statisticsBrokerPlugin) over STOMP and prints tables, sizes in
+binary units and stamped with the broker's time: the broker's memory, store
+and temp percent; per destination its size split into ready (waiting) and
+unacked (delivered, not acknowledged), counters, enqueue and dequeue rates
+(per second over the last five seconds), consumers, messages cached and
+store-only and memory of its own limit (ActiveMQ's MemoryPercentUsage,
+qpid-stat's queue table); with ``--connections`` each connection's user,
+protocol, outbound buffer and unacknowledged messages; and any diagnosis the
+broker makes (consumers starving behind a blocked cursor ...). ``--watch`` refreshes.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import argparse
 import asyncio
 import json
 import sys
+from datetime import datetime, timezone
 from typing import Any
 
 from minibroker.ringcost import size_text
@@ -88,29 +92,55 @@ def _store_detail(b: dict[str, Any]) -> str:
     return f" ({reserved} reserved, {written} written)"
 
 
+def _when(stats: dict[str, Any]) -> str:
+    """The broker's ``timestamp`` (ms since the epoch) as UTC."""
+    ms = stats.get("timestamp")
+    if ms is None:
+        return ""
+    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return f" at {moment.strftime('%Y-%m-%d %H:%M:%S')}.{ms % 1000:03d} UTC"
+
+
+def _of(used: int, limit: int) -> str:
+    return f" ({size_text(used)} of {size_text(limit)})"
+
+
+def _rate(value: float) -> str:
+    return f"{value:.1f}"
+
+
 def format_tables(stats: dict[str, Any]) -> str:
     """The human-readable report for ``stats``."""
     b = stats["broker"]
     out = [
-        f"broker {b['brokerName']}: memory {b['memoryPercentUsage']}% ({b['memoryUsage']}/{b['memoryLimit']} bytes), "
-        f"store {b['storePercentUsage']}%{_store_detail(b)}, temp {b['tempPercentUsage']}%, "
-        f"index {b.get('indexBytes', 0)} bytes in memory (in no usage), {b.get('indexSpilledBytes', 0)} on disk; "
-        f"{b['connectionCount']} connections, {b['destinationCount']} destinations, "
-        f"{b['blockedProducers']} blocked sends",
+        f"broker {b['brokerName']}{_when(b)}: memory {b['memoryPercentUsage']}%"
+        f"{_of(b['memoryUsage'], b['memoryLimit'])}, "
+        f"store {b['storePercentUsage']}%{_store_detail(b) or _of(b['storeUsage'], b['storeLimit'])}, "
+        f"temp {b['tempPercentUsage']}%{_of(b['tempUsage'], b['tempLimit'])}, "
+        f"index {size_text(b.get('indexBytes', 0))} in memory (in no usage), "
+        f"{size_text(b.get('indexSpilledBytes', 0))} on disk",
+        f"  {b['connectionCount']} connections, {b['destinationCount']} destinations, "
+        f"{b['blockedProducers']} blocked sends; messages {b['size']} ({b.get('readyCount', 0)} ready, "
+        f"{b.get('inflightCount', 0)} unacked), in {_rate(b.get('enqueueRate', 0))}/s, "
+        f"out {_rate(b.get('dequeueRate', 0))}/s",
         "",
     ]
-    header = ["destination", "size", "enqueued", "dequeued", "consumers", "cached", "store-only", "mem%", "discarded"]
-    rows = [[d["destinationName"], d["size"], d["enqueueCount"], d["dequeueCount"], d["consumerCount"],
-             d["cachedCount"], d["storeOnlyCount"], d["memoryPercentUsage"], d.get("discardedCount", 0)]
+    header = ["destination", "size", "ready", "unacked", "enqueued", "dequeued", "in/s", "out/s", "consumers",
+              "cached", "store-only", "mem%", "memory", "discarded"]
+    rows = [[d["destinationName"], d["size"], d.get("readyCount", d["size"]), d.get("inflightCount", 0),
+             d["enqueueCount"], d["dequeueCount"], _rate(d.get("enqueueRate", 0)), _rate(d.get("dequeueRate", 0)),
+             d["consumerCount"], d["cachedCount"], d["storeOnlyCount"], d["memoryPercentUsage"],
+             size_text(d["memoryUsage"]).replace(" ", ""), d.get("discardedCount", 0)]
             for d in stats["destinations"]
             if not d["destinationName"].endswith(".minibroker-stat")]  # our own reply queue
     out.append(_table(rows, header) if rows else "(no destinations)")
     if "connections" in stats:
-        header = ["connection", "peer", "client-id", "subs", "unacked", "out-bytes", "blocked", "not-read",
-                  "idle-read-s", "idle-write-s"]
-        rows = [[c["connection"], c["remoteAddress"], c["clientId"] or "-", c["subscriptions"], c["unacknowledged"],
-                 c["outboundQueuedBytes"], c["blockedSends"], "yes" if c["readingPaused"] else "",
-                 c["secondsSinceLastRead"], c["secondsSinceLastWrite"]]
+        header = ["connection", "peer", "user", "client-id", "protocol", "subs", "unacked", "out-bytes", "blocked",
+                  "not-read", "idle-read-s", "idle-write-s"]
+        rows = [[c["connection"], c["remoteAddress"], c.get("user", "-"), c["clientId"] or "-",
+                 c.get("protocol", "tcp"), c["subscriptions"], c["unacknowledged"],
+                 size_text(c["outboundQueuedBytes"]).replace(" ", ""), c["blockedSends"],
+                 "yes" if c["readingPaused"] else "", c["secondsSinceLastRead"], c["secondsSinceLastWrite"]]
                 for c in stats["connections"]]
         out += ["", _table(rows, header) if rows else "(no connections)"]
     if "subscriptions" in stats:

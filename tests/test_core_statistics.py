@@ -1,0 +1,121 @@
+"""The statistics destinations in the core, on the virtual clock: rates, the
+ready/unacked split, timestamps, consumer lists and connection details."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from minibroker.config import parse_config
+from minibroker.rates import RateMeter
+from minibroker.security import hash_password
+from minibroker.sim import VirtualClient, VirtualNetwork
+
+
+def statistics(client: VirtualClient, what: str) -> list[dict[str, Any]]:
+    """Ask ``ActiveMQ.Statistics.<what>``; the JSON replies."""
+    if not client.frames("RECEIPT") or client.frames("RECEIPT")[0].headers["receipt-id"] != "stats-sub":
+        client.subscribe("/temp-queue/stats", "stats", receipt="stats-sub")
+    before = len(client.messages())
+    client.send(f"/queue/ActiveMQ.Statistics.{what}", "", **{"reply-to": "/temp-queue/stats"})
+    replies = client.messages()[before:]
+    assert replies and len(replies) == int(replies[0].headers["statistics-total"] or 1)
+    return [json.loads(r.body) for r in replies]
+
+
+def destination(client: VirtualClient, address: str) -> dict[str, Any]:
+    [found] = [d for d in statistics(client, "Destination.>") if d["destinationName"] == address]
+    return found
+
+
+class TestRates:
+    def test_rates_are_messages_per_second_over_the_last_seconds_of_the_broker_clock(self) -> None:
+        net = VirtualNetwork()
+        producer = net.connected_client()
+        consumer = net.connected_client()
+        consumer.subscribe("/queue/flow", "s", "client-individual", **{"activemq.prefetchSize": "1000"})
+        net.every(0.1, lambda: producer.send("/queue/flow", "x"), until=20)  # 10 a second in
+        net.every(0.5, lambda: [consumer.ack(m) for m in consumer.messages()] and consumer.clear(), until=20)
+        net.advance(10.05)
+        watcher = net.connected_client()
+        stats = destination(watcher, "/queue/flow")
+        # 50 in and out since the oldest sample kept (at 5 s), over 5.05 s
+        assert stats["enqueueRate"] == stats["dequeueRate"] == round(50 / 5.05, 3)
+        assert stats["timestamp"] == net.clock.wall_ms()
+        broker = statistics(watcher, "Broker")[0]
+        assert broker["enqueueRate"] >= stats["enqueueRate"] and broker["timestamp"] == net.clock.wall_ms()
+        net.advance(20)  # the producer stopped at 20 s: nothing in, nothing out
+        stats = destination(watcher, "/queue/flow")
+        assert stats["enqueueRate"] == 0.0 and stats["dequeueRate"] == 0.0 and stats["size"] == 0
+
+    def test_a_new_destination_has_no_rate_until_sampled(self) -> None:
+        net = VirtualNetwork()
+        c = net.connected_client()
+        for _ in range(5):
+            c.send("/queue/new", "x")
+        assert destination(c, "/queue/new")["enqueueRate"] == 0.0
+        net.advance(1.0)
+        for _ in range(5):
+            c.send("/queue/new", "x")
+        net.advance(1.0)
+        assert destination(c, "/queue/new")["enqueueRate"] == 5.0  # 5 more in the second since the first sample
+
+    def test_the_meter_reads_a_counter_that_started_again_as_zero(self) -> None:
+        meter = RateMeter(window=5)
+        meter.sample(0.0, [("/queue/q", 100, 50)])
+        assert meter.rates("/queue/q", 2.0, 110, 60) == (5.0, 5.0)
+        assert meter.rates("/queue/q", 2.0, 3, 1) == (0.0, 0.0)  # deleted and made again
+        meter.sample(1.0, [])
+        assert meter.rates("/queue/q", 2.0, 3, 1) == (0.0, 0.0)  # forgotten once gone
+
+
+class TestSplitAndConsumers:
+    def test_ready_and_unacked_and_the_consumer_list(self) -> None:
+        net = VirtualNetwork()
+        producer = net.connected_client()
+        for i in range(5):
+            producer.send("/queue/work", f"m{i}", colour="red")
+        worker = net.client("worker")
+        worker.connect(client_id="w1")
+        worker.subscribe("/queue/work", "s1", "client-individual", selector="colour = 'red'",
+                         **{"activemq.prefetchSize": "2"})
+        stats = destination(producer, "/queue/work")
+        assert (stats["size"], stats["readyCount"], stats["inflightCount"]) == (5, 3, 2)
+        assert stats["consumers"] == [{
+            "connection": worker.sid, "subscription": "s1", "clientId": "w1", "user": "anonymous",
+            "ack": "client-individual", "prefetchSize": 2, "outstanding": 2, "pending": 0, "slowConsumer": False,
+            "selector": "colour = 'red'",
+        }]
+        broker = statistics(producer, "Broker")[0]
+        assert (broker["readyCount"], broker["inflightCount"]) == (3, 2)
+
+    def test_a_topic_subscriptions_backlog_is_its_pending(self) -> None:
+        net = VirtualNetwork()
+        sub = net.connected_client()
+        sub.subscribe("/topic/news", "n", "client", **{"activemq.prefetchSize": "1"})
+        p = net.connected_client()
+        for _ in range(3):
+            p.send("/topic/news", "x")
+        stats = destination(p, "/topic/news")
+        assert (stats["readyCount"], stats["inflightCount"]) == (2, 1)
+        assert [(c["outstanding"], c["pending"]) for c in stats["consumers"]] == [(1, 2)]
+
+
+class TestConnections:
+    def test_a_connection_shows_its_user_protocol_and_subscriptions(self) -> None:
+        net = VirtualNetwork(parse_config({
+            "users": [{"name": "alice", "password_hash": hash_password("w", iterations=1000), "groups": ["a"]}]}))
+        alice = net.client("10.0.0.7:4242")
+        alice.connect(login="alice", passcode="w", client_id="app")
+        alice.subscribe("/queue/in", "one", "client", **{"activemq.prefetchSize": "7"})
+        mine = [c for c in statistics(alice, "Connection") if c["connection"] == alice.sid][0]
+        assert mine["user"] == "alice" and mine["clientId"] == "app" and mine["protocol"] == "tcp"
+        assert mine["remoteAddress"] == "10.0.0.7:4242" and mine["timestamp"] == net.clock.wall_ms()
+        assert mine["subscriptionList"][0] == {"subscription": "one", "destinationName": "/queue/in", "ack": "client",
+                                               "prefetchSize": 7, "outstanding": 0}
+        assert mine["subscriptions"] == 2  # and the reply queue's
+        assert "outboundQueuedBytes" in mine
+
+    def test_the_edge_names_the_protocol(self) -> None:
+        net = VirtualNetwork()
+        sid = net.broker.open_session("browser", protocol="websocket")
+        assert net.broker.sessions[sid].protocol == "websocket"
