@@ -1,4 +1,5 @@
-"""Operations over STOMP: purge, delete, close, browse and move (docs/admin.md).
+"""Operations over STOMP: purge, delete, close, browse and move (docs/admin.md),
+and whoami (which of them the asking connection may use).
 
 A client sends a message to ``/queue/ActiveMQ.Admin.<Operation>`` with
 headers naming what to act on (``target``, ``to``, ``connection``,
@@ -64,9 +65,10 @@ def perform(broker: "Broker", session: "Session", address: str, headers: Mapping
     if operation is None:
         raise ProtocolError(f"unknown admin operation {address}: use ActiveMQ.Admin.{', ActiveMQ.Admin.'.join(_OPERATIONS)}")
     verb = name.lower()
-    broker.security.check_admin(session.principal, verb, "queue", address[len("/queue/"):])
-    if name == "Browse" and not headers.get("reply-to"):
-        raise ProtocolError(f"a browse request to {address} needs a reply-to header (where the messages go)")
+    if name != "Whoami":  # the one any user may ask: what may I do?
+        broker.security.check_admin(session.principal, verb, "queue", address[len("/queue/"):])
+    if name in ("Browse", "Whoami") and not headers.get("reply-to"):
+        raise ProtocolError(f"a {verb} request to {address} needs a reply-to header (where the answer goes)")
     return operation(broker, session, headers)
 
 
@@ -89,6 +91,23 @@ def _queue(broker: "Broker", session: "Session", headers: Mapping[str, str], hea
     if not isinstance(found, Queue):
         raise ProtocolError(f"cannot {verb} {found.address}: {verb} needs a queue (a topic keeps no messages of its own)")
     return found
+
+
+# ---------------------------------------------------------------- whoami
+def _whoami(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+    """Who the connection is and which operations it may send (a console shows only those)."""
+    principal = session.principal
+    allowed = []
+    for name in _OPERATIONS:
+        if name == "Whoami":
+            continue
+        try:
+            broker.security.check_admin(principal, name.lower(), "queue", f"ActiveMQ.Admin.{name}")
+        except ProtocolError:
+            continue
+        allowed.append(name)
+    return AdminResult({"operation": "whoami", "connection": session.id, "user": principal.name,
+                        "groups": sorted(principal.groups), "operations": allowed})
 
 
 # ---------------------------------------------------------------- purge, delete
@@ -336,4 +355,5 @@ _OPERATIONS: dict[str, Callable[["Broker", "Session", Mapping[str, str]], AdminR
     "Close": _close_connection,
     "Browse": _browse,
     "Move": _move,
+    "Whoami": _whoami,
 }

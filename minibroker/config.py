@@ -353,7 +353,7 @@ class AuthorizationEntry:
     topic: str | None = option(None, destination_pattern, "topics this entry covers (ActiveMQ wildcard)")
     read: tuple[str, ...] = option((), string_list, "groups (or users) that may subscribe and browse")
     write: tuple[str, ...] = option((), string_list, "groups (or users) that may send")
-    admin: tuple[str, ...] = option((), string_list, "groups (or users) that may create the destination")
+    admin: tuple[str, ...] = option((), string_list, "groups (or users) that may create the destination and run admin operations on it")
 
     @property
     def pattern(self) -> str:

@@ -8,7 +8,8 @@
   which part was wrong: ActiveMQ's "User name [x] or password is invalid."
 - With ``[[authorization]]`` entries, every operation on a destination needs
   the matching right: ``read`` (subscribe, browse), ``write`` (send) and
-  ``admin`` (create a destination that does not exist yet), granted to groups
+  ``admin`` (create a destination that does not exist yet; and the operations of
+  ``admin.py``, on their own queue and on each destination), granted to groups
   or user names by the most specific matching wildcard entry, as ActiveMQ's
   ``authorizationMap``. Without entries, an authenticated user may do anything.
   Temporary destinations are always open to their owner.

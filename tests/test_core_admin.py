@@ -192,7 +192,7 @@ class TestBrowse:
     def test_browse_needs_a_reply_to_and_a_sane_count(self) -> None:
         net = VirtualNetwork()
         fill(net, "/queue/q", 1)
-        assert "needs a reply-to header" in refusal(net.connected_client(), "Browse", target="/queue/q")
+        assert "needs a reply-to header (where the answer goes)" in refusal(net.connected_client(), "Browse", target="/queue/q")
         assert "header count must be an integer from 1 to 1000" in refusal(
             net.connected_client(), "Browse", target="/queue/q", count="0", **{"reply-to": "/temp-queue/r"})
 
@@ -321,6 +321,15 @@ class TestWhoMay:
             "User carol is not authorized to browse: queue://orders.eu (the admin right is needed)"
         assert net.broker.destinations["/queue/orders.eu"].size() == 1
 
+    def test_whoami_says_which_operations_a_user_may_send(self) -> None:
+        net = secure_net()
+        carol = self.login(net, "carol", "singer")
+        assert ask(carol, "Whoami") == {"operation": "whoami", "connection": carol.sid, "user": "carol",
+                                        "groups": ["consumers"], "operations": ["Browse"]}
+        alice = self.login(net, "alice", "wonderland")
+        assert ask(alice, "Whoami")["operations"] == ["Purge", "Delete", "Close", "Browse", "Move"]
+        assert ask(VirtualNetwork().connected_client(), "Whoami")["user"] == "anonymous"
+
     def test_an_admin_may(self) -> None:
         net = secure_net()
         self.login(net, "bob", "builder").send("/queue/orders.eu", "o1", receipt="r")
@@ -349,7 +358,7 @@ def test_an_unknown_operation_is_refused() -> None:
     net = VirtualNetwork()
     assert refusal(net.connected_client(), "Shred", target="/queue/q") == (
         "unknown admin operation /queue/ActiveMQ.Admin.Shred: use ActiveMQ.Admin.Purge, ActiveMQ.Admin.Delete, "
-        "ActiveMQ.Admin.Close, ActiveMQ.Admin.Browse, ActiveMQ.Admin.Move")
+        "ActiveMQ.Admin.Close, ActiveMQ.Admin.Browse, ActiveMQ.Admin.Move, ActiveMQ.Admin.Whoami")
 
 
 @pytest.mark.parametrize("operation", ["Purge", "Delete"])

@@ -1,4 +1,5 @@
-"""One module per ``minibroker`` subcommand.
+"""One module per ``minibroker`` subcommand (or per family: ``operations``
+has purge, delete, close, browse and move).
 
 Each module exposes ``register(subparsers)``, which adds its parser and sets
 ``func`` (a callable taking the parsed ``argparse.Namespace`` and returning an
@@ -12,6 +13,7 @@ COMMANDS = [
     "send",
     "recv",
     "stat",
+    "operations",
     "journal",
     "lab",
     "doctor",
