@@ -170,6 +170,8 @@ class FrameHandlers:
             result.then()
         if not session.is_open:
             return DEFERRED
+        if result.wrote and self.store is not None:
+            self.store.flush()  # a purge's dequeues are deferred: written now, so the RECEIPT waits for them
         return self._after_write(session, frame.headers.get("receipt"), result.wrote)
 
     def _reply(self, session: Session, frame: Frame, reply_to: str, items: list[dict[str, Any]], *,

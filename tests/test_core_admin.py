@@ -126,7 +126,7 @@ class TestDelete:
 
 class TestClose:
     def test_close_sends_the_connection_an_error_and_returns_its_messages(self) -> None:
-        net = VirtualNetwork()
+        net = VirtualNetwork(check_teardown=True)  # and the close leaves nothing behind
         fill(net, "/queue/q", 2)
         victim = net.client("victim")
         victim.connect(client_id="victim")
