@@ -370,3 +370,28 @@ def test_without_reply_to_a_receipt_says_it_is_done(operation: str) -> None:
     assert c.last().command == "RECEIPT" and c.last().headers["receipt-id"] == "ok"
     queue = net.broker.destinations.get("/queue/q")
     assert queue is None if operation == "Delete" else queue.size() == 0
+
+
+def test_a_move_the_store_refuses_part_way_keeps_what_moved_and_leaves_the_rest(tmp_path: Path) -> None:
+    """A full ring refuses the target's enqueue: the move stops there with an ERROR
+    saying how many moved; those are committed, the rest stay in the source,
+    and a restart finds the same split."""
+    net = persistent_net(tmp_path, {"store": {"layout": "ring", "file_count": 4, "file_size": "64 kb"}})
+    p = net.connected_client()
+    for i in range(20):
+        p.send("/queue/src", BODY, persistent="true", receipt=f"s{i}")
+    n = 0
+    while not p.frames("ERROR") and n < 1000:  # the target's ring is full
+        p.send("/queue/dst", BODY, persistent="true", receipt=f"d{n}")
+        n += 1
+    assert p.frames("ERROR")[0].headers["message"] == 'Enqueue capacity threshold exceeded on queue "dst".'
+    src, dst = net.broker.destinations["/queue/src"], net.broker.destinations["/queue/dst"]
+    in_dst = dst.size()
+    message = refusal(net.connected_client(), "Move", target="/queue/src", to="/queue/dst")
+    assert message.startswith("move from /queue/src stopped after ")
+    assert message.endswith(' messages: Enqueue capacity threshold exceeded on queue "dst".')
+    moved = int(message.split("stopped after ")[1].split()[0])
+    assert (src.size(), dst.size()) == (20 - moved, in_dst + moved)
+    net.restart()
+    sizes = [net.broker.destinations[a].size() for a in ("/queue/src", "/queue/dst")]
+    assert sizes == [20 - moved, in_dst + moved]
