@@ -88,8 +88,9 @@ class TestPurge:
 
 
 class TestDelete:
-    def test_delete_removes_a_queue_and_its_messages(self, tmp_path: Path) -> None:
-        net = persistent_net(tmp_path)
+    @pytest.mark.parametrize("layout", ["growing", "ring"])
+    def test_delete_removes_a_queue_and_its_messages(self, tmp_path: Path, layout: str) -> None:
+        net = persistent_net(tmp_path, {"store": {"layout": layout}})
         fill(net, "/queue/old", 3, persistent="true")
         answer = ask(net.connected_client(), "Delete", target="/queue/old")
         assert answer == {"operation": "delete", "destination": "/queue/old", "purged": 3}

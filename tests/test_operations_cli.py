@@ -40,7 +40,7 @@ def test_purge_and_delete(broker, capsys) -> None:
         assert cli(["purge", "/queue/orders", *port_args(broker)]) == 0
         assert capsys.readouterr().out == "purged 3 messages from /queue/orders (0 left, unacknowledged)\n"
         assert cli(["delete", "/queue/old", *port_args(broker)]) == 0
-        assert capsys.readouterr().out == "deleted /queue/old (1 messages dropped)\n"
+        assert capsys.readouterr().out == "deleted /queue/old (1 message dropped)\n"
         stats = statistics(broker, capsys)
         assert size_of(stats, "/queue/orders") == 0 and size_of(stats, "/queue/old") is None
     finally:
@@ -97,7 +97,7 @@ def test_move_dead_letters_back_and_with_a_selector(broker, capsys) -> None:
         assert cli(["move", "/queue/ActiveMQ.DLQ", *port_args(broker)]) == 0
         assert capsys.readouterr().out == "moved 2 messages from /queue/ActiveMQ.DLQ: 2 to /queue/orders\n"
         assert cli(["move", "/queue/mixed", "/queue/reds", "--selector", "colour = 'red'", *port_args(broker)]) == 0
-        assert capsys.readouterr().out == "moved 1 messages from /queue/mixed: 1 to /queue/reds\n"
+        assert capsys.readouterr().out == "moved 1 message from /queue/mixed: 1 to /queue/reds\n"
         subscribe_sync(conn, listener, "/queue/orders", "o")
         assert sorted(m.body for m in listener.take(2)) == ["o1", "o2"]
         subscribe_sync(conn, listener, "/queue/reds", "r")
@@ -146,6 +146,6 @@ def test_only_an_admin_may(broker_factory, capsys) -> None:
                 f"minibroker {operation}: broker refused: User carol is not authorized to {operation}: "
                 f"queue://ActiveMQ.Admin.{operation.capitalize()} (the admin right is needed)\n")
         assert cli(["purge", "/queue/orders", *port_args(rb), "--login", "alice", "--passcode", "wonderland"]) == 0
-        assert capsys.readouterr().out.startswith("purged 1 messages")
+        assert capsys.readouterr().out.startswith("purged 1 message from")
     finally:
         close(alice)

@@ -123,9 +123,10 @@ def format_answer(answer: dict[str, Any]) -> str:
     """One operation's answer as a user reads it."""
     operation = answer.get("operation")
     if operation == "purge":
-        return f"purged {answer['purged']} messages from {answer['destination']} ({answer['size']} left, unacknowledged)"
+        return (f"purged {_messages(answer['purged'])} from {answer['destination']} "
+                f"({answer['size']} left, unacknowledged)")
     if operation == "delete":
-        return f"deleted {answer['destination']} ({answer['purged']} messages dropped)"
+        return f"deleted {answer['destination']} ({_messages(answer['purged'])} dropped)"
     if operation == "close":
         return (f"closed connection {answer['connection']} from {answer['remoteAddress'] or '?'} "
                 f"(user {answer['user']}, client-id {answer['clientId'] or '-'})")
@@ -133,11 +134,15 @@ def format_answer(answer: dict[str, Any]) -> str:
         return _format_browse(answer)
     if operation == "move":
         where = ", ".join(f"{n} to {address}" for address, n in answer["movedTo"].items())
-        text = f"moved {answer['moved']} messages from {answer['from']}" + (f": {where}" if where else "")
+        text = f"moved {_messages(answer['moved'])} from {answer['from']}" + (f": {where}" if where else "")
         for reason, n in answer["skipped"].items():
             text += f"\nskipped {n}: {reason}"
         return text
     return json.dumps(answer, sort_keys=True)
+
+
+def _messages(count: int) -> str:
+    return f"{count} message" if count == 1 else f"{count} messages"
 
 
 def _format_browse(answer: dict[str, Any]) -> str:
