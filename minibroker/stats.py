@@ -108,8 +108,14 @@ def consumer_statistics(sub: "Subscription") -> dict[str, Any]:
         "outstanding": len(sub.dispatched),
         "pending": len(sub.pending),
         "slowConsumer": sub.slow,
+        "swapped": _swapped(sub),
         "selector": sub.selector.text if sub.selector is not None else None,
     }
+
+
+def _swapped(sub: "Subscription") -> int:
+    """How many of a topic subscription's pending messages its file cursor holds on disk."""
+    return len(getattr(sub.pending, "disk", ()))
 
 
 def destination_statistics(broker: "Broker", dest: "Destination") -> dict[str, Any]:
@@ -137,6 +143,9 @@ def destination_statistics(broker: "Broker", dest: "Destination") -> dict[str, A
         "memoryPercentUsage": dest.memory.percent,
     }
     stats.update(dest.cursor_statistics())
+    if dest.kind == "topic":  # what its subscriptions hold for their consumers, and how much of it is on disk
+        stats["pendingCount"] = sum(len(s.pending) for s in dest.subscriptions)
+        stats["swappedCount"] = sum(_swapped(s) for s in dest.subscriptions)
     return stats
 
 

@@ -3,6 +3,7 @@ ready/unacked split, timestamps, consumer lists and connection details."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from minibroker.config import parse_config
@@ -83,7 +84,7 @@ class TestSplitAndConsumers:
         assert stats["consumers"] == [{
             "connection": worker.sid, "subscription": "s1", "clientId": "w1", "user": "anonymous",
             "ack": "client-individual", "prefetchSize": 2, "outstanding": 2, "pending": 0, "slowConsumer": False,
-            "selector": "colour = 'red'",
+            "swapped": 0, "selector": "colour = 'red'",
         }]
         broker = statistics(producer, "Broker")[0]
         assert (broker["readyCount"], broker["inflightCount"]) == (3, 2)
@@ -98,6 +99,21 @@ class TestSplitAndConsumers:
         stats = destination(p, "/topic/news")
         assert (stats["readyCount"], stats["inflightCount"]) == (2, 1)
         assert [(c["outstanding"], c["pending"]) for c in stats["consumers"]] == [(1, 2)]
+        assert (stats["pendingCount"], stats["swappedCount"]) == (2, 0)
+
+    def test_a_file_cursor_shows_what_it_swapped_to_disk(self, tmp_path: Path) -> None:
+        net = VirtualNetwork(parse_config({"system_usage": {"memory_limit": "200 kb"},
+                                           "destination_policy": [{"topic": ">", "pending_cursor": "file"}]}),
+                             data_dir=tmp_path / "data")
+        slow = net.connected_client()
+        slow.subscribe("/topic/prices", "s", "client-individual", **{"activemq.prefetchSize": "10"})
+        p = net.connected_client()
+        for i in range(300):
+            p.send("/topic/prices", "x" * 1000, receipt=f"r{i}")
+        stats = destination(p, "/topic/prices")
+        [consumer] = stats["consumers"]
+        assert consumer["pending"] == stats["pendingCount"] == 290
+        assert consumer["swapped"] == stats["swappedCount"] > 200  # the whole memory list went to disk at the mark
 
 
 class TestConnections:
