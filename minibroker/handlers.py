@@ -306,6 +306,7 @@ class FrameHandlers:
     def _remove_subscription(self, session: Session, sub: Subscription) -> None:
         session.subscriptions.pop(sub.id, None)
         self._subs_by_key.pop(sub.key, None)
+        self._full_logged.pop(sub.key, None)
         sub.destination.remove_subscription(sub)
         if self.trace.enabled:
             self._emit("unsubscribe", session=session.tag, sub=sub.id, dest=sub.destination.address,

@@ -125,3 +125,16 @@ def test_an_expiry_past_the_journal_s_range_is_refused_before_any_subscriber_get
         assert online.bodies() == [b"the last", b"the last"]
     finally:
         net.stop()
+
+
+@pytest.mark.parametrize("value,selected", [("9" * 5000, False), ("0" * 5000 + "7", True), ("\u00b2", False)])
+def test_a_header_of_thousands_of_digits_under_a_numeric_selector(value: str, selected: bool) -> None:
+    """A property compared as a number by another client's selector: never an error in
+    that dispatch, only selected or not (a number too long for a long is not one)."""
+    net = VirtualNetwork()
+    consumer = net.connected_client("consumer")
+    consumer.subscribe("/queue/q", "s", selector="x > 5")
+    producer = net.connected_client("producer")
+    producer.send("/queue/q", b"m", x=value, receipt="r")
+    assert _answers(producer) == [("RECEIPT", None)]
+    assert consumer.bodies() == ([b"m"] if selected else [])

@@ -42,7 +42,8 @@ VALUES = {
     "transaction": st.sampled_from(["t1", "t2", ""]),
     "message-id": st.sampled_from(["ID:x-1-1", "nope", "", "ID:x-1-\u00b2", "ID:x-1-" + "9" * 5000]),
     "subscription": st.sampled_from(["0", "1", "s", ""]),
-    "selector": st.sampled_from(["color = 'red'", "a >", "x IN ('a')", "JMSPriority > 4", "((", ""]),
+    "selector": st.sampled_from(["color = 'red'", "a >", "x IN ('a')", "JMSPriority > 4", "((", "", "x > 5"]),
+    "x": NUMBERS,  # a property a selector compares as a number
     "activemq.prefetchSize": NUMBERS,
     "activemq.subscriptionName": st.sampled_from(["d", ""]),
     "activemq.exclusive": st.sampled_from(["true", "false", "maybe"]),

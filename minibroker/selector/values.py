@@ -51,6 +51,7 @@ import re
 from decimal import Decimal
 from typing import Callable
 
+from ..digits import parse_decimal
 from .nodes import Value
 
 __all__ = [
@@ -76,7 +77,11 @@ def parse_long(text: str) -> int | object:
     """``Long.valueOf(text)``, or ``BAD``."""
     if _INT.fullmatch(text) is None:
         return BAD
-    value = int(text)
+    try:  # not int(text): a header of thousands of digits would raise, in another client's dispatch
+        value = parse_decimal(text.lstrip("+-"))
+    except ValueError:
+        return BAD  # more digits than any long
+    value = -value if text.startswith("-") else value
     return value if _LONG_MIN <= value < _LONG_MIN + _LONG_SPAN else BAD
 
 
