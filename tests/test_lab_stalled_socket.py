@@ -306,7 +306,7 @@ def test_a_connection_taken_over_is_released_even_if_its_peer_never_reads(broker
     import asyncio
 
     from clients.stomp import StompClient
-    from minibroker.server import _CLOSE_GRACE_SECONDS
+    from minibroker.edge import _CLOSE_GRACE_SECONDS
 
     tcp = Path("/proc/net/tcp")
     if not tcp.exists():
@@ -331,7 +331,7 @@ def test_a_connection_taken_over_is_released_even_if_its_peer_never_reads(broker
         await asyncio.sleep(0.5)
         thief = await StompClient.connect("127.0.0.1", broker.port, client_id="app")  # takes the client-id over
         # The old connection is closed at once and aborted after the close grace
-        # (server._CLOSE_GRACE_SECONDS, 5 s) if it still has not flushed: wait well past it.
+        # (edge._CLOSE_GRACE_SECONDS, 5 s) if it still has not flushed: wait well past it.
         deadline = time.monotonic() + _CLOSE_GRACE_SECONDS + 10
         while established(port) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
