@@ -65,6 +65,8 @@ def perform(broker: "Broker", session: "Session", address: str, headers: Mapping
     if operation is None:
         raise ProtocolError(f"unknown admin operation {address}: use ActiveMQ.Admin.{', ActiveMQ.Admin.'.join(_OPERATIONS)}")
     verb = name.lower()
+    if headers.get("transaction") is not None:
+        raise ProtocolError(f"an admin {verb} is not transactional: send it without a transaction header")
     if name != "Whoami":  # the one any user may ask: what may I do?
         broker.security.check_admin(session.principal, verb, "queue", address[len("/queue/"):])
     if name in ("Browse", "Whoami") and not headers.get("reply-to"):

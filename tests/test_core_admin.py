@@ -362,6 +362,16 @@ def test_an_unknown_operation_is_refused() -> None:
         "ActiveMQ.Admin.Close, ActiveMQ.Admin.Browse, ActiveMQ.Admin.Move, ActiveMQ.Admin.Whoami")
 
 
+def test_an_operation_inside_a_transaction_is_refused() -> None:
+    net = VirtualNetwork()
+    fill(net, "/queue/q", 1)
+    c = net.connected_client()
+    c.send_frame("BEGIN", {"transaction": "t"})
+    assert refusal(c, "Purge", target="/queue/q", transaction="t") == \
+        "an admin purge is not transactional: send it without a transaction header"
+    assert net.broker.destinations["/queue/q"].size() == 1
+
+
 @pytest.mark.parametrize("operation", ["Purge", "Delete"])
 def test_without_reply_to_a_receipt_says_it_is_done(operation: str) -> None:
     net = VirtualNetwork()
