@@ -37,9 +37,7 @@ BINARY = "nul\0inside \u00e9t\u00e9 \u65e5\u672c".encode()
 
 def skip_unless_installed(check: list[str], missing: str) -> None:
     """Skip the calling test, saying ``missing``, unless the command ``check`` succeeds."""
-    if shutil.which(check[0]) is None:
-        pytest.skip(f"{check[0]} is not installed")
-    if subprocess.run(check, capture_output=True).returncode != 0:
+    if shutil.which(check[0]) is None or subprocess.run(check, capture_output=True).returncode != 0:
         pytest.skip(missing)
 
 
