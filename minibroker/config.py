@@ -314,7 +314,11 @@ class PolicyEntry:
     send_fail_if_no_space: bool = option(False, boolean, "answer a producer with an ERROR instead of blocking it")
     send_fail_if_no_space_after_timeout: int = option(0, integer(0), "ms a producer may be blocked before it gets an ERROR; 0 = forever")
     blocked_producer_warning_interval: int = option(30000, integer(0), "ms between log lines about a blocked producer")
-    pending_cursor: str = option("vm", choice("vm", "file"), "topic subscriptions' and non-persistent queue messages' cursor: vm (memory) or file (spill to the temp store)")
+    pending_cursor: str = option(
+        "file", choice("vm", "file"),
+        "topic subscriptions' and non-persistent queue messages' cursor: file (spill to the temp store past the "
+        "high-water mark, ActiveMQ's default) or vm (memory only: a backlog no one consumes fills the broker's memory)",
+    )
     pending_message_limit: int = option(-1, integer(-1), "topic subscriptions: messages pending beyond prefetch before eviction; -1 = no limit (block)")
     message_eviction_strategy: str = option("oldest", choice("oldest", "newest"), "which pending message a full subscription discards")
     abort_slow_consumer: bool = option(False, boolean, "abort subscriptions that stay slow (AbortSlowConsumerStrategy)")

@@ -18,7 +18,7 @@ def busy_network(tmp_path: Path) -> VirtualNetwork:
     config = parse_config({
         "system_usage": {"memory_limit": "200 kb"},
         "store": {"layout": "ring", "file_count": 4, "file_size": "64 kb"},
-        "destination_policy": [{"queue": ">", "maximum_redeliveries": 1, "space_check": "legacy"}],
+        "destination_policy": [{"queue": ">", "maximum_redeliveries": 1, "space_check": "legacy", "pending_cursor": "vm"}],
     })
     net = VirtualNetwork(config, data_dir=tmp_path / "data", trace=True)
     p = net.connected_client("producer")

@@ -10,9 +10,10 @@ BODY = "x" * 976  # with the headers the broker adds, about 2 KiB charged per me
 
 
 def net_with(memory_limit: str = "64 kb", **policy) -> VirtualNetwork:
+    """A broker whose non-persistent messages stay in memory (the vm cursor) unless ``policy`` says otherwise."""
+    policy.setdefault("pending_cursor", "vm")
     doc: dict = {"system_usage": {"memory_limit": memory_limit}}
-    if policy:
-        doc["destination_policy"] = [{"queue": ">", **policy}, {"topic": ">", **policy}]
+    doc["destination_policy"] = [{"queue": ">", **policy}, {"topic": ">", **policy}]
     return VirtualNetwork(parse_config(doc))
 
 
@@ -211,7 +212,7 @@ class TestProducerFlowControl:
 
     def test_a_destination_limit_blocks_only_its_producer(self) -> None:
         config = parse_config(
-            {"system_usage": {"memory_limit": "1 mb"}, "destination_policy": [{"queue": "B", "memory_limit": "32 kb"}]}
+            {"system_usage": {"memory_limit": "1 mb"}, "destination_policy": [{"queue": "B", "memory_limit": "32 kb", "pending_cursor": "vm"}]}
         )
         net = VirtualNetwork(config)
         pb = net.connected_client("pb")

@@ -12,6 +12,8 @@ BODY = "x" * 1000
 
 def topic_net(tmp_path: Path, *, memory: str = "200 kb", temp: str = "10 mb", temp_file: str = "1 mb",
               **policy) -> VirtualNetwork:
+    """A broker whose topic subscriptions pend in memory (the vm cursor) unless ``policy`` says otherwise."""
+    policy.setdefault("pending_cursor", "vm")
     doc = {
         "system_usage": {"memory_limit": memory, "temp_limit": temp},
         "store": {"temp_journal_max_file_length": temp_file},

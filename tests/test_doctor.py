@@ -56,7 +56,7 @@ EXPECTED: dict[str, list[tuple[str, str, str | None]]] = {
     "activemq-shipped-5.3.xml": [(W, "topic-slow-consumer-blocks-producer", "002"), (I, "no-stomp-listener", "003")],
 }
 
-DEFAULT = [(W, "queues-share-memory", "000"), (W, "topic-slow-consumer-blocks-producer", "002"), *STOMP_UNWATCHED]
+DEFAULT = [(W, "queues-share-memory", "000"), *STOMP_UNWATCHED, (I, "topic-slow-consumer-spools", "002")]
 
 
 def doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -214,7 +214,9 @@ def test_stomp_findings_are_notes_once_something_watches_the_socket(tmp_path: Pa
 
 
 def test_temp_trap_without_file_cursors_is_a_latent_warning(tmp_path: Path, capsys) -> None:
-    path = write(tmp_path, "t.toml", '[system_usage]\ntemp_limit = "16 mb"\n')
+    path = write(tmp_path, "t.toml", '[system_usage]\ntemp_limit = "16 mb"\n'
+                 '[[destination_policy]]\nqueue = ">"\npending_cursor = "vm"\n'
+                 '[[destination_policy]]\ntopic = ">"\npending_cursor = "vm"\n')
     _, report = findings_of(capsys, path)
     f = _finding(report, "temp-limit-below-temp-file")
     assert f["severity"] == W and "not sprung" in f["why"]

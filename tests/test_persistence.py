@@ -234,7 +234,8 @@ class TestStoreCursor:
         """ActiveMQ's canRecoveryNextMessage: the page is charged at once, but cut
         where the broker's memory reaches 90%, as if charged message by message."""
         net = persistent_net(tmp_path, {"system_usage": {"memory_limit": "100 kb"},
-                                        "destination_policy": [{"queue": "A", "memory_limit": "10 mb"}]})
+                                        "destination_policy": [{"queue": "A", "memory_limit": "10 mb"},
+                                                               {"queue": "B", "pending_cursor": "vm"}]})
         p = net.connected_client()
         for i in range(30):
             p.send("/queue/A", BODY, persistent="true", n=str(i))
