@@ -319,8 +319,12 @@ class QueueCursor:
                 self.cache_enabled = False
                 self.store_only.add(message.store_ref, message.seq, message.priority, False, message.expires)
                 return False
-        elif queue.policy.pending_cursor == "file" and not (self.cache_enabled and self.has_space()):
-            # A non-persistent message past the mark spills to the temp store (a file cursor).
+        elif queue.policy.pending_cursor == "file" and not (
+            self.cache_enabled and (self.has_space() or queue.leaves_at_once())
+        ):
+            # A non-persistent message past the mark spills to the temp store (a file cursor),
+            # unless a consumer takes it at once: a backlog spills, a message on its way out
+            # does not (it would wait for memory to page it back in).
             self.cache_enabled = False
             entry = queue.broker.spill(queue, message)
             self.store_only.add(entry, message.seq, message.priority, message.redeliveries > 0, message.expires)

@@ -220,6 +220,10 @@ class Queue(Destination):
     def _someone_has_capacity(self) -> bool:
         return any(c.has_capacity() for group in self._groups for c in group)
 
+    def leaves_at_once(self) -> bool:
+        """Would a new message go straight to a consumer? (nothing cached ahead of it, a consumer with room)"""
+        return not self.pending and self._someone_has_capacity()
+
     def _choose(self, message: "Message") -> "Subscription | None":
         for g, group in enumerate(self._groups):
             n = len(group)

@@ -30,3 +30,25 @@ def test_an_idle_queue_s_backlog_never_blocks_the_other_destinations(broker_fact
     finally:
         producer.close()
         other.close()
+
+
+
+def test_statistics_reach_their_asker_while_backlogs_fill_the_memory() -> None:
+    """Two queues no one reads fill the broker's memory with persistent messages (the
+    store cursor's cache). The statistics reply to a waiting consumer goes straight to
+    it, not to the temp store to wait for memory that will not come to page it back."""
+    import json
+
+    from minibroker.sim import VirtualNetwork
+
+    net = VirtualNetwork(load_config().replace(system_usage={"memory_limit": 100 * 1024}))
+    producer = net.connected_client("producer")
+    for queue in ("/queue/idle.1", "/queue/idle.2"):
+        for _ in range(60):
+            producer.send(queue, "x" * 1000, persistent="true")
+    assert net.broker.memory.percent >= 100
+    operator = net.connected_client("operator")
+    operator.subscribe("/temp-queue/stats", "s")
+    operator.send("/queue/ActiveMQ.Statistics.Broker", "", **{"reply-to": "/temp-queue/stats"})
+    [reply] = operator.messages()
+    assert json.loads(reply.body)["memoryPercentUsage"] >= 100
