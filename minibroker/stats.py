@@ -149,9 +149,10 @@ def destination_statistics(broker: "Broker", dest: "Destination") -> dict[str, A
     return stats
 
 
-def subscription_statistics(sub: "Subscription") -> dict[str, Any]:
+def subscription_statistics(sub: "Subscription", wall_ms: int) -> dict[str, Any]:
     return {
         "subscription": sub.id,
+        "timestamp": wall_ms,
         "connection": sub.session.id,
         "clientId": sub.session.client_id,
         "destinationName": sub.destination.address,
@@ -200,7 +201,8 @@ def statistics_replies(broker: "Broker", address: str) -> list[dict[str, Any]] |
     if what == "Broker":
         return [broker_statistics(broker)]
     if what == "Subscription":
-        return [subscription_statistics(s) for d in _sorted(broker) for s in d.subscriptions]
+        wall_ms = broker.clock.wall_ms()
+        return [subscription_statistics(s, wall_ms) for d in _sorted(broker) for s in d.subscriptions]
     if what == "Connection":
         now, wall_ms = broker.clock.now(), broker.clock.wall_ms()
         return [connection_statistics(s, now, wall_ms) for s in sorted(broker.sessions.values(), key=lambda s: s.id)]

@@ -88,6 +88,8 @@ class TestSplitAndConsumers:
         }]
         broker = statistics(producer, "Broker")[0]
         assert (broker["readyCount"], broker["inflightCount"]) == (3, 2)
+        [sub] = [s for s in statistics(producer, "Subscription") if s["subscription"] == "s1"]
+        assert sub["timestamp"] == net.clock.wall_ms() and sub["dispatchedQueueSize"] == 2
 
     def test_a_topic_subscriptions_backlog_is_its_pending(self) -> None:
         net = VirtualNetwork()
