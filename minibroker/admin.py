@@ -31,7 +31,6 @@ from .topic import Topic
 
 if TYPE_CHECKING:
     from .broker import Broker
-    from .cursor import PagedRef
     from .session import Session
 
 __all__ = ["ADMIN_PREFIX", "AdminResult", "is_admin_address", "perform"]

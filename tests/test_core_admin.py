@@ -18,9 +18,8 @@ BODY = "x" * 976
 
 def ask(client: VirtualClient, operation: str, **headers: str) -> dict[str, Any]:
     """Send an admin request and return its JSON answer (the client's last MESSAGE)."""
-    if "admin-replies" not in getattr(client, "_admin_subscribed", ()):
-        client.subscribe("/temp-queue/admin", "admin-replies")
-        client._admin_subscribed = {"admin-replies"}  # type: ignore[attr-defined]
+    if not any(r.headers["receipt-id"] == "admin-replies" for r in client.frames("RECEIPT")):
+        client.subscribe("/temp-queue/admin", "admin-replies", receipt="admin-replies")
     before = len(client.messages())
     client.send(f"/queue/ActiveMQ.Admin.{operation}", "", **{"reply-to": "/temp-queue/admin", **headers})
     replies = client.messages()[before:]

@@ -14,7 +14,7 @@ from minibroker.sim import VirtualClient, VirtualNetwork
 
 def statistics(client: VirtualClient, what: str) -> list[dict[str, Any]]:
     """Ask ``ActiveMQ.Statistics.<what>``; the JSON replies."""
-    if not client.frames("RECEIPT") or client.frames("RECEIPT")[0].headers["receipt-id"] != "stats-sub":
+    if not any(r.headers["receipt-id"] == "stats-sub" for r in client.frames("RECEIPT")):
         client.subscribe("/temp-queue/stats", "stats", receipt="stats-sub")
     before = len(client.messages())
     client.send(f"/queue/ActiveMQ.Statistics.{what}", "", **{"reply-to": "/temp-queue/stats"})
