@@ -24,6 +24,7 @@ from bisect import bisect_left, bisect_right
 from typing import Callable, Iterable, Iterator
 
 from storage.entries import column, inserted, widened
+from storage.errors import StoreFull
 from storage.spill import Slot, SpillFile, pack_columns, unpack_columns
 
 __all__ = ["CHUNK", "SeqFifo"]
@@ -109,7 +110,10 @@ class SeqFifo:
     def _store(self, chunk: _Chunk) -> None:
         """Write a chunk between the first and the last to the spill file."""
         if self._spill is not None and chunk.seqs is not None:
-            chunk.slot = self._spill().write(chunk.encode())
+            try:
+                chunk.slot = self._spill().write(chunk.encode())
+            except StoreFull:  # a full disk: the chunk stays in memory
+                return
             chunk.seqs = chunk.refs = chunk.expires = None
 
     # -- entries ---------------------------------------------------------------

@@ -141,7 +141,8 @@ cannot be mistaken for new ones.
 Durability
 ==========
 
-``enqueue``/``dequeue``/... write into a buffered file and do not fsync. The
+``enqueue``/``dequeue``/... write each record to its file at once
+(``pwrite``, no buffer of our own) and do not fsync. The
 broker calls ``sync()`` (from another thread, if it likes) to fsync the current
 file; it returns the highest seq now durable, so one fsync can release the
 RECEIPTs of many producers (group commit). There is no fsync policy in this
@@ -152,7 +153,23 @@ be reclaimed on the strength of records that are not yet durable: a file is
 fsynced when the writer leaves it (so a ring file is reused only after the
 dequeues that freed it are on disk), and garbage collection fsyncs the current
 file before it deletes anything (so a crash cannot lose both the old copy of a
-message, deleted, and the new one, never synced).
+message, deleted, and the new one, never synced). Creating, renaming or
+deleting a file is followed by an fsync of its directory.
+
+Failures of the file system
+===========================
+
+Every file operation goes through one seam (``fileio.py``), which tests
+replace to fail any call. A full disk (ENOSPC, EDQUOT) refuses the one
+operation with ``StoreFull`` and leaves the files as they were, a record cut
+short by it zeroed again; files of the ``growing`` layout and of the temp
+store reserve their blocks (``fallocate``) a chunk ahead, and an enqueue keeps
+some room reserved after it, so dequeues can still be written while the disk
+is full. Anything else, and above all a failed fsync, is ``StoreFailed``:
+final for the journal (PostgreSQL's and etcd's lesson, "fsyncgate": after a
+failed fsync the data may be gone while the file reads back intact, so no
+retry proves anything). What was durable before is what the next open
+recovers.
 """
 
 from storage.compact import compact
@@ -161,8 +178,11 @@ from storage.errors import (
     EnqueueThresholdExceeded,
     JournalFull,
     StorageError,
+    StoreFailed,
+    StoreFull,
     TornWrite,
 )
+from storage.fileio import FileOps, file_ops
 from storage.inspect import JournalReport, format_report, inspect
 from storage.journal import Journal
 from storage.model import FileInfo, JournalConfig, Location, Pin, RecoveredRecord
@@ -174,6 +194,7 @@ __all__ = [
     "CorruptRecord",
     "EnqueueThresholdExceeded",
     "FileInfo",
+    "FileOps",
     "Journal",
     "JournalConfig",
     "JournalFull",
@@ -184,11 +205,14 @@ __all__ = [
     "RecoveryReport",
     "RepairAction",
     "StorageError",
+    "StoreFailed",
+    "StoreFull",
     "TempHandle",
     "TempStore",
     "TornWrite",
     "TransactionLog",
     "compact",
+    "file_ops",
     "format_report",
     "inspect",
     "repair",

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
 from pathlib import Path
 
+from storage.errors import StoreFull
 from storage.spill import Slot, SpillFile, pack_columns, unpack_columns
 
 __all__ = ["BLOCK_ROWS", "DEAD", "DEFAULT_CACHE_ROWS", "LIVE", "PENDING", "EntryTable", "column", "inserted",
@@ -219,7 +220,10 @@ class EntryTable:
         if spill is None:
             spill = self._spill = SpillFile(self._spill_dir)
         if block.dirty or block.slot is None:
-            block.slot = spill.write(block.encode(), block.slot)
+            try:
+                block.slot = spill.write(block.encode(), block.slot)
+            except StoreFull:  # a full disk: the block stays in memory for now
+                return
             block.dirty = False
         block.drop_arrays()
         del self._resident[block]

@@ -4,7 +4,10 @@
 Recovery has three outcomes (clean end, ``TornWrite``, ``CorruptRecord``); a
 full journal has two (``EnqueueThresholdExceeded`` for a refused enqueue, the
 Qpid legacystore's message word for word, and ``JournalFull`` when even a
-dequeue, commit, abort or marker cannot be written). Programming errors (a
+dequeue, commit, abort or marker cannot be written). A file system that
+fails has two: ``StoreFull`` (no space: the operation was refused and left no
+trace) and ``StoreFailed`` (anything else, a failed fsync above all: final;
+see ``fileio.py``). Programming errors (a
 dequeue of an unknown seq, a closed journal) are ``KeyError`` / ``ValueError``
 and propagate as such.
 """
@@ -16,6 +19,8 @@ __all__ = [
     "EnqueueThresholdExceeded",
     "JournalFull",
     "StorageError",
+    "StoreFailed",
+    "StoreFull",
     "TornWrite",
 ]
 
@@ -82,3 +87,35 @@ class JournalFull(StorageError):
             f'Journal full on queue "{name}": next file {file_id} still holds '
             f"{live} live enqueue(s)."
         )
+
+
+class StoreFull(StorageError):
+    """The disk (or a quota) is full: a write or an allocation was refused.
+
+    Whatever the call wrote was cut back: the store is exactly as before it,
+    and the same operation may succeed once space returns.
+    """
+
+    def __init__(self, store: str, what: str, error: OSError) -> None:
+        self.store = store
+        self.what = what
+        self.error = error
+        super().__init__(f'Store "{store}" has no space left: {what} failed: {error.strerror or error}')
+
+
+class StoreFailed(StorageError):
+    """The file system failed the store in a way nothing can undo (fail-stop).
+
+    A failed fsync above all: the pages it covered may be lost while the file
+    still reads back intact, so no later fsync can prove them durable. The
+    journal refuses every operation afterwards; what was durable before is
+    what the next start recovers.
+    """
+
+    def __init__(self, store: str, what: str, error: BaseException) -> None:
+        self.store = store
+        self.what = what
+        self.error = error
+        text = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        code = f"[Errno {error.errno}] " if isinstance(error, OSError) and error.errno else ""
+        super().__init__(f'Store "{store}" failed: {what}: {code}{text}')

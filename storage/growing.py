@@ -50,6 +50,8 @@ class GrowingLayout:
 
     code = Layout.GROWING
     fixed_files = False
+    #: Files reserve their disk blocks as they fill (``Segment``): acks can be written on a full disk.
+    reserves = True
 
     def __init__(self, config: JournalConfig) -> None:
         self.name = config.queue_name
@@ -67,7 +69,7 @@ class GrowingLayout:
     def prepare(self, directory: Path, segments: dict[int, Segment], file_id: int) -> Segment:
         """A new file, preallocated."""
         path = directory / self.file_name(file_id)
-        segments[file_id] = Segment.create(path, file_id, self.size)
+        segments[file_id] = Segment.create(path, file_id, self.size, reserve=True)
         return segments[file_id]
 
     def check_enqueue(

@@ -10,8 +10,17 @@ record to the ``JournalIndex`` that recovery would build from it.
 
 Threads: one owner thread calls everything except ``sync``, which may run in
 another thread while the owner appends (group commit). A lock guards the file
-handles; ``sync`` holds it only to flush and duplicate the descriptor, and runs
-the fsync itself outside it, so appends continue during an fsync.
+handles; ``sync`` holds it only to duplicate the descriptor, and runs the
+fsync itself outside it, so appends continue during an fsync.
+
+File system errors (``fileio.py``): a record the disk has no room for is
+refused with ``StoreFull`` before it counts anywhere (its bytes cut back, its
+seq not taken), and the journal goes on; an enqueue also keeps
+``ENQUEUE_KEEP`` bytes reserved after it, so the dequeues that free files can
+still be written on a full disk. Any other error, and every failed fsync,
+makes the journal *failed*: it raises the same ``StoreFailed`` from every
+operation afterwards and never reports more as durable. Only a new open
+(recovery) continues from what is on disk.
 """
 
 from __future__ import annotations
@@ -33,7 +42,8 @@ from storage.bodies import (
     verified_payload,
     verified_payloads,
 )
-from storage.errors import JournalFull, TornWrite
+from storage.errors import JournalFull, StoreFailed, StoreFull, TornWrite
+from storage.fileio import file_ops, is_no_space
 from storage.index import JournalIndex
 from storage.model import FileInfo, JournalConfig, Location, RecoveredRecord
 from storage.record import HEADER_SIZE, RecordType, encode
@@ -41,7 +51,7 @@ from storage.recovery import RecoveryReport, ScanResult, make_layout, scan_direc
 from storage.ring import RingLayout
 from storage.segment import Segment, fsync_directory
 
-__all__ = ["Journal", "TxId"]
+__all__ = ["ENQUEUE_KEEP", "Journal", "TxId"]
 
 TxId = bytes | str
 _HEADER_RECORD = HEADER_SIZE + len(encode_file_header(0, 0, 0)[0])
@@ -52,6 +62,10 @@ _MANY_MAX = 4096
 _READ_SPAN = 1 << 20
 #: ...and skipping at most this many bytes between two of them (other queues' records, acks).
 _READ_GAP = 64 << 10
+#: A growing journal's enqueue leaves this many bytes of its file (at most 1/32
+#: of it), reserved, for the records that free space (dequeues, commits): on a
+#: full disk, where no next file can be made, the consumers' acks still fit.
+ENQUEUE_KEEP = 64 << 10
 
 
 class Journal:
@@ -70,8 +84,11 @@ class Journal:
         self._keys: dict[str, bytes] = {}
         self._unwritten_aborts: set[bytes] = set()
         self._closed = False
+        #: Set by the first failure nothing can undo (``StoreFailed``): final.
+        self._failed: StoreFailed | None = None
         self._current: Segment
         self._max_record = self._layout.size - _HEADER_RECORD
+        self._keep = min(ENQUEUE_KEEP, self._layout.size // 32) if self._layout.reserves else 0
         self.recovery = RecoveryReport("new", 0, 0, 0)
 
     # -- lifecycle ---------------------------------------------------------------
@@ -141,7 +158,8 @@ class Journal:
         with self._lock:
             if self._closed:
                 return
-            self._current.fsync()
+            if self._failed is None:
+                self._fsync(self._current)
             self._closed = True
             for seg in self._segments.values():
                 seg.close()
@@ -160,17 +178,66 @@ class Journal:
         stats = self._index.files.get(file_id)
         return stats.live if stats is not None else 0
 
+    @property
+    def failed(self) -> StoreFailed | None:
+        """The failure that stopped this journal, or None while it works."""
+        return self._failed
+
+    def _fail(self, what: str, exc: BaseException) -> StoreFailed:
+        """Record the first failure nothing can undo; every operation raises it from now on."""
+        if self._failed is None:
+            self._failed = exc if isinstance(exc, StoreFailed) else StoreFailed(self.config.queue_name, what, exc)
+        return self._failed
+
+    def _refused(self, what: str, exc: OSError) -> StoreFull | StoreFailed:
+        """The error to raise for a write the file system refused: no space (and cut
+        back: nothing changed) is ``StoreFull``; anything else fails the journal."""
+        if is_no_space(exc) and getattr(exc, "cut_back", True):
+            return StoreFull(self.config.queue_name, what, exc)
+        return self._fail(what, exc)
+
+    def _fsync(self, seg: Segment) -> None:
+        try:
+            seg.fsync()
+        except OSError as exc:
+            raise self._fail(f"fsync of {seg.path}", exc) from None
+
+    def _fsync_directory(self) -> None:
+        try:
+            fsync_directory(self._dir)
+        except OSError as exc:
+            raise self._fail(f"fsync of the directory {self._dir}", exc) from None
+
     def _open_file(self, file_id: int) -> None:
-        """Make ``file_id`` the current file: zero or create it, write its header."""
-        seg = self._layout.prepare(self._dir, self._segments, file_id)
+        """Make ``file_id`` the current file: zero or create it, write its header.
+
+        On failure the current file stays what it was; a file created for
+        nothing is removed again (a full disk: ``StoreFull``).
+        """
+        created = file_id not in self._segments
+        try:
+            seg = self._layout.prepare(self._dir, self._segments, file_id)
+            seg.open_writer(0)
+            header = encode_file_header(self._layout.code, file_id, seg.capacity)
+            seg.append(encode(RecordType.FILE_HEADER, self._next_seq, header))
+            seg.fsync()
+            if created:
+                fsync_directory(self._dir)
+        except OSError as exc:
+            path = self._dir / self._layout.file_name(file_id)
+            if created and is_no_space(exc):
+                seg = self._segments.pop(file_id, None)
+                try:
+                    if seg is not None:
+                        seg.close()
+                    if path.exists():
+                        file_ops().unlink(path)
+                except OSError as again:
+                    raise self._fail(f"removing {path} after {exc}", again) from None
+                raise StoreFull(self.config.queue_name, f"creating {path}", exc) from None
+            raise self._fail(f"starting the file {path}", exc) from None
         seq = self._next_seq
         self._next_seq += 1
-        seg.open_writer(0)
-        header = encode_file_header(self._layout.code, file_id, seg.capacity)
-        seg.append(encode(RecordType.FILE_HEADER, seq, header))
-        seg.fsync()
-        if not self._layout.fixed_files:
-            fsync_directory(self._dir)
         self._index.add_file(file_id, seq, seg.offset)
         self._index.current = file_id
         self._current = seg
@@ -178,21 +245,29 @@ class Journal:
     def _roll(self) -> None:
         old = self._current
         following = self._layout.next_file(old.file_id, self._live)  # may raise JournalFull
-        old.fsync()
+        self._fsync(old)
+        self._open_file(following)  # may raise StoreFull: the old file stays current
         old.close_writer()
-        self._open_file(following)
         self._index.emptied = True  # the old current file may now be reclaimable
 
-    def _append(self, rtype: int, parts: list[bytes], length: int) -> tuple[int, int, int]:
-        """Write one record (caller holds the lock); returns (seq, file id, offset)."""
+    def _append(self, rtype: int, parts: list[bytes], length: int, keep: int = 0) -> tuple[int, int, int]:
+        """Write one record (caller holds the lock); returns (seq, file id, offset).
+
+        ``StoreFull`` leaves the journal as it was; ``StoreFailed`` fails it."""
         if self._closed:
             raise ValueError("the journal is closed")
-        if self._current.offset + length > self._current.capacity:
+        if self._failed is not None:
+            raise self._failed
+        if self._current.offset + length + keep > self._current.capacity:
             self._roll()
         seq = self._next_seq
+        seg = self._current
+        try:
+            offset = seg.append(encode(rtype, seq, parts, length - HEADER_SIZE), keep)
+        except OSError as exc:
+            raise self._refused(f"writing to {seg.path}", exc) from None
         self._next_seq = seq + 1
-        offset = self._current.append(encode(rtype, seq, parts, length - HEADER_SIZE))
-        return seq, self._current.file_id, offset
+        return seq, seg.file_id, offset
 
     def _txid(self, txid: TxId | None) -> bytes:
         """A txid as bytes (b"" for none); first writes an abort still owed for it."""
@@ -235,7 +310,8 @@ class Journal:
             if not use_reserve and not self._closed:
                 cur = self._current
                 self._layout.check_enqueue(cur.file_id, cur.offset, length, self._live)
-            seq, fid, offset = self._append(RecordType.ENQUEUE, parts, length)
+            keep = self._keep if length + self._keep <= self._max_record else 0
+            seq, fid, offset = self._append(RecordType.ENQUEUE, parts, length, keep)
             self._index.enqueue(seq, k, t, fid, offset, offset + length)
         return Location(seq, fid, offset, length)
 
@@ -286,7 +362,11 @@ class Journal:
                 count = min(len(refs) - done, _MANY_MAX, fits)
                 chunk = refs[done : done + count]
                 length = HEADER_SIZE + 8 * count
-                seq, fid, offset = self._append(RecordType.DEQUEUE_MANY, encode_dequeue_many(chunk), length)
+                try:
+                    seq, fid, offset = self._append(RecordType.DEQUEUE_MANY, encode_dequeue_many(chunk), length)
+                except StoreFull as exc:
+                    exc.done = done  # type: ignore[attr-defined]  # the seqs before it are written
+                    raise
                 self._index.dequeue_many(seq, chunk, fid, offset + length)
                 written.append(seq)
                 done += count
@@ -348,21 +428,22 @@ class Journal:
                 # The records that made these files garbage (a dequeue, a commit)
                 # must be durable before the files go, or a crash could lose both
                 # copies of a message that a transaction moved.
-                self._current.fsync()
+                self._fsync(self._current)
                 self._durable_seq = self._next_seq - 1
                 for fid in victims:
                     if fid != self._current.file_id:
-                        self._segments.pop(fid).unlink()
+                        seg = self._segments.pop(fid)
+                        try:
+                            seg.unlink()
+                        except OSError as exc:
+                            raise self._fail(f"deleting {seg.path}", exc) from None
                         self._index.forget_file(fid)
-                fsync_directory(self._dir)
+                self._fsync_directory()
 
     # -- durability ----------------------------------------------------------------
 
     def flush(self) -> None:
-        """Push buffered records to the OS (no fsync)."""
-        with self._lock:
-            if not self._closed:
-                self._current.flush()
+        """Nothing to do: every record reaches the OS when it is written (no fsync)."""
 
     def sync(self) -> int:
         """fsync the current file; returns the highest seq now durable.
@@ -373,16 +454,23 @@ class Journal:
         with self._lock:
             if self._closed:
                 raise ValueError("the journal is closed")
+            if self._failed is not None:
+                raise self._failed
             seq = self._next_seq - 1
             if seq <= self._durable_seq:
                 return self._durable_seq
-            self._current.flush()
             fd = self._current.dup_fd()
+            path = self._current.path
         try:
-            os.fsync(fd)
+            file_ops().fsync(fd)
+        except OSError as exc:
+            with self._lock:
+                raise self._fail(f"fsync of {path}", exc) from None
         finally:
             os.close(fd)
         with self._lock:
+            if self._failed is not None:  # the owner's own fsync failed meanwhile
+                raise self._failed
             self._durable_seq = max(self._durable_seq, seq)
         return seq
 

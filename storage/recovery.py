@@ -42,6 +42,7 @@ from storage.bodies import (
     decode_ref,
 )
 from storage.errors import CorruptRecord, StorageError, TornWrite
+from storage.fileio import file_ops
 from storage.growing import GrowingLayout
 from storage.index import JournalIndex
 from storage.model import JournalConfig
@@ -311,7 +312,7 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
         raise StorageError(
             f"{directory} holds {other.layout} journal files; the config says {config.layout}"
         )
-    segments = {fid: Segment(path, fid, layout.capacity(fid)) for fid, path in paths.items()}
+    segments = {fid: Segment(path, fid, layout.capacity(fid), reserve=layout.reserves) for fid, path in paths.items()}
     headed: list[tuple[int, int, int]] = []  # (header seq, file id, header end)
     loose: dict[int, str] = {}  # blank or damaged files
     for fid in sorted(segments):
@@ -421,7 +422,7 @@ def repair(directory: str | os.PathLike[str], config: JournalConfig | None = Non
             return actions  # nothing left to cut: open handles the rest
         broken = _broken_name(path)
         shutil.copy2(path, broken)
-        os.truncate(path, damage.offset)
+        file_ops().truncate(path, damage.offset)
         Segment(path, 0, 0).fsync()
         fsync_directory(config.path)
         actions.append(RepairAction(damage.file, damage.offset, broken.name, damage.reason))

@@ -53,6 +53,8 @@ class RingLayout:
 
     code = Layout.RING
     fixed_files = True
+    #: Ring files stay sparse until written (their size is the ring's, reserved or not).
+    reserves = False
 
     def __init__(self, config: JournalConfig) -> None:
         self.name = config.queue_name

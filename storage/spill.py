@@ -19,6 +19,10 @@ backlog), the file is truncated to nothing. Freed bytes not yet reused are waste
 when waste is more than half the file (and over ``_REPACK_MIN``),
 ``needs_repack`` tells an owner that holds all the file's slots to copy them
 into a fresh file (``repacked``).
+
+Writes and truncations go through the ``fileio`` seam. A full disk refuses a
+``write`` with ``StoreFull`` and changes nothing (the caller keeps its block
+in memory); any other error is ``StoreFailed``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ import tempfile
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
+
+from storage.errors import StoreFailed, StoreFull
+from storage.fileio import file_ops, is_no_space
 
 __all__ = ["Slot", "SpillFile", "pack_columns", "unpack_columns"]
 
@@ -79,23 +86,35 @@ class SpillFile:
         #: Freed slots by capacity: offsets to reuse for a blob of that size.
         self._free: dict[int, list[int]] = {}
 
+    def _pwrite(self, blob: bytes, offset: int) -> None:
+        try:
+            file_ops().write_all(self._fd, blob, offset)
+        except OSError as exc:
+            if is_no_space(exc):
+                raise StoreFull("index spill file", "writing a block", exc) from None
+            raise StoreFailed("index spill file", "writing a block", exc) from None
+
     def write(self, blob: bytes, slot: Slot | None = None) -> Slot:
-        """Store ``blob``: in ``slot`` if it fits there, else at the end. Returns its slot."""
+        """Store ``blob``: in ``slot`` if it fits there, else at the end. Returns its
+        slot. ``StoreFull`` (a full disk) leaves ``slot`` as it was."""
         if slot is not None:
             offset, capacity, _ = slot
             if len(blob) <= capacity:
-                os.pwrite(self._fd, blob, offset)
+                self._pwrite(blob, offset)
                 return (offset, capacity, len(blob))
-            self.free(slot)
         size = len(blob)
         reusable = self._free.get(size)
         if reusable:
-            offset = reusable.pop()
+            offset = reusable[-1]
+            self._pwrite(blob, offset)
+            reusable.pop()
             self.waste -= size
         else:
             offset = self.size
+            self._pwrite(blob, offset)  # a short write past the end is overwritten by the next blob
             self.size += size
-        os.pwrite(self._fd, blob, offset)
+        if slot is not None:
+            self.free(slot)
         return (offset, size, size)
 
     def read(self, slot: Slot) -> bytes:
@@ -112,7 +131,10 @@ class SpillFile:
         self.waste += capacity
         self._free.setdefault(capacity, []).append(offset)
         if self.waste == self.size:  # nothing in use (a backlog drained): the file starts again, empty
-            os.ftruncate(self._fd, 0)
+            try:
+                file_ops().ftruncate(self._fd, 0)
+            except OSError as exc:
+                raise StoreFailed("index spill file", "truncating it", exc) from None
             self.size = self.waste = 0
             self._free.clear()
 

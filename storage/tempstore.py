@@ -24,6 +24,9 @@ the current write file, which is never deleted**. So after the first spill
 the usage never falls below one file: with a temp limit below
 ``max_file_length`` the store reports >= 100% forever, and a producer blocked
 waiting for temp space never wakes (seed 001).
+
+File system errors: a full disk refuses an append with ``StoreFull`` and
+leaves the store as it was; anything else is ``StoreFailed`` (``fileio.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from typing import NamedTuple
 
 from storage.bodies import ENQUEUE_FIXED, Layout, as_bytes, encode_enqueue, encode_file_header, verified_payload
 from storage.entries import DEFAULT_CACHE_ROWS, LIVE, EntryTable
+from storage.errors import StoreFailed, StoreFull
+from storage.fileio import file_ops, is_no_space
 from storage.record import HEADER_SIZE, RecordType, encode
 from storage.segment import Segment, numbered_files
 
@@ -73,7 +78,7 @@ class TempStore:
         self.max_file_length = max_file_length
         self.directory.mkdir(parents=True, exist_ok=True)
         for path in numbered_files(self.directory, _NAME).values():  # wiped at open
-            path.unlink()
+            file_ops().unlink(path)
         self._segments: dict[int, Segment] = {}
         self._refs: dict[int, int] = {}
         self._live = EntryTable(cache_rows, self.directory)
@@ -83,15 +88,33 @@ class TempStore:
         header = encode_file_header(Layout.TEMP, 0, 0)
         self._max_entry = max_file_length - (HEADER_SIZE + len(header[0])) - HEADER_SIZE - 4
 
+    def _refused(self, what: str, exc: OSError) -> StoreFull | StoreFailed:
+        if is_no_space(exc) and getattr(exc, "cut_back", True):
+            return StoreFull("temp store", what, exc)
+        return StoreFailed("temp store", what, exc)
+
     def _new_file(self) -> Segment:
         fid = self._next_id
-        self._next_id += 1
         path = self.directory / f"tmp-{fid:08d}.data"
-        seg = self._segments[fid] = Segment.create(path, fid, self.max_file_length)
+        seg = None
+        try:
+            seg = Segment.create(path, fid, self.max_file_length, reserve=True)
+            seg.open_writer(0)
+            seg.append(encode(RecordType.FILE_HEADER, self._next_seq,
+                              encode_file_header(Layout.TEMP, fid, self.max_file_length)))
+        except OSError as exc:
+            if seg is not None:
+                seg.close()
+            if path.exists():
+                try:
+                    file_ops().unlink(path)
+                except OSError as again:
+                    raise StoreFailed("temp store", f"removing {path}", again) from None
+            raise self._refused(f"creating {path}", exc) from None
+        self._next_id += 1
+        self._take_seq()
+        self._segments[fid] = seg
         self._refs[fid] = 0
-        seg.open_writer(0)
-        seg.append(encode(RecordType.FILE_HEADER, self._take_seq(),
-                          encode_file_header(Layout.TEMP, fid, self.max_file_length)))
         old, self._current = self._current, seg
         if old is not None:
             old.close_writer()
@@ -105,8 +128,12 @@ class TempStore:
         return seq
 
     def _delete(self, file_id: int) -> None:
-        self._segments.pop(file_id).unlink()
+        seg = self._segments.pop(file_id)
         del self._refs[file_id]
+        try:
+            seg.unlink()
+        except OSError as exc:
+            raise StoreFailed("temp store", f"deleting {seg.path}", exc) from None
 
     def append(self, list_id: bytes | str, payload: bytes) -> int:
         """Spill ``payload`` for list ``list_id``; returns its seq, to read or release it."""
@@ -118,8 +145,12 @@ class TempStore:
         seg = self._current
         if seg is None or seg.offset + length > seg.capacity:
             seg = self._new_file()
-        seq = self._take_seq()
-        offset = seg.append(encode(RecordType.ENQUEUE, seq, parts))
+        seq = self._next_seq
+        try:
+            offset = seg.append(encode(RecordType.ENQUEUE, seq, parts))
+        except OSError as exc:
+            raise self._refused(f"writing to {seg.path}", exc) from None
+        self._take_seq()
         self._refs[seg.file_id] += 1
         self._live.add(seq, b"", seg.file_id, offset, length, LIVE)  # the list id is in the record: never read back
         return seq
