@@ -4,12 +4,18 @@ The core never touches a socket. After every event it has handled, the edge
 calls ``Broker.take_actions()`` and carries these out, in order: writes first
 (one joined buffer per connection, or its frames one by one for an edge that
 frames them, such as WebSocket), then closes and reading pauses.
+
+Two actions are about the broker, not a connection (their ``session`` is 0,
+which no connection has, so an edge that skips unknown sessions skips them):
+``Sync`` asks for an fsync of the store, whose outcome the edge reports back
+(``Broker.store_synced`` or ``Broker.store_failed``), and ``Shutdown`` asks the
+edge to stop the broker.
 """
 from __future__ import annotations
 
 from typing import NamedTuple, Union
 
-__all__ = ["Write", "WriteFrames", "Close", "PauseReading", "ResumeReading", "Action"]
+__all__ = ["Write", "WriteFrames", "Close", "PauseReading", "ResumeReading", "Sync", "Shutdown", "Action"]
 
 
 class Write(NamedTuple):
@@ -48,4 +54,20 @@ class ResumeReading(NamedTuple):
     session: int
 
 
-Action = Union[Write, WriteFrames, Close, PauseReading, ResumeReading]
+class Sync(NamedTuple):
+    """fsync the store (off the event loop, if the edge likes), then report
+    ``store_synced(generation)``, or ``store_failed(error)`` if it raised."""
+
+    session: int = 0
+
+
+class Shutdown(NamedTuple):
+    """Stop the broker: close every connection and exit with ``exit_status``
+    (not 0: the broker could not go on, and ``reason`` says why)."""
+
+    reason: str
+    exit_status: int
+    session: int = 0
+
+
+Action = Union[Write, WriteFrames, Close, PauseReading, ResumeReading, Sync, Shutdown]

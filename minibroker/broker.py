@@ -13,7 +13,8 @@ The edge (``server.py``, or the virtual network in ``sim.py``) feeds events:
 
 After each event the edge calls ``take_actions()`` and carries out what it
 returns: ``Write`` (one joined buffer per connection), ``Close``,
-``PauseReading`` / ``ResumeReading``. It calls ``take_actions()`` again until
+``PauseReading`` / ``ResumeReading``, ``Sync`` (fsync the store, then report
+``store_synced`` or ``store_failed``) and ``Shutdown`` (the store failed). It calls ``take_actions()`` again until
 it returns nothing, because draining a session's outbox can let dispatch
 continue for that session (see ``Session.can_write``).
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
-from .actions import Action, Close, Write, WriteFrames
+from .actions import Action, Close, Sync, Write, WriteFrames
 from .clock import Clock
 from .codec import FrameParser, encode, escape
 from .config import BrokerConfig
@@ -53,7 +54,7 @@ from .teardown import ConnectionTeardown
 from .timers import Timers
 from .usage import Usage
 from .trace import SEND, SEND_ENQUEUE
-from storage import TempStore
+from storage import StorageError, StoreFailed, StoreFull, TempStore
 from storage.spill import SpillFile
 
 __all__ = ["Broker", "SERVER_NAME", "ParkedSend"]
@@ -136,6 +137,13 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         self._blocked_cursors: dict[Queue, None] = {}
         #: RECEIPTs waiting for an fsync: (store write generation, session, receipt id).
         self._sync_waiters: list[tuple[int, Session, str]] = []
+        #: A ``Sync`` was asked for and its outcome is not reported yet.
+        self._sync_in_flight = False
+        #: Why the store failed (the broker is stopping), or None.
+        self.store_failure: str | None = None
+        #: Why the store is full (no space on disk), or None.
+        self.store_full: str | None = None
+        self._space_probe = False
         #: The storage transaction of the COMMIT being applied, if any.
         self._txid: str | None = None
         #: A traced SEND held back for a moment, so that the enqueue that usually
@@ -309,7 +317,10 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         """The socket of ``sid`` is gone (closed by the peer or by us)."""
         session = self.sessions.get(sid)
         if session is not None:
-            self._close(session, "connection lost", notify_edge=False)
+            try:
+                self._close(session, "connection lost", notify_edge=False)
+            except StoreFailed as exc:
+                self.store_failed(exc)
 
     def set_writable(self, sid: int, writable: bool) -> None:
         """The edge's socket buffer for ``sid`` is full (False) or drained (True)."""
@@ -344,7 +355,10 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
 
     def tick(self) -> None:
         """Run every timer due now."""
-        self.timers.run_due(self.clock.now())
+        try:
+            self.timers.run_due(self.clock.now())
+        except StoreFailed as exc:
+            self.store_failed(exc)
 
     def next_deadline(self) -> float | None:
         """When ``tick()`` next has work, on the clock's ``now()`` scale."""
@@ -360,12 +374,15 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
                 queue.dispatch()
         store = self.store
         if store is not None and (store.write_generation != self._store_generation_seen or store.deferred):
-            store.flush()  # writes the deferred dequeues first (a new generation)
+            try:
+                store.flush()  # writes the deferred dequeues first (a new generation)
+            except StoreFailed as exc:
+                self.store_failed(exc)
             self._store_generation_seen = store.write_generation
             self._set_store_usage(store.disk_usage())
             if self.trace.enabled:
                 self.trace_journal_rolls()
-            if self.config.store.fsync != "always":
+            if self.config.store.fsync != "always" and self.store_failure is None:
                 self._release_sync_waiters(store.write_generation)
         if self._refill:
             refill, self._refill = self._refill, []
@@ -390,6 +407,9 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
                     session.last_write_progress = now
                 if throttled and session.can_write and session.is_open:
                     self._refill.append(session)
+        if self._sync_waiters and not self._sync_in_flight and self.store_failure is None:
+            self._sync_in_flight = True  # one fsync at a time: it covers every write before it
+            actions.append(Sync())
         if self._control:
             actions.extend(self._control)
             self._control = []
@@ -405,12 +425,28 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         except ProtocolError as exc:
             self._fail(session, exc, frame)
             return
+        except StorageError as exc:  # a write the store refused where no handler answers it itself
+            self._storage_refused(session, frame, exc)
+            return
         if next_state is not session.state and session.is_open:
             session.set_state(next_state)
         if result is not DEFERRED:
             receipt = frame.headers.get("receipt")
             if receipt is not None:
                 self._send_receipt(session, receipt)
+
+    def _storage_refused(self, session: Session, frame: Frame, exc: StorageError) -> None:
+        """Answer a frame the store could not write with an ERROR (the connection stays
+        open); a failed store stops the broker, a full one is marked full."""
+        if isinstance(exc, StoreFailed):
+            self.store_failed(exc)
+            text = f"{self.store_failure}; the broker accepts no persistent message and is stopping"
+        else:
+            if isinstance(exc, StoreFull):
+                self._store_full(exc)
+            text = f"{frame.command} refused: {exc}"
+        if session.is_open:
+            self._refuse_send(session, frame.headers.get("receipt"), text)
 
     def _send_receipt(self, session: Session, receipt: str) -> None:
         """Write a RECEIPT, or queue it behind earlier ones still waiting for an fsync."""

@@ -8,6 +8,9 @@
   names the key and the value.
 - ``ResourceLimitError``: a usage limit refused a frame (producer flow control
   with ``send_fail_if_no_space``, a full journal). The client gets an ERROR.
+  ``NoSpaceError``, one of them, is a full disk.
+- ``StoreFailure``: the store failed while the broker ran (a failed fsync, an
+  I/O error): the broker stopped, and ``minibroker serve`` exits non-zero.
 
 Storage failures come from ``storage.errors`` (storage sits below this package
 and cannot import it). Programming errors are never caught and re-labelled as
@@ -15,7 +18,8 @@ client faults: they propagate and fail loudly.
 """
 from __future__ import annotations
 
-__all__ = ["BrokerError", "ProtocolError", "ConfigError", "ResourceLimitError", "StoreOpenError"]
+__all__ = ["BrokerError", "ProtocolError", "ConfigError", "NoSpaceError", "ResourceLimitError", "StoreFailure",
+           "StoreOpenError"]
 
 
 class BrokerError(Exception):
@@ -52,6 +56,21 @@ class ResourceLimitError(BrokerError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class NoSpaceError(ResourceLimitError):
+    """The disk is full: a persistent message could not be written (nothing was)."""
+
+
+class StoreFailure(BrokerError):
+    """The store failed while the broker ran; it stopped without promising more.
+
+    ``exit_status`` is what ``minibroker serve`` exits with.
+    """
+
+    def __init__(self, message: str, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
 
 
 class StoreOpenError(BrokerError):

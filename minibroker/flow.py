@@ -9,6 +9,10 @@ anything else it sends (ACKs included) waits too. With
 ``send_fail_if_no_space`` the producer gets an ERROR instead, at once or
 after ``send_fail_if_no_space_after_timeout``; as in ActiveMQ the connection
 stays open. Parked sends enter, in order, as soon as space is freed.
+
+A full disk (the store marked ``store_full``) holds persistent messages back
+the same way as a full store limit: their producers wait, or with
+``send_fail_if_no_space`` get an ERROR that names the store and "no space".
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from .actions import PauseReading, ResumeReading
 from .codec import encode
 from .coreutil import DEFERRED, ParkedSend, header_text, log
 from .destination import Destination
-from .errors import ResourceLimitError
+from .errors import NoSpaceError, ResourceLimitError
 from .frames import Frame
 from .message import Message
 from .session import Session
@@ -33,7 +37,7 @@ class ProducerFlowControl:
         """May ``message`` enter ``destination`` now? (ActiveMQ ``Queue.send``'s checks)"""
         if not destination.policy.producer_flow_control and not destination.policy.send_fail_if_no_space:
             return True
-        if message.persistent and self.store is not None and self.store_usage.is_full():
+        if message.persistent and self.store is not None and (self.store_usage.is_full() or self.store_full):
             return False
         if not message.persistent and self.temp_usage.is_full():
             return False  # ActiveMQ Queue.checkUsage / Topic.send: "Temp Store is Full"
@@ -46,7 +50,12 @@ class ProducerFlowControl:
         """Block a producer: withhold its RECEIPT, or stop reading it (ActiveMQ's two ways)."""
         policy = destination.policy
         usage = destination.memory
-        if message.persistent and self.store is not None and self.store_usage.is_full():
+        if message.persistent and self.store is not None and self.store_full:
+            text = (
+                f"{self.store_full}. Persistent store is full (no space left on the disk). "
+                f"Stopping producer (session {session.id}) to prevent flooding {destination.kind}://{destination.name}."
+            )
+        elif message.persistent and self.store is not None and self.store_usage.is_full():
             store = self.store_usage
             text = (
                 f"Persistent store is Full, {store.percent}% of {store.limit}. "
@@ -95,7 +104,7 @@ class ProducerFlowControl:
 
     def _holding_usage(self, text: str, resume: Any, usage: Any) -> tuple[str, int]:
         """Which usage holds a producer (the trace's ``usage``), and its percent."""
-        if text.startswith("Persistent store"):
+        if text.startswith("Persistent store") or "Persistent store is full" in text:
             return "store", self.store_usage.percent
         if text.startswith("Temp Store") or (resume is not None and self.temp_usage.is_full()):
             return "temp", self.temp_usage.percent
@@ -156,6 +165,9 @@ class ProducerFlowControl:
                     session.parked.popleft()
                     try:
                         remaining = self._route(parked.destination, parked.message)
+                    except NoSpaceError:  # the disk is still full: wait on (at the head)
+                        session.parked.appendleft(parked)
+                        break
                     except ResourceLimitError as exc:
                         self._refuse_send(session, parked.receipt, exc.message)
                         continue

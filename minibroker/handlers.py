@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from storage import StoreFull
+
 from .coreutil import DEFERRED, Ignored, int_header, seq_of, shown
 from .digits import parse_decimal
 from .destination import Destination
 from .queue import Queue
 from .topic import Topic
-from .errors import ProtocolError, ResourceLimitError
+from .errors import NoSpaceError, ProtocolError, ResourceLimitError
 from .frames import Frame
 from .message import BROKER_SET_HEADERS, MESSAGE_OVERHEAD, Message, send_block
 from .registry import TEMP_PREFIXES
@@ -59,6 +61,11 @@ class FrameHandlers:
             return self._park(session, destination, message, receipt)
         try:
             remaining = self._route(destination, message)
+        except NoSpaceError as exc:  # a full disk: as a full store, wait (flow control) or refuse
+            if destination.policy.producer_flow_control or destination.policy.send_fail_if_no_space:
+                return self._park(session, destination, message, receipt)
+            self._refuse_send(session, receipt, exc.message)
+            return DEFERRED
         except ResourceLimitError as exc:
             self._refuse_send(session, receipt, exc.message)
             return DEFERRED
@@ -471,8 +478,11 @@ class FrameHandlers:
                 txid_done = self._txid
                 self._storage_call(lambda: store.commit(txid_done))
         except ResourceLimitError as exc:
-            if durable and store is not None and self._txid is not None:
-                store.abort(self._txid)
+            if durable and store is not None and self._txid is not None and self.store_failure is None:
+                try:
+                    store.abort(self._txid)
+                except StoreFull:  # not written: recovery aborts a transaction left without an outcome
+                    pass
             self._txid = None
             self._refuse_send(session, frame.headers.get("receipt"), f"COMMIT of {txid!r} failed: {exc.message}")
             return DEFERRED

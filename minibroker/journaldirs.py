@@ -32,7 +32,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from storage import StorageError
+from storage import StorageError, file_ops
 from storage.segment import fsync_directory
 
 __all__ = ["NAME_FILE", "check_keys", "claim", "directory_name", "scan"]
@@ -75,14 +75,9 @@ def _read_name(directory: Path) -> str | None:
 
 
 def _write_name(directory: Path, key: str) -> None:
-    """Write ``directory``'s NAME file durably (before its journal holds anything)."""
-    tmp = directory / (NAME_FILE + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(key)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / NAME_FILE)
-    fsync_directory(directory)
+    """Write ``directory``'s NAME file durably (before its journal holds anything):
+    a temporary file, fsynced, renamed, the directory fsynced (``storage.fileio``)."""
+    file_ops().replace_file(directory / NAME_FILE, key.encode("utf-8"))
 
 
 def scan(base: Path) -> dict[str, Path]:

@@ -44,7 +44,14 @@ Theory of operation
   made every commit durable, so a crash between two journals' commits is
   completed at the next start instead of half applied (``storage.txlog``).
 - **Durable subscriptions** themselves (topic, client id, name, selector) are a
-  small JSON file, rewritten atomically when one is created or removed.
+  small JSON file, rewritten atomically when one is created or removed (a
+  temporary file, fsynced, renamed over it, the directory fsynced).
+- **Failures.** Every file operation goes through ``storage.fileio``. A full
+  disk refuses one write with ``StoreFull`` and changes nothing: dequeues it
+  refuses stay deferred and are written when space returns. Anything else, a
+  failed fsync above all, is ``StoreFailed``: it is kept (``failure``) and
+  raised by every later write and sync, and nothing more is ever reported
+  durable; ``close`` then closes without syncing.
 """
 from __future__ import annotations
 
@@ -58,7 +65,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple
 
-from storage import Journal, JournalConfig, Location, StorageError, TransactionLog
+from storage import Journal, JournalConfig, Location, StorageError, StoreFailed, StoreFull, TransactionLog, file_ops
+
+from storage.fileio import is_no_space
 
 from . import journaldirs
 from .codec import decode_header_block, encode_headers, escape
@@ -244,6 +253,10 @@ class MessageStore:
         self._lock = threading.Lock()
         self.write_generation = 0
         self.synced_generation = 0
+        #: The first failure nothing can undo (``StoreFailed``): once set, final.
+        self.failure: StoreFailed | None = None
+        #: Dequeues wait in ``_deferred`` for space on a full disk.
+        self._dequeues_waiting = False
         self._durables_file = self.root / "durable-subscriptions.json"
         try:
             self._open_journals()
@@ -302,8 +315,15 @@ class MessageStore:
             return self._shared
         journal = self._journals.get(key)
         if journal is None:
-            directory = journaldirs.claim(self.root / "journal", key)
-            journal = self._journals[key] = self._open_ring(directory, key)
+            self._check()
+            try:
+                directory = journaldirs.claim(self.root / "journal", key)
+                journal = self._open_ring(directory, key)
+            except OSError as exc:
+                if is_no_space(exc):
+                    raise StoreFull(key, "creating its journal", exc) from None
+                raise self._failed(StoreFailed(key, "creating its journal", exc)) from None
+            self._journals[key] = journal
         return journal
 
     def journals(self) -> list[Journal]:
@@ -314,6 +334,17 @@ class MessageStore:
         if self._shared is not None:
             return [self.root / "journal"]
         return [Path(j.config.directory) for j in self._journals.values()]
+
+    # -- failures
+    def _failed(self, exc: StoreFailed) -> StoreFailed:
+        """Keep the first failure (final); returns it to raise."""
+        if self.failure is None:
+            self.failure = exc
+        return self.failure
+
+    def _check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
 
     # -- writes (the broker's thread)
     def _wrote(self, journal: Journal, txid: str | None = None) -> None:
@@ -328,12 +359,17 @@ class MessageStore:
         journal = self.journal_for(key)
         try:
             location = journal.enqueue(key, payload, txid)
+        except StoreFailed as exc:
+            raise self._failed(exc) from None
         except StorageError:
             if journal not in self._deferred:
                 raise
             # A full ring may have room once this turn's dequeues are written.
             self._write_deferred(journal)
-            location = journal.enqueue(key, payload, txid)
+            try:
+                location = journal.enqueue(key, payload, txid)
+            except StoreFailed as exc:
+                raise self._failed(exc) from None
         self._wrote(journal, txid)
         return StoreRef(journal, location.seq, key)
 
@@ -376,16 +412,36 @@ class MessageStore:
         for target, seqs in deferred.items():
             try:
                 target.dequeue_many(seqs)
+            except StoreFailed as exc:
+                raise self._failed(exc) from None
+            except StoreFull as exc:  # a full disk: written when space returns (a crash meanwhile redelivers them)
+                left = seqs[getattr(exc, "done", 0):]
+                self._deferred.setdefault(target, [])[:0] = left
+                if not self._dequeues_waiting:
+                    log.warning("%s; acknowledged messages stay in the journal until space returns", exc)
+                self._dequeues_waiting = True
+                continue
             except (StorageError, KeyError) as exc:  # the messages stay in the journal: a restart redelivers them
                 log.error("could not write %d dequeues to journal %s: %s; those not written come back at a restart",
                           len(seqs), target.config.name, exc)
+            if self._dequeues_waiting and not self._deferred:
+                log.info("the acknowledgements that waited for space are written")
+                self._dequeues_waiting = False
         if deferred:
             with self._lock:
                 self.write_generation += 1
                 self._dirty.update(deferred)
 
     def mark_delivered(self, ref: StoreRef) -> None:
-        ref.journal.mark_delivered(ref.seq)
+        """Note that a message went to a consumer (recovery flags it redelivered).
+        On a full disk the note is skipped: a crash would then redeliver the
+        message without the flag, nothing worse."""
+        try:
+            ref.journal.mark_delivered(ref.seq)
+        except StoreFull:
+            return
+        except StoreFailed as exc:
+            raise self._failed(exc) from None
         self._wrote(ref.journal)
 
     def commit(self, txid: str) -> None:
@@ -442,11 +498,17 @@ class MessageStore:
         it writes meanwhile belongs to the next sync.
         """
         with self._lock:
+            self._check()
             generation = self.write_generation
             dirty, self._dirty = self._dirty, set()
-        for journal in dirty:  # outside the lock: writers never wait for an fsync
-            journal.sync()
+        try:
+            for journal in dirty:  # outside the lock: writers never wait for an fsync
+                journal.sync()
+        except StoreFailed as exc:
+            with self._lock:
+                raise self._failed(exc) from None
         with self._lock:
+            self._check()
             self.synced_generation = max(self.synced_generation, generation)
         return generation
 
@@ -514,11 +576,27 @@ class MessageStore:
         return list(data.get("subscriptions", []))
 
     def save_durables(self, subscriptions: list[dict[str, Any]]) -> None:
-        tmp = self._durables_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": 1, "subscriptions": subscriptions}, indent=1), encoding="utf-8")
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, self._durables_file)
+        """Rewrite the list of durable subscriptions atomically, durable when this returns.
+
+        Any failure is ``StoreFailed`` (the file on disk is then the old list or
+        the new one, and the broker can no longer say which it will find)."""
+        self._check()
+        data = json.dumps({"version": 1, "subscriptions": subscriptions}, indent=1).encode("utf-8")
+        try:
+            file_ops().replace_file(self._durables_file, data)
+        except OSError as exc:
+            raise self._failed(StoreFailed(self._durables_file.name, "saving the durable subscriptions", exc)) from None
+
+    @property
+    def failed(self) -> StoreFailed | None:
+        """The failure that stopped the store (its own, or one of its journals'), or None."""
+        if self.failure is None:
+            logs = [self._txlog.journal] if self._txlog is not None else []
+            for journal in [*self.journals(), *logs]:
+                if journal.failed is not None:
+                    self.failure = journal.failed
+                    break
+        return self.failure
 
     @property
     def closed(self) -> bool:
@@ -528,7 +606,17 @@ class MessageStore:
         """Sync and close every journal and release the data directory (idempotent)."""
         if self.closed:
             return
-        self._write_deferred()
+        if self.failed is not None:  # promise nothing more: close the files as they are
+            for journal in self.journals():
+                journal.close()
+            if self._txlog is not None:
+                self._txlog.close()
+            self._unlock()
+            return
+        try:
+            self._write_deferred()
+        except StoreFull:
+            pass  # left for the next start to redeliver
         for journal in self.journals():
             journal.sync()
             journal.close()

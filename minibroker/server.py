@@ -21,6 +21,11 @@ which matters at 50k msg/s.
   receipt).
 - One timer handle is kept for the core's earliest deadline (heart-beats,
   connect timeouts); it is re-armed after every batch of events.
+- ``Sync`` runs the store's fsync in a worker thread (group commit: one fsync
+  for every RECEIPT waiting on it) and reports the outcome to the core:
+  ``store_synced``, or ``store_failed`` if it raised. ``Shutdown`` (the store
+  failed) stops the broker as SIGTERM does, and ``serve`` then raises
+  ``StoreFailure``: ``minibroker serve`` exits non-zero.
 - SIGINT and SIGTERM close the listeners and every connection, then return.
 """
 from __future__ import annotations
@@ -33,14 +38,17 @@ import signal
 import time
 from typing import Any
 
-from .actions import Close, PauseReading, ResumeReading, Write, WriteFrames
+from storage import CorruptRecord, StorageError
+
+from .actions import Close, PauseReading, ResumeReading, Shutdown, Sync, Write, WriteFrames
 from .broker import Broker
 from .clock import SystemClock
 from .config import BrokerConfig
 from .console import ConsoleConnection
 from .edge import EdgeConnection, TcpConnection
-from .errors import ConfigError, StoreOpenError
+from .errors import ConfigError, StoreFailure, StoreOpenError
 from .persistence import MessageStore
+from .storehooks import STORE_FAILED_EXIT
 from .trace import Trace
 from .websocket import WebSocketConnection
 
@@ -58,8 +66,12 @@ log = logging.getLogger("minibroker.server")
 class BrokerServer:
     """A ``Broker`` core behind a listening socket."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, stop: asyncio.Event | None = None) -> None:
+        """``stop`` is set when the core asks for a ``Shutdown`` (``failure`` says why)."""
         self.broker = broker
+        self.stop = stop
+        #: The ``Shutdown`` the core asked for (the store failed), or None.
+        self.failure: Shutdown | None = None
         self.connections: dict[int, EdgeConnection] = {}
         self._server: asyncio.AbstractServer | None = None
         #: The STOMP over WebSocket listener, if on.
@@ -147,6 +159,10 @@ class BrokerServer:
                 for action in actions:
                     conn = connections.get(action.session)
                     if conn is None:
+                        if type(action) is Sync:
+                            self._start_sync()
+                        elif type(action) is Shutdown:
+                            self._shutdown(action)
                         continue
                     transport = conn.transport
                     if transport is None or transport.is_closing():
@@ -165,8 +181,14 @@ class BrokerServer:
         finally:
             self._flushing = False
         self._arm_timer()
-        if self.broker.sync_wanted and not self._syncing:
-            self._start_sync()
+
+    def _shutdown(self, action: Shutdown) -> None:
+        """The core cannot go on (its store failed): stop as SIGTERM would."""
+        if self.failure is None:
+            self.failure = action
+            log.critical("stopping the broker: %s", action.reason)
+            if self.stop is not None:
+                self.stop.set()
 
     # -- group commit: one fsync in a thread for every RECEIPT waiting on it
     def _start_sync(self) -> None:
@@ -181,10 +203,10 @@ class BrokerServer:
         self._syncing = False
         try:
             generation = future.result()
-        except OSError as exc:  # the disk failed us: nothing more can be promised
-            log.critical("journal fsync failed: %s; stopping", exc)
-            raise
-        self.broker.store_synced(generation)
+        except Exception as exc:  # noqa: BLE001 - whatever stopped the fsync, nothing more is durable
+            self.broker.store_failed(exc)
+        else:
+            self.broker.store_synced(generation)
         self.flush()
 
     def _flush_trace(self) -> None:
@@ -232,21 +254,22 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
     """Run a broker with ``config`` until SIGINT/SIGTERM (or ``stop`` is set).
 
     ``ready``, if given, is called with the ``BrokerServer`` once listening.
+    Raises ``StoreFailure`` after an orderly stop that a storage failure caused.
     """
     store = open_store(config)
     trace = open_trace(config)
     temp_dir = os.path.join(config.broker.data_dir, "tmp_storage")
     broker = Broker(config, SystemClock(), seed=int.from_bytes(os.urandom(8), "big"), store=store, trace=trace,
                     temp_dir=temp_dir)
+    stop = stop or asyncio.Event()
     try:
         broker.recover()
-        server = BrokerServer(broker)
+        server = BrokerServer(broker, stop)
         await server.start(config.transport.host, config.transport.port, config.transport.websocket_port,
                            (config.console.host, config.console.port))
     except BaseException:
         broker.close()
         raise
-    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -264,17 +287,21 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
         for sig in installed:
             loop.remove_signal_handler(sig)
         await server.close()
-        broker.close()
+        try:
+            broker.close()
+        except StorageError as exc:  # what is durable is what the next start recovers
+            log.critical("closing the store failed: %s", exc)
+            server.failure = server.failure or Shutdown(str(exc), STORE_FAILED_EXIT)
         if trace is not None:
             trace.close()
+    if server.failure is not None:
+        raise StoreFailure(f"the broker stopped: {server.failure.reason}", server.failure.exit_status)
 
 
 def open_store(config: BrokerConfig) -> MessageStore | None:
     """The journals under ``data_dir`` (recovered), or None for a non-persistent broker."""
     if not config.broker.persistent:
         return None
-    from storage import CorruptRecord, StorageError
-
     data_dir = config.broker.data_dir
     try:
         return MessageStore(config.store, data_dir)

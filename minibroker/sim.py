@@ -31,7 +31,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Callable
 
-from .actions import Close, PauseReading, ResumeReading, Write
+from .actions import Close, PauseReading, ResumeReading, Shutdown, Sync, Write
 from .broker import Broker
 from .clock import ManualClock
 from .codec import FrameParser, encode
@@ -218,6 +218,8 @@ class VirtualNetwork:
         #: With ``check_teardown``, every connection's end is checked (``invariants.py``):
         #: ``net.teardown.violations`` lists what a close left behind, across restarts.
         self.teardown = TeardownChecker() if check_teardown else None
+        #: The ``Shutdown`` the broker asked for (its store failed), or None.
+        self.shutdown: Shutdown | None = None
         self.broker = self._start_broker()
         self.clients: dict[int, VirtualClient] = {}
         self._agenda: list[tuple[float, int, Callable[[], Any]]] = []
@@ -286,13 +288,16 @@ class VirtualNetwork:
         broker = self.broker
         while True:
             actions = broker.take_actions()
-            if not actions and broker.sync_wanted and broker.store is not None:
-                broker.store_synced(broker.store.sync())  # an instant fsync on the virtual clock
-                continue
             if not actions:
                 return
             resumed: list[VirtualClient] = []
             for action in actions:
+                if type(action) is Sync:
+                    self._sync()
+                    continue
+                if type(action) is Shutdown:
+                    self.shutdown = action
+                    continue
                 c = self.clients.get(action.session)
                 if c is None or c.closed:
                     continue
@@ -310,6 +315,17 @@ class VirtualNetwork:
             # As the asyncio edge: a resume and a pause in one batch read nothing.
             for c in resumed:
                 c.flush_outbound()
+
+    def _sync(self) -> None:
+        """Carry out a ``Sync``: an instant fsync on the virtual clock."""
+        store = self.broker.store
+        assert store is not None
+        try:
+            generation = store.sync()
+        except Exception as exc:  # noqa: BLE001 - as the asyncio edge: whatever stopped the fsync is a failure
+            self.broker.store_failed(exc)
+        else:
+            self.broker.store_synced(generation)
 
     # -- time
     @property

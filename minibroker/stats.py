@@ -59,6 +59,9 @@ def broker_statistics(broker: "Broker") -> dict[str, Any]:
         # ring layout: one ring per destination, each reserved whole (0 and 0 for the growing layout)
         "storeRings": rings.rings if rings is not None else 0,
         "storeRingBytes": rings.each if rings is not None else 0,
+        # ok, full (no space on disk: persistent messages wait or are refused) or failed (stopping).
+        "storeState": broker.store_state,
+        "storeProblem": broker.store_failure or broker.store_full or "",
         "tempUsage": broker.temp_usage.usage,
         "tempLimit": broker.temp_usage.limit,
         "tempPercentUsage": broker.temp_usage.percent,

@@ -6,12 +6,34 @@ enter the queue (``_admit``); a RECEIPT for them waits, under fsync policy
 (``store_synced``): one fsync releases every producer that wrote before it.
 Durable topic subscriptions journal their own copy of each persistent
 message. ``recover`` brings it all back at start.
+
+Storage failures (theory of operation)
+--------------------------------------
+The fsync is an action: ``take_actions`` asks the edge for one (``Sync``)
+while RECEIPTs wait, and the edge reports back ``store_synced`` or
+``store_failed``. Writes happen in the core's own calls and raise there.
+
+- **The store failed** (``StoreFailed``: a failed fsync, an I/O error): fail-stop.
+  ``store_failed`` logs it CRITICAL, answers every RECEIPT still waiting for
+  durability with an ERROR naming the store and the error, refuses every
+  persistent SEND and transaction after it the same way, and asks the edge to
+  shut the broker down (``Shutdown``, exit status ``STORE_FAILED_EXIT``). Nothing
+  is retried: after a failed fsync no later one proves anything.
+- **The disk is full** (``StoreFull``): nothing was written, nothing is lost.
+  The store is marked full (``store_full``, in the statistics and the log) and
+  persistent SENDs are refused with an ERROR, or, under producer flow control
+  without ``send_fail_if_no_space``, wait as for a full store limit.
+  Consumers, acknowledgements and non-persistent messages go on. Every
+  ``SPACE_PROBE_SECONDS``, and whenever the journals shrink, the mark is
+  lifted and the next persistent message tries the disk again: when the
+  operator or the consumers' acks have freed space, sends work again without a
+  restart.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from storage import StorageError
+from storage import StorageError, StoreFailed, StoreFull
 
 from .codec import encode
 from .cursor import PagedRef, StoreRun
@@ -19,13 +41,19 @@ from .coreutil import DEFERRED, log
 from .destination import Destination
 from .queue import Queue
 from .topic import DurableState, Topic
-from .errors import ResourceLimitError
+from .actions import Shutdown
+from .errors import NoSpaceError, ResourceLimitError
 from .frames import Frame
 from .message import Message
 from .persistence import StoreRef, decode_messages, durable_key, encode_wire_payload
 from .session import Session
 
-__all__ = ["StoreHooks"]
+__all__ = ["STORE_FAILED_EXIT", "SPACE_PROBE_SECONDS", "StoreHooks"]
+
+#: The exit status of ``minibroker serve`` after a storage failure stopped it.
+STORE_FAILED_EXIT = 3
+#: While the disk is full, how often a persistent message may try it again.
+SPACE_PROBE_SECONDS = 1.0
 
 
 class StoreHooks:
@@ -111,12 +139,75 @@ class StoreHooks:
 
     def store_synced(self, generation: int) -> None:
         """The edge's fsync covered every write up to ``generation``: release RECEIPTs."""
-        self._release_sync_waiters(generation)
+        self._sync_in_flight = False
+        if self.store_failure is None:
+            self._release_sync_waiters(generation)
 
     @property
     def sync_wanted(self) -> bool:
         """Are RECEIPTs waiting for an fsync?"""
         return bool(self._sync_waiters)
+
+    # -- storage failures (see the module docstring)
+    def store_failed(self, error: BaseException) -> None:
+        """The store failed (a ``Sync`` the edge carried out raised, or a write did):
+        stop promising durability at once, and ask the edge to stop the broker."""
+        self._sync_in_flight = False
+        if self.store_failure is not None:
+            return
+        text = str(error) if isinstance(error, StorageError) else f"Store failed: {error}"
+        self.store_failure = text
+        log.critical("%s; nothing more is receipted as durable: the broker stops (restart it once the disk is "
+                     "checked: what was receipted before is recovered)", text)
+        refusal = f"{text}; the broker accepts no persistent message and is stopping"
+        waiters, self._sync_waiters = self._sync_waiters, []
+        for _, session, receipt in waiters:  # none of them is known to be on disk: no RECEIPT, an ERROR
+            session.sync_waiting -= 1
+            if session.is_open:
+                self._refuse_send(session, receipt, refusal)
+        for session in list(self._blocked):
+            for parked in [p for p in session.parked if p.message.persistent]:
+                session.parked.remove(parked)
+                self._refuse_send(session, parked.receipt, refusal)
+            self._retry_blocked = True
+        if self.trace.enabled:
+            self._emit("store_failed", message=text)
+        self._control.append(Shutdown(text, STORE_FAILED_EXIT))
+
+    def _store_full(self, error: StoreFull) -> None:
+        """A write found the disk full: mark the store full until space returns."""
+        if self.store_full is None:
+            log.error("%s: the store is full; persistent messages are refused (or their producers wait) until "
+                      "space returns, while consumers and non-persistent messages go on", error)
+            if self.trace.enabled:
+                self._emit("store_full", message=str(error))
+        if not self._space_probe:
+            self._space_probe = True
+            self.timers.call_at(self.clock.now() + SPACE_PROBE_SECONDS, self._probe_space)
+        self.store_full = str(error)
+
+    def _probe_space(self) -> None:
+        """Let the next persistent message try the disk again (it marks the store full if it still is)."""
+        self._space_probe = False
+        if self.store_full is not None:
+            self._space_returned()
+
+    def _space_returned(self) -> None:
+        if self.store_full is not None:
+            self.store_full = None
+            self.space_freed()
+
+    def store_writable(self) -> None:
+        """A persistent message was written: if the store was full, it has space again."""
+        if self.store_full is not None:
+            log.info("the store has space again: persistent messages are accepted")
+            self._space_returned()
+
+    @property
+    def store_state(self) -> str:
+        """``ok``, ``full`` (no space on disk: persistent messages wait or are refused) or
+        ``failed`` (the broker is stopping)."""
+        return "failed" if self.store_failure is not None else "full" if self.store_full is not None else "ok"
 
     def _release_sync_waiters(self, generation: int) -> None:
         waiters = self._sync_waiters
@@ -133,6 +224,8 @@ class StoreHooks:
         self._sync_waiters = keep
 
     def _set_store_usage(self, used: int) -> None:
+        if used < self.store_usage.usage:  # journal files were deleted: the disk may have room again
+            self._space_returned()
         self._set_usage(self.store_usage, used)
 
     def _set_usage(self, usage: Any, used: int) -> None:
@@ -152,10 +245,22 @@ class StoreHooks:
         )
 
     def _storage_call(self, fn: Callable[[], Any]) -> Any:
+        """Run a journal write for a frame: a refusal becomes a ``ResourceLimitError``
+        (the frame's ERROR), a full disk a ``NoSpaceError``, a failure ``store_failed``."""
+        if self.store_failure is not None:
+            raise ResourceLimitError(f"{self.store_failure}; the broker accepts no persistent message and is stopping")
         try:
-            return fn()
+            result = fn()
+        except StoreFailed as exc:
+            self.store_failed(exc)
+            raise ResourceLimitError(f"{exc}; the broker accepts no persistent message and is stopping") from None
+        except StoreFull as exc:
+            self._store_full(exc)
+            raise NoSpaceError(f"{exc}. Persistent messages are refused until space returns.") from None
         except StorageError as exc:
             raise ResourceLimitError(str(exc)) from None
+        self.store_writable()
+        return result
 
     def _admit(self, destination: Destination, message: Message) -> Any:
         """Journal a persistent queue message, then hand it to the destination."""
@@ -164,8 +269,10 @@ class StoreHooks:
             payload = self._payload(message)
             try:
                 message.store_ref = self._storage_call(lambda: store.enqueue(destination.address, payload, self._txid))
+            except NoSpaceError:
+                raise
             except ResourceLimitError:
-                if self.trace.enabled:
+                if self.trace.enabled and self.store_failure is None:
                     self._trace_journal("journal_full", store.journal_for(destination.address), dest=destination.address)
                 raise
         return destination.accept(message)
@@ -175,10 +282,18 @@ class StoreHooks:
         if not message.persistent or self.store is None:
             return
         key = durable_key(topic.address, state.client_id, state.name)
+        store = self.store
+        payload = self._payload(message)
         try:
-            state.refs[message.seq] = self.store.enqueue(key, self._payload(message), self._txid)
-        except StorageError as exc:
-            log.error("%s: could not journal %s for durable subscription %s: %s", topic.address, message.message_id, key, exc)
+            state.refs[message.seq] = self._storage_call(lambda: store.enqueue(key, payload, self._txid))
+        except NoSpaceError as exc:
+            log.error("%s: could not journal %s for durable subscription %s: %s", topic.address, message.message_id, key,
+                      exc.message)
+        except ResourceLimitError as exc:
+            if self.store_failure is not None:
+                raise
+            log.error("%s: could not journal %s for durable subscription %s: %s", topic.address, message.message_id, key,
+                      exc.message)
 
     def mark_durable_delivered(self, state: DurableState, message: Message) -> None:
         """A persistent message went to a client-ack durable subscriber: note it on

@@ -163,9 +163,9 @@ Every file operation goes through one seam (``fileio.py``), which tests
 replace to fail any call. A full disk (ENOSPC, EDQUOT) refuses the one
 operation with ``StoreFull`` and leaves the files as they were, a record cut
 short by it zeroed again; files of the ``growing`` layout and of the temp
-store reserve their blocks (``fallocate``) a chunk ahead, and an enqueue keeps
-some room reserved after it, so dequeues can still be written while the disk
-is full. Anything else, and above all a failed fsync, is ``StoreFailed``:
+store reserve their blocks (``fallocate``) a chunk ahead, and an enqueue leaves
+the last 1/32 of a ``growing`` file (at most 1 MiB) to other records, so
+dequeues can still be written, and files freed, while the disk is full. Anything else, and above all a failed fsync, is ``StoreFailed``:
 final for the journal (PostgreSQL's and etcd's lesson, "fsyncgate": after a
 failed fsync the data may be gone while the file reads back intact, so no
 retry proves anything). What was durable before is what the next open

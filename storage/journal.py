@@ -64,8 +64,9 @@ _READ_SPAN = 1 << 20
 _READ_GAP = 64 << 10
 #: A growing journal's enqueue leaves this many bytes of its file (at most 1/32
 #: of it), reserved, for the records that free space (dequeues, commits): on a
-#: full disk, where no next file can be made, the consumers' acks still fit.
-ENQUEUE_KEEP = 64 << 10
+#: full disk, where no next file can be made, the consumers' acks still fit
+#: (those of a whole file of 1 KB messages acked one at a time: 28 bytes each).
+ENQUEUE_KEEP = 1 << 20
 
 
 class Journal:
@@ -378,12 +379,12 @@ class Journal:
         if not self._index.holds(enqueue_seq):
             raise KeyError(f"no live enqueue with seq {enqueue_seq}")
         with self._lock:
-            seq = self._mark(enqueue_seq)
+            seq = self._mark(enqueue_seq, self._keep)  # a marker is no ack: it leaves the acks' room alone
         self._collect()
         return seq
 
-    def _mark(self, enqueue_seq: int) -> int:
-        seq, fid, offset = self._append(RecordType.DELIVERED, encode_ref(enqueue_seq), HEADER_SIZE + 8)
+    def _mark(self, enqueue_seq: int, keep: int = 0) -> int:
+        seq, fid, offset = self._append(RecordType.DELIVERED, encode_ref(enqueue_seq), HEADER_SIZE + 8, keep)
         self._index.delivered(seq, enqueue_seq, fid, offset + HEADER_SIZE + 8)
         return seq
 
@@ -424,7 +425,10 @@ class Journal:
                 if not victims:
                     return
                 for seq in self._index.markers_in(victims):
-                    self._mark(seq)  # markers do not pin files: write them again
+                    try:
+                        self._mark(seq)  # markers do not pin files: write them again
+                    except StoreFull:  # a full disk: the message loses its redelivered flag, nothing more
+                        pass
                 # The records that made these files garbage (a dequeue, a commit)
                 # must be durable before the files go, or a crash could lose both
                 # copies of a message that a transaction moved.

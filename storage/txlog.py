@@ -53,6 +53,11 @@ class TransactionLog:
             assert record.payload is not None
             self._live[bytes(record.payload)] = record.location.seq
 
+    @property
+    def journal(self) -> Journal:
+        """The journal the decisions are kept in."""
+        return self._journal
+
     def decided(self) -> frozenset[bytes]:
         """The txids decided and not yet retired (at start: those a crash may have cut short)."""
         return frozenset(self._live)

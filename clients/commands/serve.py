@@ -4,9 +4,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 from typing import Any
 
 from minibroker.config import listener_port, load_config
+from minibroker.errors import StoreFailure
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -15,7 +17,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "serve",
         help="run the broker",
-        description="Run the STOMP broker in the foreground until SIGINT or SIGTERM.",
+        description="Run the STOMP broker in the foreground until SIGINT or SIGTERM. "
+                    "Exits with status 3 if its store failed (a failed fsync or disk I/O error) while it ran.",
     )
     p.add_argument("--config", metavar="FILE", help="TOML configuration (default: the embedded one)")
     p.add_argument("--host", help="address to listen on (overrides transport.host)")
@@ -71,5 +74,9 @@ def run(args: argparse.Namespace) -> int:
     config = config.replace(transport=transport, console=console, broker=broker_section)
     from minibroker.server import serve
 
-    asyncio.run(serve(config))  # a port in use is a ConfigError naming it
+    try:
+        asyncio.run(serve(config))  # a port in use is a ConfigError naming it
+    except StoreFailure as exc:  # logged CRITICAL already; what the operator does next is in the README
+        print(f"minibroker serve: {exc}", file=sys.stderr)
+        return exc.exit_status
     return 0

@@ -107,6 +107,10 @@ def _of(used: int, limit: int) -> str:
 
 def _rate(value: float) -> str:
     return f"{value:.1f}"
+def _store_state(b: dict[str, Any]) -> str:
+    """`` (FULL: why)`` when the store is full or failed, else nothing."""
+    state = b.get("storeState", "ok")
+    return "" if state == "ok" else f" ({state.upper()}: {b.get('storeProblem', '')})"
 
 
 def format_tables(stats: dict[str, Any]) -> str:
@@ -115,7 +119,8 @@ def format_tables(stats: dict[str, Any]) -> str:
     out = [
         f"broker {b['brokerName']}{_when(b)}: memory {b['memoryPercentUsage']}%"
         f"{_of(b['memoryUsage'], b['memoryLimit'])}, "
-        f"store {b['storePercentUsage']}%{_store_detail(b) or _of(b['storeUsage'], b['storeLimit'])}, "
+        f"store {b['storePercentUsage']}%{_store_state(b)}"
+        f"{_store_detail(b) or _of(b['storeUsage'], b['storeLimit'])}, "
         f"temp {b['tempPercentUsage']}%{_of(b['tempUsage'], b['tempLimit'])}, "
         f"index {size_text(b.get('indexBytes', 0))} in memory (in no usage), "
         f"{size_text(b.get('indexSpilledBytes', 0))} on disk",

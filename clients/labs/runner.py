@@ -182,8 +182,8 @@ class LiveBroker:
         return asyncio.run_coroutine_threadsafe(wrapper(), self._loop).result(10)
 
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._stop.set)  # (a broker whose store failed stopped by itself)
         if self._thread is not None:
             self._thread.join(30)
         self.server = None

@@ -1,0 +1,338 @@
+"""The broker on a disk that fails or fills, through the storage seam (``storage.fileio``).
+
+A failed fsync stops the broker: no RECEIPT for what it covered, an ERROR naming
+the store and the error, a non-zero exit, and a restart recovers everything
+receipted before. A full disk refuses (or holds back) persistent SENDs only,
+and they work again when space returns.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker_support import RunningBroker
+from clients.cli import main as cli
+from clients.stomp import StompClient, StompError
+from disk_faults import FaultyFileOps
+from minibroker.actions import Shutdown
+from minibroker.config import BrokerConfig, parse_config
+from minibroker.errors import StoreFailure
+from minibroker.sim import VirtualNetwork
+from minibroker.storehooks import STORE_FAILED_EXIT
+from storage.fileio import using
+
+
+def _receipts(client: Any) -> set[str]:
+    return {f.headers["receipt-id"] for f in client.frames("RECEIPT")}
+
+
+def _errors(client: Any) -> dict[str, str]:
+    return {f.headers.get("receipt-id", ""): f.headers["message"] for f in client.frames("ERROR")}
+
+
+# -- the core, on the virtual network, with real journals ---------------------------------------------
+
+def test_a_failed_fsync_gives_no_receipt_for_what_it_covered_and_stops_the_broker(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(data_dir=tmp_path)
+        producer = net.connected_client("p")
+        for i in range(5):
+            producer.send("/queue/orders", f"durable {i}", persistent="true", receipt=f"ok{i}")
+        assert _receipts(producer) == {f"ok{i}" for i in range(5)}
+        ops.fail("fsync", errno.EIO)  # the next fsync fails, once; the one after would succeed
+        producer.send("/queue/orders", "covered", persistent="true", receipt="lost")
+        assert "lost" not in _receipts(producer)
+        errors = _errors(producer)
+        assert re.search(r'Store "journal" failed: fsync of .*db-\d+\.log: \[Errno 5\] Input/output error',
+                         errors["lost"])
+        assert isinstance(net.shutdown, Shutdown) and net.shutdown.exit_status == STORE_FAILED_EXIT
+        # A later fsync would succeed, but proves nothing: no persistent SEND is receipted again.
+        producer.send("/queue/orders", "after", persistent="true", receipt="after")
+        assert "after" not in _receipts(producer)
+        assert 'Store "journal" failed' in _errors(producer)["after"]
+        assert net.broker.store_state == "failed"
+        net.restart()  # the failed store is closed without a sync; the journal is recovered
+    consumer = net.connected_client("c")
+    consumer.subscribe("/queue/orders")
+    bodies = consumer.bodies()
+    assert [b for b in bodies if b.startswith(b"durable")] == [f"durable {i}".encode() for i in range(5)]
+    assert b"after" not in bodies
+
+
+def test_eio_on_a_journal_write_refuses_the_send_and_stops_the_broker(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(data_dir=tmp_path)
+        producer = net.connected_client("p")
+        producer.send("/queue/orders", "before", persistent="true", receipt="r0")
+        ops.fail("pwrite", errno.EIO, short=9)
+        producer.send("/queue/orders", "torn", persistent="true", receipt="r1")
+        assert "r1" not in _receipts(producer)
+        assert "Input/output error" in _errors(producer)["r1"]
+        assert net.shutdown is not None
+        net.restart()
+    consumer = net.connected_client("c")
+    consumer.subscribe("/queue/orders")
+    assert consumer.bodies() == [b"before"]
+
+
+def test_a_failed_write_of_the_durable_subscriptions_stops_the_broker(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(data_dir=tmp_path)
+        client = net.client("c")
+        client.connect(client_id="alice")
+        ops.fail("replace", errno.EIO, path="durable-subscriptions")  # the rename fails
+        client.subscribe("/topic/news", "s1", **{"activemq.subscriptionName": "news", "receipt": "sub"})
+        assert "sub" not in _receipts(client)
+        assert re.search(r'Store "durable-subscriptions.json" failed: .*Input/output error', _errors(client)["sub"])
+        assert net.shutdown is not None
+        net.restart()
+    assert net.broker.store_state == "ok"
+
+
+def test_saving_the_durable_subscriptions_fsyncs_the_file_then_the_directory(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(data_dir=tmp_path)
+        client = net.client("c")
+        client.connect(client_id="alice")
+        client.subscribe("/topic/news", "s1", **{"activemq.subscriptionName": "news"})
+    calls = [c for c in ops.calls if c[0] in ("fsync", "replace", "fsync_directory")]
+    at = calls.index(("replace", str(tmp_path / "durable-subscriptions.json")))
+    assert calls[at - 1][0] == "fsync" and calls[at + 1] == ("fsync_directory", str(tmp_path))
+
+
+def _full_disk_config(**policy: Any) -> BrokerConfig:
+    return parse_config({"store": {"journal_max_file_length": 64 * 1024},
+                         "destination_policy": [{"queue": ">", **policy}]})
+
+
+def test_a_full_disk_refuses_persistent_sends_until_acks_free_space(tmp_path: Path) -> None:
+    ops = FaultyFileOps(free=3 * 64 * 1024)
+    with using(ops):
+        net = VirtualNetwork(_full_disk_config(send_fail_if_no_space=True), data_dir=tmp_path)
+        producer = net.connected_client("p")
+        sent = 0
+        while not producer.frames("ERROR"):
+            producer.send("/queue/orders", "m" * 1000, persistent="true", receipt=f"r{sent}")
+            sent += 1
+        refused = _errors(producer)[f"r{sent - 1}"]
+        assert 'Store "journal" has no space left' in refused and "No space left on device" in refused
+        assert net.broker.store_state == "full"
+        # Non-persistent messages go on.
+        producer.send("/queue/orders", "light", receipt="np")
+        assert "np" in _receipts(producer)
+        # Consumers receive and acknowledge; their acks are written and free files.
+        consumer = net.connected_client("c")
+        consumer.subscribe("/queue/orders", ack="client-individual")
+        for message in consumer.messages():
+            consumer.ack(message)
+        assert len(consumer.messages()) == sent  # every receipted one and the non-persistent one
+        assert net.broker.store_state == "ok"
+        producer.send("/queue/orders", "again", persistent="true", receipt="again")
+        assert "again" in _receipts(producer)
+
+
+# -- the real server -----------------------------------------------------------------------------------
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_the_server_stops_with_a_non_zero_status_when_an_fsync_fails_and_a_restart_recovers(tmp_path: Path) -> None:
+    """``minibroker serve`` itself (its command in a thread, the seam installed):
+    ERRORs instead of RECEIPTs, a CRITICAL line, an orderly stop, exit status 3."""
+    data = tmp_path / "data"
+    ops = FaultyFileOps()
+    records: list[logging.LogRecord] = []
+    listening = threading.Event()
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+            if "listening on" in record.getMessage():
+                listening.set()
+
+    handler = Capture()
+    logger = logging.getLogger("minibroker")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    status: list[int] = []
+    try:
+        with using(ops):
+            thread = threading.Thread(target=lambda: status.append(
+                cli(["serve", "--port", "0", "--data-dir", str(data), "--log-level", "info"])), daemon=True)
+            thread.start()
+            assert listening.wait(30)
+            port = int(re.search(r":(\d+) ", next(r.getMessage() for r in records if "listening on" in r.getMessage())
+                                 + " ").group(1))  # type: ignore[union-attr]
+
+            async def produce() -> tuple[list[int], dict[int, str]]:
+                client = await StompClient.connect(port=port)
+                receipted = []
+                for i in range(20):
+                    await client.send("/queue/orders", f"m{i}", headers={"persistent": "true"}, receipt=True)
+                    receipted.append(i)
+                ops.fail("fsync", errno.EIO)
+                refused: dict[int, str] = {}
+                for i in range(20, 30):
+                    try:
+                        await client.send("/queue/orders", f"m{i}", headers={"persistent": "true"}, receipt=True,
+                                          timeout=10)
+                        receipted.append(i)
+                    except StompError as exc:
+                        refused[i] = exc.message
+                    except Exception:  # noqa: BLE001 - the broker stopped under us
+                        break
+                client.close()
+                return receipted, refused
+
+            receipted, refused = _run(produce())
+            thread.join(30)
+            assert not thread.is_alive()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert status == [STORE_FAILED_EXIT]
+    assert receipted == list(range(20))  # not one RECEIPT after the failed fsync
+    assert refused and all("Input/output error" in text and 'Store "journal"' in text for text in refused.values())
+    assert any(r.levelno == logging.CRITICAL and "fsync" in r.getMessage() for r in records)
+    # The restart recovers every message receipted before.
+    broker = RunningBroker(BrokerConfig(), data_dir=str(data)).start()
+    try:
+        async def drain() -> list[int]:
+            client = await StompClient.connect(port=broker.port)
+            sub = await client.subscribe("/queue/orders")
+            got = []
+            while True:
+                try:
+                    got.append(int((await sub.get(timeout=2)).body[1:]))
+                except TimeoutError:
+                    break
+            await client.disconnect()
+            return got
+
+        got = _run(drain())
+    finally:
+        broker.stop()
+    assert set(range(20)) <= set(got)
+
+
+def test_live_broker_reports_the_failure_to_its_runner(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    with using(ops):
+        broker = RunningBroker(BrokerConfig(), data_dir=str(tmp_path)).start()
+
+        async def produce() -> None:
+            client = await StompClient.connect(port=broker.port)
+            ops.fail("fsync", errno.EIO, times=1000)  # every fsync fails from now on
+            with pytest.raises(StompError, match='Store "journal" failed'):
+                await client.send("/queue/orders", "x", headers={"persistent": "true"}, receipt=True, timeout=10)
+            client.close()
+
+        _run(produce())
+        broker._thread.join(30)  # type: ignore[union-attr]  # it stops on its own
+        with pytest.raises(StoreFailure):
+            broker.stop()
+
+
+def test_the_full_disk_cycle_on_the_real_server(tmp_path: Path) -> None:
+    """Fill the disk, be refused, keep consuming, see ``stat`` say so, then get space back
+    twice: from acks that free journal files, and from the operator."""
+    ops = FaultyFileOps(free=3 * 64 * 1024)
+    with using(ops):
+        broker = RunningBroker(_full_disk_config(send_fail_if_no_space=True), data_dir=str(tmp_path)).start()
+        try:
+            async def cycle() -> None:
+                producer = await StompClient.connect(port=broker.port)
+                sent = 0
+                with pytest.raises(StompError) as refused:
+                    while True:
+                        await producer.send("/queue/orders", "m" * 1000, headers={"persistent": "true"},
+                                            receipt=True, timeout=10)
+                        sent += 1
+                assert 'Store "journal" has no space left' in refused.value.message
+                await producer.send("/queue/orders", "light", receipt=True, timeout=10)  # non-persistent goes on
+                consumer = await StompClient.connect(port=broker.port)
+                sub = await consumer.subscribe("/queue/orders", ack="client-individual")
+                for _ in range(sent + 1):
+                    message = await sub.get(timeout=10)
+                    await consumer.ack(message, receipt=True, timeout=10)
+                # The acks freed journal files: persistent sends work again, no restart.
+                await producer.send("/queue/orders", "after acks", headers={"persistent": "true"}, receipt=True,
+                                    timeout=10)
+                assert (await sub.get(timeout=10)).body == b"after acks"
+                # Fill it again; then the operator frees space.
+                with pytest.raises(StompError):
+                    while True:
+                        await producer.send("/queue/orders", "n" * 1000, headers={"persistent": "true"},
+                                            receipt=True, timeout=10)
+                ops.free = None
+                deadline = time.monotonic() + 30
+                while True:  # refused until the broker tries the disk again (at most a second later)
+                    try:
+                        await producer.send("/queue/orders", "space is back", headers={"persistent": "true"},
+                                            receipt=True, timeout=10)
+                        break
+                    except StompError:
+                        assert time.monotonic() < deadline
+                        await asyncio.sleep(0.1)
+                await producer.disconnect()
+                await consumer.disconnect()
+
+            _run(cycle())
+        finally:
+            broker.stop()
+
+
+def test_stat_says_the_store_is_full(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ops = FaultyFileOps(free=2 * 64 * 1024)
+    with using(ops):
+        broker = RunningBroker(_full_disk_config(send_fail_if_no_space=True), data_dir=str(tmp_path)).start()
+        try:
+            async def fill() -> None:
+                producer = await StompClient.connect(port=broker.port)
+                with pytest.raises(StompError):
+                    while True:
+                        await producer.send("/queue/orders", "m" * 1000, headers={"persistent": "true"},
+                                            receipt=True, timeout=10)
+                await producer.disconnect()
+
+            _run(fill())
+            assert cli(["stat", "--port", str(broker.port)]) == 0
+            out = capsys.readouterr().out
+            assert re.search(r'store \d+% \(FULL: Store "journal" has no space left', out)
+        finally:
+            broker.stop()
+
+
+def test_a_full_disk_holds_producers_back_under_flow_control_until_acks_free_space(tmp_path: Path) -> None:
+    ops = FaultyFileOps(free=3 * 64 * 1024)
+    with using(ops):
+        net = VirtualNetwork(_full_disk_config(), data_dir=tmp_path)
+        producer = net.connected_client("p")
+        sent = 0
+        while len(_receipts(producer)) == sent:
+            producer.send("/queue/orders", "m" * 1000, persistent="true", receipt=f"r{sent}")
+            sent += 1
+            assert sent < 1000
+        waiting = f"r{sent - 1}"
+        assert not producer.frames("ERROR")  # held back, not refused
+        assert net.broker.store_state == "full"
+        consumer = net.connected_client("c")
+        consumer.subscribe("/queue/orders", ack="client-individual")
+        for message in consumer.messages():
+            consumer.ack(message)
+        net.advance(0)
+        assert waiting in _receipts(producer)  # in once the acks freed a file
