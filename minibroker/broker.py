@@ -55,6 +55,7 @@ from .timers import Timers
 from .usage import Usage
 from .trace import SEND, SEND_ENQUEUE
 from storage import StorageError, StoreFailed, StoreFull, TempStore
+from storage.tempstore import TEMP_STORE_NAME
 from storage.spill import SpillFile
 
 __all__ = ["Broker", "SERVER_NAME", "ParkedSend"]
@@ -442,7 +443,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             self.store_failed(exc)
             text = f"{self.store_failure}; the broker accepts no persistent message and is stopping"
         else:
-            if isinstance(exc, StoreFull):
+            if isinstance(exc, StoreFull) and exc.store != TEMP_STORE_NAME:  # the journals' disk, not the temp store's
                 self._store_full(exc)
             text = f"{frame.command} refused: {exc}"
         if session.is_open:

@@ -37,6 +37,7 @@ import operator
 from array import array
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
+from storage import StoreFull
 from storage.spill import SpillFile
 
 from .persistence import StoreRef
@@ -301,6 +302,8 @@ class QueueCursor:
         self.cache_enabled = True
         #: True while a page-in is refused for lack of space.
         self.blocked = False
+        #: A spill found the disk full (logged once until one succeeds).
+        self.spill_refused = False
         self.paged_in = 0
 
     @property
@@ -324,11 +327,22 @@ class QueueCursor:
         ):
             # A non-persistent message past the mark spills to the temp store (a file cursor),
             # unless a consumer takes it at once: a backlog spills, a message on its way out
-            # does not (it would wait for memory to page it back in).
-            self.cache_enabled = False
-            entry = queue.broker.spill(queue, message)
-            self.store_only.add(entry, message.seq, message.priority, message.redeliveries > 0, message.expires)
-            return False
+            # does not (it would wait for memory to page it back in). On a full disk it stays
+            # in memory, where memory limits govern it (if nothing is spilled before it: order
+            # first, else the SEND is refused).
+            try:
+                entry = queue.broker.spill(queue, message)
+            except StoreFull as exc:
+                if self.store_only:
+                    raise
+                if not self.spill_refused:
+                    log.warning("%s: %s; messages stay in memory", queue.address, exc)
+                self.spill_refused = True
+            else:
+                self.spill_refused = False
+                self.cache_enabled = False
+                self.store_only.add(entry, message.seq, message.priority, message.redeliveries > 0, message.expires)
+                return False
         queue.hold(message)
         queue.pending.append(message)
         return True

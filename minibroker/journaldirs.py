@@ -112,7 +112,7 @@ def scan(base: Path) -> dict[str, Path]:
             moving[key] = path
             continue
         target = base / f"{_MOVING}{n}-{os.getpid()}"
-        os.rename(path, target)
+        file_ops().replace(path, target)
         moving[key] = target
     fsync_directory(base)
     for key, path in moving.items():
@@ -122,7 +122,7 @@ def scan(base: Path) -> dict[str, Path]:
                 f"the data directory {base.parent} is refused: the journal of {key!r} (in {path.name}) cannot take "
                 f"its name {target.name}, which the directory holds already for {_read_name(target)!r}"
             )
-        os.rename(path, target)
+        file_ops().replace(path, target)
         found[key] = target
     fsync_directory(base)
     return found

@@ -29,6 +29,8 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+from storage import StoreFull
+
 from .persistence import decode_messages, decode_meta
 
 if TYPE_CHECKING:
@@ -56,6 +58,8 @@ class FilePending:
         #: The temp store seqs of the messages on disk, in order (numbers: a spool may hold millions).
         self.disk: deque[int] = deque()
         self.swaps = 0
+        #: A swap found the disk full (logged once until one succeeds).
+        self._kept_in_memory = False
 
     # -- the deque interface the topic uses
     def __len__(self) -> int:
@@ -77,9 +81,14 @@ class FilePending:
         if self.disk or not topic.memory.has_space(policy.cursor_memory_high_water_mark, "legacy"):
             if self.memory:
                 self.swap_out()
-            self._to_disk(message)
-        else:
-            self.memory.append(message)
+            if not self.memory:  # (a full disk may have kept the list in memory: then the message follows it)
+                try:
+                    self._to_disk(message)
+                    return
+                except StoreFull:
+                    if self.disk:  # it cannot go ahead of older messages on disk
+                        raise
+        self.memory.append(message)
 
     def extendleft(self, messages: Iterable["Message"]) -> None:
         """Messages back at the head (NACK): they are older than anything on disk."""
@@ -130,18 +139,40 @@ class FilePending:
         count = len(self.memory)
         if not count:
             return
-        while self.memory:
-            self._to_disk(self.memory.popleft())
-        self.swaps += 1
         broker = self.topic.broker
+        store = broker.temp_store()
+        written: list[int] = []
+        try:
+            for message in self.memory:
+                written.append(store.append(self._list_id, broker.payload_of(message)))
+        except StoreFull as exc:  # a full disk: all of them stay in memory (the order holds), none on disk
+            for entry in written:
+                store.release(entry)
+            broker.temp_changed()
+            if not self._kept_in_memory:
+                log.warning("%s: subscription %s: %s; its pending messages stay in memory", self.topic.address,
+                            self.sub.id, exc)
+            self._kept_in_memory = True
+            return
+        self._kept_in_memory = False
+        self.disk.extend(written)
+        while self.memory:
+            self.topic.release(self.memory.popleft())
+        broker.temp_changed()
+        self.swaps += 1
         log.info("%s: subscription %s swapped %d pending messages to the temp store (temp usage %d%%, memory %d%%)",
                  self.topic.address, self.sub.id, count, broker.temp_usage.percent, broker.memory.percent)
         if broker.trace.enabled:
             broker.swapped(self.topic, self.sub, "swap_out", count)
 
+    @property
+    def _list_id(self) -> str:
+        """This subscription's list in the temp store."""
+        return f"{self.topic.address}|{self.sub.key}"
+
     def _to_disk(self, message: "Message") -> None:
         broker = self.topic.broker
-        self.disk.append(broker.temp_store().append(f"{self.topic.address}|{self.sub.key}", broker.payload_of(message)))
+        self.disk.append(broker.temp_store().append(self._list_id, broker.payload_of(message)))
         self.topic.release(message)
         broker.temp_changed()
 

@@ -43,9 +43,11 @@ from storage.fileio import file_ops, is_no_space
 from storage.record import HEADER_SIZE, RecordType, encode
 from storage.segment import Segment, numbered_files
 
-__all__ = ["TEMP_MAX_FILE_LENGTH", "TempFileInfo", "TempHandle", "TempStore"]
+__all__ = ["TEMP_MAX_FILE_LENGTH", "TEMP_STORE_NAME", "TempFileInfo", "TempHandle", "TempStore"]
 
 TEMP_MAX_FILE_LENGTH = 32 * 1024 * 1024
+#: The store its errors name.
+TEMP_STORE_NAME = "temp store"
 _NAME = re.compile(r"^tmp-(\d{8})\.data$")
 
 
@@ -90,8 +92,8 @@ class TempStore:
 
     def _refused(self, what: str, exc: OSError) -> StoreFull | StoreFailed:
         if is_no_space(exc) and getattr(exc, "cut_back", True):
-            return StoreFull("temp store", what, exc)
-        return StoreFailed("temp store", what, exc)
+            return StoreFull(TEMP_STORE_NAME, what, exc)
+        return StoreFailed(TEMP_STORE_NAME, what, exc)
 
     def _new_file(self) -> Segment:
         fid = self._next_id
@@ -109,7 +111,7 @@ class TempStore:
                 try:
                     file_ops().unlink(path)
                 except OSError as again:
-                    raise StoreFailed("temp store", f"removing {path}", again) from None
+                    raise StoreFailed(TEMP_STORE_NAME, f"removing {path}", again) from None
             raise self._refused(f"creating {path}", exc) from None
         self._next_id += 1
         self._take_seq()
@@ -133,7 +135,7 @@ class TempStore:
         try:
             seg.unlink()
         except OSError as exc:
-            raise StoreFailed("temp store", f"deleting {seg.path}", exc) from None
+            raise StoreFailed(TEMP_STORE_NAME, f"deleting {seg.path}", exc) from None
 
     def append(self, list_id: bytes | str, payload: bytes) -> int:
         """Spill ``payload`` for list ``list_id``; returns its seq, to read or release it."""

@@ -336,3 +336,32 @@ def test_a_full_disk_holds_producers_back_under_flow_control_until_acks_free_spa
             consumer.ack(message)
         net.advance(0)
         assert waiting in _receipts(producer)  # in once the acks freed a file
+
+
+def test_non_persistent_messages_stay_in_memory_when_the_temp_store_has_no_space(tmp_path: Path) -> None:
+    """A file cursor that cannot spill keeps its messages in memory, in order."""
+    config = parse_config({"system_usage": {"memory_limit": "1 mb"},
+                           "destination_policy": [
+                               {"queue": ">", "pending_cursor": "file", "cursor_memory_high_water_mark": 5},
+                               {"topic": ">", "pending_cursor": "file", "cursor_memory_high_water_mark": 5}]})
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(config, data_dir=tmp_path)
+        ops.free = 0  # not one block to spare from now on
+        subscriber = net.connected_client("s")
+        subscriber.subscribe("/topic/news", ack="client-individual", **{"activemq.prefetchSize": "1"})
+        producer = net.connected_client("p")
+        for i in range(60):
+            producer.send("/queue/orders", f"q{i:02d}" + "x" * 1000, receipt=f"q{i}")
+            producer.send("/topic/news", f"t{i:02d}" + "x" * 1000, receipt=f"t{i}")
+        assert _receipts(producer) == {f"{kind}{i}" for kind in "qt" for i in range(60)}
+        assert not producer.frames("ERROR") and net.broker.store_state == "ok"
+        consumer = net.connected_client("c")
+        consumer.subscribe("/queue/orders")
+        assert [b[:3] for b in consumer.bodies()] == [f"q{i:02d}".encode() for i in range(60)]
+        received = []
+        while len(received) < 60:
+            [message] = subscriber.messages()[len(received):][:1]
+            received.append(message.body[:3])
+            subscriber.ack(message)
+        assert received == [f"t{i:02d}".encode() for i in range(60)]
