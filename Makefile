@@ -1,5 +1,6 @@
 # minibroker: two commands on a fresh machine.
-#   make run    start the broker on 127.0.0.1:61613, STOMP over WebSocket on 61614 (data in ./data)
+#   make run    start the broker on 127.0.0.1:61613, STOMP over WebSocket on 61614 and the
+#               web console on http://127.0.0.1:8161/ (data in ./data)
 #   make test   run the whole test suite
 PYTHON ?= python3
 VENV   := .venv
@@ -38,6 +39,17 @@ define debian_client
 	  else echo "note: not installed: $(2) (as root: apt-get install $(2)); $(3) will skip"; fi; }
 endef
 
+# The web console's libraries (stomp.js, uPlot), pinned by console/package-lock.json and
+# copied into the served files only with the hashes minibroker/console/vendor.json pins.
+CONSOLE_NPM := console
+VENDORED    := minibroker/console/static/vendor/.installed
+$(VENDORED): $(CONSOLE_NPM)/package-lock.json minibroker/console/vendor.json $(STAMP)
+	npm ci --prefix $(CONSOLE_NPM) --no-audit --no-fund --loglevel=error
+	$(PY) -m minibroker.console.vendor $(CONSOLE_NPM)/node_modules
+	touch $@
+
+console: $(VENDORED)
+
 # Perl's Net::Stomp.
 net-stomp:
 	$(call debian_client,perl -MNet::Stomp -e1,libnet-stomp-perl,tests/test_net_stomp.py)
@@ -55,7 +67,7 @@ php-stomp:
 browser:
 	$(call debian_client,{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; },chromium chromium-driver,the browser tests)
 
-run: $(STAMP)
+run: $(STAMP) $(VENDORED)
 	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 61613 --data-dir ./data
 
 # Byte-compile first: Python 3.11.7's compiler can fail spuriously when two threads
@@ -69,4 +81,4 @@ bench: $(STAMP)
 	$(PY) bench/compare.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) data build *.egg-info $(STOMPJS)/node_modules
+	rm -rf $(VENV) data build *.egg-info $(STOMPJS)/node_modules $(CONSOLE_NPM)/node_modules minibroker/console/static/vendor

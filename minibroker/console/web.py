@@ -44,6 +44,7 @@ from websockets.http11 import Request, Response
 
 from ..websocket import WebSocketConnection
 from .metrics import metrics_text
+from .vendor import check as vendored_problems
 
 if TYPE_CHECKING:
     from ..server import BrokerServer
@@ -119,8 +120,12 @@ class ConsoleConnection(WebSocketConnection):
             if response.status_code == 101:
                 self.open_session()
             return
+        missing = vendored_problems() if path == "/" else []
         if path == "/metrics":
             response = _response(http.HTTPStatus.OK, metrics_text(self.server.broker), CONTENT_TYPE_LATEST)
+        elif missing:
+            text = "The console's libraries are not in place (`make console` puts them there):\n" + "\n".join(missing)
+            response = _response(http.HTTPStatus.SERVICE_UNAVAILABLE, text.encode(), "text/plain; charset=utf-8")
         else:
             name = "index.html" if path == "/" else path[len("/static/"):] if path.startswith("/static/") else ""
             body = static_file(name)

@@ -1,0 +1,161 @@
+"""The web console in a real headless Chromium: the page loads with no console errors,
+shows a queue's depth changing as messages are sent, purges it, shows the starving
+consumers' diagnosis as a banner with its cure, and hides the admin actions from a
+user without the admin right, whose operation sent anyway is refused with an ERROR.
+Each test saves screenshots of the pages it visited in its temporary directory."""
+from __future__ import annotations
+
+import json
+import queue
+from pathlib import Path
+from typing import Any
+
+import pytest
+import stomp
+
+from broker_support import RunningBroker
+from browser_support import console_messages, start_chromium, wait_for
+from clients.labs import labs_directory
+from minibroker.config import ANY_PORT, AuthorizationEntry, User, load_config
+from minibroker.console.vendor import check as vendored_problems
+from minibroker.security import hash_password
+
+WAIT = 10.0
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Any:
+    problems = vendored_problems()
+    if problems:
+        pytest.fail("the console's libraries are not vendored: " + "; ".join(problems))
+    driver = start_chromium(tmp_path / "profile")
+    yield driver
+    driver.quit()
+
+
+def open_console(driver: Any, broker: RunningBroker) -> None:
+    driver.get(f"http://127.0.0.1:{broker.server.console_port}/")
+    wait_for(driver, "return window.minibrokerConsole && window.minibrokerConsole.broker", "the broker's statistics")
+
+
+def errors_in(console: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m for m in console if m["level"] == "SEVERE"]
+
+
+class Client:
+    """A stomp.py connection that waits for its receipts."""
+
+    def __init__(self, broker: RunningBroker, **connect: Any) -> None:
+        self.receipts: "queue.Queue[str]" = queue.Queue()
+        self.conn = stomp.Connection12([broker.address])
+        listener = stomp.ConnectionListener()
+        listener.on_receipt = lambda frame: self.receipts.put(frame.headers["receipt-id"])  # type: ignore[method-assign]
+        self.conn.set_listener("receipts", listener)
+        self.conn.connect(wait=True, **connect)
+
+    def send(self, destination: str, count: int, body: str = "hello", **headers: str) -> None:
+        for n in range(count):
+            self.conn.send(destination, f"{body} {n}", headers=headers)
+        self.conn.send(destination, "last", headers={**headers, "receipt": destination})
+        assert self.receipts.get(timeout=WAIT) == destination
+
+    def close(self) -> None:
+        self.conn.disconnect()
+
+
+def test_console_shows_and_purges_a_queue(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    broker = broker_factory(console={"port": ANY_PORT})
+    open_console(browser, broker)
+    client = Client(broker)
+    try:
+        client.send("/queue/console.q", 6)  # 7 with the last
+        wait_for(browser, _cell_is("/queue/console.q", "size", "7"), "the queue's depth of 7")
+        browser.save_screenshot(str(tmp_path / "overview.png"))
+        # The destination's page: its figures and first messages.
+        browser.get(f"http://127.0.0.1:{broker.server.console_port}/#/destination/%2Fqueue%2Fconsole.q")
+        wait_for(browser, "return document.querySelectorAll('#messages .message').length === 7", "the first messages")
+        browser.save_screenshot(str(tmp_path / "destination.png"))
+        # Purge from the overview's table.
+        browser.get(f"http://127.0.0.1:{broker.server.console_port}/#/")
+        wait_for(browser, _cell_is("/queue/console.q", "size", "7"), "the queue again")
+        browser.execute_script("window.confirm = () => true;")
+        browser.find_element("css selector", '#destinations tr[data-destination="/queue/console.q"] button[data-action="purge"]').click()
+        wait_for(browser, _cell_is("/queue/console.q", "size", "0"), "the purged queue's depth of 0")
+        assert broker.call(lambda: broker.server.broker.destinations["/queue/console.q"].size()) == 0
+        # The connections: this page over WebSocket, the test's client over TCP.
+        browser.get(f"http://127.0.0.1:{broker.server.console_port}/#/connections")
+        protocols = wait_for(browser, "const rows = [...document.querySelectorAll('#connections tbody tr')];"
+                             "return rows.length >= 2 && rows.map(r => r.children[4].textContent).sort();",
+                             "both connections")
+        assert protocols == ["TCP", "WebSocket"]
+        browser.save_screenshot(str(tmp_path / "connections.png"))
+        console = console_messages(browser)
+    finally:
+        client.close()
+    assert not errors_in(console), console
+
+
+def _cell_is(destination: str, key: str, text: str) -> str:
+    """JavaScript: is the destinations table's cell showing ``text``?"""
+    return (f"const row = document.querySelector('#destinations tr[data-destination=\"{destination}\"]');"
+            f"const cell = row && row.querySelector('td[data-key=\"{key}\"]');"
+            f"return !!cell && cell.textContent === {json.dumps(text)};")
+
+
+def test_console_shows_the_starving_consumers_diagnosis(browser: Any, tmp_path: Path) -> None:
+    lab = labs_directory() / "00-starving-consumers"
+    config = load_config(lab / "legacy.toml").replace(console={"port": ANY_PORT})
+    data = str(tmp_path / "data")
+    rb = RunningBroker(config, data).start()
+    try:
+        client = Client(rb)
+        client.send("/queue/A", 49, "a", persistent="true")
+        client.close()
+    finally:
+        rb.stop()
+    rb = RunningBroker(config, data).start()  # the restart: A's messages stay in the store
+    try:
+        producer, consumer = Client(rb), Client(rb)
+        producer.send("/queue/B.1", 1799, "x" * 1000, persistent="true")
+        consumer.conn.subscribe("/queue/A", id="a", ack="auto", headers={"receipt": "a"})
+        assert consumer.receipts.get(timeout=WAIT) == "a"
+        open_console(browser, rb)
+        text = wait_for(browser, "const b = document.querySelector('.banner[data-pathology=\"starving-consumers\"]');"
+                        "return b && b.textContent;", "the starving consumers' banner")
+        browser.save_screenshot(str(tmp_path / "starving.png"))
+        assert "/queue/A" in text and "Cure:" in text and "/queue/B.1" in text
+        producer.close()
+        consumer.close()
+    finally:
+        rb.stop()
+
+
+def test_a_user_without_the_admin_right_sees_no_action(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    users = (User("alice", hash_password("wonderland", iterations=1000), ("admins",)),
+             User("bob", hash_password("builder", iterations=1000), ("users",)))
+    authorization = (
+        AuthorizationEntry(queue="ActiveMQ.Admin.>", write=("admins", "users"), admin=("admins",)),
+        AuthorizationEntry(queue=">", read=("admins", "users"), write=("admins", "users"), admin=("admins",)),
+        AuthorizationEntry(topic=">", read=("admins", "users"), write=("admins", "users"), admin=("admins",)),
+    )
+    broker = broker_factory(console={"port": ANY_PORT}, users=users, authorization=authorization)
+    client = Client(broker, username="alice", passcode="wonderland")
+    client.send("/queue/kept", 2)
+    client.close()
+    browser.get(f"http://127.0.0.1:{broker.server.console_port}/")
+    wait_for(browser, "return document.getElementById('status').textContent.includes('log in')", "the login request")
+    browser.find_element("css selector", "#login input[name=login]").send_keys("bob")
+    browser.find_element("css selector", "#login input[name=passcode]").send_keys("builder")
+    browser.find_element("css selector", "#login button").click()
+    wait_for(browser, _cell_is("/queue/kept", "size", "3"), "the queue, for bob")
+    wait_for(browser, "return window.minibrokerConsole.whoamiDone", "bob's rights")
+    assert browser.execute_script("return document.querySelectorAll('button[data-action]').length") == 0
+    browser.get(f"http://127.0.0.1:{broker.server.console_port}/#/connections")
+    wait_for(browser, "return document.querySelectorAll('#connections tbody tr').length >= 1", "the connections")
+    assert browser.execute_script("return document.querySelectorAll('button[data-action]').length") == 0
+    browser.save_screenshot(str(tmp_path / "non-admin.png"))
+    # The operation sent anyway: the broker refuses it with an ERROR saying why.
+    browser.execute_script("window.minibrokerConsole.admin('Purge', {target: '/queue/kept'}).catch(() => {});")
+    text = wait_for(browser, "const n = [...document.querySelectorAll('.notice')].map(e => e.textContent).join(' ');"
+                    "return n.includes('ERROR') && n;", "the refusal")
+    assert "bob is not authorized to purge" in text
+    assert broker.call(lambda: broker.server.broker.destinations["/queue/kept"].size()) == 3
