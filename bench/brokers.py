@@ -12,6 +12,7 @@ a failed start; compare.py calls it from a ``finally``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -80,10 +81,16 @@ class Ours:
 
     kind = "ours"
 
-    def __init__(self, name: str, workdir: Path, config: str | None = None, port: int | None = None) -> None:
+    def __init__(self, name: str, workdir: Path, config: str | None = None, port: int | None = None,
+                 console_page: bool = False) -> None:
+        """``console_page``: serve the web console and keep one page of it open in a
+        headless Chromium while the broker runs (what the console costs the broker)."""
         self.name = name
         self.config = config
         self.port = port or free_port()
+        self.console_port = free_port() if console_page else 0
+        self.page: ConsolePage | None = None
+        self.workdir = workdir
         self.data_dir = workdir / f"{name.replace(':', '-')}-data"
         self.log_path = workdir / f"{name.replace(':', '-')}.log"
         self.proc: subprocess.Popen | None = None
@@ -114,7 +121,7 @@ class Ours:
     def start(self, timeout: float = 20.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         argv = self.command() + ["serve", "--host", "127.0.0.1", "--port", str(self.port),
-                                 "--websocket-port", "0", "--console-port", "0",
+                                 "--websocket-port", "0", "--console-port", str(self.console_port),
                                  "--data-dir", str(self.data_dir), "--log-level", "warning"]
         if self.config:
             argv += ["--config", self.config]
@@ -133,8 +140,18 @@ class Ours:
         self.info = {"broker": self.name, "pid": self.pid, "port": self.port, "argv": " ".join(argv),
                      "startup_ms": round((time.monotonic() - t0) * 1000),
                      "rss_mb_at_start": proc_status_mb(self.pid).get("VmRSS")}
+        if self.console_port:
+            while not port_open(self.console_port):
+                if time.monotonic() - t0 > timeout:
+                    raise BrokerStartError(f"{self.name}: console port {self.console_port} not open")
+                time.sleep(0.02)
+            self.page = ConsolePage(f"http://127.0.0.1:{self.console_port}/", self.workdir / f"{self.name.replace(':', '-')}-chromium")
+            self.info["console_page"] = self.page.url
 
     def stop(self) -> str:
+        if self.page is not None:
+            self.page.stop()
+            self.page = None
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return ""
@@ -146,6 +163,31 @@ class Ours:
             proc.kill()
             proc.wait(5)
         return f"stopped {self.name} pid {proc.pid} (rss before stop {mem.get('VmRSS')} MB, peak {mem.get('VmHWM')} MB)"
+
+
+class ConsolePage:
+    """One page open in Debian's headless Chromium (its own fresh profile), until ``stop``."""
+
+    CHROMIUM = "/usr/bin/chromium"
+    FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync")
+
+    def __init__(self, url: str, profile: Path) -> None:
+        if not Path(self.CHROMIUM).exists():
+            raise BrokerStartError("the console page needs Chromium (apt-get install chromium; make browser)")
+        self.url = url
+        self.proc = subprocess.Popen([self.CHROMIUM, *self.FLAGS, f"--user-data-dir={profile}", url],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
+
+    def stop(self) -> None:
+        """End the browser and its helper processes (its own process group)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 class ActiveMQ:

@@ -77,6 +77,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL=FILE",
                     help="also run our broker with this configuration, as broker 'ours:LABEL' (repeatable); "
                          "the table adds the ratio ours:LABEL / ours")
+    ap.add_argument("--console-page", action="store_true",
+                    help="add ours:console, our broker with the web console served and one console page open "
+                         "in headless Chromium (what the console and its WebSocket cost)")
     ap.add_argument("--port", type=int, help="port for our broker (default: a free one)")
     ap.add_argument("--out", help="JSON lines file (default bench/results/<timestamp>.jsonl)")
     ap.add_argument("--quiet-pct", type=float, default=25.0,
@@ -318,6 +321,8 @@ def main(argv=None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="minibroker-bench-"))
     brokers: list = [Ours("ours", workdir, a.config, a.port)]
     brokers += [Ours(name, workdir, path) for name, path in a.variants]
+    if a.console_page:
+        brokers.append(Ours("ours:console", workdir, a.config, console_page=True))
     if a.with_activemq:
         brokers.append(ActiveMQ(workdir))
     sampler = RssSampler()

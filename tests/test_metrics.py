@@ -69,3 +69,18 @@ def test_console_port_serves_the_page_and_refuses_the_rest(broker_factory) -> No
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(base + path, timeout=WAIT)
         assert missing.value.code == 404
+
+
+def test_the_console_stomp_endpoint_takes_only_its_own_pages(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    broker = broker_factory(console={"port": ANY_PORT})
+    port = broker.server.console_port
+    with pytest.raises(InvalidStatus) as refused:  # a page from elsewhere, in the user's browser
+        connect(f"ws://127.0.0.1:{port}/stomp", origin="http://elsewhere.example", open_timeout=WAIT)
+    assert refused.value.response.status_code == 403
+    with connect(f"ws://127.0.0.1:{port}/stomp", origin=f"http://127.0.0.1:{port}", open_timeout=WAIT) as ws:
+        ws.send("CONNECT\naccept-version:1.2\n\n\x00")
+        assert ws.recv(timeout=WAIT).startswith("CONNECTED\n")
+        assert broker.call(lambda: [s.protocol for s in broker.server.broker.sessions.values()]) == ["websocket"]
