@@ -46,6 +46,8 @@ def test_metrics_scrape(broker_factory) -> None:  # type: ignore[no-untyped-def]
 
     q = (("destination", "/queue/metrics.q"), ("kind", "queue"))
     assert samples[("minibroker_destination_size", q)] == 5
+    assert samples[("minibroker_destination_ready", q)] == 5 and samples[("minibroker_destination_unacknowledged", q)] == 0
+    assert ("minibroker_destination_enqueue_rate", q) in samples and ("minibroker_destination_dequeue_rate", q) in samples
     assert samples[("minibroker_destination_enqueued_total", q)] == 5
     assert samples[("minibroker_destination_consumers", q)] == 0
     assert samples[("minibroker_destination_memory_usage_bytes", q)] > 5000

@@ -51,6 +51,8 @@ _DESTINATION_GAUGES = (
     ("minibroker_destination_memory_usage_percent", "memoryPercentUsage", "Memory usage as a percent of its limit"),
     ("minibroker_destination_cached", "cachedCount", "Messages held in memory by the cursor"),
     ("minibroker_destination_store_only", "storeOnlyCount", "Messages only on disk (the cursor stopped caching)"),
+    ("minibroker_destination_pending", "pendingCount", "Topics: messages its subscriptions hold for their consumers"),
+    ("minibroker_destination_swapped", "swappedCount", "Topics: of those pending, how many are in the temp store"),
 )
 
 #: Per-destination counters: metric name (without _total), statistics key, help.

@@ -259,11 +259,12 @@ const DEST_COLUMNS = [
   ['cachedCount', 'Cached', (d) => num(d.cachedCount)],
   ['storeOnlyCount', 'Store only', (d) => num(d.storeOnlyCount)],
   ['memoryPercentUsage', 'Memory %', (d) => `${pctOf(d)}%`],
-  ['pending', 'Pending', (d) => (d.kind === 'topic' ? num(topicPending(d)) : '')],
-  ['tempCount', 'Swapped', (d) => num(d.tempCount ?? 0)],
+  ['pendingCount', 'Pending', (d) => (d.kind === 'topic' ? num(d.pendingCount) : '')],
+  ['swapped', 'Swapped', (d) => num(swapped(d))],
 ];
-const topicPending = (d) => (d.consumers || []).reduce((n, c) => n + (c.pending || 0), 0);
-const sortValue = (d, key) => (key === 'pending' ? topicPending(d) : d[key] ?? -1);
+// On disk in the temp store: a topic's swapped pending messages, a queue's spilled non-persistent ones.
+const swapped = (d) => (d.kind === 'topic' ? d.swappedCount : d.tempCount) ?? 0;
+const sortValue = (d, key) => (key === 'swapped' ? swapped(d) : d[key] ?? -1);
 
 function renderDestinations() {
   const table = $('destinations');
@@ -330,10 +331,10 @@ function renderDestination(name) {
   chart('chart-dest-memory', [dh.t, dh.memory], ['memory %'], ['#d33'], [0, 100]);
   chart('chart-dest-depth', [dh.t, dh.size], ['size'], ['#38c']);
   const table = $('consumers');
-  table.tHead.replaceChildren(el('tr', {}, ...['Connection', 'Subscription', 'User', 'Client id', 'Ack', 'Prefetch', 'Outstanding', 'Pending', 'Slow', 'Selector'].map((t) => el('th', {}, t))));
+  table.tHead.replaceChildren(el('tr', {}, ...['Connection', 'Subscription', 'User', 'Client id', 'Ack', 'Prefetch', 'Outstanding', 'Pending', 'Swapped', 'Slow', 'Selector'].map((t) => el('th', {}, t))));
   table.tBodies[0].replaceChildren(...(d.consumers || []).map((c) => el('tr', {},
     el('td', {}, String(c.connection)), el('td', {}, c.subscription), el('td', {}, c.user ?? '–'), el('td', {}, c.clientId ?? '–'),
-    el('td', {}, c.ack), el('td', {}, num(c.prefetchSize)), el('td', {}, num(c.outstanding)), el('td', {}, num(c.pending)),
+    el('td', {}, c.ack), el('td', {}, num(c.prefetchSize)), el('td', {}, num(c.outstanding)), el('td', {}, num(c.pending)), el('td', {}, num(c.swapped ?? 0)),
     el('td', { class: c.slowConsumer ? 'slow' : '' }, c.slowConsumer ? 'slow' : 'no'), el('td', {}, c.selector ?? ''))));
   if (state.messages === null && can('Browse') && d.kind === 'queue') { state.messages = []; browse(name); }
   if (!can('Browse')) $('messages').replaceChildren(el('p', { class: 'muted' }, 'Browsing messages needs the admin right.'));
