@@ -137,6 +137,7 @@ async function whoami() {
   try {
     const me = await admin('Whoami', {});
     state.operations = me.operations || [];
+    state.ownConnection = me.connection;
   } catch (e) {
     state.operations = [];
     state.whoamiRefused = /whoami/i.test(e.message);
@@ -297,7 +298,8 @@ async function operate(operation, headers, what) {
   if (!window.confirm(`Really ${what}?`)) return;
   try {
     const answer = await admin(operation, headers);
-    notice(`${what}: ${JSON.stringify(answer)}`, 'info');
+    const figures = Object.entries(answer).filter(([k, v]) => k !== 'operation' && typeof v !== 'object');
+    notice(`${what}: done (${figures.map(([k, v]) => `${k} ${v}`).join(', ')})`, 'info');
     poll();
   } catch (e) {
     notice(`${what} failed: ${e.message}`);
@@ -308,10 +310,10 @@ function renderConnections() {
   const table = $('connections');
   table.tHead.replaceChildren(el('tr', {}, ...['Id', 'Peer', 'User', 'Client id', 'Protocol', 'STOMP', 'Buffered', 'Unacked', 'Subscriptions', ''].map((t, i) => el('th', { class: i === 8 ? 'text' : '' }, t))));
   table.tBodies[0].replaceChildren(...state.connections.map((c) => el('tr', { 'data-connection': c.connection },
-    el('td', {}, String(c.connection)), el('td', {}, c.remoteAddress), el('td', {}, c.user ?? '–'),
+    el('td', {}, String(c.connection), c.connection === state.ownConnection ? el('span', { class: 'muted' }, ' (this page)') : ''), el('td', {}, c.remoteAddress), el('td', {}, c.user ?? '–'),
     el('td', {}, c.clientId ?? '–'), el('td', {}, c.protocol === 'websocket' ? 'WebSocket' : 'TCP'), el('td', {}, c.version),
     el('td', {}, bytes(c.outboundQueuedBytes)), el('td', {}, num(c.unacknowledged)),
-    el('td', { class: 'text' }, (c.subscriptionList || []).map((s) => `${s.destinationName} (${s.ack}, ${s.outstanding}/${s.prefetchSize})`).join(', ') || num(c.subscriptions)),
+    el('td', { class: 'text' }, (c.subscriptionList || []).map((s) => `${s.destinationName} (${s.ack}, ${s.outstanding}/${s.prefetchSize})`).join(', ') || '–'),
     el('td', {}, can('Close') ? el('button', { class: 'danger', 'data-action': 'close', onclick: () => operate('Close', { connection: String(c.connection) }, `close connection ${c.connection}`) }, 'Close') : ''))));
 }
 
