@@ -4,6 +4,7 @@ and stomp.py's WebSocket transport against the real listener."""
 from __future__ import annotations
 
 import json
+import time
 import queue
 from typing import Any
 
@@ -159,3 +160,40 @@ def test_websocket_port_option() -> None:
     cfg = parse_config({})
     assert cfg.transport.websocket_port == 61614 and cfg.on_free_ports().transport.websocket_port == 0
     assert parse_config({"transport": {"websocket_port": "any"}}).on_free_ports().transport.websocket_port == ANY_PORT
+
+
+def test_producer_flow_control_blocks_a_websocket_producer(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """The core's flow control stops reading a WebSocket producer as it does a TCP one,
+    and a consumer's draining lets it go on."""
+    from minibroker.config import PolicyEntry
+
+    broker = broker_factory(transport={"websocket_port": ANY_PORT}, system_usage={"memory_limit": 64 * 1024},
+                            destination_policy=(PolicyEntry(queue=">", pending_cursor="vm"),))
+    with ws_connect(broker) as ws:
+        ws.send(CONNECT_12)
+        assert receive_frame(ws)[0] == "CONNECTED"
+        body = b"x" * 1024
+        for n in range(200):  # 200 KB for a 64 KB broker, no receipts: the producer is blocked part way
+            ws.send(b"SEND\ndestination:/queue/ws.flow\ncontent-length:1024\n\n" + body + b"\x00")
+        ws.send(b"SEND\ndestination:/queue/ws.flow\nreceipt:all-in\n\nlast\x00")
+
+        def blocked() -> bool:
+            session = next(iter(broker.server.broker.sessions.values()))
+            return session.reading_paused and session.protocol == "websocket"
+
+        deadline = time.monotonic() + WAIT
+        while not broker.call(blocked):
+            assert time.monotonic() < deadline, "the WebSocket producer was never blocked"
+            time.sleep(0.02)
+        consumer = stomp.Connection12([broker.address])
+        got = _Collector()
+        consumer.set_listener("c", got)
+        consumer.connect(wait=True)
+        consumer.subscribe("/queue/ws.flow", id="c", ack="auto")
+        try:
+            command, headers, _ = receive_frame(ws)  # the rest is read once memory frees
+            assert (command, headers["receipt-id"]) == ("RECEIPT", "all-in")
+            for _ in range(201):
+                got.messages.get(timeout=WAIT)
+        finally:
+            consumer.disconnect()
