@@ -153,7 +153,10 @@ def _close_connection(broker: "Broker", session: "Session", headers: Mapping[str
     text = headers.get("connection")
     if not text:
         raise ProtocolError("an admin close needs a connection header: the id the Connection statistics show")
-    cid = int_header(headers, "connection", 0, 1, None, clamp=False)
+    tag_prefix = broker._session_tag(0)[:-1]  # CONNECTED's ``session`` header is this and the id
+    if text.startswith(tag_prefix):
+        text = text[len(tag_prefix):]
+    cid = int_header({"connection": text}, "connection", 0, 1, None, clamp=False)
     target = broker.sessions.get(cid)
     if target is None:
         raise ProtocolError(f"cannot close connection {cid}: no such connection")

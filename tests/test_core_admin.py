@@ -147,6 +147,13 @@ class TestClose:
         assert json.loads(me.messages()[0].body)["connection"] == me.sid
         assert me.closed and me.last().command == "ERROR"
 
+    def test_close_by_the_session_connected_announced(self) -> None:
+        net = VirtualNetwork()
+        victim = net.client("victim")
+        session = victim.connect().headers["session"]
+        assert ask(net.connected_client(), "Close", connection=session)["connection"] == victim.sid
+        assert victim.closed
+
     def test_close_needs_a_connected_id(self) -> None:
         net = VirtualNetwork()
         assert refusal(net.connected_client(), "Close", connection="99") == "cannot close connection 99: no such connection"

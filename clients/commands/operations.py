@@ -44,7 +44,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
     parser = command("close", "close a connection", "Close connection CONNECTION (the id `minibroker stat "
                      "--connections` shows): it gets an ERROR saying an administrator closed it.")
-    parser.add_argument("connection", metavar="CONNECTION", help="the connection's id")
+    parser.add_argument("connection", metavar="CONNECTION",
+                        help="the connection's id, or the session id its CONNECTED frame gave")
     parser.set_defaults(func=_main, operation="Close")
 
     parser = command("browse", "show the first messages of a queue",
@@ -69,7 +70,10 @@ def _headers(args: argparse.Namespace) -> dict[str, str]:
     """The request's headers from the command line (checked before connecting)."""
     operation = args.operation
     if operation == "Close":
-        return {"connection": str(parse_int(args.connection, "CONNECTION", 1))}
+        text = str(args.connection)
+        if "-" in text:  # the session id CONNECTED gave (<broker>-<boot>-<id>): the broker reads it
+            return {"connection": text}
+        return {"connection": str(parse_int(text, "CONNECTION", 1))}
     headers = {"target": args.destination}
     if operation == "Browse":
         headers["count"] = str(parse_int(args.count, "--count", 1, 1000))
