@@ -412,3 +412,44 @@ def test_a_move_the_store_refuses_part_way_keeps_what_moved_and_leaves_the_rest(
     net.restart()
     sizes = [net.broker.destinations[a].size() for a in ("/queue/src", "/queue/dst")]
     assert sizes == [20 - moved, in_dst + moved]
+
+
+class Killed(BaseException):
+    """The broker process dies here."""
+
+
+@pytest.mark.parametrize("layout", ["growing", "ring"])
+@pytest.mark.parametrize("dies", ["before its commit", "after its commit"])
+def test_a_move_cut_short_by_a_crash_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       layout: str, dies: str) -> None:
+    """The process dies as the move commits its journal transaction: the next start
+    finds every message in the source (before the commit) or every one in the
+    target (after), never some in both or in neither."""
+    doc = {"store": {"layout": layout}, "system_usage": {"memory_limit": "100 kb"}}
+    net = persistent_net(tmp_path, doc)
+    p = net.connected_client()
+    for i in range(100):  # cached and store-only
+        p.send("/queue/src", f"{i:03d}" + BODY, persistent="true", receipt=f"r{i}")
+    store = net.broker.store
+    assert store is not None and len(net.broker.destinations["/queue/src"].cursor.store_only) > 0
+    real_commit = store.commit
+
+    def commit_and_die(txid: str) -> None:
+        if dies == "after its commit":
+            real_commit(txid)
+        raise Killed
+
+    monkeypatch.setattr(store, "commit", commit_and_die)  # the seam: this store's commit
+    with pytest.raises(Killed):
+        net.connected_client().send("/queue/ActiveMQ.Admin.Move", "", target="/queue/src", to="/queue/dst")
+    for journal in store.journals():  # what was written reaches the OS; nothing is closed
+        journal.flush()
+    store._unlock()
+    after = VirtualNetwork(parse_config(doc), data_dir=tmp_path / "data")
+    c = after.connected_client()
+    c.subscribe("/queue/src", "s", **{"activemq.prefetchSize": "1000"})
+    c.subscribe("/queue/dst", "d", **{"activemq.prefetchSize": "1000"})
+    after.advance(1)
+    got = {sub: sorted(m.body[:3].decode() for m in c.messages() if m.headers["subscription"] == sub) for sub in "sd"}
+    everything = [f"{i:03d}" for i in range(100)]
+    assert got == ({"s": everything, "d": []} if dies == "before its commit" else {"s": [], "d": everything})
