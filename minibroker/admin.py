@@ -192,7 +192,8 @@ def _browse(broker: "Broker", session: "Session", headers: Mapping[str, str]) ->
                 break
             if not (0 < paged.expires <= now_ms):
                 shown.append(describe_message(broker.load_message(queue, paged), limit))
-    return AdminResult({"operation": "browse", "destination": queue.address, "size": queue.size(), "messages": shown})
+    return AdminResult({"operation": "browse", "destination": queue.address, "size": queue.size(),
+                        "readyCount": len(queue.pending) + len(queue.cursor.store_only), "messages": shown})
 
 
 def describe_message(message: Message, body_limit: int) -> dict[str, Any]:

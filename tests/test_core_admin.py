@@ -167,7 +167,7 @@ class TestBrowse:
         for i in range(5):
             p.send("/queue/look", f"m{i}", custom=str(i), persistent="true", priority="6")
         answer = ask(net.connected_client(), "Browse", target="/queue/look", count="3")
-        assert answer["destination"] == "/queue/look" and answer["size"] == 5
+        assert answer["destination"] == "/queue/look" and answer["size"] == answer["readyCount"] == 5
         assert [m["body"] for m in answer["messages"]] == ["m0", "m1", "m2"]
         first = answer["messages"][0]
         assert first["headers"]["custom"] == "0" and first["persistent"] is True and first["priority"] == 6

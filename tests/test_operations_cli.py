@@ -76,7 +76,7 @@ def test_browse_shows_messages_without_taking_them(broker, capsys) -> None:
         assert wait_for(lambda: len(listener.receipts) == 3)
         assert cli(["browse", "/queue/look", "--count", "2", *port_args(broker)]) == 0
         out = capsys.readouterr().out
-        assert out.startswith("/queue/look: 3 messages, the first 2 shown\n")
+        assert out.startswith("/queue/look: 3 messages, 3 waiting for a consumer; the first 2 waiting shown\n")
         assert "  colour: red" in out and "  body (5 bytes): first" in out and "second" in out and "third" not in out
         assert cli(["browse", "/queue/look", "--json", *port_args(broker)]) == 0
         answer = json.loads(capsys.readouterr().out)

@@ -53,7 +53,7 @@ def test_stat_command_prints_the_tables(broker, capsys) -> None:
         header = next(line for line in out.splitlines() if line.startswith("destination ")).split()
         row = dict(zip(header, next(line for line in out.splitlines() if line.startswith("/queue/orders")).split()))
         assert (row["size"], row["ready"], row["unacked"], row["enqueued"], row["consumers"]) == ("2", "1", "1", "2", "1")
-        assert re.fullmatch(r"\d+\.\d", row["in/s"]) and re.fullmatch(r"\d+(\.\d)?(bytes|KiB)", row["memory"])
+        assert re.fullmatch(r"\d+\.\d", row["in/s"]) and re.fullmatch(r"\d+(\.\d)?(B|KiB)", row["memory"])
         mine = next(line for line in out.splitlines() if line.split()[:1] and "anonymous" in line.split())
         assert "tcp" in mine.split()
         assert "/topic/news" in out and "minibroker-stat" not in out.split("connection")[0]

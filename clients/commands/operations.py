@@ -151,7 +151,9 @@ def _messages(count: int) -> str:
 
 def _format_browse(answer: dict[str, Any]) -> str:
     messages = answer["messages"]
-    lines = [f"{answer['destination']}: {answer['size']} messages, the first {len(messages)} shown"]
+    waiting = answer.get("readyCount", answer["size"])
+    lines = [f"{answer['destination']}: {_messages(answer['size'])}, {waiting} waiting for a consumer; "
+             f"the first {len(messages)} waiting shown"]
     for n, m in enumerate(messages, 1):
         flags = ["persistent" if m["persistent"] else "non-persistent", f"priority {m['priority']}"]
         if m["redelivered"]:

@@ -105,6 +105,11 @@ def _of(used: int, limit: int) -> str:
     return f" ({size_text(used)} of {size_text(limit)})"
 
 
+def _compact(count: int) -> str:
+    """A size for a table cell: 512B, 15.1KiB."""
+    return size_text(count).replace(" bytes", "B").replace(" ", "")
+
+
 def _rate(value: float) -> str:
     return f"{value:.1f}"
 def _store_state(b: dict[str, Any]) -> str:
@@ -135,7 +140,7 @@ def format_tables(stats: dict[str, Any]) -> str:
     rows = [[d["destinationName"], d["size"], d.get("readyCount", d["size"]), d.get("inflightCount", 0),
              d["enqueueCount"], d["dequeueCount"], _rate(d.get("enqueueRate", 0)), _rate(d.get("dequeueRate", 0)),
              d["consumerCount"], d["cachedCount"], d["storeOnlyCount"], d["memoryPercentUsage"],
-             size_text(d["memoryUsage"]).replace(" ", ""), d.get("discardedCount", 0)]
+             _compact(d["memoryUsage"]), d.get("discardedCount", 0)]
             for d in stats["destinations"]
             if not d["destinationName"].endswith(".minibroker-stat")]  # our own reply queue
     out.append(_table(rows, header) if rows else "(no destinations)")
@@ -144,7 +149,7 @@ def format_tables(stats: dict[str, Any]) -> str:
                   "not-read", "idle-read-s", "idle-write-s"]
         rows = [[c["connection"], c["remoteAddress"], c.get("user", "-"), c["clientId"] or "-",
                  c.get("protocol", "tcp"), c["subscriptions"], c["unacknowledged"],
-                 size_text(c["outboundQueuedBytes"]).replace(" ", ""), c["blockedSends"],
+                 _compact(c["outboundQueuedBytes"]), c["blockedSends"],
                  "yes" if c["readingPaused"] else "", c["secondsSinceLastRead"], c["secondsSinceLastWrite"]]
                 for c in stats["connections"]]
         out += ["", _table(rows, header) if rows else "(no connections)"]
