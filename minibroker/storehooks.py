@@ -74,6 +74,8 @@ class StoreHooks:
         needs it); durable subscriptions and their messages come back in memory.
         Delivered-but-unacknowledged messages come back flagged redelivered.
         """
+        if self.trace.enabled:
+            self._emit("start")  # a trace's backlogs start again here: what recovery brings back
         store = self.store
         if store is None:
             return 0
@@ -129,6 +131,9 @@ class StoreHooks:
     def close(self) -> None:
         """Stop: make everything written durable and close the journals (and the temp store)."""
         if self.store is not None:
+            if self.trace.enabled and not self.store.closed:
+                for journal in self.store.journals():
+                    self._trace_journal("journal_state", journal)
             self.store.close()
         if self._temp_store is not None:
             self._temp_store.close()
@@ -308,7 +313,7 @@ class StoreHooks:
             self.store.dequeue(ref, self._txid)
 
     def _trace_journal(self, event: str, journal: Any, **extra: Any) -> None:
-        """A ``journal_roll`` or ``journal_full`` event for ``journal``."""
+        """A ``journal_roll``, ``journal_full`` or ``journal_state`` event for ``journal``."""
         files = journal.files()
         current = next((f for f in files if f.current), files[-1] if files else None)
         self._emit(event, store=journal.config.queue_name, layout=journal.config.layout,

@@ -200,6 +200,9 @@ EVENTS: dict[str, EventSpec] = {
         _spec("enqueue", "dest msg size persistent priority cached", "session",
               "A message was accepted by a destination; cached: kept in the cursor's "
               "memory (true) or store-only (false)."),
+        _spec("start", "", "",
+              "The broker started: every queue's backlog is what the recover events that follow say "
+              "(none: empty)."),
         _spec("recover", "dest count", "bytes",
               "At start-up the store held count messages for dest (store-only, not in memory)."),
         _spec("page_in", "dest count", "mem_pct dest_mem_pct",
@@ -235,6 +238,8 @@ EVENTS: dict[str, EventSpec] = {
               "dest live_bytes capacity",
               "An enqueue was refused: the journal has no reusable file (file is the one "
               "the look-ahead reached); live: live enqueues in the whole journal."),
+        _spec("journal_state", "store layout file files live file_live", "",
+              "The journal's files and their live enqueues as the broker stopped (the state at the end)."),
         _spec("slow_consumer", "session sub dest slow pending", "prefetch",
               "A subscription was marked slow (slow=true) or no longer slow (slow=false)."),
         _spec("connection", "session pending_bytes pending idle_read idle_write", "client_id addr",

@@ -1,12 +1,15 @@
 """``minibroker analyze``: analyse traces into tables, plots, findings and a report.
 
-The Spark job ``clients.spark.analyze`` reads one or many trace files (the
+The job ``clients.spark.analyze`` reads one or many trace files (the
 broker's, from serve --trace, or the client-side trace of minibroker replay
 --trace) and writes under --out: report.md, findings.json, PNG plots, and
-every table as Parquet (parquet/NAME/) and CSV (csv/NAME.csv). It runs in
-local mode (local[*]) unless --master or MINIBROKER_SPARK_MASTER says
-otherwise; on a cluster run the same job with spark-submit (README,
-docs/spark.md). The trace format: docs/trace-schema.md.
+every table as CSV (csv/NAME.csv; on Spark also Parquet, parquet/NAME/).
+Inputs up to about a million events (200 MB) are analysed in this process,
+in seconds and without a JVM; larger ones on Spark, in local mode
+(local[*]) unless --master or MINIBROKER_SPARK_MASTER says otherwise (on a
+cluster run the same job with spark-submit: README, docs/spark.md). The two
+engines run the same detectors. A file with no trace line is refused before
+either starts. The trace format: docs/trace-schema.md.
 """
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ OPTIONS: list[Option] = [
      "journal full with live bytes at most this share of capacity is reported (default 0.2)"),
     ("--no-plots", "flag", None, "tables and report only"),
     ("--master", "str", "M", "Spark master (default local[*] or $MINIBROKER_SPARK_MASTER)"),
+    ("--engine", "str", "E", "auto, spark or inprocess: where to analyse (default auto: in this "
+     "process up to about a million events, 200 MB of trace; on Spark above)"),
 ]
 
 

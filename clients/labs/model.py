@@ -12,6 +12,7 @@
     config = "legacy.toml"            # broker configuration, beside lab.toml
     expect = "pathology"              # or "healthy"
     about = "ActiveMQ <= 5.14 space check, no destination limits"
+    findings = ["starved_consumer"]   # what the trace analysis must find (default: nothing)
 """
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ class RunSpec:
     config_path: Path
     expect: str
     about: str
+    #: The trace analysis's detectors this run's findings must come from, exactly (``--plot``).
+    findings: tuple[str, ...] = ()
 
     def config(self) -> BrokerConfig:
         return load_config(self.config_path)
@@ -100,7 +103,10 @@ def load_lab(directory: Path) -> Lab:
         config = directory / run["config"]
         if not config.exists():
             raise LabError(f"{path}: run[{i}].config {config.name} does not exist")
-        runs.append(RunSpec(run["name"], config, run["expect"], run.get("about", "")))
+        findings = run.get("findings", [])
+        if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
+            raise LabError(f"{path}: run[{i}].findings must be a list of detector names")
+        runs.append(RunSpec(run["name"], config, run["expect"], run.get("about", ""), tuple(findings)))
     return Lab(directory, data["name"], data["title"], data["seed"], tuple(runs),
                directory / data.get("scenario", "scenario.py"))
 

@@ -5,8 +5,10 @@ fresh data directory, a trace, and ``lab.network()`` to start the broker on
 the virtual clock (``VirtualNetwork``). It returns an ``Outcome``: did the
 pathology show, a one-line summary, evidence lines and numbers. The verdict
 comes from the broker's own statistics and trace, so it prints in seconds;
-``--plot DIR`` also writes the trace and runs the Spark analysis on it for the
-deeper look. ``--live`` calls ``run_live(lab)`` instead, where the scenario has
+``--plot DIR`` also writes each run's trace and its analysis (findings,
+report, tables, plots; in this process: a lab's traces are far too small for
+a JVM to pay), and checks the findings against the detectors the lab names
+for the run. ``--live`` calls ``run_live(lab)`` instead, where the scenario has
 one: the real server on real sockets (``lab.live_broker()``).
 """
 from __future__ import annotations
@@ -48,10 +50,19 @@ class RunResult:
     spec: RunSpec
     outcome: Outcome
     trace_file: Path | None = None
+    #: The trace analysis's findings (``--plot``), else None.
+    findings: list[dict[str, Any]] | None = None
+    #: The series the analysis drew (``--plot``), for the lab's figure.
+    series: dict[str, Any] | None = None
 
     @property
     def as_promised(self) -> bool:
         return self.outcome.verdict == self.spec.expect
+
+    @property
+    def findings_as_expected(self) -> bool:
+        """The analysis found what the lab names for this run, and nothing else."""
+        return self.findings is None or {f["detector"] for f in self.findings} == set(self.spec.findings)
 
 
 class LabRun:
@@ -215,13 +226,17 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
             outcome.evidence = run.notes + outcome.evidence
             result = RunResult(spec, outcome)
             if plot_dir is not None and run.trace is not None:
-                result.trace_file = _analyse(run, plot_dir / spec.name, out)
+                _analyse(run, result, plot_dir / spec.name)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         results.append(result)
         _print_result(result, out)
     kept = sum(r.as_promised for r in results)
     out(f"Result: {kept}/{len(results)} verdicts as the lab promises")
+    if plot_dir is not None:
+        analysed = [r for r in results if r.findings is not None]
+        agree = sum(r.findings_as_expected for r in analysed)
+        out(f"Trace analysis: {agree}/{len(analysed)} runs found what the lab expects; written to {plot_dir}")
     return results
 
 
@@ -235,15 +250,31 @@ def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
         out(f"      - {line}")
     if outcome.metrics:
         out("      numbers: " + ", ".join(f"{k}={v}" for k, v in outcome.metrics.items()))
+    if result.findings is not None:
+        expected = ", ".join(spec.findings) or "none"
+        verdict = ("as the lab expects" if result.findings_as_expected
+                   else f"NOT as the lab expects ({expected})")
+        out(f"    trace analysis: {len(result.findings)} finding(s), {verdict}; {result.trace_file.parent}")
+        for f in result.findings:
+            out(f"      {f['start']:6.1f}-{f['end']:<6.1f} s  {f['detector']}: {f['summary']}")
 
 
-def _analyse(run: LabRun, directory: Path, out: Callable[[str], None]) -> Path:
+def _analyse(run: LabRun, result: RunResult, directory: Path) -> None:
+    """Write the run's trace and analyse it: in this process when it is small (a lab's
+    always is), else on Spark (one session for every run of the lab)."""
+    from clients.spark.analyze import analyze, analyze_inprocess, choose_engine
+    from clients.spark.findings import Params
+
     directory.mkdir(parents=True, exist_ok=True)
     trace_file = directory / "trace.jsonl"
     assert run.trace is not None
     run.trace.dump(trace_file)
-    from clients.spark.analyze import main as analyze
+    if choose_engine([str(trace_file)]) == "inprocess":
+        analysis = analyze_inprocess([str(trace_file)], directory, Params())
+    else:
+        from clients.spark.session import get_session
 
-    status = analyze([str(trace_file), "--out", str(directory)])
-    out(f"    analysis of {trace_file}: {'written to ' + str(directory) if status == 0 else f'failed (status {status})'}")
-    return trace_file
+        analysis = analyze(get_session("minibroker-lab"), [str(trace_file)], directory, Params())
+    result.trace_file = trace_file
+    result.findings = analysis["findings"]
+    result.series = analysis["series"]

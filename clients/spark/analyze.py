@@ -11,11 +11,18 @@ Output under DIR:
     parquet/NAME/          every table, Parquet
     csv/NAME.csv           every table, CSV (nested values as JSON)
 
-Theory of operation: one pass reads the traces with the explicit schema
-(``clients.spark.schema``) and caches the columns the analysis uses; the
-tables module buckets them by time; the detectors work on the buckets; the
-driver collects only small series (coarsened to at most ``MAX_POINTS`` per
-line) for matplotlib.
+Two engines, the same detectors (a test holds their findings equal):
+inputs up to ``INPROCESS_MAX_BYTES`` (about a million events) are analysed
+in this process (``clients.spark.inprocess``: no JVM, a lab run's trace in
+well under a second; tables as CSV only), larger ones (or ``--engine spark``,
+a ``--master``, spark-submit) on Spark. Inputs are checked before either
+starts: a file with no trace line is refused at once.
+
+Theory of operation (Spark): one pass reads the traces with the explicit
+schema (``clients.spark.schema``) and caches the columns the analysis uses;
+the tables module buckets them by time; the detectors work on the buckets;
+the driver collects only small series (coarsened to at most ``MAX_POINTS``
+per line) for matplotlib.
 """
 
 from __future__ import annotations
@@ -27,20 +34,20 @@ import shutil
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
-
-from clients.spark.detectors import FINDING_COLUMNS, Params, find_all
+from clients.spark import inprocess
+from clients.spark.findings import Params, TraceFormatError
 from clients.spark.plots import plot_all
 from clients.spark.report import render_report
-from clients.spark.schema import CORRUPT, TraceFormatError, check_trace, read_trace
-from clients.spark.session import get_session
-from clients.spark.tables import USED, Tables, build_tables
 
-__all__ = ["analyze", "main"]
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from clients.spark.tables import Tables
+
+__all__ = ["analyze", "analyze_inprocess", "choose_engine", "main"]
+
 
 MAX_POINTS = 1000  # per plotted line
 TOP_CONSUMERS = 12
@@ -48,6 +55,9 @@ TOP_CONSUMERS = 12
 
 def _csv_safe(df: DataFrame) -> DataFrame:
     """CSV holds no arrays, maps or structs: write those as JSON text."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
     complex_types = (T.ArrayType, T.MapType, T.StructType)
     return df.select(*[
         F.to_json(F.col(f.name)).alias(f.name) if isinstance(f.dataType, complex_types)
@@ -66,8 +76,10 @@ def _write(df: DataFrame, out: str, name: str) -> None:
         shutil.rmtree(local)
 
 
-def _series(tb: Tables) -> tuple[dict[str, list[dict[str, Any]]], float]:
+def _series(tb: Tables, findings: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], float]:
     """Small series for the plots: coarsened so no line has more than MAX_POINTS points."""
+    from pyspark.sql import functions as F
+
     factor = max(1, math.ceil(tb.buckets / MAX_POINTS))
     step = tb.bucket * factor
     cb = F.floor(F.col("b") / factor)
@@ -77,24 +89,56 @@ def _series(tb: Tables) -> tuple[dict[str, list[dict[str, Any]]], float]:
         rows = df.groupBy(*keys, cb.alias("cb")).agg(*agg).withColumn("t", F.col("cb") * step)
         return [r.asDict() for r in rows.collect()]
 
-    top = (tb.consumer_rates.groupBy("consumer", "sub").agg(F.sum("received").alias("n"))
-           .orderBy(F.desc("n"), "consumer", "sub").limit(TOP_CONSUMERS))
-    consumers = tb.consumer_rates.join(top.select("consumer", "sub"), ["consumer", "sub"]).withColumn(
-        "label", F.concat_ws("/", "consumer", "sub"))
+    # the busiest consumers, and always those a finding names (a starved one receives nothing)
+    named = {(f["session"], f["sub"]) for f in findings if f["session"] and f["sub"]}
+    top = (tb.consumer_rates.filter(F.col("source") == "broker").groupBy("consumer", "sub")
+           .agg(F.sum("received").alias("n")).orderBy(F.desc("n"), "consumer", "sub").limit(TOP_CONSUMERS))
+    keep = {(r["consumer"], r["sub"]) for r in top.collect()} | named
+    subs = [r.asDict() for r in tb.subscriptions.collect()]
+    keep |= {(s["session"], s["sub"]) for s in subs if len(subs) <= TOP_CONSUMERS}
+    wanted = F.lit(False)
+    for consumer, sub in keep:
+        wanted = wanted | ((F.col("consumer") == consumer) & (F.col("sub") == sub))
+    consumers = tb.consumer_rates.filter(wanted & (F.col("source") == "broker"))
+    rows = coarse(consumers, ["consumer", "sub", "dest"], ["received"], [])
     return {
-        "dest_rates": coarse(tb.dest_rates, ["dest"], ["enqueued", "dispatched", "client_sent", "client_received"],
-                             ["backlog"]),
-        "consumer_rates": coarse(consumers, ["label"], ["received"], []),
+        "dest_rates": coarse(tb.dest_rates, ["dest"], ["enqueued", "sent", "dispatched", "client_sent",
+                                                       "client_received"], ["backlog"]),
+        "consumer_rates": rows,
+        "subscriptions": [s for s in subs if (s["session"], s["sub"]) in keep],
+        "names": _names(tb.events.filter(F.col("event") == "connect")
+                        .select("session", "client_id", "addr").collect()),
         "usage": coarse(tb.usage, [], [], ["mem_pct", "store_pct", "temp_pct"]),
         "blocked": [r.asDict() for r in tb.blocked.orderBy("start").limit(10_000).collect()],
         "swaps": [r.asDict() for r in tb.swaps.orderBy("t").limit(20_000).collect()],
+        "journal": [r.asDict() for r in tb.journal.orderBy("t").limit(20_000).collect()],
         "journal_files": [r.asDict() for r in tb.journal_files.collect()],
     }, step
 
 
+def _names(rows: list[Any]) -> dict[str, str]:
+    """session -> the name a reader knows the client by: its client-id, or its address when
+    that is a name (a lab's client) rather than host:port."""
+    names = {}
+    for r in rows:
+        r = r if isinstance(r, dict) else r.asDict()
+        addr = r.get("addr") or ""
+        name = r.get("client_id") or (addr if addr and ":" not in addr else None)
+        if name and r.get("session"):
+            names[r["session"]] = name
+    return names
+
+
 def analyze(spark: SparkSession, inputs: list[str], out: str | Path, params: Params,
-            *, plots: bool = True) -> dict[str, Any]:
-    """Run the whole analysis; returns {"info", "findings", "plots"}."""
+            *, plots: bool = True, tables: bool = True) -> dict[str, Any]:
+    """Run the whole analysis on Spark; returns {"info", "findings", "plots"}.
+    ``tables=False`` skips writing the tables (the findings, report and plots only)."""
+    from pyspark.sql import functions as F
+
+    from clients.spark.detectors import FINDING_COLUMNS, find_all
+    from clients.spark.schema import CORRUPT, check_trace, read_trace
+    from clients.spark.tables import USED, build_tables
+
     out = str(out).rstrip("/")
     # parse once: cache only the columns the analysis reads (plus what the check needs)
     raw = read_trace(spark, inputs).select(*USED, "v", CORRUPT).cache()
@@ -107,25 +151,70 @@ def analyze(spark: SparkSession, inputs: list[str], out: str | Path, params: Par
         params = replace(params, hwm=traced_hwm)
     findings_df = find_all(tb, params).select(*FINDING_COLUMNS).cache()
     findings = [r.asDict() for r in findings_df.collect()]
-    for name, df in tb.outputs().items():
-        _write(df, out, name)
-    _write(findings_df, out, "findings")
-    hwm = params.hwm
+    if tables:
+        for name, df in tb.outputs().items():
+            _write(df, out, name)
+        _write(findings_df, out, "findings")
+    info.update(engine="spark")
+    series, step = _series(tb, findings) if plots else ({}, params.bucket)
+    result = _finish(Path(out.removeprefix("file:")), info, inputs, params, findings, series, step,
+                     [*tb.outputs(), "findings"] if tables else [])
+    for df in (findings_df, *tb.outputs().values(), raw):
+        df.unpersist()
+    return result
+
+
+def _finish(local: Path, info: dict[str, Any], inputs: list[str], params: Params,
+            findings: list[dict[str, Any]], series: dict[str, Any], step: float,
+            tables: list[str]) -> dict[str, Any]:
+    """What both engines write: plots, report.md, findings.json, info.json."""
     info.update(inputs=list(inputs), span=info["t1"] - info["t0"], bucket=params.bucket,
-                min_window=params.min_window, hwm=hwm)
-    made: dict[str, str] = {}
-    local = Path(out.removeprefix("file:"))
+                min_window=params.min_window, hwm=params.hwm)
     local.mkdir(parents=True, exist_ok=True)
-    if plots:
-        series, step = _series(tb)
-        made = plot_all(local, series, step, hwm, findings)
-    tables = [*tb.outputs(), "findings"]
+    made = plot_all(local, series, step, params.hwm, findings) if series else {}
     (local / "report.md").write_text(render_report(info, findings, made, tables))
     (local / "findings.json").write_text(json.dumps(findings, indent=1) + "\n")
     (local / "info.json").write_text(json.dumps({**info, "params": asdict(params)}, indent=1) + "\n")
-    for df in (findings_df, *tb.outputs().values(), raw):
-        df.unpersist()
-    return {"info": info, "findings": findings, "plots": made}
+    return {"info": info, "findings": findings, "plots": made, "series": series}
+
+
+def inprocess_findings(inputs: list[str], params: Params) -> tuple[inprocess.Tables, Params, list[dict[str, Any]], dict[str, Any]]:
+    """Read and analyse ``inputs`` in this process: (tables, params in force, findings, info)."""
+    events, info = inprocess.read_events(inputs)
+    if not events or info["t0"] is None:
+        raise TraceFormatError(f"no trace events in {', '.join(inputs)}")
+    tb = inprocess.build_tables(events, info["t0"], info["t1"], params.bucket)
+    hwm = inprocess.traced_hwm(tb)
+    if hwm is not None:
+        params = replace(params, hwm=hwm)
+    return tb, params, inprocess.find_all(tb, params), info
+
+
+def analyze_inprocess(inputs: list[str], out: str | Path, params: Params, *, plots: bool = True,
+                      tables: bool = True) -> dict[str, Any]:
+    """The analysis in this process (no JVM): the same findings, report and plots as
+    ``analyze``; the tables as CSV only."""
+    tb, params, findings, info = inprocess_findings(inputs, params)
+    local = Path(out)
+    if tables:
+        inprocess.write_csv(tb, findings, local / "csv")
+    info.update(engine="inprocess")
+    series = inprocess.series(tb, findings, TOP_CONSUMERS) if plots else {}
+    if series:
+        series["names"] = _names([e for e in tb.events if e["event"] == "connect"])
+    return _finish(local, info, inputs, params, findings, series, tb.bucket,
+                   [*tb.outputs(), "findings"] if tables else [])
+
+
+def choose_engine(inputs: list[str], engine: str = "auto", master: str | None = None) -> str:
+    """"inprocess" or "spark": what ``--engine auto`` picks for these inputs."""
+    if engine != "auto":
+        return engine
+    from clients.spark.session import launched_by_spark_submit
+
+    if master or launched_by_spark_submit() or any("://" in i for i in inputs):
+        return "spark"
+    return "inprocess" if inprocess.total_bytes(inputs) <= inprocess.INPROCESS_MAX_BYTES else "spark"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-plots", action="store_true", help="tables and report only")
     parser.add_argument("--master", help="Spark master when not run by spark-submit "
                         "(default local[*] or $MINIBROKER_SPARK_MASTER)")
+    parser.add_argument("--engine", choices=("auto", "spark", "inprocess"), default="auto",
+                        help="where to analyse: in this process (small inputs) or on Spark "
+                        "(default auto: in process up to about a million events)")
     args = parser.parse_args(argv)
     if args.bucket <= 0:
         parser.error("--bucket must be > 0")
@@ -158,9 +250,17 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"error: no such trace: {', '.join(missing)}", file=sys.stderr)
         return 2
-    spark = get_session("minibroker-analyze", master=args.master)
+    engine = choose_engine(args.traces, args.engine, args.master)
     try:
-        result = analyze(spark, args.traces, args.out, params, plots=not args.no_plots)
+        if all("://" not in p for p in args.traces):
+            inprocess.check_inputs(args.traces)  # refused before a JVM starts
+        if engine == "inprocess":
+            result = analyze_inprocess(args.traces, args.out, params, plots=not args.no_plots)
+        else:
+            from clients.spark.session import get_session
+
+            spark = get_session("minibroker-analyze", master=args.master)
+            result = analyze(spark, args.traces, args.out, params, plots=not args.no_plots)
     except TraceFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

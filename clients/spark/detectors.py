@@ -3,52 +3,39 @@
 A finding is one row of ``FINDING_COLUMNS``: the detector's name, its time
 window (seconds since the trace's first event), where it happened
 (destination, session, subscription), a one-line summary and the evidence as
-a JSON object. Each detector names the seed it comes from:
+a JSON object. What each finding means is ``clients.spark.findings.WHAT``;
+``clients.spark.inprocess`` runs the same detectors without Spark (a test
+holds the two equal over every lab run):
 
-- ``starved_consumer`` (seed 000): a queue consumer receives nothing for a
-  window while its queue has a backlog, broker memory is at or over the
-  cursor high-water mark and the queue's own memory is below it (its cursor
-  cannot page in; it is not merely a full queue with a stuck consumer).
-- ``blocked_producer_idle_consumers`` (seed 001): a producer stays blocked by
-  flow control while the destination's consumers have nothing to do.
-- ``swap_storm`` (seed 001): file cursors swap to the temp store again and
-  again within a short time.
-- ``slow_consumer`` (seed 002): the broker marked a subscription slow.
-- ``stalled_socket`` (seed 003): a write to a client was stuck until the
-  write timeout closed it, or (no write timeout) its connection samples show
-  bytes queued and nothing drained for a window; with the reconnects refused
+- ``starved_consumer``: a queue consumer receives nothing for a window while
+  its queue has a backlog, broker memory is at or over the cursor high-water
+  mark and the queue's own memory is below it (its cursor cannot page in; it
+  is not merely a full queue with a stuck consumer).
+- ``blocked_producer_idle_consumers``: a producer stays blocked by flow
+  control while the destination's consumers have nothing to do.
+- ``swap_storm``: file cursors swap to the temp store again and again within
+  a short time.
+- ``slow_consumer``: a subscription the broker marked slow held the producer
+  back (a flow-control block overlaps its slow episode).
+- ``stalled_socket``: the connection samples show bytes queued and nothing
+  drained for a window, and the broker did not end it itself (no write
+  timeout, no heart-beats watching it); with the reconnects refused
   meanwhile (the same client-id).
-- ``journal_full_few_live`` (seed 004): enqueues were refused as the journal
-  was full while it held few live messages, each pinning a file.
+- ``journal_full_few_live``: enqueues were refused as the journal was full
+  while it held few live messages, each pinning a file.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from clients.spark.findings import CURED_BY, DETECTORS as NAMES, FINDING_COLUMNS, SUMMARY, Params
 from clients.spark.tables import Tables, islands
 
 __all__ = ["Params", "FINDING_COLUMNS", "DETECTORS", "find_all"]
-
-FINDING_COLUMNS = ["detector", "start", "end", "duration", "dest", "session", "sub", "summary",
-                   "evidence"]
-
-
-@dataclass(frozen=True)
-class Params:
-    bucket: float = 1.0  # seconds per bucket
-    min_window: float = 5.0  # shortest starved / idle window reported, seconds
-    hwm: int = 70  # cursor high-water mark (analyze takes it from page_in_blocked when there)
-    swap_gap: float = 5.0  # swaps closer than this belong to one storm
-    swap_min: int = 3  # swap_out events that make a storm
-    episode_gap: float = 10.0  # journal_full events closer than this are one episode
-    few_live_fraction: float = 0.2  # "few": live bytes at most this share of capacity
-    few_live_per_file: float = 10.0  # ... or, without sizes, live messages per journal file
-    reconnect_window: float = 60.0  # refused reconnects this soon after a write timeout
 
 
 def _finding(df: DataFrame, detector: str, summary: Column, evidence: list[Column],
@@ -91,13 +78,13 @@ def starved_consumer(tb: Tables, p: Params) -> DataFrame:
         .groupBy(F.col("consumer").alias("session"), "sub", "b")
         .agg(F.sum("received").alias("received"))
     )
-    backlog0 = F.col("backlog") - F.col("recovered") - F.col("enqueued") + F.col("removed")
+    total = received.groupBy("session", "sub").agg(F.sum("received").alias("received_all"))
     flagged = (
         grid.join(tb.dest_rates, ["dest", "b"])
         .join(tb.usage.select("b", "mem_pct"), "b")
         .join(received, ["session", "sub", "b"], "left")
         # the seed's tell: the broker is at the mark but the queue's own memory is not
-        .filter((F.coalesce("received", F.lit(0)) == 0) & (F.col("backlog") > 0) & (backlog0 > 0) &
+        .filter((F.coalesce("received", F.lit(0)) == 0) & (F.col("backlog") > 0) & (F.col("backlog_start") > 0) &
                 (F.col("mem_pct") >= p.hwm) & (F.col("dest_mem_pct") < p.hwm))
     )
     keys = ["session", "sub", "island"]
@@ -125,18 +112,18 @@ def starved_consumer(tb: Tables, p: Params) -> DataFrame:
                                                            x["pct"].alias("dest_mem_pct")))
                 .alias("memory_holders"))
     )
-    out = windows.join(holders, keys, "left")
+    out = (windows.join(holders, keys, "left").join(total, ["session", "sub"], "left")
+           .withColumn("received", F.coalesce("received_all", F.lit(0))))
     return _finding(
         out, "starved_consumer",
         F.format_string(
-            "consumer %s/%s got nothing from %s for %.0f s: backlog %d-%d, broker memory %d-%d%% "
-            "(high-water mark %d%%), the queue's own memory %s%%",
+            SUMMARY["starved_consumer"],
             "session", "sub", "dest", F.col("end") - F.col("start"), "backlog_min", "backlog_max",
             "mem_pct_min", "mem_pct_max", F.lit(p.hwm),
             F.coalesce(F.col("dest_mem_pct").cast("string"), F.lit("?"))),
         [F.col("backlog_min"), F.col("backlog_max"), F.col("mem_pct_min"), F.col("mem_pct_max"),
          F.lit(p.hwm).alias("hwm"), F.col("dest_mem_pct"), F.col("page_in_blocked"),
-         F.col("memory_holders")],
+         F.col("received"), F.col("memory_holders")],
         dest=F.col("dest"), session=F.col("session"), sub=F.col("sub"),
     )
 
@@ -172,9 +159,7 @@ def blocked_producer_idle_consumers(tb: Tables, p: Params) -> DataFrame:
     return _finding(
         out, "blocked_producer_idle_consumers",
         F.format_string(
-            "producer %s blocked on %s usage (%d%%) sending to %s while its %d consumer(s) had "
-            "nothing to do for %.0f s; temp %d-%d%%%s",
-            "session", "usage", "pct", "dest", "consumers", F.col("end") - F.col("start"),
+            SUMMARY["blocked_producer_idle_consumers"], "session", "usage", "pct", "dest", "consumers", F.col("end") - F.col("start"),
             "temp_pct_min", "temp_pct_max",
             F.when(F.col("never_unblocked"), F.lit("; never unblocked")).otherwise(F.lit(""))),
         [F.col("usage"), F.col("pct"), F.col("consumers"), F.col("never_unblocked"),
@@ -206,9 +191,7 @@ def swap_storm(tb: Tables, p: Params) -> DataFrame:
     )
     return _finding(
         storms, "swap_storm",
-        F.format_string("%d swaps to the temp store within %.0f s (%d messages from %d "
-                        "subscription(s) on %s), temp usage up to %s%%",
-                        "swaps", F.col("end") - F.col("start"), "messages", "subscriptions",
+        F.format_string(SUMMARY["swap_storm"], "swaps", F.col("end") - F.col("start"), "messages", "subscriptions",
                         F.array_join("dests", ", "),
                         F.coalesce(F.col("temp_pct_max").cast("string"), F.lit("?"))),
         [F.col("swaps"), F.col("messages"), F.col("bytes"), F.col("subscriptions"),
@@ -218,6 +201,10 @@ def swap_storm(tb: Tables, p: Params) -> DataFrame:
 
 
 def slow_consumer(tb: Tables, p: Params) -> DataFrame:
+    """A subscription marked slow while the producers to its destination were held by flow
+    control. An episode ends when the mark is lifted, the subscription ends (an abort, an
+    unsubscribe, a disconnect) or the trace does."""
+    span = tb.t1 - tb.t0
     w = Window.partitionBy("session", "sub").orderBy("t", "seq")
     marks = tb.events.filter(F.col("event") == "slow_consumer")
     change = F.when(F.lag("slow").over(w).isNull() | (F.lag("slow").over(w) != F.col("slow")), 1).otherwise(0)
@@ -228,57 +215,95 @@ def slow_consumer(tb: Tables, p: Params) -> DataFrame:
              F.max("pending").alias("pending_max"), F.max("prefetch").alias("prefetch"))
     )
     wr = Window.partitionBy("session", "sub").orderBy("run")
+    subs = tb.subscriptions.select("session", "sub", F.col("start").alias("sub_start"),
+                                   F.col("end").alias("sub_end"))
     slow = (
-        runs.withColumn("end", F.coalesce(F.lead("start").over(wr), F.lit(tb.t1 - tb.t0)))
-        .withColumn("recovered", F.lead("start").over(wr).isNotNull())
-        .filter("slow")
+        runs.withColumn("next", F.lead("start").over(wr)).filter("slow")
+        .join(subs, ["session", "sub"], "left")
+        .withColumn("end", F.least(F.coalesce("next", F.lit(span)), F.coalesce("sub_end", F.lit(span)),
+                                   F.lit(span)))
+        .withColumn("recovered", F.col("next").isNotNull() & (F.col("next") <= F.col("end")))
+        .withColumn("sub_start", F.coalesce("sub_start", "start"))
     )
     keys = ["session", "sub", "start"]
-    b_in = (F.col("r.b") >= F.floor(F.col("s.start") / p.bucket)) & (F.col("r.b") * p.bucket < F.col("s.end"))
-    got = (
-        slow.alias("s").join(tb.consumer_rates.alias("r"),
-                             (F.col("r.consumer") == F.col("s.session")) &
-                             (F.col("r.sub") == F.col("s.sub")) & b_in)
+    s = slow.alias("s")
+    blk = tb.blocked.alias("k")
+    overlap = F.greatest(F.lit(0.0), F.least("k.end", "s.end") - F.greatest("k.start", "s.start"))
+    blocked = (s.join(blk, F.col("k.dest") == F.col("s.dest"))
+               .groupBy("s.session", "s.sub", "s.start").agg(F.sum(overlap).alias("blocked_seconds"))
+               .filter(F.col("blocked_seconds") > 0))
+    held = tb.blocked.filter(F.col("open") & F.col("msg").isNotNull()).select(F.col("msg").alias("held"))
+    sends = (tb.events.filter(F.col("event") == "send").join(held, F.col("msg") == F.col("held"), "left_anti")
+             .select(F.col("dest").alias("sdest"), F.col("t").alias("st")))
+    sent = (
+        s.join(sends, (F.col("sdest") == F.col("s.dest")) & (F.col("st") >= F.col("s.sub_start")) &
+               (F.col("st") <= F.col("s.end")))
         .groupBy("s.session", "s.sub", "s.start")
-        .agg(F.sum("r.received").alias("received"), F.sum("r.acked").alias("acked"))
+        .agg(F.count(F.lit(1)).alias("sent_all"),
+             F.sum((F.col("st") >= F.col("s.start")).cast("int")).alias("sent"))
     )
-    enq = (
-        slow.alias("s").join(tb.dest_rates.alias("r"), (F.col("r.dest") == F.col("s.dest")) & b_in)
-        .groupBy("s.session", "s.sub", "s.start").agg(F.sum("r.enqueued").alias("enqueued"))
+    drops = tb.events.filter(F.col("event") == "discard").select(
+        F.col("session").alias("ds"), F.col("sub").alias("dsub"), F.col("t").alias("dt"))
+    discarded = (s.join(drops, (F.col("ds") == F.col("s.session")) & (F.col("dsub") == F.col("s.sub")) &
+                        (F.col("dt") <= F.col("s.end")))
+                 .groupBy("s.session", "s.sub", "s.start").agg(F.count(F.lit(1)).alias("discarded")))
+    outs = tb.swaps.filter(F.col("event") == "swap_out").select(
+        F.col("dest").alias("wdest"), F.col("sub").alias("wsub"), F.col("t").alias("wt"), F.col("count").alias("wc"))
+    spooled = (s.join(outs, (F.col("wdest") == F.col("s.dest")) & (F.col("wsub") == F.col("s.sub")) &
+                      (F.col("wt") >= F.col("s.start")) & (F.col("wt") <= F.col("s.end")))
+               .groupBy("s.session", "s.sub", "s.start").agg(F.sum("wc").alias("spooled")))
+    r = tb.consumer_rates.filter(F.col("source") == "broker").alias("r")
+    mine = (F.col("r.consumer") == F.col("s.session")) & (F.col("r.sub") == F.col("s.sub")) & \
+        (F.col("r.b") * p.bucket < F.col("s.end"))
+    during = F.col("r.b") >= F.floor(F.col("s.start") / p.bucket)
+    got = (
+        s.join(r, mine)
+        .groupBy("s.session", "s.sub", "s.start")
+        .agg(F.sum("r.received").alias("delivered"),
+             F.sum(F.when(during, F.col("r.received")).otherwise(0)).alias("received"),
+             F.sum(F.when(during, F.col("r.acked")).otherwise(0)).alias("acked"))
     )
-    out = slow.join(got, keys, "left").join(enq, keys, "left").fillna(0, subset=["received", "acked",
-                                                                                   "enqueued"])
+    counts = ["sent_all", "sent", "discarded", "spooled", "delivered", "received", "acked"]
+    out = (
+        slow.join(blocked, keys).join(sent, keys, "left").join(discarded, keys, "left")
+        .join(spooled, keys, "left").join(got, keys, "left").fillna(0, subset=counts)
+        .withColumn("backlog", F.when(~F.col("dest").startswith("/queue/"),
+                                      F.col("sent_all") - F.col("delivered") - F.col("discarded")))
+        .withColumn("blocked_seconds", F.round("blocked_seconds", 3))
+    )
+    to_end = F.when(F.col("recovered") | (F.col("end") < F.lit(span)), F.lit("")).otherwise(F.lit(" (to the end)"))
     return _finding(
         out, "slow_consumer",
-        F.format_string("the broker marked %s/%s on %s slow for %.0f s%s: up to %d pending, "
-                        "%d received and %d acked while %d were enqueued",
-                        "session", "sub", "dest", F.col("end") - F.col("start"),
-                        F.when(F.col("recovered"), F.lit("")).otherwise(F.lit(" (to the end)")),
-                        F.coalesce("pending_max", F.lit(0)), "received", "acked", "enqueued"),
-        [F.col("pending_max"), F.col("prefetch"), F.col("received"), F.col("acked"),
-         F.col("enqueued"), F.col("recovered")],
+        F.format_string(SUMMARY["slow_consumer"], "session", "sub", "dest", F.col("end") - F.col("start"),
+                        to_end, "blocked_seconds", "received", "acked", "sent",
+                        F.coalesce("backlog", F.lit(0)), "spooled"),
+        [F.col("pending_max"), F.col("prefetch"), F.col("received"), F.col("acked"), F.col("sent"),
+         F.col("backlog"), F.col("spooled"), F.col("discarded"), F.col("blocked_seconds"),
+         F.col("recovered")],
         dest=F.col("dest"), session=F.col("session"), sub=F.col("sub"),
     )
 
 
 def stalled_socket(tb: Tables, p: Params) -> DataFrame:
     ev = tb.events
-    timed_out = ev.filter(F.col("event") == "write_timeout").select(
-        "session", "client_id", "waited", "pending_bytes", F.col("t").alias("end"),
-        (F.col("t") - F.coalesce("waited", F.lit(0.0))).alias("start"))
-    # A stall no write timeout ended (the seed's own case): the connection samples show
-    # bytes queued for a socket that has not drained for at least min_window seconds.
-    sampled = (
+    # A stall the broker ends itself is the cure at work, not the pathology: a write
+    # timeout, a disconnect for missed heart-beats, or a connection whose heart-beats it watches.
+    beats = F.exists(F.split(F.coalesce("heart_beat", F.lit("")), ","),
+                     lambda x: ~F.trim(x).isin("", "0"))
+    cured = ev.filter((F.col("event") == "write_timeout") |
+                      ((F.col("event") == "disconnect") & F.col("reason").isin(*CURED_BY)) |
+                      ((F.col("event") == "connect") & beats)).select("session").distinct()
+    # The seed's own case: the connection samples show bytes queued for a socket that has
+    # not drained for at least min_window seconds.
+    stuck = (
         ev.filter((F.col("event") == "connection") & (F.col("idle_write") >= p.min_window)
                   & (F.col("pending_bytes") > 0))
+        .join(cured, "session", "left_anti")
         .groupBy("session")
         .agg(F.max("client_id").alias("client_id"), F.max("idle_write").alias("waited"),
              F.max("pending_bytes").alias("pending_bytes"), F.max("t").alias("end"),
              F.min(F.col("t") - F.col("idle_write")).alias("start"))
-        .join(timed_out.select("session"), "session", "left_anti")
-        .select("session", "client_id", "waited", "pending_bytes", "end", "start")
     )
-    stuck = timed_out.unionByName(sampled)
     refused = ev.filter((F.col("event") == "error") & (F.col("code") == "client_id_in_use")).select(
         F.col("client_id").alias("rid"), F.col("t").alias("rt"))
     keys = ["session", "start"]
@@ -298,9 +323,7 @@ def stalled_socket(tb: Tables, p: Params) -> DataFrame:
            .fillna(0, subset=["refused_reconnects", "dispatched", "acked"]))
     return _finding(
         out, "stalled_socket",
-        F.format_string("writes to %s (client-id %s) were stuck for %.1f s with %d bytes queued; "
-                        "%d messages dispatched, %d acked meanwhile; %d reconnect(s) refused",
-                        "session", F.coalesce("client_id", F.lit("-")), "waited",
+        F.format_string(SUMMARY["stalled_socket"], "session", F.coalesce("client_id", F.lit("-")), "waited",
                         F.coalesce("pending_bytes", F.lit(0)), "dispatched", "acked",
                         "refused_reconnects"),
         [F.col("client_id"), F.col("waited"), F.col("pending_bytes"), F.col("dispatched"),
@@ -325,26 +348,23 @@ def journal_full_few_live(tb: Tables, p: Params) -> DataFrame:
     few = F.when(F.col("live_bytes").isNotNull() & (F.col("capacity") > 0),
                  F.col("live_bytes") <= F.col("capacity") * p.few_live_fraction
                  ).otherwise(F.col("live") <= F.col("files") * p.few_live_per_file)
-    out = eps.filter(few)
+    # each journal's live enqueues in its last traced state (journal_state as the broker stopped)
+    last = (tb.events.filter(F.col("event").isin("journal_roll", "journal_full", "journal_state")
+                             & F.col("live").isNotNull())
+            .groupBy("store").agg(F.max_by("live", F.struct("t", "seq")).alias("live_at_end")))
+    out = eps.filter(few).join(last, "store", "left")
     return _finding(
         out, "journal_full_few_live",
-        F.format_string("journal %s (%s) refused %d enqueue(s) as full while it held only %d live "
-                        "message(s), pinning %d of %d files",
-                        "store", "layout", "refused", "live", "pinned", "files"),
+        F.format_string(SUMMARY["journal_full_few_live"], "store", "layout", "refused", "live", "pinned",
+                        "files", F.coalesce(F.col("live_at_end").cast("string"), F.lit("?"))),
         [F.col("refused"), F.col("live"), F.col("live_bytes"), F.col("capacity"), F.col("files"),
-         F.col("pinned"), F.col("file_live")],
+         F.col("pinned"), F.col("file_live"), F.col("live_at_end")],
         dest=F.coalesce("dest", "store"),
     )
 
 
-DETECTORS = {
-    "starved_consumer": starved_consumer,
-    "blocked_producer_idle_consumers": blocked_producer_idle_consumers,
-    "swap_storm": swap_storm,
-    "slow_consumer": slow_consumer,
-    "stalled_socket": stalled_socket,
-    "journal_full_few_live": journal_full_few_live,
-}
+#: Each detector by its name (the functions are named after them).
+DETECTORS = {name: globals()[name] for name in NAMES}
 
 
 def find_all(tb: Tables, p: Params) -> DataFrame:

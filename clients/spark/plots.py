@@ -162,6 +162,9 @@ def plot_all(out: Path, series: dict[str, list[Row]], step: float, hwm: int,
              findings: list[Row]) -> dict[str, str]:
     """Draw every plot there is data for; returns {plot: file name}."""
     out.mkdir(parents=True, exist_ok=True)
+    names = series.get("names", {})
+    for r in series["consumer_rates"]:
+        r.setdefault("label", f"{names.get(r['consumer'], r['consumer'])}/{r['sub']}")
     made = {
         "rates": rates(out, series["dest_rates"], step, findings),
         "backlog": backlog(out, series["dest_rates"], findings),

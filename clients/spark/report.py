@@ -6,25 +6,9 @@ import json
 from collections import Counter
 from typing import Any
 
-from clients.spark.detectors import DETECTORS
+from clients.spark.findings import DETECTORS, WHAT
 
 __all__ = ["render_report"]
-
-WHAT = {
-    "starved_consumer": "a queue consumer got nothing while its queue had a backlog and broker "
-    "memory sat at or over the cursor high-water mark (seed 000: per-destination memory limits "
-    "cure it)",
-    "blocked_producer_idle_consumers": "a producer stayed blocked by flow control while the "
-    "destination's consumers had nothing left to do (seed 001: a temp limit below the temp "
-    "store's file size never drops under 100%)",
-    "swap_storm": "file cursors swapped their pending messages to the temp store again and again "
-    "(seed 001)",
-    "slow_consumer": "the broker marked a subscription slow (seed 002)",
-    "stalled_socket": "a write to a client was stuck until the write timeout closed the session "
-    "(seed 003: a large prefetch fills the TCP queues)",
-    "journal_full_few_live": "the journal refused enqueues as full while holding few live "
-    "messages, each pinning a file (seed 004)",
-}
 
 PLOT_TITLES = {
     "rates": "Per-destination enqueue and dispatch rates",
@@ -85,9 +69,10 @@ def render_report(info: dict[str, Any], findings: list[dict[str, Any]], plots: d
     missing = [PLOT_TITLES[k] for k in PLOT_TITLES if k not in plots]
     if missing:
         lines += ["No data for: " + "; ".join(missing).lower() + ".", ""]
+    where = ("`parquet/NAME/` and `csv/NAME.csv`" if info.get("engine", "spark") == "spark"
+             else "`csv/NAME.csv`")
     lines += ["## Tables", "",
-              "Each table is under `parquet/NAME/` and `csv/NAME.csv`; times are seconds since "
-              "the trace start.", ""]
+              f"Each table is under {where}; times are seconds since the trace start.", ""]
     lines += [f"- `{t}`" for t in tables]
     lines.append("")
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from clients.spark.findings import TraceFormatError
 from minibroker.trace import COMMON, FIELDS, SCHEMA_VERSION
 
 __all__ = ["trace_schema", "read_trace", "check_trace", "TraceFormatError", "CORRUPT", "SOURCE"]
@@ -28,10 +29,6 @@ _TYPES = {
     "bool": T.BooleanType(),
     "map<str,int>": T.MapType(T.StringType(), T.LongType()),
 }
-
-
-class TraceFormatError(ValueError):
-    """The input is not a trace this reader understands."""
 
 
 def trace_schema(with_corrupt: bool = False) -> T.StructType:

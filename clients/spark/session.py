@@ -31,6 +31,8 @@ LOCAL_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.catalogImplementation": "in-memory",
     "spark.driver.memory": "3g",
+    # the analysis's plans are large: no "Truncated the string representation" warning
+    "spark.sql.debug.maxToStringFields": "1000",
 }
 
 # Extra settings that make a test JVM start and run small jobs fast. Not for

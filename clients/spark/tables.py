@@ -10,11 +10,13 @@ or event. All are small next to the trace, so they are cached once built.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from clients.spark.findings import REMOVALS
 from clients.spark.schema import CORRUPT
 
 __all__ = ["Tables", "build_tables", "islands"]
@@ -24,10 +26,10 @@ USED = [
     "seq", "ts", "event", "session", "client", "client_id", "sub", "dest", "count", "pending",
     "mem_pct", "dest_mem_pct", "store_pct", "temp_pct", "hwm", "usage", "pct", "waited", "slow",
     "prefetch", "pending_bytes", "idle_read", "idle_write", "store", "layout", "file", "files", "live", "live_bytes",
-    "capacity", "file_live", "code", "message", "bytes", "redeliveries",
+    "capacity", "file_live", "code", "message", "bytes", "redeliveries", "msg", "reason", "heart_beat",
+    "addr",
 ]
 
-REMOVALS = ("ack", "expire", "dlq", "discard")
 
 
 @dataclass
@@ -39,7 +41,7 @@ class Tables:
     bucket: float
     buckets: int
     events: DataFrame  # pruned events with t and b (derived from the caller's cached scan)
-    dest_rates: DataFrame  # dest, b, t, counts (broker and client_*), backlog, dest_mem_pct (dense)
+    dest_rates: DataFrame  # dest, b, t, counts (broker and client_*), backlog(_start), dest_mem_pct (dense)
     consumer_rates: DataFrame  # consumer, sub, dest, b, t, received, acked, source
     usage: DataFrame  # b, t, mem_pct, store_pct, temp_pct (dense, carried forward)
     subscriptions: DataFrame  # session, sub, dest, start, end, prefetch
@@ -87,16 +89,29 @@ def build_tables(
     # per destination and bucket: counts, backlog (queues), own memory percent, blocked page-ins
     # (sent/received/acked: a client-side trace, counted apart so that a broker trace and
     # a client trace analysed together do not count one message twice)
-    dest_events = ("enqueue", "dispatch", "recover", "usage", "page_in_blocked", "sent", "received", "acked", *REMOVALS)
+    dest_events = ("enqueue", "send", "dispatch", "recover", "usage", "page_in_blocked", "swap_out",
+                   "sent", "received", "acked", *REMOVALS)
+    # A backlog starts again at each `start` (a restart): the queue holds what its `recover`
+    # says, not that plus what was enqueued before. The starts are few: collected, they
+    # number each event's epoch and each bucket's last epoch.
+    starts = [(r["t"], r["seq"] or 0) for r in ev.filter(e == "start").select("t", "seq").collect()]
+    epoch = sum(((F.col("t") > t) | ((F.col("t") == t) & (F.col("seq") > q))).cast("int")
+                for t, q in starts) if starts else F.lit(0)
+    last_epoch = sum((F.col("b") >= math.floor(t / bucket)).cast("int")
+                     for t, _ in starts) if starts else F.lit(0)
+    change = (F.when(e == "enqueue", 1).when(e == "recover", F.col("count"))
+              .when(e.isin(*REMOVALS), -1).otherwise(0))
+    dev = ev.filter(F.col("dest").isNotNull() & e.isin(*dest_events))
     per_dest = (
-        ev.filter(F.col("dest").isNotNull() & e.isin(*dest_events))
-        .groupBy("dest", "b")
+        dev.groupBy("dest", "b")
         .agg(
             _count_if(e == "enqueue").alias("enqueued"),
+            _count_if(e == "send").alias("sent"),
             _count_if(e == "dispatch").alias("dispatched"),
             _count_if(e == "ack").alias("acked"),
             _count_if(e.isin(*REMOVALS)).alias("removed"),
             F.sum(F.when(e == "recover", F.col("count")).otherwise(0)).alias("recovered"),
+            F.sum(F.when(e == "swap_out", F.col("count")).otherwise(0)).alias("spooled"),
             _count_if(e == "page_in_blocked").alias("page_in_blocked"),
             _count_if(e == "sent").alias("client_sent"),
             _count_if(e == "received").alias("client_received"),
@@ -104,24 +119,25 @@ def build_tables(
             F.max(F.when(e == "usage", F.col("dest_mem_pct"))).alias("mem"),
         )
     )
+    changes = (dev.withColumn("epoch", epoch).groupBy("dest", "b", "epoch")
+               .agg(F.sum(change).alias("change")))
     dests = per_dest.select("dest").distinct()
-    counts = ["enqueued", "dispatched", "acked", "removed", "recovered", "page_in_blocked",
-              "client_sent", "client_received", "client_acked"]
+    counts = ["enqueued", "sent", "dispatched", "acked", "removed", "recovered", "spooled",
+              "page_in_blocked", "client_sent", "client_received", "client_acked"]
     wd = Window.partitionBy("dest").orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
+    we = Window.partitionBy("dest", "epoch").orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
+    queue = F.col("dest").startswith("/queue/")
     dest_rates = (
         dests.crossJoin(grid)
+        .withColumn("epoch", last_epoch)
         .join(per_dest, ["dest", "b"], "left")
-        .fillna(0, subset=counts)
-        .withColumn(
-            "backlog",
-            F.when(
-                F.col("dest").startswith("/queue/"),
-                F.sum(F.col("recovered") + F.col("enqueued") - F.col("removed")).over(wd),
-            ),
-        )
+        .join(changes, ["dest", "b", "epoch"], "left")  # the change in the bucket's last epoch
+        .fillna(0, subset=[*counts, "change"])
+        .withColumn("backlog", F.when(queue, F.sum("change").over(we)))
+        .withColumn("backlog_start", F.when(queue, F.col("backlog") - F.col("change")))
         .withColumn("dest_mem_pct",  # a destination's memory is 0% until it reports otherwise
                     F.coalesce(F.last("mem", ignorenulls=True).over(wd), F.lit(0)))
-        .select("dest", "b", _bucket_t(bucket), *counts, "backlog", "dest_mem_pct")
+        .select("dest", "b", _bucket_t(bucket), *counts, "backlog", "backlog_start", "dest_mem_pct")
         .cache()
     )
 
@@ -155,7 +171,7 @@ def build_tables(
         .select("t", "event", "dest", "sub", "session", "count", "bytes", "temp_pct", "mem_pct")
         .cache()
     )
-    jev = ev.filter(e.isin("journal_roll", "journal_full"))
+    jev = ev.filter(e.isin("journal_roll", "journal_full", "journal_state"))
     journal = jev.select(
         "t", "event", "store", "layout", "file", "files", "live", "live_bytes", "capacity", "dest",
         F.size(F.map_filter("file_live", lambda k, v: v > 0)).alias("pinned"),
@@ -198,7 +214,7 @@ def _blocked(ev: DataFrame, end: float) -> DataFrame:
     """flow_block -> the next flow_unblock of the same (session, dest); open ones last to the end."""
     w = Window.partitionBy("session", "dest").orderBy("t", "seq")
     flow = ev.filter(F.col("event").isin("flow_block", "flow_unblock")).select(
-        "session", "dest", "event", "t", "seq", "usage", "pct",
+        "session", "dest", "event", "t", "seq", "usage", "pct", "msg",
         F.lead("event").over(w).alias("next_event"), F.lead("t").over(w).alias("next_t"),
     )
     return (
@@ -206,7 +222,7 @@ def _blocked(ev: DataFrame, end: float) -> DataFrame:
         .select(
             "session", "dest", "usage", "pct", F.col("t").alias("start"),
             F.coalesce("next_t", F.lit(end)).alias("end"),
-            F.col("next_t").isNull().alias("open"),
+            F.col("next_t").isNull().alias("open"), "msg",
         )
         .withColumn("duration", F.col("end") - F.col("start"))
     )

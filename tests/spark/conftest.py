@@ -38,5 +38,15 @@ def pathology_analysis(spark, pathology_traces, tmp_path_factory):
     from clients.spark.analyze import main
 
     out = tmp_path_factory.mktemp("analysis")
-    assert main([*pathology_traces, "--out", str(out), *ANALYSIS_ARGS]) == 0
+    assert main([*pathology_traces, "--out", str(out), *ANALYSIS_ARGS, "--engine", "spark"]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def pathology_inprocess(pathology_traces, tmp_path_factory):
+    """The same analysis in this process (no JVM)."""
+    from clients.spark.analyze import main
+
+    out = tmp_path_factory.mktemp("analysis-inprocess")
+    assert main([*pathology_traces, "--out", str(out), *ANALYSIS_ARGS, "--engine", "inprocess"]) == 0
     return out

@@ -13,6 +13,7 @@ BROKER = "b1"
 
 # (ts, event, fields) in emit order.
 SAMPLE: list[tuple[float, str, dict[str, Any]]] = [
+    (0.0, "start", {}),
     (0.0, "recover", {"dest": "/queue/A", "count": 3, "bytes": 3072}),
     (0.0, "usage", {"mem_pct": 0, "store_pct": 1, "temp_pct": 0}),
     (0.5, "connect", {"session": "s1", "client_id": "producer-1", "addr": "127.0.0.1:50001",
@@ -92,6 +93,8 @@ SAMPLE: list[tuple[float, str, dict[str, Any]]] = [
                      "client_id": "producer-1", "code": "client_id_in_use", "fatal": True}),
     (13.0, "disconnect", {"session": "s3", "reason": "error", "client_id": "producer-1"}),
     (14.0, "disconnect", {"session": "s1", "reason": "client", "client_id": "producer-1"}),
+    (14.0, "journal_state", {"store": "/queue/A", "layout": "ring", "file": "0000.jdat",
+                             "files": 8, "live": 0, "file_live": {"0000.jdat": 0, "0001.jdat": 0}}),
     # client side, as the replay driver would write them (one trace may hold both)
     (14.25, "sent", {"client": "prod-0", "dest": "/queue/A", "msg": "prod-0:1",
                              "size": 1024, "persistent": True, "priority": 4}),

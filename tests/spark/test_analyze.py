@@ -29,6 +29,22 @@ def test_each_detector_fires_with_its_window(pathology_analysis):
     assert sorted(_key(f) for f in found) == sorted(EXPECTED)
 
 
+def test_the_analysis_in_process_finds_the_same(pathology_analysis, pathology_inprocess):
+    """Every detector fires in this scenario: both engines give the same findings, evidence
+    and tables (the in-process engine writes CSV only)."""
+    def parsed(out: Path) -> list[dict]:
+        return [{**f, "evidence": json.loads(f["evidence"])} for f in _findings(out)]
+
+    assert parsed(pathology_inprocess) == parsed(pathology_analysis)
+    for name in ("dest_rates", "usage", "blocked", "journal_files"):
+        with open(pathology_analysis / "csv" / f"{name}.csv") as a, \
+                open(pathology_inprocess / "csv" / f"{name}.csv") as b:
+            spark_rows, ours = list(csv.DictReader(a)), list(csv.DictReader(b))
+        key = sorted(spark_rows[0])
+        assert sorted(tuple(r[k] for k in key) for r in ours) == sorted(
+            tuple(r[k] for k in key) for r in spark_rows), name
+
+
 def test_findings_carry_evidence(pathology_analysis):
     by = {f["detector"]: json.loads(f["evidence"]) for f in _findings(pathology_analysis)}
     starved = by["starved_consumer"]
@@ -70,17 +86,30 @@ def test_tables_plots_and_report(pathology_analysis):
     assert (out / "parquet" / "consumer_rates").is_dir()
 
 
-def test_healthy_trace_has_no_findings(spark, tmp_path):
+@pytest.mark.parametrize("engine", ["spark", "inprocess"])
+def test_healthy_trace_has_no_findings(spark, tmp_path, engine):
     from clients.spark.analyze import main
 
     trace = healthy().write(tmp_path / "healthy.jsonl")
-    assert main([str(trace), "--out", str(tmp_path / "out"), *ANALYSIS_ARGS, "--no-plots"]) == 0
+    assert main([str(trace), "--out", str(tmp_path / "out"), *ANALYSIS_ARGS, "--no-plots",
+                 "--engine", engine]) == 0
     assert _findings(tmp_path / "out") == []
     assert "No detector fired." in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_missing_empty_or_future_traces_are_errors(spark, tmp_path, capsys):
+def test_missing_empty_garbage_or_future_traces_are_refused_before_spark_starts(tmp_path, capsys,
+                                                                               monkeypatch):
+    from clients.spark import session
     from clients.spark.analyze import main
+
+    def no_jvm(*args, **kwargs):
+        raise AssertionError("a Spark session was asked for")
+
+    monkeypatch.setattr(session, "get_session", no_jvm)
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(bytes(range(256)) * 40 + b"\nnot json\n[1, 2]\n")
+    assert main([str(garbage), "--out", str(tmp_path / "o"), "--engine", "spark"]) == 2
+    assert "no trace events" in capsys.readouterr().err
 
     assert main([str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")]) == 2
     assert "no such trace" in capsys.readouterr().err
@@ -90,5 +119,5 @@ def test_missing_empty_or_future_traces_are_errors(spark, tmp_path, capsys):
     assert "no trace events" in capsys.readouterr().err
     future = tmp_path / "v2.jsonl"
     future.write_text('{"v":2,"seq":1,"ts":0.0,"event":"expire","broker":"b"}\n')
-    assert main([str(future), "--out", str(tmp_path / "o")]) == 2
+    assert main([str(future), "--out", str(tmp_path / "o"), "--engine", "spark"]) == 2
     assert "schema version other than 1" in capsys.readouterr().err

@@ -234,7 +234,7 @@ def test_memory_trace_matches_file_trace():
     for _, event, fields in SAMPLE:
         mem.emit(event, **fields)
     assert mem.events() == sample_lines()
-    assert [e["seq"] for e in mem.events("journal_full")] == [31]
+    assert [e["seq"] for e in mem.events("journal_full")] == [32]
     out = io.StringIO()
     mem.dump(out)
     assert out.getvalue() == SAMPLE_PATH.read_text()

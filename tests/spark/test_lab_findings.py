@@ -1,0 +1,125 @@
+"""Every lab run's trace analysis agrees with its verdict, on both engines.
+
+Each lab is run once with ``--plot`` (the analysis in process); then each run's
+trace is analysed again on Spark (one session for all). For every run:
+
+- both engines give the same findings (same detectors, windows, summaries,
+  evidence);
+- the detectors found are exactly those ``lab.toml`` names for the run: the
+  pathology's for a pathology run, none for a healthy one (or the cost of its
+  cure, where the lab names one);
+- the numbers in the findings are the lab's own (messages received, backlog,
+  refused reconnects, live messages, the abort's time...).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from clients.labs import find_labs, run_lab
+from clients.spark import inprocess
+from clients.spark.findings import Params
+
+
+LABS = find_labs()
+RUNS = [(lab, spec) for lab in LABS for spec in lab.runs]
+
+
+@pytest.fixture(scope="module")
+def lab_results(tmp_path_factory) -> dict[tuple[str, str], Any]:
+    """Every lab, run once with its traces analysed in process: (lab number, run) -> RunResult."""
+    out: dict[tuple[str, str], Any] = {}
+    for lab in LABS:
+        lines: list[str] = []
+        results = run_lab(lab, plot_dir=tmp_path_factory.mktemp(lab.number), out=lines.append)
+        assert all(r.as_promised for r in results), "\n".join(lines)
+        for r in results:
+            out[(lab.number, r.spec.name)] = r
+    return out
+
+
+def _parsed(findings: list[dict]) -> list[dict]:
+    return [{**f, "evidence": json.loads(f["evidence"])} for f in findings]
+
+
+def _one(findings: list[dict], detector: str, **where: str) -> dict:
+    mine = [f for f in _parsed(findings) if f["detector"] == detector
+            and all(f[k] == v for k, v in where.items())]
+    assert len(mine) == 1, (detector, where, findings)
+    return mine[0]["evidence"]
+
+
+def _trace(result: Any) -> list[dict]:
+    return [json.loads(line) for line in result.trace_file.read_text().splitlines()]
+
+
+def check_numbers(number: str, name: str, result: Any) -> None:
+    """The findings' numbers against the lab's own (its metrics, its trace)."""
+    m, found = result.outcome.metrics, result.findings
+    if number == "00" and name.startswith("restart") and result.spec.findings:
+        ev = _one(found, "starved_consumer", dest="/queue/A")
+        # 50 messages recovered after the restart: a backlog of 50, not 100
+        assert (ev["backlog_min"], ev["backlog_max"]) == (m["a_store_only"], m["a_store_only"]) == (50, 50)
+        assert ev["received"] == m["received"]
+    if number == "00" and name == "slow-legacy":
+        ev = _one(found, "starved_consumer", dest="/queue/F")
+        assert ev["received"] == m["received_f"]
+        assert ev["backlog_max"] == m["sent_f"] - m["received_f"]
+    if number == "01" and name == "deadlock":
+        ev = _one(found, "blocked_producer_idle_consumers")
+        assert round(ev["blocked_end"] - ev["blocked_start"], 1) == m["blocked_for"]
+        assert ev["never_unblocked"] is True
+    if number == "02" and name == "block":
+        ev = _one(found, "slow_consumer", sub="slow")
+        assert ev["backlog"] == m["backlog"]  # the slow subscription's backlog at the end
+        assert ev["spooled"] == 0 and ev["blocked_seconds"] > 0
+    if number == "02" and name.startswith("abort"):
+        # the abort ends the slow episode: not "slow for 29 s (to the end)"
+        tb = inprocess.build_tables(*_tables_input(result), Params().bucket)
+        aborted = [e["ts"] for e in _trace(result) if e["event"] == "unsubscribe" and e.get("reason") == "abort"]
+        (episode,) = inprocess.slow_episodes(tb)
+        assert aborted and episode["end"] == pytest.approx(aborted[0] - tb.t0)
+    if number == "03" and name == "default-prefetch":
+        ev = _one(found, "stalled_socket")
+        assert ev["refused_reconnects"] == m["connects_refused"]
+        assert ev["dispatched"] == m["in_flight"]
+    if number == "04" and result.spec.expect == "pathology":
+        ev = _one(found, "journal_full_few_live")
+        assert ev["live_at_end"] == m["live"] and ev["refused"] == m["journal_full_events"]
+    if number == "04" and name in ("growing", "compacted"):
+        # the journal's picture is its state at the end: after the drain, nothing is live
+        tb = inprocess.build_tables(*_tables_input(result), Params().bucket)
+        assert sum(f["live"] for f in tb.journal_files) == 0
+        if name == "growing":
+            assert len(tb.journal_files) == m["files_after"]
+
+
+def _tables_input(result: Any) -> tuple[list[dict], float, float]:
+    events, info = inprocess.read_events([str(result.trace_file)])
+    return events, info["t0"], info["t1"]
+
+
+IDS = [f"{lab.number}-{spec.name}" for lab, spec in RUNS]
+
+
+@pytest.mark.parametrize("lab, spec", RUNS, ids=IDS)
+def test_the_findings_are_what_the_lab_expects_with_its_numbers(lab_results, lab, spec):
+    result = lab_results[(lab.number, spec.name)]
+    assert {f["detector"] for f in result.findings} == set(spec.findings), \
+        [f["summary"] for f in result.findings]
+    check_numbers(lab.number, spec.name, result)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("lab, spec", RUNS, ids=IDS)
+def test_spark_finds_the_same(spark, lab_results, tmp_path, lab, spec):
+    """The Spark job and the analysis in process: the same findings, on every lab run."""
+    from clients.spark.analyze import analyze
+
+    result = lab_results[(lab.number, spec.name)]
+    on_spark = analyze(spark, [str(result.trace_file)], tmp_path, Params(), plots=False, tables=False)
+    assert _parsed(on_spark["findings"]) == _parsed(result.findings)
