@@ -62,8 +62,9 @@ class FrameHandlers:
         try:
             remaining = self._route(destination, message)
         except NoSpaceError as exc:  # a full disk: as a full store, wait (flow control) or refuse
-            if destination.policy.producer_flow_control or destination.policy.send_fail_if_no_space:
-                return self._park(session, destination, message, receipt)
+            policy = destination.policy
+            if isinstance(destination, Queue) and (policy.producer_flow_control or policy.send_fail_if_no_space):
+                return self._park(session, destination, message, receipt)  # (a topic may have delivered it: no retry)
             self._refuse_send(session, receipt, exc.message)
             return DEFERRED
         except ResourceLimitError as exc:

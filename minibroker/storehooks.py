@@ -283,7 +283,11 @@ class StoreHooks:
         return destination.accept(message)
 
     def persist_durable(self, topic: Topic, state: DurableState, message: Message) -> None:
-        """Journal a persistent topic message for one durable subscription."""
+        """Journal a persistent topic message for one durable subscription.
+
+        A refusal (a full disk or ring, a failed store) raises ``ResourceLimitError``:
+        the SEND gets an ERROR, never a RECEIPT for a copy that is not on disk
+        (subscribers served before this one keep theirs)."""
         if not message.persistent or self.store is None:
             return
         key = durable_key(topic.address, state.client_id, state.name)
@@ -291,14 +295,10 @@ class StoreHooks:
         payload = self._payload(message)
         try:
             state.refs[message.seq] = self._storage_call(lambda: store.enqueue(key, payload, self._txid))
-        except NoSpaceError as exc:
-            log.error("%s: could not journal %s for durable subscription %s: %s", topic.address, message.message_id, key,
-                      exc.message)
         except ResourceLimitError as exc:
-            if self.store_failure is not None:
-                raise
             log.error("%s: could not journal %s for durable subscription %s: %s", topic.address, message.message_id, key,
                       exc.message)
+            raise
 
     def mark_durable_delivered(self, state: DurableState, message: Message) -> None:
         """A persistent message went to a client-ack durable subscriber: note it on

@@ -134,20 +134,25 @@ class Segment:
         ``reserve``, blocks up to ``keep`` bytes past the record are reserved
         first (ENOSPC if the disk has none).
         """
-        assert self._write_fd is not None, "segment is not open for writing"
+        fd = self._write_fd
+        assert fd is not None, "segment is not open for writing"
         offset = self.offset
-        end = offset + len(data)
+        size = len(data)
+        end = offset + size
         ops = file_ops()
         if self.reserve and min(self.capacity, end + keep) > self.reserved:
             self._reserve_to(min(self.capacity, end + keep))
+        written = 0
         try:
-            ops.write_all(self._write_fd, data, offset)
+            written = ops.pwrite(fd, data, offset)  # the usual case: one call writes it all
+            if written != size:
+                ops.write_all(fd, memoryview(data)[written:], offset + written)
         except OSError as exc:
-            written = getattr(exc, "written", 0)
+            written += getattr(exc, "written", 0)
             exc.cut_back = True  # type: ignore[attr-defined]
             if written:
                 try:
-                    ops.write_all(self._write_fd, bytes(written), offset)
+                    ops.write_all(fd, bytes(written), offset)
                 except OSError:
                     exc.cut_back = False  # type: ignore[attr-defined]
             raise

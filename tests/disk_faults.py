@@ -16,8 +16,9 @@ from storage.fileio import FileOps
 @dataclass
 class Fault:
     """Fail the calls of ``op`` (after ``skip`` of them pass) ``times`` times with
-    ``error``; a ``pwrite`` first writes ``short`` bytes of its data (a write cut
-    short). ``path``: only calls on files whose path contains it."""
+    ``error``. With ``short``, a ``pwrite`` writes only that many bytes and says
+    so, as a real short write does, and the call that would write the rest
+    fails. ``path``: only calls on files whose path contains it."""
 
     op: str
     error: int = errno.EIO
@@ -43,6 +44,8 @@ class FaultyFileOps(FileOps):
         self.calls: list[tuple[str, str]] = []
         self.free = free
         self._paths: dict[int, str] = {}
+        #: fd -> the error its next pwrite raises (the rest of a short write).
+        self._then: dict[int, int] = {}
         self._allocated: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -81,10 +84,14 @@ class FaultyFileOps(FileOps):
 
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
         path = self._paths.get(fd, "")
+        then = self._then.pop(fd, None)
+        if then is not None:
+            raise OSError(then, os.strerror(then), path)
         fault = self._check("pwrite", path)
         if fault is not None:
             if fault.short:
-                os.pwrite(fd, bytes(data[: fault.short]), offset)
+                self._then[fd] = fault.error
+                return os.pwrite(fd, bytes(data[: fault.short]), offset)
             self._raise(fault, path)
         return super().pwrite(fd, data, offset)
 

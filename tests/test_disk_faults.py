@@ -365,3 +365,20 @@ def test_non_persistent_messages_stay_in_memory_when_the_temp_store_has_no_space
             received.append(message.body[:3])
             subscriber.ack(message)
         assert received == [f"t{i:02d}".encode() for i in range(60)]
+
+
+def test_no_receipt_for_a_durable_subscription_copy_the_full_disk_refused(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(_full_disk_config(), data_dir=tmp_path)
+        subscriber = net.client("s")
+        subscriber.connect(client_id="alice")
+        subscriber.subscribe("/topic/news", "s1", **{"activemq.subscriptionName": "news"})
+        subscriber.disconnect()  # offline: its copies go to the journal
+        producer = net.connected_client("p")
+        producer.send("/topic/news", "kept", persistent="true", receipt="kept")
+        ops.fail("fallocate", errno.ENOSPC, times=10_000)
+        ops.fail("pwrite", errno.ENOSPC, times=10_000)
+        producer.send("/topic/news", "lost", persistent="true", receipt="refused")
+        assert "kept" in _receipts(producer) and "refused" not in _receipts(producer)
+        assert "no space left" in _errors(producer)["refused"]

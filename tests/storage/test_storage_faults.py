@@ -75,19 +75,20 @@ def test_enospc_mid_record_refuses_that_record_only_and_nothing_half_written_com
     with using(ops):
         journal = Journal.open(config)
         first = journal.enqueue("q", b"first")
-        ops.fail("pwrite", errno.ENOSPC, short=11)  # the header and a few body bytes reach the file
+        ops.fail("pwrite", errno.ENOSPC, short=90)  # the header and most of the body reach the file
         with pytest.raises(StoreFull, match='Store "orders" has no space left: .*No space left on device'):
             journal.enqueue("q", b"half-written" * 10)
         assert journal.last_seq == first.seq  # the refused record took no seq
-        # Space is back: the journal goes on where it was.
-        second = journal.enqueue("q", b"second")
+        # Space is back: the journal goes on where it was, with a shorter record than the bytes
+        # the failed write left (zeroed again: no stray bytes after it).
+        second = journal.enqueue("q", b"2nd")
         journal.dequeue(first.seq)
         journal.sync()
         journal.close()
     with Journal.open(config) as again:
         assert again.recovery.outcome == "clean"  # no torn record was left in the middle
         assert [r.seq for r in again.recovered()] == [second.seq]
-        assert _keys(again) == [b"second"]
+        assert _keys(again) == [b"2nd"]
 
 
 def test_a_full_disk_refuses_a_new_file_and_the_journal_goes_on_in_the_old_one(tmp_path: Path) -> None:
