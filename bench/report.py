@@ -36,13 +36,17 @@ def _commit() -> str:
         return ""
 
 
+#: The commit the run started at (read once: the tree may move while a long run goes on).
+COMMIT = _commit()
+
+
 def save(name: str, record: dict[str, Any], path: str | None = None) -> Path:
     """Write ``record`` with the run's context as JSON; returns where."""
     now = datetime.datetime.now(datetime.timezone.utc)
     target = Path(path) if path else RESULTS / f"{name}-{now:%Y%m%dT%H%M%SZ}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     document = {"bench": name, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-                "date": now.isoformat(timespec="seconds"), "commit": _commit(), **record}
+                "date": now.isoformat(timespec="seconds"), "commit": COMMIT, **record}
     target.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     print(f"JSON: {target}", flush=True)
     return target
