@@ -176,7 +176,7 @@ class StoreHooks:
                 self._refuse_send(session, parked.receipt, refusal)
             self._retry_blocked = True
         if self.trace.enabled:
-            self._emit("store_failed", message=text)
+            self._emit("error", message=text, code="store_failed", fatal=True)
         self._control.append(Shutdown(text, STORE_FAILED_EXIT))
 
     def _store_full(self, error: StoreFull) -> None:
@@ -185,7 +185,7 @@ class StoreHooks:
             log.error("%s: the store is full; persistent messages are refused (or their producers wait) until "
                       "space returns, while consumers and non-persistent messages go on", error)
             if self.trace.enabled:
-                self._emit("store_full", message=str(error))
+                self._emit("error", message=str(error), code="store_full", fatal=False)
         if not self._space_probe:
             self._space_probe = True
             self.timers.call_at(self.clock.now() + SPACE_PROBE_SECONDS, self._probe_space)

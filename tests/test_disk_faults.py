@@ -382,3 +382,20 @@ def test_no_receipt_for_a_durable_subscription_copy_the_full_disk_refused(tmp_pa
         producer.send("/topic/news", "lost", persistent="true", receipt="refused")
         assert "kept" in _receipts(producer) and "refused" not in _receipts(producer)
         assert "no space left" in _errors(producer)["refused"]
+
+
+def test_the_trace_records_a_full_and_a_failed_store_as_error_events(tmp_path: Path) -> None:
+    from minibroker.trace import validate_event
+
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(_full_disk_config(send_fail_if_no_space=True), data_dir=tmp_path, trace=True)
+        producer = net.connected_client("p")
+        ops.fail("pwrite", errno.ENOSPC, path="db-")
+        producer.send("/queue/orders", "refused", persistent="true", receipt="full")
+        ops.fail("fsync", errno.EIO)
+        net.advance(2)  # the disk is tried again
+        producer.send("/queue/orders", "covered", persistent="true", receipt="failed")
+    errors = [e for e in net.trace.events() if e["event"] == "error"]
+    assert {e.get("code") for e in errors} >= {"store_full", "store_failed"}
+    assert all(validate_event(e) == [] for e in errors)
