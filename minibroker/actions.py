@@ -13,9 +13,9 @@ edge to stop the broker.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import Any, Callable, NamedTuple, Union
 
-__all__ = ["Write", "WriteFrames", "Close", "PauseReading", "ResumeReading", "Sync", "Shutdown", "Action"]
+__all__ = ["Write", "WriteFrames", "Close", "PauseReading", "ResumeReading", "Sync", "Shutdown", "CheckLogin", "Action"]
 
 
 class Write(NamedTuple):
@@ -70,4 +70,13 @@ class Shutdown(NamedTuple):
     session: int = 0
 
 
-Action = Union[Write, WriteFrames, Close, PauseReading, ResumeReading, Sync, Shutdown]
+class CheckLogin(NamedTuple):
+    """Run ``check()`` (a password hash: slow on purpose) off the event loop, then
+    tell the core what it returned: ``Broker.login_checked(session, result)``.
+    The connection is not read meanwhile."""
+
+    session: int
+    check: Callable[[], Any]
+
+
+Action = Union[Write, WriteFrames, Close, PauseReading, ResumeReading, Sync, Shutdown, CheckLogin]

@@ -9,12 +9,14 @@ The edge (``server.py``, or the virtual network in ``sim.py``) feeds events:
 - ``set_writable(sid, flag)``: the socket's send buffer crossed its high or
   low water mark;
 - ``connection_lost(sid)``: the socket is gone;
+- ``login_checked(sid, principal)``: the password check it was asked for is done;
 - ``tick()``: time passed; run due timers (heart-beats, connect timeout).
 
 After each event the edge calls ``take_actions()`` and carries out what it
 returns: ``Write`` (one joined buffer per connection), ``Close``,
 ``PauseReading`` / ``ResumeReading``, ``Sync`` (fsync the store, then report
-``store_synced`` or ``store_failed``) and ``Shutdown`` (the store failed). It calls ``take_actions()`` again until
+``store_synced`` or ``store_failed``), ``Shutdown`` (the store failed) and
+``CheckLogin`` (hash a password in a thread). It calls ``take_actions()`` again until
 it returns nothing, because draining a session's outbox can let dispatch
 continue for that session (see ``Session.can_write``).
 
@@ -26,13 +28,24 @@ other exceptions are bugs and propagate.
 
 The clock and the random seed are given, so a run under ``ManualClock`` is
 exactly repeatable.
+
+No client can hurt another, before or after it logs in: at most
+``max_connections`` connections; until its CONNECT is accepted a connection's
+frames are held to ``max_connect_frame_size`` (the parser's handshake limit);
+the bytes of incomplete frames are charged to one broker-wide total
+(``partial_bytes``) that ``partial_frame_memory_limit`` caps, and a frame must
+arrive within ``partial_frame_timeout`` of its first byte; the password check
+runs off the event loop (``CheckLogin``), and repeated failures from an
+address have their refusals delayed (``logins.LoginFailures``).
 """
 from __future__ import annotations
 
 import random
 from typing import Any, Callable
 
-from .actions import Action, Close, Sync, Write, WriteFrames
+from functools import partial
+
+from .actions import Action, CheckLogin, Close, Sync, Write, WriteFrames
 from .clock import Clock
 from .codec import FrameParser, encode, escape
 from .config import BrokerConfig
@@ -42,11 +55,12 @@ from .errors import ProtocolError
 from .flow import ProducerFlowControl
 from .frames import Frame
 from .handlers import FrameHandlers
+from .logins import LoginFailures, host_of
 from .hooks import DestinationHooks
 from .persistence import MessageStore
 from .rates import SAMPLE_PERIOD, RateMeter
 from .registry import DestinationRegistry
-from .security import Security
+from .security import ANONYMOUS, Principal, Security
 from .session import Session, State, negotiate_heart_beat, negotiate_version, parse_heart_beat
 from .storehooks import StoreHooks
 from .subscription import Subscription
@@ -109,6 +123,11 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             for usage in (self.memory, self.store_usage, self.temp_usage):
                 usage.add_listener(self._trace_usage)
         self.security = Security(config)
+        t = config.transport
+        #: Failed logins by address (delays the refusals of a guesser).
+        self.login_failures = LoginFailures(t.login_failures_before_delay, t.login_failure_delay / 1000)
+        #: Bytes all parsers hold of frames not yet complete (``partial_frame_memory_limit``).
+        self.partial_bytes = 0
         self.registry = DestinationRegistry(self)
         #: Every destination by full address (the registry's own dict).
         self.destinations = self.registry.by_address
@@ -193,6 +212,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             max_headers=t.max_headers,
             max_body_length=t.max_data_length,
             max_frame_size=t.max_frame_size,
+            max_handshake_frame_size=min(t.max_connect_frame_size, t.max_frame_size),
         )
         now = self.clock.now()
         # Half for the core's outbox, half for the edge's socket buffer.
@@ -202,9 +222,15 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         session.protocol = protocol
         session.framed = protocol == "websocket"
         self.sessions[sid] = session
+        log.info("connection %d from %s%s", sid, peer or "?", "" if protocol == "tcp" else f" ({protocol})")
+        if t.max_connections and len(self.sessions) > t.max_connections:
+            log.warning("connection %d from %s refused: %d connections is the limit", sid, peer or "?", t.max_connections)
+            self._fail(session, ProtocolError(
+                f"the broker has reached its limit of {t.max_connections} connections "
+                "(transport.max_connections): connection refused, try again later"), None)
+            return sid
         if t.connect_timeout:
             self.timers.call_at(now + t.connect_timeout / 1000, self._check_connect_timeout, session)
-        log.info("connection %d from %s%s", sid, peer or "?", "" if protocol == "tcp" else f" ({protocol})")
         return sid
 
     def _session_tag(self, sid: int) -> str:
@@ -262,10 +288,16 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         if session is None or not session.is_open:
             return
         session.last_read = self.clock.now()
+        self._read_on(session, data)
+
+    def _read_on(self, session: Session, data: bytes) -> None:
+        """Parse and handle ``data`` and what the parser still holds."""
         parser = session.parser
         while True:
             if not self._receive(session, data) or not parser.awaiting_version or not session.is_open:
                 return
+            if session.state is State.AUTHENTICATING:
+                return  # the rest waits in the parser for the negotiated version (login_checked)
             data = b""  # CONNECT set the version: parse the rest of the chunk with it
 
     def _receive(self, session: Session, data: bytes) -> bool:
@@ -275,6 +307,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             frames = session.parser.feed(data)
         except ProtocolError as exc:
             frames, error = exc.frames, exc
+        if error is None:
+            error = self._charge_partial(session, bool(frames))
         if session.pause_reasons or session.held_frames:  # reading is paused, or was
             session.held_frames.extend(frames)
             frames = []
@@ -293,6 +327,47 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
                 self._fail(session, error, None)
             return False
         return session.is_open
+
+    def _charge_partial(self, session: Session, completed: bool) -> ProtocolError | None:
+        """Charge what the parser holds of an incomplete frame to the broker's total;
+        the error to answer with when the total is over its limit."""
+        held = session.parser.buffered
+        self.partial_bytes += held - session.partial_bytes
+        session.partial_bytes = held
+        if not held:
+            session.partial_since = None
+            return None
+        t = self.config.transport
+        if completed or session.partial_since is None:  # a new frame started arriving
+            now = self.clock.now()
+            session.partial_since = now
+            if t.partial_frame_timeout:
+                self.timers.call_at(now + t.partial_frame_timeout / 1000, self._check_partial_frame, session, now)
+        if self.partial_bytes > t.partial_frame_memory_limit:
+            log.warning("connection %d (%s): incomplete frames hold %d bytes, over the limit of %d", session.id,
+                        session.peer, self.partial_bytes, t.partial_frame_memory_limit)
+            return ProtocolError(
+                f"the broker holds {self.partial_bytes} bytes of incomplete frames, over its limit of "
+                f"{t.partial_frame_memory_limit} (transport.partial_frame_memory_limit): "
+                f"this connection's incomplete frame of {held} bytes is refused"
+            )
+        return None
+
+    def _check_partial_frame(self, session: Session, since: float) -> None:
+        """``partial_frame_timeout``: a frame started at ``since`` must be whole by now
+        (time the broker spent not reading the socket does not count)."""
+        if not session.is_open or session.partial_since != since or not session.parser.buffered:
+            return
+        limit = self.config.transport.partial_frame_timeout / 1000
+        started = max(since, session.read_resumed_at)
+        now = self.clock.now()
+        if session.reading_paused or now - started < limit * 0.999:
+            self.timers.call_at((now if session.reading_paused else started) + limit, self._check_partial_frame,
+                                session, since)
+            return
+        self._fail(session, ProtocolError(
+            f"incomplete frame: {session.parser.buffered} bytes received, the rest not within "
+            f"{self.config.transport.partial_frame_timeout} ms (transport.partial_frame_timeout)"), None)
 
     def internal_error(self, sid: int) -> None:
         """Handling what ``sid`` sent raised (a bug): tell its client with an ERROR,
@@ -420,6 +495,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
     def _handle(self, session: Session, frame: Frame) -> None:
         session.frames_in += 1
         command = frame.command
+        before = session.state
         try:
             next_state = session.next_state(command)
             result = self._handlers[command](session, frame)
@@ -429,8 +505,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         except StorageError as exc:  # a write the store refused where no handler answers it itself
             self._storage_refused(session, frame, exc)
             return
-        if next_state is not session.state and session.is_open:
-            session.set_state(next_state)
+        if next_state is not session.state and session.state is before and session.is_open:
+            session.set_state(next_state)  # unless the handler moved it itself
         if result is not DEFERRED:
             receipt = frame.headers.get("receipt")
             if receipt is not None:
@@ -484,6 +560,11 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         session.set_state(State.CLOSED)
         session.can_write = False
         self.sessions.pop(session.id, None)
+        self.partial_bytes -= session.partial_bytes  # what it held of a frame is let go
+        session.partial_bytes = 0
+        session.partial_since = None
+        session.pending_connect = None
+        session.parser.discard()
         if notify_edge:
             self._control.append(Close(session.id, reason, abort))
         self._tear_down(session)
@@ -503,21 +584,70 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             session.write(encode(Frame("ERROR", headers, b"Supported protocol versions are 1.0 1.1 1.2\n")))
             self._close(session, exc.message)
             return DEFERRED
-        t = self.config.transport
         if version != "1.0":
             hb_text = h.get("heart-beat")
-            client_hb = parse_heart_beat(hb_text) if hb_text is not None else t.default_heart_beat
-            send_ms, recv_ms, hb_header = negotiate_heart_beat(client_hb)
+            client_hb = parse_heart_beat(hb_text) if hb_text is not None else self.config.transport.default_heart_beat
+            negotiated = negotiate_heart_beat(client_hb)
         else:
-            send_ms, recv_ms, hb_header = 0, 0, ""
-        session.principal = self.security.authenticate(h.get("login"), h.get("passcode"))
+            negotiated = (0, 0, "")
+        session.pending_connect = (frame, version, negotiated)
+        if not self.security.enabled:
+            self._complete_connect(session, ANONYMOUS)
+            return DEFERRED
+        # The password hash is slow on purpose: the edge runs it in a thread, and
+        # nothing more is read from this connection until it is back (login_checked).
+        session.set_state(State.AUTHENTICATING)
+        self._stop_reading(session, "login")
+        self._control.append(CheckLogin(session.id, partial(self.security.check_login, h.get("login"), h.get("passcode"))))
+        return DEFERRED  # CONNECT has no receipt
+
+    def login_checked(self, sid: int, principal: Principal | None) -> None:
+        """The password check of ``sid``'s CONNECT is done: ``principal`` if it passed, None if not."""
+        session = self.sessions.get(sid)
+        if session is None or session.state is not State.AUTHENTICATING:
+            return
+        frame = session.pending_connect[0]
+        address = host_of(session.peer)
+        if principal is None:
+            login = frame.headers.get("login") or ""
+            refusal = ProtocolError(f"User name [{login}] or password is invalid.")
+            delay = self.login_failures.failed(address, self.clock.now())
+            if delay:
+                log.warning("connection %d: failed login for %r from %s (%d in a row): refused in %.1f s", sid, login,
+                            address, self.login_failures.count(address), delay)
+                self.timers.call_at(self.clock.now() + delay, self._refuse_login, session, refusal)
+            else:
+                self._fail(session, refusal, None)
+            return
+        self.login_failures.succeeded(address)
+        try:
+            self._complete_connect(session, principal)
+        except ProtocolError as exc:
+            self._fail(session, exc, None)
+            return
+        if session.is_open:
+            self._start_reading(session, "login")
+            self._read_on(session, b"")  # what came after the CONNECT, in the negotiated version
+
+    def _refuse_login(self, session: Session, refusal: ProtocolError) -> None:
+        if session.is_open:
+            self._fail(session, refusal, None)
+
+    def _complete_connect(self, session: Session, principal: Principal) -> None:
+        """Accept the CONNECT kept in ``pending_connect`` for ``principal``: CONNECTED."""
+        frame, version, (send_ms, recv_ms, hb_header) = session.pending_connect
+        session.pending_connect = None
+        h = frame.headers
+        session.principal = principal
         client_id = h.get("client-id")
         if client_id:
             self._claim_client_id(session, client_id)
         session.version = version
         session.parser.version = version
+        session.parser.handshake_complete = True
         session.login = h.get("login")
         session.hb_send_ms, session.hb_recv_ms = send_ms, recv_ms
+        session.set_state(State.CONNECTED)
         connected = {"version": version, "session": session.tag, "server": SERVER_NAME}
         if version != "1.0":
             connected["heart-beat"] = hb_header
@@ -526,12 +656,12 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         if send_ms:
             self.timers.call_at(now + send_ms / 1000, self._heart_beat_out, session)
         if recv_ms:
-            self.timers.call_at(now + recv_ms * t.hb_grace_period_multiplier / 1000, self._heart_beat_in, session)
+            multiplier = self.config.transport.hb_grace_period_multiplier
+            self.timers.call_at(now + recv_ms * multiplier / 1000, self._heart_beat_in, session)
         log.info("session %d connected: STOMP %s client-id=%s heart-beat=%s", session.id, version, client_id, hb_header or "-")
         if self.trace.enabled:
             self._emit("connect", session=session.tag, client_id=client_id, version=version, addr=session.peer,
                        heart_beat=hb_header or None)
-        return DEFERRED  # CONNECT has no receipt
 
     def _claim_client_id(self, session: Session, client_id: str) -> None:
         holder = self.client_ids.get(client_id)

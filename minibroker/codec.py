@@ -36,6 +36,12 @@ Limits are constructor arguments (defaults close to ActiveMQ's
 ``StompWireFormat``). Breaking one, or any grammar rule, raises
 ``ProtocolError`` and leaves the parser in a sticky error state: a peer that
 sent garbage gets an ERROR frame and is closed, never re-synchronised.
+Limits are enforced while the bytes arrive, not once a frame is whole: a
+header line is refused as soon as it is longer than allowed, a frame as soon
+as its header block or its ``content-length`` says it will be too big. Until
+the handshake is over (``handshake_complete``, set by the caller once it has
+accepted the CONNECT) every frame is held to ``max_handshake_frame_size``, a
+few kilobytes: a peer that has not logged in cannot make the broker hold more.
 """
 from __future__ import annotations
 
@@ -215,6 +221,7 @@ class FrameParser:
         max_headers: int = DEFAULT_LIMITS["max_headers"],
         max_body_length: int = DEFAULT_LIMITS["max_body_length"],
         max_frame_size: int = DEFAULT_LIMITS["max_frame_size"],
+        max_handshake_frame_size: int | None = None,
     ) -> None:
         if role not in ("server", "client"):
             raise ValueError(f"role must be 'server' or 'client', not {role!r}")
@@ -233,10 +240,16 @@ class FrameParser:
         self.max_headers = max_headers
         self.max_body_length = max_body_length
         self.max_frame_size = max_frame_size
+        #: The largest frame before ``handshake_complete`` (None: ``max_frame_size``).
+        self.max_handshake_frame_size = max_handshake_frame_size
+        #: Set by the caller once the peer's CONNECT is accepted: frames may then
+        #: be as large as ``max_frame_size``.
+        self.handshake_complete = max_handshake_frame_size is None
         # The largest header block the limits allow; past it, stop searching.
         self._max_block = max_command_length + max_headers * (max_header_line_length + 2) + 4
         self._buf = bytearray()
         self._scan = 0  # where the search for the end of the header block resumes
+        self._line_start = 0  # where the header line being received starts (a partial header block)
         # A frame whose headers are parsed, waiting for its body:
         # (command, headers, frame_start, body_start, content_length or None)
         self._head: tuple[str, dict[str, str], int, int, int | None] | None = None
@@ -250,6 +263,19 @@ class FrameParser:
     def buffered(self) -> int:
         """Bytes held for a frame not yet complete."""
         return len(self._buf)
+
+    def discard(self) -> None:
+        """Let go of what is buffered: the connection is over, nothing more will be fed."""
+        self._buf = bytearray()
+        self._head = None
+        self._scan = self._line_start = 0
+
+    @property
+    def frame_limit(self) -> int:
+        """The largest frame accepted now (smaller until the handshake is complete)."""
+        if self.handshake_complete or self.max_handshake_frame_size is None:
+            return self.max_frame_size
+        return self.max_handshake_frame_size
 
     def feed(self, data: bytes) -> list[Frame]:
         """Add ``data`` and return every frame it completes."""
@@ -305,6 +331,7 @@ class FrameParser:
             if pos:
                 del buf[:pos]
                 self._scan -= pos
+                self._line_start -= pos
                 if self._head is not None:
                     cmd, hdrs, start, body_start, clen = self._head
                     self._head = (cmd, hdrs, start - pos, body_start - pos, clen)
@@ -382,7 +409,7 @@ class FrameParser:
             nul = body_start + clen
             if nul >= len(buf) or buf[nul] != 0:
                 return None
-        if nul + 1 - pos > self.max_frame_size:
+        if nul + 1 - pos > self.frame_limit:
             return None
         body = bytes(buf[body_start:nul])
         if body and command not in BODY_COMMANDS:
@@ -401,8 +428,8 @@ class FrameParser:
         elif end >= 0:
             sep = 2
         else:
+            self._check_partial_head(buf, pos, start)
             self._scan = len(buf)
-            self._check_partial_head(buf, pos)
             return False
         try:
             text = buf[pos:end].decode("utf-8")
@@ -438,12 +465,27 @@ class FrameParser:
         self._scan = end + sep
         return True
 
-    def _check_partial_head(self, buf: bytearray, pos: int) -> None:
-        first_eol = buf.find(b"\n", pos)
-        if first_eol < 0 and len(buf) - pos > self.max_command_length:
-            raise ProtocolError(f"command longer than {self.max_command_length} bytes")
+    def _check_partial_head(self, buf: bytearray, pos: int, scanned: int) -> None:
+        """The limits a header block still arriving already breaks: its command
+        line, each header line (the ones completed since ``scanned`` and the one
+        still open), its size. Each byte is looked at once, however it is fed."""
+        line_start = self._line_start if self._line_start > pos else pos
+        limit = self.max_header_line_length
+        eol = buf.find(b"\n", max(scanned, line_start))
+        while eol >= 0:
+            if line_start > pos and eol - line_start - (buf[eol - 1] == 13) > limit:
+                raise ProtocolError(f"header line longer than {limit} bytes")
+            line_start = eol + 1
+            eol = buf.find(b"\n", line_start)
+        self._line_start = line_start
+        if line_start == pos:
+            if len(buf) - pos > self.max_command_length:
+                raise ProtocolError(f"command longer than {self.max_command_length} bytes")
+        elif len(buf) - line_start > limit + 1:  # + 1: the CR of a CR LF still to come
+            raise ProtocolError(f"header line longer than {limit} bytes")
         if len(buf) - pos > self._max_block:
             raise ProtocolError("header block exceeds the frame's header limits")
+        self._check_size(len(buf) - pos)
 
     def _headers(self, command: str, lines: list[str], block_length: int, head: str | None) -> dict[str, str]:
         if len(lines) - 1 > self.max_headers:
@@ -523,5 +565,8 @@ class FrameParser:
         raise ProtocolError(f"a {command} frame must not have a body (only EOLs may follow its headers)")
 
     def _check_size(self, size: int) -> None:
-        if size > self.max_frame_size:
-            raise ProtocolError(f"frame exceeds the limit of {self.max_frame_size} bytes")
+        limit = self.frame_limit
+        if size > limit:
+            if limit != self.max_frame_size:
+                raise ProtocolError(f"frame exceeds the limit of {limit} bytes before the CONNECT is accepted")
+            raise ProtocolError(f"frame exceeds the limit of {limit} bytes")

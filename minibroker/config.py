@@ -42,6 +42,7 @@ __all__ = [
     "PolicyEntry",
     "User",
     "AuthorizationEntry",
+    "TempDestinationAuthorization",
     "load_config",
     "parse_config",
     "default_config_text",
@@ -255,6 +256,24 @@ class TransportConfig:
         (), string_list,
         "WebSocket: the Origin headers a browser page may connect from (\"http://host:port\"); empty = any",
     )
+    max_connections: int = option(1000, integer(0), "connections at once (ActiveMQ maximumConnections); the one over gets an ERROR and is closed; 0 = no limit")
+    max_connect_frame_size: int = option(
+        16 * 1024, size,
+        "largest frame before the CONNECT is accepted (the CONNECT itself, or anything sent before it): "
+        "a peer that has not logged in cannot make the broker hold more",
+    )
+    partial_frame_memory_limit: int = option(
+        128 * 1024 * 1024, size,
+        "bytes of frames not yet complete that all connections together may hold; the connection whose bytes "
+        "pass it gets an ERROR and is closed (at least max_frame_size)",
+    )
+    partial_frame_timeout: int = option(60000, integer(0), "ms a frame may take to arrive once its first byte has, while the broker reads; 0 = no limit")
+    login_failures_before_delay: int = option(3, integer(1), "failed logins from one address before its refusals are delayed")
+    login_failure_delay: int = option(
+        1000, integer(0),
+        "ms the refusal of a failed login is withheld once its address has failed that often; doubles with each "
+        "further failure, up to 30 s; a successful login from the address ends it; 0 = off",
+    )
 
 
 @dataclass(frozen=True)
@@ -369,6 +388,18 @@ class AuthorizationEntry:
 
 
 @dataclass(frozen=True)
+class TempDestinationAuthorization:
+    """``[temp_destination_authorization]``: who may send to another connection's
+    temporary destination (ActiveMQ's ``tempDestinationAuthorizationEntry``)."""
+
+    write: tuple[str, ...] = option(
+        (), string_list,
+        "groups (or users) that may send to a temporary destination they do not own (a reply-to); "
+        "only its owner ever consumes from one",
+    )
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     """The whole configuration."""
 
@@ -380,6 +411,7 @@ class BrokerConfig:
     destination_policy: tuple[PolicyEntry, ...] = ()
     users: tuple[User, ...] = ()
     authorization: tuple[AuthorizationEntry, ...] = ()
+    temp_destination_authorization: TempDestinationAuthorization = field(default_factory=TempDestinationAuthorization)
 
     def policy_for(self, kind: str, name: str) -> PolicyEntry:
         """The most specific policy entry for a destination, or the defaults.
@@ -419,6 +451,7 @@ _SECTIONS: dict[str, type] = {
     "console": ConsoleConfig,
     "system_usage": SystemUsageConfig,
     "store": StoreConfig,
+    "temp_destination_authorization": TempDestinationAuthorization,
 }
 
 
@@ -470,6 +503,12 @@ def parse_config(data: Mapping[str, Any], source: str = "configuration") -> Brok
         else:
             known = ", ".join(sorted([*_SECTIONS, *_TABLE_ARRAYS]))
             raise ConfigError(f"unknown section '{key}' in {source} (known: {known})")
+    transport = values.get("transport", TransportConfig())
+    if transport.partial_frame_memory_limit < transport.max_frame_size:
+        raise ConfigError(
+            f"'transport.partial_frame_memory_limit' ({transport.partial_frame_memory_limit}) is below "
+            f"'transport.max_frame_size' ({transport.max_frame_size}) in {source}: the largest frame could never arrive"
+        )
     names = [u.name for u in values.get("users", ())]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -23,7 +23,7 @@ from .message import BROKER_SET_HEADERS, MESSAGE_OVERHEAD, Message, send_block
 from .registry import TEMP_PREFIXES
 from .session import Session
 from .trace import SEND
-from .stats import is_statistics_address, statistics_replies
+from .stats import Scope, is_statistics_address, statistics_replies
 from .admin import is_admin_address, perform
 from .subscription import ACK_MODES, Subscription
 
@@ -156,7 +156,7 @@ class FrameHandlers:
         if not reply_to:
             raise ProtocolError(f"a statistics request to {address} needs a reply-to header")
         self.security.check(session.principal, "write", "queue", address[len("/queue/"):])
-        replies = statistics_replies(self, address)
+        replies = statistics_replies(self, address, Scope.of(self, session, address))
         if replies is None:
             raise ProtocolError(
                 f"unknown statistics destination {address}: use ActiveMQ.Statistics.Broker, "
@@ -248,7 +248,14 @@ class FrameHandlers:
         )
         if durable_name is not None:
             assert isinstance(destination, Topic) and session.client_id is not None
-            state = destination.durable_state(session.client_id, durable_name, selector_text, no_local)
+            existing = destination.durables.get((session.client_id, durable_name))
+            if existing is not None:
+                self._check_durable_owner(session, existing)
+            owner = self._durable_owner(session)
+            state = destination.durable_state(session.client_id, durable_name, selector_text, no_local, owner)
+            if state.owner is None and owner is not None:  # made before users were configured: claimed now
+                state.owner = owner
+                self.durables_changed()
             if state.active is not None:
                 raise ProtocolError(f"durable subscription {durable_name!r} of client {session.client_id} is already active")
             state.selector = sub.selector
@@ -306,10 +313,26 @@ class FrameHandlers:
         topics = [d for d in self.destinations.values() if isinstance(d, Topic) and (address is None or d.address == address)]
         for topic in topics:
             state = topic.durables.get((session.client_id, name))
+            if state is not None:
+                self._check_durable_owner(session, state)
             if state is not None and state.active is not None:
                 raise ProtocolError(f"durable subscription {name!r} is in use: unsubscribe its consumer first")
         if not any(t.delete_durable(session.client_id, name) for t in topics):
             raise ProtocolError(f"no durable subscription {name!r} for client {session.client_id}")
+
+    def _durable_owner(self, session: Session) -> str | None:
+        """Who a durable subscription made by ``session`` belongs to (None with no users configured)."""
+        return session.principal.name if self.security.enabled else None
+
+    def _check_durable_owner(self, session: Session, state: Any) -> None:
+        """Only the user who made a durable subscription may consume from it or remove it;
+        the client-id alone proves nothing (any connection may claim a free one)."""
+        owner = state.owner
+        if owner is not None and self.security.enabled and owner != session.principal.name:
+            raise ProtocolError(
+                f"durable subscription {state.name!r} of client {state.client_id} belongs to another user "
+                f"(User {session.principal.name} may not use it)"
+            )
 
     def _remove_subscription(self, session: Session, sub: Subscription) -> None:
         session.subscriptions.pop(sub.id, None)

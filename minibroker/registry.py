@@ -8,11 +8,12 @@ Addresses a client may use:
   that uses them, removed when it closes. Another connection cannot name
   them directly: when the owner sends a message with ``reply-to`` set to one
   of them, the broker rewrites it to ``/remote-temp-queue/<id>`` (as ActiveMQ
-  does), an address anyone may send to but only the owner may consume from.
+  does), an address only the owner may consume from, and another
+  connection may send to with the right to (see ``security.py``).
 
 Creating a destination needs the ``admin`` right, sending ``write`` and
 consuming ``read`` (see ``security.py``); temporary destinations are always
-open to their owner and writable by anyone who knows their address.
+open to their owner.
 """
 from __future__ import annotations
 
@@ -91,8 +92,10 @@ class DestinationRegistry:
                 found = self.by_address.get(address)
                 if found is None:
                     raise ProtocolError(f"temporary destination {address} does not exist (its connection has closed)")
-                if right == "read" and found.owner != session.id:
-                    raise ProtocolError(f"only the connection that created {address} may consume from it")
+                if found.owner != session.id:
+                    if right == "read":
+                        raise ProtocolError(f"only the connection that created {address} may consume from it")
+                    self.broker.security.check_temp_write(session.principal, address)
                 return found
         parsed = parse_address(address)
         if parsed is None:

@@ -19,6 +19,8 @@ which matters at 50k msg/s.
 - ``PauseReading`` stops reading a producer's socket (producer flow control
   by TCP backpressure, as ActiveMQ does to a STOMP producer that asked for no
   receipt).
+- ``CheckLogin`` runs a password hash (slow on purpose) in a thread of its
+  own pool, never on the event loop, and hands the result back to the core.
 - One timer handle is kept for the core's earliest deadline (heart-beats,
   connect timeouts); it is re-armed after every batch of events.
 - ``Sync`` runs the store's fsync in a worker thread (group commit: one fsync
@@ -40,7 +42,7 @@ from typing import Any
 
 from storage import CorruptRecord, StorageError
 
-from .actions import Close, PauseReading, ResumeReading, Shutdown, Sync, Write, WriteFrames
+from .actions import CheckLogin, Close, PauseReading, ResumeReading, Shutdown, Sync, Write, WriteFrames
 from .broker import Broker
 from .clock import SystemClock
 from .config import BrokerConfig
@@ -58,6 +60,8 @@ __all__ = ["BrokerServer", "serve", "open_store"]
 _BATCH_SYNC_SECONDS = 1.0
 #: How often the trace buffer is handed to its writer.
 _TRACE_FLUSH_SECONDS = 0.5
+#: Password hashes at once (each keeps a core busy; the event loop is never one of them).
+_LOGIN_THREADS = 2
 
 
 log = logging.getLogger("minibroker.server")
@@ -83,6 +87,7 @@ class BrokerServer:
         self._flushing = False
         self._syncing = False
         self._sync_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsync")
+        self._login_executor = concurrent.futures.ThreadPoolExecutor(max_workers=_LOGIN_THREADS, thread_name_prefix="login")
         self._batch_timer: asyncio.TimerHandle | None = None
         self._trace_timer: asyncio.TimerHandle | None = None
 
@@ -142,6 +147,7 @@ class BrokerServer:
             self._trace_timer.cancel()
         await asyncio.sleep(0)
         self._sync_executor.shutdown(wait=True)
+        self._login_executor.shutdown(wait=False, cancel_futures=True)
 
     # -- carrying out the core's actions
     def flush(self) -> None:
@@ -178,6 +184,8 @@ class BrokerServer:
                         transport.pause_reading()
                     elif kind is ResumeReading:
                         transport.resume_reading()
+                    elif kind is CheckLogin:
+                        self._check_login(action)
         finally:
             self._flushing = False
         self._arm_timer()
@@ -189,6 +197,20 @@ class BrokerServer:
             log.critical("stopping the broker: %s", action.reason)
             if self.stop is not None:
                 self.stop.set()
+
+    # -- password checks: in a thread, so that a hash never stops the event loop
+    def _check_login(self, action: CheckLogin) -> None:
+        future = asyncio.get_running_loop().run_in_executor(self._login_executor, action.check)
+        future.add_done_callback(lambda done: self._login_done(action.session, done))
+
+    def _login_done(self, sid: int, future: "asyncio.Future[Any]") -> None:
+        if future.cancelled():
+            return  # shutting down
+        error = future.exception()
+        if error is not None:  # a bug in the check: refuse the login, keep the traceback
+            log.error("connection %d: the password check failed", sid, exc_info=error)
+        self.broker.login_checked(sid, None if error is not None else future.result())
+        self.flush()
 
     # -- group commit: one fsync in a thread for every RECEIPT waiting on it
     def _start_sync(self) -> None:

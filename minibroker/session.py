@@ -6,11 +6,15 @@ The session's life is a table (h11's ``_state.py`` style), not a tangle of
 flags::
 
     CONNECTING --CONNECT/STOMP--> CONNECTED --DISCONNECT--> CLOSED
-         \\                           |
-          `---- protocol error ------+----> CLOSED  (after an ERROR frame)
+       |   \\                           ^
+       |    `--CONNECT, users--> AUTHENTICATING  (the login is checked off the event loop)
+       |                               |
+       `--- protocol error, refused login ---> CLOSED  (after an ERROR frame)
 
 ``TRANSITIONS[state][command]`` gives the next state; a command missing from
-the table is a protocol error with a message saying what was expected. CLOSED
+the table is a protocol error with a message saying what was expected. A
+handler may move the session itself (CONNECT to AUTHENTICATING, until the
+password check comes back); then the table's move is not applied. CLOSED
 is sticky: whatever arrives after it is ignored.
 
 Output goes to ``outbox`` as encoded bytes. ``can_write`` turns false once the
@@ -48,6 +52,7 @@ __all__ = [
 
 class State(enum.Enum):
     CONNECTING = "CONNECTING"
+    AUTHENTICATING = "AUTHENTICATING"
     CONNECTED = "CONNECTED"
     CLOSED = "CLOSED"
 
@@ -57,6 +62,7 @@ _IN_SESSION = ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMM
 #: state -> command -> next state. Anything else is a protocol error.
 TRANSITIONS: dict[State, dict[str, State]] = {
     State.CONNECTING: {"CONNECT": State.CONNECTED, "STOMP": State.CONNECTED},
+    State.AUTHENTICATING: {},  # nothing is read until the password check is back
     State.CONNECTED: {**{c: State.CONNECTED for c in _IN_SESSION}, "DISCONNECT": State.CLOSED},
     State.CLOSED: {},
 }
@@ -65,6 +71,7 @@ TRANSITIONS: dict[State, dict[str, State]] = {
 _WRONG_STATE = {
     State.CONNECTING: "not connected: the first frame must be CONNECT or STOMP, not {command}",
     State.CONNECTED: "already connected: {command} is not allowed after CONNECT",
+    State.AUTHENTICATING: "{command} before the CONNECT's login was checked",
 }
 
 
@@ -144,6 +151,12 @@ class Session:
         self.messages_in = 0
         #: Steps of this connection's close that failed (a bug; see ``teardown.py``).
         self.teardown_errors: list[str] = []
+        #: Bytes the parser holds of a frame not yet complete (as charged to the broker's total).
+        self.partial_bytes = 0
+        #: When the partial frame the parser holds started arriving (None: none held).
+        self.partial_since: float | None = None
+        #: While AUTHENTICATING: what the CONNECT asked for, until its login is checked.
+        self.pending_connect: Any = None
         self._on_output = on_output
 
     @property

@@ -31,7 +31,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Callable
 
-from .actions import Close, PauseReading, ResumeReading, Shutdown, Sync, Write
+from .actions import CheckLogin, Close, PauseReading, ResumeReading, Shutdown, Sync, Write
 from .broker import Broker
 from .clock import ManualClock
 from .codec import FrameParser, encode
@@ -312,6 +312,8 @@ class VirtualNetwork:
                 elif type(action) is ResumeReading:
                     c.reading_paused = False
                     resumed.append(c)
+                elif type(action) is CheckLogin:
+                    broker.login_checked(action.session, action.check())  # the hash takes no virtual time
             # As the asyncio edge: a resume and a pause in one batch read nothing.
             for c in resumed:
                 c.flush_outbound()

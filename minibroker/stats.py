@@ -16,6 +16,13 @@ headers so a client knows when it has them all. Any STOMP client can read
 them; ``minibroker stat`` prints them as tables. Every key is listed in
 docs/admin.md. Times come from the broker's clock (``timestamp``, and the
 rates of ``rates.py``), never from the wall clock directly.
+
+What a request shows depends on who asks (``Scope``): a user with the
+``admin`` right on the statistics destination it asked (or anyone, when no
+``[[authorization]]`` is configured) sees everything; any other user sees only
+the destinations it may read (and its own temporary ones), and only its own
+connections and their subscriptions: never another user's queue names,
+client-ids or peer addresses.
 """
 from __future__ import annotations
 
@@ -25,11 +32,12 @@ from . import wildcards
 
 if TYPE_CHECKING:
     from .broker import Broker
+    from .security import Principal
     from .destination import Destination
     from .session import Session
     from .subscription import Subscription
 
-__all__ = ["STATISTICS_PREFIX", "is_statistics_address", "statistics_replies"]
+__all__ = ["STATISTICS_PREFIX", "Scope", "is_statistics_address", "statistics_replies"]
 
 STATISTICS_PREFIX = "/queue/ActiveMQ.Statistics."
 
@@ -38,8 +46,55 @@ def is_statistics_address(address: str) -> bool:
     return address.startswith(STATISTICS_PREFIX)
 
 
-def broker_statistics(broker: "Broker") -> dict[str, Any]:
-    dests = list(broker.destinations.values())
+class Scope:
+    """What one requester may see: everything (``everything``), or what it may read."""
+
+    def __init__(self, broker: "Broker", principal: "Principal | None" = None, session_id: int | None = None,
+                 everything: bool = True) -> None:
+        self.broker = broker
+        self.principal = principal
+        self.session_id = session_id
+        self.everything = everything
+
+    @classmethod
+    def of(cls, broker: "Broker", session: "Session", address: str) -> "Scope":
+        """The scope of ``session`` asking ``address`` (an admin of it sees everything)."""
+        principal = session.principal
+        admin = broker.security.allows(principal, "admin", "queue", address[len("/queue/"):])
+        return cls(broker, principal, session.id, everything=admin)
+
+    def sees_destination(self, dest: "Destination") -> bool:
+        if self.everything:
+            return True
+        if dest.owner is not None:
+            return dest.owner == self.session_id
+        assert self.principal is not None
+        return self.broker.security.allows(self.principal, "read", dest.kind, dest.name)
+
+    def sees_session(self, session: "Session") -> bool:
+        return self.everything or (self.principal is not None and session.principal.name == self.principal.name)
+
+    def destinations(self) -> list["Destination"]:
+        """The visible destinations, by address."""
+        return sorted((d for d in self.broker.destinations.values() if self.sees_destination(d)), key=lambda d: d.address)
+
+    def sessions(self) -> list["Session"]:
+        """The visible connections, by id."""
+        return sorted((s for s in self.broker.sessions.values() if self.sees_session(s)), key=lambda s: s.id)
+
+    def diagnosis(self) -> list[dict[str, Any]]:
+        """The findings about visible destinations only (a finding names the queues it blames)."""
+        findings = self.broker.diagnose()
+        if self.everything:
+            return findings
+        seen = {d.address for d in self.destinations()}
+        return [f for f in findings
+                if f.get("destination") in seen and set(f.get("evidence", {}).get("holders", ())) <= seen]
+
+
+def broker_statistics(broker: "Broker", scope: Scope | None = None) -> dict[str, Any]:
+    scope = scope if scope is not None else Scope(broker)
+    dests = list(broker.destinations.values()) if scope.everything else scope.destinations()
     rings = broker.store.ring_reservation() if broker.store is not None else None
     now = broker.clock.now()
     rates = [_rates(broker, d, now) for d in dests]
@@ -83,9 +138,9 @@ def broker_statistics(broker: "Broker") -> dict[str, Any]:
         "expiredCount": sum(d.expired for d in dests),
         "consumerCount": sum(len(d.subscriptions) for d in dests),
         "destinationCount": len(dests),
-        "connectionCount": len(broker.sessions),
-        "blockedProducers": sum(len(s.parked) for s in broker.sessions.values()),
-        "diagnosis": broker.diagnose(),
+        "connectionCount": len(broker.sessions) if scope.everything else len(scope.sessions()),
+        "blockedProducers": sum(len(s.parked) for s in (broker.sessions.values() if scope.everything else scope.sessions())),
+        "diagnosis": scope.diagnosis(),
     }
 
 
@@ -121,7 +176,8 @@ def _swapped(sub: "Subscription") -> int:
     return len(getattr(sub.pending, "disk", ()))
 
 
-def destination_statistics(broker: "Broker", dest: "Destination") -> dict[str, Any]:
+def destination_statistics(broker: "Broker", dest: "Destination", scope: Scope | None = None) -> dict[str, Any]:
+    """One destination; its ``consumers`` only those ``scope`` may see (all by default)."""
     size = dest.size()
     inflight = _inflight(dest)
     enqueue_rate, dequeue_rate = _rates(broker, dest, broker.clock.now())
@@ -134,7 +190,8 @@ def destination_statistics(broker: "Broker", dest: "Destination") -> dict[str, A
         "inflightCount": inflight,
         "enqueueRate": enqueue_rate,
         "dequeueRate": dequeue_rate,
-        "consumers": [consumer_statistics(s) for s in dest.subscriptions],
+        "consumers": [consumer_statistics(s) for s in dest.subscriptions
+                      if scope is None or scope.sees_session(s.session)],
         "enqueueCount": dest.enqueued,
         "dequeueCount": dest.dequeued,
         "dispatchCount": dest.dispatched,
@@ -198,22 +255,22 @@ def connection_statistics(session: "Session", now: float, wall_ms: int) -> dict[
     }
 
 
-def statistics_replies(broker: "Broker", address: str) -> list[dict[str, Any]] | None:
-    """The JSON objects answering a request sent to ``address``; None if unknown."""
+def statistics_replies(broker: "Broker", address: str, scope: Scope | None = None) -> list[dict[str, Any]] | None:
+    """The JSON objects answering a request sent to ``address`` (what ``scope``
+    may see; everything by default); None if unknown."""
+    scope = scope if scope is not None else Scope(broker)
     what = address[len(STATISTICS_PREFIX) :]
     if what == "Broker":
-        return [broker_statistics(broker)]
+        return [broker_statistics(broker, scope)]
     if what == "Subscription":
         wall_ms = broker.clock.wall_ms()
-        return [subscription_statistics(s, wall_ms) for d in _sorted(broker) for s in d.subscriptions]
+        all_dests = sorted(broker.destinations.values(), key=lambda d: d.address)
+        return [subscription_statistics(s, wall_ms) for d in all_dests for s in d.subscriptions
+                if scope.sees_session(s.session)]
     if what == "Connection":
         now, wall_ms = broker.clock.now(), broker.clock.wall_ms()
-        return [connection_statistics(s, now, wall_ms) for s in sorted(broker.sessions.values(), key=lambda s: s.id)]
+        return [connection_statistics(s, now, wall_ms) for s in scope.sessions()]
     if what.startswith("Destination."):
         pattern = what[len("Destination.") :]
-        return [destination_statistics(broker, d) for d in _sorted(broker) if wildcards.matches(pattern, d.name)]
+        return [destination_statistics(broker, d, scope) for d in scope.destinations() if wildcards.matches(pattern, d.name)]
     return None
-
-
-def _sorted(broker: "Broker") -> list["Destination"]:
-    return sorted(broker.destinations.values(), key=lambda d: d.address)

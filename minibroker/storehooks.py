@@ -83,7 +83,7 @@ class StoreHooks:
         for d in store.load_durables():
             topic = self.destination(d["topic"])
             assert isinstance(topic, Topic)
-            state = DurableState(d["client_id"], d["name"], d.get("selector"), bool(d.get("no_local")))
+            state = DurableState(d["client_id"], d["name"], d.get("selector"), bool(d.get("no_local")), d.get("owner"))
             state.selector = self._compile_selector(state.selector_text)
             topic.durables[(state.client_id, state.name)] = state
             states[durable_key(topic.address, state.client_id, state.name)] = state
@@ -334,7 +334,8 @@ class StoreHooks:
         if self.store is None:
             return
         subs = [
-            {"topic": t.address, "client_id": s.client_id, "name": s.name, "selector": s.selector_text, "no_local": s.no_local}
+            {"topic": t.address, "client_id": s.client_id, "name": s.name, "selector": s.selector_text, "no_local": s.no_local,
+             "owner": s.owner}
             for t in self.destinations.values() if isinstance(t, Topic) for s in t.durables.values()
         ]
         self.store.save_durables(subs)

@@ -80,7 +80,8 @@ class Topic(Destination):
         for m in in_memory + returned:
             self.broker.message_consumed(self, m)
 
-    def durable_state(self, client_id: str, name: str, selector_text: str | None, no_local: bool) -> "DurableState":
+    def durable_state(self, client_id: str, name: str, selector_text: str | None, no_local: bool,
+                      owner: str | None = None) -> "DurableState":
         """The durable subscription (client_id, name), created or reset as needed.
 
         As in ActiveMQ, subscribing again with a different selector or noLocal
@@ -92,7 +93,7 @@ class Topic(Destination):
             self.delete_durable(client_id, name)
             state = None
         if state is None:
-            state = DurableState(client_id, name, selector_text, no_local)
+            state = DurableState(client_id, name, selector_text, no_local, owner)
             self.durables[key] = state
             self.broker.durables_changed()
         return state
@@ -230,10 +231,15 @@ class Topic(Destination):
 class DurableState:
     """A durable topic subscription, kept while its consumer is away."""
 
-    __slots__ = ("client_id", "name", "selector_text", "selector", "no_local", "pending", "redelivered", "active", "refs")
+    __slots__ = ("client_id", "name", "selector_text", "selector", "no_local", "pending", "redelivered", "active", "refs",
+                 "owner")
 
-    def __init__(self, client_id: str, name: str, selector_text: str | None, no_local: bool) -> None:
+    def __init__(self, client_id: str, name: str, selector_text: str | None, no_local: bool,
+                 owner: str | None = None) -> None:
         self.client_id = client_id
+        #: The user who made it (None: made with no users configured); only that user may
+        #: consume from it or remove it, whatever client-id another connection claims.
+        self.owner = owner
         self.name = name
         self.selector_text = selector_text
         #: Set by the broker: a compiled selector, or None.

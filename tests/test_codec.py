@@ -346,3 +346,60 @@ def test_unescape_of_colons_and_of_everything_else(text: str, decoded: str) -> N
 def test_unescape_refuses_undefined_escapes_even_beside_colons(text: str) -> None:
     with pytest.raises(ProtocolError, match="undefined escape"):
         unescape(text, "1.2")
+
+
+# ---------------------------------------------------------------- limits enforced while the bytes arrive
+def _fed_until_refused(parser: FrameParser, data: bytes) -> int:
+    """Feed ``data`` a byte at a time; how many bytes the parser took before refusing."""
+    for i in range(len(data)):
+        try:
+            parser.feed(data[i : i + 1])
+        except ProtocolError:
+            return i + 1
+    raise AssertionError("the parser never refused")
+
+
+def test_a_long_header_line_is_refused_while_it_arrives() -> None:
+    parser = FrameParser(version="1.2", max_header_line_length=64)
+    taken = _fed_until_refused(parser, b"SEND\ndestination:/q\nx:" + b"y" * 10_000)
+    assert taken <= len(b"SEND\ndestination:/q\n") + 64 + 2
+    with pytest.raises(ProtocolError, match="header line longer than 64 bytes"):
+        parser.feed(b"")
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+def test_a_long_header_line_already_ended_is_refused_before_the_block_ends(eol: bytes) -> None:
+    parser = FrameParser(version="1.2", max_header_line_length=64)
+    with pytest.raises(ProtocolError, match="header line longer than 64 bytes"):
+        parser.feed(b"SEND" + eol + b"x:" + b"y" * 63 + eol + b"destination:/q" + eol)
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+def test_header_lines_at_the_limit_pass_fed_a_byte_at_a_time(eol: bytes) -> None:
+    wire = b"SEND" + eol + b"x:" + b"y" * 62 + eol + b"destination:/q" + eol + eol + b"\x00"
+    frames = feed_bytewise(FrameParser(version="1.2", max_header_line_length=64), wire)
+    assert [f.headers["x"] for f in frames] == ["y" * 62]
+
+
+def test_before_the_handshake_a_frame_is_held_to_the_handshake_limit() -> None:
+    # A CONNECT announcing a 100 MB body is refused at its header block, before any body is held.
+    parser = FrameParser(max_handshake_frame_size=4096)
+    with pytest.raises(ProtocolError, match="limit of 4096 bytes before the CONNECT is accepted"):
+        parser.feed(b"CONNECT\naccept-version:1.2\ncontent-length:104857600\n\n" + b"x" * 1000)
+    # A header block that never ends is refused once it passes the limit.
+    parser = FrameParser(max_handshake_frame_size=4096)
+    taken = _fed_until_refused(parser, b"CONNECT\n" + b"h:v\n" * 5000)
+    assert 4096 < taken <= 4096 + 1
+    # So is any frame before CONNECT (the session refuses it, but only once it is whole).
+    with pytest.raises(ProtocolError, match="before the CONNECT is accepted"):
+        FrameParser(max_handshake_frame_size=4096).feed(b"SEND\ndestination:/q\n\n" + b"x" * 5000 + b"\x00")
+
+
+def test_after_the_handshake_frames_may_be_as_large_as_max_frame_size() -> None:
+    parser = FrameParser(max_handshake_frame_size=4096)
+    assert [f.command for f in parser.feed(b"CONNECT\naccept-version:1.2\n\n\x00")] == ["CONNECT"]
+    parser.version = "1.2"
+    parser.handshake_complete = True
+    body = b"x" * 100_000
+    [send] = feed_whole(parser, b"SEND\ndestination:/q\ncontent-length:100000\n\n" + body + b"\x00")
+    assert send.body == body
