@@ -8,6 +8,7 @@
 const POLL_MS = 1000;
 const HISTORY_POINTS = 300;               // five minutes at one sample a second
 const REPLY_TO = '/temp-queue/console';
+const REQUEST_TIMEOUT_MS = 10000;
 const HIGH_WATER_MARK = 70;               // the cursor memory high-water mark's default, percent
 
 const state = {
@@ -120,6 +121,9 @@ function request(destination, headers, statistics) {
     if (!state.connected) { reject(new Error('not connected')); return; }
     const id = `c${++state.seq}`;
     state.pending.set(id, { replies: [], resolve, reject, statistics });
+    setTimeout(() => {  // an answer that never comes must not stop the polling
+      if (state.pending.delete(id)) reject(new Error(`no answer from ${destination} within ${REQUEST_TIMEOUT_MS / 1000} s`));
+    }, REQUEST_TIMEOUT_MS);
     state.client.publish({ destination, body: '', headers: { 'reply-to': REPLY_TO, 'correlation-id': id, ...headers } });
   });
 }
