@@ -399,3 +399,22 @@ def test_the_trace_records_a_full_and_a_failed_store_as_error_events(tmp_path: P
     errors = [e for e in net.trace.events() if e["event"] == "error"]
     assert {e.get("code") for e in errors} >= {"store_full", "store_failed"}
     assert all(validate_event(e) == [] for e in errors)
+
+
+def test_a_send_cut_short_by_a_full_disk_is_never_delivered_even_after_a_restart(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(_full_disk_config(send_fail_if_no_space=True), data_dir=tmp_path)
+        producer = net.connected_client("p")
+        producer.send("/queue/orders", "whole 1", persistent="true", receipt="r1")
+        ops.fail("pwrite", errno.ENOSPC, short=500, path="db-")  # most of the record reaches the file
+        producer.send("/queue/orders", "half-written " * 50, persistent="true", receipt="cut")
+        assert "no space left" in _errors(producer)["cut"]
+        net.advance(2)  # the disk is tried again, and has room
+        producer.send("/queue/orders", "whole 2", persistent="true", receipt="r2")
+        assert {"r1", "r2"} <= _receipts(producer)
+        net.restart()
+    assert [j.recovery.outcome for j in net.broker.store.journals()] == ["clean"]  # no stray bytes were left
+    consumer = net.connected_client("c")
+    consumer.subscribe("/queue/orders")
+    assert consumer.bodies() == [b"whole 1", b"whole 2"]
