@@ -17,16 +17,19 @@ module only moves bytes between it, the socket and the core.
   it hands over each STOMP frame on its own (``WriteFrames``); each becomes one
   WebSocket message, text when it is UTF-8 (what browsers expect) and binary
   otherwise (a body with arbitrary bytes).
-- The session opens when the TCP connection does, so the core's connect
-  timeout covers a client that never finishes the upgrade, and everything that
-  bounds a TCP client (frame and header limits, the outbound buffer,
-  producer flow control by not reading the socket, heart-beats,
-  authentication) bounds this one the same way.
+- The session opens once the upgrade is done, so that whatever the core says
+  first (a CONNECTED, or an ERROR such as max_connections' refusal) travels
+  in a WebSocket message. Until then the library bounds the request (its line
+  and header limits) and the transport's connect timeout bounds its time.
+  From then on everything that bounds a TCP client (limits before and after
+  login, the outbound buffer, producer flow control by not reading the
+  socket, heart-beats, authentication) bounds this one the same way.
 - A close from the core sends a WebSocket close frame after what was written
   (the ERROR frame), then the TCP connection ends as on TCP.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Sequence
 
@@ -51,6 +54,8 @@ _protocol_log.setLevel(logging.WARNING)
 
 #: The STOMP subprotocols, most preferred first (RabbitMQ's and ActiveMQ's names).
 STOMP_SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+#: How long the upgrade request may take to arrive when the connect timeout is off.
+_REQUEST_TIMEOUT_SECONDS = 30.0
 #: The frames that carry STOMP bytes (control frames are the library's business).
 _DATA_OPCODES = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 
@@ -87,6 +92,26 @@ class WebSocketConnection(EdgeConnection):
     def __init__(self, server: "BrokerServer") -> None:
         super().__init__(server)
         self.ws = stomp_protocol(server.broker.config.transport)
+        self._request_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.attach(transport)  # the session opens with the upgrade (``handle_request``)
+        timeout = self.server.broker.config.transport.connect_timeout / 1000 or _REQUEST_TIMEOUT_SECONDS
+        self._request_timer = asyncio.get_running_loop().call_later(timeout, self._request_timed_out)
+
+    def _request_timed_out(self) -> None:
+        if not self.sid and self.transport is not None and not self.transport.is_closing():
+            log.info("WebSocket connection from %s closed: no upgrade within the connect timeout", self.peer)
+            self.transport.abort()
+
+    def _request_arrived(self) -> None:
+        if self._request_timer is not None:
+            self._request_timer.cancel()
+            self._request_timer = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._request_arrived()
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         ws = self.ws
@@ -103,11 +128,17 @@ class WebSocketConnection(EdgeConnection):
 
     def handle_request(self, request: Request) -> None:
         """The HTTP request that opens the connection: upgrade it (or refuse, saying why)."""
+        self._request_arrived()
+        self.upgrade(request)
+
+    def upgrade(self, request: Request) -> None:
+        """Answer the upgrade; once done, the connection is a broker session."""
         response = self.ws.accept(request)
         self.ws.send_response(response)
-        if response.status_code != 101:
-            log.info("connection %d: WebSocket upgrade refused (%d): %s", self.sid,
-                     response.status_code, self.ws.handshake_exc)
+        if response.status_code == 101:
+            self.open_session()
+        else:
+            log.info("WebSocket upgrade from %s refused (%d): %s", self.peer, response.status_code, self.ws.handshake_exc)
 
     def eof_received(self) -> bool | None:
         self.ws.receive_eof()
@@ -129,7 +160,7 @@ class WebSocketConnection(EdgeConnection):
     def write_frames(self, frames: list[bytes]) -> None:
         ws = self.ws
         if ws.state is not OPEN:
-            return  # not upgraded yet (a connect timeout's ERROR), or closing
+            return  # closing: the close frame is on its way
         for frame in frames:
             try:
                 frame.decode("utf-8")

@@ -197,3 +197,24 @@ def test_producer_flow_control_blocks_a_websocket_producer(broker_factory) -> No
                 got.messages.get(timeout=WAIT)
         finally:
             consumer.disconnect()
+
+
+def test_the_limits_before_login_are_the_tcp_listeners(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """Limits before login hold for a WebSocket client as for a TCP one: the CONNECT's
+    small frame limit, and max_connections counting both listeners' connections."""
+    broker = ws_broker(broker_factory, max_connections=2, max_connect_frame_size=4096)
+    with ws_connect(broker) as ws:
+        ws.send(b"CONNECT\naccept-version:1.2\nbig:" + b"x" * 8000 + b"\n\n\x00")
+        command, headers, _ = receive_frame(ws)
+        assert command == "ERROR" and "4096" in headers["message"], headers
+    tcp = stomp.Connection12([broker.address])
+    tcp.connect(wait=True)
+    try:
+        with ws_connect(broker) as first:  # the second connection: allowed
+            first.send(CONNECT_12)
+            assert receive_frame(first)[0] == "CONNECTED"
+            with ws_connect(broker) as over:  # the third, over WebSocket: refused like a TCP one
+                command, headers, _ = receive_frame(over)
+                assert command == "ERROR" and "connections" in headers["message"], headers
+    finally:
+        tcp.disconnect()

@@ -30,13 +30,11 @@ STOMP connection, so it works when ``transport.websocket_port`` is off.
 """
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import http
 import logging
 import mimetypes
 from importlib import resources
-from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from websockets.datastructures import Headers
@@ -46,17 +44,12 @@ from ..websocket import WebSocketConnection
 from .metrics import metrics_text
 from .vendor import check as vendored_problems
 
-if TYPE_CHECKING:
-    from ..server import BrokerServer
-
 __all__ = ["ConsoleConnection", "STOMP_PATH", "static_file"]
 
 log = logging.getLogger("minibroker.console")
 
 #: Where the page's STOMP over WebSocket connection upgrades.
 STOMP_PATH = "/stomp"
-#: How long a plain request may take to arrive when the connect timeout is off.
-_REQUEST_TIMEOUT_SECONDS = 30.0
 
 
 def static_file(name: str) -> bytes | None:
@@ -87,38 +80,15 @@ def _response(status: http.HTTPStatus, body: bytes, content_type: str) -> Respon
 class ConsoleConnection(WebSocketConnection):
     """A connection to the console's port: one HTTP request, or the page's STOMP session."""
 
-    def __init__(self, server: "BrokerServer") -> None:
-        super().__init__(server)
-        self._request_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.attach(transport)  # no session yet: only an upgrade to /stomp opens one
-        timeout = self.server.broker.config.transport.connect_timeout / 1000 or _REQUEST_TIMEOUT_SECONDS
-        self._request_timer = asyncio.get_running_loop().call_later(timeout, self._request_timed_out)
-
-    def _request_timed_out(self) -> None:
-        if not self.sid and self.transport is not None and not self.transport.is_closing():
-            self.transport.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._request_timer is not None:
-            self._request_timer.cancel()
-        super().connection_lost(exc)
-
     def handle_request(self, request: Request) -> None:
-        if self._request_timer is not None:
-            self._request_timer.cancel()
-            self._request_timer = None
+        self._request_arrived()
         path = request.path.split("?", 1)[0]
         ws = self.ws
         if path == STOMP_PATH:
             host = request.headers.get("Host", "")
             ws.origins = [*self.server.broker.config.transport.allowed_origins,  # type: ignore[list-item]
                           f"http://{host}", f"https://{host}", None]
-            response = ws.accept(request)
-            ws.send_response(response)
-            if response.status_code == 101:
-                self.open_session()
+            self.upgrade(request)
             return
         missing = vendored_problems() if path == "/" else []
         if path == "/metrics":
