@@ -98,15 +98,8 @@ def _queue(broker: "Broker", session: "Session", headers: Mapping[str, str], hea
 def _whoami(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> AdminResult:
     """Who the connection is and which operations it may send (a console shows only those)."""
     principal = session.principal
-    allowed = []
-    for name in _OPERATIONS:
-        if name == "Whoami":
-            continue
-        try:
-            broker.security.check_admin(principal, name.lower(), "queue", f"ActiveMQ.Admin.{name}")
-        except ProtocolError:
-            continue
-        allowed.append(name)
+    allowed = [name for name in _OPERATIONS
+               if name != "Whoami" and broker.security.allows(principal, "admin", "queue", f"ActiveMQ.Admin.{name}")]
     return AdminResult({"operation": "whoami", "connection": session.id, "user": principal.name,
                         "groups": sorted(principal.groups), "operations": allowed})
 

@@ -138,10 +138,7 @@ class Security:
     def check_admin(self, principal: Principal, operation: str, kind: str, name: str) -> None:
         """Raise ``ProtocolError`` unless ``principal`` holds the ``admin`` right on the
         destination, for an admin ``operation`` (purge, delete ... see ``admin.py``)."""
-        if not self._entries:
-            return
-        allowed = self._allowed("admin", kind, name)
-        if allowed is None or not principal.has_any(allowed):
+        if not self.allows(principal, "admin", kind, name):
             raise ProtocolError(
                 f"User {principal.name} is not authorized to {operation}: {kind}://{name} (the admin right is needed)")
 

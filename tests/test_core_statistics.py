@@ -137,3 +137,32 @@ class TestConnections:
         net = VirtualNetwork()
         sid = net.broker.open_session("browser", protocol="websocket")
         assert net.broker.sessions[sid].protocol == "websocket"
+
+
+def test_a_non_admin_sees_only_its_own_consumers_in_a_destination_it_may_read() -> None:
+    """The consumer list names connections, users and client-ids: a user without
+    the admin right on the statistics sees the count, and only its own entries."""
+    def user(name: str, group: str) -> dict[str, Any]:
+        return {"name": name, "password_hash": hash_password(name, iterations=1000), "groups": [group]}
+
+    net = VirtualNetwork(parse_config({
+        "users": [user("alice", "admins"), user("carol", "consumers")],
+        "authorization": [
+            {"queue": ">", "read": ["admins"], "write": ["admins"], "admin": ["admins"]},
+            {"queue": "orders.>", "read": ["admins", "consumers"], "write": ["admins"], "admin": ["admins"]},
+            {"queue": "ActiveMQ.Statistics.>", "write": ["admins", "consumers"], "admin": ["admins"]},
+        ],
+    }))
+    alice = net.client("a")
+    alice.connect(login="alice", passcode="alice", client_id="alice-app")
+    alice.send("/queue/orders.eu", "o")
+    alice.subscribe("/queue/orders.eu", "alice-sub")
+    carol = net.client("c")
+    carol.connect(login="carol", passcode="carol", client_id="carol-app")
+    carol.subscribe("/queue/orders.eu", "carol-sub")
+    seen = destination(carol, "/queue/orders.eu")
+    assert seen["consumerCount"] == 2
+    assert [(c["user"], c["clientId"]) for c in seen["consumers"]] == [("carol", "carol-app")]
+    assert "alice" not in json.dumps(seen)
+    everything = destination(alice, "/queue/orders.eu")
+    assert {c["clientId"] for c in everything["consumers"]} == {"alice-app", "carol-app"}
