@@ -70,13 +70,15 @@ def departure_of(broker: "Broker", session: "Session") -> Departure:
     return departure
 
 
-def _on_queue(queue: "Queue", message: "Message") -> bool:
-    """Is ``message`` on ``queue``: cached, store-only, or delivered to a consumer?"""
-    if any(m is message for m in queue.pending):
-        return True
-    if any(ref.seq == message.seq for ref in queue.cursor.store_only):
-        return True
-    return any(message.seq in sub.dispatched for sub in queue.consumers)
+def _not_on_queue(queue: "Queue", messages: list["Message"]) -> list["Message"]:
+    """Those of ``messages`` that are not on ``queue``: cached, store-only, or delivered to a consumer."""
+    cached = {id(m) for m in queue.pending}
+    missing = [m for m in messages
+               if id(m) not in cached and not any(m.seq in sub.dispatched for sub in queue.consumers)]
+    if missing:
+        stored = {ref.seq for ref in queue.cursor.store_only}
+        missing = [m for m in missing if m.seq not in stored]
+    return missing
 
 
 def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
@@ -115,7 +117,7 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
     for queue, messages in departure.unacked.items():
         if queue.address in departure.temporaries:
             continue  # a temporary queue goes with its owner
-        missing = [m for m in messages if not _on_queue(queue, m)]
+        missing = _not_on_queue(queue, messages)
         left = queue.dequeued + queue.expired - departure.gone_before[queue]
         if len(missing) > left:
             found.append(f"{queue.address}: {len(missing) - left} of the messages connection {sid} held unacknowledged "
@@ -139,9 +141,12 @@ class TeardownChecker:
     """A close observer that checks every connection's end (see the module docstring).
 
     Install with ``broker.close_observer = TeardownChecker()``; read ``violations``.
+    A ``strict`` checker raises ``AssertionError`` at the close that left something
+    behind, so that a test fails where the fault is.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
         self._departing: dict[int, Departure] = {}
         #: What was found wrong, one line each, in the order connections ended.
         self.violations: list[str] = []
@@ -156,4 +161,7 @@ class TeardownChecker:
         """The broker has torn ``session`` down."""
         departure = self._departing.pop(session.id, None) or Departure(session)
         self.checked += 1
-        self.violations += leftovers_of(broker, departure) + broker_leftovers(broker)
+        found = leftovers_of(broker, departure) + broker_leftovers(broker)
+        self.violations += found
+        if found and self.strict:
+            raise AssertionError(f"the end of connection {session.id} left something behind: {found}")

@@ -204,9 +204,13 @@ class VirtualClient:
 class VirtualNetwork:
     """The broker core plus virtual clients on one virtual clock."""
 
+    #: Check every connection's end, strictly, in networks that do not say otherwise
+    #: (the test suite turns it on for all its core tests: ``tests/conftest.py``).
+    strict_teardown_checks = False
+
     def __init__(
         self, config: BrokerConfig | None = None, *, seed: int = 0, trace: Any = None, data_dir: Any = None,
-        check_teardown: bool = False,
+        check_teardown: bool | None = None,
     ) -> None:
         self.clock = ManualClock()
         self.config = config or BrokerConfig()
@@ -217,7 +221,11 @@ class VirtualNetwork:
         self.data_dir = data_dir
         #: With ``check_teardown``, every connection's end is checked (``invariants.py``):
         #: ``net.teardown.violations`` lists what a close left behind, across restarts.
-        self.teardown = TeardownChecker() if check_teardown else None
+        #: Left unsaid, ``strict_teardown_checks`` decides: a strict checker raises at the bad close.
+        if check_teardown is None and VirtualNetwork.strict_teardown_checks:
+            self.teardown: TeardownChecker | None = TeardownChecker(strict=True)
+        else:
+            self.teardown = TeardownChecker() if check_teardown else None
         #: The ``Shutdown`` the broker asked for (its store failed), or None.
         self.shutdown: Shutdown | None = None
         self.broker = self._start_broker()

@@ -7,6 +7,12 @@ import pytest
 
 from broker_support import RunningBroker
 from minibroker.config import BrokerConfig
+from minibroker.sim import VirtualNetwork
+
+# Every core test checks every connection's end: a close that leaves a subscription, an
+# unacknowledged message, a transaction or a temporary destination behind fails the test
+# where it happens (minibroker.invariants).
+VirtualNetwork.strict_teardown_checks = True
 
 
 @pytest.fixture
