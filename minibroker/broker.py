@@ -498,6 +498,9 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         before = session.state
         try:
             next_state = session.next_state(command)
+            if session.version == "1.0" and "\r" in frame.headers.get("receipt", ""):
+                # STOMP 1.0 escapes nothing: the RECEIPT could not carry it back.
+                raise ProtocolError("a receipt header cannot hold a carriage return in STOMP 1.0")
             result = self._handlers[command](session, frame)
         except ProtocolError as exc:
             self._fail(session, exc, frame)
@@ -538,7 +541,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         """Answer a protocol error with an ERROR frame, then close."""
         headers = {"message": header_text(exc.message)}
         if frame is not None and "receipt" in frame.headers:
-            headers["receipt-id"] = frame.headers["receipt"]
+            headers["receipt-id"] = header_text(frame.headers["receipt"])
         body = exc.detail
         if not body and frame is not None:
             shown = "\n".join(f"{k}:{v}" for k, v in list(frame.headers.items())[:20])

@@ -138,3 +138,13 @@ def test_a_header_of_thousands_of_digits_under_a_numeric_selector(value: str, se
     producer.send("/queue/q", b"m", x=value, receipt="r")
     assert _answers(producer) == [("RECEIPT", None)]
     assert consumer.bodies() == ([b"m"] if selected else [])
+
+
+def test_a_carriage_return_in_a_1_0_receipt_is_an_error() -> None:
+    """STOMP 1.0 escapes nothing, so the RECEIPT could not carry it back: an ERROR says so."""
+    net = VirtualNetwork()
+    c = net.connected_client("c", version="1.0")
+    c.send_raw(b"SEND\ndestination:/queue/a\nreceipt:a\rb\n\nx\x00")
+    [(command, message)] = _answers(c)
+    assert (command, message) == ("ERROR", "a receipt header cannot hold a carriage return in STOMP 1.0")
+    assert c.frames("ERROR")[0].headers["receipt-id"] == "a\\rb"  # shown, not sent raw

@@ -38,7 +38,7 @@ VALUES = {
     "browser": st.sampled_from(["true", "true", "false", "yes"]),
     "id": st.sampled_from(["0", "1", "s", "", "1-1", "99-1", "0-0", "1-\u00b2", "\u00b2-1", "1-" + "9" * 5000, "1-1\r"]),
     "ack": st.sampled_from(["auto", "client", "client-individual", "bogus", ""]),
-    "receipt": st.sampled_from(["r1", "", "r:2"]),
+    "receipt": st.sampled_from(["r1", "", "r:2", "r\r3"]),
     "transaction": st.sampled_from(["t1", "t2", ""]),
     "message-id": st.sampled_from(["ID:x-1-1", "nope", "", "ID:x-1-\u00b2", "ID:x-1-" + "9" * 5000]),
     "subscription": st.sampled_from(["0", "1", "s", ""]),
