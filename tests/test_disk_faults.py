@@ -418,3 +418,20 @@ def test_a_send_cut_short_by_a_full_disk_is_never_delivered_even_after_a_restart
     consumer = net.connected_client("c")
     consumer.subscribe("/queue/orders")
     assert consumer.bodies() == [b"whole 1", b"whole 2"]
+
+
+def test_a_failed_rename_of_a_ring_journal_name_file_stops_the_broker(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(parse_config({"store": {"layout": "ring"}}), data_dir=tmp_path)
+        producer = net.connected_client("p")
+        producer.send("/queue/first", "kept", persistent="true", receipt="kept")
+        ops.fail("replace", errno.EIO, path="NAME")  # the new queue's journal cannot be named
+        producer.send("/queue/second", "refused", persistent="true", receipt="refused")
+        assert "kept" in _receipts(producer) and "refused" not in _receipts(producer)
+        assert re.search(r'Store "/queue/second" failed: creating its journal: \[Errno 5\]', _errors(producer)["refused"])
+        assert net.shutdown is not None
+        net.restart()
+    consumer = net.connected_client("c")
+    consumer.subscribe("/queue/first")
+    assert consumer.bodies() == [b"kept"]
