@@ -1,7 +1,8 @@
 """The web console in a real headless Chromium: the page loads with no console errors,
-shows a queue's depth changing as messages are sent, purges it, shows the starving
-consumers' diagnosis as a banner with its cure, and hides the admin actions from a
-user without the admin right, whose operation sent anyway is refused with an ERROR.
+shows a queue's depth changing as messages are sent, purges it, sends a dead letter
+queue's messages back and closes a connection, shows the starving consumers'
+diagnosis as a banner with its cure, and hides the admin actions from a user without
+the admin right, whose operation sent anyway is refused with an ERROR.
 Each test saves screenshots of the pages it visited in its temporary directory."""
 from __future__ import annotations
 
@@ -159,3 +160,45 @@ def test_a_user_without_the_admin_right_sees_no_action(browser: Any, broker_fact
                     "return n.includes('ERROR') && n;", "the refusal")
     assert "bob is not authorized to purge" in text
     assert broker.call(lambda: broker.server.broker.destinations["/queue/kept"].size()) == 3
+
+
+def test_console_retries_a_dead_letter_queue_and_closes_a_connection(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from minibroker.config import PolicyEntry
+
+    broker = broker_factory(console={"port": ANY_PORT},
+                            destination_policy=(PolicyEntry(queue=">", dead_letter_on_nack=True),))
+    errors: "queue.Queue[str]" = queue.Queue()
+    messages: "queue.Queue[Any]" = queue.Queue()
+    consumer = stomp.Connection12([broker.address])
+    listener = stomp.ConnectionListener()
+    listener.on_message = messages.put  # type: ignore[method-assign,assignment]
+    listener.on_error = lambda frame: errors.put(frame.headers.get("message", ""))  # type: ignore[method-assign]
+    consumer.set_listener("c", listener)
+    consumer.connect(wait=True, headers={"client-id": "worker"})
+    producer = Client(broker)
+    try:
+        consumer.subscribe("/queue/work", id="w", ack="client-individual")
+        producer.send("/queue/work", 1, persistent="true")  # two messages (a non-persistent one would be dropped)
+        for _ in range(2):  # each NACKed: to the dead letter queue
+            frame = messages.get(timeout=WAIT)
+            consumer.nack(frame.headers["ack"])
+        consumer.unsubscribe("w")
+        open_console(browser, broker)
+        wait_for(browser, _cell_is("/queue/ActiveMQ.DLQ", "size", "2"), "the dead letter queue's two messages")
+        browser.execute_script("window.confirm = () => true;")
+        browser.find_element("css selector", '#destinations tr[data-destination="/queue/ActiveMQ.DLQ"] button[data-action="retry"]').click()
+        wait_for(browser, _cell_is("/queue/work", "size", "2"), "the messages back on their queue")
+        wait_for(browser, _cell_is("/queue/ActiveMQ.DLQ", "size", "0"), "the dead letter queue empty")
+        browser.save_screenshot(str(tmp_path / "retried.png"))
+        # Close the consumer's connection from the connections page.
+        browser.get(f"http://127.0.0.1:{broker.server.console_port}/#/connections")
+        wait_for(browser, "return document.querySelectorAll('#connections tbody tr').length === 3", "three connections")
+        consumer_id = broker.call(lambda: broker.server.broker.client_ids["worker"].id)
+        browser.find_element("css selector", f'#connections tr[data-connection="{consumer_id}"] button[data-action="close"]').click()
+        assert "closed by an administrator" in errors.get(timeout=WAIT)
+        wait_for(browser, "return document.querySelectorAll('#connections tbody tr').length === 2", "the closed one gone")
+        browser.save_screenshot(str(tmp_path / "closed.png"))
+    finally:
+        producer.close()
+        if consumer.is_connected():
+            consumer.disconnect()
