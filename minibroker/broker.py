@@ -307,8 +307,9 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             frames = session.parser.feed(data)
         except ProtocolError as exc:
             frames, error = exc.frames, exc
+        over_limit = self._charge_partial(session, bool(frames))
         if error is None:
-            error = self._charge_partial(session, bool(frames))
+            error = over_limit
         if session.pause_reasons or session.held_frames:  # reading is paused, or was
             session.held_frames.extend(frames)
             frames = []

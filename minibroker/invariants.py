@@ -9,7 +9,8 @@ a protocol error, a dropped socket, a timeout):
 - no subscription of it in any destination (no ghost consumer), in the
   broker's ack-id index, or still active on a durable subscription;
 - no open transaction, no SEND parked by producer flow control, no RECEIPT
-  waiting for an fsync, no place among the blocked producers;
+  waiting for an fsync, no place among the blocked producers, no bytes of an
+  incomplete frame (in its parser, or charged to the broker's total);
 - no temporary destination it owned, no client-id it held;
 - every message it held unacknowledged (delivered, or acknowledged inside a
   transaction that never committed) is back on its queue: in the cache, in
@@ -93,6 +94,9 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
         found.append(f"connection {sid} still lists subscriptions {sorted(session.subscriptions)}")
     if session.transactions:
         found.append(f"connection {sid} still has open transactions {sorted(session.transactions)}")
+    if session.partial_bytes or session.parser.buffered:
+        found.append(f"connection {sid} still holds {session.parser.buffered} bytes of an incomplete frame "
+                     f"({session.partial_bytes} charged to the broker)")
     if session.parked:
         found.append(f"connection {sid} still has {len(session.parked)} SENDs parked by flow control")
     if session in broker._blocked:
@@ -134,6 +138,9 @@ def broker_leftovers(broker: "Broker") -> list[str]:
             if broker.sessions.get(session.id) is not session or session.subscriptions.get(sub.id) is not sub:
                 found.append(f"{destination.address} lists subscription {sub.id!r} of connection {session.id}, "
                              "which no open connection has")
+    held = sum(s.partial_bytes for s in broker.sessions.values())
+    if broker.partial_bytes != held:
+        found.append(f"the broker counts {broker.partial_bytes} bytes of incomplete frames, its open connections {held}")
     return found
 
 

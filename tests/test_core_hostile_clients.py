@@ -14,9 +14,12 @@ HUGE_CONNECT = b"CONNECT\naccept-version:1.2\nhost:h\ncontent-length:104857600\n
 
 
 def held(net: VirtualNetwork) -> int:
-    """What the broker holds of incomplete frames, by its own account (checked against its parsers)."""
+    """What the broker holds of incomplete frames, by its own account (checked against its parsers),
+    and every connection that ended let go of what it held (the teardown checker, when on)."""
     broker = net.broker
     assert broker.partial_bytes == sum(s.parser.buffered for s in broker.sessions.values())
+    if net.teardown is not None:
+        assert net.teardown.violations == []
     return broker.partial_bytes
 
 
@@ -36,7 +39,7 @@ def error_of(client: VirtualClient) -> str:
 
 class TestBeforeLogin:
     def test_a_huge_connect_is_refused_at_its_header_block(self) -> None:
-        net = VirtualNetwork()
+        net = VirtualNetwork(check_teardown=True)
         hostile = [net.client(f"hostile{i}") for i in range(5)]
         for client in hostile:
             feed(client, HUGE_CONNECT + b"x" * (2 * 1024 * 1024))
@@ -76,7 +79,7 @@ class TestBeforeLogin:
 
 def small_limits(**transport: Any) -> VirtualNetwork:
     limits = {"partial_frame_memory_limit": "1 mb", "max_frame_size": "1 mb", "max_data_length": "1 mb", **transport}
-    return VirtualNetwork(parse_config({"transport": limits}))
+    return VirtualNetwork(parse_config({"transport": limits}), check_teardown=True)
 
 
 def partial_send(size: int) -> bytes:
