@@ -250,6 +250,7 @@ class FrameParser:
         self._buf = bytearray()
         self._scan = 0  # where the search for the end of the header block resumes
         self._line_start = 0  # where the header line being received starts (a partial header block)
+        self._lines = 0  # lines of the partial header block that have ended (its command's included)
         # A frame whose headers are parsed, waiting for its body:
         # (command, headers, frame_start, body_start, content_length or None)
         self._head: tuple[str, dict[str, str], int, int, int | None] | None = None
@@ -268,7 +269,7 @@ class FrameParser:
         """Let go of what is buffered: the connection is over, nothing more will be fed."""
         self._buf = bytearray()
         self._head = None
-        self._scan = self._line_start = 0
+        self._scan = self._line_start = self._lines = 0
 
     @property
     def frame_limit(self) -> int:
@@ -468,16 +469,23 @@ class FrameParser:
     def _check_partial_head(self, buf: bytearray, pos: int, scanned: int) -> None:
         """The limits a header block still arriving already breaks: its command
         line, each header line (the ones completed since ``scanned`` and the one
-        still open), its size. Each byte is looked at once, however it is fed."""
-        line_start = self._line_start if self._line_start > pos else pos
+        still open), their number, its size. Each byte is looked at once, however
+        it is fed."""
+        if self._line_start > pos:
+            line_start, lines = self._line_start, self._lines
+        else:  # a new frame's block
+            line_start, lines = pos, 0
         limit = self.max_header_line_length
         eol = buf.find(b"\n", max(scanned, line_start))
         while eol >= 0:
             if line_start > pos and eol - line_start - (buf[eol - 1] == 13) > limit:
                 raise ProtocolError(f"header line longer than {limit} bytes")
+            lines += 1
             line_start = eol + 1
             eol = buf.find(b"\n", line_start)
-        self._line_start = line_start
+        if lines - 1 > self.max_headers:
+            raise ProtocolError(f"more than {self.max_headers} headers")
+        self._line_start, self._lines = line_start, lines
         if line_start == pos:
             if len(buf) - pos > self.max_command_length:
                 raise ProtocolError(f"command longer than {self.max_command_length} bytes")

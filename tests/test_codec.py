@@ -191,7 +191,7 @@ def test_several_frames_in_one_feed_keep_order() -> None:
         ({"max_body_length": 4}, b"SEND\n\n12345\x00", "exceeds the limit of 4"),  # whole, without content-length
         ({"max_frame_size": 20}, b"SEND\ndestination:/q\n\n0123456789\x00", "frame exceeds"),
         ({"max_frame_size": 20}, b"SEND\ncontent-length:100\n\n", "frame exceeds"),
-        ({"max_command_length": 8, "max_headers": 2, "max_header_line_length": 8}, b"SEND\n" + b"a:1\n" * 10, "header block exceeds"),
+        ({"max_command_length": 8, "max_headers": 2, "max_header_line_length": 8}, b"SEND\n" + b"a:1\n" * 10, "more than 2 headers"),
     ],
 )
 @pytest.mark.parametrize("version", ["1.0", "1.2"])  # 1.2: a whole frame may take the one-step read
@@ -388,7 +388,7 @@ def test_before_the_handshake_a_frame_is_held_to_the_handshake_limit() -> None:
         parser.feed(b"CONNECT\naccept-version:1.2\ncontent-length:104857600\n\n" + b"x" * 1000)
     # A header block that never ends is refused once it passes the limit.
     parser = FrameParser(max_handshake_frame_size=4096)
-    taken = _fed_until_refused(parser, b"CONNECT\n" + b"h:v\n" * 5000)
+    taken = _fed_until_refused(parser, b"CONNECT\n" + (b"h:" + b"v" * 100 + b"\n") * 500)
     assert 4096 < taken <= 4096 + 1
     # So is any frame before CONNECT (the session refuses it, but only once it is whole).
     with pytest.raises(ProtocolError, match="before the CONNECT is accepted"):
@@ -403,3 +403,11 @@ def test_after_the_handshake_frames_may_be_as_large_as_max_frame_size() -> None:
     body = b"x" * 100_000
     [send] = feed_whole(parser, b"SEND\ndestination:/q\ncontent-length:100000\n\n" + body + b"\x00")
     assert send.body == body
+
+
+def test_too_many_headers_are_refused_while_they_arrive() -> None:
+    parser = FrameParser(version="1.2", max_headers=10)
+    taken = _fed_until_refused(parser, b"SEND\n" + b"h:v\n" * 1000)
+    assert taken <= len(b"SEND\n") + 11 * len(b"h:v\n")
+    with pytest.raises(ProtocolError, match="more than 10 headers"):
+        parser.feed(b"")
