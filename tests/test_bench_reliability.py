@@ -98,4 +98,4 @@ def test_diskfull_runs_on_a_tmpfs_or_says_why_it_cannot(tmp_path: Path) -> None:
         return
     assert p.returncode in (0, 1), f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     assert doc["receipted"] > 0 and doc["lost"] == 0, doc  # what was receipted is on the disk
-    assert doc["restart"] == "ok" and doc["non_persistent_when_full"] == "ok", doc
+    assert doc["recovered_from_a_copy"] + doc["drained"] + doc["drained_after_restart"] >= doc["receipted"], doc
