@@ -9,8 +9,9 @@ disk). Then:
 1. a producer sends persistent 4 KB messages, each with a receipt, until the
    broker refuses one (an ERROR), stops answering for 10 s, or closes;
 2. while the disk is full: a non-persistent message goes through another
-   connection (sent with a receipt and received), and a persistent SEND gets
-   an ERROR (its ``message`` is kept);
+   connection (sent with a receipt and received), and a persistent SEND of
+   the same size gets an ERROR, or no RECEIPT within 10 s (producer flow
+   control): what happened is kept;
 3. a consumer drains the queue, each ACK with a receipt: every receipted
    message must arrive (``lost`` counts those that did not);
 4. with the acknowledged files freed, a persistent SEND gets its receipt again,
@@ -84,7 +85,7 @@ async def round_trip(port: int, persistent: bool, destination: str) -> str:
     try:
         async with await StompClient.connect(port=port, connect_timeout=10) as client:
             sub = await client.subscribe(destination)
-            await client.send(destination, "probe", headers={"persistent": "true" if persistent else "false"},
+            await client.send(destination, f"probe:{BODY}", headers={"persistent": "true" if persistent else "false"},
                               receipt=True, timeout=10)
             await sub.get(timeout=10)
         return "ok"

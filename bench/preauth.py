@@ -4,7 +4,10 @@
 Starts the real ``minibroker serve`` (the embedded configuration, or
 ``--config``), reads its idle RSS, then opens ``--sockets`` connections that
 each send a CONNECT announcing ``content-length:104857600`` (100 MB) and then
-trickle its body at ``--rate`` bytes per second per socket, for ``--seconds``.
+trickle its body at ``--rate`` bytes per second per socket, for ``--seconds``,
+never sending it whole. With a small ``--content-length`` (under the limit on a
+frame before login) the sockets are not refused at once but hold their
+incomplete CONNECTs as long as the broker lets them.
 Meanwhile a bystander connects, sends a persistent message with a receipt and
 receives it, again and again. Reported:
 
@@ -38,7 +41,6 @@ from clients.stomp import StompClient, StompClientError
 
 GOAL_MB = 200
 HUGE = 100 * 1024 * 1024
-CHUNK = 4096
 
 
 @dataclass
@@ -53,23 +55,28 @@ class Attack:
     capped: bool = False
 
 
-async def hostile(port: int, attack: Attack, rate: int, until: float) -> None:
-    """One socket: a CONNECT announcing 100 MB, then its body a little at a time."""
+async def hostile(port: int, attack: Attack, rate: int, until: float, length: int) -> None:
+    """One socket: a CONNECT announcing ``length`` bytes, then its body a little at a time."""
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except OSError:
         attack.refused += 1
         return
     attack.opened += 1
-    head = f"CONNECT\naccept-version:1.2\nhost:localhost\ncontent-length:{HUGE}\n\n".encode()
+    head = f"CONNECT\naccept-version:1.2\nhost:localhost\ncontent-length:{length}\n\n".encode()
+    left = length
     answered = asyncio.ensure_future(reader.read(1))
     try:
         writer.write(head)
-        interval = CHUNK / rate
+        interval = 0.25
+        step = max(1, int(rate * interval))
         while time.monotonic() < until and not answered.done():
-            writer.write(b"x" * CHUNK)
-            await asyncio.wait_for(writer.drain(), timeout=5)
-            attack.sent += CHUNK
+            piece = min(step, left - 1)  # never the whole body: the frame stays incomplete
+            if piece > 0:
+                writer.write(b"x" * piece)
+                await asyncio.wait_for(writer.drain(), timeout=5)
+                attack.sent += piece
+                left -= piece
             await asyncio.wait([answered], timeout=interval)
         if answered.done():
             if answered.result():
@@ -100,12 +107,12 @@ async def bystander(port: int, attack: Attack, until: float) -> None:
         await asyncio.sleep(0.2)
 
 
-async def _attack(broker: Ours, sockets: int, seconds: float, rate: int, cap_mb: float) -> Attack:
+async def _attack(broker: Ours, sockets: int, seconds: float, rate: int, cap_mb: float, length: int) -> Attack:
     attack = Attack()
     until = time.monotonic() + seconds
     tasks = [asyncio.ensure_future(bystander(broker.port, attack, until))]
     for _ in range(sockets):
-        tasks.append(asyncio.ensure_future(hostile(broker.port, attack, rate, until)))
+        tasks.append(asyncio.ensure_future(hostile(broker.port, attack, rate, until, length)))
         await asyncio.sleep(0)  # let it connect before the next
     while time.monotonic() < until:
         if proc_status_mb(broker.pid or 0).get("VmRSS", 0.0) > cap_mb:
@@ -118,7 +125,8 @@ async def _attack(broker: Ours, sockets: int, seconds: float, rate: int, cap_mb:
     return attack
 
 
-def run(sockets: int, seconds: float, rate: int, config: str | None, cap_mb: float, workdir: Path) -> dict:
+def run(sockets: int, seconds: float, rate: int, config: str | None, cap_mb: float, workdir: Path,
+        length: int = HUGE) -> dict:
     broker = Ours("preauth", workdir, config)
     sampler = RssSampler(0.1)
     sampler.start()
@@ -129,7 +137,7 @@ def run(sockets: int, seconds: float, rate: int, config: str | None, cap_mb: flo
         idle = proc_status_mb(broker.pid).get("VmRSS", 0.0)
         sampler.watch(broker.pid)
         sampler.reset(broker.pid)
-        attack = asyncio.run(_attack(broker, sockets, seconds, rate, cap_mb))
+        attack = asyncio.run(_attack(broker, sockets, seconds, rate, cap_mb, length))
         peak = sampler.peak(broker.pid)
         alive = broker.exit_status() is None
     finally:
@@ -137,7 +145,8 @@ def run(sockets: int, seconds: float, rate: int, config: str | None, cap_mb: flo
         broker.stop()
     trips = sorted(attack.round_trips)
     return {
-        "sockets": sockets, "seconds": seconds, "rate_per_socket": rate, "config": config or "embedded default",
+        "sockets": sockets, "seconds": seconds, "rate_per_socket": rate, "content_length": length,
+        "config": config or "embedded default",
         "idle_rss_mb": idle, "peak_rss_mb": peak, "goal_mb": GOAL_MB, "met": peak < GOAL_MB and not attack.capped,
         "capped_at_mb": cap_mb if attack.capped else None, "broker_alive": alive,
         "opened": attack.opened, "refused": attack.refused, "closed_by_broker": attack.closed,
@@ -154,22 +163,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sockets", type=int, default=1000, help="hostile connections (default 1000)")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long they trickle (default 20)")
     parser.add_argument("--rate", type=int, default=16384, help="body bytes per second per socket (default 16384)")
+    parser.add_argument("--content-length", type=int, default=HUGE,
+                        help="the CONNECT's announced body, never sent whole (default 104857600: 100 MB)")
     parser.add_argument("--rss-cap", type=float, default=1500.0, help="stop the attack past this RSS in MB (default 1500)")
     parser.add_argument("--config", help="broker configuration (default: the embedded one)")
     parser.add_argument("--json", help="write the JSON here instead of bench/results/")
     a = parser.parse_args(argv)
-    if a.sockets < 1 or a.seconds <= 0 or a.rate < CHUNK:
-        parser.error(f"--sockets must be at least 1, --seconds positive, --rate at least {CHUNK}")
+    if a.sockets < 1 or a.seconds <= 0 or a.rate <= 0 or a.content_length < 2:
+        parser.error("--sockets must be at least 1, --seconds and --rate positive, --content-length at least 2")
     with tempfile.TemporaryDirectory(prefix="minibroker-preauth-") as workdir:
         try:
-            r = run(a.sockets, a.seconds, a.rate, a.config, a.rss_cap, Path(workdir))
+            r = run(a.sockets, a.seconds, a.rate, a.config, a.rss_cap, Path(workdir), a.content_length)
         except BrokerStartError as exc:
             print(f"preauth: {exc}", file=sys.stderr)
             return 1
     capped = f" (stopped at {r['capped_at_mb']:.0f} MB)" if r["capped_at_mb"] else ""
-    print_table(["hostile sockets", "accepted", "closed by broker", "refused", "idle RSS MB", "peak RSS MB",
+    print_table(["hostile sockets", "CONNECT body", "accepted", "closed by broker", "refused", "idle RSS MB", "peak RSS MB",
                  f"goal < {GOAL_MB} MB", "bystander trips", "median ms", "worst ms", "failed"],
-                [[r["sockets"], r["opened"], r["closed_by_broker"], r["refused"], r["idle_rss_mb"],
+                [[r["sockets"], f"{r['content_length']:,} B", r["opened"], r["closed_by_broker"], r["refused"], r["idle_rss_mb"],
                   f"{r['peak_rss_mb']}{capped}", "met" if r["met"] else "NOT met", r["bystander_round_trips"],
                   r["bystander_median_ms"], r["bystander_worst_ms"], r["bystander_failed"]]])
     save("preauth", r, a.json)
