@@ -11,7 +11,8 @@ a protocol error, a dropped socket, a timeout):
 - no open transaction, no SEND parked by producer flow control, no RECEIPT
   waiting for an fsync, no place among the blocked producers, no bytes of an
   incomplete frame (in its parser, or charged to the broker's total);
-- no temporary destination it owned, no client-id it held;
+- no temporary destination it owned (nor another connection's SEND parked on
+  its way to one), no client-id it held;
 - every message it held unacknowledged (delivered, or acknowledged inside a
   transaction that never committed) is back on its queue: in the cache, in
   the store, or already delivered to another consumer. One that is in none
@@ -118,6 +119,10 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
             if state.active is not None and state.active.session is session:
                 found.append(f"durable subscription {state.name!r} on {destination.address} is still active "
                              f"for connection {sid}")
+    waiting = [p.destination.address for s in broker._blocked for p in s.parked
+               if p.destination.address in departure.temporaries]
+    if waiting:
+        found.append(f"SENDs of other connections still wait for connection {sid}'s deleted {sorted(set(waiting))}")
     for queue, messages in departure.unacked.items():
         if queue.address in departure.temporaries:
             continue  # a temporary queue goes with its owner

@@ -9,7 +9,8 @@ error, a dropped socket, a heart-beat or write timeout, the broker stopping),
    through subscriptions that still exist);
 2. each subscription is removed: a queue takes its unacknowledged messages
    back at the head, a topic drops (or, durable, keeps) what it held;
-3. its temporary destinations go, with their messages;
+3. its temporary destinations go, with their messages (SENDs of other
+   connections parked on their way to one get an ERROR);
 4. what waited for it goes: SENDs parked by producer flow control, frames held
    while it was not read, RECEIPTs waiting for an fsync;
 5. its client-id is free again.
@@ -21,6 +22,7 @@ messages of the connection behind. ``invariants.py`` checks the result.
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .coreutil import log
@@ -62,11 +64,21 @@ class ConnectionTeardown:
             log.exception("connection %d: closing it, %s failed (the rest of the close goes on)", session.id, what)
 
     def _drop_temporary(self, dest: "Destination") -> None:
-        """A temporary destination whose owner left: its consumers go, then its messages."""
+        """A temporary destination whose owner left: its consumers go, then its messages,
+        and SENDs of other connections parked on their way to it get an ERROR."""
         for sub in list(dest.subscriptions):
             self._remove_subscription(sub.session, sub)
         if isinstance(dest, Queue):
             dest.purge()
+        for producer in list(self._blocked):
+            bound_here = [p for p in producer.parked if p.destination is dest]
+            if not bound_here:
+                continue
+            producer.parked = deque(p for p in producer.parked if p.destination is not dest)
+            for parked in bound_here:
+                self._refuse_send(producer, parked.receipt,
+                                  f"{dest.address} was deleted: the connection that owned it closed")
+            self._retry_blocked = True  # the producer may have nothing left to wait for
 
     def _release_waits(self, session: "Session") -> None:
         """Drop what waited on ``session``: parked SENDs, held frames, RECEIPTs owed after an fsync."""

@@ -12,6 +12,7 @@ import pytest
 
 from minibroker.invariants import TeardownChecker
 from minibroker.codec import encode
+from minibroker.config import parse_config
 from minibroker.frames import Frame
 from minibroker.sim import VirtualClient, VirtualNetwork
 
@@ -166,3 +167,28 @@ def test_a_slow_1_0_client_ack_consumer_leaving_mid_stream_loses_nothing(leave: 
     queue = net.broker.destinations["/queue/story"]
     assert (queue.dequeued, queue.size()) == (_TOTAL, 0)
     assert checker.violations == []
+
+
+def test_a_send_parked_on_its_way_to_a_temporary_queue_is_answered_when_the_owner_leaves() -> None:
+    """Another connection's SEND to a temporary queue waits for memory (producer flow
+    control); its owner leaves: the SEND gets an ERROR saying why, the producer is no
+    longer blocked, and its next SEND goes through."""
+    net = VirtualNetwork(parse_config({"destination_policy": [{"queue": ">", "memory_limit": "4 kb"}]}),
+                         check_teardown=True)
+    owner = net.connected_client("owner")
+    owner.send("/queue/requests", b"ask", **{"reply-to": "/temp-queue/answers"})
+    reply_to = net.connected_client("reader")
+    reply_to.subscribe("/queue/requests", "r")
+    address = reply_to.messages()[-1].headers["reply-to"]
+    producer = net.connected_client("producer")
+    for i in range(6):
+        producer.send(address, b"x" * 1500, receipt=f"a{i}")  # the queue fills: the last ones park
+    assert len(producer.frames("RECEIPT")) < 6 and net.broker.sessions[producer.sid].parked
+    owner.disconnect()
+    errors = [f.headers["message"] for f in producer.frames("ERROR")]
+    assert errors and all(m == f"{address} was deleted: the connection that owned it closed" for m in errors)
+    assert len(producer.frames("RECEIPT")) + len(errors) == 6
+    assert not net.broker.sessions[producer.sid].parked and not net.broker._blocked
+    producer.send("/queue/elsewhere", b"on", receipt="later")
+    assert producer.frames("RECEIPT")[-1].headers["receipt-id"] == "later"
+    assert net.teardown is not None and net.teardown.violations == []
