@@ -23,7 +23,11 @@ module only moves bytes between it, the socket and the core.
   and header limits) and the transport's connect timeout bounds its time.
   From then on everything that bounds a TCP client (limits before and after
   login, the outbound buffer, producer flow control by not reading the
-  socket, heart-beats, authentication) bounds this one the same way.
+  socket, heart-beats, authentication) bounds this one the same way. One
+  more bound comes first: the library takes a whole message before the core
+  sees its STOMP bytes, so until the CONNECT is accepted the edge counts what
+  arrives and fails the connection (close code 1009, message too big) past a
+  CONNECT's worth (``max_connect_frame_size`` and the framing around it).
 - A close from the core sends a WebSocket close frame after what was written
   (the ERROR frame), then the TCP connection ends as on TCP.
 """
@@ -33,7 +37,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Sequence
 
-from websockets.frames import Opcode
+from websockets.frames import CloseCode, Opcode
 from websockets.http11 import Request
 from websockets.protocol import OPEN
 from websockets.server import ServerProtocol
@@ -56,6 +60,9 @@ _protocol_log.setLevel(logging.WARNING)
 STOMP_SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 #: How long the upgrade request may take to arrive when the connect timeout is off.
 _REQUEST_TIMEOUT_SECONDS = 30.0
+#: Bytes of WebSocket framing allowed beside a CONNECT's worth of STOMP before login
+#: (a frame header is at most 14 bytes; a CONNECT split in many messages pays it each time).
+_FRAMING_ALLOWANCE = 4096
 #: The frames that carry STOMP bytes (control frames are the library's business).
 _DATA_OPCODES = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 
@@ -93,6 +100,9 @@ class WebSocketConnection(EdgeConnection):
         super().__init__(server)
         self.ws = stomp_protocol(server.broker.config.transport)
         self._request_timer: asyncio.TimerHandle | None = None
+        #: Bytes received since the upgrade while the CONNECT is not accepted yet.
+        self._before_login = 0
+        self._failed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.attach(transport)  # the session opens with the upgrade (``handle_request``)
@@ -115,6 +125,8 @@ class WebSocketConnection(EdgeConnection):
 
     def data_received(self, data: bytes) -> None:
         ws = self.ws
+        if self._failed or (ws.state is OPEN and self._too_much_before_login(len(data))):
+            return
         ws.receive_data(data)
         stomp = []
         for event in ws.events_received():
@@ -125,6 +137,22 @@ class WebSocketConnection(EdgeConnection):
         self._send_pending()
         if stomp:
             self.deliver(b"".join(stomp))
+
+    def _too_much_before_login(self, size: int) -> bool:
+        """Count ``size`` more bytes before login; past a CONNECT's worth, fail the connection."""
+        session = self.server.broker.sessions.get(self.sid)
+        if session is None or session.parser.handshake_complete:
+            return False
+        self._before_login += size
+        limit = session.parser.frame_limit + _FRAMING_ALLOWANCE
+        if self._before_login <= limit:
+            return False
+        log.warning("WebSocket connection %d from %s: more than %d bytes before its CONNECT was accepted; closed",
+                    self.sid, self.peer, limit)
+        self._failed = True
+        self.ws.fail(CloseCode.MESSAGE_TOO_BIG, f"more than {limit} bytes before the CONNECT is accepted")
+        self._send_pending()
+        return True
 
     def handle_request(self, request: Request) -> None:
         """The HTTP request that opens the connection: upgrade it (or refuse, saying why)."""

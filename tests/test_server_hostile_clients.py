@@ -77,3 +77,29 @@ def test_a_password_hash_never_stops_the_other_connections(broker_factory) -> No
         release.set()
         alice.close()
         guesser.close()
+
+
+def test_a_websocket_client_cannot_send_more_than_a_connect_before_login(broker_factory) -> None:
+    """The WebSocket layer takes a whole message before the STOMP limits see it: until the
+    CONNECT is accepted, the edge closes a connection past a CONNECT's worth (1009)."""
+    from websockets.exceptions import ConnectionClosedError
+    from websockets.sync.client import connect
+
+    from minibroker.config import ANY_PORT
+
+    rb = broker_factory(transport={"websocket_port": ANY_PORT})
+    url = f"ws://127.0.0.1:{rb.server.websocket_port}/"
+    with connect(url, open_timeout=20, max_size=None) as hostile:
+        try:
+            hostile.send(HUGE_CONNECT + b"x" * (1024 * 1024))
+            hostile.recv(timeout=20)
+            raise AssertionError("the broker answered instead of closing")
+        except ConnectionClosedError as closed:
+            assert closed.rcvd is not None and closed.rcvd.code == 1009
+            assert "before the CONNECT is accepted" in closed.rcvd.reason
+    with connect(url, open_timeout=20) as good:  # a CONNECT, then a frame well past the CONNECT limit
+        good.send(b"CONNECT\naccept-version:1.2\nhost:localhost\n\n\x00")
+        assert good.recv(timeout=20).startswith("CONNECTED")
+        body = b"y" * (256 * 1024)
+        good.send(b"SEND\ndestination:/queue/ws.big\nreceipt:r\n\n" + body + b"\x00")
+        assert "receipt-id:r" in good.recv(timeout=20)
