@@ -163,6 +163,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         self.store_failure: str | None = None
         #: Why the store is full (no space on disk), or None.
         self.store_full: str | None = None
+        #: While the disk is full: persistent messages wait (or are refused) without trying it.
+        self._no_space = False
         self._space_probe = False
         #: The storage transaction of the COMMIT being applied, if any.
         self._txid: str | None = None

@@ -10,7 +10,7 @@ anything else it sends (ACKs included) waits too. With
 after ``send_fail_if_no_space_after_timeout``; as in ActiveMQ the connection
 stays open. Parked sends enter, in order, as soon as space is freed.
 
-A full disk (the store marked ``store_full``) holds persistent messages back
+A full disk (the store marked full: ``_no_space``) holds persistent messages back
 the same way as a full store limit: their producers wait, or with
 ``send_fail_if_no_space`` get an ERROR that names the store and "no space".
 """
@@ -37,7 +37,7 @@ class ProducerFlowControl:
         """May ``message`` enter ``destination`` now? (ActiveMQ ``Queue.send``'s checks)"""
         if not destination.policy.producer_flow_control and not destination.policy.send_fail_if_no_space:
             return True
-        if message.persistent and self.store is not None and (self.store_usage.is_full() or self.store_full):
+        if message.persistent and self.store is not None and (self.store_usage.is_full() or self._no_space):
             return False
         if not message.persistent and self.temp_usage.is_full():
             return False  # ActiveMQ Queue.checkUsage / Topic.send: "Temp Store is Full"
@@ -50,7 +50,7 @@ class ProducerFlowControl:
         """Block a producer: withhold its RECEIPT, or stop reading it (ActiveMQ's two ways)."""
         policy = destination.policy
         usage = destination.memory
-        if message.persistent and self.store is not None and self.store_full:
+        if message.persistent and self.store is not None and self._no_space and self.store_full:
             text = (
                 f"{self.store_full}. Persistent store is full (no space left on the disk). "
                 f"Stopping producer (session {session.id}) to prevent flooding {destination.kind}://{destination.name}."

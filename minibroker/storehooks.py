@@ -20,14 +20,14 @@ while RECEIPTs wait, and the edge reports back ``store_synced`` or
   shut the broker down (``Shutdown``, exit status ``STORE_FAILED_EXIT``). Nothing
   is retried: after a failed fsync no later one proves anything.
 - **The disk is full** (``StoreFull``): nothing was written, nothing is lost.
-  The store is marked full (``store_full``, in the statistics and the log) and
-  persistent SENDs are refused with an ERROR, or, under producer flow control
-  without ``send_fail_if_no_space``, wait as for a full store limit.
+  The store is full (``store_full``, in the statistics and the log, until a
+  persistent message is written again or journal files are deleted) and persistent SENDs are refused with
+  an ERROR, or, under producer flow control without ``send_fail_if_no_space``,
+  wait as for a full store limit, without trying the disk (``_no_space``).
   Consumers, acknowledgements and non-persistent messages go on. Every
-  ``SPACE_PROBE_SECONDS``, and whenever the journals shrink, the mark is
-  lifted and the next persistent message tries the disk again: when the
-  operator or the consumers' acks have freed space, sends work again without a
-  restart.
+  ``SPACE_PROBE_SECONDS``, and whenever the journals shrink, the next
+  persistent message tries the disk again: when the operator or the
+  consumers' acks have freed space, sends work again without a restart.
 """
 from __future__ import annotations
 
@@ -180,32 +180,37 @@ class StoreHooks:
         self._control.append(Shutdown(text, STORE_FAILED_EXIT))
 
     def _store_full(self, error: StoreFull) -> None:
-        """A write found the disk full: mark the store full until space returns."""
+        """A write found the disk full: the store is full (logged once) until a write succeeds,
+        and persistent messages wait or are refused without trying the disk until it may
+        have room (``_probe_space``, ``_space_returned``)."""
         if self.store_full is None:
             log.error("%s: the store is full; persistent messages are refused (or their producers wait) until "
                       "space returns, while consumers and non-persistent messages go on", error)
             if self.trace.enabled:
                 self._emit("error", message=str(error), code="store_full", fatal=False)
+        self.store_full = str(error)
+        self._no_space = True
         if not self._space_probe:
             self._space_probe = True
             self.timers.call_at(self.clock.now() + SPACE_PROBE_SECONDS, self._probe_space)
-        self.store_full = str(error)
 
     def _probe_space(self) -> None:
-        """Let the next persistent message try the disk again (it marks the store full if it still is)."""
+        """Let the next persistent message try the disk again (it closes the gate again if it is still full)."""
         self._space_probe = False
-        if self.store_full is not None:
-            self._space_returned()
+        self._space_returned()
 
     def _space_returned(self) -> None:
-        if self.store_full is not None:
-            self.store_full = None
+        """The disk may have room (a second passed, or journal files were deleted)."""
+        if self._no_space:
+            self._no_space = False
             self.space_freed()
 
     def store_writable(self) -> None:
-        """A persistent message was written: if the store was full, it has space again."""
+        """A persistent message was written, or journal files deleted: if the store was
+        full, it has space again."""
         if self.store_full is not None:
             log.info("the store has space again: persistent messages are accepted")
+            self.store_full = None
             self._space_returned()
 
     @property
@@ -229,8 +234,8 @@ class StoreHooks:
         self._sync_waiters = keep
 
     def _set_store_usage(self, used: int) -> None:
-        if used < self.store_usage.usage:  # journal files were deleted: the disk may have room again
-            self._space_returned()
+        if used < self.store_usage.usage:  # journal files were deleted: the disk has room again
+            self.store_writable()
         self._set_usage(self.store_usage, used)
 
     def _set_usage(self, usage: Any, used: int) -> None:

@@ -172,7 +172,8 @@ def test_the_server_stops_with_a_non_zero_status_when_an_fsync_fails_and_a_resta
     try:
         with using(ops):
             thread = threading.Thread(target=lambda: status.append(
-                cli(["serve", "--port", "0", "--data-dir", str(data), "--log-level", "info"])), daemon=True)
+                cli(["serve", "--port", "0", "--websocket-port", "0", "--console-port", "0", "--data-dir", str(data),
+                     "--log-level", "info"])), daemon=True)
             thread.start()
             assert listening.wait(30)
             port = int(re.search(r":(\d+) ", next(r.getMessage() for r in records if "listening on" in r.getMessage())
