@@ -201,6 +201,8 @@ def destination_statistics(broker: "Broker", dest: "Destination", scope: Scope |
         "memoryUsage": dest.memory.usage,
         "memoryLimit": dest.memory.limit,
         "memoryPercentUsage": dest.memory.percent,
+        # where its cursor stops caching (its policy's cursor_memory_high_water_mark), percent
+        "cursorMemoryHighWaterMark": dest.policy.cursor_memory_high_water_mark,
     }
     stats.update(dest.cursor_statistics())
     if dest.kind == "topic":  # what its subscriptions hold for their consumers, and how much of it is on disk

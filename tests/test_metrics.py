@@ -3,6 +3,7 @@ own parser; the figures are the broker's statistics at that moment."""
 from __future__ import annotations
 
 import queue
+import time
 import urllib.error
 import urllib.request
 
@@ -86,3 +87,25 @@ def test_the_console_stomp_endpoint_takes_only_its_own_pages(broker_factory) -> 
         ws.send("CONNECT\naccept-version:1.2\n\n\x00")
         assert ws.recv(timeout=WAIT).startswith("CONNECTED\n")
         assert broker.call(lambda: [s.protocol for s in broker.server.broker.sessions.values()]) == ["websocket"]
+
+
+def test_a_destinations_statistics_name_its_high_water_mark(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """What the console draws on a memory bar: the destination policy's high-water mark."""
+    from minibroker.config import PolicyEntry
+    from minibroker.stats import STATISTICS_PREFIX, statistics_replies
+
+    broker = broker_factory(destination_policy=(PolicyEntry(queue="low.>", cursor_memory_high_water_mark=40),))
+    conn = stomp.Connection12([broker.address])
+    conn.connect(wait=True)
+    try:
+        for name in ("/queue/low.a", "/queue/other"):
+            conn.send(name, "x")
+        conn.send("/queue/other", "x", headers={"receipt": "r"})
+        marks = {}
+        deadline = time.monotonic() + WAIT
+        while len(marks) < 2 and time.monotonic() < deadline:
+            replies = broker.call(lambda: statistics_replies(broker.server.broker, STATISTICS_PREFIX + "Destination.>"))
+            marks = {d["destinationName"]: d["cursorMemoryHighWaterMark"] for d in replies}
+    finally:
+        conn.disconnect()
+    assert marks == {"/queue/low.a": 40, "/queue/other": 70}

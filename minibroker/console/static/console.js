@@ -9,7 +9,7 @@ const POLL_MS = 1000;
 const HISTORY_POINTS = 300;               // five minutes at one sample a second
 const REPLY_TO = '/temp-queue/console';
 const REQUEST_TIMEOUT_MS = 10000;
-const HIGH_WATER_MARK = 70;               // the cursor memory high-water mark's default, percent
+const DEFAULT_HIGH_WATER_MARK = 70;       // the cursor memory high-water mark's default, percent
 
 const state = {
   client: null, connected: false, credentials: {}, polling: false, seq: 0,
@@ -220,7 +220,7 @@ function figures(target, pairs) {
 }
 
 function renderOverview(b) {
-  usageBar($('usage-memory'), 'Memory', b.memoryUsage, b.memoryLimit, b.memoryPercentUsage, HIGH_WATER_MARK);
+  usageBar($('usage-memory'), 'Memory', b.memoryUsage, b.memoryLimit, b.memoryPercentUsage, highWaterMark());
   usageBar($('usage-store'), 'Store', b.storeUsage, b.storeLimit, b.storePercentUsage);
   usageBar($('usage-temp'), 'Temp', b.tempUsage, b.tempLimit, b.tempPercentUsage);
   figures($('figures'), [
@@ -235,17 +235,30 @@ function renderOverview(b) {
   renderDestinations();
 }
 
+// The broker's bar marks where the first queue cursor stops caching: the lowest
+// high-water mark among the queues (their policies'), the default without queues.
+function highWaterMark() {
+  const marks = state.destinations.filter((d) => d.kind === 'queue' && d.cursorMemoryHighWaterMark)
+    .map((d) => d.cursorMemoryHighWaterMark);
+  return marks.length ? Math.min(...marks) : DEFAULT_HIGH_WATER_MARK;
+}
+
 function chart(id, data, labels, colors, range) {
   const target = $(id);
+  if (!data[0].length) return;  // no sample yet: the chart comes with the first
   let c = state.charts[id];
   if (!c || !target.contains(c.root)) {
     c = new uPlot({
       width: 360, height: 150, legend: { show: true, live: false },
       // the last minutes, whatever the samples so far
-      scales: { x: { time: true, range: (u, min, max) => [max - HISTORY_POINTS * POLL_MS / 1000, max] },
+      scales: { x: { time: true, range: (u, min, max) => {
+        const end = Number.isFinite(max) ? max : Date.now() / 1000;  // no sample yet: end now
+        return [end - HISTORY_POINTS * POLL_MS / 1000, end];
+      } },
                 y: range ? { range: () => range } : {} },
       series: [{}, ...labels.map((label, i) => ({ label, stroke: colors[i], width: 1.5 }))],
-      axes: [{ space: 60 }, { size: 50 }],
+      // the clock time of each tick (the window is minutes: no date)
+      axes: [{ space: 70, values: (u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString()) }, { size: 50 }],
     }, data, target);
     state.charts[id] = c;
   } else {
@@ -331,6 +344,8 @@ function renderDestination(name) {
     ['memory', `${bytes(d.memoryUsage)} (${pctOf(d)}%)`], ['cached', num(d.cachedCount)], ['store only', num(d.storeOnlyCount)],
     ['enqueued', num(d.enqueueCount)], ['dequeued', num(d.dequeueCount)], ['expired', num(d.expiredCount)],
   ]);
+  usageBar($('dest-memory'), 'Memory of this destination', d.memoryUsage, d.memoryLimit, pctOf(d),
+    d.kind === 'queue' ? d.cursorMemoryHighWaterMark : undefined);
   $('dest-actions').replaceChildren(...destinationActions(d),
     ...(can('Browse') && d.kind === 'queue' ? [el('button', { 'data-action': 'browse', onclick: () => browse(name) }, 'Show first messages')] : []));
   const dh = state.destHistory.get(name) || { t: [], memory: [], size: [] };
