@@ -183,7 +183,7 @@ from storage.errors import (
     TornWrite,
 )
 from storage.fileio import FileOps, file_ops
-from storage.inspect import JournalReport, format_report, inspect
+from storage.report import JournalReport, format_report, inspect
 from storage.journal import Journal
 from storage.model import FileInfo, JournalConfig, Location, Pin, RecoveredRecord
 from storage.recovery import RecoveryReport, RepairAction, repair

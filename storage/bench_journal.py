@@ -1,7 +1,6 @@
 """Measure the journal: append rate, group commit, recovery time (prints, asserts nothing).
 
-Run it as a module (run by path, it first moves ``storage/`` off ``sys.path``,
-where ``storage/inspect.py`` would shadow the standard library's ``inspect``)::
+Run it as a module or by path::
 
     .venv/bin/python -m storage.bench_journal                 # 1M records
     .venv/bin/python -m storage.bench_journal --records 200000 --dir /tmp/b
@@ -22,25 +21,17 @@ seed         seed 004 at Qpid's default ring sizes: messages through before
 
 from __future__ import annotations
 
-import os
-import sys
+import argparse
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
 
-if __name__ == "__main__" and not __package__:  # run by path, not with -m:
-    # storage/ is sys.path[0], where inspect.py would shadow the standard
-    # library's; put the project root there instead.
-    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-import argparse  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from storage.errors import EnqueueThresholdExceeded  # noqa: E402
-from storage.journal import Journal  # noqa: E402
-from storage.model import JournalConfig  # noqa: E402
+from storage.errors import EnqueueThresholdExceeded
+from storage.journal import Journal
+from storage.model import JournalConfig
 
 __all__ = ["main"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from storage.errors import EnqueueThresholdExceeded
-from storage.inspect import format_report, inspect
+from storage.report import format_report, inspect
 from storage.journal import Journal
 from storage_helpers import pin_six_files_then_fill_the_seventh, small_config
 

@@ -17,7 +17,7 @@ import pytest
 
 from storage.bodies import decode_enqueue, encode_enqueue
 from storage.errors import CorruptRecord, StorageError, TornWrite
-from storage.inspect import inspect
+from storage.report import inspect
 from storage.journal import Journal
 from storage.model import JournalConfig, Location
 from storage.record import RecordType, encode
