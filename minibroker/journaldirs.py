@@ -8,7 +8,8 @@ directory name that is *injective*: two different keys never get the same
 name, so two destinations can never write one journal's files at once.
 
 - A key that starts with ``/`` loses that slash; any other key (a durable
-  subscription's ``durable:...``, or ``/`` itself) gets a leading ``~``.
+  subscription's ``durable:...``, or one made of slashes only) gets a leading
+  ``~``.
 - ``A-Z a-z 0-9 -`` stay as they are, ``/`` becomes ``.``, and every other
   character (``.`` and ``_`` included) becomes ``_`` and the two hex digits of
   each of its UTF-8 bytes: ``/queue/a.b`` -> ``queue.a_2eb``,
@@ -49,7 +50,7 @@ _MOVING = "+moving-"
 
 def directory_name(key: str) -> str:
     """The directory of ``key``'s ring journal (see the module docstring)."""
-    if key.startswith("/") and len(key) > 1:
+    if key.startswith("/") and key.strip("/"):  # not "/", "//", ...: they would name "", ".", ".."
         prefix, rest = "", key[1:]
     else:
         prefix, rest = "~", key

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from minibroker.config import StoreConfig, parse_config
@@ -50,6 +50,7 @@ def test_names_the_old_mapping_merged_keep_their_messages_across_a_restart(tmp_p
 
 
 @given(st.text(min_size=1, max_size=90), st.text(min_size=1, max_size=90))
+@example("0", "/")  # "//" once named the directory "."
 def test_two_different_keys_never_share_a_directory(a: str, b: str) -> None:
     for key in (a, b, "/" + a, "/" + b, "durable:/topic/" + a):
         name = directory_name(key)
@@ -65,7 +66,7 @@ def test_plain_names_keep_the_directory_they_always_had() -> None:
     assert directory_name("/queue/a/b") == "queue.a.b"
     assert directory_name("/queue/a.b") == "queue.a_2eb"
     assert directory_name("durable:/topic/t|c|n") == "~durable_3a.topic.t_7cc_7cn"
-    assert directory_name("/") == "~."
+    assert directory_name("/") == "~." and directory_name("//") == "~.." and directory_name("//x") == ".x"
 
 
 def test_a_directory_of_the_old_mapping_is_renamed_and_read(tmp_path: Path) -> None:
@@ -131,5 +132,5 @@ def test_a_store_full_of_ring_reservations_says_so_in_the_error_stat_and_diagnos
     assert finding["cure"].startswith("each persistent destination costs one ring of 256 KiB: the store limit 1 MiB "
                                       "holds 4; raise store_limit")
     report = format_tables({"broker": stats, "destinations": []})
-    assert "store 100% (1 MiB reserved by 4 rings of 256 KiB, " in report.splitlines()[0]
+    assert "store 100% (1 MiB of 1 MiB reserved by 4 rings of 256 KiB, " in report.splitlines()[0]
     assert "DIAGNOSIS rings-reserve-the-store: persistent store 100% full" in report

@@ -85,11 +85,11 @@ def _store_detail(b: dict[str, Any]) -> str:
     """What the store's percent is made of: reserved (what the limit counts) and written."""
     if "storeWrittenBytes" not in b:
         return ""
-    reserved, written = size_text(b["storeUsage"]), size_text(b["storeWrittenBytes"])
+    reserved = f"{size_text(b['storeUsage'])} of {size_text(b['storeLimit'])} reserved"
+    written = size_text(b["storeWrittenBytes"])
     if b.get("storeRings"):
-        return (f" ({reserved} reserved by {b['storeRings']} rings of {size_text(b['storeRingBytes'])}, "
-                f"{written} written)")
-    return f" ({reserved} reserved, {written} written)"
+        return f" ({reserved} by {b['storeRings']} rings of {size_text(b['storeRingBytes'])}, {written} written)"
+    return f" ({reserved}, {written} written)"
 
 
 def _when(stats: dict[str, Any]) -> str:
