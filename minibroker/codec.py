@@ -453,7 +453,7 @@ class FrameParser:
         clen: int | None = None
         if clen_text is not None:
             try:
-                clen = parse_decimal(clen_text)
+                clen = parse_decimal(clen_text.strip(" \t"))  # spaces around it: ActiveMQ trims them too
             except ValueError as exc:
                 shown = repr(clen_text[:40]) + ("..." if len(clen_text) > 40 else "")
                 what = "negative" if clen_text.startswith("-") else "not a number of bytes"

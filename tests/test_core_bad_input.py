@@ -148,3 +148,12 @@ def test_a_carriage_return_in_a_1_0_receipt_is_an_error() -> None:
     [(command, message)] = _answers(c)
     assert (command, message) == ("ERROR", "a receipt header cannot hold a carriage return in STOMP 1.0")
     assert c.frames("ERROR")[0].headers["receipt-id"] == "a\\rb"  # shown, not sent raw
+
+
+def test_a_content_length_with_spaces_around_it_is_read_as_activemq_reads_it() -> None:
+    """Strict digits, but the spaces around them trimmed, as ActiveMQ's parseInt(trim())."""
+    net = VirtualNetwork()
+    c = net.connected_client("c")
+    c.subscribe("/queue/q", "s")
+    c.send_raw(b"SEND\ndestination:/queue/q\nreceipt:r\ncontent-length: 3 \n\nabc\x00")
+    assert _answers(c) == [("RECEIPT", None)] and c.bodies() == [b"abc"]
