@@ -36,6 +36,14 @@ def browser(tmp_path: Path) -> Any:
 def open_console(driver: Any, broker: RunningBroker) -> None:
     driver.get(f"http://127.0.0.1:{broker.server.console_port}/")
     wait_for(driver, "return window.minibrokerConsole && window.minibrokerConsole.broker", "the broker's statistics")
+    wait_for(driver, "return window.minibrokerConsole.whoamiDone", "what this user may do")
+
+
+def click(driver: Any, selector: str) -> None:
+    """Click what ``selector`` finds, found and clicked in one step: the page redraws its
+    tables every second, so an element found in one call may be gone by the next."""
+    assert driver.execute_script("const e = document.querySelector(arguments[0]); if (e) e.click(); return !!e;",
+                                 selector), f"nothing on the page matches {selector}"
 
 
 def errors_in(console: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -70,6 +78,12 @@ def test_console_shows_and_purges_a_queue(browser: Any, broker_factory, tmp_path
     try:
         client.send("/queue/console.q", 6)  # 7 with the last
         wait_for(browser, _cell_is("/queue/console.q", "size", "7"), "the queue's depth of 7")
+        client.send("/queue/a.small", 1)  # 2: first by name, second by size
+        wait_for(browser, _cell_is("/queue/a.small", "size", "2"), "the second queue")
+        order = "return [...document.querySelectorAll('#destinations tbody tr')].map(r => r.dataset.destination);"
+        assert browser.execute_script(order) == ["/queue/a.small", "/queue/console.q"]
+        click(browser, '#destinations th[data-key="size"]')  # largest first
+        assert browser.execute_script(order) == ["/queue/console.q", "/queue/a.small"]
         browser.save_screenshot(str(tmp_path / "overview.png"))
         # The destination's page: its figures and first messages.
         browser.get(f"http://127.0.0.1:{broker.server.console_port}/#/destination/%2Fqueue%2Fconsole.q")
@@ -79,7 +93,7 @@ def test_console_shows_and_purges_a_queue(browser: Any, broker_factory, tmp_path
         browser.get(f"http://127.0.0.1:{broker.server.console_port}/#/")
         wait_for(browser, _cell_is("/queue/console.q", "size", "7"), "the queue again")
         browser.execute_script("window.confirm = () => true;")
-        browser.find_element("css selector", '#destinations tr[data-destination="/queue/console.q"] button[data-action="purge"]').click()
+        click(browser, '#destinations tr[data-destination="/queue/console.q"] button[data-action="purge"]')
         wait_for(browser, _cell_is("/queue/console.q", "size", "0"), "the purged queue's depth of 0")
         assert broker.call(lambda: broker.server.broker.destinations["/queue/console.q"].size()) == 0
         # The connections: this page over WebSocket, the test's client over TCP.
@@ -186,7 +200,7 @@ def test_console_retries_a_dead_letter_queue_and_closes_a_connection(browser: An
         open_console(browser, broker)
         wait_for(browser, _cell_is("/queue/ActiveMQ.DLQ", "size", "2"), "the dead letter queue's two messages")
         browser.execute_script("window.confirm = () => true;")
-        browser.find_element("css selector", '#destinations tr[data-destination="/queue/ActiveMQ.DLQ"] button[data-action="retry"]').click()
+        click(browser, '#destinations tr[data-destination="/queue/ActiveMQ.DLQ"] button[data-action="retry"]')
         wait_for(browser, _cell_is("/queue/work", "size", "2"), "the messages back on their queue")
         wait_for(browser, _cell_is("/queue/ActiveMQ.DLQ", "size", "0"), "the dead letter queue empty")
         browser.save_screenshot(str(tmp_path / "retried.png"))
@@ -194,7 +208,7 @@ def test_console_retries_a_dead_letter_queue_and_closes_a_connection(browser: An
         browser.get(f"http://127.0.0.1:{broker.server.console_port}/#/connections")
         wait_for(browser, "return document.querySelectorAll('#connections tbody tr').length === 3", "three connections")
         consumer_id = broker.call(lambda: broker.server.broker.client_ids["worker"].id)
-        browser.find_element("css selector", f'#connections tr[data-connection="{consumer_id}"] button[data-action="close"]').click()
+        click(browser, f'#connections tr[data-connection="{consumer_id}"] button[data-action="close"]')
         assert "closed by an administrator" in errors.get(timeout=WAIT)
         wait_for(browser, "return document.querySelectorAll('#connections tbody tr').length === 2", "the closed one gone")
         browser.save_screenshot(str(tmp_path / "closed.png"))
