@@ -328,7 +328,14 @@ def test_a_connection_taken_over_is_released_even_if_its_peer_never_reads(broker
         stuck = await StompClient.connect("127.0.0.1", broker.port, client_id="app", rcvbuf=4096, max_buffered=1)
         await stuck.subscribe("/queue/big", ack="client")  # and never reads again
         port = stuck.get_extra_info("sockname")[1]
-        await asyncio.sleep(0.5)
+
+        def stuck_writes() -> bool:  # the broker's writes to it no longer fit its socket
+            return any(s.client_id == "app" and s.transport_paused for s in broker.server.broker.sessions.values())
+
+        deadline = time.monotonic() + 30
+        while not broker.call(stuck_writes):
+            assert time.monotonic() < deadline, "the broker never filled the stuck connection's socket"
+            await asyncio.sleep(0.05)
         thief = await StompClient.connect("127.0.0.1", broker.port, client_id="app")  # takes the client-id over
         # The old connection is closed at once and aborted after the close grace
         # (edge._CLOSE_GRACE_SECONDS, 5 s) if it still has not flushed: wait well past it.

@@ -142,14 +142,18 @@ def test_symptom_2_slow_consumers_hold_a_fast_one_back(tmp_path: Path, name: str
         # Under legacy F gets what was stored before the first acks let its cursor page in once;
         # then S.2's cursor pages in 200 messages and the broker stays over 70%.
         for i in range(sent):
-            producer.send("/queue/F", BODY, headers={"persistent": "true"})
+            producer.send("/queue/F", BODY, headers={"persistent": "true", **({"receipt": "F-last"} if i == sent - 1 else {})})
             if i % 25 == 24:
                 for conn, listener in slow:
                     message = listener.messages.get(timeout=10)
                     conn.ack(message.headers["ack"])
             time.sleep(0.02)
+        wait_for(lambda: "F-last" in p.receipts)  # every message for F is in
         if held_back:
-            time.sleep(1.0)  # what the fast consumer gets, it gets in this second
+            def settled() -> bool:  # the fast consumer has what the broker dispatched to F
+                return stats.destination("F")["dispatchCount"] == f.messages.qsize()
+
+            wait_for(lambda: settled() and settled())  # twice in a row: the dispatch has settled
             received = f.messages.qsize()
             assert received < sent // 2  # held to the slow consumers' pace
             data, broker = stats.destination("F"), stats.broker()

@@ -85,7 +85,10 @@ def test_outbound_buffers_stay_bounded_for_a_client_that_does_not_read(broker_fa
     with socket.create_connection(rb.address) as slow, socket.create_connection(rb.address) as producer:
         slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
         slow.sendall(CONNECT + encode(Frame("SUBSCRIBE", {"destination": "/topic/firehose", "id": "s", "receipt": "r"})))
-        time.sleep(0.3)
+        slow.settimeout(10)
+        answered = b""
+        while b"receipt-id:r" not in answered:  # subscribed before the first message
+            answered += slow.recv(4096)
         producer.sendall(CONNECT)
         frame = encode(Frame("SEND", {"destination": "/topic/firehose"}, body))
         for _ in range(30):  # 24 MB: more than loopback's socket buffers can absorb

@@ -25,6 +25,7 @@ class Collector(stomp.ConnectionListener):
         self.receipts: list[str] = []
         self.disconnected = threading.Event()
         self.connected: Any = None  # the CONNECTED frame
+        self.heartbeats = 0  # heart-beats received from the broker
 
     def on_connected(self, frame: Any) -> None:
         self.connected = frame
@@ -40,6 +41,9 @@ class Collector(stomp.ConnectionListener):
 
     def on_disconnected(self) -> None:
         self.disconnected.set()
+
+    def on_heartbeat(self) -> None:
+        self.heartbeats += 1
 
     def take(self, n: int, timeout: float = WAIT) -> list[Any]:
         return [self.messages.get(timeout=timeout) for _ in range(n)]
@@ -226,7 +230,7 @@ def test_competing_consumers_share_a_queue(broker) -> None:
     try:
         for conn in (a, b):
             conn.subscribe("/queue/share", id="s", ack="client-individual", headers={"activemq.prefetchSize": "1", "receipt": "r"})
-        time.sleep(0.2)
+        assert receipt(la, "r") and receipt(lb, "r")  # both subscribed before the first send
         for i in range(10):
             producer.send("/queue/share", str(i))
         got: list[str] = []
@@ -325,7 +329,12 @@ def test_receipts(broker) -> None:
 def test_heart_beats_keep_stomp_py_alive_and_silence_is_detected(broker) -> None:
     conn, listener = connect(broker, heartbeats=(200, 200))
     try:
-        time.sleep(1.0)  # five periods: beats flow both ways
+        # Five of the broker's beats (a second or more), while stomp.py beats too:
+        # the broker, which drops a client silent for two periods, kept this one.
+        deadline = time.time() + WAIT
+        while listener.heartbeats < 5 and not listener.disconnected.is_set() and time.time() < deadline:
+            time.sleep(0.01)
+        assert listener.heartbeats >= 5
         assert conn.is_connected()
         assert not listener.disconnected.is_set()
         # Now make stomp.py go silent: stop its heart-beat thread.

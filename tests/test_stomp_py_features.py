@@ -95,12 +95,12 @@ def test_selectors(broker) -> None:
 
 def test_message_and_consumer_priority(broker_factory) -> None:
     rb = broker_factory(parse_config({"destination_policy": [{"queue": ">", "prioritized_messages": True}]}))
-    producer, _ = connect(rb)
+    producer, sent = connect(rb)
     conn, listener = connect(rb)
     try:
         for body, prio in [("low", "1"), ("high", "9"), ("normal", "4")]:
             producer.send("/queue/prio", body, headers={"priority": prio, "receipt": body})
-        time.sleep(0.2)
+        assert wait_for(lambda: len(sent.receipts) == 3)  # all three are queued
         subscribe_sync(conn, listener, "/queue/prio", "s")
         assert [f.body for f in listener.take(3)] == ["high", "normal", "low"]
     finally:
@@ -128,11 +128,11 @@ def test_exclusive_consumer(broker) -> None:
 
 def test_durable_subscription(broker) -> None:
     conn, listener = connect(broker, headers={"client-id": "durable-app"})
-    producer, _ = connect(broker)
+    producer, sent = connect(broker)
     subscribe_sync(conn, listener, "/topic/d", "d", headers={"activemq.subscriptionName": "mine"})
     conn.disconnect()
     producer.send("/topic/d", "missed you", headers={"receipt": "p"})
-    time.sleep(0.2)
+    assert wait_for(lambda: "p" in sent.receipts)  # kept for the absent subscriber
     back, l2 = connect(broker, headers={"client-id": "durable-app"})
     try:
         subscribe_sync(back, l2, "/topic/d", "d", headers={"activemq.subscriptionName": "mine"})
