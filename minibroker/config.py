@@ -47,6 +47,7 @@ __all__ = [
     "parse_config",
     "default_config_text",
     "parse_size",
+    "is_size",
     "ANY_PORT",
 ]
 
@@ -100,6 +101,11 @@ def size(value: Any) -> int:
     return parse_size(value)
 
 
+def is_size(parse: Parser) -> bool:
+    """Whether ``parse`` reads a size (``size`` or one made by ``size_at_least``)."""
+    return parse is size or getattr(parse, "reads_size", False)
+
+
 def size_at_least(low: int, why: str) -> Parser:
     """A size of at least ``low`` bytes; ``why`` says what needs that much."""
 
@@ -109,6 +115,7 @@ def size_at_least(low: int, why: str) -> Parser:
             raise ValueError(f"expected a size of at least {low} bytes: {why}")
         return parsed
 
+    parse.reads_size = True  # type: ignore[attr-defined]
     return parse
 
 

@@ -27,7 +27,7 @@ _SECTION_CLASSES = {
 
 def _is_size(cls: type, name: str) -> bool:
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    return name in fields and fields[name].metadata.get("parse") is cfg.size
+    return name in fields and cfg.is_size(fields[name].metadata.get("parse"))
 
 
 def toml_value(cls: type, name: str, value: Any) -> str:
