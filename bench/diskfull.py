@@ -111,8 +111,8 @@ async def drain(port: int) -> tuple[set[int], str]:
         return received, f"{type(exc).__name__}: {exc}"[:300]
 
 
-def run(size_mb: int, mount: Path, workdir: Path) -> dict:
-    broker = Ours("diskfull", workdir, str(CONFIG))
+def run(size_mb: int, mount: Path, workdir: Path, config: Path = CONFIG) -> dict:
+    broker = Ours("diskfull", workdir, str(config))
     broker.data_dir = mount / "data"
     limit = size_mb * 1024 * 1024 // len(BODY) * 2
     started = time.monotonic()
@@ -147,7 +147,7 @@ def run(size_mb: int, mount: Path, workdir: Path) -> dict:
     receipted = set(filled["receipted"])
     lost = receipted - received - left - recovered
     return {
-        "tmpfs_mb": size_mb, "receipted": len(receipted), "fill_ended_by": filled["outcome"],
+        "tmpfs_mb": size_mb, "config": config.name, "receipted": len(receipted), "fill_ended_by": filled["outcome"],
         "broker_alive_when_full": alive_when_full, "exit_status_before_stop": status,
         "non_persistent_when_full": non_persistent, "persistent_when_full": persistent_full,
         "drained": len(received), "drain_ended_by": drained, "drained_after_restart": len(left),
@@ -165,6 +165,9 @@ def _cell(text: str, width: int = 60) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--size", type=int, default=40, help="tmpfs size in MB (default 40)")
+    parser.add_argument("--config", type=Path, default=CONFIG,
+                        help="broker configuration (default configs/diskfull.toml; configs/diskfull-fail.toml "
+                             "refuses a SEND at once instead of holding its producer)")
     parser.add_argument("--json", help="write the JSON here instead of bench/results/")
     a = parser.parse_args(argv)
     if a.size < 8:
@@ -177,15 +180,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"diskfull: cannot run here: {why}", file=sys.stderr)
             return CANNOT
         try:
-            r = run(a.size, mount, Path(workdir))
+            r = run(a.size, mount, Path(workdir), a.config.resolve())
         except BrokerStartError as exc:
             print(f"diskfull: {exc}", file=sys.stderr)
             return 1
         finally:
             subprocess.run(["umount", str(mount)], capture_output=True)
-    print_table(["tmpfs MB", "receipted", "filling ended by", "non-persistent when full", "persistent when full",
+    print_table(["tmpfs MB", "config", "receipted", "filling ended by", "non-persistent when full", "persistent when full",
                  "drained", "persistent after drain", "restart", "drained after restart", "from a copy", "lost"],
-                [[r["tmpfs_mb"], r["receipted"], _cell(r["fill_ended_by"]), _cell(r["non_persistent_when_full"]),
+                [[r["tmpfs_mb"], r["config"], r["receipted"], _cell(r["fill_ended_by"]), _cell(r["non_persistent_when_full"]),
                   _cell(r["persistent_when_full"]), r["drained"], _cell(r["persistent_after_drain"]), _cell(r["restart"]),
                   r["drained_after_restart"], r["recovered_from_a_copy"], r["lost"]]])
     save("diskfull", r, a.json)

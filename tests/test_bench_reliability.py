@@ -95,8 +95,9 @@ def test_preauth_reports_the_broker_s_memory_under_hostile_sockets(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_diskfull_runs_on_a_tmpfs_or_says_why_it_cannot(tmp_path: Path) -> None:
-    p, doc = bench("diskfull", tmp_path, "--size", "8")
+@pytest.mark.parametrize("config", ["diskfull.toml", "diskfull-fail.toml"])
+def test_diskfull_runs_on_a_tmpfs_or_says_why_it_cannot(tmp_path: Path, config: str) -> None:
+    p, doc = bench("diskfull", tmp_path, "--size", "8", "--config", str(BENCH / "configs" / config))
     if p.returncode == 3:  # not root here: the bench says so, and writes nothing
         assert doc is None and re.search(r"^diskfull: cannot run here: mount", p.stderr, re.M), p.stderr
         return
@@ -104,3 +105,5 @@ def test_diskfull_runs_on_a_tmpfs_or_says_why_it_cannot(tmp_path: Path) -> None:
     assert doc["receipted"] > 0 and doc["lost"] == 0 and doc["drained"] == doc["receipted"], doc
     assert doc["persistent_when_full"] != "ok" and doc["persistent_after_drain"] == "ok", doc
     assert doc["non_persistent_when_full"] == "ok" and doc["restart"] == "ok", doc
+    if config == "diskfull-fail.toml":  # refused at once, saying why
+        assert "has no space left" in doc["fill_ended_by"] and "has no space left" in doc["persistent_when_full"]
