@@ -66,7 +66,7 @@ def test_the_pathology_evidence(virtual_results: dict[str, RunResult]) -> None:
     assert m["connects_accepted"] == 1 and m["connects_refused"] > 20
     assert m["processed"] < 50 and m["queue_left"] > 900
     text = "\n".join(outcome.evidence)
-    assert "write failed part way: wrote 32 of 40 B" in text
+    assert "write failed part way: wrote 7 of 41 B" in text
     assert f"Client: {CLIENT_ID} already connected" in text
     # The trace's connection samples: the old connection, never read again,
     # its writes never drained, still holding its messages.
