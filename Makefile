@@ -1,13 +1,14 @@
 # minibroker: two commands on a fresh machine.
 #   make run    start the broker on 127.0.0.1:61613, STOMP over WebSocket on 61614 and the
 #               web console on http://127.0.0.1:8161/ (data in ./data)
-#   make test   run the whole test suite
+#   make test   run the linters, then the whole test suite
+#   make lint   ruff (errors, not style) and mypy, as configured in pyproject.toml
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test venv bench clean net-stomp ruby-stomp php-stomp browser
+.PHONY: run test lint venv bench clean net-stomp ruby-stomp php-stomp browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -73,7 +74,11 @@ run: $(STAMP) $(VENDORED)
 # Byte-compile first: Python 3.11.7's compiler can fail spuriously when two threads
 # compile at once (CPython gh-106905), e.g. a first import in a test while a broker
 # thread compiles a selector; with everything compiled, imports compile nothing.
-test: $(STAMP) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: lint $(STAMP) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
 	$(PY) -m pytest -q
 

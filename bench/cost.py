@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import shutil
 import subprocess
 import sys

@@ -83,8 +83,8 @@ class StoreRun(NamedTuple):
     journal: Any
     key: str
     priority: int
-    seqs: array  # broker seqs
-    journal_seqs: array
+    seqs: array[int]  # broker seqs
+    journal_seqs: array[int]
 
 
 class StoreIndex:
@@ -142,7 +142,7 @@ class StoreIndex:
             for seqs, refs, expires in fifo.runs():
                 yield from self._paged(seqs, refs, expires, priority)
 
-    def _paged(self, seqs: array, refs: array, expires: array, priority: int) -> list[PagedRef]:
+    def _paged(self, seqs: array[int], refs: array[int], expires: array[int], priority: int) -> list[PagedRef]:
         """``PagedRef``s of (broker seq, journal seq, expiry) entries: a ``StoreRef`` for each."""
         journal, key = self._home if self._home is not None else (None, "")
         redelivered, objects = self.redelivered, self._objects

@@ -32,7 +32,7 @@ def parse_address(address: str) -> tuple[str, str] | None:
     return None
 
 
-class FifoPending(deque):  # type: ignore[type-arg]
+class FifoPending(deque["Message"]):
     """Pending messages in arrival order (a VM cursor).
 
     A ``deque`` itself, not a wrapper around one: dispatch asks its length,
@@ -55,7 +55,7 @@ class FifoPending(deque):  # type: ignore[type-arg]
     def remove_where(self, predicate: Any) -> list["Message"]:
         """Remove and return every message for which ``predicate`` is true."""
         kept: list["Message"] = []
-        removed = []
+        removed: list["Message"] = []
         for m in self:
             (removed if predicate(m) else kept).append(m)
         if removed:

@@ -18,6 +18,11 @@ client faults: they propagate and fail loudly.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .frames import Frame
+
 __all__ = ["BrokerError", "ProtocolError", "ConfigError", "NoSpaceError", "ResourceLimitError", "StoreFailure",
            "StoreOpenError"]
 
@@ -43,7 +48,7 @@ class ProtocolError(BrokerError):
         self.code = code
         #: The client-id the frame asked for, when the error is about it.
         self.client_id = client_id
-        self.frames: list = []
+        self.frames: list[Frame] = []
 
 
 class ConfigError(BrokerError):

@@ -42,7 +42,7 @@ BODY_COMMANDS = frozenset({"SEND", "MESSAGE", "ERROR"})
 VERSIONS = ("1.0", "1.1", "1.2")
 
 
-class ParsedHeaders(dict):  # type: ignore[type-arg]
+class ParsedHeaders(dict[str, str]):
     """A parsed frame's headers (a ``dict``), with the head they were read from.
 
     ``head`` is the frame's command line and header lines exactly as received
@@ -53,6 +53,7 @@ class ParsedHeaders(dict):  # type: ignore[type-arg]
     """
 
     __slots__ = ("head",)
+    head: str | None
 
 
 class Frame(NamedTuple):

@@ -58,7 +58,7 @@ class LoginFailures:
         excess = count - self.failures_before_delay - 1
         if excess < 0 or self.delay <= 0:
             return 0.0
-        return min(MAX_DELAY, self.delay * 2 ** min(excess, 32))
+        return min(MAX_DELAY, self.delay * 2.0 ** min(excess, 32))
 
     def succeeded(self, address: str) -> None:
         """A login from ``address`` succeeded: its count starts afresh."""

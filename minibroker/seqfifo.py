@@ -38,14 +38,14 @@ class _Chunk:
 
     __slots__ = ("seqs", "refs", "expires", "count", "slot")
 
-    def __init__(self, seqs: array, refs: array, expires: array) -> None:
-        self.seqs: array | None = seqs
-        self.refs: array | None = refs
-        self.expires: array | None = expires
+    def __init__(self, seqs: array[int], refs: array[int], expires: array[int]) -> None:
+        self.seqs: array[int] | None = seqs
+        self.refs: array[int] | None = refs
+        self.expires: array[int] | None = expires
         self.count = len(seqs)
         self.slot: Slot | None = None
 
-    def columns(self) -> tuple[array, array, array]:
+    def columns(self) -> tuple[array[int], array[int], array[int]]:
         assert self.seqs is not None and self.refs is not None and self.expires is not None
         return self.seqs, self.refs, self.expires
 
@@ -53,7 +53,7 @@ class _Chunk:
         return pack_columns(self.columns())
 
     @staticmethod
-    def decode(blob: bytes) -> tuple[array, array, array]:
+    def decode(blob: bytes) -> tuple[array[int], array[int], array[int]]:
         (seqs, refs, expires), _ = unpack_columns(blob)
         return seqs, refs, expires
 
@@ -91,7 +91,7 @@ class SeqFifo:
 
     # -- chunks ----------------------------------------------------------------
 
-    def _arrays(self, chunk: _Chunk) -> tuple[array, array, array]:
+    def _arrays(self, chunk: _Chunk) -> tuple[array[int], array[int], array[int]]:
         """``chunk``'s arrays (a spilled one's read aside, not kept)."""
         if chunk.seqs is not None:
             return chunk.columns()
@@ -156,7 +156,7 @@ class SeqFifo:
             self._store(chunk)
         self._len += 1
 
-    def runs(self) -> Iterator[tuple[array, array, array]]:
+    def runs(self) -> Iterator[tuple[array[int], array[int], array[int]]]:
         """The entries from the head, a chunk at a time, as three arrays."""
         for i, chunk in enumerate(self._chunks):
             columns = self._arrays(chunk)
@@ -168,7 +168,7 @@ class SeqFifo:
     def entries(self) -> Iterator[tuple[int, int, int]]:
         return itertools.chain.from_iterable(zip(*columns) for columns in self.runs())
 
-    def slice(self, count: int) -> tuple[array, array, array]:
+    def slice(self, count: int) -> tuple[array[int], array[int], array[int]]:
         """The first ``count`` (or fewer) entries, as three arrays."""
         if self._chunks:
             first = self._chunks[0]

@@ -168,7 +168,7 @@ def decode_dequeue(data: bytes, offset: int, end: int) -> tuple[int, bytes]:
     return ref, data[t:end]
 
 
-def encode_dequeue_many(refs: array) -> list[bytes]:
+def encode_dequeue_many(refs: array[int]) -> list[bytes]:
     """The body of a DEQUEUE_MANY record: the enqueue seqs, little-endian u64 each."""
     if sys.byteorder != "little":
         refs = array("Q", refs)
@@ -176,7 +176,7 @@ def encode_dequeue_many(refs: array) -> list[bytes]:
     return [refs.tobytes()]
 
 
-def decode_dequeue_many(data: bytes, offset: int, end: int) -> array:
+def decode_dequeue_many(data: bytes, offset: int, end: int) -> array[int]:
     """The enqueue seqs a DEQUEUE_MANY record removes."""
     start = offset + HEADER_SIZE
     if (end - start) % 8 or end == start:

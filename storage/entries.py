@@ -39,11 +39,11 @@ a key id.
 
 from __future__ import annotations
 
+import os
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import compress
-from pathlib import Path
 
 from storage.errors import StoreFull
 from storage.spill import Slot, SpillFile, pack_columns, unpack_columns
@@ -73,7 +73,7 @@ _COLUMNS = ("seqs", "files", "offsets", "lengths", "key_ids")
 _LIVE_ONLY = bytes(1 if state == LIVE else 0 for state in range(256))
 
 
-def column(typecode: str, values: Iterable[int] = ()) -> array:
+def column(typecode: str, values: Iterable[int] = ()) -> array[int]:
     """An array of ``values``: of ``typecode`` if they all fit it, else of eight-byte items."""
     values = list(values)
     try:
@@ -82,7 +82,7 @@ def column(typecode: str, values: Iterable[int] = ()) -> array:
         return array("q", values)
 
 
-def inserted(values: array, pos: int, value: int) -> array:
+def inserted(values: array[int], pos: int, value: int) -> array[int]:
     """``values`` with ``value`` inserted at ``pos``: ``values`` itself, or (when
     its narrow type cannot hold the value) a copy of eight-byte items."""
     try:
@@ -94,7 +94,7 @@ def inserted(values: array, pos: int, value: int) -> array:
         return wide
 
 
-def widened(columns: Sequence[array], values: Iterable[int], rows: int) -> list[array]:
+def widened(columns: Sequence[array[int]], values: Iterable[int], rows: int) -> list[array[int]]:
     """``columns`` (of ``rows`` items each) after an append of one value to each
     stopped at the first value too wide for its column (``OverflowError``): the
     columns that did not take their value get it now, widened as need be."""
@@ -107,11 +107,11 @@ class _Block:
     __slots__ = ("seqs", "files", "offsets", "lengths", "key_ids", "states", "rows", "dead", "slot", "dirty")
 
     def __init__(self) -> None:
-        self.seqs: array | None = array("I")
-        self.files: array | None = array("H")
-        self.offsets: array | None = array("I")
-        self.lengths: array | None = array("I")
-        self.key_ids: array | None = array("H")
+        self.seqs: array[int] | None = array("I")
+        self.files: array[int] | None = array("H")
+        self.offsets: array[int] | None = array("I")
+        self.lengths: array[int] | None = array("I")
+        self.key_ids: array[int] | None = array("H")
         self.states: bytearray | None = bytearray()
         self.rows = 0
         self.dead = 0
@@ -119,7 +119,7 @@ class _Block:
         self.slot: Slot | None = None
         self.dirty = True
 
-    def arrays(self) -> tuple[array, ...]:
+    def arrays(self) -> tuple[array[int], ...]:
         return (self.seqs, self.files, self.offsets, self.lengths, self.key_ids)  # type: ignore[return-value]
 
     def nbytes(self) -> int:
@@ -147,7 +147,7 @@ class EntryTable:
     __slots__ = ("blocks", "firsts", "keys", "_key_ids", "dead", "_rows", "_last", "_hint_b", "_hint_r",
                  "_resident", "cache_blocks", "_spill", "_spill_dir")
 
-    def __init__(self, cache_rows: int | None = None, spill_dir: str | Path | None = None) -> None:
+    def __init__(self, cache_rows: int | None = None, spill_dir: str | os.PathLike[str] | None = None) -> None:
         """``cache_rows``: keep about that many rows' worth of blocks in memory and
         spill the rest to a file in ``spill_dir`` (None: keep every block)."""
         self.blocks: list[_Block] = []
@@ -384,7 +384,7 @@ class EntryTable:
         block.states[pos & _MASK] = state  # type: ignore[index]
         block.dirty = True
 
-    def run(self, pos: int, seqs: array) -> tuple[array, array, array] | None:
+    def run(self, pos: int, seqs: array[int]) -> tuple[array[int], array[int], array[int]] | None:
         """The files, offsets and lengths of ``seqs`` when they are the rows from
         ``pos`` on, all in its block and none dead (a page-in's usual case:
         taken as slices, not looked up one by one); else None."""
@@ -424,10 +424,11 @@ class EntryTable:
     def _compact(self, b: int) -> None:
         block = self.blocks[b]
         keep = block.states
+        assert keep is not None  # a block in memory
         for name in _COLUMNS:
             values = getattr(block, name)
             setattr(block, name, array(values.typecode, compress(values, keep)))
-        block.states = bytearray(keep.replace(b"\0", b""))  # type: ignore[union-attr]
+        block.states = bytearray(keep.replace(b"\0", b""))
         block.rows -= block.dead
         self._rows -= block.dead
         self.dead -= block.dead
@@ -435,7 +436,7 @@ class EntryTable:
         if self._hint_b == b:
             self._hint_r = 0
 
-    def live_runs(self) -> Iterator[array]:
+    def live_runs(self) -> Iterator[array[int]]:
         """The seqs of the live rows, in order, a block's at a time (recovery's walk).
 
         Each block is read into memory once, as a lookup reads it, so a ``find``

@@ -227,10 +227,10 @@ class Journal:
         except OSError as exc:
             path = self._dir / self._layout.file_name(file_id)
             if created and is_no_space(exc):
-                seg = self._segments.pop(file_id, None)
+                stale = self._segments.pop(file_id, None)
                 try:
-                    if seg is not None:
-                        seg.close()
+                    if stale is not None:
+                        stale.close()
                     if path.exists():
                         file_ops().unlink(path)
                 except OSError as again:

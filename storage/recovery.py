@@ -218,7 +218,8 @@ def _record_length(data: bytes, offset: int) -> int:
     """How long the record at ``offset`` says it is (its header's length, if whole)."""
     if len(data) - offset < HEADER_SIZE:
         return HEADER_SIZE
-    return HEADER_SIZE + HEADER.unpack_from(data, offset)[4]
+    length: int = HEADER.unpack_from(data, offset)[4]
+    return HEADER_SIZE + length
 
 
 def _zeros(fd: int, start: int, size: int) -> bool:

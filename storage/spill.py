@@ -48,14 +48,14 @@ _REPACK_MIN = 1 << 20
 _COLUMNS_HEAD = struct.Struct("<BI")
 
 
-def pack_columns(columns: Sequence[array], tail: bytes | bytearray = b"") -> bytes:
+def pack_columns(columns: Sequence[array[int]], tail: bytes | bytearray = b"") -> bytes:
     """Arrays of one length, then ``tail``, as one blob for a slot (``unpack_columns``)."""
     codes = "".join(values.typecode for values in columns).encode("ascii")
     head = _COLUMNS_HEAD.pack(len(codes), len(columns[0]))
     return b"".join((head, codes, *(values.tobytes() for values in columns), tail))
 
 
-def unpack_columns(blob: bytes) -> tuple[list[array], memoryview]:
+def unpack_columns(blob: bytes) -> tuple[list[array[int]], memoryview]:
     """The arrays ``pack_columns`` packed into ``blob``, and a view of its tail."""
     count, items = _COLUMNS_HEAD.unpack_from(blob)
     at = _COLUMNS_HEAD.size + count

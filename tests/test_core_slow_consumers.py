@@ -144,7 +144,7 @@ class TestPendingMessageLimit:
 
     def test_limit_zero_drops_what_a_full_subscription_cannot_take(self, tmp_path: Path) -> None:
         net = topic_net(tmp_path, pending_message_limit=0)
-        slow = stuck_subscriber(net)
+        stuck_subscriber(net)
         p = net.connected_client("p")
         publish(p, 300)
         assert len(p.frames("RECEIPT")) == 300

@@ -136,7 +136,9 @@ def fmt(vals, nd=0):
     if not vals:
         return "-"
     med = statistics.median(vals)
-    f = (lambda x: f"{x:,.{nd}f}")
+    def f(x: float) -> str:
+        return f"{x:,.{nd}f}"
+
     if len(vals) == 1:
         return f(med)
     return f"{f(med)} [{f(min(vals))}–{f(max(vals))}]"

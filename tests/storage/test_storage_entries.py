@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage import entries
-from storage.entries import DEAD, LIVE, PENDING, EntryTable
+from storage.entries import LIVE, PENDING, EntryTable
 
 OPS = st.lists(
     st.one_of(
