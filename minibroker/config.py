@@ -101,8 +101,8 @@ def size(value: Any) -> int:
     return parse_size(value)
 
 
-def is_size(parse: Parser) -> bool:
-    """Whether ``parse`` reads a size (``size`` or one made by ``size_at_least``)."""
+def is_size(parse: Parser | None) -> bool:
+    """Whether ``parse`` reads a size (``size`` or one made by ``size_at_least``); None: no."""
     return parse is size or getattr(parse, "reads_size", False)
 
 
