@@ -5,7 +5,8 @@
 clock, in seconds, and prints a verdict per configuration with the evidence
 from the broker's statistics and trace; it exits 0 only when every verdict
 is the one the lab promises. ``--plot DIR`` also writes each run's trace and
-the Spark analysis (tables, PNG plots, report) under DIR; ``--live`` runs the
+its analysis (findings, tables, PNG plots, report) under DIR, and the lab's
+figure, the pathology beside its cure, as DIR/<lab>.png; ``--live`` runs the
 lab against the real server with real sockets, where the lab supports it.
 NAME is the lab's name, its directory name, or its number.
 """
@@ -30,7 +31,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     lst.set_defaults(func=_list)
     run = actions.add_parser("run", help="run a lab and print its verdicts")
     run.add_argument("name", metavar="NAME", help="lab name, directory name or number")
-    run.add_argument("--plot", metavar="DIR", help="also write traces and the Spark analysis under DIR")
+    run.add_argument("--plot", metavar="DIR", help="also write traces, their analysis and the lab's figure under DIR")
     run.add_argument("--live", action="store_true", help="run against the real server instead of the virtual clock")
     run.add_argument("--labs", metavar="DIR", help="labs directory (default: examples/labs)")
     run.set_defaults(func=_run)
@@ -56,8 +57,15 @@ def _run(args: argparse.Namespace) -> int:
     if not matches:
         names = ", ".join(lab.directory.name for lab in labs)
         raise CommandError(f"no lab {wanted!r}; the labs are: {names}")
+    plot_dir = Path(args.plot) if args.plot else None
     try:
-        results = run_lab(matches[0], live=args.live, plot_dir=Path(args.plot) if args.plot else None)
+        results = run_lab(matches[0], live=args.live, plot_dir=plot_dir)
     except LabError as exc:
         raise CommandError(str(exc)) from None
+    if plot_dir is not None:
+        from ..labs.figure import lab_figure
+
+        drawn = lab_figure(matches[0], results, plot_dir)
+        if drawn is not None:
+            print(f"The lab's figure, {' and '.join(drawn.runs)} side by side: {drawn.path}")
     return 0 if all(r.as_promised for r in results) else 1

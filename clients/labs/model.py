@@ -6,6 +6,8 @@
     title = "Starving consumers when no destination has a memory limit"
     seed = "000_0bd9785ef163934c.txt"
     scenario = "scenario.py"          # default
+    figure = ["legacy", "cure"]       # the runs the lab's figure compares (default: the first
+                                      # pathology run and the first healthy one)
 
     [[run]]
     name = "legacy"                   # passed to the scenario as run.name
@@ -60,6 +62,8 @@ class Lab:
     seed: str
     runs: tuple[RunSpec, ...]
     scenario_path: Path
+    #: The pathology run and the cure run the lab's figure puts side by side (``--plot``).
+    figure: tuple[str, ...] = ()
 
     @property
     def number(self) -> str:
@@ -107,8 +111,12 @@ def load_lab(directory: Path) -> Lab:
         if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
             raise LabError(f"{path}: run[{i}].findings must be a list of detector names")
         runs.append(RunSpec(run["name"], config, run["expect"], run.get("about", ""), tuple(findings)))
+    figure = tuple(data.get("figure", ()))
+    unknown = [n for n in figure if n not in {r.name for r in runs}]
+    if unknown or len(figure) not in (0, 2):
+        raise LabError(f"{path}: figure must name two of its runs (the pathology, the cure), not {list(figure)}")
     return Lab(directory, data["name"], data["title"], data["seed"], tuple(runs),
-               directory / data.get("scenario", "scenario.py"))
+               directory / data.get("scenario", "scenario.py"), figure)
 
 
 def find_labs(root: Path | None = None) -> list[Lab]:

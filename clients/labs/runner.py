@@ -7,8 +7,8 @@ pathology show, a one-line summary, evidence lines and numbers. The verdict
 comes from the broker's own statistics and trace, so it prints in seconds;
 ``--plot DIR`` also writes each run's trace and its analysis (findings,
 report, tables, plots; in this process: a lab's traces are far too small for
-a JVM to pay), and checks the findings against the detectors the lab names
-for the run. ``--live`` calls ``run_live(lab)`` instead, where the scenario has
+a JVM to pay), checks the findings against the detectors the lab names for
+the run (``minibroker lab run`` then draws the lab's figure: ``clients.labs.figure``). ``--live`` calls ``run_live(lab)`` instead, where the scenario has
 one: the real server on real sockets (``lab.live_broker()``).
 """
 from __future__ import annotations

@@ -171,6 +171,8 @@ def _finish(local: Path, info: dict[str, Any], inputs: list[str], params: Params
     info.update(inputs=list(inputs), span=info["t1"] - info["t0"], bucket=params.bucket,
                 min_window=params.min_window, hwm=params.hwm)
     local.mkdir(parents=True, exist_ok=True)
+    if series:
+        series["hwm"] = params.hwm
     made = plot_all(local, series, step, params.hwm, findings) if series else {}
     (local / "report.md").write_text(render_report(info, findings, made, tables))
     (local / "findings.json").write_text(json.dumps(findings, indent=1) + "\n")

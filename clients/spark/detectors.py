@@ -341,7 +341,7 @@ def journal_full_few_live(tb: Tables, p: Params) -> DataFrame:
         .agg(F.min("t").alias("start"), F.max("t").alias("last"), F.count(F.lit(1)).alias("refused"),
              F.first("layout").alias("layout"), F.first("dest", ignorenulls=True).alias("dest"),
              F.max_by(F.struct("live", "files", "pinned", "live_bytes", "capacity", "file_live"),
-                      "t").alias("x"))
+                      F.struct("t", "seq")).alias("x"))
         .select("*", "x.*").drop("x")
         .withColumn("end", F.col("last") + p.bucket)
     )

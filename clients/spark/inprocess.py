@@ -555,7 +555,7 @@ def journal_full_few_live(tb: Tables, p: Params) -> list[Row]:
         rows.sort(key=lambda r: r["t"])
         for run in _episodes([r["t"] for r in rows], p.episode_gap):
             ep = [rows[i] for i in run]
-            last = max(ep, key=lambda r: r["t"])
+            last = max(ep, key=lambda r: (r["t"], r.get("seq") or 0))  # the last refusal
             pinned = sum(1 for v in (last.get("file_live") or {}).values() if v > 0)
             live, files = last.get("live"), last.get("files")
             if last.get("live_bytes") is not None and (last.get("capacity") or 0) > 0:

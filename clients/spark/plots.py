@@ -1,28 +1,54 @@
 """PNG plots from small, already aggregated series (lists of dicts), with matplotlib's Agg.
 
-Each function draws one figure and returns the file name it wrote, or None when
-there was nothing to draw. Findings' windows are shaded on the time plots so
-a reader sees the pathology where it happened.
+Drawn to be projected in a classroom: 16:9 figures with large lettering, every
+axis from 0 and counts on integer ticks, clients named as the run names them
+(client-id, else the name a lab gives its client), lines that stay apart where
+they overlap (each its own style, the wider drawn first), legends beside the
+plot rather than over it, and a finding's window shaded, and named, only where
+it holds. Each function draws one figure and returns the file name it wrote,
+or None when there was nothing to draw. ``clients.labs.figure`` draws a lab's
+runs side by side with the same helpers.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-__all__ = ["plot_all"]
+__all__ = ["plot_all", "classroom", "consumer_lines", "sent_lines", "usage_lines", "journal_lines",
+           "draw_lines", "shade", "count_axis", "COLORS", "SIZE", "DPI"]
 
 Row = dict[str, Any]
+Line = tuple[str, list[float], list[float]]  # label, x, y
 COLORS = {"starved_consumer": "tab:red", "blocked_producer_idle_consumers": "tab:orange",
           "swap_storm": "tab:purple", "slow_consumer": "tab:brown", "stalled_socket": "tab:gray",
           "journal_full_few_live": "tab:olive"}
+SIZE = (16, 9)  # inches: 1600 x 900 px at DPI
+DPI = 100
+#: Line styles in turn: lines that lie on one another stay visible (the first is widest).
+STYLES = [dict(linestyle="-", linewidth=5.0), dict(linestyle="--", linewidth=3.5),
+          dict(linestyle=":", linewidth=3.5), dict(linestyle="-.", linewidth=3.0),
+          dict(linestyle=(0, (1, 1)), linewidth=2.5), dict(linestyle=(0, (5, 1)), linewidth=2.0)]
+PALETTE = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
+           "tab:olive", "tab:cyan", "tab:gray"]
+_RC = {"font.size": 17, "axes.titlesize": 21, "axes.labelsize": 18, "xtick.labelsize": 15,
+       "ytick.labelsize": 15, "legend.fontsize": 15, "figure.titlesize": 24, "axes.titlepad": 26}
+
+
+@contextmanager
+def classroom() -> Iterator[None]:
+    """Lettering big enough for the back of a classroom."""
+    with plt.rc_context(_RC):
+        yield
 
 
 def _by(rows: Iterable[Row], key: str) -> dict[str, list[Row]]:
@@ -32,145 +58,289 @@ def _by(rows: Iterable[Row], key: str) -> dict[str, list[Row]]:
     return out
 
 
-def _shade(ax: Any, findings: Sequence[Row], detectors: Sequence[str]) -> None:
-    seen = set()
+def shade(ax: Any, findings: Sequence[Row], detectors: Sequence[str], *, label: bool = True,
+          names: dict[str, str] | None = None) -> None:
+    """Each finding's window, shaded, and named above the plot (with whom it is about), only
+    where it holds; findings over the same window are named one above the other."""
+    stacked: dict[tuple[float, float], int] = defaultdict(int)
     for f in findings:
-        if f["detector"] in detectors:
-            label = None if f["detector"] in seen else f["detector"]
-            seen.add(f["detector"])
-            ax.axvspan(f["start"], f["end"], color=COLORS.get(f["detector"], "tab:red"),
-                       alpha=0.15, label=label)
+        if f["detector"] not in detectors:
+            continue
+        color = COLORS.get(f["detector"], "tab:red")
+        window = (f["start"], f["end"])
+        if not stacked[window]:
+            ax.axvspan(f["start"], f["end"], color=color, alpha=0.15, linewidth=0)
+        if label:  # above the plot, over its window: never over a line
+            who = (names or {}).get(f["session"] or "", "")
+            text = f["detector"].replace("_", " ") + (f": {who}" if who else "")
+            ax.annotate(text, ((f["start"] + f["end"]) / 2, 1.0), xycoords=ax.get_xaxis_transform(),
+                        xytext=(0, 3 + 18 * stacked[window]), textcoords="offset points", color=color,
+                        ha="center", va="bottom", fontsize=14, fontweight="bold", annotation_clip=False)
+        stacked[window] += 1
+
+
+def count_axis(ax: Any, *, integer: bool = True, top: float | None = None) -> None:
+    """Both axes from 0; whole numbers on the y ticks of a count."""
+    ax.set_ylim(bottom=0, top=top)
+    ax.set_xlim(left=0)
+    if integer:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(True, alpha=0.3)
+
+
+def draw_lines(ax: Any, lines: Sequence[Line], *, colors: dict[str, str] | None = None,
+               step: bool = False, ends: bool = False) -> None:
+    """Each line in its own style; the widest first, so none hides another. ``ends`` writes
+    each line's last value by its end (a line along 0 is read as well as any)."""
+    written: set[float] = set()
+    for i, (label, xs, ys) in enumerate(lines):
+        style = STYLES[i % len(STYLES)]
+        color = (colors or {}).get(label, PALETTE[i % len(PALETTE)])
+        if step:
+            ax.step(xs, ys, where="post", label=label, color=color, zorder=2 + i, clip_on=False, **style)
+        else:
+            ax.plot(xs, ys, label=label, color=color, zorder=2 + i, clip_on=False, **style)
+        if ends and ys and ys[-1] not in written:
+            written.add(ys[-1])
+            ax.annotate(f"{ys[-1]:.0f}", (xs[-1], ys[-1]), xytext=(-6, 5), textcoords="offset points",
+                        color=color, fontsize=15, fontweight="bold", ha="right", va="bottom")
+
+
+def _beside(ax: Any) -> None:
+    """The legend beside the plot, never over its lines."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
 
 
 def _save(fig: Any, out: Path, name: str) -> str:
     fig.tight_layout()
-    fig.savefig(out / name, dpi=90)
+    fig.savefig(out / name, dpi=DPI)
     plt.close(fig)
     return name
 
 
-def rates(out: Path, dest_rates: list[Row], step: float, findings: list[Row]) -> str | None:
+def _cumulative(rows: list[Row], key: str, step: float, span: float) -> tuple[list[float], list[float]]:
+    """A running total of ``key`` per bucket, from 0 at t=0 to the end of the run."""
+    per: dict[float, float] = defaultdict(float)
+    for r in rows:
+        per[r["t"]] += r[key] or 0
+    xs, ys, total = [0.0], [0.0], 0.0
+    for t in sorted(per):
+        total += per[t]
+        xs.append(t + step)
+        ys.append(total)
+    if xs[-1] < span:
+        xs.append(span)
+        ys.append(total)
+    return xs, ys
+
+
+def consumer_label(names: dict[str, str], session: str, sub: str | None, subs_per_session: int) -> str:
+    name = names.get(session, session)
+    return f"{name} ({sub})" if subs_per_session > 1 and sub else name
+
+
+def consumer_lines(series: dict[str, Any], step: float, span: float) -> list[Line]:
+    """Messages each consumer received, as running totals, one line per name (a client that
+    reconnects is one line); every subscription the series keeps, idle or not."""
+    names = series.get("names", {})
+    count: dict[str, int] = defaultdict(int)
+    for s in series.get("subscriptions", []):
+        count[s["session"]] += 1
+    rows: dict[str, list[Row]] = defaultdict(list)
+    for s in series.get("subscriptions", []):
+        rows.setdefault(consumer_label(names, s["session"], s["sub"], count[s["session"]]), [])
+    for r in series["consumer_rates"]:
+        rows[consumer_label(names, r["consumer"], r["sub"], count[r["consumer"]])].append(r)
+    lines = [(label, *_cumulative(rs, "received", step, span)) for label, rs in rows.items()]
+    return sorted(lines, key=lambda line: (-line[2][-1], line[0]))
+
+
+def sent_lines(series: dict[str, Any], step: float, span: float, dests: set[str] | None = None) -> list[Line]:
+    """Messages sent to each destination (a queue's enqueues, a topic's publishes), as running totals."""
+    out = []
+    for dest, rows in sorted(_by(series["dest_rates"], "dest").items()):
+        if dests is not None and dest not in dests:
+            continue
+        key = "enqueued" if dest.startswith("/queue/") else "sent"
+        xs, ys = _cumulative(rows, key, step, span)
+        if ys[-1]:
+            out.append((f"sent to {dest}", xs, ys))
+    return out
+
+
+def usage_lines(series: dict[str, Any]) -> list[Line]:
+    rows = sorted(series.get("usage", []), key=lambda r: r["t"])
+    out = []
+    for col, label in (("mem_pct", "memory %"), ("temp_pct", "temp %"), ("store_pct", "store %")):
+        ys = [r[col] for r in rows]
+        if any(ys):
+            out.append((label, [r["t"] for r in rows], ys))
+    return out
+
+
+def journal_lines(series: dict[str, Any], span: float) -> list[Line]:
+    """Files each journal kept and those pinned by live messages, at each journal event."""
+    out = []
+    for store, rows in sorted(_by(series.get("journal", []), "store").items()):
+        rows.sort(key=lambda r: r["t"])
+        ts = [0.0] + [r["t"] for r in rows] + [span]
+        for col, what in (("files", "files"), ("pinned", "pinned files")):
+            ys = [r[col] or 0 for r in rows]
+            out.append((f"{store}: {what}", ts, [0] + ys + ys[-1:]))
+    return out
+
+
+def rates(out: Path, series: dict[str, Any], step: float, span: float, findings: list[Row]) -> str | None:
+    dest_rates = series["dest_rates"]
     if not dest_rates:
         return None
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=SIZE, sharex=True)
+    ins, outs = [], []
     for dest, rows in sorted(_by(dest_rates, "dest").items()):
         rows.sort(key=lambda r: r["t"])
         ts = [r["t"] for r in rows]
-        ax1.plot(ts, [r["enqueued"] / step for r in rows], label=f"{dest} enqueue")
-        ax2.plot(ts, [r["dispatched"] / step for r in rows], label=f"{dest} dispatch")
+        key = "enqueued" if dest.startswith("/queue/") else "sent"  # a topic's are its publishes
+        ins.append((dest, ts, [r[key] / step for r in rows]))
+        outs.append((dest, ts, [r["dispatched"] / step for r in rows]))
         if any(r.get("client_sent") for r in rows):  # a client-side (replay) trace
-            ax1.plot(ts, [r["client_sent"] / step for r in rows], linestyle="--", label=f"{dest} sent (client)")
+            ins.append((f"{dest} (client)", ts, [r["client_sent"] / step for r in rows]))
         if any(r.get("client_received") for r in rows):
-            ax2.plot(ts, [r["client_received"] / step for r in rows], linestyle="--", label=f"{dest} received (client)")
-    ax1.set_ylabel("enqueued msg/s")
-    ax2.set_ylabel("dispatched msg/s")
-    ax2.set_xlabel("seconds since trace start")
+            outs.append((f"{dest} (client)", ts, [r["client_received"] / step for r in rows]))
+    draw_lines(ax1, ins, step=True)
+    draw_lines(ax2, outs, step=True)
+    ax1.set_ylabel("sent in, msg/s")
+    ax2.set_ylabel("dispatched, msg/s")
+    ax2.set_xlabel("seconds since the trace's start")
     for ax in (ax1, ax2):
-        _shade(ax, findings, ["starved_consumer", "blocked_producer_idle_consumers"])
-        ax.legend(fontsize="x-small", loc="upper right")
+        count_axis(ax, integer=False)
+        ax.set_xlim(0, span)
+        shade(ax, findings, ["starved_consumer", "blocked_producer_idle_consumers", "slow_consumer"],
+              label=ax is ax1, names=series.get("names"))
+        _beside(ax)
     fig.suptitle("Per-destination rates")
     return _save(fig, out, "rates.png")
 
 
-def backlog(out: Path, dest_rates: list[Row], findings: list[Row]) -> str | None:
-    queues = {d: rows for d, rows in _by(dest_rates, "dest").items() if d.startswith("/queue/")}
+def backlog(out: Path, series: dict[str, Any], span: float, findings: list[Row]) -> str | None:
+    queues = {d: rows for d, rows in _by(series["dest_rates"], "dest").items() if d.startswith("/queue/")}
     if not queues:
         return None
-    fig, ax = plt.subplots(figsize=(10, 4))
+    fig, ax = plt.subplots(figsize=SIZE)
+    lines = []
     for dest, rows in sorted(queues.items()):
         rows.sort(key=lambda r: r["t"])
-        ax.step([r["t"] for r in rows], [r["backlog"] for r in rows], where="post", label=dest)
-    _shade(ax, findings, ["starved_consumer"])
-    ax.set_ylabel("messages")
-    ax.set_xlabel("seconds since trace start")
-    ax.set_title("Queue backlog (recovered + enqueued - acked/expired/dead-lettered/discarded)")
-    ax.legend(fontsize="x-small", loc="upper right")
+        lines.append((dest, [r["t"] for r in rows] + [span], [r["backlog"] for r in rows] + [rows[-1]["backlog"]]))
+    draw_lines(ax, lines, step=True, ends=True)
+    count_axis(ax, top=max(1, max(max(ys) for _, _, ys in lines)) * 1.08)
+    ax.set_xlim(0, span)
+    shade(ax, findings, ["starved_consumer"], names=series.get("names"))
+    ax.set_ylabel("messages waiting")
+    ax.set_xlabel("seconds since the trace's start")
+    ax.set_title("Queue backlog (from the last broker start: recovered + enqueued - removed)")
+    _beside(ax)
     return _save(fig, out, "backlog.png")
 
 
-def consumers(out: Path, consumer_rates: list[Row], step: float, findings: list[Row]) -> str | None:
-    if not consumer_rates:
+def consumers(out: Path, series: dict[str, Any], step: float, span: float, findings: list[Row]) -> str | None:
+    lines = consumer_lines(series, step, span)
+    if not lines:
         return None
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for key, rows in sorted(_by(consumer_rates, "label").items()):
-        rows.sort(key=lambda r: r["t"])
-        ax.plot([r["t"] for r in rows], [r["received"] / step for r in rows], label=key,
-                marker=".", markersize=3, linewidth=1)
-    _shade(ax, findings, ["starved_consumer", "slow_consumer", "stalled_socket"])
-    ax.set_ylabel("received msg/s")
-    ax.set_xlabel("seconds since trace start")
-    ax.set_title("Per-consumer receive rates (busiest consumers)")
-    ax.legend(fontsize="x-small", loc="upper right", ncol=2)
+    fig, ax = plt.subplots(figsize=SIZE)
+    draw_lines(ax, lines, step=True, ends=True)
+    count_axis(ax, top=max(max(ys) for _, _, ys in lines) * 1.08 + 1)
+    ax.set_xlim(0, span)
+    shade(ax, findings, ["starved_consumer", "slow_consumer", "stalled_socket"], names=series.get("names"))
+    ax.set_ylabel("messages received (running total)")
+    ax.set_xlabel("seconds since the trace's start")
+    ax.set_title("What each consumer received")
+    _beside(ax)
     return _save(fig, out, "consumers.png")
 
 
-def usage(out: Path, usage_rows: list[Row], blocked: list[Row], hwm: int,
-          findings: list[Row]) -> str | None:
-    if not usage_rows:
+def usage(out: Path, series: dict[str, Any], span: float, hwm: int, findings: list[Row]) -> str | None:
+    lines = usage_lines(series)
+    if not series.get("usage"):
         return None
-    usage_rows = sorted(usage_rows, key=lambda r: r["t"])
-    fig, ax = plt.subplots(figsize=(10, 4))
-    ts = [r["t"] for r in usage_rows]
-    for col, label in (("mem_pct", "memory"), ("store_pct", "store"), ("temp_pct", "temp")):
-        ax.step(ts, [r[col] for r in usage_rows], where="post", label=f"{label} %")
-    ax.axhline(hwm, color="k", linestyle=":", linewidth=1, label=f"cursor high-water mark {hwm}%")
-    for i, b in enumerate(blocked):
-        ax.axvspan(b["start"], b["end"], ymin=0, ymax=0.05, color="tab:red",
-                   label="producer blocked" if i == 0 else None)
-    _shade(ax, findings, ["starved_consumer", "blocked_producer_idle_consumers"])
-    ax.set_ylabel("percent of limit")
-    ax.set_xlabel("seconds since trace start")
+    fig, ax = plt.subplots(figsize=SIZE)
+    draw_lines(ax, lines, step=True)
+    ax.axhline(hwm, color="k", linestyle=":", linewidth=2)
+    ax.text(span, hwm, f" high-water mark {hwm}%", va="center", ha="left", fontsize=14)
+    top = max([100.0] + [max(ys) for _, _, ys in lines]) * 1.08
+    for i, b in enumerate(series.get("blocked", [])):
+        ax.axvspan(b["start"], b["end"], ymin=0, ymax=0.04, color="tab:red", linewidth=0,
+                   label="a producer blocked (flow control)" if i == 0 else None)
+    count_axis(ax, top=top)
+    ax.set_xlim(0, span)
+    shade(ax, findings, ["starved_consumer", "blocked_producer_idle_consumers"], names=series.get("names"))
+    ax.set_ylabel("percent of the limit")
+    ax.set_xlabel("seconds since the trace's start")
     ax.set_title("Broker usage")
-    ax.legend(fontsize="x-small", loc="upper right")
+    _beside(ax)
     return _save(fig, out, "usage.png")
 
 
-def swaps(out: Path, swap_rows: list[Row], findings: list[Row]) -> str | None:
-    if not swap_rows:
+def swaps(out: Path, series: dict[str, Any], span: float, findings: list[Row]) -> str | None:
+    rows = series.get("swaps", [])
+    if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(10, 3.5))
-    for event, marker in (("swap_out", "v"), ("swap_in", "^")):
-        rows = [r for r in swap_rows if r["event"] == event]
-        if rows:
-            ax.scatter([r["t"] for r in rows], [r["count"] for r in rows], marker=marker,
-                       label=event)
-    _shade(ax, findings, ["swap_storm"])
+    fig, ax = plt.subplots(figsize=SIZE)
+    for event, marker, color in (("swap_out", "v", "tab:purple"), ("swap_in", "^", "tab:green")):
+        mine = [r for r in rows if r["event"] == event]
+        if mine:
+            ax.vlines([r["t"] for r in mine], 0, [r["count"] for r in mine], color=color, linewidth=3)
+            ax.scatter([r["t"] for r in mine], [r["count"] for r in mine], marker=marker, s=160,
+                       color=color, label=event.replace("_", " "), zorder=3)
+    count_axis(ax, top=max(r["count"] or 0 for r in rows) * 1.15 + 1)
+    ax.set_xlim(0, span)
+    shade(ax, findings, ["swap_storm"])
     ax.set_ylabel("messages moved")
-    ax.set_xlabel("seconds since trace start")
+    ax.set_xlabel("seconds since the trace's start")
     ax.set_title("File-cursor swaps to and from the temp store")
-    ax.legend(fontsize="x-small", loc="upper right")
+    _beside(ax)
     return _save(fig, out, "swaps.png")
 
 
-def journal(out: Path, files: list[Row]) -> str | None:
+def journal(out: Path, series: dict[str, Any], span: float) -> str | None:
+    files = series.get("journal_files", [])
     if not files:
         return None
     stores = _by(files, "store")
-    fig, axes = plt.subplots(len(stores), 1, figsize=(10, 2.5 * len(stores)), squeeze=False)
-    for ax, (store, rows) in zip(axes[:, 0], sorted(stores.items())):
+    fig, axes = plt.subplots(len(stores) + 1, 1, figsize=SIZE, squeeze=False)
+    ax0 = axes[0, 0]
+    draw_lines(ax0, journal_lines(series, span), step=True)
+    count_axis(ax0)
+    ax0.set_xlim(0, span)
+    ax0.set_xlabel("seconds since the trace's start")
+    ax0.set_ylabel("files")
+    ax0.set_title("Journal files over time, and those pinned by live messages")
+    _beside(ax0)
+    for ax, (store, rows) in zip(axes[1:, 0], sorted(stores.items())):
         rows.sort(key=lambda r: r["file"])
-        colors = ["tab:red" if r["live"] else "tab:green" for r in rows]
-        ax.bar([r["file"] for r in rows], [r["live"] for r in rows], color=colors)
+        ax.bar(range(len(rows)), [r["live"] for r in rows],
+               color=["tab:red" if r["live"] else "tab:green" for r in rows])
+        ax.set_xticks(range(len(rows)), [r["file"] for r in rows], rotation=30, ha="right", fontsize=12)
         pinned = sum(1 for r in rows if r["live"])
-        ax.set_title(f"journal {store}: live enqueues per file ({pinned} of {len(rows)} pinned)")
-        ax.set_ylabel("live")
-        ax.tick_params(axis="x", labelrotation=45, labelsize="x-small")
+        ax.set_title(f"journal {store} at t={rows[0]['t']:.0f} s, its last state: {pinned} of "
+                     f"{len(rows)} files pinned")
+        ax.set_ylabel("live messages")
+        ax.set_ylim(bottom=0, top=max(1, max(r["live"] for r in rows)) * 1.15)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     return _save(fig, out, "journal.png")
 
 
-def plot_all(out: Path, series: dict[str, list[Row]], step: float, hwm: int,
+def plot_all(out: Path, series: dict[str, Any], step: float, hwm: int,
              findings: list[Row]) -> dict[str, str]:
     """Draw every plot there is data for; returns {plot: file name}."""
     out.mkdir(parents=True, exist_ok=True)
-    names = series.get("names", {})
-    for r in series["consumer_rates"]:
-        r.setdefault("label", f"{names.get(r['consumer'], r['consumer'])}/{r['sub']}")
-    made = {
-        "rates": rates(out, series["dest_rates"], step, findings),
-        "backlog": backlog(out, series["dest_rates"], findings),
-        "consumers": consumers(out, series["consumer_rates"], step, findings),
-        "usage": usage(out, series["usage"], series["blocked"], hwm, findings),
-        "swaps": swaps(out, series["swaps"], findings),
-        "journal": journal(out, series["journal_files"]),
-    }
+    span = max([r["t"] + step for r in series.get("usage", [])] + [step])
+    with classroom():
+        made = {
+            "rates": rates(out, series, step, span, findings),
+            "backlog": backlog(out, series, span, findings),
+            "consumers": consumers(out, series, step, span, findings),
+            "usage": usage(out, series, span, hwm, findings),
+            "swaps": swaps(out, series, span, findings),
+            "journal": journal(out, series, span),
+        }
     return {k: v for k, v in made.items() if v}

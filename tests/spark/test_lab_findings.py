@@ -36,6 +36,7 @@ def lab_results(tmp_path_factory) -> dict[tuple[str, str], Any]:
         lines: list[str] = []
         results = run_lab(lab, plot_dir=tmp_path_factory.mktemp(lab.number), out=lines.append)
         assert all(r.as_promised for r in results), "\n".join(lines)
+        out[lab.number] = results
         for r in results:
             out[(lab.number, r.spec.name)] = r
     return out
@@ -123,3 +124,37 @@ def test_spark_finds_the_same(spark, lab_results, tmp_path, lab, spec):
     result = lab_results[(lab.number, spec.name)]
     on_spark = analyze(spark, [str(result.trace_file)], tmp_path, Params(), plots=False, tables=False)
     assert _parsed(on_spark["findings"]) == _parsed(result.findings)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.number for lab in LABS])
+def test_each_labs_figure_shows_the_pathology_beside_the_cure(lab_results, tmp_path, lab):
+    from matplotlib.image import imread
+
+    from clients.labs.figure import lab_figure
+
+    drawn = lab_figure(lab, lab_results[lab.number], tmp_path)
+    assert drawn is not None
+    pathology, cure = (lab_results[(lab.number, name)] for name in drawn.runs)
+    assert (pathology.spec.expect, cure.spec.expect) == ("pathology", "healthy")  # both runs
+    height, width, _ = imread(drawn.path).shape
+    assert width >= 1600 and height >= 900  # projector-sized
+    for name in drawn.runs:  # whoever a finding names is drawn, by the name the lab gives it
+        assert set(drawn.starved[name]) <= set(drawn.lines[name]), (name, drawn.starved, drawn.lines)
+        assert not any(label.startswith("localhost-") for label in drawn.lines[name])
+    assert drawn.starved[pathology.spec.name] or not pathology.spec.findings or \
+        not any(f["sub"] for f in pathology.findings)
+    for (x0, _), (y0, _) in drawn.limits:  # every axis from 0
+        assert x0 == 0 and y0 == 0
+    (top_a, top_b, bottom_a, bottom_b) = drawn.limits  # shared scales, row by row
+    assert top_a == top_b and bottom_a == bottom_b
+
+
+def test_slow_legacy_draws_its_starved_fast_consumer(lab_results):
+    """The consumers plot of a run keeps the consumer that received nothing."""
+    result = lab_results[("00", "slow-legacy")]
+    from clients.spark.plots import consumer_lines
+
+    series = result.series
+    lines = {label: ys[-1] for label, _, ys in consumer_lines(series, 1.0, 41.0)}
+    assert lines["fast"] == 0 and lines["slow-S.1"] > 0
+    assert (result.trace_file.parent / "consumers.png").exists()
