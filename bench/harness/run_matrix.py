@@ -136,9 +136,7 @@ def fmt(vals, nd=0):
     if not vals:
         return "-"
     med = statistics.median(vals)
-    def f(x: float) -> str:
-        return f"{x:,.{nd}f}"
-
+    f = (lambda x: f"{x:,.{nd}f}")
     if len(vals) == 1:
         return f(med)
     return f"{f(med)} [{f(min(vals))}–{f(max(vals))}]"
