@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A persistent backlog drained through the store cursor (issue 5's target).
+"""A persistent backlog drained through the store cursor (its target: the backlog drained at
+least as fast as the same messages through memory, RSS bounded by the limits).
 
 The shared harness runs producer and consumer at once, so in its scenario B
 the queue never holds more than a message or two and nothing ever pages: a

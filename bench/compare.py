@@ -264,7 +264,7 @@ def print_report(records: list[dict], scenarios: list[str], brokers: list[str], 
         tl = ["- not judged: a --quick run is a smoke test, its message counts are too small to measure"]
     if tl:
         print()
-        print("## Targets (issues 2 and 4)")
+        print("## Targets")
         print()
         print("\n".join(tl))
     hwm = {b: v for b, v in ((meta or {}).get("hwm") or {}).items() if v is not None}

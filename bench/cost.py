@@ -18,9 +18,9 @@ Scenarios:
             with one auto-ack consumer (parse, route, dispatch, encode);
 ``ack``     scenario D's: one SEND, its MESSAGE and the consumer's ACK, at
             client-individual with prefetch 1;
-``page-in`` issue 5's: a recovered journal of persistent messages, all
+``page-in`` a recovered journal of persistent messages, all
             store-only, paged in by the store cursor and consumed.
-``through`` issue 5's "through" phase (``bench/backlog.py``): a standing backlog
+``through`` the "through" phase (``bench/backlog.py``): a standing backlog
             of N/2 persistent messages under a 4 MB limit (most store-only),
             then an auto-ack consumer while a producer sends N/2 more, all
             paged in; ``through-plain`` the same with a 1 GB limit (all

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Restart time with many persistent messages in the journal (issue 4's target).
+"""Restart time with many persistent messages in the journal (its target: a restart
+with a million messages in a few seconds, nothing read into memory).
 
 Fills a data directory with N persistent messages (written through the
 broker's own store, as a broker would), then times what a restart does before

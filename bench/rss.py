@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""One limited broker's RSS, phase by phase: what a backlog on disk costs in memory (issue 5).
+"""One limited broker's RSS, phase by phase: what a backlog on disk costs in memory.
 
-Issue 5's second target: memory accounting keeps the broker's RSS within 1.5 x
+The target: memory accounting keeps the broker's RSS within 1.5 x
 its ``memory_limit`` plus a fixed base. Messages in memory are charged to the
 usages; a store-only backlog is not (only its index is in memory, and mostly
 not even that: ``docs/design-notes.md``). This starts ``minibroker serve``

@@ -28,15 +28,15 @@ REFERENCE = {
 }
 REFERENCE_RSS = "about 111 MB at start, 675 MB after the matrix; about 150% CPU flat out"
 
-# (issue, scenario, metric, threshold, needs_store, text): ours / ActiveMQ must be >= threshold,
+# (scenario, metric, threshold, needs_store, text): ours / ActiveMQ must be >= threshold,
 # except for "rss", an absolute bound on our peak RSS in MB. A needs_store target is not judged
 # while our broker writes nothing to its data directory (it then measured the in-memory path).
 TARGETS = [
-    ("2", "A", "rate", 1.0, False, "queue A e2e msg/s >= ActiveMQ's"),
-    ("2", "C", "rate", 0.8, False, "topic C deliveries/s >= 0.8 x ActiveMQ's"),
-    ("2", "D", "rate", 1.0, False, "client-individual prefetch 1 (D) msg/s >= ActiveMQ's"),
-    ("2", "*", "rss", 100.0, False, "broker RSS < 100 MB through the runs"),
-    ("4", "B", "rate", 1.0, True, "persistent queue B msg/s >= ActiveMQ KahaDB's"),
+    ("A", "rate", 1.0, False, "queue A e2e msg/s >= ActiveMQ's"),
+    ("C", "rate", 0.8, False, "topic C deliveries/s >= 0.8 x ActiveMQ's"),
+    ("D", "rate", 1.0, False, "client-individual prefetch 1 (D) msg/s >= ActiveMQ's"),
+    ("*", "rss", 100.0, False, "broker RSS < 100 MB through the runs"),
+    ("B", "rate", 1.0, True, "persistent queue B msg/s >= ActiveMQ KahaDB's"),
 ]
 
 
@@ -197,16 +197,16 @@ def reference_table(records: list[dict], scenarios: list[str], ours: str) -> str
 
 
 def targets(records: list[dict], ours: str, theirs: str | None) -> list[str]:
-    """One line per target of issues 2 and 4 that this run can judge."""
+    """One line per target (``TARGETS``) that this run can judge."""
     sel = select(records)
     out = []
-    for issue, scen, metric, threshold, needs_store, text in TARGETS:
+    for scen, metric, threshold, needs_store, text in TARGETS:
         if metric == "rss":
             peaks = [r.get("rss_peak_mb") for (s, b), reps in sel.items() if b == ours for r in reps.values()]
             peaks = [p for p in peaks if p]
             if peaks:
                 peak = max(peaks)
-                out.append(f"- issue {issue}: {text}: peak {peak:.1f} MB -> "
+                out.append(f"- {text}: peak {peak:.1f} MB -> "
                            f"{'met' if peak < threshold else 'NOT met'}")
             continue
         a, b = sel.get((scen, ours)), sel.get((scen, theirs)) if theirs else None
@@ -214,7 +214,7 @@ def targets(records: list[dict], ours: str, theirs: str | None) -> list[str]:
             continue
         sa = cell_stats(a)
         if needs_store and all(r.get("data_dir_bytes") == 0 for r in a.values()):
-            out.append(f"- issue {issue}: {text}: not judged: our broker wrote nothing to its data directory "
+            out.append(f"- {text}: not judged: our broker wrote nothing to its data directory "
                        f"during {scen}, so {scen} measured the in-memory path")
             continue
         if b:
@@ -230,7 +230,7 @@ def targets(records: list[dict], ours: str, theirs: str | None) -> list[str]:
         verdict = "met" if r >= threshold and sa["ok"] == sa["n"] else "NOT met"
         if sa["ok"] < sa["n"]:
             verdict += f" (only {sa['ok']}/{sa['n']} reps ok)"
-        out.append(f"- issue {issue}: {text}: ratio {r:.2f} ({src}) -> {verdict}")
+        out.append(f"- {text}: ratio {r:.2f} ({src}) -> {verdict}")
     return out
 
 

@@ -1,1 +1,1 @@
-"""minibroker: a teaching STOMP broker (see DESIGN.md for the map)."""
+"""minibroker: a teaching STOMP broker (the map of the code: ``docs/design-notes.md``)."""

@@ -261,7 +261,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
                    temp_pct=self.temp_usage.percent, dest=dest, dest_mem_pct=new if dest else None)
 
     def _sample_connections(self) -> None:
-        """Every second, while tracing: a ``connection`` event per connection (seed 003)."""
+        """Every second, while tracing: a ``connection`` event per connection (the stalled socket's evidence)."""
         now = self.clock.now()
         for session in self.sessions.values():
             if session.state is State.CONNECTED:

@@ -1,4 +1,6 @@
-"""The queue store cursor: ActiveMQ's ``StoreQueueCursor``, the heart of seed 000.
+"""The queue store cursor: ActiveMQ's ``StoreQueueCursor``, the heart of the
+starving consumers ("Starving JMS consumers when not setting destination limits in
+ActiveMQ", 13 Apr 2016).
 
 Theory of operation
 -------------------
@@ -26,7 +28,7 @@ When the cache runs empty and the queue has a consumer, the cursor *pages in*
 and it stops early once the broker's memory reaches 90%.
 Without space it stays empty and logs "cursor blocked, no space available to
 page in messages": a consumer waits while its messages sit on disk, which is
-what starves queue A in seed 000 when other queues hold the broker's memory.
+what starves queue A in the starving-consumers case when other queues hold the broker's memory.
 After a restart every recovered message is store-only and nothing is read
 until a consumer needs it.
 """

@@ -128,7 +128,7 @@ class Destination:
         #: True for a dead letter queue (nothing is dead-lettered out of one).
         self.is_dlq = False
         root = broker.memory
-        #: This destination's memory: a child of the broker's (seed 000's heart).
+        #: This destination's memory: a child of the broker's (the starving consumers' heart).
         self.memory = Usage(self.address, policy.memory_limit or root.limit, parent=root)
         self.enqueued = 0
         self.dequeued = 0

@@ -1,8 +1,9 @@
-"""Recognising the seeds' pathologies in a running broker.
+"""Recognising the labs' pathologies in a running broker.
 
 ``diagnose(broker)`` returns findings, each a dict with ``pathology``,
 ``summary`` (one line for ``stat`` and the log), ``evidence`` and ``cure``.
-It knows seed 000's starving consumers (see ``_starving``): a consumer
+It knows the starving consumers ("Starving JMS consumers when not setting
+destination limits in ActiveMQ", 13 Apr 2016; see ``_starving``): a consumer
 with a backlog in the store that receives nothing because the cursor has no
 space, while consumer-less destinations hold the broker's memory; and a store
 of the ring layout filled by the rings' reservations (``_rings_fill_store``).
@@ -50,7 +51,7 @@ def _rings_fill_store(broker: "Broker") -> list[dict[str, Any]]:
 
 
 def _starving(broker: "Broker") -> list[dict[str, Any]]:
-    """Seed 000's checklist, item by item.
+    """The starving-consumers checklist, item by item.
 
     1. a destination with consumers and a backlog, receiving nothing: its
        messages are only in the store and its cursor may not page in;

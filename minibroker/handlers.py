@@ -364,7 +364,7 @@ class FrameHandlers:
                            mode=sub.ack_mode)
         latency = self.config.store.store_latency
         if latency and any(m.store_ref is not None for m in messages):
-            # A slow store (seed 003's KahaDB): finding and removing the acked message
+            # A slow store (the stalled socket's KahaDB): finding and removing the acked message
             # costs time for every message in flight, and meanwhile the broker does not
             # read this connection: its ACKs back up in the TCP buffers.
             self._store_busy(session, latency * (len(sub.dispatched) + len(messages)) / 1000)

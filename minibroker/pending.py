@@ -21,7 +21,8 @@ destination policy ``pending_cursor``:
     takes them (``swap_in``).
 
   Each swapped message releases its memory; the temp store counts whole
-  files, and never deletes its current write file (seed 001).
+  files, and never deletes its current write file (the temp-storage deadlock: "Observations on
+  ActiveMQs temp storage.", 24 Feb 2011).
 """
 from __future__ import annotations
 

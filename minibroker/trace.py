@@ -243,7 +243,7 @@ EVENTS: dict[str, EventSpec] = {
         _spec("slow_consumer", "session sub dest slow pending", "prefetch",
               "A subscription was marked slow (slow=true) or no longer slow (slow=false)."),
         _spec("connection", "session pending_bytes pending idle_read idle_write", "client_id addr",
-              "A periodic sample of one connection (seed 003): bytes queued for its socket, "
+              "A periodic sample of one connection (the stalled socket): bytes queued for its socket, "
               "unacknowledged messages, seconds since the last read and the last write that drained."),
         _spec("write_timeout", "session waited pending_bytes", "client_id addr",
               "A socket write was stuck for waited seconds; the session is closed."),

@@ -10,7 +10,8 @@ sum of what destinations hold (ActiveMQ ``Usage.increaseUsage``).
 
 ``percent`` is floor(usage x 100 / limit), as ActiveMQ computes it.
 ``is_full()`` is own usage at or over 100% *or the parent full*. The two
-cursor space checks (``has_space``) are the heart of seed 000:
+cursor space checks (``has_space``) are the heart of the starving
+consumers:
 
 - ``legacy`` (ActiveMQ up to 5.14): ``not usage.is_full(hwm)``, where
   ``is_full(hwm)`` is true when this usage *or any ancestor* is at or over the

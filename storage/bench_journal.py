@@ -15,7 +15,7 @@ group        the owner thread appends while another thread calls ``sync()`` in
              a loop, as the broker does: messages/s made durable, fsyncs/s
 recovery     ``Journal.open`` of the N-record journal written by "appends",
              then of the same journal with half the messages dequeued
-seed         seed 004 at Qpid's default ring sizes: messages through before
+threshold    the enqueue threshold at Qpid's default ring sizes: messages through before
              the enqueue threshold refuses, and how many are live
 """
 
@@ -121,7 +121,7 @@ def bench_recovery(config: JournalConfig, records: int) -> None:
     opened[1].close()
 
 
-def bench_seed(directory: Path) -> None:
+def bench_threshold(directory: Path) -> None:
     j = Journal.open(JournalConfig(directory=directory / "Durable", layout="ring", name="Durable"))
     pin, ordinary, sent = b"P" * 200, b"o" * 200, 0
     start = time.perf_counter()
@@ -138,7 +138,7 @@ def bench_seed(directory: Path) -> None:
             sent += 1
     except EnqueueThresholdExceeded as refused:
         seconds = time.perf_counter() - start
-        print(f"seed         {sent} messages through, then: {refused}")
+        print(f"threshold    {sent} messages through, then: {refused}")
         print(f"{'':<12} {j.live_count} live, {j.last_seq} records, {seconds:.2f} s")
     j.close()
 
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         bench_sync_each(directory, args.fsyncs, payload)
         bench_group_commit(directory, min(args.records, 200_000), payload)
         bench_recovery(config, args.records)
-        bench_seed(directory)
+        bench_threshold(directory)
     finally:
         shutil.rmtree(directory)
 

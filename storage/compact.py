@@ -1,4 +1,5 @@
-"""Compaction: rewrite stranded messages next to each other (seed 004's workaround).
+"""Compaction: rewrite stranded messages next to each other (the workaround for
+Qpid's enqueue threshold).
 
 Theory of operation. A few old messages, each alone in its file, can pin the
 whole journal: in a ring they make the enqueue threshold refuse every new

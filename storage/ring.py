@@ -20,7 +20,7 @@ checked by the legacystore's look-ahead (``wrfc::enq_threshold``,
 
 Dequeues, commits, aborts and markers are not checked; they may use the
 reserve. That is why one old message per file is enough to refuse enqueues
-while the journal is nearly empty (Red Hat KB 269193, seed 004): the look-ahead
+while the journal is nearly empty (Red Hat KB 269193): the look-ahead
 reaches a file whose only record that matters is one unconsumed message.
 
 (Qpid measures the offset without its file header and in 128-byte blocks;

@@ -23,7 +23,7 @@ A file is deleted once no entry in it is referenced (``release``), **except
 the current write file, which is never deleted**. So after the first spill
 the usage never falls below one file: with a temp limit below
 ``max_file_length`` the store reports >= 100% forever, and a producer blocked
-waiting for temp space never wakes (seed 001).
+waiting for temp space never wakes (the temp-storage deadlock).
 
 File system errors: a full disk refuses an append with ``StoreFull`` and
 leaves the store as it was; anything else is ``StoreFailed`` (``fileio.py``).

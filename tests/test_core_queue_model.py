@@ -31,7 +31,7 @@ transaction, temporary queue or flow-control wait; what it held is back on the
 queue).
 
 The same machine runs on a broker that keeps everything in memory, and on three
-whose 16 kB memory limit makes the cursors page (issue 5): persistent messages
+whose 16 kB memory limit makes the cursors page: persistent messages
 out to the journal and back in (the store cursor), non-persistent ones to the
 temp store (the file cursor), and persistent ones through the store cursor of a
 queue that orders by priority (first deliveries then keep each producer's order

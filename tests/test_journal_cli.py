@@ -19,7 +19,7 @@ RING = {"store": {"layout": "ring", "file_count": 8, "file_size": "64 kb"},
 
 
 def pinned_ring(data: Path, rounds: int = 3) -> VirtualNetwork:
-    """Seed 004 in small: one low-priority message left behind in each of several files."""
+    """Qpid's enqueue threshold in small: one low-priority message left behind in each of several files."""
     net = VirtualNetwork(parse_config(RING), data_dir=data)
     p = net.connected_client("p")
     c = net.connected_client("c")

@@ -322,7 +322,7 @@ class TestStoreCursor:
         assert net.broker.destinations["/queue/idle"].size() == 30
 
     def seed_000(self, tmp_path: Path, space_check: str, b_limit: str | None = None) -> tuple[int, str]:
-        """Seed 000 symptom 1: A's messages in the store, a restart, B filling memory, a consumer on A."""
+        """The starving consumers, symptom 1: A's messages in the store, a restart, B filling memory, a consumer on A."""
         policies = [{"queue": ">", "space_check": space_check}]
         if b_limit:
             policies.append({"queue": "B", "space_check": space_check, "memory_limit": b_limit})
@@ -362,7 +362,7 @@ class TestStoreLimits:
         c = net.connected_client("c")
         c.subscribe("/queue/Durable", "s", "client-individual", selector="JMSPriority > 1",
                     **{"activemq.prefetchSize": "1000"})
-        # Seed 004: one low-priority message per file stays; the rest come and go.
+        # Qpid's enqueue threshold: one low-priority message per file stays; the rest come and go.
         n = 0
         for round_ in range(20):
             p.send("/queue/Durable", "pin", persistent="true", priority="1", receipt=f"r{n}")

@@ -1,4 +1,4 @@
-"""ActiveMQ-style features through stomp.py against the real server (issue 3)."""
+"""ActiveMQ-style features through stomp.py against the real server."""
 from __future__ import annotations
 
 import time

@@ -4,7 +4,8 @@
 that pin it, then a totals line (Qpid's ``store_chk``). ``compact DIR``
 rewrites the messages stranded in old files next to each other at the head of
 the journal, in one transaction, so a crash midway neither loses nor
-duplicates one (the workaround of seed 004). ``repair DIR`` truncates a
+duplicates one (the workaround Red Hat gives for Qpid's "Enqueue threshold exceptions
+triggered for qpid queue with few messages only"). ``repair DIR`` truncates a
 journal damaged in the middle at its last good record, keeping a ``.broken``
 copy of each file it cuts. DIR is a broker data directory (``./data``) or a
 journal directory; compact and repair refuse while a broker has it open.

@@ -59,7 +59,7 @@ class Script:
 def pathologies() -> Script:
     """Seeds 000-004, one after another on one broker."""
     s = Script()
-    # seed 000: /queue/A has 5 messages in the store only; /queue/B fills memory to 70%
+    # the starving consumers: /queue/A has 5 messages in the store only; /queue/B fills memory to 70%
     s.at(0.0).emit("recover", dest="/queue/A", count=5)
     s.usage(0.0, 0)
     s.connect(0.0, "p1", "producer-b")
@@ -84,7 +84,7 @@ def pathologies() -> Script:
         s.deliver(31.5 + i, "cA", "a", "/queue/A", f"ID:b1-old-{i}")
     s.usage(38.0, 0, dest="/queue/A", dest_mem_pct=0)
 
-    # seed 001: a topic with two subscribers; swaps, temp fills, the producer stays blocked
+    # the temp-storage deadlock: a topic with two subscribers; swaps, temp fills, the producer stays blocked
     for sess, sub in (("cT1", "t1"), ("cT2", "t2")):
         s.connect(39.0, sess)
         s.subscribe(39.0, sess, sub, "/topic/T", prefetch=32767)
@@ -104,7 +104,7 @@ def pathologies() -> Script:
         s.deliver(50.5 + i, "cT2", "t2", "/topic/T", msg, ack=False)
     s.usage(54.0, 10, temp=102)
 
-    # seed 002: t2 marked slow from 60 to 70
+    # slow consumers on a topic: t2 marked slow from 60 to 70
     s.at(60.0).emit("slow_consumer", session="cT2", sub="t2", dest="/topic/T", slow=True,
                     pending=65534, prefetch=32767)
     s.at(65.0).emit("slow_consumer", session="cT2", sub="t2", dest="/topic/T", slow=True,
@@ -112,7 +112,7 @@ def pathologies() -> Script:
     s.at(70.0).emit("slow_consumer", session="cT2", sub="t2", dest="/topic/T", slow=False,
                     pending=100)
 
-    # seed 003: writes to consumer-q stuck 10 s, then its reconnect is refused
+    # the stalled socket: writes to consumer-q stuck 10 s, then its reconnect is refused
     s.connect(71.0, "cQ", "consumer-q")
     s.subscribe(71.0, "cQ", "q", "/queue/Q")
     for i in range(3):
@@ -126,7 +126,7 @@ def pathologies() -> Script:
     s.at(81.0).emit("error", message="Client consumer-q already connected", session="cQ2",
                     client_id="consumer-q", code="client_id_in_use", fatal=True)
 
-    # seed 004: the ring journal of /queue/J is full with 7 live messages in 7 files
+    # Qpid's enqueue threshold: the ring journal of /queue/J is full with 7 live messages in 7 files
     file_live = {f"{i:04d}.jdat": (1 if i < 7 else 0) for i in range(8)}
     s.at(84.0).emit("journal_roll", store="/queue/J", layout="ring", file="0007.jdat", files=8,
                     prev="0006.jdat", live=1, file_live=file_live)

@@ -83,7 +83,7 @@ def reopened(config: JournalConfig) -> list[RecoveredRecord]:
         return list(journal.recovered())
 
 
-# -- seed 004: pinned messages in a ring ----------------------------------------
+# -- Qpid's enqueue threshold: pinned messages in a ring ----------------------------------------
 
 PIN = b"P" * 200  # the seed's 200-byte message that nobody consumes
 ORDINARY = b"o" * 200
@@ -105,7 +105,8 @@ def fill_file_with_traffic(j: Journal, *, pin: bool) -> int:
 
 
 def pin_six_files_then_fill_the_seventh(j: Journal) -> int:
-    """Seed 004's first reproducer: six files with one pinned message each, then a
+    """The first reproducer of Qpid's enqueue threshold (Red Hat's "Enqueue threshold
+    exceptions triggered for qpid queue with few messages only"): six files with one pinned message each, then a
     seventh with one pin and traffic until an enqueue is refused."""
     sent = sum(fill_file_with_traffic(j, pin=True) for _ in range(6))
     j.enqueue(b"Durable", PIN)

@@ -12,7 +12,7 @@ from storage.bench_journal import main
 def test_bench_runs_every_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     main(["--records", "2000", "--fsyncs", "5", "--dir", str(tmp_path)])
     out = capsys.readouterr().out
-    for section in ("appends", "pairs", "sync/msg", "group", "recovery", "seed"):
+    for section in ("appends", "pairs", "sync/msg", "group", "recovery", "threshold"):
         assert f"\n{section} " in f"\n{out}"
     assert 'Enqueue capacity threshold exceeded on queue "Durable".' in out
     assert "7 live" in out

@@ -1,4 +1,5 @@
-"""Compaction: stranded messages rewritten together in one transaction (seed 004)."""
+"""Compaction: stranded messages rewritten together in one transaction (the cure for
+Qpid's enqueue threshold)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from storage_helpers import (
 
 
 def seed_state(config: JournalConfig) -> Journal:
-    """Messages stranded one per file: seed 004's ring, or its growing equivalent."""
+    """Messages stranded one per file: the threshold's ring, or its growing equivalent."""
     j = Journal.open(config)
     if config.layout == "ring":
         with pytest.raises(EnqueueThresholdExceeded):

@@ -14,7 +14,7 @@ from storage_helpers import pin_six_files_then_fill_the_seventh, small_config
 
 @pytest.fixture
 def seed_journal(tmp_path: Path) -> Journal:
-    """A ring in seed 004's state: seven pinned messages, enqueues refused."""
+    """A ring past Qpid's enqueue threshold: seven pinned messages, enqueues refused."""
     j = Journal.open(small_config(tmp_path / "Durable", "ring", name="Durable", file_size=16 * 1024))
     with pytest.raises(EnqueueThresholdExceeded):
         pin_six_files_then_fill_the_seventh(j)

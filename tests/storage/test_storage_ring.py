@@ -1,4 +1,4 @@
-"""The ring layout: Qpid legacystore's file reuse and enqueue threshold (seed 004)."""
+"""The ring layout: Qpid legacystore's file reuse and enqueue threshold."""
 
 from __future__ import annotations
 

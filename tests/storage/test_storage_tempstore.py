@@ -1,5 +1,5 @@
 """The temp store: spill files wiped at open, freed when unreferenced, but never the
-current one (seed 001: with a temp limit below the file size, usage stays >= 100%)."""
+current one (the temp-storage deadlock: with a temp limit below the file size, usage stays >= 100%)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_a_file_goes_when_nothing_in_it_is_referenced(store: TempStore) -> None:
 
 
 def test_the_current_file_is_never_deleted_so_usage_never_falls(store: TempStore) -> None:
-    """Seed 001: a temp limit below the file size stays >= 100% once anything spilled."""
+    """The temp-storage deadlock: a temp limit below the file size stays >= 100% once anything spilled."""
     temp_limit = FILE // 2
     handles = [store.append(b"sub", b"z" * 300) for _ in range(5)]
     for handle in handles:
