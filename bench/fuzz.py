@@ -24,9 +24,13 @@ ERROR) or by its peer. After each connection ends:
 - a bystander client still sends and receives on the same broker (every
   100 connections).
 
-Prints a table and leaves JSON under bench/results/::
+Each broker's connections come from a random generator of their own (seeded
+by ``--seed`` and the broker's number), and every example of a failure names
+its broker, so ``--broker K`` (with the same seed and sizes) replays that
+broker's whole history alone. Prints a table and leaves JSON under
+bench/results/::
 
-    .venv/bin/python bench/fuzz.py [--frames 1000000] [--seed 1]
+    .venv/bin/python bench/fuzz.py [--frames 1000000] [--seed 1] [--broker K]
 """
 from __future__ import annotations
 
@@ -62,25 +66,27 @@ BYSTANDER_EVERY = 100
 class Fuzzer:
     """Connections of generated frames against a series of broker cores."""
 
-    def __init__(self, per_broker: int) -> None:
-        self.per_broker = per_broker
+    def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self.examples: dict[str, list[str]] = {}
         self.net: VirtualNetwork | None = None
         self.data_dir: str | None = None
         self.bystander: Any = None
         self.violations_seen = 0
+        self.index = self.on_broker = 0
 
     def _note(self, kind: str, example: str) -> None:
         self.counts[kind] += 1
         bucket = self.examples.setdefault(kind, [])
         if len(bucket) < 5:
-            bucket.append(example[:500])
+            bucket.append(example[:6000])
 
     # -- brokers
-    def _new_broker(self) -> None:
+    def start_broker(self, index: int) -> None:
+        """Broker core number ``index`` (every other one with a journal), after the last one ends."""
         self._end_broker()
-        journal = self.counts["brokers"] % 2 == 1
+        journal = index % 2 == 1
+        self.index, self.on_broker = index, 0
         self.counts["brokers"] += 1
         # Each destination has a small limit of its own, so the fuzzers' backlogs block
         # their own producers and never the broker's memory (the bystander's).
@@ -90,7 +96,7 @@ class Fuzzer:
         if journal:
             self.data_dir = tempfile.mkdtemp(prefix="minibroker-fuzz-")
             doc["store"] = {"fsync": "never", "journal_max_file_length": "64 kb"}
-        self.net = VirtualNetwork(parse_config(doc), data_dir=self.data_dir, seed=self.counts["brokers"],
+        self.net = VirtualNetwork(parse_config(doc), data_dir=self.data_dir, seed=index + 1,
                                   check_teardown=True)
         self.violations_seen = 0
         self.bystander = self.net.connected_client("bystander")
@@ -126,12 +132,12 @@ class Fuzzer:
 
     # -- one connection
     def connection(self, version: str, chunks: list[bytes]) -> None:
-        if self.net is None or self.counts["connections"] % self.per_broker == 0:
-            self._new_broker()
-        elif self.counts["connections"] % BYSTANDER_EVERY == 0:
+        assert self.net is not None, "start_broker first"
+        if self.on_broker and self.on_broker % BYSTANDER_EVERY == 0:
             self._check_bystander()
-        assert self.net is not None
         self.counts["connections"] += 1
+        self.on_broker += 1
+        where = f"broker {self.index}, its connection {self.on_broker}, STOMP {version}"
         client = self.net.client("fuzz")
         sid = client.sid
         client.send_raw(encode(Frame("CONNECT", {"accept-version": version, "host": "h"})))
@@ -142,9 +148,11 @@ class Fuzzer:
             try:
                 client.write(data)
             except Exception:
-                self._note("internal errors", f"{data!r}\n{traceback.format_exc(limit=4)}")
-                self.net.broker.internal_error(sid)  # as the server does: the connection is closed
+                self._note("internal errors", f"{where}: raised at chunk {chunks.index(data)} of {chunks!r}\n"
+                                              f"{traceback.format_exc()}")
+                self.net.broker.internal_error(sid)  # as the server does: an ERROR, and the connection is closed
                 self.net.pump()
+                client.received = [f for f in client.received if f.command != "ERROR"]  # that ERROR is ours
                 break
             self.net.advance(0.05)
         if not client.closed:
@@ -153,14 +161,14 @@ class Fuzzer:
                 self.net.broker.connection_lost(sid)
                 self.net.pump()
             except Exception:
-                self._note("internal errors", "closing: " + traceback.format_exc(limit=4))
+                self._note("internal errors", f"{where}: closing after {chunks!r}\n{traceback.format_exc()}")
         for error in client.frames("ERROR"):
             message = error.headers.get("message")
             if not message:
                 self._note("ERROR without message", repr(error))
             elif "internal error" in message:
-                self._note("internal errors", f"ERROR {message!r} after {chunks!r}")
-        self._note_violations(f"after {chunks!r}")
+                self._note("internal errors", f"{where}: ERROR {message!r} after {chunks!r}")
+        self._note_violations(f"({where}) after {chunks!r}")
         self.net.clients.pop(sid, None)
 
     def _note_violations(self, context: str) -> None:
@@ -213,15 +221,26 @@ def connection_chunks(rng: random.Random, pool: list[bytes], mutated: float) -> 
     return [mutate(rng, c) if rng.random() < mutated else c for c in chunks]
 
 
-def run(frames: int, seed_value: int, per_broker: int, pool_size: int, mutated: float) -> dict:
+def run(frames: int, seed_value: int, per_broker: int, pool_size: int, mutated: float,
+        only_broker: int | None = None) -> dict:
     started = time.monotonic()
     pool = generate_pool(pool_size, seed_value)
     pool_seconds = time.monotonic() - started
-    fuzzer = Fuzzer(per_broker)
-    rng = random.Random(seed_value)
+    fuzzer = Fuzzer()
     versions = ("1.0", "1.1", "1.2")
+    index = 0 if only_broker is None else only_broker
     while fuzzer.counts["frames"] < frames:
-        fuzzer.connection(rng.choice(versions), connection_chunks(rng, pool, mutated))
+        # Each broker's connections come from a generator of their own, so that
+        # --broker replays one broker's history alone.
+        rng = random.Random(f"{seed_value}/{index}")
+        fuzzer.start_broker(index)
+        for _ in range(per_broker):
+            fuzzer.connection(rng.choice(versions), connection_chunks(rng, pool, mutated))
+            if fuzzer.counts["frames"] >= frames and only_broker is None:
+                break
+        if only_broker is not None:
+            break
+        index += 1
     fuzzer.finish()
     seconds = time.monotonic() - started
     c = fuzzer.counts
@@ -244,12 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-broker", type=int, default=2000, help="connections per broker core (default 2000)")
     parser.add_argument("--pool", type=int, default=4000, help="chunks drawn from the generator (default 4000)")
     parser.add_argument("--mutated", type=float, default=0.2, help="fraction of chunks damaged at random (default 0.2)")
+    parser.add_argument("--broker", type=int, metavar="K",
+                        help="replay broker K alone (its connections, as in a run with the same seed and sizes)")
     parser.add_argument("--json", help="write the JSON here instead of bench/results/")
     a = parser.parse_args(argv)
     if a.frames < 1 or a.per_broker < 1 or a.pool < 1 or not 0 <= a.mutated <= 1:
         parser.error("--frames, --per-broker and --pool must be at least 1, --mutated within 0..1")
     logging.disable(logging.CRITICAL)  # the broker logs every refusal; the counts say what matters
-    r = run(a.frames, a.seed, a.per_broker, a.pool, a.mutated)
+    r = run(a.frames, a.seed, a.per_broker, a.pool, a.mutated, a.broker)
     print_table(["frames", "connections", "internal errors", "ERROR without message", "invariant breaks",
                  "bystander hurt", "frames/s", "s"],
                 [[r["frames"], r["connections"], r["internal_errors"], r["errors_without_message"],

@@ -63,7 +63,8 @@ def test_fuzz_counts_a_connection_end_that_leaves_something_behind(monkeypatch: 
     from minibroker.frames import Frame
     from minibroker.queue import Queue
 
-    fuzzer = fuzz.Fuzzer(per_broker=10)
+    fuzzer = fuzz.Fuzzer()
+    fuzzer.start_broker(0)
     subscribe = encode(Frame("SUBSCRIBE", {"destination": "/queue/f", "id": "s", "ack": "client"}), "1.2")
     fuzzer.connection("1.2", [subscribe])
     assert fuzzer.counts["invariant breaks"] == 0
