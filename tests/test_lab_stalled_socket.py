@@ -71,7 +71,7 @@ def test_the_pathology_evidence(virtual_results: dict[str, RunResult]) -> None:
     # The trace's connection samples: the old connection, never read again,
     # its writes never drained, still holding its messages.
     old = next(line for line in outcome.evidence if line.startswith("the connection the consumer left"))
-    assert "still held by the broker" in old and "pending_bytes 99,793" in old and "idle_write 70.0 s" in old
+    assert "still held by the broker" in old and "pending_bytes 99,906" in old and "idle_write 70.0 s" in old
     assert "gave up" in outcome.summary
 
 
