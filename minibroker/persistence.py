@@ -63,7 +63,7 @@ import struct
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple, TextIO
 
 from storage import Journal, JournalConfig, Location, StorageError, StoreFailed, StoreFull, TransactionLog, file_ops
 
@@ -233,7 +233,7 @@ class MessageStore:
         self.root = Path(data_dir)
         self.root.mkdir(parents=True, exist_ok=True)
         # One broker per data directory (ActiveMQ's lock file): offline tools check it too.
-        self._lock_file = open(self.root / "lock", "a")
+        self._lock_file: TextIO | None = open(self.root / "lock", "a")
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

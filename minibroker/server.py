@@ -38,7 +38,7 @@ import logging
 import os
 import signal
 import time
-from typing import Any
+from typing import Any, cast
 
 from storage import CorruptRecord, StorageError
 
@@ -77,11 +77,11 @@ class BrokerServer:
         #: The ``Shutdown`` the core asked for (the store failed), or None.
         self.failure: Shutdown | None = None
         self.connections: dict[int, EdgeConnection] = {}
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         #: The STOMP over WebSocket listener, if on.
-        self._websocket_server: asyncio.AbstractServer | None = None
+        self._websocket_server: asyncio.Server | None = None
         #: The web console's listener (its page, /metrics, the page's STOMP), if on.
-        self._console_server: asyncio.AbstractServer | None = None
+        self._console_server: asyncio.Server | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._flushing = False
@@ -185,7 +185,7 @@ class BrokerServer:
                     elif kind is ResumeReading:
                         transport.resume_reading()
                     elif kind is CheckLogin:
-                        self._check_login(action)
+                        self._check_login(cast(CheckLogin, action))
         finally:
             self._flushing = False
         self._arm_timer()
@@ -232,7 +232,8 @@ class BrokerServer:
         self.flush()
 
     def _flush_trace(self) -> None:
-        self.broker.trace.flush()
+        trace: Any = self.broker.trace  # a recorder: this timer runs only while tracing
+        trace.flush()
         self._trace_timer = asyncio.get_running_loop().call_later(_TRACE_FLUSH_SECONDS, self._flush_trace)
 
     def _batch_sync(self) -> None:
@@ -258,13 +259,13 @@ class BrokerServer:
         self.flush()
 
 
-def _bound_port(listener: asyncio.AbstractServer | None) -> int | None:
+def _bound_port(listener: asyncio.Server | None) -> int | None:
     if listener is None or not listener.sockets:
         return None
     return int(listener.sockets[0].getsockname()[1])
 
 
-async def _listen(factory: Any, host: str, port: int) -> asyncio.AbstractServer:
+async def _listen(factory: Any, host: str, port: int) -> asyncio.Server:
     """A listener on ``host:port``; a port in use is a clear error naming it."""
     try:
         return await asyncio.get_running_loop().create_server(factory, host, port, reuse_address=True)

@@ -314,9 +314,10 @@ def validate_event(event: Mapping[str, Any], *, strict: bool = True) -> list[str
 # --- writers ------------------------------------------------------------------
 
 # A C encoder built once: compact separators, UTF-8 out, no circular check.
-_encode = _json_encoder.c_make_encoder(  # type: ignore[attr-defined]
+_c_make_encoder = getattr(_json_encoder, "c_make_encoder", None)
+_encode = _c_make_encoder(
     None, None, _json_encoder.encode_basestring, None, ":", ",", False, False, True
-) if _json_encoder.c_make_encoder is not None else None
+) if _c_make_encoder is not None else None
 
 
 def _encode_fields(fields: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Sequence
 
-from websockets.frames import CloseCode, Opcode
+from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request
 from websockets.protocol import OPEN
 from websockets.server import ServerProtocol
@@ -132,7 +132,7 @@ class WebSocketConnection(EdgeConnection):
         for event in ws.events_received():
             if isinstance(event, Request):
                 self.handle_request(event)
-            elif event.opcode in _DATA_OPCODES:
+            elif isinstance(event, Frame) and event.opcode in _DATA_OPCODES:
                 stomp.append(event.data)
         self._send_pending()
         if stomp:

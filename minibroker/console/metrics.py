@@ -86,10 +86,10 @@ class BrokerCollector:
                     family.add_metric([d["destinationName"], d["kind"]], float(d[key]))
             yield family
         for name, key, doc in _DESTINATION_COUNTERS:
-            family = CounterMetricFamily(name, doc, labels=labels)
+            counter = CounterMetricFamily(name, doc, labels=labels)
             for d in replies:
-                family.add_metric([d["destinationName"], d["kind"]], float(d[key]))
-            yield family
+                counter.add_metric([d["destinationName"], d["kind"]], float(d[key]))
+            yield counter
 
     def _journals(self) -> Iterator[Metric]:
         store = self.broker.store

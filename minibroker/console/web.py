@@ -35,6 +35,7 @@ import http
 import logging
 import mimetypes
 from importlib import resources
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from websockets.datastructures import Headers
@@ -86,8 +87,9 @@ class ConsoleConnection(WebSocketConnection):
         ws = self.ws
         if path == STOMP_PATH:
             host = request.headers.get("Host", "")
-            ws.origins = [*self.server.broker.config.transport.allowed_origins,  # type: ignore[list-item]
-                          f"http://{host}", f"https://{host}", None]
+            origins: list[Any] = [*self.server.broker.config.transport.allowed_origins,
+                                  f"http://{host}", f"https://{host}", None]
+            ws.origins = origins
             self.upgrade(request)
             return
         missing = vendored_problems() if path == "/" else []
