@@ -7,7 +7,10 @@ from the broker's statistics and trace; it exits 0 only when every verdict
 is the one the lab promises. ``--plot DIR`` also writes each run's trace and
 its analysis (findings, tables, PNG plots, report) under DIR, and the lab's
 figure, the pathology beside its cure, as DIR/<lab>.png; ``--live`` runs the
-lab against the real server with real sockets, where the lab supports it.
+lab against the real server with real sockets, where the lab supports it;
+``--live --console [PORT]`` has those brokers serve the web console (8161 when
+free, else a free port; the address is printed) so a class watches the run,
+and keeps the last one serving until Ctrl-C (or ``--console-hold SECONDS``).
 NAME is the lab's name, its directory name, or its number.
 """
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 
 from ..cli import CommandError
 from ..labs import LabError, find_labs, run_lab
+from ..labs.console import LabConsole
 
 __all__ = ["register"]
 
@@ -33,8 +37,22 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     run.add_argument("name", metavar="NAME", help="lab name, directory name or number")
     run.add_argument("--plot", metavar="DIR", help="also write traces, their analysis and the lab's figure under DIR")
     run.add_argument("--live", action="store_true", help="run against the real server instead of the virtual clock")
+    run.add_argument("--console", metavar="PORT", nargs="?", type=_port, const=-1, default=None,
+                     help="serve the web console for the run (PORT: default 8161 if free, else a free one; 0 = any free port)")
+    run.add_argument("--console-hold", metavar="SECONDS", type=float, default=None,
+                     help="with --console: keep serving this long after the run (default: until Ctrl-C)")
     run.add_argument("--labs", metavar="DIR", help="labs directory (default: examples/labs)")
     run.set_defaults(func=_run)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -2
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r} (0 to 65535; 0 = any free port)")
+    return port
 
 
 def _labs(args: argparse.Namespace) -> list:
@@ -58,14 +76,29 @@ def _run(args: argparse.Namespace) -> int:
         names = ", ".join(lab.directory.name for lab in labs)
         raise CommandError(f"no lab {wanted!r}; the labs are: {names}")
     plot_dir = Path(args.plot) if args.plot else None
+    console = None
+    if args.console is not None:
+        if not args.live:
+            raise CommandError("--console needs --live (the console watches the real server)")
+        console = LabConsole(None if args.console == -1 else args.console)
+    elif args.console_hold is not None:
+        raise CommandError("--console-hold needs --console")
     try:
-        results = run_lab(matches[0], live=args.live, plot_dir=plot_dir)
+        results = run_lab(matches[0], live=args.live, plot_dir=plot_dir, console=console)
     except LabError as exc:
+        if console is not None:
+            console.release()
         raise CommandError(str(exc)) from None
+    except BaseException:
+        if console is not None:
+            console.release()
+        raise
     if plot_dir is not None:
         from ..labs.figure import lab_figure
 
         drawn = lab_figure(matches[0], results, plot_dir)
         if drawn is not None:
             print(f"The lab's figure, {' and '.join(drawn.runs)} side by side: {drawn.path}")
+    if console is not None:
+        console.hold(args.console_hold)
     return 0 if all(r.as_promised for r in results) else 1

@@ -9,7 +9,9 @@ comes from the broker's own statistics and trace, so it prints in seconds;
 report, tables, plots; in this process: a lab's traces are far too small for
 a JVM to pay), checks the findings against the detectors the lab names for
 the run (``minibroker lab run`` then draws the lab's figure: ``clients.labs.figure``). ``--live`` calls ``run_live(lab)`` instead, where the scenario has
-one: the real server on real sockets (``lab.live_broker()``).
+one: the real server on real sockets (``lab.live_broker()``); with a
+``LabConsole`` (``--console``) those brokers serve the web console
+(``clients.labs.console``).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from typing import Any, Callable, Iterator
 from minibroker.config import BrokerConfig
 from minibroker.sim import VirtualNetwork
 
+from .console import LabConsole
 from .model import Lab, LabError, RunSpec
 
 __all__ = ["LabRun", "Outcome", "RunResult", "run_lab"]
@@ -68,8 +71,10 @@ class RunResult:
 class LabRun:
     """What a scenario gets: one run's configuration, data directory and trace."""
 
-    def __init__(self, lab: Lab, spec: RunSpec, workdir: Path) -> None:
+    def __init__(self, lab: Lab, spec: RunSpec, workdir: Path, console: LabConsole | None = None) -> None:
         self.lab = lab
+        #: Where the live brokers serve the web console, or None (off).
+        self.console = console
         self.spec = spec
         self.name = spec.name
         self.config: BrokerConfig = spec.config()
@@ -105,13 +110,22 @@ class LabRun:
     @contextlib.contextmanager
     def live_broker(self, config: BrokerConfig | None = None) -> Iterator["LiveBroker"]:
         """The real asyncio server with this configuration, on an ephemeral port."""
-        live = LiveBroker((config or self.config).on_free_ports().replace(
-            transport={"host": "127.0.0.1"}, broker={"data_dir": str(self.data_dir)}))
+        chosen = (config or self.config).on_free_ports().replace(
+            transport={"host": "127.0.0.1"}, broker={"data_dir": str(self.data_dir)})
+        if self.console is not None:
+            self.console.release(unless=self.workdir)  # the last run's broker gives up the port
+            chosen = self.console.configure(chosen)
+        live = LiveBroker(chosen)
         live.start()
+        if self.console is not None:
+            self.console.started(live, self.name)
         try:
             yield live
         finally:
-            live.stop()
+            if self.console is not None:
+                self.console.keep(live, self.workdir)
+            else:
+                live.stop()
 
 
 class _LogCapture(logging.Handler):
@@ -207,8 +221,11 @@ class LiveBroker:
 
 
 def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
-            out: Callable[[str], None] = print) -> list[RunResult]:
-    """Run every configuration of ``lab``, print verdicts, return the results."""
+            out: Callable[[str], None] = print, console: LabConsole | None = None) -> list[RunResult]:
+    """Run every configuration of ``lab``, print verdicts, return the results.
+
+    With ``console`` the live brokers serve the web console there, and the last
+    one is kept serving (the caller's ``console.hold()`` ends it)."""
     scenario = lab.scenario()
     if live and not hasattr(scenario, "run_live"):
         raise LabError(f"lab {lab.name} has no live run; run it without --live")
@@ -219,7 +236,7 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
     for spec in lab.runs:
         workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))
         try:
-            run = LabRun(lab, spec, workdir)
+            run = LabRun(lab, spec, workdir, console)
             with run._log:
                 outcome: Outcome = entry(run)
                 run.finish()
@@ -228,7 +245,8 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
             if plot_dir is not None and run.trace is not None:
                 _analyse(run, result, plot_dir / spec.name)
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            if console is None or not console.holds(workdir):
+                shutil.rmtree(workdir, ignore_errors=True)
         results.append(result)
         _print_result(result, out)
     kept = sum(r.as_promised for r in results)

@@ -1,0 +1,114 @@
+"""``lab run --console``: the web console on a lab's broker, so a class watches the run.
+
+Theory of operation
+-------------------
+A live run (``--live``) starts a real server per configuration
+(``LabRun.live_broker``), and those brokers run with the console off
+(``BrokerConfig.on_free_ports``). With ``--console`` the runner hands each of
+them a ``LabConsole``: every broker of the lab listens for the console on the
+same port (8161 when it is free, else a free one, or the port asked for), so
+one page, left open, follows the lab from one configuration to the next (the
+page reconnects on its own when a broker stops and the next one starts). The
+address is printed when the first broker is up.
+
+When a run ends its broker is kept (not stopped) until the next run starts
+one, and the last one until ``hold()`` returns: Ctrl-C, or ``--console-hold
+SECONDS``. So the class can look at what the run left behind after the
+verdicts are printed.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from minibroker.config import ANY_PORT, BrokerConfig
+
+__all__ = ["ACTIVEMQ_CONSOLE_PORT", "LabConsole", "console_port_free"]
+
+#: The console's usual port (ActiveMQ's web console), taken when it is free.
+ACTIVEMQ_CONSOLE_PORT = 8161
+
+
+def console_port_free(host: str, port: int) -> bool:
+    """Whether ``port`` on ``host`` can be listened on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
+class LabConsole:
+    """The console's port across a lab's brokers, and the last broker kept for the class.
+
+    ``port`` is the one asked for: None for 8161 if free else any free port,
+    0 for any free port, or a port number.
+    """
+
+    def __init__(self, port: int | None = None, *, host: str = "127.0.0.1",
+                 out: Callable[[str], None] = print) -> None:
+        if port is None:
+            port = ACTIVEMQ_CONSOLE_PORT if console_port_free(host, ACTIVEMQ_CONSOLE_PORT) else 0
+        self.host = host
+        #: The port the next broker listens on: ANY_PORT until the first one bound.
+        self.port = port or ANY_PORT
+        self._out = out
+        self._kept: Any = None
+        self._kept_workdir: Path | None = None
+
+    @property
+    def url(self) -> str | None:
+        """The console's address once a broker serves it."""
+        return None if self.port == ANY_PORT else f"http://{self.host}:{self.port}/"
+
+    def configure(self, config: BrokerConfig) -> BrokerConfig:
+        """``config`` (already on free ports) with the console on this console's port."""
+        return config.replace(console={"host": self.host, "port": self.port})
+
+    def started(self, live: Any, run_name: str) -> None:
+        """A lab broker is up: remember its console port, say where to look."""
+        first = self.port == ANY_PORT
+        self.port = int(live.server.console_port)
+        if first:
+            self._out(f"  console: {self.url} (open it now; it follows every run of the lab)")
+        self._out(f"  console: now showing the {run_name} run")
+
+    def keep(self, live: Any, workdir: Path) -> None:
+        """The run is over: keep its broker serving the console until the next one starts."""
+        self.release(unless=workdir)
+        self._kept, self._kept_workdir = live, workdir
+
+    def holds(self, workdir: Path) -> bool:
+        """Whether ``workdir`` belongs to the broker kept serving (not to be removed yet)."""
+        return self._kept is not None and self._kept_workdir == workdir
+
+    def release(self, unless: Path | None = None) -> None:
+        """Stop the kept broker (another takes its port) and remove its run's directory."""
+        live, workdir = self._kept, self._kept_workdir
+        self._kept = self._kept_workdir = None
+        if live is not None:
+            live.stop()
+        if workdir is not None and workdir != unless:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def hold(self, seconds: float | None) -> None:
+        """Keep the last broker serving: ``seconds``, or until Ctrl-C when None; then stop it."""
+        try:
+            if self._kept is not None:
+                self._out(f"  console: {self.url} keeps serving the last run; "
+                          + (f"for {seconds:g} s" if seconds is not None else "Ctrl-C to stop"))
+                deadline = None if seconds is None else time.monotonic() + seconds
+                with contextlib.suppress(KeyboardInterrupt):
+                    while deadline is None or time.monotonic() < deadline:
+                        time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+        finally:
+            self.release()

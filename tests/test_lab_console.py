@@ -1,0 +1,116 @@
+"""``minibroker lab run NAME --live --console``: the lab's brokers serve the web console.
+
+The command runs as a user runs it (a child process); the test reads the
+address it prints, scrapes ``/metrics`` there while the lab runs and after, and
+stops the command as a teacher does, with Ctrl-C.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Lines:
+    """A child's output, line by line, read on a thread so waits can have deadlines."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.seen: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_for(self, pattern: str, timeout: float = 120.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        for line in self.seen:
+            if found := re.search(pattern, line):
+                return found
+        while True:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no line matching {pattern!r} in:\n" + "\n".join(self.seen)
+            try:
+                line = self._queue.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            assert line is not None, f"the command ended before a line matching {pattern!r}:\n" + "\n".join(self.seen)
+            self.seen.append(line)
+            if found := re.search(pattern, line):
+                return found
+
+
+def scrape(url: str) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """``/metrics`` parsed by prometheus_client: sample name -> labels -> value ({} when refused)."""
+    try:
+        with urllib.request.urlopen(url + "metrics", timeout=5) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, ConnectionError):
+        return {}
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return samples
+
+
+def depth(samples: dict, destination: str) -> float | None:
+    for labels, value in samples.get("minibroker_destination_size", {}).items():
+        if ("destination", destination) in labels:
+            return value
+    return None
+
+
+def start_lab(*args: str) -> tuple[subprocess.Popen[str], Lines]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen([sys.executable, "-m", "clients.cli", "lab", "run", *args], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return child, Lines(child.stdout)  # type: ignore[arg-type]
+
+
+def test_a_live_lab_run_serves_the_console_and_keeps_it_until_ctrl_c() -> None:
+    child, lines = start_lab("01", "--live", "--console", "0")
+    try:
+        url = lines.wait_for(r"console: (http://127\.0\.0\.1:\d+/) \(open it now")[1]
+        # While the lab runs, the console's /metrics shows the lab's own topic.
+        deadline = time.monotonic() + 60
+        while depth(scrape(url), "/topic/prices") is None:
+            assert time.monotonic() < deadline, "the console never showed /topic/prices"
+            assert child.poll() is None, "\n".join(lines.seen)
+            time.sleep(0.05)
+        lines.wait_for(r"Result: 3/3 verdicts as the lab promises")
+        lines.wait_for(r"keeps serving the last run; Ctrl-C to stop")
+        # After the verdicts the last run's broker still serves the console, as the run left it.
+        assert depth(scrape(url), "/topic/prices") is not None
+        child.send_signal(signal.SIGINT)
+        assert child.wait(30) == 0
+        assert scrape(url) == {}, "the console still answers after Ctrl-C"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_console_options_are_checked() -> None:
+    for args, words in ((["01", "--console"], "--console needs --live"),
+                        (["01", "--live", "--console-hold", "1"], "--console-hold needs --console"),
+                        (["01", "--live", "--console", "http"], "not a port number")):
+        result = subprocess.run([sys.executable, "-m", "clients.cli", "lab", "run", *args], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0
+        assert words in result.stderr + result.stdout
