@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint venv bench clean net-stomp ruby-stomp php-stomp browser
+.PHONY: run test lint venv bench clean net-stomp ruby-stomp php-stomp browser lab-readmes
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,11 @@ lint: $(STAMP)
 test: lint $(STAMP) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
 	$(PY) -m pytest -q
+
+# Each lab README ends with its run's output, verbatim (tests/test_labs.py compares them):
+# rewrite those blocks after changing a lab.
+lab-readmes: $(STAMP)
+	$(PY) -m clients.labs.readme
 
 bench: $(STAMP)
 	$(PY) bench/compare.py $(BENCH_ARGS)

@@ -26,37 +26,37 @@ DOCS = Path(__file__).parent.parent / "docs" / "doctor.md"
 SHIPPED_BENCH = Path("/work/shared/bench/activemq/conf/activemq.xml")
 
 E, W, I = "error", "warning", "info"
-STOMP_UNWATCHED = [(W, "prefetch-without-write-timeout", "003"), (W, "no-heart-beats", "003"), (W, "link-stealing-off", "003")]
-BENCH = [(W, "queues-share-memory", "000"), *STOMP_UNWATCHED, (I, "topic-slow-consumer-spools", "002")]
+STOMP_UNWATCHED = [(W, "prefetch-without-write-timeout", "stalled-socket"), (W, "no-heart-beats", "stalled-socket"), (W, "link-stealing-off", "stalled-socket")]
+BENCH = [(W, "queues-share-memory", "destination-limits"), *STOMP_UNWATCHED, (I, "topic-slow-consumer-spools", "slow-consumers")]
 
 #: fixture -> the findings it must produce, (severity, check, seed) in report order.
 EXPECTED: dict[str, list[tuple[str, str, str | None]]] = {
     "clean.toml": [],
     "clean.xml": [],
-    "seed000-no-limits.toml": [(W, "queues-share-memory", "000")],
-    "seed000-no-limits.xml": [(W, "queues-share-memory", "000")],
-    "seed000-limits-exceed.toml": [(W, "destination-limits-exceed-broker", "000")],
-    "seed000-limits-exceed.xml": [(W, "destination-limits-exceed-broker", "000")],
-    "seed001-temp-limit.toml": [(E, "temp-limit-below-temp-file", "001")],
-    "seed001-temp-limit.xml": [(E, "temp-limit-below-temp-file", "001")],
-    "seed001-memory-above-temp.toml": [(W, "memory-above-temp-limit", "001")],
-    "seed001-memory-above-temp.xml": [(W, "memory-above-temp-limit", "001")],
-    "seed002-topics.toml": [(W, "topic-slow-consumer-blocks-producer", "002")],
-    "seed002-topics.xml": [(W, "topic-slow-consumer-blocks-producer", "002")],
+    "seed000-no-limits.toml": [(W, "queues-share-memory", "destination-limits")],
+    "seed000-no-limits.xml": [(W, "queues-share-memory", "destination-limits")],
+    "seed000-limits-exceed.toml": [(W, "destination-limits-exceed-broker", "destination-limits")],
+    "seed000-limits-exceed.xml": [(W, "destination-limits-exceed-broker", "destination-limits")],
+    "seed001-temp-limit.toml": [(E, "temp-limit-below-temp-file", "temp-storage")],
+    "seed001-temp-limit.xml": [(E, "temp-limit-below-temp-file", "temp-storage")],
+    "seed001-memory-above-temp.toml": [(W, "memory-above-temp-limit", "temp-storage")],
+    "seed001-memory-above-temp.xml": [(W, "memory-above-temp-limit", "temp-storage")],
+    "seed002-topics.toml": [(W, "topic-slow-consumer-blocks-producer", "slow-consumers")],
+    "seed002-topics.xml": [(W, "topic-slow-consumer-blocks-producer", "slow-consumers")],
     "seed003-stomp.toml": STOMP_UNWATCHED,
     "seed003-stomp.xml": STOMP_UNWATCHED,
-    "seed004-ring-priority.toml": [(W, "ring-priority-queues", "004"), (W, "ring-reserves-store", None)],
-    "seed004-ring-small.toml": [(W, "ring-too-small", "004"), (W, "ring-reserves-store", None),
-                                (I, "ring-strands-messages", "004")],
+    "seed004-ring-priority.toml": [(W, "ring-priority-queues", "journal-threshold"), (W, "ring-reserves-store", None)],
+    "seed004-ring-small.toml": [(W, "ring-too-small", "journal-threshold"), (W, "ring-reserves-store", None),
+                                (I, "ring-strands-messages", "journal-threshold")],
     "limits-too-small.toml": [(E, "store-limit-below-journal-file", None), (W, "memory-limit-tiny", None)],
     "limits-too-small.xml": [(E, "store-limit-below-journal-file", None), (W, "memory-limit-tiny", None)],
     "memory-zero.toml": [(E, "memory-limit-zero", None)],
     "bench-activemq.xml": BENCH,
-    "activemq-shipped-5.18.xml": [(W, "queues-share-memory", "000"), *STOMP_UNWATCHED, (I, "heap-assumed", None)],
-    "activemq-shipped-5.3.xml": [(W, "topic-slow-consumer-blocks-producer", "002"), (I, "no-stomp-listener", "003")],
+    "activemq-shipped-5.18.xml": [(W, "queues-share-memory", "destination-limits"), *STOMP_UNWATCHED, (I, "heap-assumed", None)],
+    "activemq-shipped-5.3.xml": [(W, "topic-slow-consumer-blocks-producer", "slow-consumers"), (I, "no-stomp-listener", "stalled-socket")],
 }
 
-DEFAULT = [(W, "queues-share-memory", "000"), *STOMP_UNWATCHED, (I, "topic-slow-consumer-spools", "002")]
+DEFAULT = [(W, "queues-share-memory", "destination-limits"), *STOMP_UNWATCHED, (I, "topic-slow-consumer-spools", "slow-consumers")]
 
 
 def doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -72,7 +72,7 @@ def findings_of(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, di
 
 
 def triples(report: dict[str, Any]) -> list[tuple[str, str, str | None]]:
-    return [(f["severity"], f["check"], f["seed"]) for f in report["findings"]]
+    return [(f["severity"], f["check"], f["source"]) for f in report["findings"]]
 
 
 # ---------------------------------------------------------------- each trap, each syntax
@@ -90,8 +90,8 @@ def test_fixture_gives_exactly_its_findings(name: str, capsys) -> None:
         assert f["headline"] and f["why"]
         if f["severity"] in (E, W):
             assert f["values"] and f["fix"]["text"] and f["fix"]["snippet"] and f["fix"]["changes"]
-        if f["seed"]:
-            assert f"seed {f['seed']}" in f["why"]
+        if f["source"]:
+            assert f"source: {f['source']}" in f["why"]
 
 
 @pytest.mark.skipif(not SHIPPED_BENCH.exists(), reason="the shared bench configuration is not on this machine")
@@ -104,7 +104,7 @@ def test_the_embedded_default_is_reported_honestly(capsys) -> None:
     status, out, err = doctor(capsys)
     assert status == 1 and err == ""
     assert "minibroker/default.toml (the embedded default)" in out
-    assert "no queue has a memory limit of its own" in out  # seed 000 is a real trap in our default too
+    assert "no queue has a memory limit of its own" in out  # the destination-limits source is a real trap in our default too
     status, report = findings_of(capsys)
     assert triples(report) == DEFAULT
 
@@ -210,7 +210,7 @@ def test_stomp_findings_are_notes_once_something_watches_the_socket(tmp_path: Pa
                  '[[destination_policy]]\ntopic = ">"\nabort_slow_consumer = true\n')
     status, report = findings_of(capsys, path)
     assert status == 0
-    assert triples(report) == [(I, "no-heart-beats", "003"), (I, "link-stealing-off", "003")]
+    assert triples(report) == [(I, "no-heart-beats", "stalled-socket"), (I, "link-stealing-off", "stalled-socket")]
 
 
 def test_temp_trap_without_file_cursors_is_a_latent_warning(tmp_path: Path, capsys) -> None:
@@ -302,7 +302,7 @@ def test_json_shape(capsys) -> None:
     assert set(report) == {"source", "syntax", "status", "counts", "findings"}
     assert report["counts"] == {E: 0, W: 3, I: 0} and report["status"] == status == 1
     f = report["findings"][0]
-    assert set(f) == {"check", "severity", "seed", "headline", "values", "why", "fix"}
+    assert set(f) == {"check", "severity", "source", "headline", "values", "why", "fix"}
     assert set(f["fix"]) == {"text", "snippet", "changes"}
     assert f["fix"]["changes"] == [{"key": "transport.so_write_timeout", "value": 30000, "listener": "transport"}]
     assert all(isinstance(v, str) for v in f["values"])
@@ -315,12 +315,14 @@ def test_text_report_groups_by_severity(capsys) -> None:
     assert lines[1] == "0 errors, 2 warnings, 1 note"
     assert lines.index("Warnings (2)") < lines.index("Notes (1)")
     headline, second = (line for line in lines if line.startswith("warning "))
-    assert headline.startswith("warning [seed 004] ring-too-small: the ring journal holds 9.6 mb per queue")
+    assert headline.startswith("warning [journal-threshold] ring-too-small: the ring journal holds 9.6 mb per queue")
     assert second.startswith("warning [config] ring-reserves-store: the store limit 10 gb holds the rings of 853 "
                              "destinations (8 x 1536 kb = 12 mb each)")
     body = lines[lines.index(headline) + 1:lines.index(second) - 1]
     assert body and all(line.startswith("    ") for line in body)
-    assert lines[-2:] == ["Seeds cited", "  seed 004 (004_489bf5d377364273.txt): ring journal: enqueue capacity threshold exceeded"]
+    assert lines[-2:] == ["Sources cited", '  journal-threshold: "Enqueue threshold exceptions triggered for qpid queue with few '
+                          'messages only" (Red Hat knowledge base, MRG Messaging 2, undated): ring journal: enqueue capacity '
+                          'threshold exceeded']
 
 
 def test_clean_text_report(capsys) -> None:

@@ -1,4 +1,4 @@
-"""Lab 04 (seed 004): its verdicts, and the refused enqueue as stomp.py sees it on the real server."""
+"""Lab 04: its verdicts, and the refused enqueue as stomp.py sees it on the real server."""
 from __future__ import annotations
 
 import time

@@ -1,4 +1,4 @@
-"""Lab 02 (seed 002): each policy's verdict and cost, and the abort ERROR as stomp.py sees it on the real server."""
+"""Lab 02: each policy's verdict and cost, and the abort ERROR as stomp.py sees it on the real server."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""Lab 03 (seed 003): the prefetch-stalled-socket lab, its verdicts, and the story with stomp.py.
+"""Lab 03: the prefetch-stalled-socket lab, its verdicts, and the story with stomp.py.
 
 - the lab through ``clients.labs.run_lab`` on the virtual clock: every verdict
   as promised, and the evidence numbers that make each verdict;
@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -71,7 +72,9 @@ def test_the_pathology_evidence(virtual_results: dict[str, RunResult]) -> None:
     # The trace's connection samples: the old connection, never read again,
     # its writes never drained, still holding its messages.
     old = next(line for line in outcome.evidence if line.startswith("the connection the consumer left"))
-    assert "still held by the broker" in old and "pending_bytes 99,906" in old and "idle_write 70.0 s" in old
+    unread = re.search(r"\(([\d,]+) B written to its socket and not read\)", text)
+    assert unread and int(unread.group(1).replace(",", "")) > 90_000  # some 100 messages of 1000 B
+    assert "still held by the broker" in old and f"pending_bytes {unread.group(1)}," in old and "idle_write 70.0 s" in old
     assert "gave up" in outcome.summary
 
 
@@ -112,7 +115,7 @@ def test_exclusive_takes_load_balancing_away(virtual_results: dict[str, RunResul
 def test_the_lab_runs_live_with_our_client() -> None:
     lab = _lab()
     keep = [s for s in lab.runs if s.name in ("default-prefetch", "prefetch-1")]
-    results = {r.spec.name: r for r in run_lab(Lab(lab.directory, lab.name, lab.title, lab.seed, tuple(keep),
+    results = {r.spec.name: r for r in run_lab(Lab(lab.directory, lab.name, lab.title, lab.source, tuple(keep),
                                                        lab.scenario_path), live=True, out=lambda line: None)}
     assert all(r.as_promised for r in results.values()), {n: r.outcome.summary for n, r in results.items()}
     stalled = results["default-prefetch"].outcome
@@ -134,7 +137,7 @@ def _statistics(conn: Any, listener: Collector, what: str) -> list[dict[str, Any
 
 
 class _SlowConsumer(stomp.ConnectionListener):
-    """The seed's consumer in stomp.py: works on each message, then ACKs it.
+    """The article's consumer in stomp.py: works on each message, then ACKs it.
 
     ``hang()`` makes it stop where it is: its receiver thread waits in
     ``on_message`` and neither reads nor writes the socket any more.
@@ -187,7 +190,7 @@ def _consumer_connection(monitor: Any, listener: Collector) -> dict[str, Any] | 
 
 @contextmanager
 def _stalled(broker: Any) -> Iterator[tuple[Any, Collector, _SlowConsumer]]:
-    """A stomp.py consumer stalled as in the seed, then hung; yields the monitor and the consumer."""
+    """A stomp.py consumer stalled as in the article, then hung; yields the monitor and the consumer."""
     _fill(broker, 400)
     monitor, listener = connect(broker)
     monitor.subscribe("/temp-queue/lab03-stats", id="stats")
@@ -391,7 +394,7 @@ def test_a_refused_reconnect_is_traced_as_the_spark_detector_expects(tmp_path: P
 
 
 @pytest.mark.spark
-def test_the_analysis_finds_the_seeds_stalled_socket(tmp_path: Path) -> None:
+def test_the_analysis_finds_the_articles_stalled_socket(tmp_path: Path) -> None:
     from clients.labs.runner import LabRun
     from clients.spark.analyze import main as analyze
 

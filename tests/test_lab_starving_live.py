@@ -1,4 +1,4 @@
-"""Lab 00 (seed 000) with stomp.py clients against the real server: both symptoms, legacy and cure.
+"""Lab 00 with stomp.py clients against the real server: both symptoms, legacy and cure.
 
 The broker runs with the lab's ``legacy.toml`` or ``cure.toml``; it is restarted
 by stopping it and starting a new one on the same data directory. The evidence

@@ -1,4 +1,4 @@
-"""Lab 01 (seed 001): its verdicts and numbers, and the hung producer as stomp.py sees it on the real server."""
+"""Lab 01: its verdicts and numbers, and the hung producer as stomp.py sees it on the real server."""
 from __future__ import annotations
 
 import queue
@@ -49,7 +49,7 @@ def test_deadlock_temp_stays_full_with_nothing_pending(results: dict[str, RunRes
     assert "tempPercentUsage 113, blockedProducers 1" in evidence and "size 0" in evidence
 
 
-def test_deadlock_swaps_whole_lists_and_logs_the_seed_line(results: dict[str, RunResult]) -> None:
+def test_deadlock_swaps_whole_lists_and_logs_the_articles_line(results: dict[str, RunResult]) -> None:
     evidence = "\n".join(results["deadlock"].outcome.evidence)
     swapped = re.search(r"in one go \(slow-1 (\d+), slow-2 (\d+) messages\); temp usage 0% -> (\d+)%", evidence)
     assert swapped, evidence
@@ -83,7 +83,7 @@ def test_a_scenario_module_may_define_dataclasses(tmp_path: Path) -> None:
     lab_dir = tmp_path / "99-dataclass"
     lab_dir.mkdir()
     (lab_dir / "cfg.toml").write_text("")
-    (lab_dir / "lab.toml").write_text('name = "dataclass"\ntitle = "t"\nseed = "s"\n'
+    (lab_dir / "lab.toml").write_text('name = "dataclass"\ntitle = "t"\nsource = "temp-storage"\n'
                                       '[[run]]\nname = "r"\nconfig = "cfg.toml"\nexpect = "healthy"\n')
     (lab_dir / "scenario.py").write_text(
         "from __future__ import annotations\nfrom dataclasses import dataclass\n\n"

@@ -1,18 +1,31 @@
-"""Every lab keeps its promises: ``minibroker lab list`` and ``lab run`` for each."""
+"""Every lab keeps its promises: ``minibroker lab list`` and ``lab run`` for each,
+and its README quotes the run: the output block verbatim, the table of runs and
+every output line quoted elsewhere in the text."""
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 
 from clients.cli import main as cli
 from clients.labs import find_labs, run_lab
+from clients.labs.readme import quoted_block, run_sections
+from clients.sources import SOURCES
 
 LABS = find_labs()
 
+#: a number as a README or a run prints it: 1000, 1,088, 0.570, 70 (in 70%)
+_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 
-def test_every_seed_has_a_lab() -> None:
-    seeds = {lab.seed[:3] for lab in LABS}
-    assert {"000", "004"} <= seeds
+
+def test_every_lab_cites_a_public_source() -> None:
+    assert {lab.source for lab in LABS} == set(SOURCES)
     assert len({lab.number for lab in LABS}) == len(LABS)
+    for lab in LABS:
+        readme = (lab.directory / "README.md").read_text(encoding="utf-8")
+        assert f'Source: "{SOURCES[lab.source].title.split()[0]}' in readme
+        assert not re.search(r"\b\d{3}_[0-9a-f]{16}\.txt\b", readme)  # no private file names
 
 
 def test_lab_list_names_them_all(capsys) -> None:
@@ -20,17 +33,96 @@ def test_lab_list_names_them_all(capsys) -> None:
     out = capsys.readouterr().out
     for lab in LABS:
         assert lab.directory.name in out
+        assert SOURCES[lab.source].title in out
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.directory.name for lab in LABS])
-def test_lab_verdicts_are_as_promised(lab) -> None:
+def test_lab_verdicts_are_as_promised_and_its_readme_quotes_them(lab) -> None:
     lines: list[str] = []
     results = run_lab(lab, out=lines.append)
     assert results and all(r.as_promised for r in results), "\n".join(lines)
     assert {r.outcome.verdict for r in results} == {"pathology", "healthy"}  # both sides shown
     assert lines[-1].startswith(f"Result: {len(results)}/{len(results)}")
 
+    output = "\n".join(lines)
+    readme = (lab.directory / "README.md").read_text(encoding="utf-8")
+    assert quoted_block(lab, readme) == output, "stale README output: run python -m clients.labs.readme"
+    _check_table_of_runs(lab, readme, run_sections(output))
+    _check_quoted_lines(readme, output)
+
+
+def _check_table_of_runs(lab, readme: str, sections: dict[str, str]) -> None:
+    """Each number in a run's 'what happens' cell is one that run printed (or one of its configuration)."""
+    rows = set()
+    for line in readme.splitlines():
+        row = re.match(r"\| `?([\w-]+)`? \|(.*)\|\s*$", line)
+        if not row or row.group(1) not in sections:
+            continue
+        rows.add(row.group(1))
+        if line in sections[lab.runs[-1].name]:
+            continue  # the lab's own table of every run, as the run prints it
+        spec = next(s for s in lab.runs if s.name == row.group(1))
+        cells = [c.strip() for c in row.group(2).split("|")]
+        printed = set(_NUMBER.findall(sections[row.group(1)] + spec.config_path.read_text(encoding="utf-8")))
+        quoted = _NUMBER.findall(re.sub(r"`[^`]*`", "", cells[-2]))
+        assert not [n for n in quoted if n not in printed], (row.group(1), cells[-2])
+    assert rows == {spec.name for spec in lab.runs}
+
+
+def _check_quoted_lines(readme: str, output: str) -> None:
+    """Output lines quoted in the text (verdicts and evidence in fenced blocks) are the run's lines;
+    ``...`` stands for a part left out. Sections about live runs quote a live run, whose numbers vary."""
+    fenced = live = False
+    for line in readme.split("<!-- output of", 1)[0].splitlines():
+        if line.startswith("#"):
+            live = "live" in line.lower()
+        if live:
+            continue
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        text = line.strip()
+        if fenced and (text.startswith("- ") or text.startswith("verdict: ")):
+            pattern = ".*?".join(re.escape(part) for part in text.split("..."))
+            assert re.search(pattern, output), f"quoted, but not what the run prints: {text}"
+
 
 def test_an_unknown_lab_is_a_clear_error(capsys) -> None:
     assert cli(["lab", "run", "no-such-lab"]) == 2
     assert "no lab 'no-such-lab'; the labs are:" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ links
+
+ROOT = Path(__file__).resolve().parents[1]
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+#: a path in backticks relative to the document (`../bench/x.md`), which a reader follows too
+_PATH = re.compile(r"`(\.\.?/[^`\s]+)`")
+
+
+def _documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "examples").rglob("*.md"))]
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors for the headings of a markdown file."""
+    slugs = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            slugs.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return slugs
+
+
+@pytest.mark.parametrize("doc", _documents(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_leads_somewhere(doc: Path) -> None:
+    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)
+    for target in _LINK.findall(text) + _PATH.findall(text):
+        if re.match(r"[a-z]+:", target):
+            continue  # http:, https:, mailto:
+        path, _, anchor = target.partition("#")
+        dest = (doc.parent / path).resolve() if path else doc
+        assert dest.exists(), f"{doc.relative_to(ROOT)}: {target} leads nowhere"
+        assert ROOT in dest.parents or dest == ROOT, f"{doc.relative_to(ROOT)}: {target} leaves the repository"
+        if anchor and dest.suffix == ".md":
+            assert anchor in _anchors(dest), f"{doc.relative_to(ROOT)}: no heading #{anchor} in {dest.name}"

@@ -1,6 +1,7 @@
 """``minibroker lab``: list the labs, run one.
 
-``lab list`` names every lab under ``examples/labs`` with its seed and title.
+``lab list`` names every lab under ``examples/labs`` with its title and the public
+document it reproduces.
 ``lab run NAME`` runs both (or all) of its configurations on the virtual
 clock, in seconds, and prints a verdict per configuration with the evidence
 from the broker's statistics and trace; it exits 0 only when every verdict
@@ -64,7 +65,8 @@ def _labs(args: argparse.Namespace) -> list:
 
 def _list(args: argparse.Namespace) -> int:
     for lab in _labs(args):
-        print(f"{lab.directory.name:32s} seed {lab.seed[:3]}  {lab.title}")
+        print(f"{lab.directory.name:32s} {lab.title}")
+        print(f"{'':32s} source: {lab.citation}")
     return 0
 
 

@@ -1,8 +1,8 @@
-"""``minibroker doctor``: warn about each seed's trap before it springs.
+"""``minibroker doctor``: warn about each documented trap before it springs.
 
 Reads our TOML configuration (or a subset of ActiveMQ's ``activemq.xml``),
 maps it onto one model (``model.Setup``), runs the checks (``checks.CHECKS``)
-and reports findings grouped by severity, each with the seed it comes from,
+and reports findings grouped by severity, each with the public document it comes from,
 the values that trigger it, why, and the fix in the input's own syntax.
 
     setup = read("activemq.xml")
@@ -11,7 +11,7 @@ the values that trigger it, why, and the fix in the input's own syntax.
 
 Modules: ``model`` (Setup, Finding, Change), ``read_toml`` / ``read_xml``
 and ``reader`` (input), ``spell_toml`` / ``spell_xml`` (names, values and
-fixes in each syntax), ``checks_*`` (the rules, by seed), ``checks`` (the
+fixes in each syntax), ``checks_*`` (the rules, by source), ``checks`` (the
 list), ``report`` (text, JSON, exit status). The rules are in docs/doctor.md.
 """
 from __future__ import annotations

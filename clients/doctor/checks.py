@@ -1,7 +1,7 @@
 """Every check ``doctor`` runs, in report order, and running them.
 
 A check is a function ``Setup -> list[Finding]``. ``CHECKS`` lists them with
-the seed each comes from; ``docs/doctor.md`` describes each rule and fix.
+the source document each comes from; ``docs/doctor.md`` describes each rule and fix.
 """
 from __future__ import annotations
 
@@ -15,22 +15,22 @@ __all__ = ["CHECKS", "run_checks"]
 
 Check = Callable[[Setup], list[Finding]]
 
-#: (seed, check) in report order within a severity.
+#: (source, check) in report order within a severity.
 CHECKS: tuple[tuple[str | None, Check], ...] = (
     (None, checks_usage.memory_limit_too_small),
     (None, checks_usage.store_limit_below_journal_file),
-    ("001", checks_usage.temp_limit_below_temp_file),
-    ("001", checks_usage.memory_above_temp_limit),
-    ("000", checks_usage.queues_share_memory),
-    ("000", checks_usage.destination_limits_exceed_broker),
-    ("002", checks_topics.topics_without_slow_consumer_handling),
-    ("003", checks_stomp.no_stomp_listener),
-    ("003", checks_stomp.prefetch_without_write_timeout),
-    ("003", checks_stomp.no_heart_beats),
-    ("003", checks_stomp.link_stealing_off),
-    ("004", checks_journal.ring_with_priority_queues),
-    ("004", checks_journal.ring_too_small),
-    ("004", checks_journal.ring_strands_messages),
+    ("temp-storage", checks_usage.temp_limit_below_temp_file),
+    ("temp-storage", checks_usage.memory_above_temp_limit),
+    ("destination-limits", checks_usage.queues_share_memory),
+    ("destination-limits", checks_usage.destination_limits_exceed_broker),
+    ("slow-consumers", checks_topics.topics_without_slow_consumer_handling),
+    ("stalled-socket", checks_stomp.no_stomp_listener),
+    ("stalled-socket", checks_stomp.prefetch_without_write_timeout),
+    ("stalled-socket", checks_stomp.no_heart_beats),
+    ("stalled-socket", checks_stomp.link_stealing_off),
+    ("journal-threshold", checks_journal.ring_with_priority_queues),
+    ("journal-threshold", checks_journal.ring_too_small),
+    ("journal-threshold", checks_journal.ring_strands_messages),
     (None, checks_journal.ring_reserves_store),
 )
 

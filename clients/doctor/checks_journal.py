@@ -1,4 +1,4 @@
-"""The ring journal: seed 004 (a few messages left behind, one per file,
+"""The ring journal: the journal-threshold source (a few messages left behind, one per file,
 refuse every enqueue with "Enqueue capacity threshold exceeded").
 
 Only our TOML can choose ``store.layout = "ring"`` (Qpid's legacystore); a
@@ -39,7 +39,7 @@ def _ring_values(setup: Setup) -> tuple[str, ...]:
 
 _GROWING = Change("store.layout", "growing")
 _WORKAROUND = ("or keep the ring, give it more and larger files (file_count, file_size) and run "
-               "`minibroker journal compact DIR` (the seed's re-enqueue workaround) when it fills")
+               "`minibroker journal compact DIR` (the source's re-enqueue workaround) when it fills")
 
 
 def ring_with_priority_queues(setup: Setup) -> list[Finding]:
@@ -48,12 +48,12 @@ def ring_with_priority_queues(setup: Setup) -> list[Finding]:
         return []
     files = setup.config.store.file_count
     return [Finding(
-        "ring-priority-queues", WARNING, "004",
+        "ring-priority-queues", WARNING, "journal-threshold",
         f"priority queues on a ring journal: {files - 1} low-priority messages left behind can refuse every enqueue",
         (*_ring_values(setup), *(setup.show_policy(r, "prioritized_messages") for r in refs[:3])),
         "A ring journal reuses a file only when none of its messages is still live. Consumers of a priority queue "
         "take the high-priority messages and leave a low-priority one behind in each file; one per file is enough "
-        "for 'Enqueue capacity threshold exceeded' on a nearly empty queue (seed 004).",
+        "for 'Enqueue capacity threshold exceeded' on a nearly empty queue (source: journal-threshold).",
         "use the growing journal, whose files are added as needed and deleted when nothing in them is live; "
         + _WORKAROUND,
         (_GROWING,))]
@@ -68,14 +68,14 @@ def ring_too_small(setup: Setup) -> list[Finding]:
     store = setup.config.store
     needed = -(-largest * 100 // ENQUEUE_THRESHOLD_PERCENT // store.file_count)
     return [Finding(
-        "ring-too-small", WARNING, "004",
+        "ring-too-small", WARNING, "journal-threshold",
         f"the ring journal holds {human_size(capacity)} per queue, less than the largest message allowed "
         f"({human_size(largest)})",
         (*_ring_values(setup), setup.show("transport.max_data_length")),
         f"Before each enqueue the ring looks ahead by the record plus a reserve of {100 - ENQUEUE_THRESHOLD_PERCENT}% "
         "(at least one file) and refuses it with 'Enqueue capacity threshold exceeded' if that reaches a file still "
         "holding live messages: one large message cannot be stored at all, and a short backlog of them fills the "
-        "ring (seed 004).",
+        "ring (source: journal-threshold).",
         "make the files large enough for the largest message (or lower max_data_length); "
         "or use the growing journal (store.layout = \"growing\")",
         (Change("store.file_size", -(-needed // _MB) * _MB),))]
@@ -86,12 +86,12 @@ def ring_strands_messages(setup: Setup) -> list[Finding]:
         return []  # with priority queues, ring_with_priority_queues says it louder
     files = setup.config.store.file_count
     return [Finding(
-        "ring-strands-messages", INFO, "004",
+        "ring-strands-messages", INFO, "journal-threshold",
         f"ring journal: {files - 1} messages left behind, one per file, refuse every enqueue",
         _ring_values(setup),
         "A message a selector skips, or one a client-ack consumer holds without acknowledging, pins its journal "
         "file the way a low-priority message does: the ring cannot reuse the file, and once the look-ahead reaches "
-        "it, enqueues are refused (seed 004). `minibroker journal inspect DIR` shows which messages pin which files.",
+        "it, enqueues are refused (source: journal-threshold). `minibroker journal inspect DIR` shows which messages pin which files.",
         "if consumers use selectors or client acknowledgement, use the growing journal; " + _WORKAROUND,
         (_GROWING,))]
 

@@ -1,4 +1,4 @@
-"""Non-durable topics: seed 002 (one slow subscriber blocks the producer, and
+"""Non-durable topics: the slow-consumers source (one slow subscriber blocks the producer, and
 with it every other subscriber).
 
 A topic policy handles slow consumers when it sets a pending-message limit
@@ -42,21 +42,21 @@ def topics_without_slow_consumer_handling(setup: Setup) -> list[Finding]:
     out = []
     if blocking:
         out.append(Finding(
-            "topic-slow-consumer-blocks-producer", WARNING, "002",
+            "topic-slow-consumer-blocks-producer", WARNING, "slow-consumers",
             f"topics matching {_patterns(blocking)} have no slow-consumer handling: one slow subscriber blocks the producer for everyone",
             _values(setup, blocking),
             "A topic message is handed to each subscription in turn, in the producer's thread. Once a slow "
             "subscriber's pending messages fill memory (the vm cursor never spills), adding to it blocks, and with it "
-            "the producer and every subscriber after it: blocking the producer is the default (seed 002).",
+            "the producer and every subscriber after it: blocking the producer is the default (source: slow-consumers).",
             fix, _changes(blocking)))
     if spooling:
         temp = setup.config.system_usage.temp_limit
         out.append(Finding(
-            "topic-slow-consumer-spools", INFO, "002",
+            "topic-slow-consumer-spools", INFO, "slow-consumers",
             f"topics matching {_patterns(spooling)} spool a slow subscriber's backlog to the temp store, without limit",
             _values(setup, spooling),
             "With the file cursor a slow subscriber's messages go to disk instead of blocking at once ('spool to "
-            "disk', seed 002), but the producer waits while a subscription swaps its whole list, and blocks for good "
-            f"when the temp store ({human_size(temp)}) is full (seed 001).",
+            "disk', source: slow-consumers), but the producer waits while a subscription swaps its whole list, and blocks for good "
+            f"when the temp store ({human_size(temp)}) is full (source: temp-storage).",
             fix, _changes(spooling)))
     return out

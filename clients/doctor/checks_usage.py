@@ -1,4 +1,4 @@
-"""Usage limits: seed 000 (destination memory limits), seed 001 (the temp
+"""Usage limits: the destination-limits source (destination memory limits), the temp-storage source (the temp
 store) and the limits ActiveMQ itself complains about at start.
 
 Each check takes a ``Setup`` and returns its findings; an option whose value
@@ -41,7 +41,7 @@ def _suggested_temp_limit(setup: Setup) -> int:
     return round_size(max(4 * store.temp_journal_max_file_length, usage.memory_limit), up=True)
 
 
-# ---------------------------------------------------------------- seed 001
+# ---------------------------------------------------------------- the temp-storage source
 def temp_limit_below_temp_file(setup: Setup) -> list[Finding]:
     usage, store = setup.config.system_usage, setup.config.store
     limit, file = usage.temp_limit, store.temp_journal_max_file_length
@@ -51,11 +51,11 @@ def temp_limit_below_temp_file(setup: Setup) -> list[Finding]:
     why = (f"A file cursor swaps pending messages to the temp store, which writes files of {human_size(file)} and never "
            f"deletes the current one: once swapping has happened temp usage stays at {file * 100 // max(limit, 1)}% or more "
            "of the limit even after consumers drained everything, so producer flow control never lets the producer go "
-           "(seed 001). ActiveMQ logs a temp limit below the temp file size as an ERROR at start.")
+           "(source: temp-storage). ActiveMQ logs a temp limit below the temp file size as an ERROR at start.")
     if not swappers:
         why += " No policy uses the file cursor yet, so the trap is set but not sprung: it closes the day one does."
     return [Finding(
-        "temp-limit-below-temp-file", ERROR if swappers else WARNING, "001",
+        "temp-limit-below-temp-file", ERROR if swappers else WARNING, "temp-storage",
         f"temp limit {human_size(limit)} is below the temp store's file size {human_size(file)}: "
         "producers can stay blocked forever once anything swaps to disk",
         (setup.show("system_usage.temp_limit"), setup.show("store.temp_journal_max_file_length"),
@@ -74,19 +74,19 @@ def memory_above_temp_limit(setup: Setup) -> list[Finding]:
     if usage.memory_limit <= usage.temp_limit:
         return []
     return [Finding(
-        "memory-above-temp-limit", WARNING, "001",
+        "memory-above-temp-limit", WARNING, "temp-storage",
         f"memory limit {human_size(usage.memory_limit)} is larger than the temp limit {human_size(usage.temp_limit)} "
         "while topic subscriptions swap to disk",
         (setup.show("system_usage.memory_limit"), setup.show("system_usage.temp_limit"),
          *(setup.show_policy(r, "pending_cursor") for r in swappers[:2])),
         "When memory reaches the high-water mark a file cursor moves a subscription's whole in-memory list to the temp "
         "store in one go; a subscription holding more than the temp limit leaves temp usage above 100% after the swap, "
-        "and producers stay blocked until consumers drain it (seed 001, side note 2).",
+        "and producers stay blocked until consumers drain it (source: temp-storage, side note 2).",
         "make the temp limit at least the memory limit",
         (Change("system_usage.temp_limit", _suggested_temp_limit(setup)),))]
 
 
-# ---------------------------------------------------------------- seed 000
+# ---------------------------------------------------------------- the destination-limits source
 def queues_share_memory(setup: Setup) -> list[Finding]:
     refs = setup.policies("queue")
     shared = [r for r in refs if r.entry.memory_limit == 0]
@@ -107,18 +107,18 @@ def queues_share_memory(setup: Setup) -> list[Finding]:
         rule = ("With the legacy space check (ActiveMQ 5.14 and earlier) a queue cursor stops paging in from the store as "
                 "soon as the broker's memory is at the cursor high-water mark (70%): one consumer-less backlog holding 70% "
                 "starves the consumers of every other queue, even queues whose own usage is 0%, while their "
-                "messages sit in the store (seed 000).")
+                "messages sit in the store (source: destination-limits).")
     else:
         rule = ("Each queue without a limit of its own may cache up to 70% of the broker's memory: two consumer-less or slow "
                 "backlogs fill it to 100%, and then no other queue can page its messages in from the store: their "
-                "consumers starve (seed 000). That is ActiveMQ 5.15+; before 5.15 one backlog at 70% was enough.")
+                "consumers starve (source: destination-limits). That is ActiveMQ 5.15+; before 5.15 one backlog at 70% was enough.")
     suggested = power_of_two_below(memory // 10, 64 * 1024)
     return [Finding(
-        "queues-share-memory", severity, "000", headline,
+        "queues-share-memory", severity, "destination-limits", headline,
         (setup.show("system_usage.memory_limit"), *(setup.show_policy(r, "memory_limit") for r in shared[:3]),
          *(setup.show_policy(r, "space_check") for r in legacy[:1])),
         rule,
-        "give queues a memory limit of their own, at least those that build backlogs (the seed's cure)",
+        "give queues a memory limit of their own, at least those that build backlogs (the source's cure)",
         tuple(Change("memory_limit", suggested, kind="queue", pattern=r.pattern) for r in shared))]
 
 
@@ -138,11 +138,11 @@ def destination_limits_exceed_broker(setup: Setup) -> list[Finding]:
         headline = f"destination memory limits add up to {human_size(total)}, more than the broker's {human_size(memory)}"
     each = power_of_two_below(memory // (2 * len(limited)))
     return [Finding(
-        "destination-limits-exceed-broker", WARNING, "000", headline,
+        "destination-limits-exceed-broker", WARNING, "destination-limits", headline,
         (setup.show("system_usage.memory_limit"), *(setup.show_policy(r, "memory_limit") for r in limited[:4])),
         "A destination's own limit protects the others only if the limits fit in the broker's memory together: "
         "otherwise backlogs on the limited destinations can still fill it and starve everyone else, as if there were "
-        "no limits (seed 000). A wildcard entry gives each matching destination its own limit, so the real total "
+        "no limits (source: destination-limits). A wildcard entry gives each matching destination its own limit, so the real total "
         "can be larger still.",
         f"lower the limits so that they add up to well under the broker's memory, e.g. {human_size(each)} each",
         tuple(Change("memory_limit", each, kind=r.kind, pattern=r.pattern) for r in limited))]

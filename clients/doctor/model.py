@@ -11,7 +11,7 @@ subscriptions swap to disk), and how to spell names, values and fixes in the
 input's own syntax (``Syntax``).
 
 Checks are functions ``Setup -> list[Finding]``. A ``Finding`` names its check,
-severity and seed, carries a headline, the triggering values (already spelled
+severity and source, carries a headline, the triggering values (already spelled
 in the input's syntax), the why, and the fix as abstract ``Change`` s that the
 syntax renders as TOML or XML.
 """
@@ -104,7 +104,7 @@ class Finding:
 
     check: str
     severity: str
-    seed: str | None
+    source: str | None
     headline: str
     values: tuple[str, ...]
     why: str
@@ -116,7 +116,7 @@ class Finding:
         return {
             "check": self.check,
             "severity": self.severity,
-            "seed": self.seed,
+            "source": self.source,
             "headline": self.headline,
             "values": list(self.values),
             "why": self.why,

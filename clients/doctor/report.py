@@ -2,8 +2,8 @@
 
 Text: a title line, a count line, then one group per severity (errors,
 warnings, notes), each finding a headline line followed by its indented
-values, why and fix (with the TOML or XML to paste); last, the seed documents
-cited. JSON: one object with
+values, why and fix (with the TOML or XML to paste); last, the public documents
+cited, by title and date. JSON: one object with
 ``source``, ``syntax``, ``status``, ``counts`` and ``findings``
 (``Finding.to_json``).
 """
@@ -13,7 +13,7 @@ import json
 import textwrap
 
 from .model import ERROR, INFO, SEVERITIES, WARNING, Finding, Setup
-from .seeds import SEEDS, seed_label
+from ..sources import SOURCES
 
 __all__ = ["exit_status", "format_text", "format_json", "CLEAN", "WARNINGS"]
 
@@ -44,7 +44,8 @@ def _wrap(label: str, text: str) -> list[str]:
 
 
 def _finding_lines(f: Finding) -> list[str]:
-    lines = [f"{f.severity} [{seed_label(f.seed)}] {f.check}: {f.headline}"]
+    label = f.source if f.source in SOURCES else "config"  # a plain misconfiguration or a note
+    lines = [f"{f.severity} [{label}] {f.check}: {f.headline}"]
     if f.values:
         lines.append("    values:")
         lines += [f"      {v}" for v in f.values]
@@ -71,10 +72,10 @@ def format_text(setup: Setup, findings: list[Finding]) -> str:
         lines += ["", f"{_GROUP_TITLES[severity]} ({len(group)})"]
         for f in group:
             lines += ["", *_finding_lines(f)]
-    cited = sorted({f.seed for f in findings if f.seed in SEEDS})
+    cited = sorted({f.source for f in findings if f.source in SOURCES})
     if cited:
-        lines += ["", "Seeds cited"]
-        lines += [f"  seed {s} ({SEEDS[s][0]}): {SEEDS[s][1]}" for s in cited]
+        lines += ["", "Sources cited"]
+        lines += [f"  {s}: {SOURCES[s].citation()}: {SOURCES[s].trap}" for s in cited]
     return "\n".join(lines)
 
 

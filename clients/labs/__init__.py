@@ -1,7 +1,7 @@
 """The labs: one pathology each, shown, explained and cured.
 
-A lab is a directory under ``examples/labs/`` with a ``lab.toml`` (title, seed,
-the configurations it runs and the verdict each must give), a README that
+A lab is a directory under ``examples/labs/`` with a ``lab.toml`` (title, the public
+document it reproduces, the configurations it runs and the verdict each must give), a README that
 tells the story, the broker configurations, and a ``scenario.py`` whose
 ``run(lab)`` drives the broker (on the virtual clock, in seconds) and returns
 an ``Outcome``. ``minibroker lab run NAME`` runs every configuration and exits

@@ -4,7 +4,7 @@
 
     name = "starving-consumers"
     title = "Starving consumers when no destination has a memory limit"
-    seed = "000_0bd9785ef163934c.txt"
+    source = "destination-limits"     # the public document, a key of clients.sources.SOURCES
     scenario = "scenario.py"          # default
     figure = ["legacy", "cure"]       # the runs the lab's figure compares (default: the first
                                       # pathology run and the first healthy one)
@@ -27,6 +27,8 @@ from pathlib import Path
 from types import ModuleType
 
 from minibroker.config import BrokerConfig, load_config
+
+from ..sources import SOURCES
 
 __all__ = ["Lab", "RunSpec", "LabError", "find_labs", "labs_directory", "load_lab"]
 
@@ -59,11 +61,16 @@ class Lab:
     directory: Path
     name: str
     title: str
-    seed: str
+    source: str
     runs: tuple[RunSpec, ...]
     scenario_path: Path
     #: The pathology run and the cure run the lab's figure puts side by side (``--plot``).
     figure: tuple[str, ...] = ()
+
+    @property
+    def citation(self) -> str:
+        """The public document the lab reproduces, by title and date."""
+        return SOURCES[self.source].citation()
 
     @property
     def number(self) -> str:
@@ -97,9 +104,11 @@ def load_lab(directory: Path) -> Lab:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise LabError(f"cannot read {path}: {exc}") from None
-    missing = [k for k in ("name", "title", "seed", "run") if k not in data]
+    missing = [k for k in ("name", "title", "source", "run") if k not in data]
     if missing:
         raise LabError(f"{path} lacks {', '.join(missing)}")
+    if data["source"] not in SOURCES:
+        raise LabError(f"{path}: source must be one of {sorted(SOURCES)}, not {data['source']!r}")
     runs = []
     for i, run in enumerate(data["run"]):
         if run.get("expect") not in VERDICTS:
@@ -115,7 +124,7 @@ def load_lab(directory: Path) -> Lab:
     unknown = [n for n in figure if n not in {r.name for r in runs}]
     if unknown or len(figure) not in (0, 2):
         raise LabError(f"{path}: figure must name two of its runs (the pathology, the cure), not {list(figure)}")
-    return Lab(directory, data["name"], data["title"], data["seed"], tuple(runs),
+    return Lab(directory, data["name"], data["title"], data["source"], tuple(runs),
                directory / data.get("scenario", "scenario.py"), figure)
 
 

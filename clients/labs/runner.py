@@ -231,7 +231,8 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
         raise LabError(f"lab {lab.name} has no live run; run it without --live")
     entry = scenario.run_live if live else scenario.run
     out(f"Lab {lab.directory.name}: {lab.title}")
-    out(f"  seed: {lab.seed}; {'live server, real sockets' if live else 'virtual clock'}")
+    out(f"  source: {lab.citation}")
+    out(f"  {'live server, real sockets' if live else 'virtual clock'}")
     results = []
     for spec in lab.runs:
         workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))

@@ -119,9 +119,9 @@ def _verdict(lab: LabRun, net: Any, producer: Producer, slow: list[Any], fast: l
                  f"{broker.config.store.temp_journal_max_file_length // KB} KB file); {len(swaps)} swap_out event(s) in all")
     else:
         lab.note(f"no swap_out: nothing went to the temp store; memory peaked at {broker.memory.peak * 100 // broker.memory.limit}%")
-    seed_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
-    if seed_line:
-        lab.note(f"broker log (the seed's line): {seed_line}")
+    cursor_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
+    if cursor_line:
+        lab.note(f"broker log (the article's line): {cursor_line}")
     temp_full = next((line for line in log_lines if line.startswith("Temp Store is Full")), None)
     if temp_full:
         lab.note(f"broker log: {temp_full}")
@@ -184,9 +184,9 @@ def run_live(lab: LabRun) -> Outcome:
         result = asyncio.run(_live(live))
     log_lines = lab.broker_log()
     state = result.pop("state")
-    seed_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
-    if seed_line:
-        lab.note(f"broker log (the seed's line): {seed_line}")
+    cursor_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
+    if cursor_line:
+        lab.note(f"broker log (the article's line): {cursor_line}")
     for name, referenced, current in state["files"]:
         lab.note(f"temp store: {name}, {referenced} entries referenced{', current (never deleted)' if current else ''}")
     lab.note(f"real sockets: {result['sent']} sent, {result['receipted']} receipted; the slow subscribers acked "

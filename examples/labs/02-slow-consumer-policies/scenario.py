@@ -156,9 +156,9 @@ def _verdict(lab: LabRun, net: Any, producer: Producer, clients: dict[str, Any],
         first = slow_marks[0]
         lab.note(f"slow-consumer detector: '{first['sub']}' marked slow at t={first['ts']:.1f} s ({first['pending']} "
                  f"pending > prefetch {first['prefetch']}); {len(slow_marks)} slow_consumer event(s)")
-    seed_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
-    if seed_line:
-        lab.note(f"broker log: {seed_line}")
+    cursor_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
+    if cursor_line:
+        lab.note(f"broker log: {cursor_line}")
     flow = [e for e in trace.events("flow_block", "flow_unblock") if e["session"] == producer.client.tag]
     blocks = [e for e in flow if e["event"] == "flow_block"]
     if blocks:

@@ -14,10 +14,10 @@ seconds each. What differs from the virtual run, and why:
   statistics (what ``minibroker stat --connections`` shows) and, once they
   show the stall (the broker has not read the connection for a second
   although the consumer has written ACKs since), makes the consumer do what
-  the seed's did after its failed write: leave the socket as it is and
+  the article's did after its failed write: leave the socket as it is and
   reconnect with the same client-id.
 - The kernel's queues on both ends are read from ``/proc/net/tcp`` (the
-  seed's "TCP send and receive queues ... very large, on both machines").
+  article's "TCP send and receive queues ... very large, on both machines").
 - The broker writes its trace to the run's directory; ACK latency is the time
   from the consumer's write to the broker's ``ack`` event (both wall clock).
 """
@@ -161,7 +161,7 @@ class _Story:
             if self.stall is None:
                 await asyncio.wait_for(worker, RUN_SECONDS)
                 return self
-            worker.cancel()  # the seed's client stopped here: its ACK write had failed
+            worker.cancel()  # the article's client stopped here: its ACK write had failed
             await self._reconnect()
             await asyncio.sleep(POLL)
             self.after = await self._connection(monitor)
@@ -232,7 +232,7 @@ class _Story:
         if self.stall is not None:
             lab.note("the kernel took every ACK (the broker's receive queue holds some 180 KB of them before a write "
                      "would stall), so there is no partial write live: the consumer leaves the socket here, as the "
-                     "seed's did after its failed write, and reconnects with the same client-id")
+                     "article's did after its failed write, and reconnects with the same client-id")
         if waits:
             lab.note(f"ACK latency, written -> handled by the broker: median {sorted(waits)[len(waits) // 2]:.3f} s, "
                      f"max {max(waits):.3f} s ({len(waits)} of {len(self.ack_written)} ACKs handled)")

@@ -1,8 +1,8 @@
 """Seed 003: a slow consumer, the default prefetch, a slow store, a stalled socket.
 
-``run(lab)`` plays the seed's workload on the virtual clock, chosen by the
+``run(lab)`` plays the article's workload on the virtual clock, chosen by the
 run's name. 1000 persistent messages of 1 KB wait on ``/queue/jobs``; one
-consumer, modelled on the seed's Perl client (``PerlConsumer``), reads them
+consumer, modelled on the article's Perl client (``PerlConsumer``), reads them
 one at a time through a small receive buffer, works 20 ms on each and ACKs
 it. The broker's store is slow (``store_latency``): an ACK costs 5 ms for
 every message still in flight, and the broker reads nothing more from that
@@ -21,7 +21,7 @@ connection meanwhile.
   long; it fell silent) and the consumer gets back in; the stall itself
   comes back each time.
 - ``exclusive`` / ``shared``: the appendix on ``activemq.exclusive``, which
-  the seed's client library set by default: two consumers on one queue and
+  the article's client library set by default: two consumers on one queue and
   the share of the messages each gets.
 
 ``run_live(lab)`` plays the same runs against the real server on real
@@ -87,20 +87,20 @@ def run(lab: LabRun) -> Outcome:
 
 # ---------------------------------------------------------------- the consumer
 class PerlConsumer:
-    """The seed's consumer, after Net::Stomp as its library configured it.
+    """The article's consumer, after Net::Stomp as its library configured it.
 
     STOMP 1.0 (Net::Stomp's; 1.1 when it must send heart-beats), ``ack:client``,
     a ``client-id``, ``activemq.exclusive:true`` and no prefetch header (the
     broker's default, 1000 for a queue). Every ``WORK`` seconds ``tick()`` ACKs
     the message in hand and reads the next one, ``READ_CHUNK`` bytes at a time.
 
-    A write the send buffer takes only in part is an error, as the seed's
+    A write the send buffer takes only in part is an error, as the article's
     ``wrote 4 characters out of the 94 character frame``: the consumer takes
     the socket for broken and reconnects at once with the same client-id. It
-    leaves the old socket as it is (the seed saw full TCP queues on both
+    leaves the old socket as it is (the article saw full TCP queues on both
     machines: the old connection was still there). A refused CONNECT is tried
     again every ``RETRY_DELAY`` s; after ``GIVE_UP_AFTER`` s of refusals it
-    stops for good (the seed's client stopped at the first).
+    stops for good (the article's client stopped at the first).
     """
 
     def __init__(self, net: VirtualNetwork, *, prefetch: int | None = None, heart_beat_ms: int = 0) -> None:
@@ -262,7 +262,7 @@ def stalled_socket(lab: LabRun) -> Outcome:
         t, written, total, what = consumer.partial_writes[0]
         again = f"; {len(consumer.partial_writes) - 1} more later" if len(consumer.partial_writes) > 1 else ""
         lab.note(f"t={t:.2f}s: the consumer's {what} write failed part way: wrote {written} of {total} B "
-                 f"(the seed: 'wrote 4 characters out of the 94 character frame'){again}")
+                 f"(the article: 'wrote 4 characters out of the 94 character frame'){again}")
     if waits:
         lab.note(f"ACK latency, written by the consumer -> handled by the broker: median {_median(waits):.3f} s, "
                  f"max {max(waits):.3f} s ({len(waits)} ACKs handled)")

@@ -1,9 +1,9 @@
 """Seed 004: "Enqueue capacity threshold exceeded" on a queue holding a few messages.
 
-``run(lab)`` plays the seed's reproducer on the virtual clock with real ring
+``run(lab)`` plays the article's reproducer on the virtual clock with real ring
 journals (8 files of 64 KiB), chosen by the run's name. One *round* is: leave
 one message behind, then send and consume ordinary messages in batches of 50
-(200-byte bodies, the seed's ``--content-size=200``) until the journal moves
+(200-byte bodies, the article's ``--content-size=200``) until the journal moves
 to its next file. Rounds go on until an enqueue is refused.
 
 - ``priority``: the message left behind has priority 1, the ordinary ones 4;
@@ -40,7 +40,7 @@ from storage.ring import RingLayout
 
 QUEUE = "/queue/Durable"
 BATCH = 50
-BODY = "x" * 200  # the seed's --content-size=200
+BODY = "x" * 200  # the article's --content-size=200
 THRESHOLD_TEXT = "Enqueue capacity threshold exceeded"
 
 
@@ -55,7 +55,7 @@ def run(lab: LabRun) -> Outcome:
 
 
 class Workload:
-    """The seed's reproducer: rounds of one message left behind, then traffic.
+    """The article's reproducer: rounds of one message left behind, then traffic.
 
     ``kind`` is how the message is left behind: ``priority``, ``selector`` or
     ``client-ack``. ``first`` numbers the left-behind messages (``pin-N``).
@@ -167,7 +167,7 @@ class Workload:
         while self.journal.current_file_id == start:
             if not self.batch():
                 return False
-        self.net.advance(2.0)  # the seed's `sleep 2`
+        self.net.advance(2.0)  # the article's `sleep 2`
         return True
 
     def rounds(self, limit: int) -> int:
@@ -246,7 +246,7 @@ def pinned(lab: LabRun, kind: str) -> Outcome:
     live_bytes = record_bytes(journal)
     one_each = all(f.live <= 1 for f in journal.files())
     ring = store.file_count * store.file_size
-    again = w.leave_one_behind()  # the seed's last step: try to enqueue one more such message
+    again = w.leave_one_behind()  # the article's last step: try to enqueue one more such message
     lab.note(f"once the rest is consumed the queue holds {depth} message(s) ({', '.join(w.pins)}): "
              f"{live_bytes} bytes of records in a {ring // 1024} KiB ring ({100 * live_bytes / ring:.1f}%), "
              f"after {w.sent} messages went through; one more 200-byte enqueue: {'accepted' if again else 'refused again'}")
