@@ -23,7 +23,7 @@ from minibroker.config import parse_config
 
 DATA = Path(__file__).parent / "data" / "doctor"
 DOCS = Path(__file__).parent.parent / "docs" / "doctor.md"
-SHIPPED_BENCH = Path("/work/shared/bench/activemq/conf/activemq.xml")
+SHIPPED_BENCH = Path(__file__).parent.parent / "bench" / "harness" / "activemq" / "conf" / "activemq.xml"
 
 E, W, I = "error", "warning", "info"
 STOMP_UNWATCHED = [(W, "prefetch-without-write-timeout", "stalled-socket"), (W, "no-heart-beats", "stalled-socket"), (W, "link-stealing-off", "stalled-socket")]
@@ -33,20 +33,20 @@ BENCH = [(W, "queues-share-memory", "destination-limits"), *STOMP_UNWATCHED, (I,
 EXPECTED: dict[str, list[tuple[str, str, str | None]]] = {
     "clean.toml": [],
     "clean.xml": [],
-    "seed000-no-limits.toml": [(W, "queues-share-memory", "destination-limits")],
-    "seed000-no-limits.xml": [(W, "queues-share-memory", "destination-limits")],
-    "seed000-limits-exceed.toml": [(W, "destination-limits-exceed-broker", "destination-limits")],
-    "seed000-limits-exceed.xml": [(W, "destination-limits-exceed-broker", "destination-limits")],
-    "seed001-temp-limit.toml": [(E, "temp-limit-below-temp-file", "temp-storage")],
-    "seed001-temp-limit.xml": [(E, "temp-limit-below-temp-file", "temp-storage")],
-    "seed001-memory-above-temp.toml": [(W, "memory-above-temp-limit", "temp-storage")],
-    "seed001-memory-above-temp.xml": [(W, "memory-above-temp-limit", "temp-storage")],
-    "seed002-topics.toml": [(W, "topic-slow-consumer-blocks-producer", "slow-consumers")],
-    "seed002-topics.xml": [(W, "topic-slow-consumer-blocks-producer", "slow-consumers")],
-    "seed003-stomp.toml": STOMP_UNWATCHED,
-    "seed003-stomp.xml": STOMP_UNWATCHED,
-    "seed004-ring-priority.toml": [(W, "ring-priority-queues", "journal-threshold"), (W, "ring-reserves-store", None)],
-    "seed004-ring-small.toml": [(W, "ring-too-small", "journal-threshold"), (W, "ring-reserves-store", None),
+    "destination-limits-no-limits.toml": [(W, "queues-share-memory", "destination-limits")],
+    "destination-limits-no-limits.xml": [(W, "queues-share-memory", "destination-limits")],
+    "destination-limits-limits-exceed.toml": [(W, "destination-limits-exceed-broker", "destination-limits")],
+    "destination-limits-limits-exceed.xml": [(W, "destination-limits-exceed-broker", "destination-limits")],
+    "temp-storage-temp-limit.toml": [(E, "temp-limit-below-temp-file", "temp-storage")],
+    "temp-storage-temp-limit.xml": [(E, "temp-limit-below-temp-file", "temp-storage")],
+    "temp-storage-memory-above-temp.toml": [(W, "memory-above-temp-limit", "temp-storage")],
+    "temp-storage-memory-above-temp.xml": [(W, "memory-above-temp-limit", "temp-storage")],
+    "slow-consumers-topics.toml": [(W, "topic-slow-consumer-blocks-producer", "slow-consumers")],
+    "slow-consumers-topics.xml": [(W, "topic-slow-consumer-blocks-producer", "slow-consumers")],
+    "stalled-socket-stomp.toml": STOMP_UNWATCHED,
+    "stalled-socket-stomp.xml": STOMP_UNWATCHED,
+    "journal-threshold-ring-priority.toml": [(W, "ring-priority-queues", "journal-threshold"), (W, "ring-reserves-store", None)],
+    "journal-threshold-ring-small.toml": [(W, "ring-too-small", "journal-threshold"), (W, "ring-reserves-store", None),
                                 (I, "ring-strands-messages", "journal-threshold")],
     "limits-too-small.toml": [(E, "store-limit-below-journal-file", None), (W, "memory-limit-tiny", None)],
     "limits-too-small.xml": [(E, "store-limit-below-journal-file", None), (W, "memory-limit-tiny", None)],
@@ -115,7 +115,7 @@ def _finding(report: dict[str, Any], check: str) -> dict[str, Any]:
 
 
 def test_toml_findings_speak_toml(capsys) -> None:
-    _, report = findings_of(capsys, str(DATA / "seed001-temp-limit.toml"))
+    _, report = findings_of(capsys, str(DATA / "temp-storage-temp-limit.toml"))
     f = _finding(report, "temp-limit-below-temp-file")
     assert 'system_usage.temp_limit = "30 mb"' in f["values"]
     assert 'store.temp_journal_max_file_length = "32 mb" (default)' in f["values"]
@@ -124,12 +124,12 @@ def test_toml_findings_speak_toml(capsys) -> None:
 
 
 def test_xml_findings_speak_xml(capsys) -> None:
-    _, report = findings_of(capsys, str(DATA / "seed001-temp-limit.xml"))
+    _, report = findings_of(capsys, str(DATA / "temp-storage-temp-limit.xml"))
     f = _finding(report, "temp-limit-below-temp-file")
     assert '<tempUsage limit="30 mb"/>' in f["values"]
     assert any("journalMaxFileLength> not set: 32 mb (ActiveMQ's default)" in v for v in f["values"])
     assert '<tempUsage limit="128 mb"/>' in f["fix"]["snippet"]
-    _, report = findings_of(capsys, str(DATA / "seed003-stomp.xml"))
+    _, report = findings_of(capsys, str(DATA / "stalled-socket-stomp.xml"))
     snippet = _finding(report, "prefetch-without-write-timeout")["fix"]["snippet"]
     assert snippet == ('<transportConnector name="stomp" uri="stomp://0.0.0.0:61613?maximumConnections=1000'
                        '&amp;wireFormat.maxFrameSize=10485760&amp;transport.soWriteTimeout=30000"/>')
@@ -298,7 +298,7 @@ def test_no_traceback_from_the_real_command(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- report shapes
 def test_json_shape(capsys) -> None:
-    status, report = findings_of(capsys, str(DATA / "seed003-stomp.toml"))
+    status, report = findings_of(capsys, str(DATA / "stalled-socket-stomp.toml"))
     assert set(report) == {"source", "syntax", "status", "counts", "findings"}
     assert report["counts"] == {E: 0, W: 3, I: 0} and report["status"] == status == 1
     f = report["findings"][0]
@@ -309,7 +309,7 @@ def test_json_shape(capsys) -> None:
 
 
 def test_text_report_groups_by_severity(capsys) -> None:
-    status, out, _ = doctor(capsys, str(DATA / "seed004-ring-small.toml"))
+    status, out, _ = doctor(capsys, str(DATA / "journal-threshold-ring-small.toml"))
     assert status == 1
     lines = out.splitlines()
     assert lines[1] == "0 errors, 2 warnings, 1 note"

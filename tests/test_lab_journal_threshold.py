@@ -107,7 +107,7 @@ def test_stomp_py_producer_gets_the_error_frame_and_keeps_its_connection(tmp_pat
         return rb.call(lambda: broker.destinations[QUEUE].size())
 
     try:
-        # Seed 004's selector case: the only consumer never takes kind=audit.
+        # The journal-threshold trap's selector case: the only consumer never takes kind=audit.
         consumer.subscribe(QUEUE, id="c", ack="auto", headers={"selector": "kind = 'order'", "receipt": "sub"})
         wait_for(lambda: "sub" in c.receipts)
         pins = sent = 0

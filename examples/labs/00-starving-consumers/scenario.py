@@ -1,4 +1,4 @@
-"""Seed 000: starving consumers when no destination has a memory limit.
+"""The destination-limits trap: starving consumers when no destination has a memory limit.
 
 ``run(lab)`` plays one of two workloads on the virtual clock, chosen by the
 run's name:

@@ -1,4 +1,4 @@
-"""Seed 001: a temp limit below the temp file size blocks topic producers forever.
+"""The temp-storage trap: a temp limit below the temp file size blocks topic producers forever.
 
 ``run(lab)`` plays one workload on the virtual clock in every run; only the
 broker configuration differs (``deadlock.toml``, ``cure.toml``, ``vm.toml``):

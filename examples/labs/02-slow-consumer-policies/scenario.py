@@ -1,4 +1,4 @@
-"""Seed 002: one slow consumer on a non-durable topic, under each policy.
+"""The slow-consumers trap: one slow consumer on a non-durable topic, under each policy.
 
 ``run(lab)`` plays one workload on the virtual clock; only the broker
 configuration differs, except in the ``stuck-socket*`` runs, where the slow

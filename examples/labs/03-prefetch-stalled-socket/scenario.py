@@ -1,4 +1,4 @@
-"""Seed 003: a slow consumer, the default prefetch, a slow store, a stalled socket.
+"""The stalled-socket trap: a slow consumer, the default prefetch, a slow store, a stalled socket.
 
 ``run(lab)`` plays the article's workload on the virtual clock, chosen by the
 run's name. 1000 persistent messages of 1 KB wait on ``/queue/jobs``; one

@@ -1,4 +1,4 @@
-"""Seed 004: "Enqueue capacity threshold exceeded" on a queue holding a few messages.
+"""The journal-threshold trap: "Enqueue capacity threshold exceeded" on a queue holding a few messages.
 
 ``run(lab)`` plays the article's reproducer on the virtual clock with real ring
 journals (8 files of 64 KiB), chosen by the run's name. One *round* is: leave
