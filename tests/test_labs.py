@@ -126,3 +126,55 @@ def test_every_relative_link_leads_somewhere(doc: Path) -> None:
         assert ROOT in dest.parents or dest == ROOT, f"{doc.relative_to(ROOT)}: {target} leaves the repository"
         if anchor and dest.suffix == ".md":
             assert anchor in _anchors(dest), f"{doc.relative_to(ROOT)}: no heading #{anchor} in {dest.name}"
+
+
+# ------------------------------------------------------------------ live runs
+
+def test_every_lab_runs_live_or_says_why_not(capsys) -> None:
+    for lab in LABS:
+        assert hasattr(lab.scenario(), "run_live") != bool(lab.no_live), lab.directory.name
+    assert cli(["lab", "list"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("live: yes (--live)") + out.count("live: no: ") == len(LABS)
+
+
+def test_a_loop_that_runs_late_is_a_machine_too_busy() -> None:
+    """LoopLag measures the scheduling delay of the loop it samples: here a callback that
+    holds the loop for 0.4 s (what CPU starvation does to every timer of the broker)."""
+    import asyncio
+    import time
+
+    from clients.labs.looplag import BUSY_SECONDS, LoopLag
+
+    lag = LoopLag()
+
+    async def main() -> None:
+        sampler = asyncio.create_task(lag.sample())
+        while not lag.samples:  # the sampler is running
+            await asyncio.sleep(0.01)
+        time.sleep(0.4)  # the loop is held: the sampler's timer fires late
+        count = len(lag.samples)
+        while len(lag.samples) == count:
+            await asyncio.sleep(0.01)
+        sampler.cancel()
+
+    asyncio.run(main())
+    assert lag.worst() >= 0.4 - LoopLag.INTERVAL > BUSY_SECONDS
+    assert lag.busy()
+    assert "event loop woke up to" in lag.summary() and "ms late" in lag.summary()
+
+
+def test_a_run_on_a_busy_machine_says_so() -> None:
+    from clients.labs.looplag import LoopLag
+    from clients.labs.runner import Outcome, RunResult, _print_result
+
+    spec = LABS[0].runs[0]
+    busy, quiet = LoopLag(), LoopLag()
+    busy.samples, quiet.samples = [0.0, 1.2, 0.0], [0.0, 0.01]
+    lines: list[str] = []
+    _print_result(RunResult(spec, Outcome(False, "x"), loop_lag=busy), lines.append)
+    assert any(line.startswith("    the machine was too busy for a fair run: the broker's event loop woke up to 1200 ms late")
+               for line in lines), lines
+    lines.clear()
+    _print_result(RunResult(spec, Outcome(False, "x"), loop_lag=quiet), lines.append)
+    assert any(line.startswith("    machine load: ") for line in lines) and not any("too busy" in line for line in lines)

@@ -67,6 +67,7 @@ def _list(args: argparse.Namespace) -> int:
     for lab in _labs(args):
         print(f"{lab.directory.name:32s} {lab.title}")
         print(f"{'':32s} source: {lab.citation}")
+        print(f"{'':32s} live: {'no: ' + lab.no_live if lab.no_live else 'yes (--live)'}")
     return 0
 
 

@@ -6,6 +6,7 @@
     title = "Starving consumers when no destination has a memory limit"
     source = "destination-limits"     # the public document, a key of clients.sources.SOURCES
     scenario = "scenario.py"          # default
+    no_live = "why"                   # only for a lab without run_live: why it has no --live
     figure = ["legacy", "cure"]       # the runs the lab's figure compares (default: the first
                                       # pathology run and the first healthy one)
 
@@ -66,6 +67,8 @@ class Lab:
     scenario_path: Path
     #: The pathology run and the cure run the lab's figure puts side by side (``--plot``).
     figure: tuple[str, ...] = ()
+    #: Why ``--live`` cannot run this lab ("" when its scenario has ``run_live``).
+    no_live: str = ""
 
     @property
     def citation(self) -> str:
@@ -125,7 +128,7 @@ def load_lab(directory: Path) -> Lab:
     if unknown or len(figure) not in (0, 2):
         raise LabError(f"{path}: figure must name two of its runs (the pathology, the cure), not {list(figure)}")
     return Lab(directory, data["name"], data["title"], data["source"], tuple(runs),
-               directory / data.get("scenario", "scenario.py"), figure)
+               directory / data.get("scenario", "scenario.py"), figure, str(data.get("no_live", "")))
 
 
 def find_labs(root: Path | None = None) -> list[Lab]:

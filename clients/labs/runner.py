@@ -29,6 +29,7 @@ from minibroker.config import BrokerConfig
 from minibroker.sim import VirtualNetwork
 
 from .console import LabConsole
+from .looplag import LoopLag
 from .model import Lab, LabError, RunSpec
 
 __all__ = ["LabRun", "Outcome", "RunResult", "run_lab"]
@@ -57,6 +58,13 @@ class RunResult:
     findings: list[dict[str, Any]] | None = None
     #: The series the analysis drew (``--plot``), for the lab's figure.
     series: dict[str, Any] | None = None
+    #: A live run: how late the broker's event loop ran (the machine's load), else None.
+    loop_lag: LoopLag | None = None
+
+    @property
+    def too_busy(self) -> bool:
+        """A live run on a machine too busy for its timings to be fair."""
+        return self.loop_lag is not None and self.loop_lag.busy()
 
     @property
     def as_promised(self) -> bool:
@@ -84,6 +92,8 @@ class LabRun:
         self.notes: list[str] = []
         self._log = _LogCapture()
         self._networks: list[VirtualNetwork] = []
+        #: Every live broker's loop, sampled (``live_broker``).
+        self.loop_lag: LoopLag | None = None
 
     def finish(self) -> None:
         """The run is over: stop its brokers, so the trace ends where the run did."""
@@ -115,7 +125,8 @@ class LabRun:
         if self.console is not None:
             self.console.release(unless=self.workdir)  # the last run's broker gives up the port
             chosen = self.console.configure(chosen)
-        live = LiveBroker(chosen)
+        live = LiveBroker(chosen, self.loop_lag)
+        self.loop_lag = live.lag
         live.start()
         if self.console is not None:
             self.console.started(live, self.name)
@@ -157,8 +168,10 @@ class _LogCapture(logging.Handler):
 class LiveBroker:
     """``minibroker.server.serve`` in a background thread, stoppable and restartable."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, lag: LoopLag | None = None) -> None:
         self.config = config
+        #: The broker loop's scheduling delay, sampled while it runs (across restarts).
+        self.lag = lag or LoopLag()
         self.server: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -184,7 +197,11 @@ class LiveBroker:
                     self.server = server
                     self._ready.set()
 
-                await serve(self.config, ready=ready, stop=self._stop)
+                sampler = asyncio.create_task(self.lag.sample())
+                try:
+                    await serve(self.config, ready=ready, stop=self._stop)
+                finally:
+                    sampler.cancel()
 
             try:
                 asyncio.run(go())
@@ -228,7 +245,7 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
     one is kept serving (the caller's ``console.hold()`` ends it)."""
     scenario = lab.scenario()
     if live and not hasattr(scenario, "run_live"):
-        raise LabError(f"lab {lab.name} has no live run; run it without --live")
+        raise LabError(f"lab {lab.name} has no live run ({lab.no_live or 'none written'}); run it without --live")
     entry = scenario.run_live if live else scenario.run
     out(f"Lab {lab.directory.name}: {lab.title}")
     out(f"  source: {lab.citation}")
@@ -242,7 +259,7 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
                 outcome: Outcome = entry(run)
                 run.finish()
             outcome.evidence = run.notes + outcome.evidence
-            result = RunResult(spec, outcome)
+            result = RunResult(spec, outcome, loop_lag=run.loop_lag)
             if plot_dir is not None and run.trace is not None:
                 _analyse(run, result, plot_dir / spec.name)
         finally:
@@ -251,7 +268,9 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
         results.append(result)
         _print_result(result, out)
     kept = sum(r.as_promised for r in results)
-    out(f"Result: {kept}/{len(results)} verdicts as the lab promises")
+    busy = sum(r.too_busy for r in results)
+    out(f"Result: {kept}/{len(results)} verdicts as the lab promises"
+        + (f" ({busy} run(s) on a machine too busy for a fair run: see above)" if busy else ""))
     if plot_dir is not None:
         analysed = [r for r in results if r.findings is not None]
         agree = sum(r.findings_as_expected for r in analysed)
@@ -269,6 +288,9 @@ def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
         out(f"      - {line}")
     if outcome.metrics:
         out("      numbers: " + ", ".join(f"{k}={v}" for k, v in outcome.metrics.items()))
+    if result.loop_lag is not None:
+        fair = "the machine was too busy for a fair run: " if result.too_busy else "machine load: "
+        out(f"    {fair}{result.loop_lag.summary()}")
     if result.findings is not None:
         expected = ", ".join(spec.findings) or "none"
         verdict = ("as the lab expects" if result.findings_as_expected
