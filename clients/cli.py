@@ -3,11 +3,16 @@
 Every subcommand lives in ``clients.commands.<name>``. Errors the user can fix
 (a bad value, a broker that refuses or cannot be reached) are printed as one
 line naming the bad value and exit non-zero; they never show a traceback.
+Output piped into a reader that stops early (``minibroker stat | head -1``)
+ends the command quietly, as it ends ``cat``: no traceback, status 141
+(128 + SIGPIPE, what a shell reports for a tool killed by SIGPIPE).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from typing import Sequence
 
@@ -15,7 +20,10 @@ from minibroker.errors import BrokerError
 
 from .commands import COMMANDS
 
-__all__ = ["main", "build_parser", "CommandError"]
+__all__ = ["main", "build_parser", "CommandError", "silence_stdout", "CLOSED_OUTPUT"]
+
+#: Exit status when stdout was closed under us (as a shell reports SIGPIPE).
+CLOSED_OUTPUT = 128 + signal.SIGPIPE
 
 
 class CommandError(Exception):
@@ -42,6 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``minibroker`` with ``argv`` (default: ``sys.argv[1:]``)."""
+    try:
+        try:
+            return _dispatch(argv)
+        finally:  # also after --help: a closed pipe must fail here, not in the exit's flush
+            sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+        return CLOSED_OUTPUT
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
@@ -58,6 +77,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def silence_stdout() -> None:
+    """Point stdout's descriptor at /dev/null, so that whatever is still
+    buffered (and the interpreter's flush at exit) goes nowhere instead of
+    raising ``BrokenPipeError`` again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -1,6 +1,13 @@
 """The command-line client against the real broker: what a user of ``minibroker recv`` gets."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
 from clients.cli import main as cli
 
 
@@ -21,3 +28,43 @@ def test_recv_count_takes_exactly_n_and_loses_nothing(broker, capsys) -> None:
     assert got == [f"m{i}" for i in range(5)]
     assert cli(["recv", "/queue/cli.exact", "--timeout", "0.3", *port]) == 0  # nothing left
     assert capsys.readouterr() == ("", "received 0 messages from /queue/cli.exact; nothing arrived for 0.3s\n")
+
+
+def _run_into_closed_pipe(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``minibroker ARGV`` with its stdout a pipe whose reader has already gone
+    (``minibroker stat | head -1`` once head has its line)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-m", "clients.cli", *argv], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("argv", [
+    ["stat"],
+    ["browse", "/queue/cli.pipe"],
+    ["stat", "--json"],
+    ["doctor"],
+])
+def test_output_closed_early_ends_the_command_quietly(broker, argv) -> None:
+    """Any subcommand whose reader stops early ends as ``cat`` does: no
+    traceback, nothing on stderr, 128 + SIGPIPE."""
+    assert cli(["send", "/queue/cli.pipe", "hello", "--port", str(broker.port)]) == 0
+    port = [] if argv == ["doctor"] else ["--port", str(broker.port)]
+    done = _run_into_closed_pipe([*argv, *port])
+    assert (done.returncode, done.stderr) == (128 + signal.SIGPIPE, "")
+
+
+def test_recv_into_a_closed_pipe_leaves_the_message_queued(broker, capsys) -> None:
+    """recv stops at the first message it cannot print, says so, and does not
+    acknowledge it: the message stays on the queue."""
+    port = ["--port", str(broker.port)]
+    assert cli(["send", "/queue/cli.pipe.recv", "kept", *port]) == 0
+    done = _run_into_closed_pipe(["recv", "/queue/cli.pipe.recv", "--count", "1", "--timeout", "5", *port])
+    assert "Traceback" not in done.stderr
+    assert "output closed" in done.stderr
+    capsys.readouterr()
+    assert cli(["recv", "/queue/cli.pipe.recv", "--count", "1", "--timeout", "5", *port]) == 0
+    assert capsys.readouterr().out == "kept\n"

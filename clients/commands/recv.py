@@ -17,10 +17,9 @@ import argparse
 import asyncio
 import base64
 import json
-import os
 import sys
 
-from ..cli import CommandError
+from ..cli import CommandError, silence_stdout
 from ..stomp import ACK_MODES, Message, StompClientError
 from ._common import (
     FAILURE,
@@ -130,7 +129,7 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
                 try:
                     print(format_message(message, args.show), flush=True)
                 except BrokenPipeError:  # e.g. piped into `head`
-                    _silence_stdout()
+                    silence_stdout()
                     stopped = "; output closed"
                     break
                 if ack != "auto" and not args.no_ack:
@@ -144,11 +143,3 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
             raise
     return FAILURE if summary(stopped) else 0
 
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush does not fail."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
