@@ -199,7 +199,7 @@ class Session:
         frames = self.outbox
         self.outbox = []
         self.out_bytes = 0
-        self.can_write = not self.transport_paused
+        self.can_write = self.is_open and not self.transport_paused  # as take_output: closed stays closed
         return frames
 
     def describe(self) -> dict[str, Any]:

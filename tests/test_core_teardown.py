@@ -192,3 +192,29 @@ def test_a_send_parked_on_its_way_to_a_temporary_queue_is_answered_when_the_owne
     producer.send("/queue/elsewhere", b"on", receipt="later")
     assert producer.frames("RECEIPT")[-1].headers["receipt-id"] == "later"
     assert net.teardown is not None and net.teardown.violations == []
+
+
+def test_a_closed_framed_connection_is_never_writable_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection whose edge writes frame by frame (STOMP over WebSocket) closes with
+    a RECEIPT still to write, and its close fails at one queue (as a bug would), leaving
+    a ghost consumer there. Handing its last output to the edge must not make it
+    writable again: a message sent to that queue later goes to a live consumer, not
+    into the closed connection, where it would be counted consumed and never read."""
+    net, checker = _checked_network()
+    producer = net.connected_client("producer")
+    c = net.connected_client("ws")
+    net.broker.sessions[c.sid].framed = True
+    c.subscribe("/queue/ghost", "g", "auto")
+    queue = net.broker.destinations["/queue/ghost"]
+
+    def broken(sub: object) -> None:
+        raise RuntimeError("a bug in the queue")
+
+    monkeypatch.setattr(queue, "remove_subscription", broken)
+    c.disconnect(receipt="bye")  # the RECEIPT waits in the closed connection's output
+    assert "connection %d: its close failed at removing subscription 'g' on /queue/ghost" % c.sid in checker.violations
+    after = net.connected_client("after")
+    after.subscribe("/queue/ghost", "a", "auto")
+    producer.send("/queue/ghost", "late")
+    assert after.bodies() == [b"late"]
+    assert queue.dequeued == 1
