@@ -127,6 +127,10 @@ class Destination:
         self.owner = owner
         #: True for a dead letter queue (nothing is dead-lettered out of one).
         self.is_dlq = False
+        #: True for a tool's own reply queue: a temporary queue named as the reply-to of a
+        #: statistics or admin request (stat's, the console's). Not a user destination:
+        #: the statistics neither list nor count it, nor the traffic of the replies on it.
+        self.tool_reply = False
         root = broker.memory
         #: This destination's memory: a child of the broker's (the starving consumers' heart).
         self.memory = Usage(self.address, policy.memory_limit or root.limit, parent=root)

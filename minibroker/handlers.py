@@ -156,6 +156,7 @@ class FrameHandlers:
         if not reply_to:
             raise ProtocolError(f"a statistics request to {address} needs a reply-to header")
         self.security.check(session.principal, "write", "queue", address[len("/queue/"):])
+        self._mark_tool_reply(session, reply_to)
         replies = statistics_replies(self, address, Scope.of(self, session, address))
         if replies is None:
             raise ProtocolError(
@@ -171,6 +172,7 @@ class FrameHandlers:
         reply_to = frame.headers.get("reply-to")
         if reply_to:
             self.registry.resolve(session, reply_to, "write")  # refused before anything is done
+            self._mark_tool_reply(session, reply_to)
         result = perform(self, session, address, frame.headers)
         if reply_to:
             self._reply(session, frame, reply_to, [result.answer], indexed=False)
@@ -181,6 +183,13 @@ class FrameHandlers:
         if result.wrote and self.store is not None:
             self.store.flush()  # a purge's dequeues are deferred: written now, so the RECEIPT waits for them
         return self._after_write(session, frame.headers.get("receipt"), result.wrote)
+
+    def _mark_tool_reply(self, session: Session, reply_to: str) -> None:
+        """A temporary queue named as a statistics or admin request's reply-to is the
+        asking tool's own: the statistics no longer list or count it (``stats.py``)."""
+        target = self.registry.resolve(session, reply_to, "write")
+        if target.owner is not None:
+            target.tool_reply = True
 
     def _reply(self, session: Session, frame: Frame, reply_to: str, items: list[dict[str, Any]], *,
                indexed: bool = True) -> None:

@@ -23,6 +23,11 @@ What a request shows depends on who asks (``Scope``): a user with the
 the destinations it may read (and its own temporary ones), and only its own
 connections and their subscriptions: never another user's queue names,
 client-ids or peer addresses.
+
+A tool's own reply queue (the temporary queue a statistics or admin request
+names as its ``reply-to``: ``minibroker stat``'s, each console page's) is no
+user destination: no reply lists or counts it, so the replies on it are no
+traffic (a console polling an idle broker shows 0 in and 0 out).
 """
 from __future__ import annotations
 
@@ -64,6 +69,8 @@ class Scope:
         return cls(broker, principal, session.id, everything=admin)
 
     def sees_destination(self, dest: "Destination") -> bool:
+        if dest.tool_reply:  # a tool's own reply queue is no user destination
+            return False
         if self.everything:
             return True
         if dest.owner is not None:
@@ -94,7 +101,7 @@ class Scope:
 
 def broker_statistics(broker: "Broker", scope: Scope | None = None) -> dict[str, Any]:
     scope = scope if scope is not None else Scope(broker)
-    dests = list(broker.destinations.values()) if scope.everything else scope.destinations()
+    dests = scope.destinations()
     rings = broker.store.ring_reservation() if broker.store is not None else None
     now = broker.clock.now()
     rates = [_rates(broker, d, now) for d in dests]

@@ -19,7 +19,7 @@ def statistics(client: VirtualClient, what: str) -> list[dict[str, Any]]:
     before = len(client.messages())
     client.send(f"/queue/ActiveMQ.Statistics.{what}", "", **{"reply-to": "/temp-queue/stats"})
     replies = client.messages()[before:]
-    assert replies and len(replies) == int(replies[0].headers["statistics-total"] or 1)
+    assert replies and len(replies) == (int(replies[0].headers["statistics-total"]) or 1)
     return [json.loads(r.body) for r in replies]
 
 
@@ -166,3 +166,37 @@ def test_a_non_admin_sees_only_its_own_consumers_in_a_destination_it_may_read() 
     assert "alice" not in json.dumps(seen)
     everything = destination(alice, "/queue/orders.eu")
     assert {c["clientId"] for c in everything["consumers"]} == {"alice-app", "carol-app"}
+
+
+class TestToolsOwnTraffic:
+    """A tool's own requests and replies (stat, the console) are not the broker's traffic:
+    the temporary queue a statistics or admin request names as its reply-to is the tool's
+    own, neither listed nor counted."""
+
+    def test_an_idle_broker_polled_by_the_statistics_protocol_shows_no_traffic(self) -> None:
+        net = VirtualNetwork()
+        console = net.connected_client()
+        net.every(0.1, lambda: [statistics(console, what) for what in ("Broker", "Destination.>", "Connection")],
+                  until=10)
+        statistics(console, "Broker")
+        console.send("/queue/ActiveMQ.Admin.Whoami", "", **{"reply-to": "/temp-queue/stats"})
+        net.advance(10.05)
+        [broker] = statistics(console, "Broker")
+        assert (broker["enqueueRate"], broker["dequeueRate"]) == (0.0, 0.0)
+        assert (broker["enqueueCount"], broker["dequeueCount"], broker["dispatchCount"]) == (0, 0, 0)
+        assert broker["size"] == broker["consumerCount"] == 0
+
+    def test_the_destination_count_agrees_with_the_list(self) -> None:
+        net = VirtualNetwork()
+        user = net.connected_client()
+        user.send("/queue/orders", "x")
+        user.subscribe("/temp-queue/mine", "mine")  # a user's own temporary queue is a user destination
+        user.send("/temp-queue/mine", "to myself")
+        tools = [net.connected_client() for _ in range(3)]
+        for tool in tools:
+            statistics(tool, "Broker")
+        for tool in tools:
+            [broker] = statistics(tool, "Broker")
+            listed = [d["destinationName"] for d in statistics(tool, "Destination.>")]
+            assert broker["destinationCount"] == len(listed) == 2
+            assert "/queue/orders" in listed and not any(name.endswith(".stats") for name in listed)

@@ -6,6 +6,7 @@ import queue
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 import pytest
 import stomp
@@ -109,3 +110,26 @@ def test_a_destinations_statistics_name_its_high_water_mark(broker_factory) -> N
     finally:
         conn.disconnect()
     assert marks == {"/queue/low.a": 40, "/queue/other": 70}
+
+
+def test_a_tools_reply_queue_is_no_destination_of_the_metrics(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """Each console page and each `minibroker stat` has its own reply queue: none of them
+    is a series of /metrics, and the destination count is that of the series."""
+    broker = broker_factory(console={"port": ANY_PORT})
+    replies: "queue.Queue[Any]" = queue.Queue()
+    conn = stomp.Connection12([broker.address])
+    listener = stomp.ConnectionListener()
+    listener.on_message = replies.put  # type: ignore[method-assign,assignment]
+    conn.set_listener("replies", listener)
+    conn.connect(wait=True)
+    try:
+        conn.send("/queue/user.q", "x")
+        conn.subscribe("/temp-queue/console", id="console")
+        conn.send("/queue/ActiveMQ.Statistics.Broker", "", headers={"reply-to": "/temp-queue/console"})
+        replies.get(timeout=WAIT)  # the request was answered: its reply queue is the tool's
+        samples = scrape(broker)
+    finally:
+        conn.disconnect()
+    destinations = {dict(labels)["destination"] for (name, labels) in samples if name == "minibroker_destination_size"}
+    assert destinations == {"/queue/user.q"}
+    assert samples[("minibroker_destinations", ())] == 1

@@ -141,8 +141,7 @@ def format_tables(stats: dict[str, Any]) -> str:
              d["enqueueCount"], d["dequeueCount"], _rate(d.get("enqueueRate", 0)), _rate(d.get("dequeueRate", 0)),
              d["consumerCount"], d["cachedCount"], d["storeOnlyCount"], d["memoryPercentUsage"],
              _compact(d["memoryUsage"]), d.get("discardedCount", 0)]
-            for d in stats["destinations"]
-            if not d["destinationName"].endswith(".minibroker-stat")]  # our own reply queue
+            for d in stats["destinations"]]  # (our own reply queue is not among them)
     out.append(_table(rows, header) if rows else "(no destinations)")
     if "connections" in stats:
         header = ["connection", "peer", "user", "client-id", "protocol", "subs", "unacked", "out-bytes", "blocked",

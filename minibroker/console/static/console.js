@@ -104,7 +104,6 @@ function failPending(reason) {
 }
 
 function onReply(message) {
-  state.ownQueue = message.headers.destination;  // the page's reply queue, as the broker names it
   const id = message.headers['correlation-id'];
   const p = state.pending.get(id);
   if (!p) return;
@@ -292,7 +291,7 @@ function renderDestinations() {
     onclick: () => { state.sort = { key, dir: state.sort.key === key ? -state.sort.dir : (key === 'destinationName' ? 1 : -1) }; render(); },
   }, title)), el('th', { class: 'text' }, can('Purge') || can('Delete') ? 'Actions' : '')));
   const { key, dir } = state.sort;
-  const rows = state.destinations.filter((d) => d.destinationName !== state.ownQueue).sort((a, b) => {
+  const rows = [...state.destinations].sort((a, b) => {
     const x = sortValue(a, key), y = sortValue(b, key);
     return (x < y ? -1 : x > y ? 1 : 0) * dir;
   });
