@@ -256,6 +256,7 @@ def _move(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> A
     failure: str | None = None
     wrote = False
 
+    waiting = len(source.pending) + len(source.cursor.store_only)  # before the move
     chosen = 0  # messages the selector and the count let through so far
 
     def wanted(message: Message) -> bool:
@@ -323,7 +324,7 @@ def _move(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> A
     if failure is not None:
         raise ProtocolError(f"move from {source.address} stopped after {total} messages: {failure}")
     answer = {"operation": "move", "from": source.address, "to": fixed.address if fixed is not None else None,
-              "moved": total, "movedTo": moved, "skipped": skipped}
+              "moved": total, "movedTo": moved, "skipped": skipped, "waiting": waiting, "selected": chosen}
     source.dispatch()
     return AdminResult(answer, wrote=wrote or bool(gone))
 

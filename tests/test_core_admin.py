@@ -231,7 +231,8 @@ class TestMove:
         assert dlq.size() == 3
         answer = ask(net.connected_client(), "Move", target="/queue/ActiveMQ.DLQ")
         assert answer == {"operation": "move", "from": "/queue/ActiveMQ.DLQ", "to": None, "moved": 3,
-                          "movedTo": {"/queue/orders": 2, "/queue/invoices": 1}, "skipped": {}}
+                          "movedTo": {"/queue/orders": 2, "/queue/invoices": 1}, "skipped": {},
+                          "waiting": 3, "selected": 3}
         assert dlq.size() == 0
         c = net.connected_client()
         c.subscribe("/queue/orders", "o")
@@ -252,6 +253,21 @@ class TestMove:
         c.subscribe("/queue/mixed", "m")
         assert [m.body for m in c.messages() if m.headers["subscription"] == "r"] == [b"m1", b"m3"]
         assert [m.body for m in c.messages() if m.headers["subscription"] == "m"] == [b"m0", b"m2", b"m4", b"m5"]
+
+    def test_a_selector_that_matches_nothing_says_of_how_many(self) -> None:
+        """A STOMP ``priority`` header is JMSPriority, as in ActiveMQ: a selector
+        on ``priority`` matches nothing, and the answer says it looked at every
+        waiting message, so a user can tell "none matched" from "none there"."""
+        net = VirtualNetwork()
+        p = net.connected_client()
+        for i in range(3):
+            p.send("/queue/a", f"m{i}", priority="7")
+        p.send("/queue/a", "low", priority="1")
+        admin = net.connected_client()
+        answer = ask(admin, "Move", target="/queue/a", to="/queue/b", selector="priority > 4")
+        assert (answer["moved"], answer["selected"], answer["waiting"]) == (0, 0, 4)
+        answer = ask(admin, "Move", target="/queue/a", to="/queue/b", selector="JMSPriority > 4", count="100")
+        assert (answer["moved"], answer["selected"], answer["waiting"]) == (3, 3, 4)
 
     def test_move_skips_what_has_nowhere_to_go(self) -> None:
         net = VirtualNetwork()

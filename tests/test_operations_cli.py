@@ -38,7 +38,7 @@ def test_purge_and_delete(broker, capsys) -> None:
         send_all(conn, "/queue/old", ["x"])
         assert wait_for(lambda: len(listener.receipts) == 4)
         assert cli(["purge", "/queue/orders", *port_args(broker)]) == 0
-        assert capsys.readouterr().out == "purged 3 messages from /queue/orders (0 left, unacknowledged)\n"
+        assert capsys.readouterr().out == "purged 3 messages from /queue/orders (none left)\n"
         assert cli(["delete", "/queue/old", *port_args(broker)]) == 0
         assert capsys.readouterr().out == "deleted /queue/old (1 message dropped)\n"
         stats = statistics(broker, capsys)
@@ -97,7 +97,7 @@ def test_move_dead_letters_back_and_with_a_selector(broker, capsys) -> None:
         assert cli(["move", "/queue/ActiveMQ.DLQ", *port_args(broker)]) == 0
         assert capsys.readouterr().out == "moved 2 messages from /queue/ActiveMQ.DLQ: 2 to /queue/orders\n"
         assert cli(["move", "/queue/mixed", "/queue/reds", "--selector", "colour = 'red'", *port_args(broker)]) == 0
-        assert capsys.readouterr().out == "moved 1 message from /queue/mixed: 1 to /queue/reds\n"
+        assert capsys.readouterr().out == "moved 1 message from /queue/mixed to /queue/reds\n"
         subscribe_sync(conn, listener, "/queue/orders", "o")
         assert sorted(m.body for m in listener.take(2)) == ["o1", "o2"]
         subscribe_sync(conn, listener, "/queue/reds", "r")
@@ -106,6 +106,27 @@ def test_move_dead_letters_back_and_with_a_selector(broker, capsys) -> None:
         assert "broker refused: cannot move to /topic/t: not a queue" in capsys.readouterr().err
     finally:
         close(conn)
+
+
+def test_a_move_whose_selector_matches_nothing_says_so(broker, capsys) -> None:
+    """``priority`` in a selector is not the STOMP priority header (that is
+    JMSPriority, as in ActiveMQ): the move names its target, says the selector
+    matched none of the waiting messages, and why; JMSPriority moves them."""
+    for priority in ("7", "7", "7", "1"):
+        assert cli(["send", "/queue/a", "m", "--priority", priority, "--receipt", *port_args(broker)]) == 0
+    capsys.readouterr()
+    assert cli(["move", "/queue/a", "/queue/b", "--selector", "priority > 4", "--count", "100",
+                *port_args(broker)]) == 0
+    assert capsys.readouterr().out == (
+        "moved 0 messages from /queue/a to /queue/b: the selector 'priority > 4' matched none of the "
+        "4 messages waiting (a STOMP priority header is JMSPriority in a selector, as in ActiveMQ)\n")
+    assert cli(["move", "/queue/a", "/queue/b", "--selector", "JMSPriority > 4", "--count", "100",
+                *port_args(broker)]) == 0
+    assert capsys.readouterr().out == "moved 3 messages from /queue/a to /queue/b\n"
+    assert cli(["move", "/queue/b", "/queue/a", "--selector", "JMSPriority > 4", *port_args(broker)]) == 0
+    assert cli(["move", "/queue/b", "/queue/a", *port_args(broker)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "moved 0 messages from /queue/b to /queue/a (/queue/b has no message waiting for a consumer)")
 
 
 def test_any_stomp_client_speaks_the_admin_protocol(broker) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import re
 from typing import Any
 
 from ..cli import CommandError
@@ -61,7 +62,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                      "original-destination header names (a dead letter queue's messages back to where they failed).")
     parser.add_argument("destination", metavar="SRC", help="the queue to move from, e.g. /queue/ActiveMQ.DLQ")
     parser.add_argument("to", metavar="DEST", nargs="?", help="the queue to move to (default: each message's own)")
-    parser.add_argument("--selector", "-s", help="only the messages this selector accepts, e.g. \"priority > 4\"")
+    parser.add_argument("--selector", "-s", help="only the messages this selector accepts, e.g. \"JMSPriority > 4\" "
+                             "(a STOMP priority header is JMSPriority, as in ActiveMQ)")
     parser.add_argument("--count", "-n", metavar="N", help="at most N messages")
     parser.set_defaults(func=_main, operation="Move")
 
@@ -119,16 +121,18 @@ async def _operate(args: argparse.Namespace, headers: dict[str, str], timeout: f
             await client.disconnect()
         except (StompClientError, TimeoutError):
             pass  # done already (a close of this very connection ends it with an ERROR)
-    print(json.dumps(answer, sort_keys=True) if args.json else format_answer(answer))
+    print(json.dumps(answer, sort_keys=True) if args.json
+          else format_answer(answer, getattr(args, "selector", None)))
     return 0
 
 
-def format_answer(answer: dict[str, Any]) -> str:
-    """One operation's answer as a user reads it."""
+def format_answer(answer: dict[str, Any], selector: str | None = None) -> str:
+    """One operation's answer as a user reads it (``selector``: a move's, to name it)."""
     operation = answer.get("operation")
     if operation == "purge":
-        return (f"purged {_messages(answer['purged'])} from {answer['destination']} "
-                f"({answer['size']} left, unacknowledged)")
+        left = answer["size"]  # what a purge leaves is delivered, not yet acknowledged
+        kept = "none left" if not left else f"{left} unacknowledged stay with their consumers"
+        return f"purged {_messages(answer['purged'])} from {answer['destination']} ({kept})"
     if operation == "delete":
         return f"deleted {answer['destination']} ({_messages(answer['purged'])} dropped)"
     if operation == "close":
@@ -137,12 +141,35 @@ def format_answer(answer: dict[str, Any]) -> str:
     if operation == "browse":
         return _format_browse(answer)
     if operation == "move":
-        where = ", ".join(f"{n} to {address}" for address, n in answer["movedTo"].items())
-        text = f"moved {_messages(answer['moved'])} from {answer['from']}" + (f": {where}" if where else "")
-        for reason, n in answer["skipped"].items():
-            text += f"\nskipped {n}: {reason}"
-        return text
+        return _format_move(answer, selector)
     return json.dumps(answer, sort_keys=True)
+
+
+def _format_move(answer: dict[str, Any], selector: str | None) -> str:
+    """``moved 3 messages from /queue/a to /queue/b``; when none moved, why:
+    nothing waiting, or the selector matched none of what waits."""
+    moved_to: dict[str, int] = answer["movedTo"]
+    text = f"moved {_messages(answer['moved'])} from {answer['from']}"
+    if answer.get("to"):
+        text += f" to {answer['to']}"
+    elif moved_to:
+        text += ": " + ", ".join(f"{n} to {address}" for address, n in moved_to.items())
+    else:
+        text += " to their original destinations"
+    waiting = answer.get("waiting")
+    if waiting == 0:
+        text += f" ({answer['from']} has no message waiting for a consumer)"
+    elif selector and answer.get("selected") == 0 and waiting is not None:
+        text += f": the selector {selector!r} matched none of the {_messages(waiting)} waiting"
+        if _PLAIN_PRIORITY.search(selector):
+            text += " (a STOMP priority header is JMSPriority in a selector, as in ActiveMQ)"
+    for reason, n in answer["skipped"].items():
+        text += f"\nskipped {n}: {reason}"
+    return text
+
+
+#: ``priority`` as a selector identifier (not JMSPriority): a user property no STOMP message has.
+_PLAIN_PRIORITY = re.compile(r"(?<![\w.'])priority\b")
 
 
 def _messages(count: int) -> str:
