@@ -1,7 +1,8 @@
 # minibroker: two commands on a fresh machine.
 #   make run    start the broker on 127.0.0.1:61613, STOMP over WebSocket on 61614 and the
 #               web console on http://127.0.0.1:8161/ (data in ./data)
-#   make test   run the linters, then the whole test suite
+#   make test   run the linters, then the whole test suite on asyncio's own event loop,
+#               then the edge's tests again on uvloop (the loop `make run` uses)
 #   make lint   ruff (errors, not style) and mypy, as configured in pyproject.toml
 PYTHON ?= python3
 VENV   := .venv
@@ -16,7 +17,7 @@ $(PY):
 
 # Re-install whenever the project's metadata changes.
 $(STAMP): $(PY) pyproject.toml
-	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,fast]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -78,9 +79,15 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# The suite runs on asyncio's own loop; then the tests of the edge (sockets, WebSocket, the
+# console, stalled sockets, third-party clients) run again on uvloop, the loop `make run` uses.
+EDGE_TESTS := tests/test_server.py tests/test_server_hostile_clients.py tests/test_websocket.py \
+              tests/test_lab_stalled_socket.py tests/test_stomp_py.py tests/test_metrics.py tests/test_eventloop.py
+
 test: lint $(STAMP) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
-	$(PY) -m pytest -q
+	MINIBROKER_LOOP=asyncio $(PY) -m pytest -q
+	MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(EDGE_TESTS)
 
 # Each lab README ends with its run's output, verbatim (tests/test_labs.py compares them):
 # rewrite those blocks after changing a lab.

@@ -82,11 +82,13 @@ class Ours:
     kind = "ours"
 
     def __init__(self, name: str, workdir: Path, config: str | None = None, port: int | None = None,
-                 console_page: bool = False) -> None:
+                 console_page: bool = False, loop: str | None = None) -> None:
         """``console_page``: serve the web console and keep one page of it open in a
-        headless Chromium while the broker runs (what the console costs the broker)."""
+        headless Chromium while the broker runs (what the console costs the broker).
+        ``loop``: ``serve --loop`` (else the configuration's ``transport.event_loop``)."""
         self.name = name
         self.config = config
+        self.loop = loop
         self.port = port or free_port()
         self.console_port = free_port() if console_page else 0
         self.page: ConsolePage | None = None
@@ -125,6 +127,8 @@ class Ours:
                                  "--data-dir", str(self.data_dir), "--log-level", "warning"]
         if self.config:
             argv += ["--config", self.config]
+        if self.loop:
+            argv += ["--loop", self.loop]
         t0 = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -4,6 +4,8 @@
     make bench                                       # ours only, reference numbers beside
     .venv/bin/python bench/compare.py --with-activemq --reps 3
     .venv/bin/python bench/compare.py --quick --scenarios A,C        # smoke run, seconds
+    .venv/bin/python bench/compare.py --loop asyncio --variant uvloop=bench/configs/uvloop.toml \
+        --scenarios A,C,D,E                          # asyncio's loop and uvloop side by side
     .venv/bin/python bench/compare.py --summarize bench/results/X.jsonl
 
 Starts our broker (``minibroker serve``, free port, fresh data directory in a
@@ -74,6 +76,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="smoke run: tiny message counts, 1 rep, 1 warm-up, no quiet-window waiting")
     ap.add_argument("--warmups", type=int, help="discarded 100k warm-up runs for ActiveMQ (default 3, --quick 1)")
     ap.add_argument("--config", metavar="FILE", help="TOML configuration for our broker (default: embedded)")
+    ap.add_argument("--loop", choices=("auto", "asyncio", "uvloop"),
+                    help="our broker's event loop (serve --loop; default: the configuration's, auto). "
+                         "A variant's comes from its file: bench/configs/uvloop.toml sets uvloop")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL=FILE",
                     help="also run our broker with this configuration, as broker 'ours:LABEL' (repeatable); "
                          "the table adds the ratio ours:LABEL / ours")
@@ -319,10 +324,10 @@ def main(argv=None) -> int:
         signal.signal(sig, _raise_interrupt)
 
     workdir = Path(tempfile.mkdtemp(prefix="minibroker-bench-"))
-    brokers: list = [Ours("ours", workdir, a.config, a.port)]
+    brokers: list = [Ours("ours", workdir, a.config, a.port, loop=a.loop)]
     brokers += [Ours(name, workdir, path) for name, path in a.variants]
     if a.console_page:
-        brokers.append(Ours("ours:console", workdir, a.config, console_page=True))
+        brokers.append(Ours("ours:console", workdir, a.config, console_page=True, loop=a.loop))
     if a.with_activemq:
         brokers.append(ActiveMQ(workdir))
     sampler = RssSampler()

@@ -20,7 +20,9 @@ event loop (bench/cost.py measures the core without them):
 answers every read with one 400-byte frame: what asyncio and the kernel cost
 per turn with no broker at all.
 
-    python bench/turn.py [--messages 20000] [--callgrind] [--floor]
+``--loop asyncio --loop uvloop`` measures both on each event loop (``serve --loop``).
+
+    python bench/turn.py [--messages 20000] [--callgrind] [--floor] [--loop L ...]
 """
 from __future__ import annotations
 
@@ -56,7 +58,8 @@ class Echo(asyncio.Protocol):
 async def main():
     await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", int(sys.argv[1]))
     await asyncio.Event().wait()
-asyncio.run(main())
+from minibroker import eventloop
+eventloop.run(main(), sys.argv[2])
 """
 
 
@@ -176,15 +179,20 @@ def _measure_server(name: str, argv: list[str], port: int, args: argparse.Namesp
 
 
 def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, dict[str, float]]]:
-    port = free_port()
-    argv = Ours.command() + ["serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--websocket-port", "0", "--console-port", "0",
-                             "--data-dir", str(tmp / "data"), "--log-level", "warning"]
-    results = [("minibroker", _measure_server("minibroker", argv, port, args, tmp, fill=True))]
-    if args.floor:
+    results = []
+    for loop in args.loop or ["auto"]:
+        label = "" if args.loop is None else f" ({loop})"
         port = free_port()
-        argv = [sys.executable, "-c", _FLOOR_SERVER, str(port)]
-        results.append(("asyncio floor", _measure_server("asyncio floor", argv, port, args, tmp, fill=False)))
+        argv = Ours.command() + ["serve", "--host", "127.0.0.1", "--port", str(port),
+                                 "--websocket-port", "0", "--console-port", "0", "--loop", loop,
+                                 "--data-dir", str(tmp / f"data-{loop}"), "--log-level", "warning"]
+        name = f"minibroker{label}"
+        results.append((name, _measure_server(name, argv, port, args, tmp, fill=True)))
+        if args.floor:
+            port = free_port()
+            argv = [sys.executable, "-c", _FLOOR_SERVER, str(port), loop]
+            name = f"asyncio floor{label}"
+            results.append((name, _measure_server(name, argv, port, args, tmp, fill=False)))
     return results
 
 
@@ -193,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=20_000, help="measured turns (default %(default)s)")
     ap.add_argument("--callgrind", action="store_true", help="count the broker's instructions with valgrind")
     ap.add_argument("--floor", action="store_true", help="also measure a trivial asyncio server")
+    ap.add_argument("--loop", action="append", choices=("auto", "asyncio", "uvloop"),
+                    help="the event loop of the broker (and of the floor server); repeat to measure each "
+                         "(default: auto, uvloop when installed)")
     a = ap.parse_args(argv)
     if a.messages < 1:
         ap.error(f"--messages must be at least 1, not {a.messages}")

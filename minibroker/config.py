@@ -31,6 +31,7 @@ from storage.model import MIN_FILE_SIZE
 from . import wildcards
 from .digits import parse_decimal
 from .errors import ConfigError
+from .eventloop import LOOPS
 
 __all__ = [
     "BrokerConfig",
@@ -257,6 +258,9 @@ class TransportConfig:
                                  "largest frame, headers and body")
     write_buffer_limit: int = option(256 * 1024, size, "bytes queued for a connection's socket before the broker stops dispatching to it")
     so_write_timeout: int = option(0, integer(0), "ms a blocked write may last before the connection is closed (ActiveMQ soWriteTimeout); 0 = off")
+    event_loop: str = option("auto", choice(*LOOPS),
+                             "the event loop: uvloop (the fast extra) when installed, else asyncio's own (auto); "
+                             "or asyncio, or uvloop (an error when not installed)")
     allow_link_stealing: bool = option(False, boolean, "a CONNECT with a client-id already connected takes over instead of being refused")
     websocket_port: int = option(61614, listener_port, "STOMP over WebSocket port (ActiveMQ's ws transport), on the same host; 0 = off")
     allowed_origins: tuple[str, ...] = option(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from .server import BrokerServer
@@ -58,8 +58,9 @@ class EdgeConnection(asyncio.Protocol):
 
     def attach(self, transport: asyncio.BaseTransport) -> None:
         """Take the accepted socket: no delay, the write buffer's limits, the peer's name."""
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A read-write transport: asyncio's own subclass asyncio.Transport; uvloop's implement
+        # the same methods without subclassing it, so this is a cast, not an isinstance check.
+        self.transport = transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -49,6 +49,7 @@ from .config import BrokerConfig
 from .console import ConsoleConnection
 from .edge import EdgeConnection, TcpConnection
 from .errors import ConfigError, StoreFailure, StoreOpenError
+from .eventloop import describe
 from .persistence import MessageStore
 from .storehooks import STORE_FAILED_EXIT
 from .trace import Trace
@@ -114,7 +115,7 @@ class BrokerServer:
         web console on ``console`` (host, port) unless its port is 0."""
         loop = asyncio.get_running_loop()
         self._server = await _listen(lambda: TcpConnection(self), host, port)
-        log.info("listening on %s:%d (STOMP 1.0, 1.1, 1.2)", host, self.port)
+        log.info("listening on %s:%d (STOMP 1.0, 1.1, 1.2); event loop: %s", host, self.port, describe(loop))
         if websocket_port:
             self._websocket_server = await _listen(lambda: WebSocketConnection(self), host, max(websocket_port, 0))
             log.info("listening on %s:%d (STOMP over WebSocket)", host, self.websocket_port)

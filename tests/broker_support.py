@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -39,17 +40,22 @@ class RunningBroker(LiveBroker):
             raise self.error
 
 
-def start_broker_process(data_dir: Path, *extra: str) -> tuple[subprocess.Popen, int]:
-    """``minibroker serve`` as a real process on an ephemeral port; returns it and the port."""
+def start_broker_process(data_dir: Path, *extra: str,
+                         env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
+    """``minibroker serve`` as a real process on an ephemeral port (with ``env`` added to
+    the environment); returns it and the port. What it logged until it listened is in
+    the process's ``startup_log``."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--websocket-port", "0", "--console-port", "0",
          "--data-dir", str(data_dir), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})},
     )
     assert proc.stdout is not None
     deadline = time.time() + 30
+    proc.startup_log = ""  # type: ignore[attr-defined]
     while time.time() < deadline:
         line = proc.stdout.readline()
+        proc.startup_log += line  # type: ignore[attr-defined]
         m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
         if m:
             return proc, int(m.group(1))

@@ -147,3 +147,14 @@ def test_turn_measures_the_broker_and_the_asyncio_floor() -> None:
     bad = subprocess.run([sys.executable, str(BENCH / "turn.py"), "--messages", "0"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "--messages must be at least 1, not 0" in bad.stderr, bad.stderr
+
+
+def test_turn_measures_the_broker_on_each_event_loop_asked_for() -> None:
+    """``--loop asyncio --loop uvloop``: one row per server and loop, the broker started with ``serve --loop``."""
+    pytest.importorskip("uvloop", reason="the fast extra (uvloop) is installed by make test")
+    p = subprocess.run([sys.executable, str(BENCH / "turn.py"), "--messages", "200",
+                        "--loop", "asyncio", "--loop", "uvloop"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    rows = re.findall(r"^\| minibroker \((asyncio|uvloop)\) \| ([\d,]+) \|", p.stdout, re.M)
+    assert [loop for loop, _ in rows] == ["asyncio", "uvloop"], p.stdout

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from typing import Any
 
 from minibroker.config import listener_port, load_config
 from minibroker.errors import StoreFailure
+from minibroker.eventloop import LOOPS, from_environment, resolve
+from minibroker.eventloop import run as run_loop
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -29,6 +30,9 @@ def register(subparsers: Any) -> None:
                    help='web console and /metrics port (overrides console.port; 0 = off, "any" = a free one)')
     p.add_argument("--data-dir", metavar="DIR", help="data directory (overrides broker.data_dir)")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging threshold (default: info)")
+    p.add_argument("--loop", choices=LOOPS,
+                   help="event loop: auto = uvloop when installed (the fast extra), else asyncio "
+                        "(overrides MINIBROKER_LOOP and transport.event_loop)")
     p.add_argument("--trace", metavar="FILE", help="write the JSON-lines trace to FILE (overrides broker.trace)")
     p.set_defaults(func=run)
 
@@ -74,8 +78,10 @@ def run(args: argparse.Namespace) -> int:
     config = config.replace(transport=transport, console=console, broker=broker_section)
     from minibroker.server import serve
 
+    loop = args.loop or from_environment(config.transport.event_loop)  # --loop, MINIBROKER_LOOP, the config
+    resolve(loop)  # uvloop asked for and not installed: a ConfigError saying how to install it
     try:
-        asyncio.run(serve(config))  # a port in use is a ConfigError naming it
+        run_loop(serve(config), loop)  # a port in use is a ConfigError naming it
     except StoreFailure as exc:  # logged CRITICAL already; what the operator does next is in the README
         print(f"minibroker serve: {exc}", file=sys.stderr)
         return exc.exit_status

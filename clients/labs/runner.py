@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from minibroker import eventloop
 from minibroker.config import BrokerConfig
 from minibroker.sim import VirtualNetwork
 
@@ -203,8 +204,8 @@ class LiveBroker:
                 finally:
                     sampler.cancel()
 
-            try:
-                asyncio.run(go())
+            try:  # MINIBROKER_LOOP, when set, chooses the loop (the test suite runs on both)
+                eventloop.run(go(), eventloop.from_environment(self.config.transport.event_loop))
             except BaseException as exc:  # reported by start()
                 self.error = exc
                 self._ready.set()
