@@ -24,6 +24,10 @@ from clients.spark import inprocess
 from clients.spark.findings import Params
 
 
+# Running every lab with its analysis and plots takes a minute of CPU; on a machine shared
+# with others it can take several of wall time, more than the suite's default limit.
+pytestmark = pytest.mark.timeout(1800)
+
 LABS = find_labs()
 RUNS = [(lab, spec) for lab in LABS for spec in lab.runs]
 

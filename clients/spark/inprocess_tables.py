@@ -1,0 +1,330 @@
+"""The trace read in this process: events in order, and the analysis's tables as rows.
+
+The stdlib twin of ``clients.spark.schema`` and ``clients.spark.tables``: the
+same columns, the same buckets, lists of dicts instead of DataFrames. Events
+are merged from the inputs in the order the trace contract defines (``ts``,
+input file, ``seq``) and folded once into per-bucket counters; the few event
+kinds the detectors read one by one (subscriptions, flow control, slow marks,
+swaps, journal events, connection samples, errors, sends) are kept. Backlogs
+start again at every ``start`` event: a restarted broker's queues hold what
+its ``recover`` events say, not what was enqueued before (the messages
+recovered are the same messages). ``clients.spark.inprocess`` runs the
+detectors on these tables.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import json
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from minibroker.trace import FIELDS, SCHEMA_VERSION, _type_ok
+
+from .findings import REMOVALS, TraceFormatError
+
+__all__ = ["Tables", "Row", "read_events", "build_tables", "check_inputs", "input_files", "write_csv",
+           "series", "total_bytes", "INPROCESS_MAX_BYTES"]
+
+#: Inputs up to this size are analysed in this process (about a million events).
+INPROCESS_MAX_BYTES = 200 * 1024 * 1024
+#: Events kept one by one (everything else is only counted).
+_KEPT = {"connect", "subscribe", "unsubscribe", "disconnect", "flow_block", "flow_unblock", "slow_consumer",
+         "swap_out", "swap_in", "journal_roll", "journal_full", "journal_state", "connection",
+         "write_timeout", "error", "page_in_blocked", "start", "recover", "send", "discard"}
+
+Row = dict[str, Any]
+
+
+def input_files(inputs: list[str]) -> list[Path]:
+    """The files named, and the files inside the directories named (as Spark reads them)."""
+    files: list[Path] = []
+    for name in inputs:
+        p = Path(name)
+        if p.is_dir():
+            files += sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith((".", "_")))
+        else:
+            files.append(p)
+    return files
+
+
+def _decode(line: str) -> Row | None:
+    """One trace line, or None when it is not one (not JSON, no event, a field of the wrong type)."""
+    try:
+        e = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(e, dict) or not isinstance(e.get("event"), str) or e.get("ts") is None:
+        return None
+    for k, v in e.items():
+        kind = FIELDS.get(k)
+        if kind is not None and v is not None and not _type_ok(kind, v):
+            return None
+    return e
+
+
+def check_inputs(inputs: list[str], probe_lines: int = 1000) -> None:
+    """Refuse inputs with no trace line in their first ``probe_lines`` lines, or of another
+    schema version: what can be told cheaply, before any engine starts."""
+    files = input_files(inputs)
+    if not files:
+        raise TraceFormatError(f"no trace events in {', '.join(inputs)}")
+    good = False
+    for path in files:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f):
+                if n >= probe_lines:
+                    break
+                e = _decode(line) if line.strip() else None
+                if e is None:
+                    continue
+                if e.get("v") not in (None, SCHEMA_VERSION):
+                    raise TraceFormatError(f"{path}: lines have a schema version other than {SCHEMA_VERSION}")
+                good = True
+                break
+    if not good:
+        raise TraceFormatError(f"no trace events in {', '.join(inputs)}")
+
+
+def _one_file(path: Path, index: int, bad: list[int]) -> Iterator[tuple[float, int, int, Row]]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            e = _decode(line)
+            if e is None:
+                bad[0] += 1
+                continue
+            yield float(e["ts"]), index, int(e.get("seq") or n), e
+
+
+def read_events(inputs: list[str]) -> tuple[list[Row], dict[str, Any]]:
+    """Every event of ``inputs`` in trace order, and {lines, corrupt, t0, t1}."""
+    files = input_files(inputs)
+    bad = [0]
+    merged = heapq.merge(*(_one_file(p, i, bad) for i, p in enumerate(sorted(files, key=str))))
+    events = [e for *_, e in merged]
+    others = sum(1 for e in events if e.get("v") not in (None, SCHEMA_VERSION))
+    if others:
+        raise TraceFormatError(f"{others} lines have a schema version other than {SCHEMA_VERSION}")
+    ts = [e["ts"] for e in events]
+    info = {"lines": len(events) + bad[0], "corrupt": bad[0],
+            "t0": min(ts) if ts else None, "t1": max(ts) if ts else None}
+    return events, info
+
+
+@dataclass
+class Tables:
+    """The analysis's working set, as the Spark engine's tables (rows as dicts)."""
+
+    t0: float
+    t1: float
+    bucket: float
+    buckets: int
+    events: list[Row]  # kept events (``_KEPT``) with t and b
+    dest_rates: list[Row]
+    consumer_rates: list[Row]
+    usage: list[Row]
+    subscriptions: list[Row]
+    blocked: list[Row]
+    swaps: list[Row]
+    journal: list[Row]
+    journal_files: list[Row]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def outputs(self) -> dict[str, list[Row]]:
+        return {"dest_rates": self.dest_rates, "consumer_rates": self.consumer_rates,
+                "usage": self.usage, "subscriptions": self.subscriptions, "blocked": self.blocked,
+                "swaps": self.swaps, "journal": self.journal, "journal_files": self.journal_files}
+
+
+_DEST_EVENTS = {"enqueue", "send", "dispatch", "recover", "usage", "page_in_blocked", "swap_out",
+                "sent", "received", "acked", *REMOVALS}
+_COUNTS = ["enqueued", "sent", "dispatched", "acked", "removed", "recovered", "spooled",
+           "page_in_blocked", "client_sent", "client_received", "client_acked"]
+_COUNT_OF = {"enqueue": "enqueued", "send": "sent", "dispatch": "dispatched",
+             "page_in_blocked": "page_in_blocked", "sent": "client_sent",
+             "received": "client_received", "acked": "client_acked"}
+
+
+def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tables:
+    nb = int((t1 - t0) // bucket) + 1
+    per: dict[str, dict[int, Row]] = defaultdict(dict)  # dest -> b -> counts
+    # backlog per dest: the change within the epoch a bucket ends in (epochs start at `start`)
+    delta: dict[tuple[str, int], int] = defaultdict(int)  # (dest, b) -> change in the bucket's last epoch
+    starts: list[int] = []  # buckets with a `start`
+    cons: dict[tuple[str, str | None, str | None, str, int], list[int]] = {}
+    use_b: dict[int, Row] = {}
+    kept: list[Row] = []
+    for e in events:
+        t = e["ts"] - t0
+        b = math.floor(t / bucket)
+        name = e["event"]
+        if name == "start":
+            starts.append(b)
+            for key in [k for k in delta if k[1] == b]:
+                delta[key] = 0  # what came before the restart in this bucket is gone
+        dest = e.get("dest")
+        if dest is not None and name in _DEST_EVENTS:
+            row = per[dest].get(b)
+            if row is None:
+                row = per[dest][b] = dict.fromkeys(_COUNTS, 0) | {"mem": None}
+            col = _COUNT_OF.get(name)
+            if col:
+                row[col] += 1
+            if name in REMOVALS:
+                row["removed"] += 1
+                if name == "ack":
+                    row["acked"] += 1
+                delta[(dest, b)] -= 1
+            elif name == "enqueue":
+                delta[(dest, b)] += 1
+            elif name == "recover":
+                row["recovered"] += e.get("count") or 0
+                delta[(dest, b)] += e.get("count") or 0
+            elif name == "swap_out":
+                row["spooled"] += e.get("count") or 0
+            elif name == "usage" and e.get("dest_mem_pct") is not None:
+                row["mem"] = e["dest_mem_pct"] if row["mem"] is None else max(row["mem"], e["dest_mem_pct"])
+        if name in ("dispatch", "ack", "received", "acked"):
+            consumer = e.get("session") if e.get("session") is not None else e.get("client")
+            source = "broker" if name in ("dispatch", "ack") else "client"
+            key = (consumer, e.get("sub"), dest, source, b)
+            c = cons.setdefault(key, [0, 0])
+            c[0 if name in ("dispatch", "received") else 1] += 1
+        if name == "usage":
+            u = use_b.setdefault(b, {})
+            for c in ("mem_pct", "store_pct", "temp_pct"):
+                if e.get(c) is not None:
+                    u[c] = max(u.get(c, e[c]), e[c])
+        if name in _KEPT:
+            kept.append(e | {"t": t, "b": b})
+    reset_b = set(starts)
+
+    dest_rates = []
+    for dest in sorted(per):
+        rows = per[dest]
+        backlog, mem = 0, None
+        queue = dest.startswith("/queue/")
+        for b in range(nb):
+            counts = rows.get(b) or dict.fromkeys(_COUNTS, 0) | {"mem": None}
+            if b in reset_b:
+                backlog = 0
+            change = delta.get((dest, b), 0)
+            backlog += change
+            if counts["mem"] is not None:
+                mem = counts["mem"]
+            dest_rates.append({"dest": dest, "b": b, "t": b * bucket,
+                               **{c: counts[c] for c in _COUNTS},
+                               "backlog": backlog if queue else None,
+                               "backlog_start": (backlog - change) if queue else None,
+                               "dest_mem_pct": mem if mem is not None else 0})
+    consumer_rates = [{"consumer": k[0], "sub": k[1], "dest": k[2], "source": k[3], "b": k[4],
+                       "t": k[4] * bucket, "received": v[0], "acked": v[1]} for k, v in cons.items()]
+    usage, last = [], {"mem_pct": None, "store_pct": None, "temp_pct": None}
+    for b in range(nb):
+        last.update(use_b.get(b, {}))
+        usage.append({"b": b, "t": b * bucket, **{c: (v if v is not None else 0) for c, v in last.items()}})
+    end = t1 - t0
+    swaps = [{k: e.get(k) for k in ("t", "event", "dest", "sub", "session", "count", "bytes", "temp_pct",
+                                    "mem_pct")} for e in kept if e["event"] in ("swap_out", "swap_in")]
+    jev = [e for e in kept if e["event"] in ("journal_roll", "journal_full", "journal_state")]
+    journal = [{**{k: e.get(k) for k in ("t", "event", "store", "layout", "file", "files", "live",
+                                         "live_bytes", "capacity", "dest")},
+                "pinned": sum(1 for v in (e.get("file_live") or {}).values() if v > 0)} for e in jev]
+    latest: dict[str, Row] = {}
+    for e in jev:
+        if e.get("file_live") is not None:
+            latest[e["store"]] = e
+    journal_files = [{"store": s, "t": e["t"], "file": f, "live": n}
+                     for s, e in latest.items() for f, n in e["file_live"].items()]
+    return Tables(t0, t1, bucket, nb, kept, dest_rates, consumer_rates, usage,
+                  _subscriptions(kept, end), _blocked(kept, end), swaps, journal, journal_files)
+
+
+def _subscriptions(ev: list[Row], end: float) -> list[Row]:
+    subs: dict[tuple[str, str], Row] = {}
+    gone: dict[str, float] = {}
+    for e in ev:
+        name = e["event"]
+        if name in ("subscribe", "unsubscribe") and e.get("session") is not None:
+            s = subs.setdefault((e["session"], e.get("sub")), {"start": None, "unsub": None, "dest": None,
+                                                              "prefetch": None})
+            if name == "subscribe":
+                s["start"] = e["t"] if s["start"] is None else min(s["start"], e["t"])
+                if s["dest"] is None:
+                    s["dest"] = e.get("dest")
+                if e.get("prefetch") is not None:
+                    s["prefetch"] = max(s["prefetch"] or e["prefetch"], e["prefetch"])
+            else:
+                s["unsub"] = e["t"] if s["unsub"] is None else max(s["unsub"], e["t"])
+        elif name == "disconnect" and e.get("session") is not None:
+            gone[e["session"]] = min(gone.get(e["session"], e["t"]), e["t"])
+    return [{"session": k[0], "sub": k[1], "dest": s["dest"], "start": s["start"],
+             "end": min(s["unsub"] if s["unsub"] is not None else end, gone.get(k[0], end)),
+             "prefetch": s["prefetch"]}
+            for k, s in subs.items() if s["start"] is not None]
+
+
+def _blocked(ev: list[Row], end: float) -> list[Row]:
+    flows: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for e in ev:
+        if e["event"] in ("flow_block", "flow_unblock"):
+            flows[(e.get("session"), e.get("dest"))].append(e)
+    out = []
+    for (session, dest), rows in flows.items():
+        rows.sort(key=lambda r: (r["t"], r.get("seq") or 0))
+        for i, r in enumerate(rows):
+            if r["event"] != "flow_block":
+                continue
+            nxt = rows[i + 1] if i + 1 < len(rows) else None
+            stop = nxt["t"] if nxt is not None else end
+            out.append({"session": session, "dest": dest, "usage": r.get("usage"), "pct": r.get("pct"),
+                        "start": r["t"], "end": stop, "open": nxt is None, "duration": stop - r["t"],
+                        "msg": r.get("msg")})
+    return out
+
+
+def write_csv(tb: Tables, findings: list[Row], directory: Path) -> None:
+    """Every table as ``directory/NAME.csv`` (nested values as JSON), as the Spark engine writes them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, rows in {**tb.outputs(), "findings": findings}.items():
+        columns = list(rows[0]) if rows else []
+        with open(directory / f"{name}.csv", "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(columns)
+            for r in rows:
+                w.writerow([json.dumps(v) if isinstance(v, (list, dict)) else
+                            ("true" if v is True else "false" if v is False else v) for v in r.values()])
+
+
+def series(tb: Tables, findings: list[Row], top: int) -> dict[str, Any]:
+    """The plots' series (the Spark engine's ``_series``, uncoarsened: a trace this small has
+    few buckets): every consumer when there are few, else the busiest and those a finding names."""
+    totals: dict[tuple[Any, Any], int] = defaultdict(int)
+    for r in tb.consumer_rates:
+        if r["source"] == "broker":
+            totals[(r["consumer"], r["sub"])] += r["received"]
+    keep = {k for k, _ in sorted(totals.items(), key=lambda kv: (-kv[1], str(kv[0])))[:top]}
+    keep |= {(f["session"], f["sub"]) for f in findings if f["session"] and f["sub"]}
+    if len(tb.subscriptions) <= top:
+        keep |= {(s["session"], s["sub"]) for s in tb.subscriptions}
+    return {
+        "dest_rates": tb.dest_rates,
+        "consumer_rates": [r for r in tb.consumer_rates
+                           if r["source"] == "broker" and (r["consumer"], r["sub"]) in keep],
+        "subscriptions": [s for s in tb.subscriptions if (s["session"], s["sub"]) in keep],
+        "usage": tb.usage, "blocked": tb.blocked, "swaps": tb.swaps, "journal": tb.journal,
+        "journal_files": tb.journal_files,
+    }
+
+
+def total_bytes(inputs: list[str]) -> int:
+    return sum(os.path.getsize(p) for p in input_files(inputs) if p.exists())
+
