@@ -617,7 +617,8 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         if principal is None:
             login = frame.headers.get("login") or ""
             refusal = ProtocolError(f"User name [{login}] or password is invalid.")
-            delay = self.login_failures.failed(address, self.clock.now())
+            # Without a login nothing was guessed (a page asking who it should be): told at once.
+            delay = self.login_failures.failed(address, self.clock.now()) if login else 0.0
             if delay:
                 log.warning("connection %d: failed login for %r from %s (%d in a row): refused in %.1f s", sid, login,
                             address, self.login_failures.count(address), delay)

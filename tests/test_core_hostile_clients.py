@@ -196,3 +196,16 @@ class TestPasswords:
         good = net.client("10.0.0.9:4002")
         assert good.connect(login="alice", passcode="wonderland").command == "CONNECTED"
         assert guess("10.0.0.9:4003").frames("ERROR")  # a success from the address starts it afresh
+
+    def test_a_connect_without_credentials_is_refused_at_once_and_guesses_nothing(self) -> None:
+        """A page or tool connecting anonymously to a broker with users (the console before
+        its login form) is told at once, however often it comes, and is no password guess."""
+        net, _ = secure_net(login_failures_before_delay=2, login_failure_delay=1000)
+        for port in range(4000, 4010):
+            client = net.client(f"10.0.0.9:{port}")
+            client.send_frame("CONNECT", {"accept-version": "1.2"})
+            assert error_of(client) == "User name [] or password is invalid."
+        for port in range(4010, 4012):  # nor does it count toward the address's failures
+            client = net.client(f"10.0.0.9:{port}")
+            client.send_frame("CONNECT", {"accept-version": "1.2", "login": "alice", "passcode": "guess"})
+            assert error_of(client) == "User name [alice] or password is invalid."
