@@ -62,6 +62,7 @@ from .rates import SAMPLE_PERIOD, RateMeter
 from .registry import DestinationRegistry
 from .security import ANONYMOUS, Principal, Security
 from .session import Session, State, negotiate_heart_beat, negotiate_version, parse_heart_beat
+from .stats import StatisticsSource, statistics_replies
 from .storehooks import StoreHooks
 from .subscription import Subscription
 from .teardown import ConnectionTeardown
@@ -123,6 +124,10 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             for usage in (self.memory, self.store_usage, self.temp_usage):
                 usage.add_listener(self._trace_usage)
         self.security = Security(config)
+        #: What answers ``/queue/ActiveMQ.Statistics.*`` (and ``/metrics``): this broker's own
+        #: state (``stats.statistics_replies``), or a stand-in such as a lab's trace replayed
+        #: (``clients.labs.replay``), so its console needs no second statistics path.
+        self.statistics_source: StatisticsSource = statistics_replies
         t = config.transport
         #: Failed logins by address (delays the refusals of a guesser).
         self.login_failures = LoginFailures(t.login_failures_before_delay, t.login_failure_delay / 1000)

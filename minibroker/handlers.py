@@ -23,7 +23,7 @@ from .message import BROKER_SET_HEADERS, MESSAGE_OVERHEAD, Message, send_block
 from .registry import TEMP_PREFIXES
 from .session import Session
 from .trace import SEND
-from .stats import Scope, is_statistics_address, statistics_replies
+from .stats import Scope, is_statistics_address
 from .admin import is_admin_address, perform
 from .subscription import ACK_MODES, Subscription
 
@@ -157,7 +157,7 @@ class FrameHandlers:
             raise ProtocolError(f"a statistics request to {address} needs a reply-to header")
         self.security.check(session.principal, "write", "queue", address[len("/queue/"):])
         self._mark_tool_reply(session, reply_to)
-        replies = statistics_replies(self, address, Scope.of(self, session, address))
+        replies = self.statistics_source(self, address, Scope.of(self, session, address))
         if replies is None:
             raise ProtocolError(
                 f"unknown statistics destination {address}: use ActiveMQ.Statistics.Broker, "

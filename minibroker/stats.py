@@ -31,7 +31,7 @@ traffic (a console polling an idle broker shows 0 in and 0 out).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import wildcards
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .session import Session
     from .subscription import Subscription
 
-__all__ = ["STATISTICS_PREFIX", "Scope", "is_statistics_address", "statistics_replies"]
+__all__ = ["STATISTICS_PREFIX", "Scope", "StatisticsSource", "is_statistics_address", "statistics_replies"]
 
 STATISTICS_PREFIX = "/queue/ActiveMQ.Statistics."
 
@@ -262,6 +262,10 @@ def connection_statistics(session: "Session", now: float, wall_ms: int) -> dict[
         "framesIn": session.frames_in,
         "messagesIn": session.messages_in,
     }
+
+
+#: A function answering statistics requests as ``statistics_replies`` does (``Broker.statistics_source``).
+StatisticsSource = Callable[["Broker", str, "Scope | None"], "list[dict[str, Any]] | None"]
 
 
 def statistics_replies(broker: "Broker", address: str, scope: Scope | None = None) -> list[dict[str, Any]] | None:

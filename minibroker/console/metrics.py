@@ -1,7 +1,7 @@
 """``/metrics``: the broker's statistics in the Prometheus text format.
 
 A ``prometheus_client`` collector that reads, at each scrape, the same
-statistics the broker answers over STOMP (``stats.statistics_replies``: the
+statistics the broker answers over STOMP (``Broker.statistics_source``, ``stats.statistics_replies``: the
 Broker and Destination replies), so there is one statistics path; only the
 journal's files, which no STOMP reply lists, are read from the store itself.
 It runs on the broker's event loop, between two events, so every figure of one
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ..stats import STATISTICS_PREFIX, statistics_replies
+from ..stats import STATISTICS_PREFIX
 
 if TYPE_CHECKING:
     from ..broker import Broker
@@ -70,11 +70,11 @@ class BrokerCollector:
         self.broker = broker
 
     def collect(self) -> Iterator[Metric]:
-        broker_stats = (statistics_replies(self.broker, STATISTICS_PREFIX + "Broker") or [{}])[0]
+        broker_stats = (self.broker.statistics_source(self.broker, STATISTICS_PREFIX + "Broker", None) or [{}])[0]
         for name, key, doc in _BROKER_GAUGES:
             if key in broker_stats:
                 yield GaugeMetricFamily(name, doc, value=float(broker_stats[key]))
-        yield from self._destinations(statistics_replies(self.broker, STATISTICS_PREFIX + "Destination.>") or [])
+        yield from self._destinations(self.broker.statistics_source(self.broker, STATISTICS_PREFIX + "Destination.>", None) or [])
         yield from self._journals()
 
     def _destinations(self, replies: list[dict[str, Any]]) -> Iterator[Metric]:
