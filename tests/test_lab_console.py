@@ -94,7 +94,7 @@ def test_a_live_lab_run_serves_the_console_and_keeps_it_until_ctrl_c() -> None:
             assert child.poll() is None, "\n".join(lines.seen)
             time.sleep(0.05)
         lines.wait_for(r"Result: 3/3 verdicts as the lab promises")
-        lines.wait_for(r"keeps serving the last run; Ctrl-C to stop")
+        lines.wait_for(r"keeps serving the vm-cursor run; Ctrl-C to stop")
         # After the verdicts the last run's broker still serves the console, as the run left it.
         assert depth(scrape(url), "/topic/prices") is not None
         child.send_signal(signal.SIGINT)
@@ -107,10 +107,47 @@ def test_a_live_lab_run_serves_the_console_and_keeps_it_until_ctrl_c() -> None:
 
 
 def test_console_options_are_checked() -> None:
-    for args, words in ((["01", "--console"], "--console needs --live"),
-                        (["01", "--live", "--console-hold", "1"], "--console-hold needs --console"),
+    for args, words in ((["01", "--live", "--console", "--speed", "2"], "--speed is for the replay"),
+                        (["01", "--live", "--console-hold", "1"], "need --console"),
                         (["01", "--live", "--console", "http"], "not a port number")):
         result = subprocess.run([sys.executable, "-m", "clients.cli", "lab", "run", *args], cwd=ROOT,
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode != 0
         assert words in result.stderr + result.stdout
+
+
+def test_a_virtual_lab_run_replays_its_traces_in_the_console(tmp_path: Path) -> None:
+    from browser_support import console_messages, start_chromium, wait_for
+
+    child, lines = start_lab("01", "--console", "0", "--speed", "4")
+    driver = None
+    try:
+        lines.wait_for(r"Result: 3/3 verdicts as the lab promises")
+        url = lines.wait_for(r"console: (http://127\.0\.0\.1:\d+/) \(open it now")[1]
+        lines.wait_for(r"now showing the replay \(3 runs")
+        driver = start_chromium(tmp_path / "profile")
+        driver.get(url)
+        # The phase track: the lab's three runs, in order, above the charts.
+        phases = wait_for(driver, "const t = document.getElementById('timeline');"
+                          "return t && !t.hidden && [...t.querySelectorAll('.phase.run')].map(p => p.dataset.phase)",
+                          "the phase track")
+        assert phases == ["deadlock", "limit-above-file", "vm-cursor"]
+        assert driver.execute_script(
+            "const t = document.getElementById('timeline'), c = document.querySelector('.charts');"
+            "return t.getBoundingClientRect().bottom <= c.getBoundingClientRect().top")
+        # The same statistics path as a live broker: the page's depth figure moves as the replay plays.
+        held = "return document.querySelector('[data-figure=\"messages held\"] .v')?.textContent"
+        first = wait_for(driver, held, "the messages held")
+        wait_for(driver, held + f" !== {first!r} && " + held[len("return "):], "a depth that changes")
+        wait_for(driver, "return document.querySelector('#destinations tr[data-destination=\"/topic/prices\"]')",
+                 "the lab's topic in the destinations table")
+        driver.save_screenshot(str(tmp_path / "replay.png"))
+        assert not [m for m in console_messages(driver) if m["level"] == "SEVERE"]
+        child.send_signal(signal.SIGINT)
+        assert child.wait(30) == 0
+    finally:
+        if driver is not None:
+            driver.quit()
+        if child.poll() is None:
+            child.kill()
+            child.wait()

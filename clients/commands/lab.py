@@ -11,17 +11,22 @@ figure, the pathology beside its cure, as DIR/<lab>.png; ``--live`` runs the
 lab against the real server with real sockets, where the lab supports it;
 ``--live --console [PORT]`` has those brokers serve the web console (8161 when
 free, else a free port; the address is printed) so a class watches the run,
-and keeps the last one serving until Ctrl-C (or ``--console-hold SECONDS``).
+and keeps the last one serving until Ctrl-C (or ``--console-hold SECONDS``);
+without ``--live``, ``--console`` replays the runs' traces in the console after
+the verdicts, ``--speed`` lab seconds per second (default 1), with the lab's
+phases as a track above the charts.
 NAME is the lab's name, its directory name, or its number.
 """
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
 from ..cli import CommandError
 from ..labs import LabError, find_labs, run_lab
 from ..labs.console import LabConsole
+from ..labs.replay import ReplayedRun
 
 __all__ = ["register"]
 
@@ -42,6 +47,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                      help="serve the web console for the run (PORT: default 8161 if free, else a free one; 0 = any free port)")
     run.add_argument("--console-hold", metavar="SECONDS", type=float, default=None,
                      help="with --console: keep serving this long after the run (default: until Ctrl-C)")
+    run.add_argument("--speed", metavar="X", type=float, default=None,
+                     help="with --console on the virtual clock: lab seconds replayed per second (default 1)")
     run.add_argument("--labs", metavar="DIR", help="labs directory (default: examples/labs)")
     run.set_defaults(func=_run)
 
@@ -81,13 +88,15 @@ def _run(args: argparse.Namespace) -> int:
     plot_dir = Path(args.plot) if args.plot else None
     console = None
     if args.console is not None:
-        if not args.live:
-            raise CommandError("--console needs --live (the console watches the real server)")
+        if args.live and args.speed is not None:
+            raise CommandError("--speed is for the replay on the virtual clock; a --live run goes at its own pace")
+        if args.speed is not None and args.speed <= 0:
+            raise CommandError(f"--speed must be above 0, not {args.speed:g}")
         console = LabConsole(None if args.console == -1 else args.console)
-    elif args.console_hold is not None:
-        raise CommandError("--console-hold needs --console")
+    elif args.console_hold is not None or args.speed is not None:
+        raise CommandError("--console-hold and --speed need --console")
     try:
-        results = run_lab(matches[0], live=args.live, plot_dir=plot_dir, console=console)
+        results = run_lab(matches[0], live=args.live, plot_dir=plot_dir, console=console if args.live else None)
     except LabError as exc:
         if console is not None:
             console.release()
@@ -103,5 +112,9 @@ def _run(args: argparse.Namespace) -> int:
         if drawn is not None:
             print(f"The lab's figure, {' and '.join(drawn.runs)} side by side: {drawn.path}")
     if console is not None:
+        if not args.live:
+            runs = [ReplayedRun(r.spec.name, r.outcome.verdict, r.events or [], r.config)
+                    for r in results if r.config is not None]
+            console.replay(runs, args.speed or 1.0, Path(tempfile.mkdtemp(prefix="minibroker-lab-replay-")))
         console.hold(args.console_hold)
     return 0 if all(r.as_promised for r in results) else 1

@@ -15,6 +15,10 @@ When a run ends its broker is kept (not stopped) until the next run starts
 one, and the last one until ``hold()`` returns: Ctrl-C, or ``--console-hold
 SECONDS``. So the class can look at what the run left behind after the
 verdicts are printed.
+
+On the virtual clock a lab runs in seconds, too fast to watch: ``replay``
+starts one broker that serves the console with the runs' traces played back
+as its statistics (``clients.labs.replay``), at a chosen speed.
 """
 from __future__ import annotations
 
@@ -27,6 +31,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from minibroker.config import ANY_PORT, BrokerConfig
+
+from .live import LiveBroker
+from .replay import ReplayedRun, TraceReplay
 
 __all__ = ["ACTIVEMQ_CONSOLE_PORT", "LabConsole", "console_port_free"]
 
@@ -64,6 +71,7 @@ class LabConsole:
         self._out = out
         self._kept: Any = None
         self._kept_workdir: Path | None = None
+        self._showing = ""
 
     @property
     def url(self) -> str | None:
@@ -80,7 +88,8 @@ class LabConsole:
         self.port = int(live.server.console_port)
         if first:
             self._out(f"  console: {self.url} (open it now; it follows every run of the lab)")
-        self._out(f"  console: now showing the {run_name} run")
+        self._showing = run_name if run_name.startswith("replay") else f"{run_name} run"
+        self._out(f"  console: now showing the {self._showing}")
 
     def keep(self, live: Any, workdir: Path) -> None:
         """The run is over: keep its broker serving the console until the next one starts."""
@@ -100,11 +109,27 @@ class LabConsole:
         if workdir is not None and workdir != unless:
             shutil.rmtree(workdir, ignore_errors=True)
 
+    def replay(self, runs: list[ReplayedRun], speed: float, workdir: Path) -> TraceReplay:
+        """Serve the console with ``runs`` replayed at ``speed`` (lab seconds per second)."""
+        replay = TraceReplay(runs, speed)
+        config = self.configure(BrokerConfig().on_free_ports().replace(
+            transport={"host": "127.0.0.1"}, broker={"data_dir": str(workdir / "data")}))
+        live = LiveBroker(config)
+        live.start()
+
+        def install() -> None:
+            live.server.broker.statistics_source = replay.answer
+
+        live.call(install)
+        self.started(live, f"replay ({len(runs)} runs, {replay.end:.0f} lab seconds at {speed:g}x)")
+        self.keep(live, workdir)
+        return replay
+
     def hold(self, seconds: float | None) -> None:
         """Keep the last broker serving: ``seconds``, or until Ctrl-C when None; then stop it."""
         try:
             if self._kept is not None:
-                self._out(f"  console: {self.url} keeps serving the last run; "
+                self._out(f"  console: {self.url} keeps serving the {self._showing}; "
                           + (f"for {seconds:g} s" if seconds is not None else "Ctrl-C to stop"))
                 deadline = None if seconds is None else time.monotonic() + seconds
                 with contextlib.suppress(KeyboardInterrupt):

@@ -15,21 +15,19 @@ one: the real server on real sockets (``lab.live_broker()``); with a
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import shutil
 import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from minibroker import eventloop
 from minibroker.config import BrokerConfig
 from minibroker.sim import VirtualNetwork
 
 from .console import LabConsole
+from .live import LiveBroker
 from .looplag import LoopLag
 from .model import Lab, LabError, RunSpec
 
@@ -61,6 +59,10 @@ class RunResult:
     series: dict[str, Any] | None = None
     #: A live run: how late the broker's event loop ran (the machine's load), else None.
     loop_lag: LoopLag | None = None
+    #: The run's trace events on the virtual clock (None for a live run), and its configuration:
+    #: what ``lab run --console`` replays (``clients.labs.replay``).
+    events: list[dict[str, Any]] | None = None
+    config: BrokerConfig | None = None
 
     @property
     def too_busy(self) -> bool:
@@ -166,78 +168,6 @@ class _LogCapture(logging.Handler):
         logger.propagate = self._saved[1]
 
 
-class LiveBroker:
-    """``minibroker.server.serve`` in a background thread, stoppable and restartable."""
-
-    def __init__(self, config: BrokerConfig, lag: LoopLag | None = None) -> None:
-        self.config = config
-        #: The broker loop's scheduling delay, sampled while it runs (across restarts).
-        self.lag = lag or LoopLag()
-        self.server: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self.error: BaseException | None = None
-
-    @property
-    def port(self) -> int:
-        return int(self.server.port)
-
-    def start(self) -> None:
-        from minibroker.server import serve
-
-        self._ready.clear()
-
-        def main() -> None:
-            async def go() -> None:
-                self._loop = asyncio.get_running_loop()
-                self._stop = asyncio.Event()
-
-                def ready(server: Any) -> None:
-                    self.server = server
-                    self._ready.set()
-
-                sampler = asyncio.create_task(self.lag.sample())
-                try:
-                    await serve(self.config, ready=ready, stop=self._stop)
-                finally:
-                    sampler.cancel()
-
-            try:  # MINIBROKER_LOOP, when set, chooses the loop (the test suite runs on both)
-                eventloop.run(go(), eventloop.from_environment(self.config.transport.event_loop))
-            except BaseException as exc:  # reported by start()
-                self.error = exc
-                self._ready.set()
-
-        self._thread = threading.Thread(target=main, name="lab-broker", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(30) or self.error is not None:
-            raise LabError(f"the live broker did not start: {self.error!r}")
-
-    def call(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` on the broker's event loop and return its result."""
-        assert self._loop is not None
-
-        async def wrapper() -> Any:
-            return fn()
-
-        return asyncio.run_coroutine_threadsafe(wrapper(), self._loop).result(10)
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._stop.set)  # (a broker whose store failed stopped by itself)
-        if self._thread is not None:
-            self._thread.join(30)
-        self.server = None
-        self._loop = self._stop = self._thread = None
-
-    def restart(self) -> None:
-        """Stop and start again on the same data directory (and a new port)."""
-        self.stop()
-        self.start()
-
-
 def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
             out: Callable[[str], None] = print, console: LabConsole | None = None) -> list[RunResult]:
     """Run every configuration of ``lab``, print verdicts, return the results.
@@ -260,7 +190,8 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
                 outcome: Outcome = entry(run)
                 run.finish()
             outcome.evidence = run.notes + outcome.evidence
-            result = RunResult(spec, outcome, loop_lag=run.loop_lag)
+            result = RunResult(spec, outcome, loop_lag=run.loop_lag,
+                               events=run.trace.events() if run.trace is not None else None, config=run.config)
             if plot_dir is not None and run.trace is not None:
                 _analyse(run, result, plot_dir / spec.name)
         finally:

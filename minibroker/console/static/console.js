@@ -227,11 +227,33 @@ function renderOverview(b) {
     ['destinations', num(b.destinationCount)], ['consumers', num(b.consumerCount)],
     ['messages held', num(b.size)], ['in / s', rate(b.enqueueRate)], ['out / s', rate(b.dequeueRate)],
   ]);
+  renderTimeline(b.replay);
   const h = state.history;
   chart('chart-rates', [h.t, h.in, h.out], ['in', 'out'], ['#38c', '#4a8']);
   chart('chart-depth', [h.t, h.ready, h.unacked], ['ready', 'unacknowledged'], ['#38c', '#d80']);
   chart('chart-memory', [h.t, h.memory], ['memory %'], ['#d33'], [0, 100]);
   renderDestinations();
+}
+
+// A lab replayed from its traces (lab run --console on the virtual clock): its
+// phases as a track (each run, and inside it the windows a producer was
+// blocked), with a cursor where the replay is.
+function renderTimeline(replay) {
+  const track = $('timeline');
+  track.hidden = !replay;
+  if (!replay) return;
+  const span = replay.end || 1;
+  const at = (t) => `${(100 * t) / span}%`;
+  const width = (p) => `${(100 * Math.max(p.end - p.start, 0)) / span}%`;
+  const phases = replay.phases.map((p) => el('div', {
+    class: `phase ${p.kind} ${p.verdict || ''} ${p.kind === 'run' && p.name === replay.run ? 'current' : ''}`,
+    'data-phase': p.name, style: `left:${at(p.start)};width:${width(p)}`,
+    title: `${p.name}${p.verdict ? ` (${p.verdict})` : ''}: ${p.start.toFixed(1)}–${p.end.toFixed(1)} s`,
+  }, p.kind === 'run' ? p.name : ''));
+  track.replaceChildren(
+    el('div', { class: 'label' }, el('b', {}, `Replay of the lab: ${replay.run}`),
+      el('span', { id: 'replay-position' }, `${replay.position.toFixed(1)} of ${replay.end.toFixed(1)} lab seconds, ${replay.speed}× speed`)),
+    el('div', { class: 'track' }, ...phases, el('div', { class: 'cursor', style: `left:${at(replay.position)}` })));
 }
 
 // The broker's bar marks where the first queue cursor stops caching: the lowest
