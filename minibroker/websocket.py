@@ -174,15 +174,20 @@ class WebSocketConnection(EdgeConnection):
         return None
 
     def _send_pending(self) -> None:
-        """Write what the protocol has for the socket; its end-of-stream closes it."""
+        """Write what the protocol has for the socket in one write (a turn's frames, one
+        WebSocket message each, leave together, as a TCP connection's do); its
+        end-of-stream (an empty chunk, always last) closes it."""
         transport = self.transport
         assert transport is not None
-        for chunk in self.ws.data_to_send():
-            if chunk:
-                transport.write(chunk)
-            elif not transport.is_closing():
-                transport.close()
-                self._abort_after_grace()
+        chunks = self.ws.data_to_send()
+        if not chunks:
+            return
+        data = b"".join(chunks)
+        if data:
+            transport.write(data)
+        if not chunks[-1] and not transport.is_closing():
+            transport.close()
+            self._abort_after_grace()
 
     # -- the core's actions
     def write_frames(self, frames: list[bytes]) -> None:

@@ -218,3 +218,48 @@ def test_the_limits_before_login_are_the_tcp_listeners(broker_factory) -> None: 
                 assert command == "ERROR" and "connections" in headers["message"], headers
     finally:
         tcp.disconnect()
+
+
+class _CountingTransport:
+    """The connection's transport, counting the writes that reach it."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+        self.writes = 0
+
+    def write(self, data: bytes) -> None:
+        self.writes += 1
+        self.transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+def test_a_turns_frames_leave_in_one_write_one_message_each(broker_factory) -> None:  # type: ignore[no-untyped-def]
+    """Ten messages a producer sent at once reach a WebSocket consumer as ten WebSocket
+    messages, written to its socket with one write, as on TCP (not one write per frame)."""
+    import socket
+
+    from minibroker.codec import encode
+    from minibroker.frames import Frame
+
+    broker = ws_broker(broker_factory)
+    with ws_connect(broker) as ws:
+        ws.send(CONNECT_12)
+        assert receive_frame(ws)[0] == "CONNECTED"
+        ws.send(b"SUBSCRIBE\nid:s\ndestination:/queue/ws.turn\nreceipt:r\n\n\x00")
+        assert receive_frame(ws)[0] == "RECEIPT"
+        counting = broker.call(lambda: _count_writes(broker, "websocket"))
+        with socket.create_connection(broker.address, timeout=WAIT) as producer:
+            batch = b"".join(encode(Frame("SEND", {"destination": "/queue/ws.turn"}, b"m%d" % i)) for i in range(10))
+            producer.sendall(CONNECT_12 + batch)  # one send: one read, or two if the kernel splits it
+            bodies = [receive_frame(ws)[2] for _ in range(10)]
+    assert bodies == [b"m%d" % i for i in range(10)]
+    # The ten arrived in as few turns as the producer's reads took: at most one write each.
+    assert counting.writes <= 2, counting.writes
+
+
+def _count_writes(broker, protocol: str) -> _CountingTransport:  # type: ignore[no-untyped-def]
+    (conn,) = [c for c in broker.server.connections.values() if c.protocol == protocol]
+    conn.transport = counting = _CountingTransport(conn.transport)
+    return counting
