@@ -8,11 +8,14 @@ steps after it.
 """
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import pytest
 
 from minibroker.invariants import TeardownChecker
 from minibroker.codec import encode
-from minibroker.config import parse_config
+from minibroker.config import BrokerConfig, parse_config
 from minibroker.frames import Frame
 from minibroker.sim import VirtualClient, VirtualNetwork
 
@@ -218,3 +221,67 @@ def test_a_closed_framed_connection_is_never_writable_again(monkeypatch: pytest.
     producer.send("/queue/ghost", "late")
     assert after.bodies() == [b"late"]
     assert queue.dequeued == 1
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_slow_1_0_consumer_leaving_mid_stream_over_a_paged_backlog_loses_nothing(seed: int, tmp_path: Path) -> None:
+    """The Net::Stomp story in random interleavings, over a backlog that does not fit in
+    memory (persistent messages paged in from the journal, or non-persistent ones that
+    hold the producer back): the slow consumer reads its 4 kB buffer in chunks of any
+    size, acknowledges a random number of messages, subscribes to a topic with a receipt,
+    then leaves by DISCONNECT, or by DISCONNECT and a dropped socket; the drainer joins
+    before the topic SUBSCRIBE, before the DISCONNECT or after it. Each message is
+    acknowledged or drained, once, and the queue's statistics agree."""
+    rnd = random.Random(seed)
+    total, persistent = 120, seed % 2 == 0
+    config = BrokerConfig().replace(system_usage={"memory_limit": 256 * 1024}, broker={"data_dir": str(tmp_path)})
+    net = VirtualNetwork(config, data_dir=tmp_path, check_teardown=True)
+    producer = net.connected_client("producer")
+    for i in range(total):
+        producer.send("/queue/paged", b"m%d." % i + b"x" * 4000, **({"persistent": "true"} if persistent else {}))
+    perl = net.connected_client("perl", version="1.0", recv_buffer=4096)
+    perl.auto_read = False  # from here on it reads when it chooses, as much as it asks for
+    perl.send_frame("SUBSCRIBE", {"destination": "/queue/paged", "ack": "client", "activemq.prefetchSize": "1"})
+    unread: list[Frame] = []
+
+    def next_frame() -> Frame:
+        while not unread:
+            unread.extend(perl.read(rnd.randint(1, 5000)))
+            net.advance(0.001)
+        return unread.pop(0)
+
+    drainer: list[VirtualClient] = []
+    join_at = rnd.choice(["before the topic", "before the disconnect", "after"])
+
+    def join(when: str) -> None:
+        if when == join_at:
+            drain = net.connected_client("drain", version=rnd.choice(["1.0", "1.2"]))
+            drain.send_frame("SUBSCRIBE", {"destination": "/queue/paged", "id": "d", "ack": "auto",
+                                           "activemq.prefetchSize": "500"})
+            drainer.append(drain)
+
+    acked = []
+    for _ in range(rnd.randint(1, 30)):
+        message = next_frame()
+        assert message.command == "MESSAGE", message
+        net.advance(0.02)
+        perl.send_frame("ACK", {"message-id": message.headers["message-id"]})
+        acked.append(message.body)
+    join("before the topic")
+    perl.send_frame("SUBSCRIBE", {"destination": "/topic/paged", "ack": "auto", "receipt": "sub-topic"})
+    meanwhile = []
+    while (frame := next_frame()).command != "RECEIPT":
+        meanwhile.append(frame.body)
+    join("before the disconnect")
+    perl.disconnect()
+    if rnd.random() < 0.5:
+        perl.drop()
+    join("after")
+    net.advance(5)
+    [drain] = drainer
+    drained = drain.bodies()
+    assert len(meanwhile) == 1 and meanwhile[0] in drained  # left unacknowledged, came back
+    assert sorted(acked + drained) == sorted(b"m%d." % i + b"x" * 4000 for i in range(total))
+    queue = net.broker.destinations["/queue/paged"]
+    assert (queue.dequeued, queue.size()) == (total, 0)
+    assert net.teardown is not None and net.teardown.violations == []
