@@ -84,7 +84,7 @@ lint: $(STAMP)
 EDGE_TESTS := tests/test_server.py tests/test_server_hostile_clients.py tests/test_websocket.py \
               tests/test_lab_stalled_socket.py tests/test_stomp_py.py tests/test_metrics.py tests/test_eventloop.py
 
-test: lint $(STAMP) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser
+test: lint $(STAMP) $(VENDORED) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
 	MINIBROKER_LOOP=asyncio $(PY) -m pytest -q
 	MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(EDGE_TESTS)
