@@ -186,3 +186,29 @@ def test_code_docs_and_tests_speak_of_the_product_not_of_its_making() -> None:
             if HISTORY_TALK.search(line):
                 found.append(f"{name}:{number}: {line.strip()[:100]}")
     assert found == []
+
+
+# -- modules run with -m -------------------------------------------------------------------
+
+def _runnable_modules() -> list[str]:
+    """Every module with a ``__main__`` block (run as ``python -m package.module``)."""
+    return sorted(
+        _module_name(path)
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if "__main__" in path.read_text(encoding="utf-8") and path.stem not in ("__init__", "__main__")
+        and re.search(r"^if __name__ == .__main__.:", path.read_text(encoding="utf-8"), re.M)
+    )
+
+
+def test_a_module_run_with_dash_m_is_not_imported_by_its_own_package() -> None:
+    """``python -m pkg.mod`` imports ``pkg`` first; if that already imports
+    ``pkg.mod``, runpy warns (``RuntimeWarning: 'pkg.mod' found in sys.modules
+    ...``) and the module runs twice over. No package imports such a module."""
+    modules = _runnable_modules()
+    assert "minibroker.console.vendor" in modules and "clients.cli" in modules
+    script = "import importlib, sys; importlib.import_module(sys.argv[1].rpartition('.')[0]); print(sys.argv[1] in sys.modules)"
+    found = [name for name in modules  # each in a fresh interpreter, as ``-m`` runs it
+             if subprocess.run([sys.executable, "-c", script, name], capture_output=True, text=True,
+                               cwd=ROOT, check=True).stdout.strip() == "True"]
+    assert found == []
