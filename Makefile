@@ -1,6 +1,7 @@
 # minibroker: two commands on a fresh machine.
 #   make run    start the broker on 127.0.0.1:61613, STOMP over WebSocket on 61614 and the
-#               web console on http://127.0.0.1:8161/ (data in ./data)
+#               web console on http://127.0.0.1:8161/ (data in ./data); ARGS adds or
+#               overrides serve's options: make run ARGS="--port 61623 --console-port 0"
 #   make test   run the linters, then the whole test suite on asyncio's own event loop,
 #               then the edge's tests again on uvloop (the loop `make run` uses)
 #   make lint   ruff (errors, not style) and mypy, as configured in pyproject.toml
@@ -8,6 +9,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+ARGS   ?=
 
 .PHONY: run test lint venv bench clean net-stomp ruby-stomp php-stomp browser lab-readmes
 
@@ -70,7 +72,7 @@ browser:
 	$(call debian_client,{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; },chromium chromium-driver,the browser tests)
 
 run: $(STAMP) $(VENDORED)
-	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 61613 --data-dir ./data
+	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 61613 --data-dir ./data $(ARGS)
 
 # Byte-compile first: Python 3.11.7's compiler can fail spuriously when two threads
 # compile at once (CPython gh-106905), e.g. a first import in a test while a broker
