@@ -59,7 +59,7 @@ def one_round(broker: LiveBroker, queue: str, a: argparse.Namespace) -> dict[str
     missing = sorted(set(f"m{i}" for i in range(a.messages)) - set(names), key=lambda n: int(n[1:]))
     return {"acked": len(seen["acked"]), "meanwhile": [b.split(".")[0] for b in seen["meanwhile"]],
             "drained": len(seen["drained"]), "duplicates": len(names) - len(set(names)), "missing": missing,
-            "dequeued": dest.dequeued, "size": dest.size()}
+            "dequeued": dest.dequeued, "size": dest.size(), "loop_stall_ms": round(broker.lag.worst() * 1000)}
 
 
 def main() -> int:
@@ -78,17 +78,20 @@ def main() -> int:
         rounds: list[dict[str, Any]] = []
         try:
             for r in range(a.rounds):
+                broker.lag.samples.clear()
                 result = one_round(broker, f"/queue/leave.{r}", a)
                 rounds.append(result)
                 print(f"round {r}: acked {result['acked']} + drained {result['drained']}, dequeued "
                       f"{result['dequeued']}, size {result['size']}, missing {result['missing']}, "
-                      f"duplicates {result['duplicates']}, left unacknowledged {result['meanwhile']}", flush=True)
+                      f"duplicates {result['duplicates']}, left unacknowledged {result['meanwhile']}, "
+                      f"the broker's loop stalled up to {result['loop_stall_ms']} ms", flush=True)
         finally:
             broker.stop()
     lost = sum(len(r["missing"]) for r in rounds)
     print(json.dumps({"bench": "leave_mid_stream", "rounds": len(rounds), "messages": a.messages, "size": a.size,
                       "seconds": a.seconds, "idle": a.idle, "persistent": not a.non_persistent,
-                      "rounds_with_loss": sum(1 for r in rounds if r["missing"]), "lost": lost}))
+                      "rounds_with_loss": sum(1 for r in rounds if r["missing"]), "lost": lost,
+                      "worst_loop_stall_ms": max((r["loop_stall_ms"] for r in rounds), default=0)}))
     return 1 if lost else 0
 
 
