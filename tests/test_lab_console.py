@@ -151,3 +151,57 @@ def test_a_virtual_lab_run_replays_its_traces_in_the_console(tmp_path: Path) -> 
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_the_replay_rebuilds_the_statistics_from_a_trace() -> None:
+    """A hand-made trace: a queue filled and half drained, a topic fanned out to two
+    subscriptions, a producer held twice in a row; the answers at chosen moments."""
+    from clients.labs.replay import ReplayedRun, TraceReplay
+    from minibroker.config import BrokerConfig
+
+    def ev(ts: float, event: str, **fields: object) -> dict:
+        return {"ts": ts, "event": event, **fields}
+
+    first = [ev(0, "connect", session="1"),
+             *[ev(1 + i / 10, "enqueue", dest="/queue/A", msg=f"m{i}", size=100, persistent=True, priority=4,
+                  cached=i < 6) for i in range(10)],
+             ev(2.5, "usage", mem_pct=40, store_pct=1, temp_pct=0),
+             ev(3, "flow_block", session="1", dest="/queue/A", usage="memory", pct=100),
+             ev(3.5, "flow_unblock", session="1", dest="/queue/A", usage="memory", pct=60),
+             ev(3.6, "flow_block", session="1", dest="/queue/A", usage="memory", pct=100),
+             ev(4, "flow_unblock", session="1", dest="/queue/A", usage="memory", pct=60),
+             *[ev(5, "dispatch", session="1", sub="s", dest="/queue/A", msg=f"m{i}", size=100) for i in range(5)],
+             *[ev(6, "ack", session="1", sub="s", dest="/queue/A", msg=f"m{i}") for i in range(4)],
+             ev(10, "disconnect", session="1", reason="client")]
+    second = [ev(100, "subscribe", session="2", sub="a", dest="/topic/T", ack="auto", prefetch=1),
+              ev(100, "subscribe", session="3", sub="b", dest="/topic/T", ack="auto", prefetch=1),
+              ev(101, "send", session="4", dest="/topic/T", msg="t1", size=10, persistent=False, priority=4),
+              ev(102, "dispatch", session="2", sub="a", dest="/topic/T", msg="t1", size=10),
+              ev(104, "ack", session="2", sub="a", dest="/topic/T", msg="t1")]
+    now = [0.0]
+    replay = TraceReplay([ReplayedRun("legacy", "pathology", first, BrokerConfig()),
+                          ReplayedRun("cure", "healthy", second, BrokerConfig())], 2.0, clock=lambda: now[0])
+
+    def at(seconds: float, what: str) -> list[dict]:
+        now[0] = seconds / 2.0  # wall seconds at speed 2
+        return replay.answer(None, "/queue/ActiveMQ.Statistics." + what) or []
+
+    (a,) = at(2.5, "Destination.>")
+    assert (a["size"], a["inflightCount"], a["storeOnlyCount"], a["enqueueRate"]) == (10, 0, 4, 2.0)
+    (broker,) = at(3.2, "Broker")
+    assert (broker["memoryPercentUsage"], broker["blockedProducers"], broker["connectionCount"]) == (40, 1, 1)
+    assert broker["replay"]["run"] == "legacy"
+    (a,) = at(6.5, "Destination.A")
+    assert (a["size"], a["readyCount"], a["inflightCount"], a["dequeueCount"]) == (6, 5, 1, 4)
+    # The second run starts a second after the first's end, on a fresh broker.
+    (t,) = at(10 + 1 + 1.5, "Destination.>")
+    assert (t["destinationName"], t["size"], t["pendingCount"], t["consumerCount"]) == ("/topic/T", 2, 2, 2)
+    (t,) = at(10 + 1 + 4.5, "Destination.>")
+    assert (t["size"], t["pendingCount"], t["inflightCount"]) == (1, 1, 0)
+    assert at(10 + 1 + 4.5, "Connection") == []
+    # The phases: the runs end to end, the two holds of the producer 0.1 s apart drawn as one window.
+    phases = [(p["kind"], p["name"], p["start"], p["end"]) for p in replay.phases]
+    assert phases == [("run", "legacy", 0.0, 10.0), ("blocked", "producer blocked", 3.0, 4.0),
+                      ("run", "cure", 11.0, 15.0)]
+    # It stops at the end.
+    assert at(1000, "Broker")[0]["replay"]["position"] == 15.0
