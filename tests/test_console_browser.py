@@ -2,7 +2,9 @@
 shows a queue's depth changing as messages are sent, purges it, sends a dead letter
 queue's messages back and closes a connection, shows the starving consumers'
 diagnosis as a banner with its cure, and hides the admin actions from a user without
-the admin right, whose operation sent anyway is refused with an ERROR.
+the admin right, whose operation sent anyway is refused with an ERROR; says it is
+loading until the first statistics, asks for a login when the broker refuses its
+anonymous CONNECT, and waits for Whoami before saying what the user may not do.
 Each test saves screenshots of the pages it visited in its temporary directory."""
 from __future__ import annotations
 
@@ -216,3 +218,100 @@ def test_console_retries_a_dead_letter_queue_and_closes_a_connection(browser: An
         producer.close()
         if consumer.is_connected():
             consumer.disconnect()
+
+
+#: A WebSocket that holds back the frames the page receives while ``window.holdIf(text)``
+#: says so, until ``window.releaseFrames()``: the broker's answers made slow, in the page.
+_HOLDING_WEBSOCKET = """
+const RealWebSocket = window.WebSocket;
+const held = [];
+window.holdIf = () => true;
+window.releaseFrames = () => { window.holdIf = () => false; held.splice(0).forEach((deliver) => deliver()); };
+window.WebSocket = class extends RealWebSocket {
+  set onmessage(handler) {
+    super.onmessage = (event) => {
+      const text = typeof event.data === 'string' ? event.data : new TextDecoder().decode(event.data);
+      if (window.holdIf(text)) held.push(() => handler.call(this, event)); else handler.call(this, event);
+    };
+  }
+  get onmessage() { return super.onmessage; }
+};
+"""
+
+
+def hold_frames(driver: Any, hold_if: str) -> None:
+    """From the next page load on, hold the frames for which the JavaScript ``hold_if``
+    (a function of the frame's text) is true, until ``window.releaseFrames()``."""
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                           {"source": _HOLDING_WEBSOCKET + f"window.holdIf = {hold_if};"})
+
+
+def _shown(section: str) -> str:
+    """JavaScript: the page's ``section``'s text if it is the one shown, else false."""
+    return (f"const s = document.getElementById('page-{section}');"
+            "return !!s && !s.hidden && s.offsetParent !== null && (s.textContent || true);")
+
+
+def test_the_console_says_it_is_loading_until_the_first_statistics(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    broker = broker_factory(console={"port": ANY_PORT})
+    hold_frames(browser, "() => true")
+    browser.get(f"http://127.0.0.1:{broker.server.console_port}/")
+    text = wait_for(browser, _shown("loading"),
+                    "the loading state")
+    assert "Connecting to the broker" in text
+    assert browser.execute_script("return document.getElementById('page-overview').hidden")
+    browser.save_screenshot(str(tmp_path / "loading.png"))
+    browser.execute_script("window.releaseFrames();")
+    wait_for(browser, _shown("overview"), "the overview once the statistics came")
+    assert browser.execute_script("return document.getElementById('page-loading').hidden")
+    assert browser.execute_script("return document.querySelector('[data-figure=\"in / s\"] .v').textContent") == "0.0"
+    browser.save_screenshot(str(tmp_path / "loaded.png"))
+
+
+def test_the_destination_page_waits_for_what_the_user_may_do(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """On an open broker anyone may browse: until Whoami answers, the page does not say otherwise."""
+    broker = broker_factory(console={"port": ANY_PORT})
+    client = Client(broker)
+    client.send("/queue/orders", 2)
+    client.close()
+    hold_frames(browser, "(text) => text.includes('\"operation\": \"whoami\"')")
+    browser.get(f"http://127.0.0.1:{broker.server.console_port}/#/destination/%2Fqueue%2Forders")
+    wait_for(browser, "return document.querySelector('[data-figure=\"size\"] .v')?.textContent === '3'", "the queue's figures")
+    text = browser.execute_script("return document.getElementById('messages').textContent")
+    browser.save_screenshot(str(tmp_path / "destination-before-whoami.png"))
+    assert "admin right" not in text and "Loading" in text
+    browser.execute_script("window.releaseFrames();")
+    wait_for(browser, "return document.querySelectorAll('#messages .message').length === 3", "the first messages")
+    assert "admin right" not in browser.execute_script("return document.getElementById('messages').textContent")
+    browser.save_screenshot(str(tmp_path / "destination-after-whoami.png"))
+
+
+def test_the_console_asks_for_a_login_when_the_broker_needs_one(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    users = (User("alice", hash_password("wonderland", iterations=1000), ("admins",)),)
+    broker = broker_factory(console={"port": ANY_PORT}, users=users)
+    client = Client(broker, username="alice", passcode="wonderland")
+    client.send("/queue/kept", 1)
+    client.close()
+    base = f"http://127.0.0.1:{broker.server.console_port}/"
+    for attempt in range(4):  # a few visits before logging in: each is told at once it needs a login
+        browser.get(base + f"?visit={attempt}")
+        text = wait_for(browser, _shown("login"),
+                        "the login form", timeout=WAIT)
+    assert "needs a user name and password" in text
+    assert browser.execute_script("return document.getElementById('page-loading').hidden")
+    browser.save_screenshot(str(tmp_path / "login.png"))
+    browser.find_element("css selector", "#login input[name=login]").send_keys("alice")
+    browser.find_element("css selector", "#login input[name=passcode]").send_keys("wrong")
+    browser.find_element("css selector", "#login button").click()
+    text = wait_for(browser, "const t = document.getElementById('login-reason').textContent;"
+                    "return t.includes('refused') && t;", "the refusal of a wrong password")
+    assert "User name [alice] or password is invalid." in text
+    browser.save_screenshot(str(tmp_path / "login-refused.png"))
+    browser.find_element("css selector", "#login input[name=passcode]").clear()
+    browser.find_element("css selector", "#login input[name=passcode]").send_keys("wonderland")
+    browser.find_element("css selector", "#login button").click()
+    wait_for(browser, _cell_is("/queue/kept", "size", "2"), "the destinations, for alice")
+    wait_for(browser, "return window.minibrokerConsole.whoamiDone", "alice's rights")
+    assert browser.execute_script("return document.getElementById('page-login').hidden")
+    assert "connected as alice" in browser.execute_script("return document.getElementById('status').textContent")
+    browser.save_screenshot(str(tmp_path / "logged-in.png"))

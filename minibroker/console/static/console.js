@@ -57,6 +57,9 @@ function notice(text, kind) {
 // ---------------------------------------------------------------- STOMP
 function connect() {
   if (state.client) state.client.deactivate();
+  state.whoamiDone = false;               // what this user may do: asked again once connected
+  state.loginRefused = null;
+  setStatus(false, state.credentials.login ? `logging in as ${state.credentials.login}…` : 'connecting…');
   const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
   const client = new StompJs.Client({
     brokerURL: `${scheme}://${location.host}/stomp`,
@@ -70,15 +73,20 @@ function connect() {
     state.needLogin = false;
     setStatus(true, `connected${state.credentials.login ? ` as ${state.credentials.login}` : ''}`);
     client.subscribe(REPLY_TO, onReply, { id: 'console' });
+    render();  // the loading page says what it waits for now
     whoami();
     poll();
   };
   client.onStompError = (frame) => {
     const message = frame.headers.message || 'the broker refused';
-    notice(`ERROR from the broker: ${message}`);
     if (!state.connected) {  // CONNECT refused: a login is needed (or a wrong one was given)
       state.needLogin = true;
+      state.loginRefused = message;
+      setStatus(false, 'log in to see the broker');
       client.deactivate();
+      render();
+    } else {
+      notice(`ERROR from the broker: ${message}`);
     }
     failPending(message);
   };
@@ -86,6 +94,7 @@ function connect() {
     state.connected = false;
     setStatus(false, state.needLogin ? 'log in to see the broker' : 'disconnected, reconnecting…');
     failPending('the connection closed');
+    render();
   };
   state.client = client;
   client.activate();
@@ -379,7 +388,8 @@ function renderDestination(name) {
     el('td', {}, c.ack), el('td', {}, num(c.prefetchSize)), el('td', {}, num(c.outstanding)), el('td', {}, num(c.pending)), el('td', {}, num(c.swapped ?? 0)),
     el('td', { class: c.slowConsumer ? 'slow' : '' }, c.slowConsumer ? 'slow' : 'no'), el('td', {}, c.selector ?? ''))));
   if (state.messages === null && can('Browse') && d.kind === 'queue') { state.messages = []; browse(name); }
-  if (!can('Browse')) $('messages').replaceChildren(el('p', { class: 'muted' }, 'Browsing messages needs the admin right.'));
+  if (!state.whoamiDone) $('messages').replaceChildren(el('p', { class: 'muted' }, 'Loading…'));  // may this user browse?
+  else if (!can('Browse')) $('messages').replaceChildren(el('p', { class: 'muted' }, 'Browsing messages needs the admin right.'));
 }
 
 async function browse(name) {
@@ -403,7 +413,13 @@ function route() {
   else if (hash.startsWith('destination/')) r = { page: 'destination', name: decodeURIComponent(hash.slice('destination/'.length)) };
   if (r.page !== state.route.page || r.name !== state.route.name) state.messages = null;
   state.route = r;
-  for (const page of ['overview', 'connections', 'destination']) $(`page-${page}`).hidden = page !== r.page;
+  // Before the broker's first statistics the page says what it waits for; a refused CONNECT asks for a login.
+  const shown = state.needLogin ? 'login' : !state.broker ? 'loading' : r.page;
+  for (const page of ['loading', 'login', 'overview', 'connections', 'destination']) $(`page-${page}`).hidden = page !== shown;
+  if (shown === 'loading') $('loading-what').textContent = state.connected ? "Loading the broker's statistics…" : 'Connecting to the broker…';
+  if (shown === 'login') {
+    $('login-reason').textContent = state.credentials.login ? `The broker refused: ${state.loginRefused}` : 'This broker needs a user name and password.';
+  }
 }
 window.addEventListener('hashchange', render);
 
