@@ -20,8 +20,10 @@ NAME is the lab's name, its directory name, or its number.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from ..cli import CommandError
 from ..labs import LabError, find_labs, run_lab
@@ -43,6 +45,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     run.add_argument("name", metavar="NAME", help="lab name, directory name or number")
     run.add_argument("--plot", metavar="DIR", help="also write traces, their analysis and the lab's figure under DIR")
     run.add_argument("--live", action="store_true", help="run against the real server instead of the virtual clock")
+    run.add_argument("--watch", action="store_true",
+                     help="with --live: show the broker's statistics and the run's timeline while each run goes")
     run.add_argument("--console", metavar="PORT", nargs="?", type=_port, const=-1, default=None,
                      help="serve the web console for the run (PORT: default 8161 if free, else a free one; 0 = any free port)")
     run.add_argument("--console-hold", metavar="SECONDS", type=float, default=None,
@@ -95,8 +99,12 @@ def _run(args: argparse.Namespace) -> int:
         console = LabConsole(None if args.console == -1 else args.console)
     elif args.console_hold is not None or args.speed is not None:
         raise CommandError("--console-hold and --speed need --console")
+    if args.watch and not args.live:
+        raise CommandError("--watch needs --live (it watches the real server)")
+    watch = _terminal_writer() if args.watch else None
     try:
-        results = run_lab(matches[0], live=args.live, plot_dir=plot_dir, console=console if args.live else None)
+        results = run_lab(matches[0], live=args.live, plot_dir=plot_dir, console=console if args.live else None,
+                          watch=watch)
     except LabError as exc:
         if console is not None:
             console.release()
@@ -118,3 +126,11 @@ def _run(args: argparse.Namespace) -> int:
             console.replay(runs, args.speed or 1.0, Path(tempfile.mkdtemp(prefix="minibroker-lab-replay-")))
         console.hold(args.console_hold)
     return 0 if all(r.as_promised for r in results) else 1
+
+
+def _terminal_writer() -> Callable[[str], None]:
+    """Frames go to the terminal (stderr), so stdout keeps only the verdicts."""
+    def write(frame: str) -> None:
+        sys.stderr.write(frame)
+        sys.stderr.flush()
+    return write

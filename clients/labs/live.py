@@ -21,6 +21,8 @@ class LiveBroker:
         self.config = config
         #: The broker loop's scheduling delay, sampled while it runs (across restarts).
         self.lag = lag or LoopLag()
+        #: Called after a restart (the run's timeline notes it).
+        self.on_restart: Callable[["LiveBroker"], None] | None = None
         self.server: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -84,3 +86,5 @@ class LiveBroker:
         """Stop and start again on the same data directory (and a new port)."""
         self.stop()
         self.start()
+        if self.on_restart is not None:
+            self.on_restart(self)

@@ -30,6 +30,7 @@ from .console import LabConsole
 from .live import LiveBroker
 from .looplag import LoopLag
 from .model import Lab, LabError, RunSpec
+from .watch import Phases, Watcher
 
 __all__ = ["LabRun", "Outcome", "RunResult", "run_lab"]
 
@@ -82,8 +83,13 @@ class RunResult:
 class LabRun:
     """What a scenario gets: one run's configuration, data directory and trace."""
 
-    def __init__(self, lab: Lab, spec: RunSpec, workdir: Path, console: LabConsole | None = None) -> None:
+    def __init__(self, lab: Lab, spec: RunSpec, workdir: Path, console: LabConsole | None = None,
+                 watch: Callable[[str], None] | None = None) -> None:
         self.lab = lab
+        #: Where ``--watch`` frames go while a live broker runs, or None (off).
+        self.watch = watch
+        #: The run's timeline: brokers started, notes, what the statistics showed.
+        self.phases = Phases()
         #: Where the live brokers serve the web console, or None (off).
         self.console = console
         self.spec = spec
@@ -117,8 +123,9 @@ class LabRun:
         return net
 
     def note(self, text: str) -> None:
-        """An evidence line shown under the verdict."""
+        """An evidence line shown under the verdict (and a phase of the watched timeline)."""
         self.notes.append(text)
+        self.phases.add(text)
 
     @contextlib.contextmanager
     def live_broker(self, config: BrokerConfig | None = None) -> Iterator["LiveBroker"]:
@@ -133,9 +140,17 @@ class LabRun:
         live.start()
         if self.console is not None:
             self.console.started(live, self.name)
+        self.phases.add(f"broker started on port {live.port}")
+        live.on_restart = lambda b: self.phases.add(f"broker restarted on the same data, port {b.port}")
+        watcher = None
+        if self.watch is not None:
+            watcher = Watcher(live, f"Lab {self.lab.directory.name}: run {self.name} (live)", self.phases, self.watch)
+            watcher.start()
         try:
             yield live
         finally:
+            if watcher is not None:
+                watcher.stop()
             if self.console is not None:
                 self.console.keep(live, self.workdir)
             else:
@@ -169,7 +184,8 @@ class _LogCapture(logging.Handler):
 
 
 def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
-            out: Callable[[str], None] = print, console: LabConsole | None = None) -> list[RunResult]:
+            out: Callable[[str], None] = print, console: LabConsole | None = None,
+            watch: Callable[[str], None] | None = None) -> list[RunResult]:
     """Run every configuration of ``lab``, print verdicts, return the results.
 
     With ``console`` the live brokers serve the web console there, and the last
@@ -185,7 +201,7 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
     for spec in lab.runs:
         workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))
         try:
-            run = LabRun(lab, spec, workdir, console)
+            run = LabRun(lab, spec, workdir, console, watch if live else None)
             with run._log:
                 outcome: Outcome = entry(run)
                 run.finish()
