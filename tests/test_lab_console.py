@@ -183,9 +183,10 @@ def test_the_replay_rebuilds_the_statistics_from_a_trace() -> None:
                           ReplayedRun("cure", "healthy", second, BrokerConfig())], 2.0, clock=lambda: now[0])
 
     def at(seconds: float, what: str) -> list[dict]:
-        now[0] = seconds / 2.0  # wall seconds at speed 2
+        now[0] = 7.0 + seconds / 2.0  # the page opens 7 s after the replay is made; speed 2
         return replay.answer(None, "/queue/ActiveMQ.Statistics." + what) or []
 
+    assert at(0, "Broker")[0]["replay"]["position"] == 0.0  # the replay starts with the first request
     (a,) = at(2.5, "Destination.>")
     assert (a["size"], a["inflightCount"], a["storeOnlyCount"], a["enqueueRate"]) == (10, 0, 4, 2.0)
     (broker,) = at(3.2, "Broker")

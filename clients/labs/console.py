@@ -87,7 +87,9 @@ class LabConsole:
         first = self.port == ANY_PORT
         self.port = int(live.server.console_port)
         if first:
-            self._out(f"  console: {self.url} (open it now; it follows every run of the lab)")
+            self._out(f"  console: {self.url} (open it now; "
+                      + ("the replay starts when the page does)" if run_name.startswith("replay")
+                         else "it follows every run of the lab)"))
         self._showing = run_name if run_name.startswith("replay") else f"{run_name} run"
         self._out(f"  console: now showing the {self._showing}")
 

@@ -5,7 +5,8 @@ Theory of operation
 A lab on the virtual clock runs in seconds and leaves a trace per run
 (``docs/trace-schema.md``). The replay lays the runs end to end on one
 timeline (a run after the other, a second apart) and plays it back at
-``speed`` lab seconds per wall second. A real broker serves the console (its
+``speed`` lab seconds per wall second, from the first request it answers (the
+page opened). A real broker serves the console (its
 page, ``/metrics``, the page's STOMP over WebSocket), and its
 ``statistics_source`` is ``TraceReplay.answer``: the page asks
 ``/queue/ActiveMQ.Statistics.*`` exactly as it asks a live broker, and the
@@ -166,7 +167,9 @@ class TraceReplay:
         self.runs = runs
         self.speed = speed
         self._clock = clock
-        self._started = clock()
+        #: When the replay began: at the first request (a page opened, a scrape), so a class
+        #: that opens the console after the verdicts still sees the lab from its start.
+        self._started: float | None = None
         #: (start, end) of each run on the timeline.
         self.spans: list[tuple[float, float]] = []
         start = 0.0
@@ -213,6 +216,8 @@ class TraceReplay:
 
     def position(self) -> float:
         """Where the replay is, in lab seconds on the timeline (it stops at the end)."""
+        if self._started is None:
+            return 0.0
         return min(self.end, (self._clock() - self._started) * self.speed)
 
     def _advance(self) -> tuple[int, float]:
@@ -236,6 +241,8 @@ class TraceReplay:
 
     def answer(self, broker: Any, address: str, scope: Any = None) -> list[dict[str, Any]] | None:
         """The statistics at ``address`` as the trace has them now (``Broker.statistics_source``)."""
+        if self._started is None:
+            self._started = self._clock()
         index, local = self._advance()
         run, state = self.runs[index], self._state
         what = address[len(STATISTICS_PREFIX):]
