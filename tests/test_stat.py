@@ -50,6 +50,7 @@ def test_stat_command_prints_the_tables(broker, capsys) -> None:
         assert re.match(r"broker localhost at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC: memory 0% "
                         r"\(\d+(\.\d)? KiB of 64 MiB\)", first), first
         assert "in memory (in no usage), 0 bytes on disk" in first
+        assert ", 2 destinations, " in out
         header = next(line for line in out.splitlines() if line.startswith("destination ")).split()
         row = dict(zip(header, next(line for line in out.splitlines() if line.startswith("/queue/orders")).split()))
         assert (row["size"], row["ready"], row["unacked"], row["enqueued"], row["consumers"]) == ("2", "1", "1", "2", "1")
@@ -59,7 +60,9 @@ def test_stat_command_prints_the_tables(broker, capsys) -> None:
         assert "/topic/news" in out and "minibroker-stat" not in out.split("connection")[0]
         assert cli(["stat", "--port", str(broker.port), "--json"]) == 0
         data = json.loads(capsys.readouterr().out)
-        assert {d["destinationName"] for d in data["destinations"]} >= {"/queue/orders", "/topic/news"}
+        # stat's own reply queue is no destination: the count and the list agree
+        assert {d["destinationName"] for d in data["destinations"]} == {"/queue/orders", "/topic/news"}
+        assert data["broker"]["destinationCount"] == 2
     finally:
         close(conn)
 
