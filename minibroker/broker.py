@@ -315,6 +315,11 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         except ProtocolError as exc:
             frames, error = exc.frames, exc
         over_limit = self._charge_partial(session, bool(frames))
+        if any(frame.command == "DISCONNECT" for frame in frames):
+            # Read together with frames before it (a final ACK): an ACK that
+            # frees prefetch room must not send this client messages it will
+            # never read, which its close would hand back flagged redelivered.
+            session.leaving = True
         if error is None:
             error = over_limit
         if session.pause_reasons or session.held_frames:  # reading is paused, or was

@@ -131,6 +131,9 @@ class Session:
         self.blocked_usage = "memory"
         #: Dispatch may add output (outbox below its limit, socket not full).
         self.can_write = True
+        #: The client sent DISCONNECT (it may still be handling the frames read
+        #: with it): it reads nothing more, so nothing more is dispatched to it.
+        self.leaving = False
         #: Why the broker is not reading this socket now ("flow": producer flow
         #: control; "store": a slow store busy with its ACK). Empty: reading.
         self.pause_reasons: set[str] = set()

@@ -129,7 +129,8 @@ class Subscription:
     # -- the dispatcher's questions
     def has_capacity(self) -> bool:
         """Can this consumer take one more message right now?"""
-        if not self.session.can_write:
+        session = self.session
+        if not session.can_write or session.leaving:
             return False
         return self.auto or len(self.dispatched) < self.prefetch
 

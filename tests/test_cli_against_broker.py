@@ -1,6 +1,7 @@
 """The command-line client against the real broker: what a user of ``minibroker recv`` gets."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -28,6 +29,20 @@ def test_recv_count_takes_exactly_n_and_loses_nothing(broker, capsys) -> None:
     assert got == [f"m{i}" for i in range(5)]
     assert cli(["recv", "/queue/cli.exact", "--timeout", "0.3", *port]) == 0  # nothing left
     assert capsys.readouterr() == ("", "received 0 messages from /queue/cli.exact; nothing arrived for 0.3s\n")
+
+
+
+def test_recv_count_leaves_the_messages_it_did_not_take_untouched(broker, capsys) -> None:
+    """After ``recv --count 10`` of 30, the other 20 wait on the queue as they
+    were: none flagged redelivered, none with a redelivery counted (which
+    would send it to the DLQ early once a consumer NACKs it)."""
+    port = ["--port", str(broker.port)]
+    assert cli(["send", "/queue/cli.untouched", "m", "--count", "30", *port]) == 0
+    assert cli(["recv", "/queue/cli.untouched", "--count", "10", "--timeout", "5", *port]) == 0
+    capsys.readouterr()
+    assert cli(["browse", "/queue/cli.untouched", "--count", "100", "--json", *port]) == 0
+    left = json.loads(capsys.readouterr().out)["messages"]
+    assert [m["redelivered"] for m in left] == [False] * 20
 
 
 def _run_into_closed_pipe(argv: list[str]) -> subprocess.CompletedProcess[str]:

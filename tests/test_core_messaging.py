@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from minibroker.codec import encode
 from minibroker.config import BrokerConfig
+from minibroker.frames import Frame
 from minibroker.sim import VirtualNetwork
 
 
@@ -138,6 +140,30 @@ def test_prefetch_bounds_unacked_messages(net: VirtualNetwork, ack: str) -> None
     c.ack(c.messages()[2])  # cumulative in client mode, one in client-individual
     expected = [b"m0", b"m1", b"m2", b"m3", b"m4"] if ack == "client" else [b"m0", b"m1", b"m2", b"m3"]
     assert c.bodies() == expected
+
+
+@pytest.mark.parametrize("ack", ["client", "client-individual"])
+def test_an_ack_read_with_the_disconnect_sends_nothing_more(net: VirtualNetwork, ack: str) -> None:
+    """A consumer that takes exactly its prefetch, then ACKs and DISCONNECTs in
+    one write: the ACK frees room, but a client that says goodbye reads
+    nothing more, so nothing is dispatched to it; the rest stay on the queue
+    untouched (not flagged redelivered, their redelivery count 0)."""
+    send_many(net.connected_client(), "/queue/exact", 5)
+    c = net.connected_client()
+    c.subscribe("/queue/exact", "s", ack, **{"activemq.prefetchSize": "2"})
+    got = c.messages()
+    assert [m.body for m in got] == [b"m0", b"m1"]
+    acks = [got[-1]] if ack == "client" else got
+    ack_frames = [Frame("ACK", {"id": m.headers["ack"]}) for m in acks]
+    c.send_raw(b"".join(encode(f) for f in [*ack_frames, Frame("DISCONNECT", {"receipt": "bye"})]))
+    assert [f.command for f in c.frames()][-1] == "RECEIPT"
+    assert c.bodies() == [b"m0", b"m1"]
+    queue = net.broker.destinations["/queue/exact"]
+    assert [(m.body, m.redeliveries) for m in queue.pending] == [(b"m2", 0), (b"m3", 0), (b"m4", 0)]
+    again = net.connected_client()
+    again.subscribe("/queue/exact")
+    assert [(m.body, "redelivered" in m.headers) for m in again.messages()] == [
+        (b"m2", False), (b"m3", False), (b"m4", False)]
 
 
 def test_default_prefetch_is_activemq_s(net: VirtualNetwork) -> None:

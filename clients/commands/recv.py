@@ -2,13 +2,16 @@
 
 Stops after ``--count`` messages or when nothing arrives for ``--timeout``
 seconds (without either it runs until interrupted), then disconnects and
-prints a summary on stderr. In the client ack modes each message is
-acknowledged once printed; messages the broker sent beyond ``--count`` stay
-unacknowledged and go back to the queue, flagged redelivered. In ``auto``
-mode the broker counts a message consumed as soon as it is written to the
-socket (as ActiveMQ does), so messages it sent beyond ``--count`` would be
-gone: with ``--count N`` the default is therefore ``client-individual`` with
-a prefetch of N, which takes exactly N, and ``auto`` only without a count.
+prints a summary on stderr. With ``--count N`` (and no ``--ack``) it takes
+exactly N and leaves every other message untouched: it subscribes in
+``client`` ack mode with a prefetch of N, so the broker sends at most N, and
+acknowledges what it printed with one cumulative ACK written together with
+the DISCONNECT (a broker dispatches nothing more to a client that says
+goodbye). In ``auto`` mode the broker counts a message consumed as soon as it
+is written to the socket (as ActiveMQ does), so ``auto`` is the default only
+without a count. With an explicit ``--ack client`` or ``client-individual``
+each message is acknowledged once printed, and what the broker sent beyond
+``--count`` goes back to the queue flagged redelivered.
 Exit status 1 when ``--count`` was not reached.
 """
 from __future__ import annotations
@@ -47,8 +50,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     parser.add_argument("--timeout", "-t", metavar="S",
                         help="stop when nothing arrives for S seconds")
     parser.add_argument("--ack", choices=ACK_MODES,
-                        help="ack mode of the subscription (default: client-individual with --count, "
-                             "which takes exactly N; auto without)")
+                        help="ack mode of the subscription (default: with --count, client with a "
+                             "prefetch of N and one ACK at the end, which takes exactly N; auto without)")
     parser.add_argument("--prefetch", metavar="N",
                         help="activemq.prefetchSize of the subscription (default with --count and no --ack: N)")
     parser.add_argument("--selector", metavar="S", help="JMS selector of the subscription")
@@ -98,12 +101,17 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
     dest = args.destination
     received = acked = 0
     ack = args.ack
+    # With --count and no --ack: take exactly N. The window of N unacknowledged
+    # messages never reopens before the end, and the one cumulative ACK leaves
+    # in the same write as the DISCONNECT, so the broker sends nothing more.
+    ack_at_end = ack is None and count is not None
     if ack is None:  # auto would lose what the broker sends beyond --count
-        ack = "auto" if count is None else "client-individual"
+        ack = "auto" if count is None else "client"
         if count is not None and prefetch is None:
             prefetch = count
     if args.no_ack and ack == "auto":
         raise CommandError("--no-ack needs a client ack mode: --ack client or client-individual (or --count)", USAGE)
+    acking = ack != "auto" and not args.no_ack
 
     def summary(stopped: str) -> bool:
         """Print the summary line; True when --count was not reached."""
@@ -115,6 +123,7 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
         return short
 
     stopped = ""
+    printed: Message | None = None  # the last message printed and not yet acknowledged
     async with connected(args) as client:
         try:
             sub = await client.subscribe(dest, ack=ack, prefetch=prefetch,
@@ -125,16 +134,21 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
                 except TimeoutError:
                     stopped = f"; nothing arrived for {timeout:g}s"
                     break
-                received += 1
                 try:
                     print(format_message(message, args.show), flush=True)
-                except BrokenPipeError:  # e.g. piped into `head`
+                except BrokenPipeError:  # e.g. piped into `head`: this one was not shown
                     silence_stdout()
                     stopped = "; output closed"
                     break
-                if ack != "auto" and not args.no_ack:
+                received += 1
+                if acking and not ack_at_end:
                     await client.ack(message)
                     acked += 1
+                else:
+                    printed = message
+            if acking and ack_at_end and printed is not None:
+                await client.ack(printed)  # cumulative: every message printed; corked with the DISCONNECT
+                acked = received
             await client.disconnect()
         except (StompClientError, TimeoutError) as exc:
             raise CommandError(f"{describe(exc)} (after {received} received)", FAILURE) from None

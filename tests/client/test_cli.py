@@ -159,21 +159,23 @@ async def test_recv_count_with_client_individual_acks(server, capsys) -> None:
 
 
 async def test_recv_count_takes_exactly_n_by_default(server, capsys) -> None:
-    """With --count and no --ack, recv subscribes client-individual with a prefetch
-    of N and acks each message: auto would lose what the broker sent beyond N."""
+    """With --count and no --ack, recv subscribes in client ack mode with a
+    prefetch of N and acknowledges the N with one cumulative ACK just before
+    its DISCONNECT: auto would lose what the broker sent beyond N, and an ACK
+    per message would reopen the window to messages recv never shows."""
     server.preload("/queue/a", [b"one", b"two", b"three"])
     assert await cli("recv", "/queue/a", "--count", "2", *at(server)) == 0
     out, err = capsys.readouterr()
     assert out == "one\ntwo\n" and err == "received 2 messages from /queue/a (acked: 2)\n"
     conn = await server.connection()
     subscribe = conn.frames[1]
-    assert (subscribe.headers["ack"], subscribe.headers["activemq.prefetchSize"]) == ("client-individual", "2")
-    assert [f.headers["id"] for f in conn.frames if f.command == "ACK"] == ["a-1", "a-2"]
+    assert (subscribe.headers["ack"], subscribe.headers["activemq.prefetchSize"]) == ("client", "2")
+    assert [(f.command, f.headers.get("id")) for f in conn.frames[2:]] == [("ACK", "a-2"), ("DISCONNECT", None)]
 
 
 @pytest.mark.parametrize("argv, ack, prefetch", [
     (["--count", "2", "--ack", "auto"], "auto", None),  # asked for: as asked
-    (["--count", "2", "--prefetch", "5"], "client-individual", "5"),
+    (["--count", "2", "--prefetch", "5"], "client", "5"),
     (["--timeout", "0.2"], "auto", None),  # no count: nothing beyond it to lose
 ])
 async def test_recv_ack_mode_defaults(server, capsys, argv, ack, prefetch) -> None:
