@@ -40,6 +40,7 @@ address have their refusals delayed (``logins.LoginFailures``).
 """
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any, Callable
 
@@ -51,7 +52,7 @@ from .codec import FrameParser, encode, escape
 from .config import BrokerConfig
 from .coreutil import DEFERRED, ParkedSend, header_text, log
 from .queue import Queue
-from .errors import ProtocolError
+from .errors import ProtocolError, Refused
 from .flow import ProducerFlowControl
 from .frames import Frame
 from .handlers import FrameHandlers
@@ -560,11 +561,13 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             shown = "\n".join(f"{k}:{v}" for k, v in list(frame.headers.items())[:20])
             body = f"The offending frame:\n{frame.command}\n{shown}\n"
         session.write(encode(Frame("ERROR", headers, body.encode("utf-8")), session.version))
-        log.warning("session %d (%s): protocol error: %s", session.id, session.peer, exc.message)
+        what = "refused" if isinstance(exc, Refused) else "protocol error"
+        log.log(logging.INFO if isinstance(exc, Refused) else logging.WARNING,
+                "session %d (%s): %s: %s", session.id, session.peer, what, exc.message)
         if self.trace.enabled:
             self._emit("error", session=session.tag, client_id=session.client_id or exc.client_id,
                        message=exc.message, fatal=True, code=exc.code)
-        self._close(session, f"protocol error: {exc.message}")
+        self._close(session, f"{what}: {exc.message}")
 
     def _close(self, session: Session, reason: str, *, notify_edge: bool = True, abort: bool = False) -> None:
         """Close ``session``: return its messages, drop its subscriptions (``teardown.py``)."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .frames import Frame
 
-__all__ = ["BrokerError", "ProtocolError", "ConfigError", "NoSpaceError", "ResourceLimitError", "StoreFailure",
+__all__ = ["BrokerError", "ProtocolError", "Refused", "ConfigError", "NoSpaceError", "ResourceLimitError", "StoreFailure",
            "StoreOpenError"]
 
 
@@ -49,6 +49,14 @@ class ProtocolError(BrokerError):
         #: The client-id the frame asked for, when the error is about it.
         self.client_id = client_id
         self.frames: list[Frame] = []
+
+
+class Refused(ProtocolError):
+    """A well-formed request the broker declines: an admin operation on a
+    destination that does not exist, a delete while consumers remain ... The
+    client gets an ERROR as for a protocol error, but the log calls it what it
+    is, the operator's mistake answered (info, ``refused: ...``), not a
+    misbehaving client (warning, ``protocol error: ...``)."""
 
 
 class ConfigError(BrokerError):

@@ -17,7 +17,7 @@ from .digits import parse_decimal
 from .destination import Destination
 from .queue import Queue
 from .topic import Topic
-from .errors import NoSpaceError, ProtocolError, ResourceLimitError
+from .errors import NoSpaceError, ProtocolError, Refused, ResourceLimitError
 from .frames import Frame
 from .message import BROKER_SET_HEADERS, MESSAGE_OVERHEAD, Message, send_block
 from .registry import TEMP_PREFIXES
@@ -173,7 +173,12 @@ class FrameHandlers:
         if reply_to:
             self.registry.resolve(session, reply_to, "write")  # refused before anything is done
             self._mark_tool_reply(session, reply_to)
-        result = perform(self, session, address, frame.headers)
+        try:
+            result = perform(self, session, address, frame.headers)
+        except Refused:
+            raise
+        except ProtocolError as exc:  # understood and declined: a refusal, not a broken client
+            raise Refused(exc.message, detail=exc.detail, code=exc.code, client_id=exc.client_id) from exc
         if reply_to:
             self._reply(session, frame, reply_to, [result.answer], indexed=False)
         if result.then is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -469,3 +470,18 @@ def test_a_move_cut_short_by_a_crash_is_all_or_nothing(tmp_path: Path, monkeypat
     got = {sub: sorted(m.body[:3].decode() for m in c.messages() if m.headers["subscription"] == sub) for sub in "sd"}
     everything = [f"{i:03d}" for i in range(100)]
     assert got == ({"s": everything, "d": []} if dies == "before its commit" else {"s": [], "d": everything})
+
+
+def test_a_refused_operation_is_logged_as_a_refusal_not_a_protocol_error(caplog: pytest.LogCaptureFixture) -> None:
+    """The operator's mistake (no such destination) is answered with an ERROR
+    and logged at info as ``refused: ...``; a broken frame stays a warned
+    protocol error."""
+    net = VirtualNetwork()
+    with caplog.at_level(logging.INFO, logger="minibroker"):
+        assert refusal(net.connected_client(), "Delete", target="/queue/nope") == (
+            "cannot delete /queue/nope: no such destination")
+        net.connected_client().send_frame("SEND", {})
+    said = [(r.levelname, r.getMessage().split("): ", 1)[1]) for r in caplog.records
+            if r.getMessage().startswith("session ") and "): " in r.getMessage()]
+    assert said == [("INFO", "refused: cannot delete /queue/nope: no such destination"),
+                    ("WARNING", "protocol error: SEND frame has no destination header")]
