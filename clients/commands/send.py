@@ -67,6 +67,21 @@ def read_body(args: argparse.Namespace) -> bytes:
     return (args.body or "").encode("utf-8")
 
 
+def _accepted(written: int, count: int, receipts: bool) -> str:
+    """How many of ``count`` the broker accepted before it refused one.
+
+    With receipts each message counted had its RECEIPT. Without, ``written``
+    messages left and the refused one is among them: the broker takes frames
+    in order and stops at the refusal, so at most ``written - 1`` were accepted.
+    """
+    if receipts:
+        return f"{written} of {count} accepted"
+    most = max(written - 1, 0)
+    if most == 0:
+        return f"0 of {count} accepted"
+    return f"at most {most} of {count} accepted; --receipt counts them exactly"
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``minibroker send``."""
     headers = parse_headers(args.header)
@@ -89,7 +104,7 @@ async def _send(args: argparse.Namespace, body: bytes, headers: dict[str, str], 
                 sent += 1
             await client.disconnect()
         except (StompClientError, TimeoutError) as exc:
-            raise CommandError(f"{describe(exc)} (after {sent} of {count} sent)", FAILURE) from None
+            raise CommandError(f"{describe(exc)} ({_accepted(sent, count, args.receipt)})", FAILURE) from None
     noun = "message" if count == 1 else "messages"
     receipts = f" (receipts: {sent})" if args.receipt else ""
     print(f"sent {sent} {noun} to {dest}{receipts}")

@@ -138,7 +138,15 @@ async def test_send_refused_mid_way(make_server, capsys) -> None:
     assert await cli("send", "/queue/full", "x", "--count", "5", "--receipt", *at(server)) == 1
     err = capsys.readouterr().err
     assert err == ("minibroker send: broker refused: Usage Manager Memory Limit reached"
-                   " (after 0 of 5 sent)\n")
+                   " (0 of 5 accepted)\n")
+
+
+async def test_send_refused_without_receipts_says_how_many_were_accepted(make_server, capsys) -> None:
+    """A single message refused was not accepted, though it was written."""
+    server = await make_server(error_on_send={"/queue/x": "unknown destination 'queue/x'"})
+    assert await cli("send", "/queue/x", "x", *at(server)) == 1
+    err = capsys.readouterr().err
+    assert err == "minibroker send: broker refused: unknown destination 'queue/x' (0 of 1 accepted)\n"
 
 
 # ---------------------------------------------------------------- recv
