@@ -6,6 +6,7 @@ stops the command as a teacher does, with Ctrl-C.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -17,9 +18,11 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from browser_support import console_messages, start_chromium, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,6 +86,26 @@ def start_lab(*args: str) -> tuple[subprocess.Popen[str], Lines]:
     return child, Lines(child.stdout)  # type: ignore[arg-type]
 
 
+@contextlib.contextmanager
+def lab_in_browser(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], Lines, Any]]:
+    """``lab run ARGS`` and a headless Chromium; at the end the page logged no error and
+    Ctrl-C ends the command (exit 0); the screenshot, if any, stays under ``tmp_path``."""
+    child, lines = start_lab(*args)
+    driver = None
+    try:
+        driver = start_chromium(tmp_path / "profile")
+        yield child, lines, driver
+        assert not [m for m in console_messages(driver) if m["level"] == "SEVERE"]
+        child.send_signal(signal.SIGINT)
+        assert child.wait(30) == 0
+    finally:
+        if driver is not None:
+            driver.quit()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_a_live_lab_run_serves_the_console_and_keeps_it_until_ctrl_c() -> None:
     child, lines = start_lab("01", "--live", "--console", "0")
     try:
@@ -117,15 +140,10 @@ def test_console_options_are_checked() -> None:
 
 
 def test_a_virtual_lab_run_replays_its_traces_in_the_console(tmp_path: Path) -> None:
-    from browser_support import console_messages, start_chromium, wait_for
-
-    child, lines = start_lab("01", "--console", "0", "--speed", "4")
-    driver = None
-    try:
+    with lab_in_browser(tmp_path, "01", "--console", "0", "--speed", "4") as (child, lines, driver):
         lines.wait_for(r"Result: 3/3 verdicts as the lab promises")
         url = lines.wait_for(r"console: (http://127\.0\.0\.1:\d+/) \(open it now")[1]
         lines.wait_for(r"now showing the replay \(3 runs")
-        driver = start_chromium(tmp_path / "profile")
         driver.get(url)
         # The phase track: the lab's three runs, in order, above the charts.
         phases = wait_for(driver, "const t = document.getElementById('timeline');"
@@ -142,15 +160,6 @@ def test_a_virtual_lab_run_replays_its_traces_in_the_console(tmp_path: Path) -> 
         wait_for(driver, "return document.querySelector('#destinations tr[data-destination=\"/topic/prices\"]')",
                  "the lab's topic in the destinations table")
         driver.save_screenshot(str(tmp_path / "replay.png"))
-        assert not [m for m in console_messages(driver) if m["level"] == "SEVERE"]
-        child.send_signal(signal.SIGINT)
-        assert child.wait(30) == 0
-    finally:
-        if driver is not None:
-            driver.quit()
-        if child.poll() is None:
-            child.kill()
-            child.wait()
 
 
 def test_the_replay_rebuilds_the_statistics_from_a_trace() -> None:
@@ -206,3 +215,23 @@ def test_the_replay_rebuilds_the_statistics_from_a_trace() -> None:
                       ("run", "cure", 11.0, 15.0)]
     # It stops at the end.
     assert at(1000, "Broker")[0]["replay"]["position"] == 15.0
+
+
+def test_the_console_of_a_live_run_draws_the_runs_timeline(tmp_path: Path) -> None:
+    with lab_in_browser(tmp_path, "01", "--live", "--console", "0") as (child, lines, driver):
+        url = lines.wait_for(r"console: (http://127\.0\.0\.1:\d+/) \(open it now")[1]
+        driver.get(url)
+        # The run's timeline above the charts: which run, and what happened in it so far.
+        run = wait_for(driver, "const t = document.getElementById('lab-timeline');"
+                       "return t && !t.hidden && t.querySelector('.tick[data-event^=\"broker started on port\"]')"
+                       " && t.querySelector('b').textContent", "the run's timeline", timeout=60)
+        assert run.startswith("Lab run: ")
+        wait_for(driver, "return document.querySelector('#destinations tr[data-destination=\"/topic/prices\"]')",
+                 "the lab's topic in the destinations table", timeout=60)
+        assert driver.execute_script(
+            "const t = document.getElementById('lab-timeline'), c = document.querySelector('.charts');"
+            "return t.getBoundingClientRect().bottom <= c.getBoundingClientRect().top")
+        lines.wait_for(r"keeps serving the vm-cursor run; Ctrl-C to stop")
+        wait_for(driver, "return document.querySelector('#lab-timeline b')?.textContent === 'Lab run: vm-cursor'"
+                 " && document.querySelectorAll('#lab-timeline .tick').length > 1", "the last run's timeline")
+        driver.save_screenshot(str(tmp_path / "live.png"))

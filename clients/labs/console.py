@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from minibroker.config import ANY_PORT, BrokerConfig
+from minibroker.stats import STATISTICS_PREFIX
 
 from .live import LiveBroker
 from .replay import ReplayedRun, TraceReplay
@@ -92,6 +93,25 @@ class LabConsole:
                          else "it follows every run of the lab)"))
         self._showing = run_name if run_name.startswith("replay") else f"{run_name} run"
         self._out(f"  console: now showing the {self._showing}")
+
+    def show_timeline(self, live: Any, run_name: str, phases: Any) -> None:
+        """The live broker's Broker statistics carry the run's timeline as ``lab`` (the run,
+        its seconds so far, each thing that happened: ``phases``, the feed ``--watch``
+        draws), so the page draws it above its charts as it does a replay's phases."""
+        def install() -> None:
+            broker = live.server.broker
+            own = broker.statistics_source
+
+            def answer(b: Any, address: str, scope: Any) -> list[dict[str, Any]] | None:
+                replies = own(b, address, scope)
+                if replies and address == STATISTICS_PREFIX + "Broker":
+                    replies[0]["lab"] = {"run": run_name, "elapsed": round(phases.elapsed(), 3),
+                                         "events": [{"t": round(t, 3), "text": text} for t, text in phases.items()]}
+                return replies
+
+            broker.statistics_source = answer
+
+        live.call(install)
 
     def keep(self, live: Any, workdir: Path) -> None:
         """The run is over: keep its broker serving the console until the next one starts."""

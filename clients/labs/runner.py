@@ -141,7 +141,15 @@ class LabRun:
         if self.console is not None:
             self.console.started(live, self.name)
         self.phases.add(f"broker started on port {live.port}")
-        live.on_restart = lambda b: self.phases.add(f"broker restarted on the same data, port {b.port}")
+
+        def restarted(broker: LiveBroker) -> None:
+            self.phases.add(f"broker restarted on the same data, port {broker.port}")
+            if self.console is not None:
+                self.console.show_timeline(broker, self.name, self.phases)
+
+        live.on_restart = restarted
+        if self.console is not None:
+            self.console.show_timeline(live, self.name, self.phases)
         watcher = None
         if self.watch is not None:
             watcher = Watcher(live, f"Lab {self.lab.directory.name}: run {self.name} (live)", self.phases, self.watch)

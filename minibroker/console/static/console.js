@@ -237,6 +237,7 @@ function renderOverview(b) {
     ['messages held', num(b.size)], ['in / s', rate(b.enqueueRate)], ['out / s', rate(b.dequeueRate)],
   ]);
   renderTimeline(b.replay);
+  renderLabTimeline(b.lab);
   const h = state.history;
   chart('chart-rates', [h.t, h.in, h.out], ['in', 'out'], ['#38c', '#4a8']);
   chart('chart-depth', [h.t, h.ready, h.unacked], ['ready', 'unacknowledged'], ['#38c', '#d80']);
@@ -263,6 +264,22 @@ function renderTimeline(replay) {
     el('div', { class: 'label' }, el('b', {}, `Replay of the lab: ${replay.run}`),
       el('span', { id: 'replay-position' }, `${replay.position.toFixed(1)} of ${replay.end.toFixed(1)} lab seconds, ${replay.speed}× speed`)),
     el('div', { class: 'track' }, ...phases, el('div', { class: 'cursor', style: `left:${at(replay.position)}` })));
+}
+
+// A live lab run (lab run --live --console): what happened so far in the run
+// (the broker started or restarted, the evidence the lab noted, what the
+// statistics showed), as ticks on a track of the run's seconds, the last few in words.
+function renderLabTimeline(lab) {
+  const track = $('lab-timeline');
+  track.hidden = !lab;
+  if (!lab) return;
+  const span = Math.max(lab.elapsed, 1);
+  track.replaceChildren(
+    el('div', { class: 'label' }, el('b', {}, `Lab run: ${lab.run}`), el('span', {}, `${lab.elapsed.toFixed(1)} s`)),
+    el('div', { class: 'track' }, ...lab.events.map((e) => el('div', {
+      class: 'tick', 'data-event': e.text, style: `left:${(100 * e.t) / span}%`, title: `t=${e.t.toFixed(1)} s: ${e.text}`,
+    }))),
+    el('ol', { class: 'events' }, ...lab.events.slice(-4).map((e) => el('li', {}, `t=${e.t.toFixed(1)} s  ${e.text}`))));
 }
 
 // The broker's bar marks where the first queue cursor stops caching: the lowest
