@@ -513,7 +513,10 @@ def parse_config(data: Mapping[str, Any], source: str = "configuration") -> Brok
             values[key] = _build_array(key, value, source)
         else:
             known = ", ".join(sorted([*_SECTIONS, *_TABLE_ARRAYS]))
-            raise ConfigError(f"unknown section '{key}' in {source} (known: {known})")
+            if isinstance(value, (dict, list)):
+                raise ConfigError(f"unknown section '{key}' in {source} (known: {known})")
+            raise ConfigError(f"unknown key '{key}' in {source}: a configuration's keys belong in its "
+                              f"sections ({known})")
     transport = values.get("transport", TransportConfig())
     if transport.partial_frame_memory_limit < transport.max_frame_size:
         raise ConfigError(

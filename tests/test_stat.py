@@ -124,3 +124,9 @@ def test_the_real_server_samples_rates_on_its_clock(broker) -> None:
         assert rate > 0
     finally:
         close(conn)
+
+
+def test_stat_counts_in_words_a_user_reads(broker, capsys) -> None:
+    """Only stat's own connection: ``1 connection``, not ``1 connections``."""
+    assert cli(["stat", "--port", str(broker.port)]) == 0
+    assert "  1 connection, 0 destinations, 0 blocked sends; " in capsys.readouterr().out

@@ -55,5 +55,14 @@ def main(args: argparse.Namespace) -> int:
     missing = [t for t in args.traces if "://" not in t and not Path(t).exists()]
     if missing:
         raise CommandError(f"no such trace: {', '.join(missing)}", USAGE)
+    local = [t for t in args.traces if "://" not in t]
+    if local:  # a file with no trace line: said here, as every command says what is wrong
+        from clients.spark.findings import TraceFormatError
+        from clients.spark.inprocess_tables import check_inputs
+
+        try:
+            check_inputs(local)
+        except TraceFormatError as exc:
+            raise CommandError(str(exc), USAGE) from None
     check_out(args.out)
     return run_spark_job("clients.spark.analyze", [*args.traces, "--out", args.out, *argv])

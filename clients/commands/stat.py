@@ -118,6 +118,11 @@ def _store_state(b: dict[str, Any]) -> str:
     return "" if state == "ok" else f" ({state.upper()}: {b.get('storeProblem', '')})"
 
 
+def _plural(count: int, noun: str) -> str:
+    """``1 connection``, ``2 connections``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def format_tables(stats: dict[str, Any]) -> str:
     """The human-readable report for ``stats``."""
     b = stats["broker"]
@@ -129,8 +134,8 @@ def format_tables(stats: dict[str, Any]) -> str:
         f"temp {b['tempPercentUsage']}%{_of(b['tempUsage'], b['tempLimit'])}, "
         f"index {size_text(b.get('indexBytes', 0))} in memory (in no usage), "
         f"{size_text(b.get('indexSpilledBytes', 0))} on disk",
-        f"  {b['connectionCount']} connections, {b['destinationCount']} destinations, "
-        f"{b['blockedProducers']} blocked sends; messages {b['size']} ({b.get('readyCount', 0)} ready, "
+        f"  {_plural(b['connectionCount'], 'connection')}, {_plural(b['destinationCount'], 'destination')}, "
+        f"{_plural(b['blockedProducers'], 'blocked send')}; messages {b['size']} ({b.get('readyCount', 0)} ready, "
         f"{b.get('inflightCount', 0)} unacked), in {_rate(b.get('enqueueRate', 0))}/s, "
         f"out {_rate(b.get('dequeueRate', 0))}/s",
         "",

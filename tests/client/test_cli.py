@@ -10,6 +10,7 @@ import importlib.util
 import io
 import json
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -289,3 +290,30 @@ async def test_recv_interrupted_prints_its_summary(server, capsys) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert capsys.readouterr().err == "received 1 message from /queue/a; interrupted\n"
+
+
+def test_analyze_says_what_is_wrong_as_every_command_does(tmp_path, capsys) -> None:
+    """A file with no trace line: ``minibroker analyze: ...`` on one line, status 2, before any engine."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("not a trace line\n")
+    assert clients.cli.main(["analyze", str(empty), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"minibroker analyze: no trace events in {empty}\n"
+
+
+@pytest.mark.parametrize("text, said", [
+    ('name = "x"\n', "unknown key 'name' in "),
+    ('[nosuch]\nx = 1\n', "unknown section 'nosuch' in "),
+])
+def test_doctor_tells_a_key_from_a_section(tmp_path, capsys, text, said) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text(text)
+    assert clients.cli.main(["doctor", str(path)]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_doctor_on_a_lab_file_says_it_is_a_lab_description(capsys) -> None:
+    lab = Path(__file__).resolve().parents[2] / "examples" / "labs" / "00-starving-consumers" / "lab.toml"
+    assert clients.cli.main(["doctor", str(lab)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"minibroker doctor: {lab} is a lab description, not a broker configuration: its runs use ")
+    assert "legacy.toml" in err
