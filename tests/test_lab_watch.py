@@ -47,7 +47,7 @@ def test_a_frame_shows_the_timeline_and_the_stat_view() -> None:
     assert lines[0] == "Lab 00: run x (live)   t=12.3s"
     assert "  ... 4 earlier" in lines and "  t=   4.0s  phase 4" in lines and "  t=  11.0s  phase 11" in lines
     assert "phase 3" not in frame
-    assert "memory 71%" in frame and "1 blocked sends" in frame
+    assert "memory 71%" in frame and "1 blocked send;" in frame
     assert any(line.startswith("/queue/B.1") and line.split()[-3] == "71" for line in lines)  # its mem%
     assert "DIAGNOSIS starving-consumers: /queue/A: 1 consumer(s) starved" in frame
     assert "(waiting for the broker's statistics)" in render("t", None, [], 0.0)
