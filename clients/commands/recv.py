@@ -153,6 +153,12 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
         except (StompClientError, TimeoutError) as exc:
             raise CommandError(f"{describe(exc)} (after {received} received)", FAILURE) from None
         except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels us
+            if acking and ack_at_end and printed is not None and acked < received:
+                try:  # what was printed is taken; written at once (no wait), flushed by the close
+                    await client.ack(printed)
+                    acked = received
+                except (StompClientError, TimeoutError):
+                    pass
             summary("; interrupted")
             raise
     return FAILURE if summary(stopped) else 0

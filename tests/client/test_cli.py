@@ -292,6 +292,31 @@ async def test_recv_interrupted_prints_its_summary(server, capsys) -> None:
     assert capsys.readouterr().err == "received 1 message from /queue/a; interrupted\n"
 
 
+async def test_recv_count_interrupted_acknowledges_what_it_printed(server, capsys) -> None:
+    """recv --count acknowledges at the end; interrupted before, it still
+    acknowledges what it printed, so that does not come back."""
+    from clients.commands import recv
+
+    server.preload("/queue/a", [b"first"])
+    args = clients.cli.build_parser().parse_args(["recv", "/queue/a", "--count", "3", *at(server)])
+    task = asyncio.ensure_future(recv._recv(args, 3, None, None, {}))
+    conn = await server.connection()
+    await conn.wait_frame("SUBSCRIBE")
+    out = ""
+    for _ in range(500):
+        out += capsys.readouterr().out
+        if out:
+            break
+        await asyncio.sleep(0.01)
+    assert out == "first\n"
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert capsys.readouterr().err == "received 1 of 3 messages from /queue/a (acked: 1); interrupted\n"
+    ack = await conn.wait_frame("ACK")
+    assert ack.headers["id"] == "a-1"
+
+
 def test_analyze_says_what_is_wrong_as_every_command_does(tmp_path, capsys) -> None:
     """A file with no trace line: ``minibroker analyze: ...`` on one line, status 2, before any engine."""
     empty = tmp_path / "empty.jsonl"
