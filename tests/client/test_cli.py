@@ -271,12 +271,15 @@ def test_help(command, capsys, monkeypatch) -> None:
         assert option in out
 
 
-async def test_recv_interrupted_prints_its_summary(server, capsys) -> None:
+async def _recv_interrupted_after_first(server, capsys, count: int | None) -> tuple[str, object]:
+    """Run recv (``--count`` when given) on a queue holding one message, cancel it
+    (as Ctrl-C does) once it printed that message; its summary and connection."""
     from clients.commands import recv
 
     server.preload("/queue/a", [b"first"])
-    args = clients.cli.build_parser().parse_args(["recv", "/queue/a", *at(server)])
-    task = asyncio.ensure_future(recv._recv(args, None, None, None, {}))
+    counted = [] if count is None else ["--count", str(count)]
+    args = clients.cli.build_parser().parse_args(["recv", "/queue/a", *counted, *at(server)])
+    task = asyncio.ensure_future(recv._recv(args, count, None, None, {}))
     conn = await server.connection()
     await conn.wait_frame("SUBSCRIBE")
     out = ""
@@ -289,31 +292,20 @@ async def test_recv_interrupted_prints_its_summary(server, capsys) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert capsys.readouterr().err == "received 1 message from /queue/a; interrupted\n"
+    return capsys.readouterr().err, conn
+
+
+async def test_recv_interrupted_prints_its_summary(server, capsys) -> None:
+    err, _ = await _recv_interrupted_after_first(server, capsys, None)
+    assert err == "received 1 message from /queue/a; interrupted\n"
 
 
 async def test_recv_count_interrupted_acknowledges_what_it_printed(server, capsys) -> None:
     """recv --count acknowledges at the end; interrupted before, it still
     acknowledges what it printed, so that does not come back."""
-    from clients.commands import recv
-
-    server.preload("/queue/a", [b"first"])
-    args = clients.cli.build_parser().parse_args(["recv", "/queue/a", "--count", "3", *at(server)])
-    task = asyncio.ensure_future(recv._recv(args, 3, None, None, {}))
-    conn = await server.connection()
-    await conn.wait_frame("SUBSCRIBE")
-    out = ""
-    for _ in range(500):
-        out += capsys.readouterr().out
-        if out:
-            break
-        await asyncio.sleep(0.01)
-    assert out == "first\n"
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert capsys.readouterr().err == "received 1 of 3 messages from /queue/a (acked: 1); interrupted\n"
-    ack = await conn.wait_frame("ACK")
+    err, conn = await _recv_interrupted_after_first(server, capsys, 3)
+    assert err == "received 1 of 3 messages from /queue/a (acked: 1); interrupted\n"
+    ack = await conn.wait_frame("ACK")  # type: ignore[attr-defined]
     assert ack.headers["id"] == "a-1"
 
 
