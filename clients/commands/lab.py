@@ -104,6 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     watch = _terminal_writer() if args.watch else None
     try:
         results = run_lab(matches[0], live=args.live, plot_dir=plot_dir, console=console if args.live else None,
+                          keep_events=console is not None and not args.live,
                           watch=watch)
     except LabError as exc:
         if console is not None:

@@ -60,8 +60,8 @@ class RunResult:
     series: dict[str, Any] | None = None
     #: A live run: how late the broker's event loop ran (the machine's load), else None.
     loop_lag: LoopLag | None = None
-    #: The run's trace events on the virtual clock (None for a live run), and its configuration:
-    #: what ``lab run --console`` replays (``clients.labs.replay``).
+    #: The run's trace events on the virtual clock (``run_lab(keep_events=True)``; None for a
+    #: live run), and its configuration: what ``lab run --console`` replays (``clients.labs.replay``).
     events: list[dict[str, Any]] | None = None
     config: BrokerConfig | None = None
 
@@ -193,11 +193,12 @@ class _LogCapture(logging.Handler):
 
 def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
             out: Callable[[str], None] = print, console: LabConsole | None = None,
-            watch: Callable[[str], None] | None = None) -> list[RunResult]:
+            watch: Callable[[str], None] | None = None, keep_events: bool = False) -> list[RunResult]:
     """Run every configuration of ``lab``, print verdicts, return the results.
 
     With ``console`` the live brokers serve the web console there, and the last
-    one is kept serving (the caller's ``console.hold()`` ends it)."""
+    one is kept serving (the caller's ``console.hold()`` ends it); ``keep_events`` keeps
+    each virtual run's trace events on its result (for the console's replay)."""
     scenario = lab.scenario()
     if live and not hasattr(scenario, "run_live"):
         raise LabError(f"lab {lab.name} has no live run ({lab.no_live or 'none written'}); run it without --live")
@@ -215,7 +216,8 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
                 run.finish()
             outcome.evidence = run.notes + outcome.evidence
             result = RunResult(spec, outcome, loop_lag=run.loop_lag,
-                               events=run.trace.events() if run.trace is not None else None, config=run.config)
+                               events=run.trace.events() if keep_events and run.trace is not None else None,
+                               config=run.config)
             if plot_dir is not None and run.trace is not None:
                 _analyse(run, result, plot_dir / spec.name)
         finally:
