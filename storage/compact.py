@@ -36,7 +36,16 @@ from storage.record import HEADER_SIZE
 __all__ = ["COMPACT_TXID_PREFIX", "compact"]
 
 COMPACT_TXID_PREFIX = b"storage.compact:"
-_counter = itertools.count(1)
+
+
+def _txid(journal: Journal) -> bytes:
+    """A transaction id no open transaction of ``journal`` has, made from the journal alone
+    (not from a process-wide counter), so the same history writes the same bytes."""
+    for n in itertools.count(1):
+        txid = COMPACT_TXID_PREFIX + f"{journal.last_seq}.{n}".encode()
+        if txid not in journal.open_txids:
+            return txid
+    raise AssertionError("unreachable")
 
 
 def compact(journal: Journal, *, preserve_order: bool = True) -> dict[int, int]:
@@ -54,7 +63,7 @@ def compact(journal: Journal, *, preserve_order: bool = True) -> dict[int, int]:
     if all(rec.location.file_id == current for rec in live):
         return {}
     moving = live if preserve_order else [r for r in live if r.location.file_id != current]
-    txid = COMPACT_TXID_PREFIX + f"{journal.last_seq}.{next(_counter)}".encode()
+    txid = _txid(journal)
     dequeue_size = HEADER_SIZE + 10 + len(txid)
     needed = HEADER_SIZE + len(txid)  # the commit
     for rec in moving:
