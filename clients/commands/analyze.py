@@ -55,6 +55,7 @@ def main(args: argparse.Namespace) -> int:
     missing = [t for t in args.traces if "://" not in t and not Path(t).exists()]
     if missing:
         raise CommandError(f"no such trace: {', '.join(missing)}", USAGE)
+    check_out(args.out)
     local = [t for t in args.traces if "://" not in t]
     if local:  # a file with no trace line: said here, as every command says what is wrong
         from clients.spark.findings import TraceFormatError
@@ -64,5 +65,4 @@ def main(args: argparse.Namespace) -> int:
             check_inputs(local)
         except TraceFormatError as exc:
             raise CommandError(str(exc), USAGE) from None
-    check_out(args.out)
     return run_spark_job("clients.spark.analyze", [*args.traces, "--out", args.out, *argv])

@@ -91,7 +91,10 @@ def _series(tb: Tables, findings: list[dict[str, Any]]) -> tuple[dict[str, list[
 
     # the busiest consumers, and always those a finding names (a starved one receives nothing)
     named = {(f["session"], f["sub"]) for f in findings if f["session"] and f["sub"]}
-    top = (tb.consumer_rates.filter(F.col("source") == "broker").groupBy("consumer", "sub")
+    # the broker's own counts; a client trace (replay --trace) has only the clients'
+    by_broker = tb.consumer_rates.filter(F.col("source") == "broker").limit(1).count() > 0
+    source = "broker" if by_broker else "client"
+    top = (tb.consumer_rates.filter(F.col("source") == source).groupBy("consumer", "sub")
            .agg(F.sum("received").alias("n")).orderBy(F.desc("n"), "consumer", "sub").limit(TOP_CONSUMERS))
     keep = {(r["consumer"], r["sub"]) for r in top.collect()} | named
     subs = [r.asDict() for r in tb.subscriptions.collect()]
@@ -99,7 +102,7 @@ def _series(tb: Tables, findings: list[dict[str, Any]]) -> tuple[dict[str, list[
     wanted = F.lit(False)
     for consumer, sub in keep:
         wanted = wanted | ((F.col("consumer") == consumer) & (F.col("sub") == sub))
-    consumers = tb.consumer_rates.filter(wanted & (F.col("source") == "broker"))
+    consumers = tb.consumer_rates.filter(wanted & (F.col("source") == source))
     rows = coarse(consumers, ["consumer", "sub", "dest"], ["received"], [])
     return {
         "dest_rates": coarse(tb.dest_rates, ["dest"], ["enqueued", "sent", "dispatched", "client_sent",

@@ -307,9 +307,11 @@ def write_csv(tb: Tables, findings: list[Row], directory: Path) -> None:
 def series(tb: Tables, findings: list[Row], top: int) -> dict[str, Any]:
     """The plots' series (the Spark engine's ``_series``, uncoarsened: a trace this small has
     few buckets): every consumer when there are few, else the busiest and those a finding names."""
+    # the broker's own counts; a client trace (replay --trace) has only the clients'
+    source = "broker" if any(r["source"] == "broker" for r in tb.consumer_rates) else "client"
     totals: dict[tuple[Any, Any], int] = defaultdict(int)
     for r in tb.consumer_rates:
-        if r["source"] == "broker":
+        if r["source"] == source:
             totals[(r["consumer"], r["sub"])] += r["received"]
     keep = {k for k, _ in sorted(totals.items(), key=lambda kv: (-kv[1], str(kv[0])))[:top]}
     keep |= {(f["session"], f["sub"]) for f in findings if f["session"] and f["sub"]}
@@ -318,7 +320,7 @@ def series(tb: Tables, findings: list[Row], top: int) -> dict[str, Any]:
     return {
         "dest_rates": tb.dest_rates,
         "consumer_rates": [r for r in tb.consumer_rates
-                           if r["source"] == "broker" and (r["consumer"], r["sub"]) in keep],
+                           if r["source"] == source and (r["consumer"], r["sub"]) in keep],
         "subscriptions": [s for s in tb.subscriptions if (s["session"], s["sub"]) in keep],
         "usage": tb.usage, "blocked": tb.blocked, "swaps": tb.swaps, "journal": tb.journal,
         "journal_files": tb.journal_files,
