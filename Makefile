@@ -4,7 +4,7 @@
 #               overrides serve's options: make run ARGS="--port 61623 --console-port 0"
 #   make test   run the linters, then the whole test suite on asyncio's own event loop,
 #               then the edge's tests again on uvloop (the loop `make run` uses)
-#   make lint   ruff (errors, not style) and mypy, as configured in pyproject.toml
+#   make lint   ruff (lint and format check) and mypy, as configured in pyproject.toml
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -79,6 +79,7 @@ run: $(STAMP) $(VENDORED)
 # thread compiles a selector; with everything compiled, imports compile nothing.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 # The suite runs on asyncio's own loop; then the tests of the edge (sockets, WebSocket, the

@@ -34,6 +34,7 @@ prints the same ratio for it: what paging costs the reference broker.
 
     .venv/bin/python bench/backlog.py [--messages 100000] [--reps 3] [--limits FILE] [--with-activemq]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,7 @@ async def _connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWrite
             return reader, writer, parser
 
 
-async def produce(port: int, dest: str, count: int, size: int, expires_in: float = 0,
-                  persistent: bool = True) -> float:
+async def produce(port: int, dest: str, count: int, size: int, expires_in: float = 0, persistent: bool = True) -> float:
     """Send ``count`` persistent messages (``expires_in`` seconds: each with an
     ``expires`` header that far ahead; not ``persistent``: without the header);
     seconds until the last receipt."""
@@ -126,7 +126,7 @@ async def through(port: int, dest: str, count: int, size: int) -> float:
 
 async def queue_statistics(port: int, dest: str) -> dict:
     """The destination's statistics, asked of the broker over STOMP (the statistics plugin)."""
-    return await ask_statistics(port, f"/queue/ActiveMQ.Statistics.Destination.{dest[len('/queue/'):]}")
+    return await ask_statistics(port, f"/queue/ActiveMQ.Statistics.Destination.{dest[len('/queue/') :]}")
 
 
 async def ask_statistics(port: int, address: str) -> dict:
@@ -154,21 +154,30 @@ def run_phases(port: int, dest: str, count: int, size: int, statistics: bool = T
     after = asyncio.run(queue_statistics(port, dest)) if statistics else {}
     asyncio.run(produce(port, dest, count, size))  # a standing backlog again
     t = asyncio.run(through(port, dest, count, size))
-    return {"produce": count / p, "consume": count / c, "through": 2 * count / t,
-            "store_only": before.get("storeOnlyCount", -1), "paged_in": after.get("pagedInCount", -1)}
+    return {
+        "produce": count / p,
+        "consume": count / c,
+        "through": 2 * count / t,
+        "store_only": before.get("storeOnlyCount", -1),
+        "paged_in": after.get("pagedInCount", -1),
+    }
 
 
 def ratio_table(results: dict[str, dict[str, list[float]]], reference: str, limited: str) -> list[str]:
     """Markdown rows: each phase's msg/s under ``reference`` and ``limited``, and their ratio."""
-    lines = [f"| phase | {reference} msg/s, median [min–max] | {limited} msg/s | {limited} / {reference} (paired reps) |",
-             "|---|---|---|---|"]
+    lines = [
+        f"| phase | {reference} msg/s, median [min–max] | {limited} msg/s | {limited} / {reference} (paired reps) |",
+        "|---|---|---|---|",
+    ]
     for phase in ("produce", "consume", "through"):
         plain, limits = results[reference][phase], results[limited][phase]
         paired = [l / p for l, p in zip(limits, plain)]
-        lines.append(f"| {phase} | {statistics.median(plain):,.0f} [{min(plain):,.0f}–{max(plain):,.0f}] "
-                     f"| {statistics.median(limits):,.0f} [{min(limits):,.0f}–{max(limits):,.0f}] "
-                     f"| **{statistics.median(limits) / statistics.median(plain):.2f}** "
-                     f"[{min(paired):.2f}–{max(paired):.2f}] |")
+        lines.append(
+            f"| {phase} | {statistics.median(plain):,.0f} [{min(plain):,.0f}–{max(plain):,.0f}] "
+            f"| {statistics.median(limits):,.0f} [{min(limits):,.0f}–{max(limits):,.0f}] "
+            f"| **{statistics.median(limits) / statistics.median(plain):.2f}** "
+            f"[{min(paired):.2f}–{max(paired):.2f}] |"
+        )
     return lines
 
 
@@ -197,8 +206,11 @@ def activemq_reps(a: argparse.Namespace, workdir: Path) -> tuple[dict[str, dict[
                     amq.stop()
                 for phase, value in got.items():
                     results[name].setdefault(phase, []).append(value)
-                print(f"rep {rep + 1} {name}: produce {got['produce']:,.0f} msg/s, consume {got['consume']:,.0f} "
-                      f"msg/s, through {got['through']:,.0f} msg/s", file=sys.stderr)
+                print(
+                    f"rep {rep + 1} {name}: produce {got['produce']:,.0f} msg/s, consume {got['consume']:,.0f} "
+                    f"msg/s, through {got['through']:,.0f} msg/s",
+                    file=sys.stderr,
+                )
     finally:
         sampler.stop()
     return results, peaks
@@ -209,12 +221,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--limits", default=str(HERE / "configs" / "backlog.toml"),
-                    help="configuration of the broker with limits (default: %(default)s)")
-    ap.add_argument("--plain", default=str(HERE / "configs" / "backlog-plain.toml"),
-                    help="configuration of the reference broker, which must not page (default: %(default)s)")
-    ap.add_argument("--with-activemq", action="store_true",
-                    help="then run the same phases against Debian's ActiveMQ, limited and plain")
+    ap.add_argument(
+        "--limits",
+        default=str(HERE / "configs" / "backlog.toml"),
+        help="configuration of the broker with limits (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--plain",
+        default=str(HERE / "configs" / "backlog-plain.toml"),
+        help="configuration of the reference broker, which must not page (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--with-activemq",
+        action="store_true",
+        help="then run the same phases against Debian's ActiveMQ, limited and plain",
+    )
     a = ap.parse_args(argv)
     if a.messages < 1 or a.reps < 1:
         ap.error("--messages and --reps must be at least 1")
@@ -227,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         brokers = [Ours("plain", Path(tmp), config=a.plain), Ours("limits", Path(tmp), config=a.limits)]
         sampler = RssSampler()
         results: dict[str, dict[str, list[float]]] = {
-            b.name: {"produce": [], "consume": [], "through": [], "store_only": [], "paged_in": []} for b in brokers}
+            b.name: {"produce": [], "consume": [], "through": [], "store_only": [], "paged_in": []} for b in brokers
+        }
         peaks: dict[str, float] = {}
         try:
             for b in brokers:
@@ -240,10 +262,13 @@ def main(argv: list[str] | None = None) -> int:
                     got = run_phases(b.port, f"/queue/backlog.{rep}", a.messages, a.size)
                     for phase, value in got.items():
                         results[b.name][phase].append(value)
-                    print(f"rep {rep + 1} {b.name}: produce {got['produce']:,.0f} msg/s, "
-                          f"consume {got['consume']:,.0f} msg/s, through {got['through']:,.0f} msg/s; "
-                          f"store-only after producing {got['store_only']}, "
-                          f"paged in {got['paged_in']}", file=sys.stderr)
+                    print(
+                        f"rep {rep + 1} {b.name}: produce {got['produce']:,.0f} msg/s, "
+                        f"consume {got['consume']:,.0f} msg/s, through {got['through']:,.0f} msg/s; "
+                        f"store-only after producing {got['store_only']}, "
+                        f"paged in {got['paged_in']}",
+                        file=sys.stderr,
+                    )
             peaks = {b.name: sampler.peak(b.pid) for b in brokers}
         finally:
             sampler.stop()
@@ -255,19 +280,27 @@ def main(argv: list[str] | None = None) -> int:
             except BrokerStartError as exc:
                 print(f"backlog.py: ActiveMQ could not be started: {exc}", file=sys.stderr)
                 return 2
-    print(f"# backlog of {a.messages:,} persistent messages x {a.size} B, produced then drained; "
-          f"{a.reps} reps; limits: {a.limits}")
+    print(
+        f"# backlog of {a.messages:,} persistent messages x {a.size} B, produced then drained; "
+        f"{a.reps} reps; limits: {a.limits}"
+    )
     print("\n".join(ratio_table(results, "plain", "limits")))
     for b in ("plain", "limits"):
-        print(f"\n{b}: store-only after producing (per rep) {results[b]['store_only']}, "
-              f"paged in while draining {results[b]['paged_in']}")
+        print(
+            f"\n{b}: store-only after producing (per rep) {results[b]['store_only']}, "
+            f"paged in while draining {results[b]['paged_in']}"
+        )
     print(f"\npeak RSS MB: plain {peaks.get('plain', 0):.1f}, limits {peaks.get('limits', 0):.1f}")
     if a.with_activemq:
-        print(f"\n# ActiveMQ {ActiveMQ.version() or '(version unknown)'}, the same phases, one instance at a time; "
-              "amq-limits: a 4 MB memoryUsage, amq-plain: 600 MB (configs/activemq-backlog-*.xml), 1 GB heap")
+        print(
+            f"\n# ActiveMQ {ActiveMQ.version() or '(version unknown)'}, the same phases, one instance at a time; "
+            "amq-limits: a 4 MB memoryUsage, amq-plain: 600 MB (configs/activemq-backlog-*.xml), 1 GB heap"
+        )
         print("\n".join(ratio_table(amq_results, "amq-plain", "amq-limits")))
-        print(f"\npeak RSS MB: amq-plain {amq_peaks.get('amq-plain', 0):.1f}, "
-              f"amq-limits {amq_peaks.get('amq-limits', 0):.1f}")
+        print(
+            f"\npeak RSS MB: amq-plain {amq_peaks.get('amq-plain', 0):.1f}, "
+            f"amq-limits {amq_peaks.get('amq-limits', 0):.1f}"
+        )
     return 0
 
 

@@ -10,6 +10,7 @@
 Every broker is stopped by ``stop()``, which is safe to call twice and after
 a failed start; compare.py calls it from a ``finally``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,6 +30,7 @@ if str(HARNESS) not in sys.path:
     sys.path.insert(0, str(HARNESS))
 
 from stomp_bench import proc_mem  # noqa: E402  (vendored harness)
+
 AMQ_HOME = Path("/usr/share/activemq")
 AMQ_JAR = AMQ_HOME / "bin" / "activemq.jar"
 AMQ_INSTALL = "apt-get install -y activemq"
@@ -81,8 +83,15 @@ class Ours:
 
     kind = "ours"
 
-    def __init__(self, name: str, workdir: Path, config: str | None = None, port: int | None = None,
-                 console_page: bool = False, loop: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        config: str | None = None,
+        port: int | None = None,
+        console_page: bool = False,
+        loop: str | None = None,
+    ) -> None:
         """``console_page``: serve the web console and keep one page of it open in a
         headless Chromium while the broker runs (what the console costs the broker).
         ``loop``: ``serve --loop`` (else the configuration's ``transport.event_loop``)."""
@@ -122,34 +131,63 @@ class Ours:
 
     def start(self, timeout: float = 20.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        argv = self.command() + ["serve", "--host", "127.0.0.1", "--port", str(self.port),
-                                 "--websocket-port", "0", "--console-port", str(self.console_port),
-                                 "--data-dir", str(self.data_dir), "--log-level", "warning"]
+        argv = self.command() + [
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--websocket-port",
+            "0",
+            "--console-port",
+            str(self.console_port),
+            "--data-dir",
+            str(self.data_dir),
+            "--log-level",
+            "warning",
+        ]
         if self.config:
             argv += ["--config", self.config]
         if self.loop:
             argv += ["--loop", self.loop]
         t0 = time.monotonic()
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True, preexec_fn=_die_with_parent)
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         while not port_open(self.port):
             if self.proc.poll() is not None:
-                raise BrokerStartError(f"{self.name}: `{' '.join(argv)}` exited with status {self.proc.returncode}:\n"
-                                       f"{_tail(self.log_path)}")
+                raise BrokerStartError(
+                    f"{self.name}: `{' '.join(argv)}` exited with status {self.proc.returncode}:\n"
+                    f"{_tail(self.log_path)}"
+                )
             if time.monotonic() - t0 > timeout:
-                raise BrokerStartError(f"{self.name}: port {self.port} not open after {timeout:.0f} s; "
-                                       f"log {self.log_path}:\n{_tail(self.log_path)}")
+                raise BrokerStartError(
+                    f"{self.name}: port {self.port} not open after {timeout:.0f} s; "
+                    f"log {self.log_path}:\n{_tail(self.log_path)}"
+                )
             time.sleep(0.02)
-        self.info = {"broker": self.name, "pid": self.pid, "port": self.port, "argv": " ".join(argv),
-                     "startup_ms": round((time.monotonic() - t0) * 1000),
-                     "rss_mb_at_start": proc_status_mb(self.pid).get("VmRSS")}
+        self.info = {
+            "broker": self.name,
+            "pid": self.pid,
+            "port": self.port,
+            "argv": " ".join(argv),
+            "startup_ms": round((time.monotonic() - t0) * 1000),
+            "rss_mb_at_start": proc_status_mb(self.pid).get("VmRSS"),
+        }
         if self.console_port:
             while not port_open(self.console_port):
                 if time.monotonic() - t0 > timeout:
                     raise BrokerStartError(f"{self.name}: console port {self.console_port} not open")
                 time.sleep(0.02)
-            self.page = ConsolePage(f"http://127.0.0.1:{self.console_port}/", self.workdir / f"{self.name.replace(':', '-')}-chromium")
+            self.page = ConsolePage(
+                f"http://127.0.0.1:{self.console_port}/", self.workdir / f"{self.name.replace(':', '-')}-chromium"
+            )
             self.info["console_page"] = self.page.url
 
     def stop(self) -> str:
@@ -173,16 +211,29 @@ class ConsolePage:
     """One page open in Debian's headless Chromium (its own fresh profile), until ``stop``."""
 
     CHROMIUM = "/usr/bin/chromium"
-    FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync")
+    FLAGS = (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    )
 
     def __init__(self, url: str, profile: Path) -> None:
         if not Path(self.CHROMIUM).exists():
             raise BrokerStartError("the console page needs Chromium (apt-get install chromium; make browser)")
         self.url = url
-        self.proc = subprocess.Popen([self.CHROMIUM, *self.FLAGS, f"--user-data-dir={profile}", url],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            [self.CHROMIUM, *self.FLAGS, f"--user-data-dir={profile}", url],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
 
     def stop(self) -> None:
         """End the browser and its helper processes (its own process group)."""
@@ -200,7 +251,9 @@ class ActiveMQ:
     kind = "activemq"
     port = AMQ_STOMP_PORT
 
-    def __init__(self, workdir: Path, name: str = "activemq", conf: Path | None = None, heap: str | None = None) -> None:
+    def __init__(
+        self, workdir: Path, name: str = "activemq", conf: Path | None = None, heap: str | None = None
+    ) -> None:
         """``conf``: an activemq.xml instead of the vendored one; ``heap``: JVM heap options."""
         self.name = name
         self.run_dir = workdir / "activemq"
@@ -216,13 +269,15 @@ class ActiveMQ:
             raise BrokerStartError(
                 f"ActiveMQ is not installed (missing: {', '.join(missing)}). Install Debian's package as root:\n\n"
                 f"    {AMQ_INSTALL}\n\n"
-                "then run again, or run without --with-activemq to compare with the reference numbers.")
+                "then run again, or run without --with-activemq to compare with the reference numbers."
+            )
         for port in (AMQ_STOMP_PORT, AMQ_OPENWIRE_PORT):
             if port_open(port):
                 raise BrokerStartError(
                     f"port {port} is already in use on 127.0.0.1 (`make run`, or another ActiveMQ?); the vendored "
                     f"activemq.xml needs {AMQ_STOMP_PORT} (STOMP) and {AMQ_OPENWIRE_PORT} (OpenWire). Stop it first "
-                    f"(`ss -ltnp 'sport = :{port}'` shows who holds it).")
+                    f"(`ss -ltnp 'sport = :{port}'` shows who holds it)."
+                )
 
     @staticmethod
     def version() -> str | None:
@@ -243,8 +298,9 @@ class ActiveMQ:
     def start(self) -> None:
         self.check_installed()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        p = subprocess.run(["bash", str(HARNESS / "activemq-start.sh")], env=self._env(),
-                           capture_output=True, text=True, timeout=150)
+        p = subprocess.run(
+            ["bash", str(HARNESS / "activemq-start.sh")], env=self._env(), capture_output=True, text=True, timeout=150
+        )
         pidfile = self.run_dir / "activemq.pid"
         if pidfile.exists():  # even on failure: stop() must find what the script left running
             try:
@@ -260,8 +316,9 @@ class ActiveMQ:
         if self.pid is None:
             return ""
         self.pid = None
-        p = subprocess.run(["bash", str(HARNESS / "activemq-stop.sh")], env=self._env(),
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            ["bash", str(HARNESS / "activemq-stop.sh")], env=self._env(), capture_output=True, text=True, timeout=60
+        )
         return (p.stdout + p.stderr).strip()
 
 

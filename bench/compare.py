@@ -30,6 +30,7 @@ broker that dies ends the run there, with the table so far), 2 when a broker
 could not be started, 130 on Ctrl-C. Every process started here is stopped
 before exit.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,40 +67,65 @@ def log(*parts) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--with-activemq", action="store_true",
-                    help="also start Debian's ActiveMQ (apt-get install -y activemq) and alternate with it")
-    ap.add_argument("--scenarios", default=DEFAULT_SCENARIOS,
-                    help=f"comma-separated, from {','.join(k for k in run_matrix.SCENARIOS if k != 'warmup')} "
-                         f"(default {DEFAULT_SCENARIOS})")
+    ap.add_argument(
+        "--with-activemq",
+        action="store_true",
+        help="also start Debian's ActiveMQ (apt-get install -y activemq) and alternate with it",
+    )
+    ap.add_argument(
+        "--scenarios",
+        default=DEFAULT_SCENARIOS,
+        help=f"comma-separated, from {','.join(k for k in run_matrix.SCENARIOS if k != 'warmup')} "
+        f"(default {DEFAULT_SCENARIOS})",
+    )
     ap.add_argument("--reps", type=int, help="measured reps per scenario and broker (default 3, --quick 1)")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run: tiny message counts, 1 rep, 1 warm-up, no quiet-window waiting")
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: tiny message counts, 1 rep, 1 warm-up, no quiet-window waiting"
+    )
     ap.add_argument("--warmups", type=int, help="discarded 100k warm-up runs for ActiveMQ (default 3, --quick 1)")
     ap.add_argument("--config", metavar="FILE", help="TOML configuration for our broker (default: embedded)")
-    ap.add_argument("--loop", choices=("auto", "asyncio", "uvloop"),
-                    help="our broker's event loop (serve --loop; default: the configuration's, auto). "
-                         "A variant's comes from its file: bench/configs/uvloop.toml sets uvloop")
-    ap.add_argument("--variant", action="append", default=[], metavar="LABEL=FILE",
-                    help="also run our broker with this configuration, as broker 'ours:LABEL' (repeatable); "
-                         "the table adds the ratio ours:LABEL / ours")
-    ap.add_argument("--console-page", action="store_true",
-                    help="add ours:console, our broker with the web console served and one console page open "
-                         "in headless Chromium (what the console and its WebSocket cost)")
+    ap.add_argument(
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        help="our broker's event loop (serve --loop; default: the configuration's, auto). "
+        "A variant's comes from its file: bench/configs/uvloop.toml sets uvloop",
+    )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=FILE",
+        help="also run our broker with this configuration, as broker 'ours:LABEL' (repeatable); "
+        "the table adds the ratio ours:LABEL / ours",
+    )
+    ap.add_argument(
+        "--console-page",
+        action="store_true",
+        help="add ours:console, our broker with the web console served and one console page open "
+        "in headless Chromium (what the console and its WebSocket cost)",
+    )
     ap.add_argument("--port", type=int, help="port for our broker (default: a free one)")
     ap.add_argument("--out", help="JSON lines file (default bench/results/<timestamp>.jsonl)")
-    ap.add_argument("--quiet-pct", type=float, default=25.0,
-                    help="before a rep, wait until other processes use <= this CPU%% (100 = one core)")
+    ap.add_argument(
+        "--quiet-pct",
+        type=float,
+        default=25.0,
+        help="before a rep, wait until other processes use <= this CPU%% (100 = one core)",
+    )
     ap.add_argument("--max-quiet-wait", type=float, default=60.0, help="seconds to wait for a quiet window")
     ap.add_argument("--noisy-cpu", type=float, default=30.0, help="a rep is noisy if others used > this CPU%%")
-    ap.add_argument("--max-extra", type=int, default=3,
-                    help="extra attempts per scenario and broker to replace noisy reps")
+    ap.add_argument(
+        "--max-extra", type=int, default=3, help="extra attempts per scenario and broker to replace noisy reps"
+    )
     ap.add_argument("--summarize", metavar="JSONL", help="print the table of an earlier run and exit")
     a = ap.parse_args(argv)
     a.scenario_list = [s.strip() for s in a.scenarios.split(",") if s.strip()]
     unknown = [s for s in a.scenario_list if s not in run_matrix.SCENARIOS or s == "warmup"]
     if unknown:
-        ap.error(f"unknown scenario(s) {', '.join(unknown)}; choose from "
-                 f"{', '.join(k for k in run_matrix.SCENARIOS if k != 'warmup')}")
+        ap.error(
+            f"unknown scenario(s) {', '.join(unknown)}; choose from "
+            f"{', '.join(k for k in run_matrix.SCENARIOS if k != 'warmup')}"
+        )
     if a.reps is None:
         a.reps = 1 if a.quick else 3
     if a.warmups is None:
@@ -144,12 +170,30 @@ class Runner:
 
     def bench_argv(self, broker, scen: str) -> tuple[list[str], int]:
         _desc, sargs, tmo = run_matrix.SCENARIOS[scen]
-        argv = [sys.executable, str(HARNESS / "stomp_bench.py"), "--host", "127.0.0.1", "--port", str(broker.port),
-                "--timeout", str(tmo), "--label", f"{broker.name}:{scen}"] + sargs.split()
+        argv = [
+            sys.executable,
+            str(HARNESS / "stomp_bench.py"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(broker.port),
+            "--timeout",
+            str(tmo),
+            "--label",
+            f"{broker.name}:{scen}",
+        ] + sargs.split()
         if self.a.quick:
             tmo = QUICK_TIMEOUT
-            argv += ["--messages", str(QUICK_MESSAGES[scen]), "--timeout", str(tmo),
-                     "--idle-timeout", "5", "--linger", "0.1"]
+            argv += [
+                "--messages",
+                str(QUICK_MESSAGES[scen]),
+                "--timeout",
+                str(tmo),
+                "--idle-timeout",
+                "5",
+                "--linger",
+                "0.1",
+            ]
         i = argv.index("--dest")
         argv[i + 1] += f".{broker.name.replace(':', '-')}.{int(time.time() * 1000) % 10**9}"
         argv += ["--broker-pid", str(broker.pid)]
@@ -178,14 +222,28 @@ class Runner:
         other = rec.get("other_cpu_pct")
         noisy = phase == "measure" and other is not None and other > a.noisy_cpu
         mem = rec.get("broker_mem_mb") or {}
-        rec.update({
-            "type": "rep", "run_id": self.run_id, "broker": broker.name, "broker_kind": broker.kind,
-            "scenario": scen, "scenario_desc": run_matrix.SCENARIOS[scen][0], "phase": phase, "rep": rep,
-            "attempt": attempt, "quick": a.quick, "noisy": noisy, "pre_run_other_cpu_pct": pre_other,
-            "quiet_wait_s": waited, "wall_s": round(time.time() - t0, 2),
-            "rss_peak_mb": max(self.sampler.peak(broker.pid), mem.get("VmRSS") or 0.0),
-            "rss_hwm_mb": mem.get("VmHWM"), "argv": " ".join(argv[1:]), "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        })
+        rec.update(
+            {
+                "type": "rep",
+                "run_id": self.run_id,
+                "broker": broker.name,
+                "broker_kind": broker.kind,
+                "scenario": scen,
+                "scenario_desc": run_matrix.SCENARIOS[scen][0],
+                "phase": phase,
+                "rep": rep,
+                "attempt": attempt,
+                "quick": a.quick,
+                "noisy": noisy,
+                "pre_run_other_cpu_pct": pre_other,
+                "quiet_wait_s": waited,
+                "wall_s": round(time.time() - t0, 2),
+                "rss_peak_mb": max(self.sampler.peak(broker.pid), mem.get("VmRSS") or 0.0),
+                "rss_hwm_mb": mem.get("VmHWM"),
+                "argv": " ".join(argv[1:]),
+                "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+        )
         if broker.kind == "ours":
             rec["data_dir_bytes"] = broker.data_bytes()
             if broker.exit_status() is not None:
@@ -196,10 +254,12 @@ class Runner:
             rec["stderr_tail"] = stderr_tail
         self.write(rec)
         lat = rec.get("latency_ms") or {}
-        log(f"{broker.name:10s} {scen:6s} {phase:7s} rep{rep} try{attempt} {rec.get('status', '?'):8s} "
+        log(
+            f"{broker.name:10s} {scen:6s} {phase:7s} rep{rep} try{attempt} {rec.get('status', '?'):8s} "
             f"ok={rec.get('ok')} e2e={rec.get('e2e_rate')} p50={lat.get('p50')} p99={lat.get('p99')} "
             f"bcpu={rec.get('broker_cpu_pct')} rss={rec['rss_peak_mb']} other={other}"
-            f"{' NOISY' if noisy else ''}{'' if rec.get('ok') else ' FAILED: ' + '; '.join(rec.get('errors') or [])}")
+            f"{' NOISY' if noisy else ''}{'' if rec.get('ok') else ' FAILED: ' + '; '.join(rec.get('errors') or [])}"
+        )
         return rec
 
     def warm_up(self) -> None:
@@ -219,8 +279,10 @@ class Runner:
                     attempt = 1
                     rec = self.run_one(broker, scen, "measure", rep, attempt)
                     if rec.get("broker_exited") is not None:
-                        raise BrokerDied(f"{broker.name} exited with status {rec['broker_exited']} during {scen} "
-                                         f"rep {rep}; stopping the run")
+                        raise BrokerDied(
+                            f"{broker.name} exited with status {rec['broker_exited']} during {scen} "
+                            f"rep {rep}; stopping the run"
+                        )
                     while rec["noisy"] and extra[broker.name] > 0:
                         extra[broker.name] -= 1
                         attempt += 1
@@ -230,8 +292,9 @@ class Runner:
 def git_commit() -> str | None:
     try:
         p = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
         return (p.stdout.strip() + ("+dirty" if dirty else "")) or None
     except OSError:
         return None
@@ -244,26 +307,32 @@ def print_report(records: list[dict], scenarios: list[str], brokers: list[str], 
     pairs = [(b, "activemq") for b in brokers if b.startswith("ours") and theirs]
     pairs += [(b, "ours") for b in brokers if b.startswith("ours:")]
     if meta:
-        print(f"# minibroker vs ActiveMQ, {meta.get('date')} on {meta.get('host')} "
-              f"({meta.get('cpus')} CPUs), minibroker {meta.get('git')}"
-              + (f", ActiveMQ {meta.get('activemq_version')}" if theirs else ""))
+        print(
+            f"# minibroker vs ActiveMQ, {meta.get('date')} on {meta.get('host')} "
+            f"({meta.get('cpus')} CPUs), minibroker {meta.get('git')}"
+            + (f", ActiveMQ {meta.get('activemq_version')}" if theirs else "")
+        )
         print(f"# command: {meta.get('command')}")
     print()
     print(summary.table(records, scenarios, brokers, pairs))
     print()
-    print("msg/s: end-to-end (first send to last expected delivery); C counts deliveries (4 consumers); "
-          "E is paced at 500 msg/s, read its latency. Ratio rows: ours / ActiveMQ of the medians (the figure to "
-          "quote), per-rep paired ratios in brackets; for latency, CPU and RSS lower is better. RSS peak: VmRSS "
-          "sampled every 0.1 s during the reps. A '(noisy)' count > 0 means other processes used "
-          "more CPU than --noisy-cpu during those reps even after retries.")
+    print(
+        "msg/s: end-to-end (first send to last expected delivery); C counts deliveries (4 consumers); "
+        "E is paced at 500 msg/s, read its latency. Ratio rows: ours / ActiveMQ of the medians (the figure to "
+        "quote), per-rep paired ratios in brackets; for latency, CPU and RSS lower is better. RSS peak: VmRSS "
+        "sampled every 0.1 s during the reps. A '(noisy)' count > 0 means other processes used "
+        "more CPU than --noisy-cpu during those reps even after retries."
+    )
     if not theirs:
         print()
         print(f"## Reference, not this run ({summary.REFERENCE_SOURCE})")
         print()
         print(summary.reference_table(records, scenarios, ours))
         print()
-        print(f"ActiveMQ RSS in that run: {summary.REFERENCE_RSS}. The ratios above compare with another day's "
-              "numbers on a noisy shared machine: indicative only; run with --with-activemq for the real figure.")
+        print(
+            f"ActiveMQ RSS in that run: {summary.REFERENCE_RSS}. The ratios above compare with another day's "
+            "numbers on a noisy shared machine: indicative only; run with --with-activemq for the real figure."
+        )
     tl = summary.targets(records, ours, theirs)
     if meta and meta.get("quick"):
         tl = ["- not judged: a --quick run is a smoke test, its message counts are too small to measure"]
@@ -275,8 +344,10 @@ def print_report(records: list[dict], scenarios: list[str], brokers: list[str], 
     hwm = {b: v for b, v in ((meta or {}).get("hwm") or {}).items() if v is not None}
     if hwm:
         print()
-        print("Peak RSS over the whole run (VmHWM, including warm-ups): "
-              + ", ".join(f"{b} {v} MB" for b, v in hwm.items()))
+        print(
+            "Peak RSS over the whole run (VmHWM, including warm-ups): "
+            + ", ".join(f"{b} {v} MB" for b, v in hwm.items())
+        )
     fl = summary.failures([r for r in records if r.get("type") == "rep"])
     if fl:
         print()
@@ -342,14 +413,26 @@ def main(argv=None) -> int:
             sampler.watch(b.pid)
         sampler.start()
         meta = {
-            "type": "run", "run_id": stamp, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "type": "run",
+            "run_id": stamp,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "command": " ".join(["bench/compare.py"] + (sys.argv[1:] if argv is None else list(argv))),
-            "host": platform.node(), "cpus": os.cpu_count(), "kernel": platform.release(),
-            "python": platform.python_version(), "git": git_commit(),
+            "host": platform.node(),
+            "cpus": os.cpu_count(),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+            "git": git_commit(),
             "activemq_version": ActiveMQ.version() if a.with_activemq else None,
-            "scenarios": a.scenario_list, "reps": a.reps, "warmups": a.warmups, "quick": a.quick,
-            "brokers": [b.info for b in brokers], "config": a.config, "variants": a.variants,
-            "quiet_pct": a.quiet_pct, "max_quiet_wait": a.max_quiet_wait, "noisy_cpu": a.noisy_cpu,
+            "scenarios": a.scenario_list,
+            "reps": a.reps,
+            "warmups": a.warmups,
+            "quick": a.quick,
+            "brokers": [b.info for b in brokers],
+            "config": a.config,
+            "variants": a.variants,
+            "quiet_pct": a.quiet_pct,
+            "max_quiet_wait": a.max_quiet_wait,
+            "noisy_cpu": a.noisy_cpu,
             "max_extra": a.max_extra,
         }
         runner = Runner(a, brokers, sampler, out, stamp)

@@ -12,6 +12,7 @@ machine this is steadier than a throughput difference, which the other
 processes' load swamps; a broker flat out on scenario A uses about one core,
 so the page's percent of a core is about the throughput it takes away.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -28,6 +28,7 @@ Scenarios:
 
     python bench/cost.py [--scenarios queue,ack,page-in] [--messages 20000] [--callgrind]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,12 @@ _THROUGH_BATCH = 50
 
 def _send(i: int) -> bytes:
     """A SEND as bench/harness/stomp_bench.py writes it."""
-    return (b"SEND\ndestination:/queue/A\ncontent-length:256\nbench-run:abcdef012345\nbench-seq:%d %d\n\n"
-            % (i, time.monotonic_ns()) + _BODY + b"\x00")
+    return (
+        b"SEND\ndestination:/queue/A\ncontent-length:256\nbench-run:abcdef012345\nbench-seq:%d %d\n\n"
+        % (i, time.monotonic_ns())
+        + _BODY
+        + b"\x00"
+    )
 
 
 def _broker(config=None, store=None):  # type: ignore[no-untyped-def]
@@ -106,8 +111,12 @@ def fill_journal(directory: Path, n: int) -> None:
     store = MessageStore(_page_in_config().store, directory)
     for seq in range(1, n + 1):
         headers = {"destination": "/queue/A", "persistent": "true", "bench-seq": str(seq)}
-        store.enqueue("/queue/A", encode_payload(seq, f"ID:bench-1-{seq}", headers, _BODY, persistent=True,
-                                                 priority=4, expires=0, timestamp=0))
+        store.enqueue(
+            "/queue/A",
+            encode_payload(
+                seq, f"ID:bench-1-{seq}", headers, _BODY, persistent=True, priority=4, expires=0, timestamp=0
+            ),
+        )
     store.close()
 
 
@@ -184,8 +193,9 @@ def _instructions(scenario: str, n: int, tmp: Path) -> int:
         shutil.rmtree(journal, ignore_errors=True)
         shutil.copytree(tmp / f"filled-{n}", journal)
         args += ["--journal", str(journal)]
-    p = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *args],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *args], capture_output=True, text=True
+    )
     for line in p.stderr.splitlines():
         if "Collected :" in line:
             return int(line.rsplit(":", 1)[1])
@@ -218,13 +228,17 @@ def main(argv: list[str] | None = None) -> int:
         if "page-in" in scenarios:
             for n in (small, a.messages):
                 fill_journal(tmp / f"filled-{n}", n)
-        print(f"# broker core, in process: {a.messages:,} messages per run"
-              + (" (instructions: callgrind, run of N minus run of N/4)" if a.callgrind else f" (fastest of {a.reps})"))
+        print(
+            f"# broker core, in process: {a.messages:,} messages per run"
+            + (" (instructions: callgrind, run of N minus run of N/4)" if a.callgrind else f" (fastest of {a.reps})")
+        )
         print("| scenario | " + ("instructions / message" if a.callgrind else "CPU us / message") + " |")
         print("|---|---|")
         for scenario in scenarios:
             if a.callgrind:
-                per = (_instructions(scenario, a.messages, tmp) - _instructions(scenario, small, tmp)) / (a.messages - small)
+                per = (_instructions(scenario, a.messages, tmp) - _instructions(scenario, small, tmp)) / (
+                    a.messages - small
+                )
                 print(f"| {scenario} | {per:,.0f} |", flush=True)
                 continue
             best = float("inf")

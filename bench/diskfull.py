@@ -27,6 +27,7 @@ Prints a table and leaves JSON under bench/results/::
 
     sudo .venv/bin/python bench/diskfull.py [--size 40]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,9 @@ def mount_tmpfs(target: Path, size_mb: int) -> str | None:
     """Mount a tmpfs of ``size_mb`` at ``target``; None, or why it could not be."""
     if os.geteuid() != 0:
         return "mounting a tmpfs needs root (run it with sudo)"
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(target)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(target)], capture_output=True, text=True
+    )
     return None if p.returncode == 0 else f"mount -t tmpfs failed: {p.stderr.strip()}"
 
 
@@ -85,8 +87,13 @@ async def round_trip(port: int, persistent: bool, destination: str) -> str:
     try:
         async with await StompClient.connect(port=port, connect_timeout=10) as client:
             sub = await client.subscribe(destination)
-            await client.send(destination, f"probe:{BODY}", headers={"persistent": "true" if persistent else "false"},
-                              receipt=True, timeout=10)
+            await client.send(
+                destination,
+                f"probe:{BODY}",
+                headers={"persistent": "true" if persistent else "false"},
+                receipt=True,
+                timeout=10,
+            )
             await sub.get(timeout=10)
         return "ok"
     except GONE as exc:
@@ -123,8 +130,11 @@ def run(size_mb: int, mount: Path, workdir: Path, config: Path = CONFIG) -> dict
         non_persistent = asyncio.run(round_trip(broker.port, False, "/queue/np")) if alive_when_full else "broker gone"
         persistent_full = asyncio.run(round_trip(broker.port, True, "/queue/p")) if alive_when_full else "broker gone"
         received, drained = asyncio.run(drain(broker.port)) if alive_when_full else (set(), "broker gone")
-        after = asyncio.run(round_trip(broker.port, True, "/queue/after")) if broker.exit_status() is None \
+        after = (
+            asyncio.run(round_trip(broker.port, True, "/queue/after"))
+            if broker.exit_status() is None
             else "broker gone"
+        )
         status = broker.exit_status()
     finally:
         broker.stop()
@@ -147,12 +157,23 @@ def run(size_mb: int, mount: Path, workdir: Path, config: Path = CONFIG) -> dict
     receipted = set(filled["receipted"])
     lost = receipted - received - left - recovered
     return {
-        "tmpfs_mb": size_mb, "config": config.name, "receipted": len(receipted), "fill_ended_by": filled["outcome"],
-        "broker_alive_when_full": alive_when_full, "exit_status_before_stop": status,
-        "non_persistent_when_full": non_persistent, "persistent_when_full": persistent_full,
-        "drained": len(received), "drain_ended_by": drained, "drained_after_restart": len(left),
-        "recovered_from_a_copy": len(recovered), "lost": len(lost), "lost_examples": sorted(lost)[:10],
-        "persistent_after_drain": after, "restart": restarted, "redelivered_after_restart": len(left & received),
+        "tmpfs_mb": size_mb,
+        "config": config.name,
+        "receipted": len(receipted),
+        "fill_ended_by": filled["outcome"],
+        "broker_alive_when_full": alive_when_full,
+        "exit_status_before_stop": status,
+        "non_persistent_when_full": non_persistent,
+        "persistent_when_full": persistent_full,
+        "drained": len(received),
+        "drain_ended_by": drained,
+        "drained_after_restart": len(left),
+        "recovered_from_a_copy": len(recovered),
+        "lost": len(lost),
+        "lost_examples": sorted(lost)[:10],
+        "persistent_after_drain": after,
+        "restart": restarted,
+        "redelivered_after_restart": len(left & received),
         "seconds": round(time.monotonic() - started, 1),
     }
 
@@ -165,9 +186,13 @@ def _cell(text: str, width: int = 60) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--size", type=int, default=40, help="tmpfs size in MB (default 40)")
-    parser.add_argument("--config", type=Path, default=CONFIG,
-                        help="broker configuration (default configs/diskfull.toml; configs/diskfull-fail.toml "
-                             "refuses a SEND at once instead of holding its producer)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=CONFIG,
+        help="broker configuration (default configs/diskfull.toml; configs/diskfull-fail.toml "
+        "refuses a SEND at once instead of holding its producer)",
+    )
     parser.add_argument("--json", help="write the JSON here instead of bench/results/")
     a = parser.parse_args(argv)
     if a.size < 8:
@@ -186,14 +211,46 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         finally:
             subprocess.run(["umount", str(mount)], capture_output=True)
-    print_table(["tmpfs MB", "config", "receipted", "filling ended by", "non-persistent when full", "persistent when full",
-                 "drained", "persistent after drain", "restart", "drained after restart", "from a copy", "lost"],
-                [[r["tmpfs_mb"], r["config"], r["receipted"], _cell(r["fill_ended_by"]), _cell(r["non_persistent_when_full"]),
-                  _cell(r["persistent_when_full"]), r["drained"], _cell(r["persistent_after_drain"]), _cell(r["restart"]),
-                  r["drained_after_restart"], r["recovered_from_a_copy"], r["lost"]]])
+    print_table(
+        [
+            "tmpfs MB",
+            "config",
+            "receipted",
+            "filling ended by",
+            "non-persistent when full",
+            "persistent when full",
+            "drained",
+            "persistent after drain",
+            "restart",
+            "drained after restart",
+            "from a copy",
+            "lost",
+        ],
+        [
+            [
+                r["tmpfs_mb"],
+                r["config"],
+                r["receipted"],
+                _cell(r["fill_ended_by"]),
+                _cell(r["non_persistent_when_full"]),
+                _cell(r["persistent_when_full"]),
+                r["drained"],
+                _cell(r["persistent_after_drain"]),
+                _cell(r["restart"]),
+                r["drained_after_restart"],
+                r["recovered_from_a_copy"],
+                r["lost"],
+            ]
+        ],
+    )
     save("diskfull", r, a.json)
-    good = (r["lost"] == 0 and r["non_persistent_when_full"] == "ok" and r["persistent_after_drain"] == "ok"
-            and r["restart"] == "ok" and r["persistent_when_full"] != "ok")
+    good = (
+        r["lost"] == 0
+        and r["non_persistent_when_full"] == "ok"
+        and r["persistent_after_drain"] == "ok"
+        and r["restart"] == "ok"
+        and r["persistent_when_full"] != "ok"
+    )
     return 0 if good else 1
 
 

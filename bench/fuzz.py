@@ -32,6 +32,7 @@ bench/results/::
 
     .venv/bin/python bench/fuzz.py [--frames 1000000] [--seed 1] [--broker K]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,14 +91,14 @@ class Fuzzer:
         self.counts["brokers"] += 1
         # Each destination has a small limit of its own, so the fuzzers' backlogs block
         # their own producers and never the broker's memory (the bystander's).
-        doc: dict[str, Any] = {"system_usage": {"memory_limit": "64 mb"},
-                               "destination_policy": [{"queue": ">", "memory_limit": "32 kb"},
-                                                      {"topic": ">", "memory_limit": "32 kb"}]}
+        doc: dict[str, Any] = {
+            "system_usage": {"memory_limit": "64 mb"},
+            "destination_policy": [{"queue": ">", "memory_limit": "32 kb"}, {"topic": ">", "memory_limit": "32 kb"}],
+        }
         if journal:
             self.data_dir = tempfile.mkdtemp(prefix="minibroker-fuzz-")
             doc["store"] = {"fsync": "never", "journal_max_file_length": "64 kb"}
-        self.net = VirtualNetwork(parse_config(doc), data_dir=self.data_dir, seed=index + 1,
-                                  check_teardown=True)
+        self.net = VirtualNetwork(parse_config(doc), data_dir=self.data_dir, seed=index + 1, check_teardown=True)
         self.violations_seen = 0
         self.bystander = self.net.connected_client("bystander")
         self.bystander.subscribe("/queue/ok", "b", "client-individual")
@@ -148,8 +149,10 @@ class Fuzzer:
             try:
                 client.write(data)
             except Exception:
-                self._note("internal errors", f"{where}: raised at chunk {chunks.index(data)} of {chunks!r}\n"
-                                              f"{traceback.format_exc()}")
+                self._note(
+                    "internal errors",
+                    f"{where}: raised at chunk {chunks.index(data)} of {chunks!r}\n{traceback.format_exc()}",
+                )
                 self.net.broker.internal_error(sid)  # as the server does: an ERROR, and the connection is closed
                 self.net.pump()
                 client.received = [f for f in client.received if f.command != "ERROR"]  # that ERROR is ours
@@ -175,7 +178,7 @@ class Fuzzer:
         """Count what the checker found since the last look."""
         assert self.net is not None and self.net.teardown is not None
         violations = self.net.teardown.violations
-        for broken in violations[self.violations_seen:]:
+        for broken in violations[self.violations_seen :]:
             self._note("invariant breaks", f"{broken} {context}")
         self.violations_seen = len(violations)
 
@@ -188,8 +191,13 @@ def generate_pool(size: int, seed_value: int) -> list[bytes]:
     pool: list[bytes] = []
 
     @seed(seed_value)
-    @settings(max_examples=max(1, size // 20), deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=max(1, size // 20),
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(st.lists(chunk(), min_size=20, max_size=20))
     def draw(chunks: list[bytes]) -> None:
         pool.extend(chunks)
@@ -205,7 +213,7 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     at = rng.randrange(len(data))
     kind = rng.randrange(5)
     if kind == 0:
-        return data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1:]
+        return data[:at] + bytes([data[at] ^ (1 << rng.randrange(8))]) + data[at + 1 :]
     if kind == 1:
         return data[:at]
     if kind == 2:
@@ -221,8 +229,9 @@ def connection_chunks(rng: random.Random, pool: list[bytes], mutated: float) -> 
     return [mutate(rng, c) if rng.random() < mutated else c for c in chunks]
 
 
-def run(frames: int, seed_value: int, per_broker: int, pool_size: int, mutated: float,
-        only_broker: int | None = None) -> dict:
+def run(
+    frames: int, seed_value: int, per_broker: int, pool_size: int, mutated: float, only_broker: int | None = None
+) -> dict:
     started = time.monotonic()
     pool = generate_pool(pool_size, seed_value)
     pool_seconds = time.monotonic() - started
@@ -245,13 +254,21 @@ def run(frames: int, seed_value: int, per_broker: int, pool_size: int, mutated: 
     seconds = time.monotonic() - started
     c = fuzzer.counts
     return {
-        "frames": c["frames"], "connections": c["connections"], "brokers": c["brokers"], "seed": seed_value,
-        "pool": len(pool), "pool_seconds": round(pool_seconds, 1), "mutated": mutated,
-        "internal_errors": c["internal errors"], "errors_without_message": c["ERROR without message"],
-        "invariant_breaks": c["invariant breaks"], "bystander_hurt": c["bystander hurt"],
+        "frames": c["frames"],
+        "connections": c["connections"],
+        "brokers": c["brokers"],
+        "seed": seed_value,
+        "pool": len(pool),
+        "pool_seconds": round(pool_seconds, 1),
+        "mutated": mutated,
+        "internal_errors": c["internal errors"],
+        "errors_without_message": c["ERROR without message"],
+        "invariant_breaks": c["invariant breaks"],
+        "bystander_hurt": c["bystander hurt"],
         "bystander_checks": c["bystander checks"],
         "connection_ends_checked": c["connection ends checked"],
-        "examples": fuzzer.examples, "seconds": round(seconds, 1),
+        "examples": fuzzer.examples,
+        "seconds": round(seconds, 1),
         "frames_per_s": round(c["frames"] / seconds) if seconds else 0,
     }
 
@@ -263,18 +280,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-broker", type=int, default=2000, help="connections per broker core (default 2000)")
     parser.add_argument("--pool", type=int, default=4000, help="chunks drawn from the generator (default 4000)")
     parser.add_argument("--mutated", type=float, default=0.2, help="fraction of chunks damaged at random (default 0.2)")
-    parser.add_argument("--broker", type=int, metavar="K",
-                        help="replay broker K alone (its connections, as in a run with the same seed and sizes)")
+    parser.add_argument(
+        "--broker",
+        type=int,
+        metavar="K",
+        help="replay broker K alone (its connections, as in a run with the same seed and sizes)",
+    )
     parser.add_argument("--json", help="write the JSON here instead of bench/results/")
     a = parser.parse_args(argv)
     if a.frames < 1 or a.per_broker < 1 or a.pool < 1 or not 0 <= a.mutated <= 1:
         parser.error("--frames, --per-broker and --pool must be at least 1, --mutated within 0..1")
     logging.disable(logging.CRITICAL)  # the broker logs every refusal; the counts say what matters
     r = run(a.frames, a.seed, a.per_broker, a.pool, a.mutated, a.broker)
-    print_table(["frames", "connections", "internal errors", "ERROR without message", "invariant breaks",
-                 "bystander hurt", "frames/s", "s"],
-                [[r["frames"], r["connections"], r["internal_errors"], r["errors_without_message"],
-                  r["invariant_breaks"], r["bystander_hurt"], r["frames_per_s"], r["seconds"]]])
+    print_table(
+        [
+            "frames",
+            "connections",
+            "internal errors",
+            "ERROR without message",
+            "invariant breaks",
+            "bystander hurt",
+            "frames/s",
+            "s",
+        ],
+        [
+            [
+                r["frames"],
+                r["connections"],
+                r["internal_errors"],
+                r["errors_without_message"],
+                r["invariant_breaks"],
+                r["bystander_hurt"],
+                r["frames_per_s"],
+                r["seconds"],
+            ]
+        ],
+    )
     for kind, examples in r["examples"].items():
         print(f"\n{kind}, first of them:\n  " + "\n  ".join(e.splitlines()[0] for e in examples))
     save("fuzz", r, a.json)

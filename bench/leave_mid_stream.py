@@ -13,6 +13,7 @@ Prints one line per round and a JSON summary; needs Net::Stomp (`make net-stomp`
     python bench/leave_mid_stream.py --rounds 20 [--messages 5000] [--size 100]
         [--seconds 1] [--idle 0.5] [--non-persistent]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,15 +52,27 @@ def produce(port: int, queue: str, messages: int, size: int, persistent: bool) -
 
 def one_round(broker: LiveBroker, queue: str, a: argparse.Namespace) -> dict[str, Any]:
     produce(broker.port, queue, a.messages, a.size, not a.non_persistent)
-    run = subprocess.run(["perl", str(PERL), str(broker.port), str(a.seconds), str(a.idle), queue],
-                         capture_output=True, text=True, timeout=600, check=True)
+    run = subprocess.run(
+        ["perl", str(PERL), str(broker.port), str(a.seconds), str(a.idle), queue],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     names = [body.split(".")[0] for body in seen["acked"] + seen["drained"]]
     dest = broker.server.broker.destinations[queue]
     missing = sorted(set(f"m{i}" for i in range(a.messages)) - set(names), key=lambda n: int(n[1:]))
-    return {"acked": len(seen["acked"]), "meanwhile": [b.split(".")[0] for b in seen["meanwhile"]],
-            "drained": len(seen["drained"]), "duplicates": len(names) - len(set(names)), "missing": missing,
-            "dequeued": dest.dequeued, "size": dest.size(), "loop_stall_ms": round(broker.lag.worst() * 1000)}
+    return {
+        "acked": len(seen["acked"]),
+        "meanwhile": [b.split(".")[0] for b in seen["meanwhile"]],
+        "drained": len(seen["drained"]),
+        "duplicates": len(names) - len(set(names)),
+        "missing": missing,
+        "dequeued": dest.dequeued,
+        "size": dest.size(),
+        "loop_stall_ms": round(broker.lag.worst() * 1000),
+    }
 
 
 def main() -> int:
@@ -81,17 +94,32 @@ def main() -> int:
                 broker.lag.samples.clear()
                 result = one_round(broker, f"/queue/leave.{r}", a)
                 rounds.append(result)
-                print(f"round {r}: acked {result['acked']} + drained {result['drained']}, dequeued "
-                      f"{result['dequeued']}, size {result['size']}, missing {result['missing']}, "
-                      f"duplicates {result['duplicates']}, left unacknowledged {result['meanwhile']}, "
-                      f"the broker's loop stalled up to {result['loop_stall_ms']} ms", flush=True)
+                print(
+                    f"round {r}: acked {result['acked']} + drained {result['drained']}, dequeued "
+                    f"{result['dequeued']}, size {result['size']}, missing {result['missing']}, "
+                    f"duplicates {result['duplicates']}, left unacknowledged {result['meanwhile']}, "
+                    f"the broker's loop stalled up to {result['loop_stall_ms']} ms",
+                    flush=True,
+                )
         finally:
             broker.stop()
     lost = sum(len(r["missing"]) for r in rounds)
-    print(json.dumps({"bench": "leave_mid_stream", "rounds": len(rounds), "messages": a.messages, "size": a.size,
-                      "seconds": a.seconds, "idle": a.idle, "persistent": not a.non_persistent,
-                      "rounds_with_loss": sum(1 for r in rounds if r["missing"]), "lost": lost,
-                      "worst_loop_stall_ms": max((r["loop_stall_ms"] for r in rounds), default=0)}))
+    print(
+        json.dumps(
+            {
+                "bench": "leave_mid_stream",
+                "rounds": len(rounds),
+                "messages": a.messages,
+                "size": a.size,
+                "seconds": a.seconds,
+                "idle": a.idle,
+                "persistent": not a.non_persistent,
+                "rounds_with_loss": sum(1 for r in rounds if r["missing"]),
+                "lost": lost,
+                "worst_loop_stall_ms": max((r["loop_stall_ms"] for r in rounds), default=0),
+            }
+        )
+    )
     return 1 if lost else 0
 
 

@@ -23,6 +23,7 @@ and leaves JSON under bench/results/::
 
     .venv/bin/python bench/preauth.py [--sockets 1000] [--seconds 20] [--rate 16384] [--config FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -97,8 +98,9 @@ async def bystander(port: int, attack: Attack, until: float) -> None:
         try:
             async with await StompClient.connect(port=port, connect_timeout=30) as client:
                 sub = await client.subscribe(f"/queue/bystander{n}")
-                await client.send(f"/queue/bystander{n}", "still here", headers={"persistent": "true"},
-                                  receipt=True, timeout=30)
+                await client.send(
+                    f"/queue/bystander{n}", "still here", headers={"persistent": "true"}, receipt=True, timeout=30
+                )
                 await sub.get(timeout=30)
             attack.round_trips.append(time.monotonic() - started)
         except (StompClientError, OSError, TimeoutError) as exc:
@@ -125,8 +127,9 @@ async def _attack(broker: Ours, sockets: int, seconds: float, rate: int, cap_mb:
     return attack
 
 
-def run(sockets: int, seconds: float, rate: int, config: str | None, cap_mb: float, workdir: Path,
-        length: int = HUGE) -> dict:
+def run(
+    sockets: int, seconds: float, rate: int, config: str | None, cap_mb: float, workdir: Path, length: int = HUGE
+) -> dict:
     broker = Ours("preauth", workdir, config)
     sampler = RssSampler(0.1)
     sampler.start()
@@ -145,16 +148,27 @@ def run(sockets: int, seconds: float, rate: int, config: str | None, cap_mb: flo
         broker.stop()
     trips = sorted(attack.round_trips)
     return {
-        "sockets": sockets, "seconds": seconds, "rate_per_socket": rate, "content_length": length,
+        "sockets": sockets,
+        "seconds": seconds,
+        "rate_per_socket": rate,
+        "content_length": length,
         "config": config or "embedded default",
-        "idle_rss_mb": idle, "peak_rss_mb": peak, "goal_mb": GOAL_MB, "met": peak < GOAL_MB and not attack.capped,
-        "capped_at_mb": cap_mb if attack.capped else None, "broker_alive": alive,
-        "opened": attack.opened, "refused": attack.refused, "closed_by_broker": attack.closed,
-        "answered_before_close": attack.errored, "hostile_bytes_sent": attack.sent,
+        "idle_rss_mb": idle,
+        "peak_rss_mb": peak,
+        "goal_mb": GOAL_MB,
+        "met": peak < GOAL_MB and not attack.capped,
+        "capped_at_mb": cap_mb if attack.capped else None,
+        "broker_alive": alive,
+        "opened": attack.opened,
+        "refused": attack.refused,
+        "closed_by_broker": attack.closed,
+        "answered_before_close": attack.errored,
+        "hostile_bytes_sent": attack.sent,
         "bystander_round_trips": len(trips),
         "bystander_median_ms": round(statistics.median(trips) * 1000, 1) if trips else None,
         "bystander_worst_ms": round(trips[-1] * 1000, 1) if trips else None,
-        "bystander_failures": attack.bystander_failures[:5], "bystander_failed": len(attack.bystander_failures),
+        "bystander_failures": attack.bystander_failures[:5],
+        "bystander_failed": len(attack.bystander_failures),
     }
 
 
@@ -163,9 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sockets", type=int, default=1000, help="hostile connections (default 1000)")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long they trickle (default 20)")
     parser.add_argument("--rate", type=int, default=16384, help="body bytes per second per socket (default 16384)")
-    parser.add_argument("--content-length", type=int, default=HUGE,
-                        help="the CONNECT's announced body, never sent whole (default 104857600: 100 MB)")
-    parser.add_argument("--rss-cap", type=float, default=1500.0, help="stop the attack past this RSS in MB (default 1500)")
+    parser.add_argument(
+        "--content-length",
+        type=int,
+        default=HUGE,
+        help="the CONNECT's announced body, never sent whole (default 104857600: 100 MB)",
+    )
+    parser.add_argument(
+        "--rss-cap", type=float, default=1500.0, help="stop the attack past this RSS in MB (default 1500)"
+    )
     parser.add_argument("--config", help="broker configuration (default: the embedded one)")
     parser.add_argument("--json", help="write the JSON here instead of bench/results/")
     a = parser.parse_args(argv)
@@ -178,11 +198,38 @@ def main(argv: list[str] | None = None) -> int:
             print(f"preauth: {exc}", file=sys.stderr)
             return 1
     capped = f" (stopped at {r['capped_at_mb']:.0f} MB)" if r["capped_at_mb"] else ""
-    print_table(["hostile sockets", "CONNECT body", "accepted", "closed by broker", "refused", "idle RSS MB", "peak RSS MB",
-                 f"goal < {GOAL_MB} MB", "bystander trips", "median ms", "worst ms", "failed"],
-                [[r["sockets"], f"{r['content_length']:,} B", r["opened"], r["closed_by_broker"], r["refused"], r["idle_rss_mb"],
-                  f"{r['peak_rss_mb']}{capped}", "met" if r["met"] else "NOT met", r["bystander_round_trips"],
-                  r["bystander_median_ms"], r["bystander_worst_ms"], r["bystander_failed"]]])
+    print_table(
+        [
+            "hostile sockets",
+            "CONNECT body",
+            "accepted",
+            "closed by broker",
+            "refused",
+            "idle RSS MB",
+            "peak RSS MB",
+            f"goal < {GOAL_MB} MB",
+            "bystander trips",
+            "median ms",
+            "worst ms",
+            "failed",
+        ],
+        [
+            [
+                r["sockets"],
+                f"{r['content_length']:,} B",
+                r["opened"],
+                r["closed_by_broker"],
+                r["refused"],
+                r["idle_rss_mb"],
+                f"{r['peak_rss_mb']}{capped}",
+                "met" if r["met"] else "NOT met",
+                r["bystander_round_trips"],
+                r["bystander_median_ms"],
+                r["bystander_worst_ms"],
+                r["bystander_failed"],
+            ]
+        ],
+    )
     save("preauth", r, a.json)
     return 0 if r["met"] and r["broker_alive"] else 1
 

@@ -4,6 +4,7 @@ The JSON goes to ``bench/results/`` (ignored by git) unless ``--json`` names
 another file: the run's name, its command line, when it ran (UTC), the
 commit it ran at, and the bench's own record.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -29,8 +30,13 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 def _commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        )
         return out.stdout.strip()
     except OSError:
         return ""
@@ -45,8 +51,13 @@ def save(name: str, record: dict[str, Any], path: str | None = None) -> Path:
     now = datetime.datetime.now(datetime.timezone.utc)
     target = Path(path) if path else RESULTS / f"{name}-{now:%Y%m%dT%H%M%SZ}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
-    document = {"bench": name, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-                "date": now.isoformat(timespec="seconds"), "commit": COMMIT, **record}
+    document = {
+        "bench": name,
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "date": now.isoformat(timespec="seconds"),
+        "commit": COMMIT,
+        **record,
+    }
     target.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     print(f"JSON: {target}", flush=True)
     return target

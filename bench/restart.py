@@ -10,6 +10,7 @@ start listening. Prints one JSON line.
 
     python bench/restart.py --messages 1000000 [--size 256] [--layout growing] [--keep DIR]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,16 @@ def fill(data: Path, config: BrokerConfig, messages: int, size: int) -> float:
     body = b"x" * size
     started = time.perf_counter()
     for seq in range(1, messages + 1):
-        headers = {"destination": "/queue/restart", "timestamp": "0", "expires": "0", "priority": "4", "persistent": "true"}
-        payload = encode_payload(seq, f"ID:bench-0-{seq}", headers, body, persistent=True, priority=4, expires=0, timestamp=0)
+        headers = {
+            "destination": "/queue/restart",
+            "timestamp": "0",
+            "expires": "0",
+            "priority": "4",
+            "persistent": "true",
+        }
+        payload = encode_payload(
+            seq, f"ID:bench-0-{seq}", headers, body, persistent=True, priority=4, expires=0, timestamp=0
+        )
         store.enqueue("/queue/restart", payload)
     store.close()
     return time.perf_counter() - started
@@ -56,9 +65,13 @@ async def restart(data: Path, config: BrokerConfig) -> dict:
     writer.close()
     await server.close()
     broker.close()
-    return {"recovered": recovered, "open_journal_s": round(t1 - t0, 2), "recover_s": round(t2 - t1, 2),
-            "accepting_connections_s": round(t3 - t0, 2),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    return {
+        "recovered": recovered,
+        "open_journal_s": round(t1 - t0, 2),
+        "recover_s": round(t2 - t1, 2),
+        "accepting_connections_s": round(t3 - t0, 2),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
 
 
 def main() -> None:
@@ -73,8 +86,15 @@ def main() -> None:
     try:
         fill_s = fill(data, config, a.messages, a.size) if not (data / "journal").exists() else 0.0
         result = asyncio.run(restart(data, config))
-        result.update({"messages": a.messages, "size": a.size, "layout": a.layout, "fill_s": round(fill_s, 1),
-                       "journal_bytes": sum(p.stat().st_size for p in (data / "journal").rglob("*") if p.is_file())})
+        result.update(
+            {
+                "messages": a.messages,
+                "size": a.size,
+                "layout": a.layout,
+                "fill_s": round(fill_s, 1),
+                "journal_bytes": sum(p.stat().st_size for p in (data / "journal").rglob("*") if p.is_file()),
+            }
+        )
         print(json.dumps(result))
     finally:
         if not a.keep:

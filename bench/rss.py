@@ -19,6 +19,7 @@ over the warm RSS::
 
     .venv/bin/python bench/rss.py [--messages 1000000] [--config FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,9 @@ def vm_rss_mb(pid: int) -> float:
     return proc_status_mb(pid)["VmRSS"]
 
 
-def measure(messages: int, config: Path, settle: float = 0.3, expires_in: float = 0,
-            persistent: bool = True) -> dict[str, float]:
+def measure(
+    messages: int, config: Path, settle: float = 0.3, expires_in: float = 0, persistent: bool = True
+) -> dict[str, float]:
     """RSS (MB) of a fresh broker with ``config`` after each phase, and the backlog's statistics."""
     with tempfile.TemporaryDirectory(prefix="minibroker-rss-") as workdir:
         broker = Ours("limits", Path(workdir), str(config))
@@ -77,13 +79,25 @@ def measure(messages: int, config: Path, settle: float = 0.3, expires_in: float 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=1_000_000, help="backlog size (default 1,000,000)")
-    parser.add_argument("--config", type=Path, default=HERE / "configs" / "backlog.toml",
-                        help="the broker's configuration (default: bench/configs/backlog.toml, 4 MB)")
-    parser.add_argument("--non-persistent", action="store_true",
-                        help="a non-persistent backlog, spilled to the temp store by the file cursor "
-                             "(use --config bench/configs/spill.toml)")
-    parser.add_argument("--expires-in", type=float, default=0, metavar="S",
-                        help="give every backlog message an expires header S seconds ahead (default: none)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=HERE / "configs" / "backlog.toml",
+        help="the broker's configuration (default: bench/configs/backlog.toml, 4 MB)",
+    )
+    parser.add_argument(
+        "--non-persistent",
+        action="store_true",
+        help="a non-persistent backlog, spilled to the temp store by the file cursor "
+        "(use --config bench/configs/spill.toml)",
+    )
+    parser.add_argument(
+        "--expires-in",
+        type=float,
+        default=0,
+        metavar="S",
+        help="give every backlog message an expires header S seconds ahead (default: none)",
+    )
     a = parser.parse_args(argv)
     if a.expires_in < 0:
         parser.error(f"--expires-in must not be negative, not {a.expires_in:g}")
@@ -109,8 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     for base in ("idle", "warm"):
         bound = phases[base] + 1.5 * limit_mb
         verdict = "within" if phases["backlog"] <= bound else "OVER"
-        print(f"bound over the {base} base: {phases[base]:.1f} + 1.5 x {limit_mb:g} = {bound:.1f} MB: "
-              f"the backlog is {verdict} it")
+        print(
+            f"bound over the {base} base: {phases[base]:.1f} + 1.5 x {limit_mb:g} = {bound:.1f} MB: "
+            f"the backlog is {verdict} it"
+        )
     print(f"index: {phases['index_bytes']:,} bytes in memory, {phases['index_spilled_bytes']:,} on disk")
     print(json.dumps(phases))
     return 0

@@ -28,6 +28,7 @@ Prints a table and leaves JSON under bench/results/::
 
     .venv/bin/python bench/sigkill.py [--rounds 100] [--backlog 20000] [--seed 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -163,8 +164,10 @@ def _sigkill(broker: Ours) -> None:
 
 
 async def _round(broker: Ours, ledger: Ledger, rng: random.Random, window: int, prefetch: int) -> float:
-    tasks = [asyncio.ensure_future(produce(broker.port, ledger, window)),
-             asyncio.ensure_future(consume(broker.port, ledger, prefetch, None))]
+    tasks = [
+        asyncio.ensure_future(produce(broker.port, ledger, window)),
+        asyncio.ensure_future(consume(broker.port, ledger, prefetch, None)),
+    ]
     after = rng.uniform(0.3, 1.5)
     await asyncio.sleep(after)
     _sigkill(broker)
@@ -195,14 +198,25 @@ def run(rounds: int, backlog: int, seed: int, window: int, prefetch: int, workdi
     lost = sorted(unconfirmed - ledger.acked)
     ack_unconfirmed = sorted(unconfirmed & ledger.acked)
     return {
-        "rounds": rounds, "backlog": backlog, "seed": seed, "config": config or "embedded default",
-        "sends": ledger.attempted, "receipted": len(ledger.receipted), "acks_confirmed": len(ledger.confirmed),
-        "deliveries": ledger.deliveries, "lost": len(lost), "lost_examples": lost[:10],
+        "rounds": rounds,
+        "backlog": backlog,
+        "seed": seed,
+        "config": config or "embedded default",
+        "sends": ledger.attempted,
+        "receipted": len(ledger.receipted),
+        "acks_confirmed": len(ledger.confirmed),
+        "deliveries": ledger.deliveries,
+        "lost": len(lost),
+        "lost_examples": lost[:10],
         "never_delivered": len(ledger.receipted - ledger.delivered_ever),
-        "ack_unconfirmed": len(ack_unconfirmed), "ack_unconfirmed_examples": ack_unconfirmed[:10],
-        "delivered_after_ack": len(ledger.after_ack), "after_ack_examples": ledger.after_ack[:10],
-        "duplicated": len(ledger.duplicated), "duplicated_examples": ledger.duplicated[:10],
-        "redelivered_unconfirmed": ledger.redelivered, "unknown_bodies": len(ledger.unknown),
+        "ack_unconfirmed": len(ack_unconfirmed),
+        "ack_unconfirmed_examples": ack_unconfirmed[:10],
+        "delivered_after_ack": len(ledger.after_ack),
+        "after_ack_examples": ledger.after_ack[:10],
+        "duplicated": len(ledger.duplicated),
+        "duplicated_examples": ledger.duplicated[:10],
+        "redelivered_unconfirmed": ledger.redelivered,
+        "unknown_bodies": len(ledger.unknown),
         "seconds": round(time.monotonic() - started, 1),
     }
 
@@ -210,9 +224,15 @@ def run(rounds: int, backlog: int, seed: int, window: int, prefetch: int, workdi
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=100, help="SIGKILLs (default 100)")
-    parser.add_argument("--backlog", type=int, default=0,
-                        help="persistent messages queued first, under a 1 MB memory limit (default 0: none)")
-    parser.add_argument("--both", action="store_true", help="run without a backlog, then with --backlog (default 20000)")
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=0,
+        help="persistent messages queued first, under a 1 MB memory limit (default 0: none)",
+    )
+    parser.add_argument(
+        "--both", action="store_true", help="run without a backlog, then with --backlog (default 20000)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--window", type=int, default=20, help="SENDs in flight (default 20)")
     parser.add_argument("--prefetch", type=int, default=20)
@@ -230,10 +250,34 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"sigkill: {exc}", file=sys.stderr)
                 return 1
     print_table(
-        ["backlog", "SIGKILLs", "sends receipted", "ACKs receipted", "lost", "delivered after ACK receipt",
-         "duplicated", "ACKed, RECEIPT lost, gone", "redelivered (ACK unconfirmed)", "s"],
-        [[r["backlog"], r["rounds"], r["receipted"], r["acks_confirmed"], r["lost"], r["delivered_after_ack"],
-          r["duplicated"], r["ack_unconfirmed"], r["redelivered_unconfirmed"], r["seconds"]] for r in runs])
+        [
+            "backlog",
+            "SIGKILLs",
+            "sends receipted",
+            "ACKs receipted",
+            "lost",
+            "delivered after ACK receipt",
+            "duplicated",
+            "ACKed, RECEIPT lost, gone",
+            "redelivered (ACK unconfirmed)",
+            "s",
+        ],
+        [
+            [
+                r["backlog"],
+                r["rounds"],
+                r["receipted"],
+                r["acks_confirmed"],
+                r["lost"],
+                r["delivered_after_ack"],
+                r["duplicated"],
+                r["ack_unconfirmed"],
+                r["redelivered_unconfirmed"],
+                r["seconds"],
+            ]
+            for r in runs
+        ],
+    )
     save("sigkill", {"runs": runs}, a.json)
     bad = any(r["lost"] or r["delivered_after_ack"] or r["duplicated"] or r["unknown_bodies"] for r in runs)
     return 1 if bad else 0

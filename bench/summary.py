@@ -10,6 +10,7 @@ our broker and rep i of ActiveMQ ran next to each other, so the per-rep
 ratio ours/ActiveMQ is computed pairwise, and the table shows its median and
 range; the figure to quote is the ratio of the medians.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -134,15 +135,19 @@ def fmt_ratio(med_ratio, paired) -> str:
     return text
 
 
-HEADER = ("| scen | broker | reps ok/run (noisy) | msg/s, median [min–max] | p50 ms | p99 ms "
-          "| broker CPU % | RSS peak MB | lost / dup |")
+HEADER = (
+    "| scen | broker | reps ok/run (noisy) | msg/s, median [min–max] | p50 ms | p99 ms "
+    "| broker CPU % | RSS peak MB | lost / dup |"
+)
 RULE = "|---|---|---|---|---|---|---|---|---|"
 
 
 def broker_row(scen: str, broker: str, st: dict) -> str:
-    return (f"| {scen} | {broker} | {st['ok']}/{st['n']} ({st['noisy']}) | {fmt_spread(st['rate'])} | "
-            f"{fmt_spread(st['p50'], 2)} | {fmt_spread(st['p99'], 2)} | {fmt_spread(st['cpu'])} | "
-            f"{fmt_num(st['rss'], 1)} | {st['lost']} / {st['dups']} |")
+    return (
+        f"| {scen} | {broker} | {st['ok']}/{st['n']} ({st['noisy']}) | {fmt_spread(st['rate'])} | "
+        f"{fmt_spread(st['p50'], 2)} | {fmt_spread(st['p99'], 2)} | {fmt_spread(st['cpu'])} | "
+        f"{fmt_num(st['rss'], 1)} | {st['lost']} / {st['dups']} |"
+    )
 
 
 def ratio_row(scen: str, label: str, a: dict, b: dict, sa: dict, sb: dict) -> str:
@@ -154,8 +159,10 @@ def ratio_row(scen: str, label: str, a: dict, b: dict, sa: dict, sb: dict) -> st
         cells.append(fmt_ratio(ratio(med(sa[key]), med(sb[key])), paired_ratios(a, b, get)))
     cpu = ratio(med(sa["cpu"]), med(sb["cpu"]))
     rss = ratio(sa["rss"], sb["rss"])
-    return (f"| {scen} | *{label}* | | {cells[0]} | {cells[1]} | {cells[2]} | "
-            f"{'-' if cpu is None else f'{cpu:.2f}'} | {'-' if rss is None else f'{rss:.2f}'} | |")
+    return (
+        f"| {scen} | *{label}* | | {cells[0]} | {cells[1]} | {cells[2]} | "
+        f"{'-' if cpu is None else f'{cpu:.2f}'} | {'-' if rss is None else f'{rss:.2f}'} | |"
+    )
 
 
 def table(records: list[dict], scenarios: list[str], brokers: list[str], pairs: list[tuple[str, str]]) -> str:
@@ -171,16 +178,20 @@ def table(records: list[dict], scenarios: list[str], brokers: list[str], pairs: 
                 lines.append(broker_row(scen, b, stats[b]))
         for num, den in pairs:
             if num in stats and den in stats:
-                lines.append(ratio_row(scen, f"{num} / {den}", sel[(scen, num)], sel[(scen, den)],
-                                       stats[num], stats[den]))
+                lines.append(
+                    ratio_row(scen, f"{num} / {den}", sel[(scen, num)], sel[(scen, den)], stats[num], stats[den])
+                )
     return "\n".join(lines)
 
 
 def reference_table(records: list[dict], scenarios: list[str], ours: str) -> str:
     """Our medians next to RESULTS.md's ActiveMQ numbers: not measured in this run."""
     sel = select(records)
-    lines = ["| scen | ours msg/s | reference ActiveMQ msg/s [min–max] | ratio (indicative) "
-             "| ours p50 / p99 ms | reference p50 / p99 ms |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| scen | ours msg/s | reference ActiveMQ msg/s [min–max] | ratio (indicative) "
+        "| ours p50 / p99 ms | reference p50 / p99 ms |",
+        "|---|---|---|---|---|---|",
+    ]
     for scen in scenarios:
         ref = REFERENCE.get(scen)
         reps = sel.get((scen, ours))
@@ -191,8 +202,10 @@ def reference_table(records: list[dict], scenarios: list[str], ours: str) -> str
         r = ratio(st["rate"][0] if st["rate"] else None, r_rate[0] if r_rate else None)
         ours_lat = f"{fmt_spread(st['p50'], 2)} / {fmt_spread(st['p99'], 2)}"
         ref_lat = f"{ref['p50']:.2f} / {ref['p99']:.2f}" if "p50" in ref else "-"
-        lines.append(f"| {scen} | {fmt_spread(st['rate'])} | {fmt_spread(r_rate) if r_rate else '-'} | "
-                     f"{'-' if r is None else f'{r:.2f}'} | {ours_lat} | {ref_lat} |")
+        lines.append(
+            f"| {scen} | {fmt_spread(st['rate'])} | {fmt_spread(r_rate) if r_rate else '-'} | "
+            f"{'-' if r is None else f'{r:.2f}'} | {ours_lat} | {ref_lat} |"
+        )
     return "\n".join(lines)
 
 
@@ -206,16 +219,17 @@ def targets(records: list[dict], ours: str, theirs: str | None) -> list[str]:
             peaks = [p for p in peaks if p]
             if peaks:
                 peak = max(peaks)
-                out.append(f"- {text}: peak {peak:.1f} MB -> "
-                           f"{'met' if peak < threshold else 'NOT met'}")
+                out.append(f"- {text}: peak {peak:.1f} MB -> {'met' if peak < threshold else 'NOT met'}")
             continue
         a, b = sel.get((scen, ours)), sel.get((scen, theirs)) if theirs else None
         if not a:
             continue
         sa = cell_stats(a)
         if needs_store and all(r.get("data_dir_bytes") == 0 for r in a.values()):
-            out.append(f"- {text}: not judged: our broker wrote nothing to its data directory "
-                       f"during {scen}, so {scen} measured the in-memory path")
+            out.append(
+                f"- {text}: not judged: our broker wrote nothing to its data directory "
+                f"during {scen}, so {scen} measured the in-memory path"
+            )
             continue
         if b:
             sb = cell_stats(b)
@@ -240,10 +254,12 @@ def failures(records: list[dict]) -> list[str]:
     for r in records:
         if r.get("type") != "rep" or r.get("ok"):
             continue
-        head = (f"- {r.get('broker')} {r.get('scenario')} {r.get('phase')} rep {r.get('rep')} "
-                f"attempt {r.get('attempt')}: status={r.get('status')} sent={r.get('sent')} "
-                f"received={r.get('received')} expected={r.get('expected')} lost={r.get('lost')} "
-                f"duplicates={r.get('duplicates')} out_of_order={r.get('out_of_order')}")
+        head = (
+            f"- {r.get('broker')} {r.get('scenario')} {r.get('phase')} rep {r.get('rep')} "
+            f"attempt {r.get('attempt')}: status={r.get('status')} sent={r.get('sent')} "
+            f"received={r.get('received')} expected={r.get('expected')} lost={r.get('lost')} "
+            f"duplicates={r.get('duplicates')} out_of_order={r.get('out_of_order')}"
+        )
         out.append(head)
         for e in r.get("errors") or []:
             out.append(f"    error: {e}")

@@ -24,6 +24,7 @@ per turn with no broker at all.
 
     python bench/turn.py [--messages 20000] [--callgrind] [--floor] [--loop L ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,7 +89,7 @@ class Consumer:
             self.buf = self.buf.lstrip(b"\r\n")
             nul = self.buf.find(b"\x00")
             if nul >= 0:
-                frame, self.buf = self.buf[:nul], self.buf[nul + 1:]
+                frame, self.buf = self.buf[:nul], self.buf[nul + 1 :]
                 return frame
             chunk = self.sock.recv(65536)
             if not chunk:
@@ -103,8 +104,9 @@ class Consumer:
 
     def subscribe(self) -> bytes:
         """Subscribe; returns the first MESSAGE (not yet acknowledged)."""
-        self.sock.sendall(b"SUBSCRIBE\nid:turn\ndestination:%s\nack:client-individual\n"
-                          b"activemq.prefetchSize:1\n\n\x00" % self.dest)
+        self.sock.sendall(
+            b"SUBSCRIBE\nid:turn\ndestination:%s\nack:client-individual\nactivemq.prefetchSize:1\n\n\x00" % self.dest
+        )
         return self.frame()
 
     def turns(self, message: bytes, n: int) -> bytes:
@@ -113,7 +115,7 @@ class Consumer:
             if not message.startswith(b"MESSAGE\n") or b"\nack:" not in message:
                 raise SystemExit(f"expected a MESSAGE with an ack header, got: {message[:200]!r}")
             at = message.index(b"\nack:") + 5
-            self.sock.sendall(b"ACK\nid:" + message[at:message.index(b"\n", at)] + b"\n\n\x00")
+            self.sock.sendall(b"ACK\nid:" + message[at : message.index(b"\n", at)] + b"\n\n\x00")
             message = self.frame()
         return message
 
@@ -153,8 +155,9 @@ def _dumped_instructions(dump_dir: Path) -> int:
     raise SystemExit(f"no instruction count in {dumps[-1]}")
 
 
-def _measure_server(name: str, argv: list[str], port: int, args: argparse.Namespace, tmp: Path,
-                    fill: bool) -> dict[str, float]:
+def _measure_server(
+    name: str, argv: list[str], port: int, args: argparse.Namespace, tmp: Path, fill: bool
+) -> dict[str, float]:
     """Start ``argv`` (listening on ``port``), measure it, stop it."""
     dump_dir = tmp / name.replace(" ", "-")
     dump_dir.mkdir()
@@ -183,9 +186,23 @@ def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, dict[str, float]
     for loop in args.loop or ["auto"]:
         label = "" if args.loop is None else f" ({loop})"
         port = free_port()
-        argv = Ours.command() + ["serve", "--host", "127.0.0.1", "--port", str(port),
-                                 "--websocket-port", "0", "--console-port", "0", "--loop", loop,
-                                 "--data-dir", str(tmp / f"data-{loop}"), "--log-level", "warning"]
+        argv = Ours.command() + [
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--websocket-port",
+            "0",
+            "--console-port",
+            "0",
+            "--loop",
+            loop,
+            "--data-dir",
+            str(tmp / f"data-{loop}"),
+            "--log-level",
+            "warning",
+        ]
         name = f"minibroker{label}"
         results.append((name, _measure_server(name, argv, port, args, tmp, fill=True)))
         if args.floor:
@@ -201,9 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=20_000, help="measured turns (default %(default)s)")
     ap.add_argument("--callgrind", action="store_true", help="count the broker's instructions with valgrind")
     ap.add_argument("--floor", action="store_true", help="also measure a trivial asyncio server")
-    ap.add_argument("--loop", action="append", choices=("auto", "asyncio", "uvloop"),
-                    help="the event loop of the broker (and of the floor server); repeat to measure each "
-                         "(default: auto, uvloop when installed)")
+    ap.add_argument(
+        "--loop",
+        action="append",
+        choices=("auto", "asyncio", "uvloop"),
+        help="the event loop of the broker (and of the floor server); repeat to measure each "
+        "(default: auto, uvloop when installed)",
+    )
     a = ap.parse_args(argv)
     if a.messages < 1:
         ap.error(f"--messages must be at least 1, not {a.messages}")
@@ -212,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="minibroker-turn-") as tmp:
         results = run(a, Path(tmp))
     print(f"# scenario D's turn (ACK in, next MESSAGE out), {a.messages:,} turns, one raw-socket consumer")
-    print("| server | turns/s | user CPU us/turn | system CPU us/turn |" + (" instructions/turn |" if a.callgrind else ""))
+    print(
+        "| server | turns/s | user CPU us/turn | system CPU us/turn |" + (" instructions/turn |" if a.callgrind else "")
+    )
     print("|---|---|---|---|" + ("---|" if a.callgrind else ""))
     for name, r in results:
         row = f"| {name} | {r['rate']:,.0f} | {r['user_us']:.1f} | {r['sys_us']:.1f} |"

@@ -7,6 +7,7 @@ Output piped into a reader that stops early (``minibroker stat | head -1``)
 ends the command quietly, as it ends ``cat``: no traceback, status 141
 (128 + SIGPIPE, what a shell reports for a tool killed by SIGPIPE).
 """
+
 from __future__ import annotations
 
 import argparse

@@ -4,6 +4,7 @@ Each trap minibroker teaches comes from a public write-up. The labs
 (``lab.toml``'s ``source``) and ``doctor`` (a finding's ``source``) name it by a
 short key and cite it by its public title and date, so a reader can find it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,20 +30,32 @@ class Source:
 #: key -> the document
 SOURCES: dict[str, Source] = {
     "destination-limits": Source(
-        "Starving JMS consumers when not setting destination limits in ActiveMQ", "13 Apr 2016",
-        "blog post", "starving consumers without destination memory limits"),
+        "Starving JMS consumers when not setting destination limits in ActiveMQ",
+        "13 Apr 2016",
+        "blog post",
+        "starving consumers without destination memory limits",
+    ),
     "temp-storage": Source(
-        "Observations on ActiveMQs temp storage.", "24 Feb 2011",
-        "blog post", "temp storage: producers blocked forever"),
+        "Observations on ActiveMQs temp storage.", "24 Feb 2011", "blog post", "temp storage: producers blocked forever"
+    ),
     "slow-consumers": Source(
-        "Slow Consumers", None,
-        "Apache ActiveMQ developer guide, design documents", "slow consumers on non-durable topics"),
+        "Slow Consumers",
+        None,
+        "Apache ActiveMQ developer guide, design documents",
+        "slow consumers on non-durable topics",
+    ),
     "stalled-socket": Source(
-        "ActiveMQ, STOMP, and network problems that aren't", None,
-        "blog post by dakkar", "STOMP prefetch and the stalled socket"),
+        "ActiveMQ, STOMP, and network problems that aren't",
+        None,
+        "blog post by dakkar",
+        "STOMP prefetch and the stalled socket",
+    ),
     "journal-threshold": Source(
-        "Enqueue threshold exceptions triggered for qpid queue with few messages only", None,
-        "Red Hat knowledge base, MRG Messaging 2", "ring journal: enqueue capacity threshold exceeded"),
+        "Enqueue threshold exceptions triggered for qpid queue with few messages only",
+        None,
+        "Red Hat knowledge base, MRG Messaging 2",
+        "ring journal: enqueue capacity threshold exceeded",
+    ),
 }
 
 

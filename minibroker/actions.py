@@ -11,6 +11,7 @@ which no connection has, so an edge that skips unknown sessions skips them):
 (``Broker.store_synced`` or ``Broker.store_failed``), and ``Shutdown`` asks the
 edge to stop the broker.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple, Union

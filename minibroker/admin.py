@@ -14,6 +14,7 @@ Who may: the ``admin`` right on the operation's own queue
 frame whose message says what was wrong), raised before anything changed,
 except a store that refuses in the middle of a move (see ``_move``).
 """
+
 from __future__ import annotations
 
 import base64
@@ -59,21 +60,25 @@ class AdminResult:
 
 def perform(broker: "Broker", session: "Session", address: str, headers: Mapping[str, str]) -> AdminResult:
     """Carry out the operation requested by a SEND to ``address``."""
-    name = address[len(ADMIN_PREFIX):]
+    name = address[len(ADMIN_PREFIX) :]
     operation = _OPERATIONS.get(name)
     if operation is None:
-        raise ProtocolError(f"unknown admin operation {address}: use ActiveMQ.Admin.{', ActiveMQ.Admin.'.join(_OPERATIONS)}")
+        raise ProtocolError(
+            f"unknown admin operation {address}: use ActiveMQ.Admin.{', ActiveMQ.Admin.'.join(_OPERATIONS)}"
+        )
     verb = name.lower()
     if headers.get("transaction") is not None:
         raise ProtocolError(f"an admin {verb} is not transactional: send it without a transaction header")
     if name != "Whoami":  # the one any user may ask: what may I do?
-        broker.security.check_admin(session.principal, verb, "queue", address[len("/queue/"):])
+        broker.security.check_admin(session.principal, verb, "queue", address[len("/queue/") :])
     if name in ("Browse", "Whoami") and not headers.get("reply-to"):
         raise ProtocolError(f"a {verb} request to {address} needs a reply-to header (where the answer goes)")
     return operation(broker, session, headers)
 
 
-def _destination(broker: "Broker", session: "Session", headers: Mapping[str, str], header: str, verb: str) -> Destination:
+def _destination(
+    broker: "Broker", session: "Session", headers: Mapping[str, str], header: str, verb: str
+) -> Destination:
     """The existing destination a header names, after checking the admin right on it."""
     address = headers.get(header)
     if not address:
@@ -90,7 +95,9 @@ def _destination(broker: "Broker", session: "Session", headers: Mapping[str, str
 def _queue(broker: "Broker", session: "Session", headers: Mapping[str, str], header: str, verb: str) -> Queue:
     found = _destination(broker, session, headers, header, verb)
     if not isinstance(found, Queue):
-        raise ProtocolError(f"cannot {verb} {found.address}: {verb} needs a queue (a topic keeps no messages of its own)")
+        raise ProtocolError(
+            f"cannot {verb} {found.address}: {verb} needs a queue (a topic keeps no messages of its own)"
+        )
     return found
 
 
@@ -98,10 +105,20 @@ def _queue(broker: "Broker", session: "Session", headers: Mapping[str, str], hea
 def _whoami(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> AdminResult:
     """Who the connection is and which operations it may send (a console shows only those)."""
     principal = session.principal
-    allowed = [name for name in _OPERATIONS
-               if name != "Whoami" and broker.security.allows(principal, "admin", "queue", f"ActiveMQ.Admin.{name}")]
-    return AdminResult({"operation": "whoami", "connection": session.id, "user": principal.name,
-                        "groups": sorted(principal.groups), "operations": allowed})
+    allowed = [
+        name
+        for name in _OPERATIONS
+        if name != "Whoami" and broker.security.allows(principal, "admin", "queue", f"ActiveMQ.Admin.{name}")
+    ]
+    return AdminResult(
+        {
+            "operation": "whoami",
+            "connection": session.id,
+            "user": principal.name,
+            "groups": sorted(principal.groups),
+            "operations": allowed,
+        }
+    )
 
 
 # ---------------------------------------------------------------- purge, delete
@@ -109,8 +126,10 @@ def _purge(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> 
     queue = _queue(broker, session, headers, "target", "purge")
     purged = queue.purge()
     log.info("%s purged by %s: %d messages", queue.address, session.principal.name, purged)
-    return AdminResult({"operation": "purge", "destination": queue.address, "purged": purged, "size": queue.size()},
-                       wrote=purged > 0 and broker.store is not None)
+    return AdminResult(
+        {"operation": "purge", "destination": queue.address, "purged": purged, "size": queue.size()},
+        wrote=purged > 0 and broker.store is not None,
+    )
 
 
 def _delete(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> AdminResult:
@@ -120,13 +139,16 @@ def _delete(broker: "Broker", session: "Session", headers: Mapping[str, str]) ->
     users = [s for s in broker.sessions.values() for sub in s.subscriptions.values() if sub.destination is dest]
     if users:
         ids = ", ".join(sorted({str(s.id) for s in users}, key=int))
-        raise ProtocolError(f"cannot delete {dest.address}: it has {len(users)} consumer(s) on connection(s) {ids}; "
-                            "close them first")
+        raise ProtocolError(
+            f"cannot delete {dest.address}: it has {len(users)} consumer(s) on connection(s) {ids}; close them first"
+        )
     blocked = [s for s in broker.sessions.values() if any(p.destination is dest for p in s.parked)]
     if blocked:
         ids = ", ".join(str(s.id) for s in blocked)
-        raise ProtocolError(f"cannot delete {dest.address}: producers on connection(s) {ids} are blocked sending to it; "
-                            "purge it instead, or close them first")
+        raise ProtocolError(
+            f"cannot delete {dest.address}: producers on connection(s) {ids} are blocked sending to it; "
+            "purge it instead, or close them first"
+        )
     purged = 0
     if isinstance(dest, Queue):
         purged = dest.purge()
@@ -137,8 +159,9 @@ def _delete(broker: "Broker", session: "Session", headers: Mapping[str, str]) ->
     broker.registry.remove(dest)
     broker._blocked_cursors.pop(dest, None)  # type: ignore[call-overload]
     log.info("%s deleted by %s (%d messages dropped)", dest.address, session.principal.name, purged)
-    return AdminResult({"operation": "delete", "destination": dest.address, "purged": purged},
-                       wrote=broker.store is not None)
+    return AdminResult(
+        {"operation": "delete", "destination": dest.address, "purged": purged}, wrote=broker.store is not None
+    )
 
 
 # ---------------------------------------------------------------- close
@@ -148,14 +171,19 @@ def _close_connection(broker: "Broker", session: "Session", headers: Mapping[str
         raise ProtocolError("an admin close needs a connection header: the id the Connection statistics show")
     tag_prefix = broker._session_tag(0)[:-1]  # CONNECTED's ``session`` header is this and the id
     if text.startswith(tag_prefix):
-        text = text[len(tag_prefix):]
+        text = text[len(tag_prefix) :]
     cid = int_header({"connection": text}, "connection", 0, 1, None, clamp=False)
     target = broker.sessions.get(cid)
     if target is None:
         raise ProtocolError(f"cannot close connection {cid}: no such connection")
     user = session.principal.name
-    answer = {"operation": "close", "connection": cid, "remoteAddress": target.peer, "clientId": target.client_id,
-              "user": target.principal.name}
+    answer = {
+        "operation": "close",
+        "connection": cid,
+        "remoteAddress": target.peer,
+        "clientId": target.client_id,
+        "user": target.principal.name,
+    }
 
     def close() -> None:
         if target.is_open:
@@ -185,8 +213,15 @@ def _browse(broker: "Broker", session: "Session", headers: Mapping[str, str]) ->
                 break
             if not (0 < paged.expires <= now_ms):
                 shown.append(describe_message(broker.load_message(queue, paged), limit))
-    return AdminResult({"operation": "browse", "destination": queue.address, "size": queue.size(),
-                        "readyCount": len(queue.pending) + len(queue.cursor.store_only), "messages": shown})
+    return AdminResult(
+        {
+            "operation": "browse",
+            "destination": queue.address,
+            "size": queue.size(),
+            "readyCount": len(queue.pending) + len(queue.cursor.store_only),
+            "messages": shown,
+        }
+    )
 
 
 def describe_message(message: Message, body_limit: int) -> dict[str, Any]:
@@ -262,7 +297,8 @@ def _move(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> A
     def wanted(message: Message) -> bool:
         nonlocal chosen
         if (limit is not None and chosen >= limit) or (
-                selector is not None and not selector.matches(message.header_view())):
+            selector is not None and not selector.matches(message.header_view())
+        ):
             return False
         chosen += 1
         return True
@@ -323,8 +359,16 @@ def _move(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> A
     log.info("%s: %d messages moved by %s to %s", source.address, total, session.principal.name, moved or "-")
     if failure is not None:
         raise ProtocolError(f"move from {source.address} stopped after {total} messages: {failure}")
-    answer = {"operation": "move", "from": source.address, "to": fixed.address if fixed is not None else None,
-              "moved": total, "movedTo": moved, "skipped": skipped, "waiting": waiting, "selected": chosen}
+    answer = {
+        "operation": "move",
+        "from": source.address,
+        "to": fixed.address if fixed is not None else None,
+        "moved": total,
+        "movedTo": moved,
+        "skipped": skipped,
+        "waiting": waiting,
+        "selected": chosen,
+    }
     source.dispatch()
     return AdminResult(answer, wrote=wrote or bool(gone))
 

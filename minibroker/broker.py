@@ -38,6 +38,7 @@ arrive within ``partial_frame_timeout`` of its first byte; the password check
 runs off the event loop (``CheckLogin``), and repeated failures from an
 address have their refusals delayed (``logins.LoginFailures``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -99,7 +100,13 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
     """The sans-IO broker. See the module docstring for the event protocol."""
 
     def __init__(
-        self, config: BrokerConfig, clock: Clock, *, seed: int = 0, trace: Any = None, store: MessageStore | None = None,
+        self,
+        config: BrokerConfig,
+        clock: Clock,
+        *,
+        seed: int = 0,
+        trace: Any = None,
+        store: MessageStore | None = None,
         temp_dir: Any = None,
     ) -> None:
         self.config = config
@@ -232,10 +239,17 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         self.sessions[sid] = session
         log.info("connection %d from %s%s", sid, peer or "?", "" if protocol == "tcp" else f" ({protocol})")
         if t.max_connections and len(self.sessions) > t.max_connections:
-            log.warning("connection %d from %s refused: %d connections is the limit", sid, peer or "?", t.max_connections)
-            self._fail(session, ProtocolError(
-                f"the broker has reached its limit of {t.max_connections} connections "
-                "(transport.max_connections): connection refused, try again later"), None)
+            log.warning(
+                "connection %d from %s refused: %d connections is the limit", sid, peer or "?", t.max_connections
+            )
+            self._fail(
+                session,
+                ProtocolError(
+                    f"the broker has reached its limit of {t.max_connections} connections "
+                    "(transport.max_connections): connection refused, try again later"
+                ),
+                None,
+            )
             return sid
         if t.connect_timeout:
             self.timers.call_at(now + t.connect_timeout / 1000, self._check_connect_timeout, session)
@@ -263,19 +277,30 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
     def _trace_usage(self, usage: Usage, old: int, new: int) -> None:
         """A usage percent changed: a ``usage`` event with the broker-wide values."""
         dest = None if usage.parent is None else usage.name
-        self._emit("usage", mem_pct=self.memory.percent, store_pct=self.store_usage.percent,
-                   temp_pct=self.temp_usage.percent, dest=dest, dest_mem_pct=new if dest else None)
+        self._emit(
+            "usage",
+            mem_pct=self.memory.percent,
+            store_pct=self.store_usage.percent,
+            temp_pct=self.temp_usage.percent,
+            dest=dest,
+            dest_mem_pct=new if dest else None,
+        )
 
     def _sample_connections(self) -> None:
         """Every second, while tracing: a ``connection`` event per connection (the stalled socket's evidence)."""
         now = self.clock.now()
         for session in self.sessions.values():
             if session.state is State.CONNECTED:
-                self._emit("connection", session=session.tag, client_id=session.client_id, addr=session.peer or None,
-                           pending_bytes=session.out_bytes + session.transport_buffered,
-                           pending=sum(len(s.dispatched) for s in session.subscriptions.values()),
-                           idle_read=round(now - session.last_read, 6),
-                           idle_write=round(now - session.last_write_progress, 6))
+                self._emit(
+                    "connection",
+                    session=session.tag,
+                    client_id=session.client_id,
+                    addr=session.peer or None,
+                    pending_bytes=session.out_bytes + session.transport_buffered,
+                    pending=sum(len(s.dispatched) for s in session.subscriptions.values()),
+                    idle_read=round(now - session.last_read, 6),
+                    idle_write=round(now - session.last_write_progress, 6),
+                )
         self.timers.call_at(now + _CONNECTION_SAMPLE_SECONDS, self._sample_connections)
 
     def _sample_rates(self) -> None:
@@ -358,8 +383,13 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             if t.partial_frame_timeout:
                 self.timers.call_at(now + t.partial_frame_timeout / 1000, self._check_partial_frame, session, now)
         if self.partial_bytes > t.partial_frame_memory_limit:
-            log.warning("connection %d (%s): incomplete frames hold %d bytes, over the limit of %d", session.id,
-                        session.peer, self.partial_bytes, t.partial_frame_memory_limit)
+            log.warning(
+                "connection %d (%s): incomplete frames hold %d bytes, over the limit of %d",
+                session.id,
+                session.peer,
+                self.partial_bytes,
+                t.partial_frame_memory_limit,
+            )
             return ProtocolError(
                 f"the broker holds {self.partial_bytes} bytes of incomplete frames, over its limit of "
                 f"{t.partial_frame_memory_limit} (transport.partial_frame_memory_limit): "
@@ -376,12 +406,18 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         started = max(since, session.read_resumed_at)
         now = self.clock.now()
         if session.reading_paused or now - started < limit * 0.999:
-            self.timers.call_at((now if session.reading_paused else started) + limit, self._check_partial_frame,
-                                session, since)
+            self.timers.call_at(
+                (now if session.reading_paused else started) + limit, self._check_partial_frame, session, since
+            )
             return
-        self._fail(session, ProtocolError(
-            f"incomplete frame: {session.parser.buffered} bytes received, the rest not within "
-            f"{self.config.transport.partial_frame_timeout} ms (transport.partial_frame_timeout)"), None)
+        self._fail(
+            session,
+            ProtocolError(
+                f"incomplete frame: {session.parser.buffered} bytes received, the rest not within "
+                f"{self.config.transport.partial_frame_timeout} ms (transport.partial_frame_timeout)"
+            ),
+            None,
+        )
 
     def internal_error(self, sid: int) -> None:
         """Handling what ``sid`` sent raised (a bug): tell its client with an ERROR,
@@ -391,8 +427,13 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         if session is None or not session.is_open:
             return
         try:
-            self._fail(session, ProtocolError("internal error in the broker: the connection is closed "
-                                              "(the broker's log has the details)"), None)
+            self._fail(
+                session,
+                ProtocolError(
+                    "internal error in the broker: the connection is closed (the broker's log has the details)"
+                ),
+                None,
+            )
         except Exception:  # the session is too broken even for that: just close it
             log.exception("connection %d: could not send the ERROR for an internal error", sid)
             if session.is_open:
@@ -436,11 +477,18 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         if not session.is_open or not session.transport_paused or session.write_blocked_since != since:
             return
         waited = self.clock.now() - since
-        log.warning("Forced write timeout for: %s (connection %d, writes stuck for %.1f s)", session.peer, session.id, waited)
+        log.warning(
+            "Forced write timeout for: %s (connection %d, writes stuck for %.1f s)", session.peer, session.id, waited
+        )
         if self.trace.enabled:
-            self._emit("write_timeout", session=session.tag, waited=round(waited, 6),
-                       pending_bytes=session.out_bytes + session.transport_buffered,
-                       client_id=session.client_id, addr=session.peer)
+            self._emit(
+                "write_timeout",
+                session=session.tag,
+                waited=round(waited, 6),
+                pending_bytes=session.out_bytes + session.transport_buffered,
+                client_id=session.client_id,
+                addr=session.peer,
+            )
         self._close(session, "write timeout", abort=True)
 
     def tick(self) -> None:
@@ -562,11 +610,23 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             body = f"The offending frame:\n{frame.command}\n{shown}\n"
         session.write(encode(Frame("ERROR", headers, body.encode("utf-8")), session.version))
         what = "refused" if isinstance(exc, Refused) else "protocol error"
-        log.log(logging.INFO if isinstance(exc, Refused) else logging.WARNING,
-                "session %d (%s): %s: %s", session.id, session.peer, what, exc.message)
+        log.log(
+            logging.INFO if isinstance(exc, Refused) else logging.WARNING,
+            "session %d (%s): %s: %s",
+            session.id,
+            session.peer,
+            what,
+            exc.message,
+        )
         if self.trace.enabled:
-            self._emit("error", session=session.tag, client_id=session.client_id or exc.client_id,
-                       message=exc.message, fatal=True, code=exc.code)
+            self._emit(
+                "error",
+                session=session.tag,
+                client_id=session.client_id or exc.client_id,
+                message=exc.message,
+                fatal=True,
+                code=exc.code,
+            )
         self._close(session, f"{what}: {exc.message}")
 
     def _close(self, session: Session, reason: str, *, notify_edge: bool = True, abort: bool = False) -> None:
@@ -617,7 +677,9 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         # nothing more is read from this connection until it is back (login_checked).
         session.set_state(State.AUTHENTICATING)
         self._stop_reading(session, "login")
-        self._control.append(CheckLogin(session.id, partial(self.security.check_login, h.get("login"), h.get("passcode"))))
+        self._control.append(
+            CheckLogin(session.id, partial(self.security.check_login, h.get("login"), h.get("passcode")))
+        )
         return DEFERRED  # CONNECT has no receipt
 
     def login_checked(self, sid: int, principal: Principal | None) -> None:
@@ -633,8 +695,14 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             # Without a login nothing was guessed (a page asking who it should be): told at once.
             delay = self.login_failures.failed(address, self.clock.now()) if login else 0.0
             if delay:
-                log.warning("connection %d: failed login for %r from %s (%d in a row): refused in %.1f s", sid, login,
-                            address, self.login_failures.count(address), delay)
+                log.warning(
+                    "connection %d: failed login for %r from %s (%d in a row): refused in %.1f s",
+                    sid,
+                    login,
+                    address,
+                    self.login_failures.count(address),
+                    delay,
+                )
                 self.timers.call_at(self.clock.now() + delay, self._refuse_login, session, refusal)
             else:
                 self._fail(session, refusal, None)
@@ -678,10 +746,22 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         if recv_ms:
             multiplier = self.config.transport.hb_grace_period_multiplier
             self.timers.call_at(now + recv_ms * multiplier / 1000, self._heart_beat_in, session)
-        log.info("session %d connected: STOMP %s client-id=%s heart-beat=%s", session.id, version, client_id, hb_header or "-")
+        log.info(
+            "session %d connected: STOMP %s client-id=%s heart-beat=%s",
+            session.id,
+            version,
+            client_id,
+            hb_header or "-",
+        )
         if self.trace.enabled:
-            self._emit("connect", session=session.tag, client_id=client_id, version=version, addr=session.peer,
-                       heart_beat=hb_header or None)
+            self._emit(
+                "connect",
+                session=session.tag,
+                client_id=client_id,
+                version=version,
+                addr=session.peer,
+                heart_beat=hb_header or None,
+            )
 
     def _claim_client_id(self, session: Session, client_id: str) -> None:
         holder = self.client_ids.get(client_id)
@@ -689,10 +769,15 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             if not self.config.transport.allow_link_stealing:
                 raise ProtocolError(
                     f"Broker: {self.name} - Client: {client_id} already connected from {holder.peer or 'unknown'}",
-                    code="client_id_in_use", client_id=client_id,
+                    code="client_id_in_use",
+                    client_id=client_id,
                 )
             log.info("client-id %s: link stolen by connection %d from %d", client_id, session.id, holder.id)
-            self._fail(holder, ProtocolError(f"client-id {client_id} was taken over by a new connection (allow_link_stealing)"), None)
+            self._fail(
+                holder,
+                ProtocolError(f"client-id {client_id} was taken over by a new connection (allow_link_stealing)"),
+                None,
+            )
         session.client_id = client_id
         self.client_ids[client_id] = session
 
@@ -726,13 +811,13 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         if silent >= limit * 0.999:
             self._fail(
                 session,
-                ProtocolError(f"heart-beat timeout: nothing received for {silent * 1000:.0f} ms (expected every {session.hb_recv_ms} ms)"),
+                ProtocolError(
+                    f"heart-beat timeout: nothing received for {silent * 1000:.0f} ms (expected every {session.hb_recv_ms} ms)"
+                ),
                 None,
             )
             return
         self.timers.call_at(max(session.last_read, session.read_resumed_at) + limit, self._heart_beat_in, session)
-
-
 
 
 _REASON_CODES = (

@@ -5,6 +5,7 @@ milliseconds since the epoch (message ``timestamp`` and ``expires``). The
 asyncio server passes a ``SystemClock``; tests and labs pass a
 ``ManualClock`` and move it by hand, so a whole run is exact and repeatable.
 """
+
 from __future__ import annotations
 
 import time

@@ -43,6 +43,7 @@ the handshake is over (``handshake_complete``, set by the caller once it has
 accepted the CONNECT) every frame is held to ``max_handshake_frame_size``, a
 few kilobytes: a peer that has not logged in cannot make the broker hold more.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Mapping
@@ -114,9 +115,7 @@ def unescape(text: str, version: str) -> str:
         decoded = table.get(code)
         if decoded is None:
             shown = "\\" + code if code else "\\ at the end"
-            raise ProtocolError(
-                f"undefined escape sequence {shown!r} in header {text!r} (STOMP {version})"
-            )
+            raise ProtocolError(f"undefined escape sequence {shown!r} in header {text!r} (STOMP {version})")
         out.append(decoded)
         start = i + 2
 
@@ -384,7 +383,11 @@ class FrameParser:
             return None
         lines = text.split("\n")
         command = lines[0]
-        if command not in self._plain_commands or len(command) > self.max_command_length or len(lines) > self.max_headers:
+        if (
+            command not in self._plain_commands
+            or len(command) > self.max_command_length
+            or len(lines) > self.max_headers
+        ):
             return None
         headers = ParsedHeaders()
         headers.head = text
@@ -459,9 +462,7 @@ class FrameParser:
                 what = "negative" if clen_text.startswith("-") else "not a number of bytes"
                 raise ProtocolError(f"content-length is {what}: {shown} ({exc})") from None
             if clen > self.max_body_length:
-                raise ProtocolError(
-                    f"body of {clen} bytes exceeds the limit of {self.max_body_length} bytes"
-                )
+                raise ProtocolError(f"body of {clen} bytes exceeds the limit of {self.max_body_length} bytes")
         self._head = (command, headers, pos, end + sep, clen)
         self._scan = end + sep
         return True
@@ -534,17 +535,13 @@ class FrameParser:
             if len(buf) <= nul:
                 return None, 0
             if buf[nul] != 0:
-                raise ProtocolError(
-                    f"frame body is not followed by NUL after content-length {clen}"
-                )
+                raise ProtocolError(f"frame body is not followed by NUL after content-length {clen}")
         else:
             nul = buf.find(b"\x00", self._scan)
             if nul < 0:
                 self._scan = len(buf)
                 if len(buf) - body_start > self.max_body_length:
-                    raise ProtocolError(
-                        f"body exceeds the limit of {self.max_body_length} bytes"
-                    )
+                    raise ProtocolError(f"body exceeds the limit of {self.max_body_length} bytes")
                 self._check_size(len(buf) - start)
                 return None, 0
             self._check_size(nul + 1 - start)

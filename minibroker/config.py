@@ -15,6 +15,7 @@ The embedded default configuration (``default.toml`` beside this module) is
 what ``minibroker serve`` runs with when given no ``--config``; a test checks
 that it agrees with the defaults declared here.
 """
+
 from __future__ import annotations
 
 import base64
@@ -74,7 +75,7 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 def parse_size(value: Any) -> int:
     """Bytes from an integer or a text like ``"64 mb"`` (ActiveMQ's units are powers of 1024)."""
     if isinstance(value, bool):
-        raise ValueError("expected a size such as 65536 or \"64 mb\"")
+        raise ValueError('expected a size such as 65536 or "64 mb"')
     if isinstance(value, int):
         if value < 0:
             raise ValueError("expected a size of 0 or more")
@@ -83,12 +84,14 @@ def parse_size(value: Any) -> int:
         m = _SIZE_RE.match(value)
         if m and m.group(2).lower() in _SIZE_UNITS:
             return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-    raise ValueError("expected a size such as 65536 or \"64 mb\"")
+    raise ValueError('expected a size such as 65536 or "64 mb"')
 
 
 def integer(low: int, high: int | None = None) -> Parser:
     """An integer within ``[low, high]`` (no upper bound when ``high`` is None)."""
-    expected = f"expected an integer from {low} to {high}" if high is not None else f"expected an integer of {low} or more"
+    expected = (
+        f"expected an integer from {low} to {high}" if high is not None else f"expected an integer of {low} or more"
+    )
 
     def parse(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
@@ -136,8 +139,9 @@ def password_hash(value: Any) -> str:
         raise ValueError("expected pbkdf2_sha256$<iterations>$<salt>$<hash>, as `minibroker passwd` prints it")
     iterations = parse_decimal(parts[1])
     if not 1 <= iterations <= MAX_HASH_ITERATIONS:
-        raise ValueError(f"expected from 1 to {MAX_HASH_ITERATIONS:,} iterations (every login runs them all), "
-                         f"not {iterations:,}")
+        raise ValueError(
+            f"expected from 1 to {MAX_HASH_ITERATIONS:,} iterations (every login runs them all), not {iterations:,}"
+        )
     for part in parts[2:]:
         try:
             base64.b64decode(part + "=" * (-len(part) % 4), validate=True)
@@ -229,14 +233,18 @@ class BrokerSection:
 
     name: str = option("localhost", text, "broker name (ActiveMQ brokerName), in logs and message ids")
     data_dir: str = option("data", text, "directory for journals and temp files")
-    persistent: bool = option(True, boolean, "journal persistent messages (ActiveMQ persistent); false keeps everything in memory")
+    persistent: bool = option(
+        True, boolean, "journal persistent messages (ActiveMQ persistent); false keeps everything in memory"
+    )
     trace: str = option("", text, "write the trace (JSON lines, docs/trace-schema.md) to this file; empty = off")
     trace_writer_nice: int = option(
-        19, integer(0, 19),
+        19,
+        integer(0, 19),
         "CPU niceness of the trace's writer process: 19 takes only idle CPU (the trace lags under load), 0 keeps up",
     )
     trace_lag_limit: int = option(
-        256 * 1024 * 1024, size,
+        256 * 1024 * 1024,
+        size,
         "how much trace may wait (spooled beside the file) while the broker is busy; 0 = write at once",
     )
 
@@ -247,41 +255,71 @@ class TransportConfig:
 
     host: str = option("127.0.0.1", text, "address to listen on")
     port: int = option(61613, integer(0, 65535), "STOMP port (0: any free port)")
-    connect_timeout: int = option(30000, integer(0), "ms a connection may take to send CONNECT (ActiveMQ connectAttemptTimeout); 0 = no limit")
-    default_heart_beat: tuple[int, int] = option((0, 0), heart_beat, "heart-beat assumed when CONNECT has none (ActiveMQ transport.defaultHeartBeat)")
-    hb_grace_period_multiplier: float = option(1.5, number(1.0, 10.0), "a peer is dead after this many of its heart-beat intervals of silence")
+    connect_timeout: int = option(
+        30000, integer(0), "ms a connection may take to send CONNECT (ActiveMQ connectAttemptTimeout); 0 = no limit"
+    )
+    default_heart_beat: tuple[int, int] = option(
+        (0, 0), heart_beat, "heart-beat assumed when CONNECT has none (ActiveMQ transport.defaultHeartBeat)"
+    )
+    hb_grace_period_multiplier: float = option(
+        1.5, number(1.0, 10.0), "a peer is dead after this many of its heart-beat intervals of silence"
+    )
     max_command_length: int = option(1024, integer(16), "longest command line, bytes")
     max_header_line_length: int = option(10240, integer(64), "longest header line, bytes")
     max_headers: int = option(1000, integer(1), "most headers in one frame")
     max_data_length: int = option(100 * 1024 * 1024, size, "largest body (ActiveMQ maxDataLength)")
-    max_frame_size: int = option(110 * 1024 * 1024, size_at_least(1024, "a CONNECT frame must fit"),
-                                 "largest frame, headers and body")
-    write_buffer_limit: int = option(256 * 1024, size, "bytes queued for a connection's socket before the broker stops dispatching to it")
-    so_write_timeout: int = option(0, integer(0), "ms a blocked write may last before the connection is closed (ActiveMQ soWriteTimeout); 0 = off")
-    event_loop: str = option("auto", choice(*LOOPS),
-                             "the event loop: uvloop (the fast extra) when installed, else asyncio's own (auto); "
-                             "or asyncio, or uvloop (an error when not installed)")
-    allow_link_stealing: bool = option(False, boolean, "a CONNECT with a client-id already connected takes over instead of being refused")
-    websocket_port: int = option(61614, listener_port, "STOMP over WebSocket port (ActiveMQ's ws transport), on the same host; 0 = off")
-    allowed_origins: tuple[str, ...] = option(
-        (), string_list,
-        "WebSocket: the Origin headers a browser page may connect from (\"http://host:port\"); empty = any",
+    max_frame_size: int = option(
+        110 * 1024 * 1024, size_at_least(1024, "a CONNECT frame must fit"), "largest frame, headers and body"
     )
-    max_connections: int = option(1000, integer(0), "connections at once (ActiveMQ maximumConnections); the one over gets an ERROR and is closed; 0 = no limit")
+    write_buffer_limit: int = option(
+        256 * 1024, size, "bytes queued for a connection's socket before the broker stops dispatching to it"
+    )
+    so_write_timeout: int = option(
+        0, integer(0), "ms a blocked write may last before the connection is closed (ActiveMQ soWriteTimeout); 0 = off"
+    )
+    event_loop: str = option(
+        "auto",
+        choice(*LOOPS),
+        "the event loop: uvloop (the fast extra) when installed, else asyncio's own (auto); "
+        "or asyncio, or uvloop (an error when not installed)",
+    )
+    allow_link_stealing: bool = option(
+        False, boolean, "a CONNECT with a client-id already connected takes over instead of being refused"
+    )
+    websocket_port: int = option(
+        61614, listener_port, "STOMP over WebSocket port (ActiveMQ's ws transport), on the same host; 0 = off"
+    )
+    allowed_origins: tuple[str, ...] = option(
+        (),
+        string_list,
+        'WebSocket: the Origin headers a browser page may connect from ("http://host:port"); empty = any',
+    )
+    max_connections: int = option(
+        1000,
+        integer(0),
+        "connections at once (ActiveMQ maximumConnections); the one over gets an ERROR and is closed; 0 = no limit",
+    )
     max_connect_frame_size: int = option(
-        16 * 1024, size,
+        16 * 1024,
+        size,
         "largest frame before the CONNECT is accepted (the CONNECT itself, or anything sent before it): "
         "a peer that has not logged in cannot make the broker hold more",
     )
     partial_frame_memory_limit: int = option(
-        128 * 1024 * 1024, size,
+        128 * 1024 * 1024,
+        size,
         "bytes of frames not yet complete that all connections together may hold; the connection whose bytes "
         "pass it gets an ERROR and is closed (at least max_frame_size)",
     )
-    partial_frame_timeout: int = option(60000, integer(0), "ms a frame may take to arrive once its first byte has, while the broker reads; 0 = no limit")
-    login_failures_before_delay: int = option(3, integer(1), "failed logins from one address before its refusals are delayed")
+    partial_frame_timeout: int = option(
+        60000, integer(0), "ms a frame may take to arrive once its first byte has, while the broker reads; 0 = no limit"
+    )
+    login_failures_before_delay: int = option(
+        3, integer(1), "failed logins from one address before its refusals are delayed"
+    )
     login_failure_delay: int = option(
-        1000, integer(0),
+        1000,
+        integer(0),
         "ms the refusal of a failed login is withheld once its address has failed that often; doubles with each "
         "further failure, up to 30 s; a successful login from the address ends it; 0 = off",
     )
@@ -309,13 +347,27 @@ class StoreConfig:
     """``[store]``: the persistence journal."""
 
     layout: str = option("growing", choice("growing", "ring"), "growing (KahaDB) or ring (Qpid legacystore)")
-    journal_max_file_length: int = option(32 * 1024 * 1024, _journal_file_size, "growing layout: size of one journal file")
+    journal_max_file_length: int = option(
+        32 * 1024 * 1024, _journal_file_size, "growing layout: size of one journal file"
+    )
     file_count: int = option(8, integer(4, 64), "ring layout: number of journal files per queue")
     file_size: int = option(1536 * 1024, _journal_file_size, "ring layout: size of one journal file")
     fsync: str = option("always", choice("always", "batch", "never"), "when journal writes reach the disk")
-    temp_journal_max_file_length: int = option(32 * 1024 * 1024, _journal_file_size, "temp store (file cursors): size of one file (ActiveMQ PListStore journalMaxFileLength)")
-    store_latency: int = option(0, integer(0), "a slow store on purpose (labs): ms a persistent ACK costs per message in flight, while the connection is not read; 0 = off")
-    index_cache_rows: int = option(65536, integer(1), "rows of each journal's index of live messages (and of the temp store's) kept in memory; the rest goes to a scratch file (KahaDB indexCacheSize)")
+    temp_journal_max_file_length: int = option(
+        32 * 1024 * 1024,
+        _journal_file_size,
+        "temp store (file cursors): size of one file (ActiveMQ PListStore journalMaxFileLength)",
+    )
+    store_latency: int = option(
+        0,
+        integer(0),
+        "a slow store on purpose (labs): ms a persistent ACK costs per message in flight, while the connection is not read; 0 = off",
+    )
+    index_cache_rows: int = option(
+        65536,
+        integer(1),
+        "rows of each journal's index of live messages (and of the temp store's) kept in memory; the rest goes to a scratch file (KahaDB indexCacheSize)",
+    )
 
 
 @dataclass(frozen=True)
@@ -330,27 +382,48 @@ class PolicyEntry:
     queue_browser_prefetch: int = option(500, integer(1, 32767), "default prefetch for queue browsers")
     max_page_size: int = option(200, integer(1), "messages paged in (and stepped over by selectors) at a time")
     prioritized_messages: bool = option(False, boolean, "a queue dispatches higher message priorities first")
-    maximum_redeliveries: int = option(6, integer(-1), "deliveries after the first before a message is dead-lettered; -1 = never")
+    maximum_redeliveries: int = option(
+        6, integer(-1), "deliveries after the first before a message is dead-lettered; -1 = never"
+    )
     dead_letter_on_nack: bool = option(False, boolean, "a NACK dead-letters at once, as ActiveMQ's STOMP NACK does")
-    dead_letter_strategy: str = option("shared", choice("shared", "individual", "discard"), "shared: one DLQ; individual: ActiveMQ.DLQ.Queue.<name>; discard: drop")
+    dead_letter_strategy: str = option(
+        "shared",
+        choice("shared", "individual", "discard"),
+        "shared: one DLQ; individual: ActiveMQ.DLQ.Queue.<name>; discard: drop",
+    )
     dead_letter_queue: str = option("ActiveMQ.DLQ", destination_pattern, "the shared dead letter queue's name")
-    process_non_persistent: bool = option(False, boolean, "dead-letter non-persistent messages too (otherwise they are dropped)")
+    process_non_persistent: bool = option(
+        False, boolean, "dead-letter non-persistent messages too (otherwise they are dropped)"
+    )
     process_expired: bool = option(True, boolean, "expired messages go to the dead letter queue")
-    expire_messages_period: int = option(30000, integer(0), "ms between sweeps for expired messages; 0 = only at dispatch")
+    expire_messages_period: int = option(
+        30000, integer(0), "ms between sweeps for expired messages; 0 = only at dispatch"
+    )
     memory_limit: int = option(0, size, "this destination's own memory limit; 0 = the broker's (ActiveMQ memoryLimit)")
-    cursor_memory_high_water_mark: int = option(70, integer(1, 100), "percent of its memory at which a cursor stops caching")
-    space_check: str = option("current", choice("current", "legacy"), "cursor space rule: current (ActiveMQ 5.15+) or legacy (up to 5.14)")
+    cursor_memory_high_water_mark: int = option(
+        70, integer(1, 100), "percent of its memory at which a cursor stops caching"
+    )
+    space_check: str = option(
+        "current", choice("current", "legacy"), "cursor space rule: current (ActiveMQ 5.15+) or legacy (up to 5.14)"
+    )
     producer_flow_control: bool = option(True, boolean, "block producers while the destination's memory is full")
     send_fail_if_no_space: bool = option(False, boolean, "answer a producer with an ERROR instead of blocking it")
-    send_fail_if_no_space_after_timeout: int = option(0, integer(0), "ms a producer may be blocked before it gets an ERROR; 0 = forever")
+    send_fail_if_no_space_after_timeout: int = option(
+        0, integer(0), "ms a producer may be blocked before it gets an ERROR; 0 = forever"
+    )
     blocked_producer_warning_interval: int = option(30000, integer(0), "ms between log lines about a blocked producer")
     pending_cursor: str = option(
-        "file", choice("vm", "file"),
+        "file",
+        choice("vm", "file"),
         "topic subscriptions' and non-persistent queue messages' cursor: file (spill to the temp store past the "
         "high-water mark, ActiveMQ's default) or vm (memory only: a backlog no one consumes fills the broker's memory)",
     )
-    pending_message_limit: int = option(-1, integer(-1), "topic subscriptions: messages pending beyond prefetch before eviction; -1 = no limit (block)")
-    message_eviction_strategy: str = option("oldest", choice("oldest", "newest"), "which pending message a full subscription discards")
+    pending_message_limit: int = option(
+        -1, integer(-1), "topic subscriptions: messages pending beyond prefetch before eviction; -1 = no limit (block)"
+    )
+    message_eviction_strategy: str = option(
+        "oldest", choice("oldest", "newest"), "which pending message a full subscription discards"
+    )
     abort_slow_consumer: bool = option(False, boolean, "abort subscriptions that stay slow (AbortSlowConsumerStrategy)")
     max_slow_count: int = option(-1, integer(-1), "abort after this many checks found it slow; -1 = off")
     max_slow_duration: int = option(30000, integer(0), "ms a subscription may stay slow before it is aborted")
@@ -387,7 +460,9 @@ class AuthorizationEntry:
     topic: str | None = option(None, destination_pattern, "topics this entry covers (ActiveMQ wildcard)")
     read: tuple[str, ...] = option((), string_list, "groups (or users) that may subscribe and browse")
     write: tuple[str, ...] = option((), string_list, "groups (or users) that may send")
-    admin: tuple[str, ...] = option((), string_list, "groups (or users) that may create the destination and run admin operations on it")
+    admin: tuple[str, ...] = option(
+        (), string_list, "groups (or users) that may create the destination and run admin operations on it"
+    )
 
     @property
     def pattern(self) -> str:
@@ -404,7 +479,8 @@ class TempDestinationAuthorization:
     temporary destination (ActiveMQ's ``tempDestinationAuthorizationEntry``)."""
 
     write: tuple[str, ...] = option(
-        (), string_list,
+        (),
+        string_list,
         "groups (or users) that may send to a temporary destination they do not own (a reply-to); "
         "only its owner ever consumes from one",
     )
@@ -442,8 +518,10 @@ class BrokerConfig:
         listeners off unless they ask for ``"any"`` port (tests and live labs run beside
         other brokers on one machine)."""
         t, c = self.transport, self.console
-        return self.replace(transport={"port": 0, "websocket_port": t.websocket_port if t.websocket_port == ANY_PORT else 0},
-                            console={"port": c.port if c.port == ANY_PORT else 0})
+        return self.replace(
+            transport={"port": 0, "websocket_port": t.websocket_port if t.websocket_port == ANY_PORT else 0},
+            console={"port": c.port if c.port == ANY_PORT else 0},
+        )
 
     def replace(self, **sections: Any) -> "BrokerConfig":
         """A copy with some options changed: ``replace(transport={"port": 0})``."""
@@ -515,8 +593,9 @@ def parse_config(data: Mapping[str, Any], source: str = "configuration") -> Brok
             known = ", ".join(sorted([*_SECTIONS, *_TABLE_ARRAYS]))
             if isinstance(value, (dict, list)):
                 raise ConfigError(f"unknown section '{key}' in {source} (known: {known})")
-            raise ConfigError(f"unknown key '{key}' in {source}: a configuration's keys belong in its "
-                              f"sections ({known})")
+            raise ConfigError(
+                f"unknown key '{key}' in {source}: a configuration's keys belong in its sections ({known})"
+            )
     transport = values.get("transport", TransportConfig())
     if transport.partial_frame_memory_limit < transport.max_frame_size:
         raise ConfigError(

@@ -1,4 +1,5 @@
 """Small pieces the broker core's modules share."""
+
 from __future__ import annotations
 
 import logging

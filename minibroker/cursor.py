@@ -32,6 +32,7 @@ what starves queue A in the starving-consumers case when other queues hold the b
 After a restart every recovered message is store-only and nothing is read
 until a consumer needs it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -149,16 +150,31 @@ class StoreIndex:
         journal, key = self._home if self._home is not None else (None, "")
         redelivered, objects = self.redelivered, self._objects
         if not (redelivered or objects or self.temps):  # the usual case, made quickly
-            return [_new(PagedRef, (StoreRef(journal, ref, key), seq, priority, False, expiry))  # type: ignore[arg-type]
-                    for seq, ref, expiry in zip(seqs, refs, expires)]
+            return [
+                _new(PagedRef, (StoreRef(journal, ref, key), seq, priority, False, expiry))  # type: ignore[arg-type]
+                for seq, ref, expiry in zip(seqs, refs, expires)
+            ]
         return [
-            _new(PagedRef, (StoreRef(journal, ref, key) if ref >= 0 else objects[seq] if ref == -1  # type: ignore[arg-type]
-                            else -ref - 1, seq, priority, seq in redelivered, expiry))
+            _new(
+                PagedRef,
+                (
+                    StoreRef(journal, ref, key)  # type: ignore[arg-type]
+                    if ref >= 0
+                    else objects[seq]
+                    if ref == -1
+                    else -ref - 1,
+                    seq,
+                    priority,
+                    seq in redelivered,
+                    expiry,
+                ),
+            )
             for seq, ref, expiry in zip(seqs, refs, expires)
         ]
 
-    def add(self, ref: Any, seq: int, priority: int = _DEFAULT_PRIORITY, redelivered: bool = False,
-            expires: int = 0) -> None:
+    def add(
+        self, ref: Any, seq: int, priority: int = _DEFAULT_PRIORITY, redelivered: bool = False, expires: int = 0
+    ) -> None:
         """A store-only message: ``ref`` a ``StoreRef``, or a temp store entry's seq (an int)."""
         journal_seq = -1
         if type(ref) is StoreRef:
@@ -374,8 +390,11 @@ class QueueCursor:
                 log.warning(
                     "%s: cursor blocked, no space available to page in messages; destination memory %d%%, broker memory %d%% "
                     "(high-water mark %d%%, space check %s)",
-                    queue.address, queue.memory.percent, broker.memory.percent,
-                    queue.policy.cursor_memory_high_water_mark, queue.policy.space_check,
+                    queue.address,
+                    queue.memory.percent,
+                    broker.memory.percent,
+                    queue.policy.cursor_memory_high_water_mark,
+                    queue.policy.space_check,
                 )
                 broker.page_in_blocked(queue)
             return False

@@ -4,6 +4,7 @@
 ``topic.py`` topics (every subscriber, pending cursors, slow consumers); this
 module has their base class and the in-memory pending lists.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -116,7 +117,9 @@ class Destination:
 
     kind = ""
 
-    def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None) -> None:
+    def __init__(
+        self, broker: "Broker", name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None
+    ) -> None:
         self.broker = broker
         #: Physical name without prefix, e.g. ``orders.us``.
         self.name = name
@@ -190,7 +193,9 @@ class Destination:
             if cause == "nack" and policy.dead_letter_on_nack:
                 self.broker.dead_letter(self, m, f"NACK (delivery {n})")
             elif limit >= 0 and n > limit:
-                self.broker.dead_letter(self, m, f"redelivered {n} times, more than maximum_redeliveries={limit} ({cause})")
+                self.broker.dead_letter(
+                    self, m, f"redelivered {n} times, more than maximum_redeliveries={limit} ({cause})"
+                )
             else:
                 kept.append(m)
         return kept

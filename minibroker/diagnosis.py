@@ -8,6 +8,7 @@ with a backlog in the store that receives nothing because the cursor has no
 space, while consumer-less destinations hold the broker's memory; and a store
 of the ring layout filled by the rings' reservations (``_rings_fill_store``).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -43,8 +44,12 @@ def _rings_fill_store(broker: "Broker") -> list[dict[str, Any]]:
                 f"persistent store {usage.percent}% full ({usage.usage} of {usage.limit} bytes), persistent producers "
                 f"blocked: {rings.explain()}"
             ),
-            "evidence": {"rings": rings.rings, "ring_bytes": rings.each, "reserved": rings.reserved,
-                         "store_limit": usage.limit},
+            "evidence": {
+                "rings": rings.rings,
+                "ring_bytes": rings.each,
+                "reserved": rings.reserved,
+                "store_limit": usage.limit,
+            },
             "cure": rings.cure(usage.limit),
         }
     ]
@@ -74,7 +79,9 @@ def _starving(broker: "Broker") -> list[dict[str, Any]]:
             key=lambda d: -d.memory.usage,
         )
         held = sum(d.memory.usage for d in holders)
-        names = ", ".join(f"{d.address} ({d.memory.usage * 100 // max(root.limit, 1)}% of broker memory)" for d in holders[:5])
+        names = ", ".join(
+            f"{d.address} ({d.memory.usage * 100 // max(root.limit, 1)}% of broker memory)" for d in holders[:5]
+        )
         out.append(
             {
                 "pathology": "starving-consumers",

@@ -11,6 +11,7 @@ zeros allowed, at most ``MAX_DIGITS`` significant digits; anything else is a
 ``ValueError`` whose text says what was wrong, for the caller's ERROR frame
 or configuration error.
 """
+
 from __future__ import annotations
 
 __all__ = ["MAX_DIGITS", "parse_decimal"]

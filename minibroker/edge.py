@@ -13,6 +13,7 @@ core the connection is not writable (dispatch to it stops); ``resume_writing``
 lets it go on. A close flushes what was written (the ERROR frame) first, and
 aborts the socket after a grace period if the peer never reads.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -16,6 +16,7 @@ Storage failures come from ``storage.errors`` (storage sits below this package
 and cannot import it). Programming errors are never caught and re-labelled as
 client faults: they propagate and fail loudly.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -23,8 +24,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .frames import Frame
 
-__all__ = ["BrokerError", "ProtocolError", "Refused", "ConfigError", "NoSpaceError", "ResourceLimitError", "StoreFailure",
-           "StoreOpenError"]
+__all__ = [
+    "BrokerError",
+    "ProtocolError",
+    "Refused",
+    "ConfigError",
+    "NoSpaceError",
+    "ResourceLimitError",
+    "StoreFailure",
+    "StoreOpenError",
+]
 
 
 class BrokerError(Exception):
@@ -40,7 +49,9 @@ class ProtocolError(BrokerError):
     asyncio's ``IncompleteReadError.partial``), so they are handled first.
     """
 
-    def __init__(self, message: str, *, detail: str = "", code: str | None = None, client_id: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, detail: str = "", code: str | None = None, client_id: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.detail = detail

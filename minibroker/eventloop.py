@@ -10,6 +10,7 @@ asyncio's protocol API, so it runs unchanged on either.
 ``asyncio`` and ``uvloop`` ask for one, and asking for uvloop when it is not
 installed is a configuration error that says how to install it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,8 +45,9 @@ def resolve(name: str) -> str:
     if name == "auto":
         return "uvloop" if uvloop_available() else "asyncio"
     if name == "uvloop" and not uvloop_available():
-        raise ConfigError("the uvloop event loop is not installed: pip install 'minibroker[fast]' "
-                          "(or choose --loop asyncio)")
+        raise ConfigError(
+            "the uvloop event loop is not installed: pip install 'minibroker[fast]' (or choose --loop asyncio)"
+        )
     return name
 
 

@@ -14,6 +14,7 @@ A full disk (the store marked full: ``_no_space``) holds persistent messages bac
 the same way as a full store limit: their producers wait, or with
 ``send_fail_if_no_space`` get an ERROR that names the store and "no space".
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,8 +46,14 @@ class ProducerFlowControl:
             return True  # each subscription's pending cursor decides (Topic.accept), as TopicSubscription.add
         return not destination.memory.is_full()
 
-    def _park(self, session: Session, destination: Destination, message: Message, receipt: str | None,
-              resume: list[Any] | None = None) -> Any:
+    def _park(
+        self,
+        session: Session,
+        destination: Destination,
+        message: Message,
+        receipt: str | None,
+        resume: list[Any] | None = None,
+    ) -> Any:
         """Block a producer: withhold its RECEIPT, or stop reading it (ActiveMQ's two ways)."""
         policy = destination.policy
         usage = destination.memory
@@ -96,8 +103,14 @@ class ProducerFlowControl:
             if self.trace.enabled:
                 kind, pct = self._holding_usage(text, resume, usage)
                 session.blocked_usage = kind
-                self._emit("flow_block", session=session.tag, dest=destination.address, usage=kind, pct=pct,
-                           msg=message.message_id)
+                self._emit(
+                    "flow_block",
+                    session=session.tag,
+                    dest=destination.address,
+                    usage=kind,
+                    pct=pct,
+                    msg=message.message_id,
+                )
         if receipt is None:
             self._stop_reading(session, "flow")
         return DEFERRED
@@ -116,7 +129,13 @@ class ProducerFlowControl:
         last = self._last_block_warning.get(destination.address)
         if last is None or now - last >= interval:
             self._last_block_warning[destination.address] = now
-            log.warning("%s Producer (session %d, %s) stopped to prevent flooding %s.", text, session.id, session.peer, destination.address)
+            log.warning(
+                "%s Producer (session %d, %s) stopped to prevent flooding %s.",
+                text,
+                session.id,
+                session.peer,
+                destination.address,
+            )
 
     def _refuse_send(self, session: Session, receipt: str | None, text: str) -> None:
         """An ERROR for one SEND; the connection stays open, as in ActiveMQ."""
@@ -134,7 +153,8 @@ class ProducerFlowControl:
                 del session.parked[i]
                 dest = parked.destination
                 self._refuse_send(
-                    session, parked.receipt,
+                    session,
+                    parked.receipt,
                     f"Usage Manager Memory Limit Wait Timeout. Stopping producer (session {session.id}) to prevent flooding "
                     f"{dest.kind}://{dest.name} (waited {dest.policy.send_fail_if_no_space_after_timeout} ms).",
                 )
@@ -174,7 +194,10 @@ class ProducerFlowControl:
                     if remaining is not None:
                         session.parked.appendleft(parked._replace(resume=remaining))
                         break
-                if parked.receipt is not None and self._after_write(session, parked.receipt, parked.message.store_ref is not None) is None:
+                if (
+                    parked.receipt is not None
+                    and self._after_write(session, parked.receipt, parked.message.store_ref is not None) is None
+                ):
                     self._send_receipt(session, parked.receipt)
             if session.parked:
                 continue
@@ -182,8 +205,14 @@ class ProducerFlowControl:
             if self.trace.enabled:
                 usage = session.blocked_usage
                 pct = {"store": self.store_usage, "temp": self.temp_usage}.get(usage, self.memory).percent
-                self._emit("flow_unblock", session=session.tag, dest=parked_dest, usage=usage,
-                           waited=round(self.clock.now() - session.blocked_since, 6), pct=pct)
+                self._emit(
+                    "flow_unblock",
+                    session=session.tag,
+                    dest=parked_dest,
+                    usage=usage,
+                    waited=round(self.clock.now() - session.blocked_since, 6),
+                    pct=pct,
+                )
             self._start_reading(session, "flow")
 
     def _stop_reading(self, session: Session, reason: str) -> None:

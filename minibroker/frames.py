@@ -5,6 +5,7 @@ mapping of headers (the first of a repeated header wins, so there is exactly
 one value per name) and a body of bytes. Frames are frozen; code that needs a
 variant builds a new one (``frame.with_headers(...)``) instead of mutating.
 """
+
 from __future__ import annotations
 
 from typing import Mapping, NamedTuple

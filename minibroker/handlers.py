@@ -5,6 +5,7 @@ A mixin of ``Broker`` (see ``broker.py`` for the event protocol): each
 ``ProtocolError`` (an ERROR frame, then close), and returns ``DEFERRED`` when
 it sends the RECEIPT itself (or later: flow control, an fsync).
 """
+
 from __future__ import annotations
 
 import json
@@ -84,7 +85,8 @@ class FrameHandlers:
         if message.size + len(message.destination) > limit:
             raise ProtocolError(
                 f"a persistent message of {message.size - MESSAGE_OVERHEAD} bytes (body and headers) does not fit "
-                f"in one journal file of {limit} bytes ({option}): send it non-persistent, or raise {option}")
+                f"in one journal file of {limit} bytes ({option}): send it non-persistent, or raise {option}"
+            )
 
     def _make_message(self, session: Session, frame: Frame, address: str) -> Message:
         h = frame.headers
@@ -102,9 +104,21 @@ class FrameHandlers:
                 self._next_message += 1
                 # By position (see Message.__init__): persistent, priority, expires, timestamp,
                 # origin, message_id_wire, wire_headers, header_chars.
-                return Message(seq, f"{self._id_prefix}{seq}", address, None, frame.body, persistent, priority,
-                               expires, timestamp, session.id, self._id_prefix_wire + str(seq).encode(),
-                               passed[0], passed[1])
+                return Message(
+                    seq,
+                    f"{self._id_prefix}{seq}",
+                    address,
+                    None,
+                    frame.body,
+                    persistent,
+                    priority,
+                    expires,
+                    timestamp,
+                    session.id,
+                    self._id_prefix_wire + str(seq).encode(),
+                    passed[0],
+                    passed[1],
+                )
         headers = {"destination": address}
         headers.update({k: v for k, v in h.items() if k not in BROKER_SET_HEADERS})
         reply_to = headers.get("reply-to")
@@ -120,8 +134,19 @@ class FrameHandlers:
             headers.pop("persistent", None)
         self._next_message += 1
         # By position (see Message.__init__): persistent, priority, expires, timestamp, origin, message_id_wire.
-        return Message(seq, f"{self._id_prefix}{seq}", address, headers, frame.body, persistent, priority, expires,
-                       timestamp, session.id, self._id_prefix_wire + str(seq).encode())
+        return Message(
+            seq,
+            f"{self._id_prefix}{seq}",
+            address,
+            headers,
+            frame.body,
+            persistent,
+            priority,
+            expires,
+            timestamp,
+            session.id,
+            self._id_prefix_wire + str(seq).encode(),
+        )
 
     def _route(self, destination: Destination, message: Message) -> list[Subscription] | None:
         """Hand a new message to its destination; for a topic blocked at a full
@@ -130,9 +155,15 @@ class FrameHandlers:
             return self._admit(destination, message)
         # Hot when traced: the SEND waits for the enqueue to make one record with it (trace.py).
         origin = self.sessions.get(message.origin)
-        self._pending_send = (origin.tag if origin is not None else self._session_tag(message.origin),
-                              destination.address, message.message_id,
-                              message.size, message.persistent, message.priority, self._txid)
+        self._pending_send = (
+            origin.tag if origin is not None else self._session_tag(message.origin),
+            destination.address,
+            message.message_id,
+            message.size,
+            message.persistent,
+            message.priority,
+            self._txid,
+        )
         self._pending_kind = SEND
         try:
             return self._admit(destination, message)
@@ -155,7 +186,7 @@ class FrameHandlers:
         reply_to = frame.headers.get("reply-to")
         if not reply_to:
             raise ProtocolError(f"a statistics request to {address} needs a reply-to header")
-        self.security.check(session.principal, "write", "queue", address[len("/queue/"):])
+        self.security.check(session.principal, "write", "queue", address[len("/queue/") :])
         self._mark_tool_reply(session, reply_to)
         replies = self.statistics_source(self, address, Scope.of(self, session, address))
         if replies is None:
@@ -196,8 +227,9 @@ class FrameHandlers:
         if target.owner is not None:
             target.tool_reply = True
 
-    def _reply(self, session: Session, frame: Frame, reply_to: str, items: list[dict[str, Any]], *,
-               indexed: bool = True) -> None:
+    def _reply(
+        self, session: Session, frame: Frame, reply_to: str, items: list[dict[str, Any]], *, indexed: bool = True
+    ) -> None:
         """Send ``items`` as JSON messages to ``reply-to`` (with ``statistics-index`` and
         ``-total`` when ``indexed``; an empty list is one ``{}`` with index -1)."""
         target = self.registry.resolve(session, reply_to, "write")
@@ -271,7 +303,9 @@ class FrameHandlers:
                 state.owner = owner
                 self.durables_changed()
             if state.active is not None:
-                raise ProtocolError(f"durable subscription {durable_name!r} of client {session.client_id} is already active")
+                raise ProtocolError(
+                    f"durable subscription {durable_name!r} of client {session.client_id} is already active"
+                )
             state.selector = sub.selector
             state.active = sub
             sub.durable = state
@@ -284,8 +318,17 @@ class FrameHandlers:
         if receipt is not None:  # the RECEIPT goes before the first MESSAGE, as ActiveMQ does
             self._send_receipt(session, receipt)
         if self.trace.enabled:
-            self._emit("subscribe", session=session.tag, sub=sub_id, dest=destination.address, ack=ack_mode,
-                       prefetch=prefetch, selector=selector_text, durable=durable_name, exclusive=sub.exclusive or None)
+            self._emit(
+                "subscribe",
+                session=session.tag,
+                sub=sub_id,
+                dest=destination.address,
+                ack=ack_mode,
+                prefetch=prefetch,
+                selector=selector_text,
+                durable=durable_name,
+                exclusive=sub.exclusive or None,
+            )
         if browser:
             assert isinstance(destination, Queue)
             sub.pending.extend(destination.browse_snapshot())
@@ -324,7 +367,9 @@ class FrameHandlers:
     def _delete_durable(self, session: Session, name: str, address: str | None) -> None:
         if session.client_id is None:
             raise ProtocolError("removing a durable subscription needs a client-id on CONNECT")
-        topics = [d for d in self.destinations.values() if isinstance(d, Topic) and (address is None or d.address == address)]
+        topics = [
+            d for d in self.destinations.values() if isinstance(d, Topic) and (address is None or d.address == address)
+        ]
         for topic in topics:
             state = topic.durables.get((session.client_id, name))
             if state is not None:
@@ -354,8 +399,13 @@ class FrameHandlers:
         self._full_logged.pop(sub.key, None)
         sub.destination.remove_subscription(sub)
         if self.trace.enabled:
-            self._emit("unsubscribe", session=session.tag, sub=sub.id, dest=sub.destination.address,
-                       reason="client" if session.is_open else "disconnect")
+            self._emit(
+                "unsubscribe",
+                session=session.tag,
+                sub=sub.id,
+                dest=sub.destination.address,
+                reason="client" if session.is_open else "disconnect",
+            )
 
     def _resume_dispatch(self, session: Session) -> None:
         for sub in list(session.subscriptions.values()):
@@ -374,8 +424,14 @@ class FrameHandlers:
             return None
         if self.trace.enabled:
             for m in messages:
-                self._emit("ack", session=session.tag, sub=sub.id, dest=sub.destination.address, msg=m.message_id,
-                           mode=sub.ack_mode)
+                self._emit(
+                    "ack",
+                    session=session.tag,
+                    sub=sub.id,
+                    dest=sub.destination.address,
+                    msg=m.message_id,
+                    mode=sub.ack_mode,
+                )
         latency = self.config.store.store_latency
         if latency and any(m.store_ref is not None for m in messages):
             # A slow store (the stalled socket's KahaDB): finding and removing the acked message
@@ -432,8 +488,10 @@ class FrameHandlers:
             try:
                 key, seq = parse_decimal(key_text), parse_decimal(seq_text)
             except ValueError:
-                raise ProtocolError(f"{command} for unknown ack id {shown(ack_id)}: an ack id is two numbers "
-                                    "in ASCII digits, as the MESSAGE's ack header gave it") from None
+                raise ProtocolError(
+                    f"{command} for unknown ack id {shown(ack_id)}: an ack id is two numbers "
+                    "in ASCII digits, as the MESSAGE's ack header gave it"
+                ) from None
             sub = self._subs_by_key.get(key)
             if sub is None and key in session.aborted:
                 raise Ignored()  # the broker aborted that subscription: the client could not know
@@ -454,12 +512,24 @@ class FrameHandlers:
             elif session.version == "1.1":
                 raise ProtocolError(f"{command} frame has no subscription header (required in STOMP 1.1)")
             else:
-                sub = next((s for s in session.subscriptions.values()
-                            if seq in s.dispatched and s.dispatched[seq].message_id == message_id), None) or next(
-                    (s for s in session.subscriptions.values() if any(m.message_id == message_id for m in s.dispatched.values())),
+                sub = next(
+                    (
+                        s
+                        for s in session.subscriptions.values()
+                        if seq in s.dispatched and s.dispatched[seq].message_id == message_id
+                    ),
+                    None,
+                ) or next(
+                    (
+                        s
+                        for s in session.subscriptions.values()
+                        if any(m.message_id == message_id for m in s.dispatched.values())
+                    ),
                     None,
                 )
-            if sub is not None and (seq is None or seq not in sub.dispatched or sub.dispatched[seq].message_id != message_id):
+            if sub is not None and (
+                seq is None or seq not in sub.dispatched or sub.dispatched[seq].message_id != message_id
+            ):
                 # Not one of this run's ids (a message recovered after a restart): look it up.
                 seq = next((s for s, m in sub.dispatched.items() if m.message_id == message_id), None)
             if sub is None or seq is None:
@@ -468,7 +538,9 @@ class FrameHandlers:
             raise ProtocolError(f"{command} on subscription {sub.id!r}, which uses ack mode auto")
         messages = sub.take_acked(seq, cumulative=sub.ack_mode == "client")
         if not messages:
-            raise ProtocolError(f"{command} for a message that is not awaiting acknowledgement (ack id {ack_id or seq!r})")
+            raise ProtocolError(
+                f"{command} for a message that is not awaiting acknowledgement (ack id {ack_id or seq!r})"
+            )
         return sub, messages
 
     def _transaction(self, session: Session, txid: str) -> list[tuple[str, Any, Any]]:

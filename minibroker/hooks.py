@@ -3,6 +3,7 @@
 A mixin of ``Broker``; ``destination.py`` calls these so that queues and
 topics need not know about the store, the trace or the dead letter queues.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -49,18 +50,34 @@ class DestinationHooks:
                 # (A message sent a moment ago has never been delivered: redelivered is False.)
                 self.trace.emit_fixed(
                     SEND_ENQUEUE_DISPATCH_AUTO_ACK if sub.auto and not sub.browser else SEND_ENQUEUE_DISPATCH,
-                    (*pending, self._pending_cached, sub.trace_ids, False))
+                    (*pending, self._pending_cached, sub.trace_ids, False),
+                )
                 return
             self._write_pending_send()  # a topic's dispatch, or another message's: the send comes first
-        self.trace.emit_fixed(DISPATCH_AUTO_ACK if sub.auto and not sub.browser else DISPATCH,
-                              (sub.trace_ids, message.message_id, message.size,
-                               bool(message.redeliveries or message.seq in sub.redelivered), message.priority))
+        self.trace.emit_fixed(
+            DISPATCH_AUTO_ACK if sub.auto and not sub.browser else DISPATCH,
+            (
+                sub.trace_ids,
+                message.message_id,
+                message.size,
+                bool(message.redeliveries or message.seq in sub.redelivered),
+                message.priority,
+            ),
+        )
 
     def redelivering(self, destination: Destination, message: Message, sub: Subscription | None) -> None:
         """``message`` goes back to ``destination`` for another delivery (traced)."""
-        count = message.redeliveries if sub is None or destination.kind == "queue" else sub.redelivered.get(message.seq, 1)
-        self._emit("redeliver", dest=destination.address, msg=message.message_id, redeliveries=count,
-                   session=sub.session.tag if sub is not None else None, sub=sub.id if sub is not None else None)
+        count = (
+            message.redeliveries if sub is None or destination.kind == "queue" else sub.redelivered.get(message.seq, 1)
+        )
+        self._emit(
+            "redeliver",
+            dest=destination.address,
+            msg=message.message_id,
+            redeliveries=count,
+            session=sub.session.tag if sub is not None else None,
+            sub=sub.id if sub is not None else None,
+        )
 
     def message_consumed(self, destination: Destination, message: Message) -> None:
         """``message`` left ``destination`` for good (acknowledged or dropped)."""
@@ -73,34 +90,58 @@ class DestinationHooks:
         """``message`` entered ``queue``: cached in memory, or store-only."""
         if self.trace.enabled:  # hot when traced: one fixed-shape record (trace.py)
             pending = self._pending_send
-            if pending is not None and pending[2] == message.message_id and pending[1] == queue.address \
-                    and self._pending_kind == SEND:
+            if (
+                pending is not None
+                and pending[2] == message.message_id
+                and pending[1] == queue.address
+                and self._pending_kind == SEND
+            ):
                 # Held until _route ends, so that a dispatch at once can join too.
                 self._pending_cached = cached
                 self._pending_kind = SEND_ENQUEUE
                 return
             if pending is not None:
                 self._write_pending_send()
-            self.trace.emit_fixed(ENQUEUE, (queue.address, message.message_id, message.size, cached, message.priority,
-                                            message.persistent,
-                                            self._session_tag(message.origin) if message.origin else None))
+            self.trace.emit_fixed(
+                ENQUEUE,
+                (
+                    queue.address,
+                    message.message_id,
+                    message.size,
+                    cached,
+                    message.priority,
+                    message.persistent,
+                    self._session_tag(message.origin) if message.origin else None,
+                ),
+            )
 
     def page_in_blocked(self, queue: Queue) -> None:
         """``queue``'s cursor refused to page in: remember to try again when space frees."""
         self._blocked_cursors[queue] = None
         if self.trace.enabled:
-            self._emit("page_in_blocked", dest=queue.address, pending=len(queue.cursor.store_only),
-                       hwm=queue.policy.cursor_memory_high_water_mark, policy=queue.policy.space_check,
-                       consumers=len(queue.consumers),
-                            dest_mem_pct=queue.memory.percent, mem_pct=self.memory.percent)
+            self._emit(
+                "page_in_blocked",
+                dest=queue.address,
+                pending=len(queue.cursor.store_only),
+                hwm=queue.policy.cursor_memory_high_water_mark,
+                policy=queue.policy.space_check,
+                consumers=len(queue.consumers),
+                dest_mem_pct=queue.memory.percent,
+                mem_pct=self.memory.percent,
+            )
         for finding in self.diagnose():
             if finding["destination"] == queue.address:
                 log.warning("DIAGNOSIS %s: %s; cure: %s", finding["pathology"], finding["summary"], finding["cure"])
 
     def paged_in(self, queue: Queue, count: int) -> None:
         if self.trace.enabled:
-            self._emit("page_in", dest=queue.address, count=count, dest_mem_pct=queue.memory.percent,
-                            mem_pct=self.memory.percent)
+            self._emit(
+                "page_in",
+                dest=queue.address,
+                count=count,
+                dest_mem_pct=queue.memory.percent,
+                mem_pct=self.memory.percent,
+            )
 
     def message_expired(self, destination: Destination, message: Message) -> None:
         """``message`` expired before it could be delivered."""
@@ -121,7 +162,11 @@ class DestinationHooks:
         """
         policy = destination.policy
         self.message_consumed(destination, message)
-        if destination.is_dlq or policy.dead_letter_strategy == "discard" or not (message.persistent or policy.process_non_persistent):
+        if (
+            destination.is_dlq
+            or policy.dead_letter_strategy == "discard"
+            or not (message.persistent or policy.process_non_persistent)
+        ):
             log.info("%s: %s dropped (%s), not dead-lettered", destination.address, message.message_id, cause)
             if self.trace.enabled:
                 self._emit("discard", dest=destination.address, msg=message.message_id, reason=cause)
@@ -132,15 +177,21 @@ class DestinationHooks:
             dlq_name = f"ActiveMQ.DLQ.{destination.kind.capitalize()}.{destination.name}"
         dlq = self.registry.system_queue(dlq_name)
         assert isinstance(dlq, Queue)
-        copy = moved_copy(message, dlq.address,
-                          {"original-destination": destination.address, "dlqDeliveryFailureCause": cause}, expires=0)
+        copy = moved_copy(
+            message,
+            dlq.address,
+            {"original-destination": destination.address, "dlqDeliveryFailureCause": cause},
+            expires=0,
+        )
         log.info("%s: %s dead-lettered to %s (%s)", destination.address, message.message_id, dlq.address, cause)
         if self.trace.enabled:
             self._emit("dlq", dest=destination.address, msg=message.message_id, dlq=dlq.address, reason=cause)
         try:
             self._admit(dlq, copy)
         except ResourceLimitError as exc:
-            log.error("%s: could not journal %s in %s: %s", destination.address, message.message_id, dlq.address, exc.message)
+            log.error(
+                "%s: could not journal %s in %s: %s", destination.address, message.message_id, dlq.address, exc.message
+            )
             dlq.accept(copy)
 
     def destination_created(self, destination: Destination) -> None:
@@ -185,8 +236,15 @@ class DestinationHooks:
                 "TopicSubscription: consumer=%s/%s, destinations=1, dispatched=%d, delivered=%d, matched=%d, discarded=%d: "
                 "Pending message cursor [%s] is full, temp usage (%d%%) or memory usage (%d%%) limit reached, "
                 "blocking message add() pending the release of resources.",
-                sub.session.id, sub.id, len(sub.dispatched), sub.delivered_count, len(sub.pending), sub.discarded,
-                cursor, self.temp_usage.percent, self.memory.percent,
+                sub.session.id,
+                sub.id,
+                len(sub.dispatched),
+                sub.delivered_count,
+                len(sub.pending),
+                sub.discarded,
+                cursor,
+                self.temp_usage.percent,
+                self.memory.percent,
             )
 
     def slow_consumer(self, sub: Subscription, slow: bool) -> None:
@@ -195,15 +253,30 @@ class DestinationHooks:
         sub.slow_checks = 0
         dest = sub.destination
         if slow:
-            log.warning("%s: subscription %s of connection %d has more than its prefetch (%d) pending without an ack; "
-                        "it appears to be slow", dest.address, sub.id, sub.session.id, sub.prefetch)
+            log.warning(
+                "%s: subscription %s of connection %d has more than its prefetch (%d) pending without an ack; "
+                "it appears to be slow",
+                dest.address,
+                sub.id,
+                sub.session.id,
+                sub.prefetch,
+            )
             if dest.policy.abort_slow_consumer:
                 self._schedule_slow_check(dest)
         else:
-            log.info("%s: subscription %s of connection %d caught up; no longer slow", dest.address, sub.id, sub.session.id)
+            log.info(
+                "%s: subscription %s of connection %d caught up; no longer slow", dest.address, sub.id, sub.session.id
+            )
         if self.trace.enabled:
-            self._emit("slow_consumer", session=sub.session.tag, sub=sub.id, dest=dest.address, slow=slow,
-                       pending=len(sub.pending), prefetch=sub.prefetch)
+            self._emit(
+                "slow_consumer",
+                session=sub.session.tag,
+                sub=sub.id,
+                dest=dest.address,
+                slow=slow,
+                pending=len(sub.pending),
+                prefetch=sub.prefetch,
+            )
 
     def _schedule_slow_check(self, dest: Destination) -> None:
         if dest.address in self._slow_checks:
@@ -234,8 +307,10 @@ class DestinationHooks:
     def _abort_slow(self, sub: Subscription) -> None:
         policy = sub.destination.policy
         session = sub.session
-        text = (f"Consumer was slow too often (>{policy.max_slow_count}) or too long (>{policy.max_slow_duration} ms): "
-                f"subscription {sub.id} to {sub.destination.address} aborted ({len(sub.pending)} messages pending)")
+        text = (
+            f"Consumer was slow too often (>{policy.max_slow_count}) or too long (>{policy.max_slow_duration} ms): "
+            f"subscription {sub.id} to {sub.destination.address} aborted ({len(sub.pending)} messages pending)"
+        )
         log.warning("connection %d: %s", session.id, text)
         if self.trace.enabled:
             self._emit("unsubscribe", session=session.tag, sub=sub.id, dest=sub.destination.address, reason="abort")
@@ -243,7 +318,12 @@ class DestinationHooks:
             self._fail(session, ProtocolError(text), None)
             return
         # Better than ActiveMQ, which goes silent: tell the client which subscription and why.
-        session.write(encode(Frame("ERROR", {"message": header_text(text), "subscription": header_text(sub.id)}, b""), session.version))
+        session.write(
+            encode(
+                Frame("ERROR", {"message": header_text(text), "subscription": header_text(sub.id)}, b""),
+                session.version,
+            )
+        )
         session.aborted[sub.key] = sub.id  # its late ACKs and NACKs are ignored, not errors
         self._remove_subscription(session, sub)
 
@@ -253,12 +333,23 @@ class DestinationHooks:
 
     def discarded(self, topic: Topic, sub: Subscription, message: Message, reason: str) -> None:
         if self.trace.enabled:
-            self._emit("discard", dest=topic.address, msg=message.message_id, reason=reason,
-                       session=sub.session.tag, sub=sub.id)
+            self._emit(
+                "discard",
+                dest=topic.address,
+                msg=message.message_id,
+                reason=reason,
+                session=sub.session.tag,
+                sub=sub.id,
+            )
 
     def swapped(self, topic: Topic, sub: Subscription, event: str, count: int) -> None:
-        fields: dict[str, Any] = {"dest": topic.address, "sub": sub.id, "count": count,
-                                  "temp_pct": self.temp_usage.percent, "session": str(sub.session.id)}
+        fields: dict[str, Any] = {
+            "dest": topic.address,
+            "sub": sub.id,
+            "count": count,
+            "temp_pct": self.temp_usage.percent,
+            "session": str(sub.session.id),
+        }
         if event == "swap_out":
             fields["mem_pct"] = self.memory.percent
         self._emit(event, **fields)
@@ -267,8 +358,9 @@ class DestinationHooks:
         """The temp store for file cursors, wiped and opened on first use."""
         if self._temp_store is None:
             directory = self.temp_dir or tempfile.mkdtemp(prefix="minibroker-tmp-")
-            self._temp_store = TempStore(directory, self.config.store.temp_journal_max_file_length,
-                                         self.config.store.index_cache_rows)
+            self._temp_store = TempStore(
+                directory, self.config.store.temp_journal_max_file_length, self.config.store.index_cache_rows
+            )
         return self._temp_store
 
     def index_spill(self) -> SpillFile:

@@ -27,6 +27,7 @@ checks the list above and keeps what it found wrong in ``violations``.
 ``broker_leftovers`` checks the broker-wide half alone (every subscription a
 destination lists belongs to an open connection that lists it too).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -75,8 +76,9 @@ def departure_of(broker: "Broker", session: "Session") -> Departure:
 def _not_on_queue(queue: "Queue", messages: list["Message"]) -> list["Message"]:
     """Those of ``messages`` that are not on ``queue``: cached, store-only, or delivered to a consumer."""
     cached = {id(m) for m in queue.pending}
-    missing = [m for m in messages
-               if id(m) not in cached and not any(m.seq in sub.dispatched for sub in queue.consumers)]
+    missing = [
+        m for m in messages if id(m) not in cached and not any(m.seq in sub.dispatched for sub in queue.consumers)
+    ]
     if missing:
         stored = {ref.seq for ref in queue.cursor.store_only}
         missing = [m for m in missing if m.seq not in stored]
@@ -96,8 +98,10 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
     if session.transactions:
         found.append(f"connection {sid} still has open transactions {sorted(session.transactions)}")
     if session.partial_bytes or session.parser.buffered:
-        found.append(f"connection {sid} still holds {session.parser.buffered} bytes of an incomplete frame "
-                     f"({session.partial_bytes} charged to the broker)")
+        found.append(
+            f"connection {sid} still holds {session.parser.buffered} bytes of an incomplete frame "
+            f"({session.partial_bytes} charged to the broker)"
+        )
     if session.parked:
         found.append(f"connection {sid} still has {len(session.parked)} SENDs parked by flow control")
     if session in broker._blocked:
@@ -117,10 +121,15 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
             found.append(f"{destination.address} still lists subscriptions {ghosts} of connection {sid}")
         for state in getattr(destination, "durables", {}).values():
             if state.active is not None and state.active.session is session:
-                found.append(f"durable subscription {state.name!r} on {destination.address} is still active "
-                             f"for connection {sid}")
-    waiting = [p.destination.address for s in broker._blocked for p in s.parked
-               if p.destination.address in departure.temporaries]
+                found.append(
+                    f"durable subscription {state.name!r} on {destination.address} is still active for connection {sid}"
+                )
+    waiting = [
+        p.destination.address
+        for s in broker._blocked
+        for p in s.parked
+        if p.destination.address in departure.temporaries
+    ]
     if waiting:
         found.append(f"SENDs of other connections still wait for connection {sid}'s deleted {sorted(set(waiting))}")
     for queue, messages in departure.unacked.items():
@@ -129,8 +138,10 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
         missing = _not_on_queue(queue, messages)
         left = queue.dequeued + queue.expired - departure.gone_before[queue]
         if len(missing) > left:
-            found.append(f"{queue.address}: {len(missing) - left} of the messages connection {sid} held unacknowledged "
-                         f"are not back on the queue (e.g. {missing[0].message_id})")
+            found.append(
+                f"{queue.address}: {len(missing) - left} of the messages connection {sid} held unacknowledged "
+                f"are not back on the queue (e.g. {missing[0].message_id})"
+            )
     return found
 
 
@@ -141,11 +152,15 @@ def broker_leftovers(broker: "Broker") -> list[str]:
         for sub in destination.subscriptions:
             session = sub.session
             if broker.sessions.get(session.id) is not session or session.subscriptions.get(sub.id) is not sub:
-                found.append(f"{destination.address} lists subscription {sub.id!r} of connection {session.id}, "
-                             "which no open connection has")
+                found.append(
+                    f"{destination.address} lists subscription {sub.id!r} of connection {session.id}, "
+                    "which no open connection has"
+                )
     held = sum(s.partial_bytes for s in broker.sessions.values())
     if broker.partial_bytes != held:
-        found.append(f"the broker counts {broker.partial_bytes} bytes of incomplete frames, its open connections {held}")
+        found.append(
+            f"the broker counts {broker.partial_bytes} bytes of incomplete frames, its open connections {held}"
+        )
     return found
 
 

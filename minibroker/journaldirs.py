@@ -26,6 +26,7 @@ was written by an older mapping (which turned ``/`` and ``.`` both into
 such a directory held the records of two names is only known once its
 journal is read: ``check_keys`` refuses it then.
 """
+
 from __future__ import annotations
 
 import hashlib

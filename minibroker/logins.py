@@ -15,6 +15,7 @@ The address is the peer's host without its port: a guesser opening new
 connections gets a new port each time. This is pure bookkeeping on times the
 caller gives: the broker core owns the clock and the timers.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict

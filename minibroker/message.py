@@ -13,6 +13,7 @@ changes is delivery bookkeeping (``redeliveries``) and two caches:
 - ``size``: memory charged for it, as ActiveMQ does: a fixed 1024 bytes of
   overhead plus the headers and the body (``Message.getSize``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -63,7 +64,7 @@ def send_block(
         "\\" in address or ":" in address or "\n" in address or "\r" in address
     ):
         return None
-    kept = head[head.find("\n"):] if lines else ""  # "\nname:value" lines, after the command
+    kept = head[head.find("\n") :] if lines else ""  # "\nname:value" lines, after the command
     for name in BROKER_SET_HEADERS.intersection(headers):
         at = kept.index("\n" + name + ":")
         end = kept.find("\n", at + 1)
@@ -230,8 +231,9 @@ class Message:
         return f"<Message {self.message_id} {self.destination} seq={self.seq} size={self.size}>"
 
 
-def moved_copy(message: Message, address: str, extra: Mapping[str, str] | None = None, *,
-               expires: int | None = None) -> Message:
+def moved_copy(
+    message: Message, address: str, extra: Mapping[str, str] | None = None, *, expires: int | None = None
+) -> Message:
     """``message`` for another destination (a dead letter queue, an admin move):
     the same id, headers (``destination`` changed, ``extra`` added), body,
     persistence and priority; its redelivery count starts again at 0."""
@@ -240,5 +242,15 @@ def moved_copy(message: Message, address: str, extra: Mapping[str, str] | None =
     if extra:
         headers.update(extra)
     # By position (see Message.__init__): persistent, priority, expires, timestamp, origin.
-    return Message(message.seq, message.message_id, address, headers, message.body, message.persistent,
-                   message.priority, message.expires if expires is None else expires, message.timestamp, message.origin)
+    return Message(
+        message.seq,
+        message.message_id,
+        address,
+        headers,
+        message.body,
+        message.persistent,
+        message.priority,
+        message.expires if expires is None else expires,
+        message.timestamp,
+        message.origin,
+    )

@@ -24,6 +24,7 @@ destination policy ``pending_cursor``:
   files, and never deletes its current write file (the temp-storage deadlock: "Observations on
   ActiveMQs temp storage.", 24 Feb 2011).
 """
+
 from __future__ import annotations
 
 import logging
@@ -151,8 +152,9 @@ class FilePending:
                 store.release(entry)
             broker.temp_changed()
             if not self._kept_in_memory:
-                log.warning("%s: subscription %s: %s; its pending messages stay in memory", self.topic.address,
-                            self.sub.id, exc)
+                log.warning(
+                    "%s: subscription %s: %s; its pending messages stay in memory", self.topic.address, self.sub.id, exc
+                )
             self._kept_in_memory = True
             return
         self._kept_in_memory = False
@@ -161,8 +163,14 @@ class FilePending:
             self.topic.release(self.memory.popleft())
         broker.temp_changed()
         self.swaps += 1
-        log.info("%s: subscription %s swapped %d pending messages to the temp store (temp usage %d%%, memory %d%%)",
-                 self.topic.address, self.sub.id, count, broker.temp_usage.percent, broker.memory.percent)
+        log.info(
+            "%s: subscription %s swapped %d pending messages to the temp store (temp usage %d%%, memory %d%%)",
+            self.topic.address,
+            self.sub.id,
+            count,
+            broker.temp_usage.percent,
+            broker.memory.percent,
+        )
         if broker.trace.enabled:
             broker.swapped(self.topic, self.sub, "swap_out", count)
 

@@ -53,6 +53,7 @@ Theory of operation
   raised by every later write and sync, and nothing more is ever reported
   durable; ``close`` then closes without syncing.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -75,8 +76,16 @@ from .config import StoreConfig
 from .message import Message, message_id_from_wire
 from .ringcost import RingReservation
 
-__all__ = ["MessageStore", "StoreRef", "StoredMessage", "encode_payload", "encode_wire_payload", "decode_payload",
-           "decode_messages", "durable_key"]
+__all__ = [
+    "MessageStore",
+    "StoreRef",
+    "StoredMessage",
+    "encode_payload",
+    "encode_wire_payload",
+    "decode_payload",
+    "decode_messages",
+    "durable_key",
+]
 
 log = logging.getLogger("minibroker.store")
 
@@ -141,15 +150,41 @@ def durable_key(topic: str, client_id: str, name: str) -> str:
     return f"durable:{topic}|{client_id}|{name}"
 
 
-def encode_payload(seq: int, message_id: str, headers: dict[str, str], body: bytes, *, persistent: bool,
-                   priority: int, expires: int, timestamp: int) -> bytes:
+def encode_payload(
+    seq: int,
+    message_id: str,
+    headers: dict[str, str],
+    body: bytes,
+    *,
+    persistent: bool,
+    priority: int,
+    expires: int,
+    timestamp: int,
+) -> bytes:
     """The journal payload of a message (see the module docstring)."""
-    return encode_wire_payload(seq, escape(message_id, "1.2").encode("utf-8"), encode_headers(headers.items(), "1.2"),
-                               body, persistent=persistent, priority=priority, expires=expires, timestamp=timestamp)
+    return encode_wire_payload(
+        seq,
+        escape(message_id, "1.2").encode("utf-8"),
+        encode_headers(headers.items(), "1.2"),
+        body,
+        persistent=persistent,
+        priority=priority,
+        expires=expires,
+        timestamp=timestamp,
+    )
 
 
-def encode_wire_payload(seq: int, message_id_wire: bytes, wire_headers: bytes, body: bytes, *, persistent: bool,
-                        priority: int, expires: int, timestamp: int) -> bytes:
+def encode_wire_payload(
+    seq: int,
+    message_id_wire: bytes,
+    wire_headers: bytes,
+    body: bytes,
+    *,
+    persistent: bool,
+    priority: int,
+    expires: int,
+    timestamp: int,
+) -> bytes:
     """``encode_payload`` for a message whose id and headers are already STOMP 1.2
     wire text (``Message.message_id_wire``, ``Message.wire_headers``)."""
     flags = _PERSISTENT if persistent else 0
@@ -157,7 +192,9 @@ def encode_wire_payload(seq: int, message_id_wire: bytes, wire_headers: bytes, b
     if wire_headers.isascii() and b"\\" not in wire_headers:
         flags |= _PLAIN
         chars = len(wire_headers) - 2 * wire_headers.count(b"\n")  # each line is name:value\n
-    prefix = _pack_v2(_VERSION, flags, priority, expires, timestamp, seq, len(message_id_wire), len(wire_headers), chars)
+    prefix = _pack_v2(
+        _VERSION, flags, priority, expires, timestamp, seq, len(message_id_wire), len(wire_headers), chars
+    )
     return b"".join((prefix, message_id_wire, wire_headers, body))
 
 
@@ -178,8 +215,18 @@ def decode_payload(payload: bytes) -> StoredMessage:
         if end > len(payload):
             raise ValueError(f"message payload of {len(payload)} bytes is shorter than its lengths say ({end})")
         wire_id, wire_headers, body = payload[_ID_START:start], payload[start:end], payload[end:]
-        return StoredMessage(seq, message_id_from_wire(wire_id), decode_header_block(wire_headers), body,
-                             flags & _PERSISTENT == 1, priority, expires, timestamp, wire_headers, wire_id)
+        return StoredMessage(
+            seq,
+            message_id_from_wire(wire_id),
+            decode_header_block(wire_headers),
+            body,
+            flags & _PERSISTENT == 1,
+            priority,
+            expires,
+            timestamp,
+            wire_headers,
+            wire_id,
+        )
     version, flags, priority, expires, timestamp, seq, length = _unpack_v1(payload)
     if version != 1:
         raise ValueError(f"unknown message payload version {version}")
@@ -188,8 +235,18 @@ def decode_payload(payload: bytes) -> StoredMessage:
         raise ValueError("message payload does not start with its message-id")
     eol = payload.index(b"\n", _BLOCK_START, end)
     wire_id, wire_headers, body = payload[_BLOCK_START + 11 : eol], payload[eol + 1 : end], payload[end:]
-    return StoredMessage(seq, message_id_from_wire(wire_id), decode_header_block(wire_headers), body, flags & 1 == 1,
-                         priority, expires, timestamp, wire_headers, wire_id)
+    return StoredMessage(
+        seq,
+        message_id_from_wire(wire_id),
+        decode_header_block(wire_headers),
+        body,
+        flags & 1 == 1,
+        priority,
+        expires,
+        timestamp,
+        wire_headers,
+        wire_id,
+    )
 
 
 def decode_messages(payloads: Iterable[bytes], seqs: Iterable[int], address: str) -> list[Message]:
@@ -215,13 +272,41 @@ def decode_messages(payloads: Iterable[bytes], seqs: Iterable[int], address: str
             if flags & _PLAIN and end <= len(payload):
                 # By position (see Message.__init__): persistent, priority, expires, timestamp,
                 # origin, message_id_wire, wire_headers, header_chars.
-                append(Message(seq, None, address, None, payload[end:], flags & _PERSISTENT == 1, priority, expires,
-                               timestamp, 0, payload[_ID_START:start], payload[start:end], chars))
+                append(
+                    Message(
+                        seq,
+                        None,
+                        address,
+                        None,
+                        payload[end:],
+                        flags & _PERSISTENT == 1,
+                        priority,
+                        expires,
+                        timestamp,
+                        0,
+                        payload[_ID_START:start],
+                        payload[start:end],
+                        chars,
+                    )
+                )
                 continue
         stored = decode_payload(payload)
-        append(Message(seq, stored.message_id, address, stored.headers, stored.body, stored.persistent,
-                       stored.priority, stored.expires, stored.timestamp, 0, stored.wire_message_id,
-                       stored.wire_headers))
+        append(
+            Message(
+                seq,
+                stored.message_id,
+                address,
+                stored.headers,
+                stored.body,
+                stored.persistent,
+                stored.priority,
+                stored.expires,
+                stored.timestamp,
+                0,
+                stored.wire_message_id,
+                stored.wire_headers,
+            )
+        )
     return out
 
 
@@ -238,7 +323,9 @@ class MessageStore:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock_file.close()
-            raise StorageError(f"another broker is using the data directory {self.root} (it holds {self.root / 'lock'})") from None
+            raise StorageError(
+                f"another broker is using the data directory {self.root} (it holds {self.root / 'lock'})"
+            ) from None
         self.layout = config.layout
         self._journals: dict[str, Journal] = {}
         self._dirty: set[Journal] = set()
@@ -277,9 +364,13 @@ class MessageStore:
         config = self.config
         if self.layout == "growing":
             self._shared: Journal | None = Journal.open(
-                JournalConfig(directory=self.root / "journal", layout="growing", name="journal",
-                              max_file_length=config.journal_max_file_length,
-                              index_cache_rows=config.index_cache_rows)
+                JournalConfig(
+                    directory=self.root / "journal",
+                    layout="growing",
+                    name="journal",
+                    max_file_length=config.journal_max_file_length,
+                    index_cache_rows=config.index_cache_rows,
+                )
             )
         else:
             self._shared = None
@@ -303,9 +394,14 @@ class MessageStore:
     def _open_ring(self, directory: Path, key: str, committed: frozenset[bytes] = frozenset()) -> Journal:
         name = key.split("/", 2)[-1] if key.startswith("/") else key
         return Journal.open(
-            JournalConfig(directory=directory, layout="ring", name=name,
-                          file_count=self.config.file_count, file_size=self.config.file_size,
-                          index_cache_rows=self.config.index_cache_rows),
+            JournalConfig(
+                directory=directory,
+                layout="ring",
+                name=name,
+                file_count=self.config.file_count,
+                file_size=self.config.file_size,
+                index_cache_rows=self.config.index_cache_rows,
+            ),
             committed=committed,
         )
 
@@ -415,15 +511,19 @@ class MessageStore:
             except StoreFailed as exc:
                 raise self._failed(exc) from None
             except StoreFull as exc:  # a full disk: written when space returns (a crash meanwhile redelivers them)
-                left = seqs[getattr(exc, "done", 0):]
+                left = seqs[getattr(exc, "done", 0) :]
                 self._deferred.setdefault(target, [])[:0] = left
                 if not self._dequeues_waiting:
                     log.warning("%s; acknowledged messages stay in the journal until space returns", exc)
                 self._dequeues_waiting = True
                 continue
             except (StorageError, KeyError) as exc:  # the messages stay in the journal: a restart redelivers them
-                log.error("could not write %d dequeues to journal %s: %s; those not written come back at a restart",
-                          len(seqs), target.config.name, exc)
+                log.error(
+                    "could not write %d dequeues to journal %s: %s; those not written come back at a restart",
+                    len(seqs),
+                    target.config.name,
+                    exc,
+                )
             if self._dequeues_waiting and not self._deferred:
                 log.info("the acknowledgements that waited for space are written")
                 self._dequeues_waiting = False

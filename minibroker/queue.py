@@ -17,6 +17,7 @@ stays where it is for a later consumer: a pass steps over at most
 returned by NACK, unsubscribe or disconnect go back to the head, in their
 original order, flagged ``redelivered``.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,9 @@ class Queue(Destination):
     def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry", **kw: Any) -> None:
         super().__init__(broker, name, policy, **kw)
         #: The cache: undelivered messages in memory, in dispatch order.
-        self.pending: FifoPending | PriorityPending = PriorityPending() if policy.prioritized_messages else FifoPending()
+        self.pending: FifoPending | PriorityPending = (
+            PriorityPending() if policy.prioritized_messages else FifoPending()
+        )
         #: The store cursor: what is cached, what is only on disk, page-in.
         self.cursor = QueueCursor(self)
         self._sweep_scheduled = False

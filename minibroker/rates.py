@@ -12,6 +12,7 @@ destination seen for the first time has no sample: its rates are 0 until the
 next one. Counters only grow, but a destination deleted and made again starts
 from 0: a negative difference reads as 0.
 """
+
 from __future__ import annotations
 
 from collections import deque

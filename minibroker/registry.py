@@ -15,6 +15,7 @@ Creating a destination needs the ``admin`` right, sending ``write`` and
 consuming ``read`` (see ``security.py``); temporary destinations are always
 open to their owner.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -58,7 +59,7 @@ class DestinationRegistry:
         """For ``/temp-queue/x`` used by ``session``: (kind, name, remote address)."""
         for prefix, (kind, remote) in TEMP_PREFIXES.items():
             if address.startswith(prefix) and len(address) > len(prefix):
-                name = f"{self.broker.boot}.{session.id}.{address[len(prefix):]}"
+                name = f"{self.broker.boot}.{session.id}.{address[len(prefix) :]}"
                 return kind, name, remote + name
         return None
 

@@ -8,6 +8,7 @@ store limit, and then every persistent producer blocks while the rings hold a
 few megabytes of messages. These words say so wherever the store's fullness is
 reported: the ERROR or log line of a blocked producer, ``stat``'s diagnosis.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -48,5 +49,5 @@ class RingReservation(NamedTuple):
         return (
             f"each persistent destination costs one ring of {size_text(self.each)}: the store limit "
             f"{size_text(limit)} holds {fits}; raise store_limit, make the rings smaller ([store] file_count, "
-            f"file_size), or use layout = \"growing\" (one journal shared by every destination)"
+            f'file_size), or use layout = "growing" (one journal shared by every destination)'
         )

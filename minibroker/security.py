@@ -24,6 +24,7 @@
   ``tempDestinationAuthorizationEntry``; ActiveMQ leaves them open when there
   is no such entry, we close them).
 """
+
 from __future__ import annotations
 
 import base64
@@ -140,7 +141,8 @@ class Security:
         destination, for an admin ``operation`` (purge, delete ... see ``admin.py``)."""
         if not self.allows(principal, "admin", kind, name):
             raise ProtocolError(
-                f"User {principal.name} is not authorized to {operation}: {kind}://{name} (the admin right is needed)")
+                f"User {principal.name} is not authorized to {operation}: {kind}://{name} (the admin right is needed)"
+            )
 
     def allows(self, principal: Principal, right: str, kind: str, name: str) -> bool:
         """Does ``principal`` hold ``right`` on the destination? (``check`` without the error)"""

@@ -16,6 +16,7 @@ stays in memory.
 An entry that comes out of seq order (a transaction's sends, routed at its
 commit) is inserted in its place, in whichever chunk holds that place.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -64,8 +65,9 @@ class SeqFifo:
 
     __slots__ = ("_chunks", "_firsts", "head", "_len", "_spill")
 
-    def __init__(self, spill: Callable[[], SpillFile] | None = None,
-                 entries: Iterable[tuple[int, int, int]] = ()) -> None:
+    def __init__(
+        self, spill: Callable[[], SpillFile] | None = None, entries: Iterable[tuple[int, int, int]] = ()
+    ) -> None:
         """``spill``: gives the file for the chunks between the first and the last
         (None: keep them all in memory)."""
         self._chunks: list[_Chunk] = []
@@ -148,7 +150,9 @@ class SeqFifo:
         spilled = chunk.seqs is None
         self._load(chunk)
         pos = bisect_left(chunk.seqs, seq, self.head if i == 0 else 0)  # type: ignore[arg-type]
-        chunk.seqs, chunk.refs, chunk.expires = (inserted(c, pos, v) for c, v in zip(chunk.columns(), (seq, ref, expires)))
+        chunk.seqs, chunk.refs, chunk.expires = (
+            inserted(c, pos, v) for c, v in zip(chunk.columns(), (seq, ref, expires))
+        )
         chunk.count += 1
         if seq < self._firsts[i]:
             self._firsts[i] = seq

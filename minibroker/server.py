@@ -30,6 +30,7 @@ which matters at 50k msg/s.
   ``StoreFailure``: ``minibroker serve`` exits non-zero.
 - SIGINT and SIGTERM close the listeners and every connection, then return.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -88,7 +89,9 @@ class BrokerServer:
         self._flushing = False
         self._syncing = False
         self._sync_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsync")
-        self._login_executor = concurrent.futures.ThreadPoolExecutor(max_workers=_LOGIN_THREADS, thread_name_prefix="login")
+        self._login_executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=_LOGIN_THREADS, thread_name_prefix="login"
+        )
         self._batch_timer: asyncio.TimerHandle | None = None
         self._trace_timer: asyncio.TimerHandle | None = None
 
@@ -108,8 +111,9 @@ class BrokerServer:
         """The web console's port actually bound, or None when it is off."""
         return _bound_port(self._console_server)
 
-    async def start(self, host: str, port: int, websocket_port: int = 0,
-                    console: tuple[str, int] | None = None) -> None:
+    async def start(
+        self, host: str, port: int, websocket_port: int = 0, console: tuple[str, int] | None = None
+    ) -> None:
         """Listen on ``host:port``; unless ``websocket_port`` is 0, STOMP over
         WebSocket on ``host:websocket_port`` (``ANY_PORT``: a free one); and the
         web console on ``console`` (host, port) unless its port is 0."""
@@ -283,14 +287,19 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
     store = open_store(config)
     trace = open_trace(config)
     temp_dir = os.path.join(config.broker.data_dir, "tmp_storage")
-    broker = Broker(config, SystemClock(), seed=int.from_bytes(os.urandom(8), "big"), store=store, trace=trace,
-                    temp_dir=temp_dir)
+    broker = Broker(
+        config, SystemClock(), seed=int.from_bytes(os.urandom(8), "big"), store=store, trace=trace, temp_dir=temp_dir
+    )
     stop = stop or asyncio.Event()
     try:
         broker.recover()
         server = BrokerServer(broker, stop)
-        await server.start(config.transport.host, config.transport.port, config.transport.websocket_port,
-                           (config.console.host, config.console.port))
+        await server.start(
+            config.transport.host,
+            config.transport.port,
+            config.transport.websocket_port,
+            (config.console.host, config.console.port),
+        )
     except BaseException:
         broker.close()
         raise
@@ -330,8 +339,11 @@ def open_store(config: BrokerConfig) -> MessageStore | None:
     try:
         return MessageStore(config.store, data_dir)
     except StorageError as exc:
-        repair = (f" `minibroker journal repair {data_dir}/journal` truncates it at the last good record, keeping a copy."
-                  if isinstance(exc, CorruptRecord) else "")
+        repair = (
+            f" `minibroker journal repair {data_dir}/journal` truncates it at the last good record, keeping a copy."
+            if isinstance(exc, CorruptRecord)
+            else ""
+        )
         raise StoreOpenError(f"cannot open the journal in {data_dir}: {exc}.{repair}") from None
     except OSError as exc:
         raise StoreOpenError(f"cannot open the data directory {data_dir}: {exc.strerror or exc}") from None
@@ -346,5 +358,11 @@ def open_trace(config: BrokerConfig) -> "Trace | None":
         open(path, "a").close()
     except OSError as exc:
         raise ConfigError(f"bad value for 'broker.trace': {path!r} ({exc.strerror or exc})") from None
-    return Trace(path, time.time, broker=config.broker.name, offload=True,
-                 writer_nice=config.broker.trace_writer_nice, lag_limit=config.broker.trace_lag_limit)
+    return Trace(
+        path,
+        time.time,
+        broker=config.broker.name,
+        offload=True,
+        writer_nice=config.broker.trace_writer_nice,
+        lag_limit=config.broker.trace_lag_limit,
+    )

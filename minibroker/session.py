@@ -24,6 +24,7 @@ that does not read cannot grow the broker's memory.
 
 Negotiation helpers (version, heart-beat) live here too, as pure functions.
 """
+
 from __future__ import annotations
 
 import enum
@@ -233,9 +234,7 @@ def negotiate_version(accept_version: str | None) -> str:
     for version in reversed(VERSIONS):
         if version in offered:
             return version
-    raise ProtocolError(
-        f"Supported protocol versions are {','.join(VERSIONS)}; the client offered {accept_version!r}"
-    )
+    raise ProtocolError(f"Supported protocol versions are {','.join(VERSIONS)}; the client offered {accept_version!r}")
 
 
 #: The longest heart-beat period a peer may ask for, in ms (24 days: a signed 32-bit count).
@@ -250,8 +249,9 @@ def parse_heart_beat(value: str) -> tuple[int, int]:
             raise ValueError("not two numbers")
         cx, cy = (parse_decimal(p.strip(" \t")) for p in parts)
     except ValueError as exc:
-        raise ProtocolError(f"heart-beat header must be two non-negative integers 'cx,cy' in ASCII digits, "
-                            f"not {shown(value)} ({exc})") from None
+        raise ProtocolError(
+            f"heart-beat header must be two non-negative integers 'cx,cy' in ASCII digits, not {shown(value)} ({exc})"
+        ) from None
     if max(cx, cy) > MAX_HEART_BEAT_MS:
         raise ProtocolError(f"heart-beat periods must be at most {MAX_HEART_BEAT_MS} ms, not {shown(value)}")
     return cx, cy

@@ -24,6 +24,7 @@ that does not fit is cut short (``write()`` returns what was taken, and
 Tests use it to check the core frame by frame; the labs use it to reproduce
 each pathology in seconds.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -56,8 +57,15 @@ class PartialWrite(ConnectionError):
 class VirtualClient:
     """A STOMP peer on the virtual network."""
 
-    def __init__(self, net: "VirtualNetwork", name: str, *, recv_buffer: int | None = None, auto_read: bool = True,
-                 send_buffer: int | None = None) -> None:
+    def __init__(
+        self,
+        net: "VirtualNetwork",
+        name: str,
+        *,
+        recv_buffer: int | None = None,
+        auto_read: bool = True,
+        send_buffer: int | None = None,
+    ) -> None:
         self.net = net
         self.name = name
         self.sid = net.broker.open_session(name)
@@ -209,7 +217,12 @@ class VirtualNetwork:
     strict_teardown_checks = False
 
     def __init__(
-        self, config: BrokerConfig | None = None, *, seed: int = 0, trace: Any = None, data_dir: Any = None,
+        self,
+        config: BrokerConfig | None = None,
+        *,
+        seed: int = 0,
+        trace: Any = None,
+        data_dir: Any = None,
         check_teardown: bool | None = None,
     ) -> None:
         self.clock = ManualClock()
@@ -346,7 +359,9 @@ class VirtualNetwork:
         """Run ``fn`` (a client action) at virtual time ``when``."""
         heapq.heappush(self._agenda, (when, next(self._order), fn))
 
-    def every(self, period: float, fn: Callable[[], Any], *, start: float | None = None, until: float | None = None) -> None:
+    def every(
+        self, period: float, fn: Callable[[], Any], *, start: float | None = None, until: float | None = None
+    ) -> None:
         """Run ``fn`` every ``period`` seconds from ``start`` (default: now + period)."""
         first = self.now + period if start is None else start
 

@@ -29,6 +29,7 @@ names as its ``reply-to``: ``minibroker stat``'s, each console page's) is no
 user destination: no reply lists or counts it, so the replies on it are no
 traffic (a console polling an idle broker shows 0 in and 0 out).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
@@ -54,8 +55,13 @@ def is_statistics_address(address: str) -> bool:
 class Scope:
     """What one requester may see: everything (``everything``), or what it may read."""
 
-    def __init__(self, broker: "Broker", principal: "Principal | None" = None, session_id: int | None = None,
-                 everything: bool = True) -> None:
+    def __init__(
+        self,
+        broker: "Broker",
+        principal: "Principal | None" = None,
+        session_id: int | None = None,
+        everything: bool = True,
+    ) -> None:
         self.broker = broker
         self.principal = principal
         self.session_id = session_id
@@ -65,7 +71,7 @@ class Scope:
     def of(cls, broker: "Broker", session: "Session", address: str) -> "Scope":
         """The scope of ``session`` asking ``address`` (an admin of it sees everything)."""
         principal = session.principal
-        admin = broker.security.allows(principal, "admin", "queue", address[len("/queue/"):])
+        admin = broker.security.allows(principal, "admin", "queue", address[len("/queue/") :])
         return cls(broker, principal, session.id, everything=admin)
 
     def sees_destination(self, dest: "Destination") -> bool:
@@ -83,7 +89,9 @@ class Scope:
 
     def destinations(self) -> list["Destination"]:
         """The visible destinations, by address."""
-        return sorted((d for d in self.broker.destinations.values() if self.sees_destination(d)), key=lambda d: d.address)
+        return sorted(
+            (d for d in self.broker.destinations.values() if self.sees_destination(d)), key=lambda d: d.address
+        )
 
     def sessions(self) -> list["Session"]:
         """The visible connections, by id."""
@@ -95,8 +103,11 @@ class Scope:
         if self.everything:
             return findings
         seen = {d.address for d in self.destinations()}
-        return [f for f in findings
-                if f.get("destination") in seen and set(f.get("evidence", {}).get("holders", ())) <= seen]
+        return [
+            f
+            for f in findings
+            if f.get("destination") in seen and set(f.get("evidence", {}).get("holders", ())) <= seen
+        ]
 
 
 def broker_statistics(broker: "Broker", scope: Scope | None = None) -> dict[str, Any]:
@@ -146,7 +157,9 @@ def broker_statistics(broker: "Broker", scope: Scope | None = None) -> dict[str,
         "consumerCount": sum(len(d.subscriptions) for d in dests),
         "destinationCount": len(dests),
         "connectionCount": len(broker.sessions) if scope.everything else len(scope.sessions()),
-        "blockedProducers": sum(len(s.parked) for s in (broker.sessions.values() if scope.everything else scope.sessions())),
+        "blockedProducers": sum(
+            len(s.parked) for s in (broker.sessions.values() if scope.everything else scope.sessions())
+        ),
         "diagnosis": scope.diagnosis(),
     }
 
@@ -197,8 +210,9 @@ def destination_statistics(broker: "Broker", dest: "Destination", scope: Scope |
         "inflightCount": inflight,
         "enqueueRate": enqueue_rate,
         "dequeueRate": dequeue_rate,
-        "consumers": [consumer_statistics(s) for s in dest.subscriptions
-                      if scope is None or scope.sees_session(s.session)],
+        "consumers": [
+            consumer_statistics(s) for s in dest.subscriptions if scope is None or scope.sees_session(s.session)
+        ],
         "enqueueCount": dest.enqueued,
         "dequeueCount": dest.dequeued,
         "dispatchCount": dest.dispatched,
@@ -248,8 +262,13 @@ def connection_statistics(session: "Session", now: float, wall_ms: int) -> dict[
         "protocol": session.protocol,
         "subscriptions": len(session.subscriptions),
         "subscriptionList": [
-            {"subscription": sub.id, "destinationName": sub.destination.address, "ack": sub.ack_mode,
-             "prefetchSize": sub.prefetch, "outstanding": len(sub.dispatched)}
+            {
+                "subscription": sub.id,
+                "destinationName": sub.destination.address,
+                "ack": sub.ack_mode,
+                "prefetchSize": sub.prefetch,
+                "outstanding": len(sub.dispatched),
+            }
             for sub in session.subscriptions.values()
         ],
         "unacknowledged": sum(len(s.dispatched) for s in session.subscriptions.values()),
@@ -278,12 +297,18 @@ def statistics_replies(broker: "Broker", address: str, scope: Scope | None = Non
     if what == "Subscription":
         wall_ms = broker.clock.wall_ms()
         all_dests = sorted(broker.destinations.values(), key=lambda d: d.address)
-        return [subscription_statistics(s, wall_ms) for d in all_dests for s in d.subscriptions
-                if scope.sees_session(s.session)]
+        return [
+            subscription_statistics(s, wall_ms)
+            for d in all_dests
+            for s in d.subscriptions
+            if scope.sees_session(s.session)
+        ]
     if what == "Connection":
         now, wall_ms = broker.clock.now(), broker.clock.wall_ms()
         return [connection_statistics(s, now, wall_ms) for s in scope.sessions()]
     if what.startswith("Destination."):
         pattern = what[len("Destination.") :]
-        return [destination_statistics(broker, d, scope) for d in scope.destinations() if wildcards.matches(pattern, d.name)]
+        return [
+            destination_statistics(broker, d, scope) for d in scope.destinations() if wildcards.matches(pattern, d.name)
+        ]
     return None

@@ -29,6 +29,7 @@ while RECEIPTs wait, and the edge reports back ``store_synced`` or
   persistent message tries the disk again: when the operator or the
   consumers' acks have freed space, sends work again without a restart.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -101,7 +102,7 @@ class StoreHooks:
                     store.dequeue(ref)  # its subscription was removed
                     orphans += 1
                     continue
-                topic = self.destinations[key[len("durable:"):].split("|", 1)[0]]
+                topic = self.destinations[key[len("durable:") :].split("|", 1)[0]]
                 message = self.load_message(topic, PagedRef(ref, seq, 4, delivered, 0))
                 state.refs[message.seq] = ref
                 if delivered:
@@ -124,8 +125,12 @@ class StoreHooks:
                 if stored:
                     self._emit("recover", dest=dest.address, count=stored)
         self._set_store_usage(store.disk_usage())
-        log.info("recovered %d persistent messages (%d durable subscriptions)%s", count, len(states),
-                 f"; dropped {orphans} of removed durable subscriptions" if orphans else "")
+        log.info(
+            "recovered %d persistent messages (%d durable subscriptions)%s",
+            count,
+            len(states),
+            f"; dropped {orphans} of removed durable subscriptions" if orphans else "",
+        )
         return count
 
     def close(self) -> None:
@@ -162,8 +167,11 @@ class StoreHooks:
             return
         text = str(error) if isinstance(error, StorageError) else f"Store failed: {error}"
         self.store_failure = text
-        log.critical("%s; nothing more is receipted as durable: the broker stops (restart it once the disk is "
-                     "checked: what was receipted before is recovered)", text)
+        log.critical(
+            "%s; nothing more is receipted as durable: the broker stops (restart it once the disk is "
+            "checked: what was receipted before is recovered)",
+            text,
+        )
         refusal = f"{text}; the broker accepts no persistent message and is stopping"
         waiters, self._sync_waiters = self._sync_waiters, []
         for _, session, receipt in waiters:  # none of them is known to be on disk: no RECEIPT, an ERROR
@@ -184,8 +192,11 @@ class StoreHooks:
         and persistent messages wait or are refused without trying the disk until it may
         have room (``_probe_space``, ``_space_returned``)."""
         if self.store_full is None:
-            log.error("%s: the store is full; persistent messages are refused (or their producers wait) until "
-                      "space returns, while consumers and non-persistent messages go on", error)
+            log.error(
+                "%s: the store is full; persistent messages are refused (or their producers wait) until "
+                "space returns, while consumers and non-persistent messages go on",
+                error,
+            )
             if self.trace.enabled:
                 self._emit("error", message=str(error), code="store_full", fatal=False)
         self.store_full = str(error)
@@ -249,8 +260,13 @@ class StoreHooks:
 
     def _payload(self, message: Message) -> bytes:
         return encode_wire_payload(
-            message.seq, message.message_id_wire("1.2"), message.wire_headers, message.body,
-            persistent=message.persistent, priority=message.priority, expires=message.expires,
+            message.seq,
+            message.message_id_wire("1.2"),
+            message.wire_headers,
+            message.body,
+            persistent=message.persistent,
+            priority=message.priority,
+            expires=message.expires,
             timestamp=message.timestamp,
         )
 
@@ -283,7 +299,9 @@ class StoreHooks:
                 raise
             except ResourceLimitError:
                 if self.trace.enabled and self.store_failure is None:
-                    self._trace_journal("journal_full", store.journal_for(destination.address), dest=destination.address)
+                    self._trace_journal(
+                        "journal_full", store.journal_for(destination.address), dest=destination.address
+                    )
                 raise
         return destination.accept(message)
 
@@ -301,8 +319,13 @@ class StoreHooks:
         try:
             state.refs[message.seq] = self._storage_call(lambda: store.enqueue(key, payload, self._txid))
         except ResourceLimitError as exc:
-            log.error("%s: could not journal %s for durable subscription %s: %s", topic.address, message.message_id, key,
-                      exc.message)
+            log.error(
+                "%s: could not journal %s for durable subscription %s: %s",
+                topic.address,
+                message.message_id,
+                key,
+                exc.message,
+            )
             raise
 
     def mark_durable_delivered(self, state: DurableState, message: Message) -> None:
@@ -321,9 +344,16 @@ class StoreHooks:
         """A ``journal_roll``, ``journal_full`` or ``journal_state`` event for ``journal``."""
         files = journal.files()
         current = next((f for f in files if f.current), files[-1] if files else None)
-        self._emit(event, store=journal.config.queue_name, layout=journal.config.layout,
-                   file=current.name if current else "", files=len(files), live=journal.live_count,
-                   file_live={f.name: f.live for f in files}, **extra)
+        self._emit(
+            event,
+            store=journal.config.queue_name,
+            layout=journal.config.layout,
+            file=current.name if current else "",
+            files=len(files),
+            live=journal.live_count,
+            file_live={f.name: f.live for f in files},
+            **extra,
+        )
 
     def trace_journal_rolls(self) -> None:
         """Emit ``journal_roll`` for every journal that moved to another file."""
@@ -339,9 +369,17 @@ class StoreHooks:
         if self.store is None:
             return
         subs = [
-            {"topic": t.address, "client_id": s.client_id, "name": s.name, "selector": s.selector_text, "no_local": s.no_local,
-             "owner": s.owner}
-            for t in self.destinations.values() if isinstance(t, Topic) for s in t.durables.values()
+            {
+                "topic": t.address,
+                "client_id": s.client_id,
+                "name": s.name,
+                "selector": s.selector_text,
+                "no_local": s.no_local,
+                "owner": s.owner,
+            }
+            for t in self.destinations.values()
+            if isinstance(t, Topic)
+            for s in t.durables.values()
         ]
         self.store.save_durables(subs)
 

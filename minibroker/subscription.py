@@ -25,6 +25,7 @@ Topic subscriptions also own ``pending``: messages matched while the consumer
 had no capacity wait there, in order (ActiveMQ's ``matched`` list, a VM
 pending cursor).
 """
+
 from __future__ import annotations
 
 from collections import deque

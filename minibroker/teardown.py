@@ -20,6 +20,7 @@ traceback and noted in ``Session.teardown_errors``, and the next step runs
 all the same, so one failure never leaves subscriptions, transactions or
 messages of the connection behind. ``invariants.py`` checks the result.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -45,8 +46,13 @@ class ConnectionTeardown:
             step(session, f"rolling back transaction {txid!r}", self._roll_back, ops)
         session.transactions.clear()
         for sub in list(session.subscriptions.values()):
-            step(session, f"removing subscription {sub.id!r} on {sub.destination.address}",
-                 self._remove_subscription, session, sub)
+            step(
+                session,
+                f"removing subscription {sub.id!r} on {sub.destination.address}",
+                self._remove_subscription,
+                session,
+                sub,
+            )
         session.subscriptions.clear()
         for dest in self.registry.remove_temporaries(session.id):
             step(session, f"removing the temporary destination {dest.address}", self._drop_temporary, dest)
@@ -76,8 +82,9 @@ class ConnectionTeardown:
                 continue
             producer.parked = deque(p for p in producer.parked if p.destination is not dest)
             for parked in bound_here:
-                self._refuse_send(producer, parked.receipt,
-                                  f"{dest.address} was deleted: the connection that owned it closed")
+                self._refuse_send(
+                    producer, parked.receipt, f"{dest.address} was deleted: the connection that owned it closed"
+                )
             self._retry_blocked = True  # the producer may have nothing left to wait for
 
     def _release_waits(self, session: "Session") -> None:

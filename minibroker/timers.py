@@ -6,6 +6,7 @@ callback re-checks whether it still matters (session still open, deadline
 not pushed back) when it fires, which keeps scheduling O(log n) and free of
 bookkeeping on the hot path.
 """
+
 from __future__ import annotations
 
 import heapq

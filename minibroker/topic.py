@@ -22,6 +22,7 @@ A subscription is marked *slow* when more than its prefetch is pending, and
 unmarked when it has caught up (nothing pending). Durable subscriptions keep
 their messages while their consumer is away.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -80,8 +81,9 @@ class Topic(Destination):
         for m in in_memory + returned:
             self.broker.message_consumed(self, m)
 
-    def durable_state(self, client_id: str, name: str, selector_text: str | None, no_local: bool,
-                      owner: str | None = None) -> "DurableState":
+    def durable_state(
+        self, client_id: str, name: str, selector_text: str | None, no_local: bool, owner: str | None = None
+    ) -> "DurableState":
         """The durable subscription (client_id, name), created or reset as needed.
 
         As in ActiveMQ, subscribing again with a different selector or noLocal
@@ -167,8 +169,13 @@ class Topic(Destination):
             victim = pending.pop()
         else:
             victim = pending.popleft()
-        self._discard(sub, victim, f"pending_message_limit {self.policy.pending_message_limit} exceeded "
-                                   f"({self.policy.message_eviction_strategy} evicted)", held=True)
+        self._discard(
+            sub,
+            victim,
+            f"pending_message_limit {self.policy.pending_message_limit} exceeded "
+            f"({self.policy.message_eviction_strategy} evicted)",
+            held=True,
+        )
 
     def _discard(self, sub: "Subscription", message: "Message", reason: str, *, held: bool = False) -> None:
         sub.discarded += 1
@@ -231,11 +238,22 @@ class Topic(Destination):
 class DurableState:
     """A durable topic subscription, kept while its consumer is away."""
 
-    __slots__ = ("client_id", "name", "selector_text", "selector", "no_local", "pending", "redelivered", "active", "refs",
-                 "owner")
+    __slots__ = (
+        "client_id",
+        "name",
+        "selector_text",
+        "selector",
+        "no_local",
+        "pending",
+        "redelivered",
+        "active",
+        "refs",
+        "owner",
+    )
 
-    def __init__(self, client_id: str, name: str, selector_text: str | None, no_local: bool,
-                 owner: str | None = None) -> None:
+    def __init__(
+        self, client_id: str, name: str, selector_text: str | None, no_local: bool, owner: str | None = None
+    ) -> None:
         self.client_id = client_id
         #: The user who made it (None: made with no users configured); only that user may
         #: consume from it or remove it, whatever client-id another connection claims.

@@ -186,75 +186,158 @@ def _spec(name: str, required: str, optional: str, doc: str, side: str = "broker
 EVENTS: dict[str, EventSpec] = {
     s.name: s
     for s in (
-        _spec("connect", "session", "client_id addr version heart_beat client",
-              "A STOMP session completed CONNECT."),
-        _spec("disconnect", "session reason", "client_id client",
-              "A session ended (reason: client, eof, error, heartbeat, write_timeout, "
-              "slow_consumer, shutdown)."),
-        _spec("subscribe", "session sub dest ack prefetch", "selector durable exclusive",
-              "A SUBSCRIBE was accepted."),
-        _spec("unsubscribe", "session sub dest", "reason",
-              "A subscription ended (reason: client, disconnect, abort)."),
-        _spec("send", "session dest msg size persistent priority", "tx",
-              "A SEND frame was received, before flow control."),
-        _spec("enqueue", "dest msg size persistent priority cached", "session",
-              "A message was accepted by a destination; cached: kept in the cursor's "
-              "memory (true) or store-only (false)."),
-        _spec("start", "", "",
-              "The broker started: every queue's backlog is what the recover events that follow say "
-              "(none: empty)."),
-        _spec("recover", "dest count", "bytes",
-              "At start-up the store held count messages for dest (store-only, not in memory)."),
-        _spec("page_in", "dest count", "mem_pct dest_mem_pct",
-              "The cursor loaded count messages from the store into memory."),
-        _spec("page_in_blocked", "dest pending mem_pct dest_mem_pct hwm", "policy consumers",
-              "A page-in was refused for lack of memory; pending messages wait in the store."),
-        _spec("dispatch", "session sub dest msg size", "redelivered priority",
-              "A MESSAGE was handed to a subscription."),
-        _spec("ack", "session sub dest msg", "mode tx",
-              "One message was acknowledged (a cumulative ACK, or auto mode, gives one "
-              "event per message)."),
+        _spec("connect", "session", "client_id addr version heart_beat client", "A STOMP session completed CONNECT."),
+        _spec(
+            "disconnect",
+            "session reason",
+            "client_id client",
+            "A session ended (reason: client, eof, error, heartbeat, write_timeout, slow_consumer, shutdown).",
+        ),
+        _spec("subscribe", "session sub dest ack prefetch", "selector durable exclusive", "A SUBSCRIBE was accepted."),
+        _spec("unsubscribe", "session sub dest", "reason", "A subscription ended (reason: client, disconnect, abort)."),
+        _spec(
+            "send", "session dest msg size persistent priority", "tx", "A SEND frame was received, before flow control."
+        ),
+        _spec(
+            "enqueue",
+            "dest msg size persistent priority cached",
+            "session",
+            "A message was accepted by a destination; cached: kept in the cursor's "
+            "memory (true) or store-only (false).",
+        ),
+        _spec(
+            "start",
+            "",
+            "",
+            "The broker started: every queue's backlog is what the recover events that follow say (none: empty).",
+        ),
+        _spec(
+            "recover",
+            "dest count",
+            "bytes",
+            "At start-up the store held count messages for dest (store-only, not in memory).",
+        ),
+        _spec(
+            "page_in",
+            "dest count",
+            "mem_pct dest_mem_pct",
+            "The cursor loaded count messages from the store into memory.",
+        ),
+        _spec(
+            "page_in_blocked",
+            "dest pending mem_pct dest_mem_pct hwm",
+            "policy consumers",
+            "A page-in was refused for lack of memory; pending messages wait in the store.",
+        ),
+        _spec(
+            "dispatch", "session sub dest msg size", "redelivered priority", "A MESSAGE was handed to a subscription."
+        ),
+        _spec(
+            "ack",
+            "session sub dest msg",
+            "mode tx",
+            "One message was acknowledged (a cumulative ACK, or auto mode, gives one event per message).",
+        ),
         _spec("nack", "session sub dest msg", "tx", "One message was negatively acknowledged."),
-        _spec("redeliver", "dest msg redeliveries", "session sub",
-              "A message went back to its destination for redelivery."),
+        _spec(
+            "redeliver",
+            "dest msg redeliveries",
+            "session sub",
+            "A message went back to its destination for redelivery.",
+        ),
         _spec("expire", "dest msg", "", "A message expired."),
         _spec("dlq", "dest msg dlq reason", "", "A message was moved to a dead-letter queue."),
-        _spec("discard", "dest msg reason", "session sub",
-              "A message was dropped (slow-consumer eviction, temp store full)."),
-        _spec("usage", "mem_pct store_pct temp_pct", "dest dest_mem_pct",
-              "A usage percent changed: broker-wide (no dest), or a destination's memory "
-              "(dest and dest_mem_pct, with the broker-wide values of that moment)."),
-        _spec("flow_block", "session dest usage pct", "msg",
-              "Producer flow control started holding a producer (usage: memory, store, temp)."),
-        _spec("flow_unblock", "session dest usage waited", "pct",
-              "A held producer was released after waited seconds."),
-        _spec("swap_out", "dest sub count temp_pct", "session bytes mem_pct",
-              "A file cursor moved count messages from memory to the temp store."),
-        _spec("swap_in", "dest sub count temp_pct", "session bytes",
-              "A file cursor read count messages back from the temp store."),
-        _spec("journal_roll", "store layout file files", "prev live file_live",
-              "The journal moved on to file; prev was full and still held live enqueues."),
-        _spec("journal_full", "store layout file files live file_live",
-              "dest live_bytes capacity",
-              "An enqueue was refused: the journal has no reusable file (file is the one "
-              "the look-ahead reached); live: live enqueues in the whole journal."),
-        _spec("journal_state", "store layout file files live file_live", "",
-              "The journal's files and their live enqueues as the broker stopped (the state at the end)."),
-        _spec("slow_consumer", "session sub dest slow pending", "prefetch",
-              "A subscription was marked slow (slow=true) or no longer slow (slow=false)."),
-        _spec("connection", "session pending_bytes pending idle_read idle_write", "client_id addr",
-              "A periodic sample of one connection (the stalled socket): bytes queued for its socket, "
-              "unacknowledged messages, seconds since the last read and the last write that drained."),
-        _spec("write_timeout", "session waited pending_bytes", "client_id addr",
-              "A socket write was stuck for waited seconds; the session is closed."),
-        _spec("error", "message", "session client_id code dest fatal",
-              "An ERROR frame was sent, or an internal error was logged."),
-        _spec("sent", "client dest msg size", "persistent priority session",
-              "Client side (replay driver): a SEND was written.", side="client"),
-        _spec("received", "client sub dest msg size", "redelivered latency session",
-              "Client side: a MESSAGE was received.", side="client"),
-        _spec("acked", "client sub dest msg", "mode session",
-              "Client side: an ACK was written.", side="client"),
+        _spec(
+            "discard",
+            "dest msg reason",
+            "session sub",
+            "A message was dropped (slow-consumer eviction, temp store full).",
+        ),
+        _spec(
+            "usage",
+            "mem_pct store_pct temp_pct",
+            "dest dest_mem_pct",
+            "A usage percent changed: broker-wide (no dest), or a destination's memory "
+            "(dest and dest_mem_pct, with the broker-wide values of that moment).",
+        ),
+        _spec(
+            "flow_block",
+            "session dest usage pct",
+            "msg",
+            "Producer flow control started holding a producer (usage: memory, store, temp).",
+        ),
+        _spec("flow_unblock", "session dest usage waited", "pct", "A held producer was released after waited seconds."),
+        _spec(
+            "swap_out",
+            "dest sub count temp_pct",
+            "session bytes mem_pct",
+            "A file cursor moved count messages from memory to the temp store.",
+        ),
+        _spec(
+            "swap_in",
+            "dest sub count temp_pct",
+            "session bytes",
+            "A file cursor read count messages back from the temp store.",
+        ),
+        _spec(
+            "journal_roll",
+            "store layout file files",
+            "prev live file_live",
+            "The journal moved on to file; prev was full and still held live enqueues.",
+        ),
+        _spec(
+            "journal_full",
+            "store layout file files live file_live",
+            "dest live_bytes capacity",
+            "An enqueue was refused: the journal has no reusable file (file is the one "
+            "the look-ahead reached); live: live enqueues in the whole journal.",
+        ),
+        _spec(
+            "journal_state",
+            "store layout file files live file_live",
+            "",
+            "The journal's files and their live enqueues as the broker stopped (the state at the end).",
+        ),
+        _spec(
+            "slow_consumer",
+            "session sub dest slow pending",
+            "prefetch",
+            "A subscription was marked slow (slow=true) or no longer slow (slow=false).",
+        ),
+        _spec(
+            "connection",
+            "session pending_bytes pending idle_read idle_write",
+            "client_id addr",
+            "A periodic sample of one connection (the stalled socket): bytes queued for its socket, "
+            "unacknowledged messages, seconds since the last read and the last write that drained.",
+        ),
+        _spec(
+            "write_timeout",
+            "session waited pending_bytes",
+            "client_id addr",
+            "A socket write was stuck for waited seconds; the session is closed.",
+        ),
+        _spec(
+            "error",
+            "message",
+            "session client_id code dest fatal",
+            "An ERROR frame was sent, or an internal error was logged.",
+        ),
+        _spec(
+            "sent",
+            "client dest msg size",
+            "persistent priority session",
+            "Client side (replay driver): a SEND was written.",
+            side="client",
+        ),
+        _spec(
+            "received",
+            "client sub dest msg size",
+            "redelivered latency session",
+            "Client side: a MESSAGE was received.",
+            side="client",
+        ),
+        _spec("acked", "client sub dest msg", "mode session", "Client side: an ACK was written.", side="client"),
     )
 }
 
@@ -272,9 +355,7 @@ def _type_ok(kind: str, value: Any) -> bool:
     if kind == "bool":
         return isinstance(value, bool)
     if kind == "map<str,int>":
-        return isinstance(value, Mapping) and all(
-            isinstance(k, str) and _type_ok("int", v) for k, v in value.items()
-        )
+        return isinstance(value, Mapping) and all(isinstance(k, str) and _type_ok("int", v) for k, v in value.items())
     raise AssertionError(f"unknown field type {kind!r}")
 
 
@@ -315,9 +396,11 @@ def validate_event(event: Mapping[str, Any], *, strict: bool = True) -> list[str
 
 # A C encoder built once: compact separators, UTF-8 out, no circular check.
 _c_make_encoder = getattr(_json_encoder, "c_make_encoder", None)
-_encode = _c_make_encoder(
-    None, None, _json_encoder.encode_basestring, None, ":", ",", False, False, True
-) if _c_make_encoder is not None else None
+_encode = (
+    _c_make_encoder(None, None, _json_encoder.encode_basestring, None, ":", ",", False, False, True)
+    if _c_make_encoder is not None
+    else None
+)
 
 
 def _encode_fields(fields: dict[str, Any]) -> str:
@@ -377,11 +460,19 @@ def expand(kind: int, values: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]
     if kind == SEND_ENQUEUE_DISPATCH or kind == SEND_ENQUEUE_DISPATCH_AUTO_ACK:
         dispatch = (values[8], values[2], values[3], values[9], values[5])
         return expand(SEND_ENQUEUE, values[:8]) + expand(
-            DISPATCH_AUTO_ACK if kind == SEND_ENQUEUE_DISPATCH_AUTO_ACK else DISPATCH, dispatch)
+            DISPATCH_AUTO_ACK if kind == SEND_ENQUEUE_DISPATCH_AUTO_ACK else DISPATCH, dispatch
+        )
     if kind == SEND_ENQUEUE:
         named = dict(zip(_SEND_NAMES, values))
-        enqueue = (named["dest"], named["msg"], named["size"], named["cached"], named["priority"],
-                   named["persistent"], named["session"])
+        enqueue = (
+            named["dest"],
+            named["msg"],
+            named["size"],
+            named["cached"],
+            named["priority"],
+            named["persistent"],
+            named["session"],
+        )
         return expand(SEND, values[:7]) + expand(ENQUEUE, enqueue)
     if kind == DISPATCH or kind == DISPATCH_AUTO_ACK:
         values = (*values[0], *values[1:])
@@ -413,24 +504,32 @@ def _fixed_lines(seq: int, ts: float, kind: int, v: tuple[Any, ...], broker_json
     if kind >= SEND_ENQUEUE_DISPATCH:
         ids, redelivered = v[8], v[9]
         dispatch_kind = DISPATCH_AUTO_ACK if kind == SEND_ENQUEUE_DISPATCH_AUTO_ACK else DISPATCH
-        return (_fixed_lines(seq, ts, SEND_ENQUEUE, v, broker_json)
-                + _fixed_lines(seq + 2, ts, dispatch_kind, (ids, v[2], v[3], redelivered, v[5]), broker_json))
+        return _fixed_lines(seq, ts, SEND_ENQUEUE, v, broker_json) + _fixed_lines(
+            seq + 2, ts, dispatch_kind, (ids, v[2], v[3], redelivered, v[5]), broker_json
+        )
     if kind == SEND or kind == SEND_ENQUEUE:
         session, dest, msg, size, persistent, priority, tx = v[:7]
         tail = f',"tx":{_str(tx)}}}' if tx is not None else "}"
         session, dest, msg = _str(session), _str(dest), _str(msg)
-        send = (f'{head}send","broker":{broker_json},"session":{session},"dest":{dest},'
-                f'"msg":{msg},"size":{size},"persistent":{_BOOL[persistent]},"priority":{priority}{tail}')
+        send = (
+            f'{head}send","broker":{broker_json},"session":{session},"dest":{dest},'
+            f'"msg":{msg},"size":{size},"persistent":{_BOOL[persistent]},"priority":{priority}{tail}'
+        )
         if kind == SEND:
             return [send]
-        return [send, f'{{"v":{_V},"seq":{seq + 1},"ts":{stamp},"event":"enqueue","broker":{broker_json},'
-                      f'"dest":{dest},"msg":{msg},"size":{size},"cached":{_BOOL[v[7]]},"priority":{priority},'
-                      f'"persistent":{_BOOL[persistent]},"session":{session}}}']
+        return [
+            send,
+            f'{{"v":{_V},"seq":{seq + 1},"ts":{stamp},"event":"enqueue","broker":{broker_json},'
+            f'"dest":{dest},"msg":{msg},"size":{size},"cached":{_BOOL[v[7]]},"priority":{priority},'
+            f'"persistent":{_BOOL[persistent]},"session":{session}}}',
+        ]
     if kind == ENQUEUE:
         dest, msg, size, cached, priority, persistent, session = v
         tail = f',"session":{_str(session)}}}' if session is not None else "}"
-        return [f'{head}enqueue","broker":{broker_json},"dest":{_str(dest)},"msg":{_str(msg)},"size":{size},'
-                f'"cached":{_BOOL[cached]},"priority":{priority},"persistent":{_BOOL[persistent]}{tail}']
+        return [
+            f'{head}enqueue","broker":{broker_json},"dest":{_str(dest)},"msg":{_str(msg)},"size":{size},'
+            f'"cached":{_BOOL[cached]},"priority":{priority},"persistent":{_BOOL[persistent]}{tail}'
+        ]
     (session, sub, dest), msg, size, redelivered, priority = v
     ids = f'"broker":{broker_json},"session":{_str(session)},"sub":{_str(sub)},"dest":{_str(dest)},"msg":{_str(msg)}'
     dispatch = f'{head}dispatch",{ids},"size":{size},"redelivered":{_BOOL[redelivered]},"priority":{priority}}}'
@@ -507,8 +606,17 @@ class Trace:
             # Run this file as a script (it imports only the standard library); -I keeps
             # the script's directory off sys.path, so no sibling module shadows the stdlib.
             self._child = subprocess.Popen(
-                [sys.executable, "-I", os.path.abspath(__file__), "--write", path, broker,
-                 str(writer_nice), str(lag_limit), load_stat or f"/proc/{os.getpid()}/stat"],
+                [
+                    sys.executable,
+                    "-I",
+                    os.path.abspath(__file__),
+                    "--write",
+                    path,
+                    broker,
+                    str(writer_nice),
+                    str(lag_limit),
+                    load_stat or f"/proc/{os.getpid()}/stat",
+                ],
                 stdin=subprocess.PIPE,
             )
             assert self._child.stdin is not None
@@ -597,8 +705,11 @@ class Trace:
             except OSError as exc:
                 self._fail(exc)
             if self._child.wait() != 0:
-                log.error("trace %s: the writer process exited with status %d; the file may be incomplete",
-                          self._name, self._child.returncode)
+                log.error(
+                    "trace %s: the writer process exited with status %d; the file may be incomplete",
+                    self._name,
+                    self._child.returncode,
+                )
                 self.error = self.error or f"writer exited with {self._child.returncode}"
         elif self._owns_file and self._file is not None:
             try:
@@ -644,7 +755,7 @@ class _SpoolWriter:
         head, tail = os.path.split(path)
         stale = f".{tail}.spool."
         for name in os.listdir(head or "."):  # left by a writer that was killed
-            if name.startswith(stale) and name[len(stale):].isdigit():
+            if name.startswith(stale) and name[len(stale) :].isdigit():
                 os.unlink(os.path.join(head, name))
         self._k = 0
         self._fd = self._open(0)
@@ -656,7 +767,7 @@ class _SpoolWriter:
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            view = view[os.write(self._fd, view):]
+            view = view[os.write(self._fd, view) :]
 
     def append(self, blob: bytes) -> None:
         if self._size >= self.segment_bytes:

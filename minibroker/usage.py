@@ -24,6 +24,7 @@ Listeners are called when a usage's percent changes (the trace's ``usage``
 events, the diagnosis, the file cursor's swap trigger) and whenever it drops
 (waiters for space: parked producers retry then).
 """
+
 from __future__ import annotations
 
 from typing import Callable

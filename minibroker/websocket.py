@@ -31,6 +31,7 @@ module only moves bytes between it, the socket and the core.
 - A close from the core sends a WebSocket close frame after what was written
   (the ERROR frame), then the TCP connection ends as on TCP.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -147,8 +148,12 @@ class WebSocketConnection(EdgeConnection):
         limit = session.parser.frame_limit + _FRAMING_ALLOWANCE
         if self._before_login <= limit:
             return False
-        log.warning("WebSocket connection %d from %s: more than %d bytes before its CONNECT was accepted; closed",
-                    self.sid, self.peer, limit)
+        log.warning(
+            "WebSocket connection %d from %s: more than %d bytes before its CONNECT was accepted; closed",
+            self.sid,
+            self.peer,
+            limit,
+        )
         self._failed = True
         self.ws.fail(CloseCode.MESSAGE_TOO_BIG, f"more than {limit} bytes before the CONNECT is accepted")
         self._send_pending()
@@ -166,7 +171,9 @@ class WebSocketConnection(EdgeConnection):
         if response.status_code == 101:
             self.open_session()
         else:
-            log.info("WebSocket upgrade from %s refused (%d): %s", self.peer, response.status_code, self.ws.handshake_exc)
+            log.info(
+                "WebSocket upgrade from %s refused (%d): %s", self.peer, response.status_code, self.ws.handshake_exc
+            )
 
     def eof_received(self) -> bool | None:
         self.ws.receive_eof()

@@ -6,6 +6,7 @@
 without its ``>``); ``PRICE.*.IBM`` matches ``PRICE.STOCK.IBM`` only; ``>``
 alone matches every destination.
 """
+
 from __future__ import annotations
 
 __all__ = ["matches", "specificity", "is_wildcard"]

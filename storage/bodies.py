@@ -113,8 +113,9 @@ def verified_payload(data: bytes, seq: int, file: str, offset: int) -> bytes:
     return verified_payloads(data, offset, (offset,), (len(data),), (seq,), file)[0]
 
 
-def verified_payloads(data: bytes, base: int, offsets: Sequence[int], lengths: Sequence[int], seqs: Sequence[int],
-                      file: str) -> list[bytes]:
+def verified_payloads(
+    data: bytes, base: int, offsets: Sequence[int], lengths: Sequence[int], seqs: Sequence[int], file: str
+) -> list[bytes]:
     """The payloads of the ENQUEUE records ``seqs`` in ``data``, which holds
     ``file`` from its offset ``base`` on: record k at ``offsets[k]`` of the file,
     ``lengths[k]`` bytes long (a page-in reads a span of neighbours at once).
@@ -133,8 +134,14 @@ def verified_payloads(data: bytes, base: int, offsets: Sequence[int], lengths: S
         end = at + length
         if length >= ENQUEUE_FIXED and end <= size:
             crc, magic, rtype, flags, body_length, found = unpack_header(data, at)
-            if (magic == MAGIC and rtype == _ENQUEUE_TYPE and not flags and found == seq
-                    and HEADER_SIZE + body_length == length and crc32(view[at + 4 : end]) == crc):
+            if (
+                magic == MAGIC
+                and rtype == _ENQUEUE_TYPE
+                and not flags
+                and found == seq
+                and HEADER_SIZE + body_length == length
+                and crc32(view[at + 4 : end]) == crc
+            ):
                 klen, tlen = unpack_enqueue(data, at + HEADER_SIZE)
                 append(data[at + ENQUEUE_FIXED + klen + tlen : end])
                 continue
@@ -148,9 +155,13 @@ def _refuse(record: bytes, seq: int, file: str, offset: int) -> NoReturn:
     """Raise ``CorruptRecord`` saying why ``record`` is not the ENQUEUE record ``seq``."""
     _, rtype, found, record_end, reason = check(record, memoryview(record), 0)
     if not reason:
-        reason = (f"expected enqueue {seq}, found record {found}" if rtype != RecordType.ENQUEUE or found != seq
-                  else "the enqueue record does not fill its span" if record_end != len(record)
-                  else "the enqueue body is shorter than its key and txid lengths")
+        reason = (
+            f"expected enqueue {seq}, found record {found}"
+            if rtype != RecordType.ENQUEUE or found != seq
+            else "the enqueue record does not fill its span"
+            if record_end != len(record)
+            else "the enqueue body is shorter than its key and txid lengths"
+        )
     raise CorruptRecord(file, offset, reason)
 
 

@@ -48,8 +48,7 @@ from itertools import compress
 from storage.errors import StoreFull
 from storage.spill import Slot, SpillFile, pack_columns, unpack_columns
 
-__all__ = ["BLOCK_ROWS", "DEAD", "DEFAULT_CACHE_ROWS", "LIVE", "PENDING", "EntryTable", "column", "inserted",
-           "widened"]
+__all__ = ["BLOCK_ROWS", "DEAD", "DEFAULT_CACHE_ROWS", "LIVE", "PENDING", "EntryTable", "column", "inserted", "widened"]
 
 #: Row states: dequeued (or aborted), live, enqueued in a transaction still open.
 DEAD, LIVE, PENDING = 0, 1, 2
@@ -144,8 +143,21 @@ class _Block:
 class EntryTable:
     """Enqueue records by seq: location, key and state (see the module docstring)."""
 
-    __slots__ = ("blocks", "firsts", "keys", "_key_ids", "dead", "_rows", "_last", "_hint_b", "_hint_r",
-                 "_resident", "cache_blocks", "_spill", "_spill_dir")
+    __slots__ = (
+        "blocks",
+        "firsts",
+        "keys",
+        "_key_ids",
+        "dead",
+        "_rows",
+        "_last",
+        "_hint_b",
+        "_hint_r",
+        "_resident",
+        "cache_blocks",
+        "_spill",
+        "_spill_dir",
+    )
 
     def __init__(self, cache_rows: int | None = None, spill_dir: str | os.PathLike[str] | None = None) -> None:
         """``cache_rows``: keep about that many rows' worth of blocks in memory and
@@ -359,8 +371,10 @@ class EntryTable:
     def entry(self, pos: int) -> tuple[bytes, tuple[int, int, int, int]]:
         """(key, (seq, file, offset, length)) of the row at ``pos``."""
         block, r = self.blocks[pos >> _SHIFT], pos & _MASK
-        return (self.keys[block.key_ids[r]],  # type: ignore[index]
-                (block.seqs[r], block.files[r], block.offsets[r], block.lengths[r]))  # type: ignore[index]
+        return (
+            self.keys[block.key_ids[r]],  # type: ignore[index]
+            (block.seqs[r], block.files[r], block.offsets[r], block.lengths[r]),  # type: ignore[index]
+        )
 
     def seq(self, pos: int) -> int:
         return self.blocks[pos >> _SHIFT].seqs[pos & _MASK]  # type: ignore[index]
@@ -447,7 +461,7 @@ class EntryTable:
         while b < len(self.blocks):
             block = self._block(b)
             seqs = array("q", compress(block.seqs, block.states.translate(_LIVE_ONLY)))  # type: ignore[arg-type, union-attr]
-            run = seqs[bisect_right(seqs, last):]
+            run = seqs[bisect_right(seqs, last) :]
             if run:
                 last = run[-1]
                 yield run

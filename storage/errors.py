@@ -83,10 +83,7 @@ class JournalFull(StorageError):
         self.name = name
         self.file_id = file_id
         self.live = live
-        super().__init__(
-            f'Journal full on queue "{name}": next file {file_id} still holds '
-            f"{live} live enqueue(s)."
-        )
+        super().__init__(f'Journal full on queue "{name}": next file {file_id} still holds {live} live enqueue(s).')
 
 
 class StoreFull(StorageError):

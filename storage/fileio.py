@@ -22,6 +22,7 @@ in two classes (``errors.py``):
     proves nothing. The journal refuses everything from then on, and what was
     durable before is what the next start recovers.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -72,17 +72,13 @@ class GrowingLayout:
         segments[file_id] = Segment.create(path, file_id, self.size, reserve=True)
         return segments[file_id]
 
-    def check_enqueue(
-        self, file_id: int, offset: int, length: int, live: Callable[[int], int]
-    ) -> None:
+    def check_enqueue(self, file_id: int, offset: int, length: int, live: Callable[[int], int]) -> None:
         """A growing journal never refuses an enqueue."""
 
     def next_file(self, file_id: int, live: Callable[[int], int]) -> int:
         return file_id + 1
 
-    def writable(
-        self, file_id: int, offset: int, header_size: int, live: Callable[[int], int]
-    ) -> int:
+    def writable(self, file_id: int, offset: int, header_size: int, live: Callable[[int], int]) -> int:
         """Unbounded: a growing journal adds files."""
         return 1 << 62
 

@@ -164,9 +164,7 @@ class JournalIndex:
         stats.tx_records += 1
         return tx
 
-    def enqueue(
-        self, seq: int, key: bytes, txid: bytes, file_id: int, offset: int, end: int
-    ) -> None:
+    def enqueue(self, seq: int, key: bytes, txid: bytes, file_id: int, offset: int, end: int) -> None:
         stats = self.files[file_id]  # _note, inlined: this is the hottest path
         stats.records += 1
         stats.last_seq = seq
@@ -287,12 +285,7 @@ class JournalIndex:
         """Files the growing layout must keep (see the module docstring)."""
         keep: set[int] = set()
         for stats in self.log_order():
-            if (
-                stats.file_id == current
-                or stats.live
-                or stats.tx_records
-                or any(dep in keep for dep in stats.deps)
-            ):
+            if stats.file_id == current or stats.live or stats.tx_records or any(dep in keep for dep in stats.deps):
                 keep.add(stats.file_id)
         return keep
 
@@ -328,8 +321,7 @@ class JournalIndex:
         wanted = set(file_ids)
         return sorted(seq for seq, file_id in self.markers.items() if file_id in wanted)
 
-    def file_infos(self, files: Mapping[int, tuple[str, int]], current: int | None,
-                   transitive: bool) -> list[FileInfo]:
+    def file_infos(self, files: Mapping[int, tuple[str, int]], current: int | None, transitive: bool) -> list[FileInfo]:
         """``FileInfo`` for each of ``files`` (file id -> (name, size)), by file id."""
         pins = self.pins(transitive)
         txids = self.open_txids()
@@ -337,17 +329,19 @@ class JournalIndex:
         for fid in sorted(files):
             name, size = files[fid]
             stats = self.files.get(fid)
-            infos.append(FileInfo(
-                file_id=fid,
-                name=name,
-                size=size,
-                used=stats.used if stats else 0,
-                records=stats.records if stats else 0,
-                live=stats.live if stats else 0,
-                pins=pins.get(fid, ()),
-                first_seq=stats.first_seq if stats else None,
-                last_seq=stats.last_seq if stats else None,
-                current=fid == current,
-                open_txids=txids.get(fid, ()),
-            ))
+            infos.append(
+                FileInfo(
+                    file_id=fid,
+                    name=name,
+                    size=size,
+                    used=stats.used if stats else 0,
+                    records=stats.records if stats else 0,
+                    live=stats.live if stats else 0,
+                    pins=pins.get(fid, ()),
+                    first_seq=stats.first_seq if stats else None,
+                    last_seq=stats.last_seq if stats else None,
+                    current=fid == current,
+                    open_txids=txids.get(fid, ()),
+                )
+            )
         return infos

@@ -169,8 +169,9 @@ class Journal:
     def __enter__(self) -> Journal:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     # -- writing -------------------------------------------------------------------
@@ -292,8 +293,9 @@ class Journal:
             return cached
         return key if type(key) is bytes and len(key) <= 0xFFFF else as_bytes(key, "key")
 
-    def enqueue(self, key: bytes | str, payload: bytes, txid: TxId | None = None, *,
-                use_reserve: bool = False) -> Location:
+    def enqueue(
+        self, key: bytes | str, payload: bytes, txid: TxId | None = None, *, use_reserve: bool = False
+    ) -> Location:
         """Append a message for ``key``; buffered, not fsynced (see ``sync``).
 
         In a ring, the enqueue threshold may refuse it with
@@ -323,13 +325,12 @@ class Journal:
         and consumed before its COMMIT): neither counts until the commit, and
         an abort drops both."""
         if not self._index.is_live(enqueue_seq) and not (
-                txid and self._index.pending_in(enqueue_seq, as_bytes(txid, "txid"))):
+            txid and self._index.pending_in(enqueue_seq, as_bytes(txid, "txid"))
+        ):
             raise KeyError(f"no live enqueue with seq {enqueue_seq}")
         t = self._txid(txid)
         with self._lock:
-            seq, fid, offset = self._append(
-                RecordType.DEQUEUE, encode_dequeue(enqueue_seq, t), _DEQUEUE_FIXED + len(t)
-            )
+            seq, fid, offset = self._append(RecordType.DEQUEUE, encode_dequeue(enqueue_seq, t), _DEQUEUE_FIXED + len(t))
             self._index.dequeue(seq, enqueue_seq, t, fid, offset + _DEQUEUE_FIXED + len(t))
         self._collect()
         return seq
@@ -519,8 +520,9 @@ class Journal:
             out[k] = payload
         return out
 
-    def _read_in_file_order(self, files: Sequence[int], offsets: Sequence[int], lengths: Sequence[int],
-                            seqs: Sequence[int]) -> list[bytes]:
+    def _read_in_file_order(
+        self, files: Sequence[int], offsets: Sequence[int], lengths: Sequence[int], seqs: Sequence[int]
+    ) -> list[bytes]:
         """Payloads of records (file, offset, length, seq) given file by file, each
         file's by offset: one ``pread`` per span of neighbours."""
         out: list[bytes] = []

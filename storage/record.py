@@ -162,8 +162,13 @@ class scan:  # noqa: N801 - used like a function: ``for ... in scan(data, 0)``
                 if offset + header_size <= size:
                     crc, magic, rtype, flags, length, seq = unpack(data, offset)
                     end = offset + header_size + length
-                    if (magic == MAGIC and rtype in types and not flags and end <= size
-                            and crc32(view[offset + 4 : end]) == crc):
+                    if (
+                        magic == MAGIC
+                        and rtype in types
+                        and not flags
+                        and end <= size
+                        and crc32(view[offset + 4 : end]) == crc
+                    ):
                         yield rtype, seq, offset, end
                         offset = end
                         continue

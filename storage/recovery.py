@@ -110,40 +110,47 @@ Apply = Callable[[JournalIndex, bytes, int, int, int, int, dict[bytes, bytes], i
 # Each takes the record at ``data[off:end]``, which is at ``base + off`` in its file.
 
 
-def _enqueue(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-             keys: dict[bytes, bytes], base: int) -> None:
+def _enqueue(
+    index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int, keys: dict[bytes, bytes], base: int
+) -> None:
     key, txid, _ = decode_enqueue(data, off, end)
     index.enqueue(seq, keys.setdefault(key, key), txid, fid, base + off, base + end)
 
 
-def _dequeue(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-             keys: dict[bytes, bytes], base: int) -> None:
+def _dequeue(
+    index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int, keys: dict[bytes, bytes], base: int
+) -> None:
     ref, txid = decode_dequeue(data, off, end)
     index.dequeue(seq, ref, txid, fid, base + end)
 
 
-def _dequeue_many(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-                  keys: dict[bytes, bytes], base: int) -> None:
+def _dequeue_many(
+    index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int, keys: dict[bytes, bytes], base: int
+) -> None:
     index.dequeue_many(seq, decode_dequeue_many(data, off, end), fid, base + end)
 
 
-def _commit(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-            keys: dict[bytes, bytes], base: int) -> None:
+def _commit(
+    index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int, keys: dict[bytes, bytes], base: int
+) -> None:
     index.commit(seq, data[off + HEADER_SIZE : end], fid, base + end)
 
 
-def _abort(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-           keys: dict[bytes, bytes], base: int) -> None:
+def _abort(
+    index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int, keys: dict[bytes, bytes], base: int
+) -> None:
     index.abort(seq, data[off + HEADER_SIZE : end], fid, base + end)
 
 
-def _delivered(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-               keys: dict[bytes, bytes], base: int) -> None:
+def _delivered(
+    index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int, keys: dict[bytes, bytes], base: int
+) -> None:
     index.delivered(seq, decode_ref(data, off, end), fid, base + end)
 
 
-def _misplaced_header(index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int,
-                      keys: dict[bytes, bytes], base: int) -> None:
+def _misplaced_header(
+    index: JournalIndex, data: bytes, fid: int, seq: int, off: int, end: int, keys: dict[bytes, bytes], base: int
+) -> None:
     raise ValueError("a file header record inside a file")
 
 
@@ -164,8 +171,9 @@ _WINDOW = 1 << 20
 _SEEK_DATA: int | None = getattr(os, "SEEK_DATA", None)  # Linux, the BSDs, macOS
 
 
-def _replay(index: JournalIndex, seg: Segment, header_seq: int, header_end: int,
-            keys: dict[bytes, bytes], is_last: bool) -> tuple[int, int, TornWrite | None]:
+def _replay(
+    index: JournalIndex, seg: Segment, header_seq: int, header_end: int, keys: dict[bytes, bytes], is_last: bool
+) -> tuple[int, int, TornWrite | None]:
     """Replay one file, a window at a time; returns (last seq, records, torn tail)
     or raises CorruptRecord.
 
@@ -246,8 +254,9 @@ def _zeros(fd: int, start: int, size: int) -> bool:
     return True
 
 
-def _classify(name: str, data: bytes, stop: int, status: Status, reason: str, bad_end: int,
-              last_seq: int, is_last: bool) -> TornWrite | None:
+def _classify(
+    name: str, data: bytes, stop: int, status: Status, reason: str, bad_end: int, last_seq: int, is_last: bool
+) -> TornWrite | None:
     """What the place where a file's records stop means (see the package docstring)."""
     if status is Status.END:
         if data.count(0, stop) == len(data) - stop:
@@ -292,9 +301,7 @@ def _read_header(layout: LayoutPolicy, seg: Segment) -> tuple[str, int, int]:
             f"{header.file_id}, not to this {Layout.NAMES[layout.code]} journal"
         )
     if layout.fixed_files and header.capacity != layout.size:
-        raise StorageError(
-            f"{seg.name} was written for {header.capacity}-byte files; the config says {layout.size}"
-        )
+        raise StorageError(f"{seg.name} was written for {header.capacity}-byte files; the config says {layout.size}")
     seg.capacity = header.capacity
     return "ok", seq, end
 
@@ -310,9 +317,7 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
     paths = layout.discover(directory) if directory.is_dir() else {}
     other = replace(config, layout="growing" if isinstance(layout, RingLayout) else "ring")
     if directory.is_dir() and make_layout(other).discover(directory):
-        raise StorageError(
-            f"{directory} holds {other.layout} journal files; the config says {config.layout}"
-        )
+        raise StorageError(f"{directory} holds {other.layout} journal files; the config says {config.layout}")
     segments = {fid: Segment(path, fid, layout.capacity(fid), reserve=layout.reserves) for fid, path in paths.items()}
     headed: list[tuple[int, int, int]] = []  # (header seq, file id, header end)
     loose: dict[int, str] = {}  # blank or damaged files
@@ -362,8 +367,7 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
             status, _, _, bad_end, reason = check(data, memoryview(data), 0)
             if status is Status.OK:
                 raise CorruptRecord(name, 0, "the first record is not a file header")
-            damage = _classify(name, data, 0, status, reason or "damaged file header", bad_end,
-                               last_seq, True)
+            damage = _classify(name, data, 0, status, reason or "damaged file header", bad_end, last_seq, True)
     return ScanResult(
         segments=segments,
         order=[fid for _, fid, _ in headed],
@@ -388,8 +392,7 @@ def detect_config(directory: str | os.PathLike[str]) -> JournalConfig:
         length = max([s for s in sizes if s >= 256], default=32 * 1024 * 1024)
         return JournalConfig(directory=path, layout="growing", max_file_length=length)
     sizes = [os.path.getsize(p) for p in ring_files.values()]
-    return JournalConfig(directory=path, layout="ring", file_count=len(ring_files),
-                         file_size=max(sizes))
+    return JournalConfig(directory=path, layout="ring", file_count=len(ring_files), file_size=max(sizes))
 
 
 def _broken_name(path: Path) -> Path:

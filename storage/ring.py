@@ -99,9 +99,7 @@ class RingLayout:
         """Refuse an enqueue of ``length`` bytes at ``offset`` of ``file_id`` (see above)."""
         ahead = offset + length + self.reserve
         reached = (ahead - 1) // self.size  # files reached beyond the current one
-        if reached >= self.count or any(
-            live((file_id + step) % self.count) for step in range(1, reached + 1)
-        ):
+        if reached >= self.count or any(live((file_id + step) % self.count) for step in range(1, reached + 1)):
             raise EnqueueThresholdExceeded(self.name, file_id, offset, length)
 
     def next_file(self, file_id: int, live: LiveCount) -> int:

@@ -73,8 +73,12 @@ class TempFileInfo(NamedTuple):
 class TempStore:
     """Append-only spill files with reference counts; see the module docstring."""
 
-    def __init__(self, directory: str | os.PathLike[str],
-                 max_file_length: int = TEMP_MAX_FILE_LENGTH, cache_rows: int = DEFAULT_CACHE_ROWS) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        max_file_length: int = TEMP_MAX_FILE_LENGTH,
+        cache_rows: int = DEFAULT_CACHE_ROWS,
+    ) -> None:
         """``cache_rows``: the rows of the table of live entries kept in memory (``EntryTable``)."""
         self.directory = Path(directory)
         self.max_file_length = max_file_length
@@ -102,8 +106,11 @@ class TempStore:
         try:
             seg = Segment.create(path, fid, self.max_file_length, reserve=True)
             seg.open_writer(0)
-            seg.append(encode(RecordType.FILE_HEADER, self._next_seq,
-                              encode_file_header(Layout.TEMP, fid, self.max_file_length)))
+            seg.append(
+                encode(
+                    RecordType.FILE_HEADER, self._next_seq, encode_file_header(Layout.TEMP, fid, self.max_file_length)
+                )
+            )
         except OSError as exc:
             if seg is not None:
                 seg.close()

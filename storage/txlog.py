@@ -27,6 +27,7 @@ The log is a ``growing`` journal (small files, deleted as decisions retire):
 records are ENQUEUE (key ``tx``, payload the txid) and DEQUEUE. Transactions
 within one journal (every transaction of the ``growing`` layout) never use it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -86,6 +87,7 @@ class TransactionLog:
     def __enter__(self) -> TransactionLog:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()

@@ -1,4 +1,5 @@
 """Test support: the real broker served in a background thread, or as a process."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,9 @@ class RunningBroker(LiveBroker):
     def __init__(self, config: BrokerConfig, data_dir: str | None = None) -> None:
         self._tmp = None if data_dir is not None else tempfile.TemporaryDirectory(prefix="minibroker-test-")
         self.data_dir = data_dir if data_dir is not None else self._tmp.name  # type: ignore[union-attr]
-        super().__init__(config.on_free_ports().replace(transport={"host": "127.0.0.1"}, broker={"data_dir": self.data_dir}))
+        super().__init__(
+            config.on_free_ports().replace(transport={"host": "127.0.0.1"}, broker={"data_dir": self.data_dir})
+        )
 
     def start(self) -> "RunningBroker":  # type: ignore[override]
         super().start()
@@ -40,15 +43,32 @@ class RunningBroker(LiveBroker):
             raise self.error
 
 
-def start_broker_process(data_dir: Path, *extra: str,
-                         env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
+def start_broker_process(
+    data_dir: Path, *extra: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, int]:
     """``minibroker serve`` as a real process on an ephemeral port (with ``env`` added to
     the environment); returns it and the port. What it logged until it listened is in
     the process's ``startup_log``."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clients.cli", "serve", "--port", "0", "--websocket-port", "0", "--console-port", "0",
-         "--data-dir", str(data_dir), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})},
+        [
+            sys.executable,
+            "-m",
+            "clients.cli",
+            "serve",
+            "--port",
+            "0",
+            "--websocket-port",
+            "0",
+            "--console-port",
+            "0",
+            "--data-dir",
+            str(data_dir),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
     )
     assert proc.stdout is not None
     deadline = time.time() + 30

@@ -4,6 +4,7 @@ No browser is downloaded: the browser is ``/usr/bin/chromium`` and the driver
 ``/usr/bin/chromedriver`` (``make test`` installs both as root, as it does
 libnet-stomp-perl); without them the browser tests say why they skip.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,14 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 #: What the tests' browser runs with: headless, nothing reaching out on its own.
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     "--window-size=1280,1000",
 )
 
@@ -27,8 +34,9 @@ CHROMIUM_FLAGS = (
 def browser_missing() -> str | None:
     """Why no browser test can run here, or None."""
     if not Path(CHROMIUM).exists() or shutil.which(CHROMEDRIVER) is None:
-        return ("Chromium or its driver is missing (as root: apt-get install chromium chromium-driver; "
-                "make test does it)")
+        return (
+            "Chromium or its driver is missing (as root: apt-get install chromium chromium-driver; make test does it)"
+        )
     try:
         import selenium  # noqa: F401
     except ImportError:
@@ -61,8 +69,10 @@ def wait_for(driver: Any, script: str, what: str, timeout: float = 30.0) -> Any:
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"the page did not show {what} within {timeout:.0f} s; "
-                                 f"its console said: {json.dumps(console_messages(driver))}")
+            raise AssertionError(
+                f"the page did not show {what} within {timeout:.0f} s; "
+                f"its console said: {json.dumps(console_messages(driver))}"
+            )
         time.sleep(0.05)
 
 

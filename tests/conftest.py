@@ -1,4 +1,5 @@
 """Shared fixtures: a real broker on a real socket, in a background thread."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator

@@ -1,4 +1,5 @@
 """The per-delivery checks the model-based tests share (queue and topic models)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,8 +18,12 @@ class IndexOnDisk:
     spill and read back blocks and chunks all the time."""
 
     def __init__(self) -> None:
-        self.patches = [mock.patch.object(entries, "BLOCK_ROWS", 4), mock.patch.object(entries, "_SPLIT_ROWS", 8),
-                        mock.patch.object(entries, "_MIN_CACHE_BLOCKS", 1), mock.patch.object(seqfifo, "CHUNK", 3)]
+        self.patches = [
+            mock.patch.object(entries, "BLOCK_ROWS", 4),
+            mock.patch.object(entries, "_SPLIT_ROWS", 8),
+            mock.patch.object(entries, "_MIN_CACHE_BLOCKS", 1),
+            mock.patch.object(seqfifo, "CHUNK", 3),
+        ]
         for patch in self.patches:
             patch.start()
         super().__init__()
@@ -36,8 +41,9 @@ def with_index_on_disk(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "store": {**config.get("store", {}), "index_cache_rows": 1}}
 
 
-def check_delivery(who: str, message: Frame, given: set[bytes], order: dict[bytes, tuple[str, int]],
-                   last_first: dict[str, int]) -> None:
+def check_delivery(
+    who: str, message: Frame, given: set[bytes], order: dict[bytes, tuple[str, int]], last_first: dict[str, int]
+) -> None:
     """Check one MESSAGE and record it.
 
     ``redelivered:true`` must be set exactly when ``message`` is in ``given``
@@ -48,7 +54,8 @@ def check_delivery(who: str, message: Frame, given: set[bytes], order: dict[byte
     body = message.body
     again = body in given
     assert (message.headers.get("redelivered") == "true") == again, (
-        f"{who} {body!r}: redelivered header {message.headers.get('redelivered')!r}, delivered before: {again}")
+        f"{who} {body!r}: redelivered header {message.headers.get('redelivered')!r}, delivered before: {again}"
+    )
     if not again:
         producer, index = order[body]
         last = last_first.get(producer, -1)

@@ -3,6 +3,7 @@
 Installed with ``storage.fileio.using`` (never by patching ``os``): only the
 storage package's file operations see the faults.
 """
+
 from __future__ import annotations
 
 import errno

@@ -18,6 +18,7 @@ the same outcome:
 
 Afterwards the broker holds nothing on either queue: every message was acknowledged.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -43,9 +44,11 @@ def skip_unless_installed(check: list[str], missing: str) -> None:
 
 def queue_size(broker: RunningBroker, address: str) -> int:
     """Messages the broker still holds on ``address`` (pending, in flight or on disk)."""
+
     def size() -> int:
         destination = broker.server.broker.registry.get(address)
         return 0 if destination is None else destination.size()
+
     return int(broker.call(size))
 
 
@@ -57,8 +60,12 @@ def check_scenario(seen: dict[str, Any], broker: RunningBroker, version: str | N
         assert seen["connected"]["version"] == version
     assert seen["connected"]["session"]
     assert seen["receipts"] == [True] * 6
-    assert [(m["command"], m["n"], m["body"]) for m in seen["first"]] == [("MESSAGE", str(i), f"m{i}") for i in range(3)]
-    assert [(m["command"], m["n"], m["body"]) for m in seen["second"]] == [("MESSAGE", str(i), f"m{i}") for i in (2, 3, 4)]
+    assert [(m["command"], m["n"], m["body"]) for m in seen["first"]] == [
+        ("MESSAGE", str(i), f"m{i}") for i in range(3)
+    ]
+    assert [(m["command"], m["n"], m["body"]) for m in seen["second"]] == [
+        ("MESSAGE", str(i), f"m{i}") for i in (2, 3, 4)
+    ]
     assert all(m["destination"] == QUEUE for m in seen["first"] + seen["second"])
     assert bytes.fromhex(seen["binary"]["hex"]) == BINARY
     assert str(seen["binary"]["content_length"]) == str(len(BINARY))

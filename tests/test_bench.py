@@ -3,6 +3,7 @@
 No speed is asserted anywhere: the machine is shared and the numbers are the
 benchmark's business, not the test suite's.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,7 +25,10 @@ def test_quick_compare_prints_a_row_per_scenario_and_loses_nothing(tmp_path: Pat
     out = tmp_path / "run.jsonl"
     p = subprocess.run(
         [sys.executable, str(BENCH / "compare.py"), "--quick", "--scenarios", "A,C", "--out", str(out)],
-        capture_output=True, text=True, timeout=90, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=ROOT,
     )
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
 
@@ -50,8 +54,13 @@ def test_quick_compare_prints_a_row_per_scenario_and_loses_nothing(tmp_path: Pat
 
 
 def test_compare_refuses_an_unknown_scenario() -> None:
-    p = subprocess.run([sys.executable, str(BENCH / "compare.py"), "--scenarios", "A,Z"],
-                       capture_output=True, text=True, timeout=30, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "compare.py"), "--scenarios", "A,Z"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
     assert p.returncode == 2 and "unknown scenario(s) Z" in p.stderr, p.stderr
 
 
@@ -79,11 +88,22 @@ def test_missing_activemq_names_the_install_command(monkeypatch: pytest.MonkeyPa
 @pytest.mark.slow
 def test_backlog_bench_pages_under_limits_and_not_without() -> None:
     """bench/backlog.py measures the store cursor only if the limited broker really pages."""
-    p = subprocess.run([sys.executable, str(BENCH / "backlog.py"), "--messages", "3000", "--reps", "1"],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "backlog.py"), "--messages", "3000", "--reps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    counts = dict(re.findall(r"^(plain|limits): store-only after producing \(per rep\) \[(\d+)\], "
-                             r"paged in while draining \[(?:\d+)\]$", p.stdout, re.M))
+    counts = dict(
+        re.findall(
+            r"^(plain|limits): store-only after producing \(per rep\) \[(\d+)\], "
+            r"paged in while draining \[(?:\d+)\]$",
+            p.stdout,
+            re.M,
+        )
+    )
     paged = dict(re.findall(r"^(plain|limits): .*paged in while draining \[(\d+)\]$", p.stdout, re.M))
     assert counts == {"plain": "0", "limits": counts.get("limits")} and int(counts["limits"]) > 0, p.stdout
     assert paged["limits"] == counts["limits"] and paged["plain"] == "0", p.stdout
@@ -96,8 +116,13 @@ def test_rss_bench_prints_each_phase_and_the_bound() -> None:
     """bench/rss.py: a limited broker's RSS phase by phase, with the backlog store-only
     and the index mostly on disk past the cache (20,000 rows fit in it: none spilled); with
     ``--expires-in``, every backlog message has a time to live (kept in the index's columns)."""
-    p = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--messages", "20000", "--expires-in", "3600"],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "rss.py"), "--messages", "20000", "--expires-in", "3600"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     assert "20,000 persistent messages x 256 B, each expiring 3600 s ahead" in p.stdout
     for phase in ("idle", "warm", r"20,000 produced \([\d,]+ store-only\)", "drained"):
@@ -105,56 +130,107 @@ def test_rss_bench_prints_each_phase_and_the_bound() -> None:
     phases = json.loads(p.stdout.strip().splitlines()[-1])
     assert phases["store_only"] > 15000 and phases["index_bytes"] > 0, phases
     assert re.search(r"^bound over the idle base: ", p.stdout, re.M), p.stdout
-    bad = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--messages", "0"],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "rss.py"), "--messages", "0"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert bad.returncode == 2 and "--messages must be at least 1, not 0" in bad.stderr
-    spilled = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--messages", "6000", "--non-persistent",
-                              "--config", str(BENCH / "configs" / "spill.toml")],
-                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+    spilled = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "rss.py"),
+            "--messages",
+            "6000",
+            "--non-persistent",
+            "--config",
+            str(BENCH / "configs" / "spill.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert spilled.returncode == 0, f"stdout:\n{spilled.stdout}\nstderr:\n{spilled.stderr}"
     assert "6,000 non-persistent messages x 256 B" in spilled.stdout
     assert json.loads(spilled.stdout.strip().splitlines()[-1])["store_only"] > 2000, spilled.stdout  # in the temp store
-    bad = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--expires-in", "-5"],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "rss.py"), "--expires-in", "-5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert bad.returncode == 2 and "--expires-in must not be negative, not -5" in bad.stderr
-    bad = subprocess.run([sys.executable, str(BENCH / "rss.py"), "--expires-in", "30"],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert bad.returncode == 2 and "--expires-in must be at least 600 s (the messages must outlive the run), not 30" in bad.stderr
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "rss.py"), "--expires-in", "30"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert (
+        bad.returncode == 2
+        and "--expires-in must be at least 600 s (the messages must outlive the run), not 30" in bad.stderr
+    )
 
 
 def test_cost_measures_every_scenario_and_refuses_an_unknown_one() -> None:
     """bench/cost.py runs each in-process scenario (page-in drains exactly what it filled, and
     the through scenarios receive every message sent; each checks its count itself)."""
-    p = subprocess.run([sys.executable, str(BENCH / "cost.py"), "--messages", "400", "--reps", "1"],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "cost.py"), "--messages", "400", "--reps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     rows = dict(re.findall(r"^\| ([a-z-]+) \| ([\d.]+) \|$", p.stdout, re.M))
     assert set(rows) == {"queue", "ack", "page-in", "through", "through-plain"} and all(
-        float(v) > 0 for v in rows.values()), p.stdout
-    bad = subprocess.run([sys.executable, str(BENCH / "cost.py"), "--scenarios", "topic"],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+        float(v) > 0 for v in rows.values()
+    ), p.stdout
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "cost.py"), "--scenarios", "topic"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert bad.returncode == 2 and "unknown scenario 'topic'" in bad.stderr, bad.stderr
 
 
 def test_turn_measures_the_broker_and_the_asyncio_floor() -> None:
     """bench/turn.py drives D's ACK -> MESSAGE turn through the real server (and a bare asyncio one)."""
-    p = subprocess.run([sys.executable, str(BENCH / "turn.py"), "--messages", "300", "--floor"],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "turn.py"), "--messages", "300", "--floor"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     rows = dict(re.findall(r"^\| (minibroker|asyncio floor) \| ([\d,]+) \| [\d.]+ \| [\d.]+ \|$", p.stdout, re.M))
     assert set(rows) == {"minibroker", "asyncio floor"}, p.stdout
     assert all(int(rate.replace(",", "")) > 0 for rate in rows.values()), p.stdout
-    bad = subprocess.run([sys.executable, str(BENCH / "turn.py"), "--messages", "0"],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "turn.py"), "--messages", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert bad.returncode == 2 and "--messages must be at least 1, not 0" in bad.stderr, bad.stderr
 
 
 def test_turn_measures_the_broker_on_each_event_loop_asked_for() -> None:
     """``--loop asyncio --loop uvloop``: one row per server and loop, the broker started with ``serve --loop``."""
     pytest.importorskip("uvloop", reason="the fast extra (uvloop) is installed by make test")
-    p = subprocess.run([sys.executable, str(BENCH / "turn.py"), "--messages", "200",
-                        "--loop", "asyncio", "--loop", "uvloop"],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "turn.py"), "--messages", "200", "--loop", "asyncio", "--loop", "uvloop"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     rows = re.findall(r"^\| minibroker \((asyncio|uvloop)\) \| ([\d,]+) \|", p.stdout, re.M)
     assert [loop for loop, _ in rows] == ["asyncio", "uvloop"], p.stdout

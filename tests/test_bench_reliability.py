@@ -5,6 +5,7 @@ internal errors, invariant breaks) is asserted where a tiny run can already
 tell. No speed and no memory figure is asserted: those are the benches' own
 business, run at full size on a quiet machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,13 @@ BENCH = ROOT / "bench"
 
 def bench(script: str, tmp_path: Path, *args: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, Any]:
     out = tmp_path / f"{script}.json"
-    p = subprocess.run([sys.executable, str(BENCH / f"{script}.py"), *args, "--json", str(out)],
-                       capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    p = subprocess.run(
+        [sys.executable, str(BENCH / f"{script}.py"), *args, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
     document = json.loads(out.read_text()) if out.exists() else None
     if document is not None:
         assert document["bench"] == script and document["date"] and document["command"].startswith(f"{script}.py")
@@ -48,8 +54,12 @@ def test_fuzz_runs_the_generator_s_frames_and_checks_every_connection(tmp_path: 
     p, doc = bench("fuzz", tmp_path, "--frames", "300", "--pool", "40", "--per-broker", "60")
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     assert doc["frames"] >= 300 and doc["connections"] > 0 and doc["brokers"] >= 2  # with and without a journal
-    assert (doc["internal_errors"], doc["errors_without_message"], doc["invariant_breaks"], doc["bystander_hurt"]) \
-        == (0, 0, 0, 0), doc["examples"]
+    assert (doc["internal_errors"], doc["errors_without_message"], doc["invariant_breaks"], doc["bystander_hurt"]) == (
+        0,
+        0,
+        0,
+        0,
+    ), doc["examples"]
     assert doc["bystander_checks"] >= doc["brokers"] and doc["connection_ends_checked"] >= doc["connections"]
 
 
@@ -85,12 +95,18 @@ def test_fuzz_counts_a_connection_end_that_leaves_something_behind(monkeypatch: 
 def test_preauth_reports_the_broker_s_memory_under_hostile_sockets(tmp_path: Path) -> None:
     p, doc = bench("preauth", tmp_path, "--sockets", "10", "--seconds", "2")
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    assert re.search(r"^\| hostile sockets \| CONNECT body +\| accepted \| closed by broker \| refused \| idle RSS MB "
-                     r"\| peak RSS MB ", p.stdout, re.M)
+    assert re.search(
+        r"^\| hostile sockets \| CONNECT body +\| accepted \| closed by broker \| refused \| idle RSS MB "
+        r"\| peak RSS MB ",
+        p.stdout,
+        re.M,
+    )
     assert doc["opened"] + doc["refused"] == 10 and doc["peak_rss_mb"] >= doc["idle_rss_mb"] > 0, doc
     assert doc["broker_alive"] and doc["bystander_round_trips"] > 0 and doc["bystander_failed"] == 0, doc
     # Under the limit on a frame before login: the sockets hold their CONNECTs, never sent whole.
-    p, doc = bench("preauth", tmp_path, "--sockets", "10", "--seconds", "2", "--content-length", "2000", "--rate", "400")
+    p, doc = bench(
+        "preauth", tmp_path, "--sockets", "10", "--seconds", "2", "--content-length", "2000", "--rate", "400"
+    )
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     assert doc["content_length"] == 2000 and 0 < doc["hostile_bytes_sent"] < 10 * 2000, doc
 

@@ -1,4 +1,5 @@
 """The broker's trace follows the schema (docs/trace-schema.md), on both edges."""
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,15 @@ BODY = "x" * 1000
 
 def busy_network(tmp_path: Path) -> VirtualNetwork:
     """A run that touches most of what the broker traces."""
-    config = parse_config({
-        "system_usage": {"memory_limit": "200 kb"},
-        "store": {"layout": "ring", "file_count": 4, "file_size": "64 kb"},
-        "destination_policy": [{"queue": ">", "maximum_redeliveries": 1, "space_check": "legacy", "pending_cursor": "vm"}],
-    })
+    config = parse_config(
+        {
+            "system_usage": {"memory_limit": "200 kb"},
+            "store": {"layout": "ring", "file_count": 4, "file_size": "64 kb"},
+            "destination_policy": [
+                {"queue": ">", "maximum_redeliveries": 1, "space_check": "legacy", "pending_cursor": "vm"}
+            ],
+        }
+    )
     net = VirtualNetwork(config, data_dir=tmp_path / "data", trace=True)
     p = net.connected_client("producer")
     for i in range(5):
@@ -58,9 +63,28 @@ def test_every_event_the_broker_writes_is_valid(tmp_path: Path) -> None:
     assert not problems
     seen = {e["event"] for e in events}
     expected = {
-        "connect", "disconnect", "subscribe", "unsubscribe", "send", "enqueue", "recover", "page_in", "page_in_blocked",
-        "dispatch", "ack", "nack", "redeliver", "expire", "dlq", "usage", "flow_block", "flow_unblock", "journal_roll",
-        "journal_full", "error", "connection",
+        "connect",
+        "disconnect",
+        "subscribe",
+        "unsubscribe",
+        "send",
+        "enqueue",
+        "recover",
+        "page_in",
+        "page_in_blocked",
+        "dispatch",
+        "ack",
+        "nack",
+        "redeliver",
+        "expire",
+        "dlq",
+        "usage",
+        "flow_block",
+        "flow_unblock",
+        "journal_roll",
+        "journal_full",
+        "error",
+        "connection",
     }
     assert expected <= seen, f"never traced: {sorted(expected - seen)}"
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
@@ -82,8 +106,10 @@ def test_usage_events_carry_broker_wide_values_and_change_only_on_percent_change
     usage = net.trace.events("usage")
     assert usage
     broker_wide = [e for e in usage if "dest" not in e]
-    assert all(a["mem_pct"] != b["mem_pct"] or a["store_pct"] != b["store_pct"] or a["temp_pct"] != b["temp_pct"]
-               for a, b in zip(broker_wide, broker_wide[1:]))
+    assert all(
+        a["mem_pct"] != b["mem_pct"] or a["store_pct"] != b["store_pct"] or a["temp_pct"] != b["temp_pct"]
+        for a, b in zip(broker_wide, broker_wide[1:])
+    )
     assert any(e.get("dest") == "/queue/np" and e["dest_mem_pct"] >= 90 for e in usage)
 
 

@@ -1,4 +1,5 @@
 """The command-line client against the real broker: what a user of ``minibroker recv`` gets."""
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,6 @@ def test_recv_count_takes_exactly_n_and_loses_nothing(broker, capsys) -> None:
     assert capsys.readouterr() == ("", "received 0 messages from /queue/cli.exact; nothing arrived for 0.3s\n")
 
 
-
 def test_recv_count_leaves_the_messages_it_did_not_take_untouched(broker, capsys) -> None:
     """After ``recv --count 10`` of 30, the other 20 wait on the queue as they
     were: none flagged redelivered, none with a redelivery counted (which
@@ -51,18 +51,26 @@ def _run_into_closed_pipe(argv: list[str]) -> subprocess.CompletedProcess[str]:
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        return subprocess.run([sys.executable, "-m", "clients.cli", *argv], stdout=write_end,
-                              stderr=subprocess.PIPE, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "clients.cli", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.close(write_end)
 
 
-@pytest.mark.parametrize("argv", [
-    ["stat"],
-    ["browse", "/queue/cli.pipe"],
-    ["stat", "--json"],
-    ["doctor"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stat"],
+        ["browse", "/queue/cli.pipe"],
+        ["stat", "--json"],
+        ["doctor"],
+    ],
+)
 def test_output_closed_early_ends_the_command_quietly(broker, argv) -> None:
     """Any subcommand whose reader stops early ends as ``cat`` does: no
     traceback, nothing on stderr, 128 + SIGPIPE."""

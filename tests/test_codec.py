@@ -6,6 +6,7 @@ at a time, and followed by trailing bytes of a next frame that must stay
 buffered. A second table holds inputs that only parse (CR LF, repeats,
 heart-beats); a third maps malformed input to the error it must raise.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -18,45 +19,132 @@ from minibroker.frames import Frame
 
 # (version, role the parser plays, frame, exact wire bytes)
 ROUND_TRIP = [
-    ("1.2", "server", Frame("CONNECT", {"accept-version": "1.2", "host": "h"}), b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00\n"),
-    ("1.2", "server", Frame("STOMP", {"accept-version": "1.0,1.1,1.2", "host": "a:b"}), b"STOMP\naccept-version:1.0,1.1,1.2\nhost:a:b\n\n\x00\n"),
-    ("1.2", "client", Frame("CONNECTED", {"version": "1.2", "session": "s:1"}), b"CONNECTED\nversion:1.2\nsession:s:1\n\n\x00\n"),
-    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "5"}, b"hello"), b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\x00\n"),
-    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "3"}, b"a\x00b"), b"SEND\ndestination:/queue/a\ncontent-length:3\n\na\x00b\x00\n"),
-    ("1.2", "server", Frame("SEND", {"destination": "/queue/a", "content-length": "0"}), b"SEND\ndestination:/queue/a\ncontent-length:0\n\n\x00\n"),
-    ("1.2", "server", Frame("SEND", {"destination": "/q", "k:ey": "v\nal\\ue\r", "content-length": "0"}), b"SEND\ndestination:/q\nk\\cey:v\\nal\\\\ue\\r\ncontent-length:0\n\n\x00\n"),
-    ("1.1", "server", Frame("SEND", {"destination": "/q", "k:ey": "v\nal\\ue", "content-length": "0"}), b"SEND\ndestination:/q\nk\\cey:v\\nal\\\\ue\ncontent-length:0\n\n\x00\n"),
-    ("1.0", "server", Frame("SEND", {"destination": "/q", "x": "a\\b", "content-length": "1"}, b"z"), b"SEND\ndestination:/q\nx:a\\b\ncontent-length:1\n\nz\x00\n"),
-    ("1.2", "server", Frame("SUBSCRIBE", {"destination": "/topic/t", "id": "0", "ack": "client-individual"}), b"SUBSCRIBE\ndestination:/topic/t\nid:0\nack:client-individual\n\n\x00\n"),
+    (
+        "1.2",
+        "server",
+        Frame("CONNECT", {"accept-version": "1.2", "host": "h"}),
+        b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00\n",
+    ),
+    (
+        "1.2",
+        "server",
+        Frame("STOMP", {"accept-version": "1.0,1.1,1.2", "host": "a:b"}),
+        b"STOMP\naccept-version:1.0,1.1,1.2\nhost:a:b\n\n\x00\n",
+    ),
+    (
+        "1.2",
+        "client",
+        Frame("CONNECTED", {"version": "1.2", "session": "s:1"}),
+        b"CONNECTED\nversion:1.2\nsession:s:1\n\n\x00\n",
+    ),
+    (
+        "1.2",
+        "server",
+        Frame("SEND", {"destination": "/queue/a", "content-length": "5"}, b"hello"),
+        b"SEND\ndestination:/queue/a\ncontent-length:5\n\nhello\x00\n",
+    ),
+    (
+        "1.2",
+        "server",
+        Frame("SEND", {"destination": "/queue/a", "content-length": "3"}, b"a\x00b"),
+        b"SEND\ndestination:/queue/a\ncontent-length:3\n\na\x00b\x00\n",
+    ),
+    (
+        "1.2",
+        "server",
+        Frame("SEND", {"destination": "/queue/a", "content-length": "0"}),
+        b"SEND\ndestination:/queue/a\ncontent-length:0\n\n\x00\n",
+    ),
+    (
+        "1.2",
+        "server",
+        Frame("SEND", {"destination": "/q", "k:ey": "v\nal\\ue\r", "content-length": "0"}),
+        b"SEND\ndestination:/q\nk\\cey:v\\nal\\\\ue\\r\ncontent-length:0\n\n\x00\n",
+    ),
+    (
+        "1.1",
+        "server",
+        Frame("SEND", {"destination": "/q", "k:ey": "v\nal\\ue", "content-length": "0"}),
+        b"SEND\ndestination:/q\nk\\cey:v\\nal\\\\ue\ncontent-length:0\n\n\x00\n",
+    ),
+    (
+        "1.0",
+        "server",
+        Frame("SEND", {"destination": "/q", "x": "a\\b", "content-length": "1"}, b"z"),
+        b"SEND\ndestination:/q\nx:a\\b\ncontent-length:1\n\nz\x00\n",
+    ),
+    (
+        "1.2",
+        "server",
+        Frame("SUBSCRIBE", {"destination": "/topic/t", "id": "0", "ack": "client-individual"}),
+        b"SUBSCRIBE\ndestination:/topic/t\nid:0\nack:client-individual\n\n\x00\n",
+    ),
     ("1.2", "server", Frame("ACK", {"id": "m-1"}), b"ACK\nid:m-1\n\n\x00\n"),
     ("1.2", "server", Frame("DISCONNECT", {"receipt": "77"}), b"DISCONNECT\nreceipt:77\n\n\x00\n"),
     ("1.2", "server", Frame("BEGIN", {"transaction": "tx1"}), b"BEGIN\ntransaction:tx1\n\n\x00\n"),
-    ("1.2", "client", Frame("MESSAGE", {"subscription": "0", "message-id": "ID:1", "destination": "/queue/a", "content-length": "2"}, b"hi"), b"MESSAGE\nsubscription:0\nmessage-id:ID\\c1\ndestination:/queue/a\ncontent-length:2\n\nhi\x00\n"),
+    (
+        "1.2",
+        "client",
+        Frame(
+            "MESSAGE",
+            {"subscription": "0", "message-id": "ID:1", "destination": "/queue/a", "content-length": "2"},
+            b"hi",
+        ),
+        b"MESSAGE\nsubscription:0\nmessage-id:ID\\c1\ndestination:/queue/a\ncontent-length:2\n\nhi\x00\n",
+    ),
     ("1.2", "client", Frame("RECEIPT", {"receipt-id": "r"}), b"RECEIPT\nreceipt-id:r\n\n\x00\n"),
-    ("1.2", "client", Frame("ERROR", {"message": "bad: thing", "content-length": "3"}, b"why"), b"ERROR\nmessage:bad\\c thing\ncontent-length:3\n\nwhy\x00\n"),
-    ("1.2", "server", Frame("SEND", {"destination": "/queue/\u00e9t\u00e9", "content-length": "4"}, "\u00e9t\u00e9".encode()[:4]), "SEND\ndestination:/queue/\u00e9t\u00e9\ncontent-length:4\n\n".encode() + "\u00e9t\u00e9".encode()[:4] + b"\x00\n"),
+    (
+        "1.2",
+        "client",
+        Frame("ERROR", {"message": "bad: thing", "content-length": "3"}, b"why"),
+        b"ERROR\nmessage:bad\\c thing\ncontent-length:3\n\nwhy\x00\n",
+    ),
+    (
+        "1.2",
+        "server",
+        Frame("SEND", {"destination": "/queue/\u00e9t\u00e9", "content-length": "4"}, "\u00e9t\u00e9".encode()[:4]),
+        "SEND\ndestination:/queue/\u00e9t\u00e9\ncontent-length:4\n\n".encode()
+        + "\u00e9t\u00e9".encode()[:4]
+        + b"\x00\n",
+    ),
 ]
 
 # Inputs that parse but are not what encode() writes.
 PARSE_ONLY = [
     ("1.2", b"SEND\r\ndestination:/queue/a\r\n\r\nhello\x00", Frame("SEND", {"destination": "/queue/a"}, b"hello")),
-    ("1.2", b"SEND\ndestination:/a\r\nfoo:bar\n\nbody\x00", Frame("SEND", {"destination": "/a", "foo": "bar"}, b"body")),
+    (
+        "1.2",
+        b"SEND\ndestination:/a\r\nfoo:bar\n\nbody\x00",
+        Frame("SEND", {"destination": "/a", "foo": "bar"}, b"body"),
+    ),
     ("1.2", b"SEND\ndestination:/a\ndestination:/b\n\n\x00", Frame("SEND", {"destination": "/a"})),
     ("1.2", b"SEND\ndestination:/a\nx:\n\n\x00", Frame("SEND", {"destination": "/a", "x": ""})),
     ("1.2", b"SEND\ndestination:/a\nx: spaced \n\n\x00", Frame("SEND", {"destination": "/a", "x": " spaced "})),
     ("1.0", b"SEND\ndestination: /a \n\n\x00", Frame("SEND", {"destination": "/a"})),
-    ("1.2", b"SEND\ndestination:/a\ncontent-length:3\n\nabc\x00\n\r\n\n", Frame("SEND", {"destination": "/a", "content-length": "3"}, b"abc")),
+    (
+        "1.2",
+        b"SEND\ndestination:/a\ncontent-length:3\n\nabc\x00\n\r\n\n",
+        Frame("SEND", {"destination": "/a", "content-length": "3"}, b"abc"),
+    ),
     ("1.2", b"\n\n\r\nSEND\ndestination:/a\n\n\x00", Frame("SEND", {"destination": "/a"})),
     ("1.2", b"CONNECT\nlogin:a\\cb\nhost:x\n\n\x00", Frame("CONNECT", {"login": "a\\cb", "host": "x"})),
     ("1.2", b"SEND\ndestination:/a\nv:a:b:c\n\n\x00", Frame("SEND", {"destination": "/a", "v": "a:b:c"})),
     # A body of EOLs on a frame that carries none is dropped (RabbitMQ's tests send a 1.0 CONNECT so) ...
-    ("1.2", b"CONNECT\nlogin:guest\npasscode:guest\n\n\n\x00", Frame("CONNECT", {"login": "guest", "passcode": "guest"})),
+    (
+        "1.2",
+        b"CONNECT\nlogin:guest\npasscode:guest\n\n\n\x00",
+        Frame("CONNECT", {"login": "guest", "passcode": "guest"}),
+    ),
     ("1.2", b"STOMP\naccept-version:1.2\nhost:h\n\n\r\n\n\x00", Frame("STOMP", {"accept-version": "1.2", "host": "h"})),
     ("1.2", b"SUBSCRIBE\ndestination:/a\nid:1\n\n\n\x00", Frame("SUBSCRIBE", {"destination": "/a", "id": "1"})),
     ("1.1", b"ACK\nid:1\ncontent-length:2\n\n\r\n\x00", Frame("ACK", {"id": "1", "content-length": "2"})),
     # ... and so is any body on a STOMP 1.0 frame, as ActiveMQ does.
     ("1.0", b"DISCONNECT\nreceipt:r\n\nbye\x00", Frame("DISCONNECT", {"receipt": "r"})),
-    ("1.2", b"CONNECT\naccept-version:1.0\nhost:h\n\nhello\x00", Frame("CONNECT", {"accept-version": "1.0", "host": "h"})),
+    (
+        "1.2",
+        b"CONNECT\naccept-version:1.0\nhost:h\n\nhello\x00",
+        Frame("CONNECT", {"accept-version": "1.0", "host": "h"}),
+    ),
     ("1.2", b"CONNECT\nlogin:u\n\nhello\x00", Frame("CONNECT", {"login": "u"})),
     # A stray NUL between frames is skipped like an EOL, as ActiveMQ skips it.
     ("1.2", b"\n\x00SUBSCRIBE\ndestination:/a\nid:1\n\n\x00", Frame("SUBSCRIBE", {"destination": "/a", "id": "1"})),
@@ -191,7 +279,11 @@ def test_several_frames_in_one_feed_keep_order() -> None:
         ({"max_body_length": 4}, b"SEND\n\n12345\x00", "exceeds the limit of 4"),  # whole, without content-length
         ({"max_frame_size": 20}, b"SEND\ndestination:/q\n\n0123456789\x00", "frame exceeds"),
         ({"max_frame_size": 20}, b"SEND\ncontent-length:100\n\n", "frame exceeds"),
-        ({"max_command_length": 8, "max_headers": 2, "max_header_line_length": 8}, b"SEND\n" + b"a:1\n" * 10, "more than 2 headers"),
+        (
+            {"max_command_length": 8, "max_headers": 2, "max_header_line_length": 8},
+            b"SEND\n" + b"a:1\n" * 10,
+            "more than 2 headers",
+        ),
     ],
 )
 @pytest.mark.parametrize("version", ["1.0", "1.2"])  # 1.2: a whole frame may take the one-step read
@@ -216,27 +308,56 @@ def _outcome(parser: FrameParser, pieces: list[bytes]) -> tuple[list[tuple[str, 
     return [(f.command, dict(f.headers), f.body, getattr(f.headers, "head", None)) for f in frames], error
 
 
-_LINE_PIECES = st.sampled_from(["destination", "id", "ack", ":", "\\", "\\c", "\\t", "\r", "a", "1", " ", "\u00e9",
-                                "content-length:", "content-length:3", "content-length:\u00b2", "content-length:99"])
+_LINE_PIECES = st.sampled_from(
+    [
+        "destination",
+        "id",
+        "ack",
+        ":",
+        "\\",
+        "\\c",
+        "\\t",
+        "\r",
+        "a",
+        "1",
+        " ",
+        "\u00e9",
+        "content-length:",
+        "content-length:3",
+        "content-length:\u00b2",
+        "content-length:99",
+    ]
+)
 _COMMANDS = st.sampled_from(["SEND"] * 4 + ["ACK", "SUBSCRIBE", "MESSAGE", "BOGUS", "CONNECT", "DISCONNECT", ""])
 
 
 @st.composite
 def _frame_bytes(draw: st.DrawFn) -> bytes:
     eol = draw(st.sampled_from([b"\n"] * 4 + [b"\r\n"]))
-    plain_line = st.builds("{}:{}".format, st.sampled_from(["destination", "id", "receipt", "x", "content-length"]),
-                           st.sampled_from(["/queue/a", "1", "", "a:b", "0", "3", "99", "\u00e9"]))
+    plain_line = st.builds(
+        "{}:{}".format,
+        st.sampled_from(["destination", "id", "receipt", "x", "content-length"]),
+        st.sampled_from(["/queue/a", "1", "", "a:b", "0", "3", "99", "\u00e9"]),
+    )
     messy_line = st.lists(_LINE_PIECES, max_size=4).map("".join)
     lines = [draw(_COMMANDS)] + draw(st.lists(st.one_of(plain_line, plain_line, plain_line, messy_line), max_size=4))
     body = draw(st.one_of(st.just(b""), st.just(b"abc"), st.binary(max_size=6)))
     return draw(st.sampled_from([b"", b"\n"])) + eol.join(line.encode() for line in lines) + eol + eol + body + b"\x00"
 
 
-@given(frames=st.lists(_frame_bytes(), min_size=1, max_size=3), version=st.sampled_from(["1.1", "1.2"]),
-       limits=st.fixed_dictionaries({}, optional={"max_header_line_length": st.integers(4, 40),
-                                                  "max_headers": st.integers(0, 3),
-                                                  "max_body_length": st.integers(0, 8),
-                                                  "max_frame_size": st.integers(8, 60)}))
+@given(
+    frames=st.lists(_frame_bytes(), min_size=1, max_size=3),
+    version=st.sampled_from(["1.1", "1.2"]),
+    limits=st.fixed_dictionaries(
+        {},
+        optional={
+            "max_header_line_length": st.integers(4, 40),
+            "max_headers": st.integers(0, 3),
+            "max_body_length": st.integers(0, 8),
+            "max_frame_size": st.integers(8, 60),
+        },
+    ),
+)
 @settings(max_examples=400, deadline=None)
 def test_a_whole_frame_reads_exactly_as_the_two_phases_read_it(frames: list[bytes], version: str, limits: dict) -> None:
     """Fed whole, a plain frame takes the one-step read (``_whole_frame``); fed a byte at a
@@ -245,7 +366,9 @@ def test_a_whole_frame_reads_exactly_as_the_two_phases_read_it(frames: list[byte
     other one first: both messages are right)."""
     wire = b"".join(frames)
     whole, whole_error = _outcome(FrameParser(version=version, **limits), [wire])
-    bytewise, bytewise_error = _outcome(FrameParser(version=version, **limits), [wire[i:i + 1] for i in range(len(wire))])
+    bytewise, bytewise_error = _outcome(
+        FrameParser(version=version, **limits), [wire[i : i + 1] for i in range(len(wire))]
+    )
     assert whole == bytewise
     assert (whole_error is None) == (bytewise_error is None), (whole_error, bytewise_error)
 
@@ -283,7 +406,11 @@ header_text = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, m
 
 
 @given(
-    headers=st.dictionaries(header_text.filter(lambda k: k != "content-length"), st.text(st.characters(blacklist_categories=("Cs",)), max_size=20), max_size=5),
+    headers=st.dictionaries(
+        header_text.filter(lambda k: k != "content-length"),
+        st.text(st.characters(blacklist_categories=("Cs",)), max_size=20),
+        max_size=5,
+    ),
     body=st.binary(max_size=100),
     cut=st.integers(min_value=0, max_value=400),
 )
@@ -332,12 +459,15 @@ def test_encode_refuses_unescapable_headers(frame: Frame, version: str) -> None:
         encode(frame, version)
 
 
-@pytest.mark.parametrize("text, decoded", [
-    ("ID\\cb-1\\c7", "ID:b-1:7"),  # only colons: the fast path
-    ("a\\\\cb", "a\\cb"),  # an escaped backslash before a c is not a colon
-    ("\\\\\\c", "\\:"),
-    ("x\\c\\ny", "x:\ny"),
-])
+@pytest.mark.parametrize(
+    "text, decoded",
+    [
+        ("ID\\cb-1\\c7", "ID:b-1:7"),  # only colons: the fast path
+        ("a\\\\cb", "a\\cb"),  # an escaped backslash before a c is not a colon
+        ("\\\\\\c", "\\:"),
+        ("x\\c\\ny", "x:\ny"),
+    ],
+)
 def test_unescape_of_colons_and_of_everything_else(text: str, decoded: str) -> None:
     assert unescape(text, "1.2") == decoded
 

@@ -1,4 +1,5 @@
 """Configuration: the embedded default, validation messages, policies, wildcards."""
+
 from __future__ import annotations
 
 import subprocess
@@ -22,14 +23,30 @@ def test_the_embedded_default_documents_every_option() -> None:
     from minibroker import config as cfg
 
     text = cfg.default_config_text()
-    classes = [cfg.BrokerSection, cfg.TransportConfig, cfg.SystemUsageConfig, cfg.StoreConfig, cfg.PolicyEntry, cfg.User, cfg.AuthorizationEntry]
+    classes = [
+        cfg.BrokerSection,
+        cfg.TransportConfig,
+        cfg.SystemUsageConfig,
+        cfg.StoreConfig,
+        cfg.PolicyEntry,
+        cfg.User,
+        cfg.AuthorizationEntry,
+    ]
     missing = [f"{c.__name__}.{f.name}" for c in classes for f in dataclasses.fields(c) if f"{f.name} =" not in text]
     assert missing == []
 
 
 @pytest.mark.parametrize(
     "text,expected",
-    [(0, 0), (65536, 65536), ("64 mb", 64 * 1024**2), ("1.5 MiB", 1536 * 1024), ("100kb", 102400), ("2 GB", 2 * 1024**3), ("7", 7)],
+    [
+        (0, 0),
+        (65536, 65536),
+        ("64 mb", 64 * 1024**2),
+        ("1.5 MiB", 1536 * 1024),
+        ("100kb", 102400),
+        ("2 GB", 2 * 1024**3),
+        ("7", 7),
+    ],
 )
 def test_sizes(text, expected) -> None:
     assert parse_size(text) == expected
@@ -48,7 +65,10 @@ def test_bad_sizes(text) -> None:
         ({"transport": {"port": "abc"}}, "bad value for 'transport.port': 'abc' (expected an integer from 0 to 65535)"),
         ({"transport": {"port": 70000}}, "bad value for 'transport.port': 70000"),
         ({"system_usage": {"memory_limit": "lots"}}, "bad value for 'system_usage.memory_limit': 'lots'"),
-        ({"store": {"layout": "circular"}}, "bad value for 'store.layout': 'circular' (expected one of 'growing', 'ring')"),
+        (
+            {"store": {"layout": "circular"}},
+            "bad value for 'store.layout': 'circular' (expected one of 'growing', 'ring')",
+        ),
         ({"store": {"file_count": 2}}, "bad value for 'store.file_count': 2 (expected an integer from 4 to 64)"),
         ({"transport": {"default_heart_beat": "fast"}}, "bad value for 'transport.default_heart_beat'"),
         ({"brokers": {}}, "unknown section 'brokers'"),
@@ -58,17 +78,25 @@ def test_bad_sizes(text) -> None:
         ({"destination_policy": {"queue": ">"}}, "must be an array of tables"),
         ({"destination_policy": [{"queue": ">", "speed": 1}]}, "unknown key 'destination_policy[0].speed'"),
         # Values the storage or the wire could not live with, refused at start instead of failing later:
-        ({"store": {"journal_max_file_length": 255}}, "bad value for 'store.journal_max_file_length': 255 "
-                                                      "(expected a size of at least 256 bytes"),
+        (
+            {"store": {"journal_max_file_length": 255}},
+            "bad value for 'store.journal_max_file_length': 255 (expected a size of at least 256 bytes",
+        ),
         ({"store": {"file_size": 0}}, "bad value for 'store.file_size': 0 (expected a size of at least 256 bytes"),
         ({"store": {"temp_journal_max_file_length": "100"}}, "bad value for 'store.temp_journal_max_file_length'"),
-        ({"transport": {"max_frame_size": 0}}, "bad value for 'transport.max_frame_size': 0 "
-                                               "(expected a size of at least 1024 bytes"),
-        ({"users": [{"name": "a", "password_hash": "pbkdf2_sha256$1000000000$c2FsdA$aGFzaA"}]},
-         "bad value for 'users[0].password_hash': 'pbkdf2_sha256$1000000000$c2FsdA$aGFzaA' "
-         "(expected from 1 to 2,000,000 iterations (every login runs them all), not 1,000,000,000)"),
-        ({"users": [{"name": "a", "password_hash": "pbkdf2_sha256$\u00b2$c2FsdA$aGFzaA"}]},
-         "(not a non-negative integer in ASCII digits (0-9))"),
+        (
+            {"transport": {"max_frame_size": 0}},
+            "bad value for 'transport.max_frame_size': 0 (expected a size of at least 1024 bytes",
+        ),
+        (
+            {"users": [{"name": "a", "password_hash": "pbkdf2_sha256$1000000000$c2FsdA$aGFzaA"}]},
+            "bad value for 'users[0].password_hash': 'pbkdf2_sha256$1000000000$c2FsdA$aGFzaA' "
+            "(expected from 1 to 2,000,000 iterations (every login runs them all), not 1,000,000,000)",
+        ),
+        (
+            {"users": [{"name": "a", "password_hash": "pbkdf2_sha256$\u00b2$c2FsdA$aGFzaA"}]},
+            "(not a non-negative integer in ASCII digits (0-9))",
+        ),
         ({"users": [{"name": "a", "password_hash": "plain"}]}, "(expected pbkdf2_sha256$<iterations>$<salt>$<hash>"),
         ({"transport": {"default_heart_beat": "\u00b2,0"}}, "bad value for 'transport.default_heart_beat': '\u00b2,0'"),
     ],

@@ -6,6 +6,7 @@ the admin right, whose operation sent anyway is refused with an ERROR; says it i
 loading until the first statistics, asks for a login when the broker refuses its
 anonymous CONNECT, and waits for Whoami before saying what the user may not do.
 Each test saves screenshots of the pages it visited in its temporary directory."""
+
 from __future__ import annotations
 
 import json
@@ -24,6 +25,7 @@ from minibroker.console.vendor import check as vendored_problems
 from minibroker.security import hash_password
 
 WAIT = 10.0
+
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Any:
@@ -44,8 +46,9 @@ def open_console(driver: Any, broker: RunningBroker) -> None:
 def click(driver: Any, selector: str) -> None:
     """Click what ``selector`` finds, found and clicked in one step: the page redraws its
     tables every second, so an element found in one call may be gone by the next."""
-    assert driver.execute_script("const e = document.querySelector(arguments[0]); if (e) e.click(); return !!e;",
-                                 selector), f"nothing on the page matches {selector}"
+    assert driver.execute_script(
+        "const e = document.querySelector(arguments[0]); if (e) e.click(); return !!e;", selector
+    ), f"nothing on the page matches {selector}"
 
 
 def errors_in(console: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -100,9 +103,12 @@ def test_console_shows_and_purges_a_queue(browser: Any, broker_factory, tmp_path
         assert broker.call(lambda: broker.server.broker.destinations["/queue/console.q"].size()) == 0
         # The connections: this page over WebSocket, the test's client over TCP.
         browser.get(f"http://127.0.0.1:{broker.server.console_port}/#/connections")
-        protocols = wait_for(browser, "const rows = [...document.querySelectorAll('#connections tbody tr')];"
-                             "return rows.length >= 2 && rows.map(r => r.children[4].textContent).sort();",
-                             "both connections")
+        protocols = wait_for(
+            browser,
+            "const rows = [...document.querySelectorAll('#connections tbody tr')];"
+            "return rows.length >= 2 && rows.map(r => r.children[4].textContent).sort();",
+            "both connections",
+        )
         assert protocols == ["TCP", "WebSocket"]
         browser.save_screenshot(str(tmp_path / "connections.png"))
         console = console_messages(browser)
@@ -113,9 +119,11 @@ def test_console_shows_and_purges_a_queue(browser: Any, broker_factory, tmp_path
 
 def _cell_is(destination: str, key: str, text: str) -> str:
     """JavaScript: is the destinations table's cell showing ``text``?"""
-    return (f"const row = document.querySelector('#destinations tr[data-destination=\"{destination}\"]');"
-            f"const cell = row && row.querySelector('td[data-key=\"{key}\"]');"
-            f"return !!cell && cell.textContent === {json.dumps(text)};")
+    return (
+        f"const row = document.querySelector('#destinations tr[data-destination=\"{destination}\"]');"
+        f"const cell = row && row.querySelector('td[data-key=\"{key}\"]');"
+        f"return !!cell && cell.textContent === {json.dumps(text)};"
+    )
 
 
 def test_console_shows_the_starving_consumers_diagnosis(browser: Any, tmp_path: Path) -> None:
@@ -136,8 +144,12 @@ def test_console_shows_the_starving_consumers_diagnosis(browser: Any, tmp_path: 
         consumer.conn.subscribe("/queue/A", id="a", ack="auto", headers={"receipt": "a"})
         assert consumer.receipts.get(timeout=WAIT) == "a"
         open_console(browser, rb)
-        text = wait_for(browser, "const b = document.querySelector('.banner[data-pathology=\"starving-consumers\"]');"
-                        "return b && b.textContent;", "the starving consumers' banner")
+        text = wait_for(
+            browser,
+            "const b = document.querySelector('.banner[data-pathology=\"starving-consumers\"]');"
+            "return b && b.textContent;",
+            "the starving consumers' banner",
+        )
         browser.save_screenshot(str(tmp_path / "starving.png"))
         assert "/queue/A" in text and "Cure:" in text and "/queue/B.1" in text
         producer.close()
@@ -147,8 +159,10 @@ def test_console_shows_the_starving_consumers_diagnosis(browser: Any, tmp_path: 
 
 
 def test_a_user_without_the_admin_right_sees_no_action(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    users = (User("alice", hash_password("wonderland", iterations=1000), ("admins",)),
-             User("bob", hash_password("builder", iterations=1000), ("users",)))
+    users = (
+        User("alice", hash_password("wonderland", iterations=1000), ("admins",)),
+        User("bob", hash_password("builder", iterations=1000), ("users",)),
+    )
     authorization = (
         AuthorizationEntry(queue="ActiveMQ.Admin.>", write=("admins", "users"), admin=("admins",)),
         AuthorizationEntry(queue=">", read=("admins", "users"), write=("admins", "users"), admin=("admins",)),
@@ -172,17 +186,24 @@ def test_a_user_without_the_admin_right_sees_no_action(browser: Any, broker_fact
     browser.save_screenshot(str(tmp_path / "non-admin.png"))
     # The operation sent anyway: the broker refuses it with an ERROR saying why.
     browser.execute_script("window.minibrokerConsole.admin('Purge', {target: '/queue/kept'}).catch(() => {});")
-    text = wait_for(browser, "const n = [...document.querySelectorAll('.notice')].map(e => e.textContent).join(' ');"
-                    "return n.includes('ERROR') && n;", "the refusal")
+    text = wait_for(
+        browser,
+        "const n = [...document.querySelectorAll('.notice')].map(e => e.textContent).join(' ');"
+        "return n.includes('ERROR') && n;",
+        "the refusal",
+    )
     assert "bob is not authorized to purge" in text
     assert broker.call(lambda: broker.server.broker.destinations["/queue/kept"].size()) == 3
 
 
-def test_console_retries_a_dead_letter_queue_and_closes_a_connection(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_console_retries_a_dead_letter_queue_and_closes_a_connection(
+    browser: Any, broker_factory, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     from minibroker.config import PolicyEntry
 
-    broker = broker_factory(console={"port": ANY_PORT},
-                            destination_policy=(PolicyEntry(queue=">", dead_letter_on_nack=True),))
+    broker = broker_factory(
+        console={"port": ANY_PORT}, destination_policy=(PolicyEntry(queue=">", dead_letter_on_nack=True),)
+    )
     errors: "queue.Queue[str]" = queue.Queue()
     messages: "queue.Queue[Any]" = queue.Queue()
     consumer = stomp.Connection12([broker.address])
@@ -212,7 +233,9 @@ def test_console_retries_a_dead_letter_queue_and_closes_a_connection(browser: An
         consumer_id = broker.call(lambda: broker.server.broker.client_ids["worker"].id)
         click(browser, f'#connections tr[data-connection="{consumer_id}"] button[data-action="close"]')
         assert "closed by an administrator" in errors.get(timeout=WAIT)
-        wait_for(browser, "return document.querySelectorAll('#connections tbody tr').length === 2", "the closed one gone")
+        wait_for(
+            browser, "return document.querySelectorAll('#connections tbody tr').length === 2", "the closed one gone"
+        )
         browser.save_screenshot(str(tmp_path / "closed.png"))
     finally:
         producer.close()
@@ -242,22 +265,26 @@ window.WebSocket = class extends RealWebSocket {
 def hold_frames(driver: Any, hold_if: str) -> None:
     """From the next page load on, hold the frames for which the JavaScript ``hold_if``
     (a function of the frame's text) is true, until ``window.releaseFrames()``."""
-    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
-                           {"source": _HOLDING_WEBSOCKET + f"window.holdIf = {hold_if};"})
+    driver.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument", {"source": _HOLDING_WEBSOCKET + f"window.holdIf = {hold_if};"}
+    )
 
 
 def _shown(section: str) -> str:
     """JavaScript: the page's ``section``'s text if it is the one shown, else false."""
-    return (f"const s = document.getElementById('page-{section}');"
-            "return !!s && !s.hidden && s.offsetParent !== null && (s.textContent || true);")
+    return (
+        f"const s = document.getElementById('page-{section}');"
+        "return !!s && !s.hidden && s.offsetParent !== null && (s.textContent || true);"
+    )
 
 
-def test_the_console_says_it_is_loading_until_the_first_statistics(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_console_says_it_is_loading_until_the_first_statistics(
+    browser: Any, broker_factory, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     broker = broker_factory(console={"port": ANY_PORT})
     hold_frames(browser, "() => true")
     browser.get(f"http://127.0.0.1:{broker.server.console_port}/")
-    text = wait_for(browser, _shown("loading"),
-                    "the loading state")
+    text = wait_for(browser, _shown("loading"), "the loading state")
     assert "Connecting to the broker" in text
     assert browser.execute_script("return document.getElementById('page-overview').hidden")
     browser.save_screenshot(str(tmp_path / "loading.png"))
@@ -274,9 +301,13 @@ def test_the_destination_page_waits_for_what_the_user_may_do(browser: Any, broke
     client = Client(broker)
     client.send("/queue/orders", 2)
     client.close()
-    hold_frames(browser, "(text) => text.includes('\"operation\": \"whoami\"')")
+    hold_frames(browser, '(text) => text.includes(\'"operation": "whoami"\')')
     browser.get(f"http://127.0.0.1:{broker.server.console_port}/#/destination/%2Fqueue%2Forders")
-    wait_for(browser, "return document.querySelector('[data-figure=\"size\"] .v')?.textContent === '3'", "the queue's figures")
+    wait_for(
+        browser,
+        "return document.querySelector('[data-figure=\"size\"] .v')?.textContent === '3'",
+        "the queue's figures",
+    )
     text = browser.execute_script("return document.getElementById('messages').textContent")
     browser.save_screenshot(str(tmp_path / "destination-before-whoami.png"))
     assert "admin right" not in text and "Loading" in text
@@ -295,16 +326,18 @@ def test_the_console_asks_for_a_login_when_the_broker_needs_one(browser: Any, br
     base = f"http://127.0.0.1:{broker.server.console_port}/"
     for attempt in range(4):  # a few visits before logging in: each is told at once it needs a login
         browser.get(base + f"?visit={attempt}")
-        text = wait_for(browser, _shown("login"),
-                        "the login form", timeout=WAIT)
+        text = wait_for(browser, _shown("login"), "the login form", timeout=WAIT)
     assert "needs a user name and password" in text
     assert browser.execute_script("return document.getElementById('page-loading').hidden")
     browser.save_screenshot(str(tmp_path / "login.png"))
     browser.find_element("css selector", "#login input[name=login]").send_keys("alice")
     browser.find_element("css selector", "#login input[name=passcode]").send_keys("wrong")
     browser.find_element("css selector", "#login button").click()
-    text = wait_for(browser, "const t = document.getElementById('login-reason').textContent;"
-                    "return t.includes('refused') && t;", "the refusal of a wrong password")
+    text = wait_for(
+        browser,
+        "const t = document.getElementById('login-reason').textContent;return t.includes('refused') && t;",
+        "the refusal of a wrong password",
+    )
     assert "User name [alice] or password is invalid." in text
     browser.save_screenshot(str(tmp_path / "login-refused.png"))
     browser.find_element("css selector", "#login input[name=passcode]").clear()

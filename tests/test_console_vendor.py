@@ -1,5 +1,6 @@
 """The console's third-party files: the versions pinned by the lock file, the bytes pinned
 by hash, and the build refusing a file that is not the pinned one."""
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """The admin operations over STOMP (purge, delete, close, browse, move), in the
 core on the virtual clock: what each does, what each refuses, and who may."""
+
 from __future__ import annotations
 
 import base64
@@ -79,12 +80,16 @@ class TestPurge:
 
     def test_purge_needs_an_existing_queue(self) -> None:
         net = VirtualNetwork()
-        assert refusal(net.connected_client(), "Purge", target="/queue/nothing") == \
-            "cannot purge /queue/nothing: no such destination"
+        assert (
+            refusal(net.connected_client(), "Purge", target="/queue/nothing")
+            == "cannot purge /queue/nothing: no such destination"
+        )
         net.connected_client().subscribe("/topic/t")
         assert "purge needs a queue" in refusal(net.connected_client(), "Purge", target="/topic/t")
-        assert refusal(net.connected_client(), "Purge") == \
-            "an admin purge needs a target header: the destination's address, e.g. /queue/orders"
+        assert (
+            refusal(net.connected_client(), "Purge")
+            == "an admin purge needs a target header: the destination's address, e.g. /queue/orders"
+        )
 
 
 class TestDelete:
@@ -134,8 +139,13 @@ class TestClose:
         victim.subscribe("/queue/q", "s", "client")
         assert len(victim.messages()) == 2
         answer = ask(net.connected_client(), "Close", connection=str(victim.sid))
-        assert answer == {"operation": "close", "connection": victim.sid, "remoteAddress": victim.name,
-                          "clientId": "victim", "user": "anonymous"}
+        assert answer == {
+            "operation": "close",
+            "connection": victim.sid,
+            "remoteAddress": victim.name,
+            "clientId": "victim",
+            "user": "anonymous",
+        }
         assert victim.closed
         assert victim.frames("ERROR")[0].headers["message"] == "closed by an administrator (user anonymous)"
         assert net.broker.destinations["/queue/q"].size() == 2 and "victim" not in net.broker.client_ids
@@ -157,7 +167,10 @@ class TestClose:
 
     def test_close_needs_a_connected_id(self) -> None:
         net = VirtualNetwork()
-        assert refusal(net.connected_client(), "Close", connection="99") == "cannot close connection 99: no such connection"
+        assert (
+            refusal(net.connected_client(), "Close", connection="99")
+            == "cannot close connection 99: no such connection"
+        )
         assert "must be an integer" in refusal(net.connected_client(), "Close", connection="x")
 
 
@@ -200,9 +213,12 @@ class TestBrowse:
     def test_browse_needs_a_reply_to_and_a_sane_count(self) -> None:
         net = VirtualNetwork()
         fill(net, "/queue/q", 1)
-        assert "needs a reply-to header (where the answer goes)" in refusal(net.connected_client(), "Browse", target="/queue/q")
+        assert "needs a reply-to header (where the answer goes)" in refusal(
+            net.connected_client(), "Browse", target="/queue/q"
+        )
         assert "header count must be an integer from 1 to 1000" in refusal(
-            net.connected_client(), "Browse", target="/queue/q", count="0", **{"reply-to": "/temp-queue/r"})
+            net.connected_client(), "Browse", target="/queue/q", count="0", **{"reply-to": "/temp-queue/r"}
+        )
 
 
 def dead_letters(net: VirtualNetwork, address: str, bodies: list[tuple[str, dict[str, str]]]) -> None:
@@ -231,9 +247,16 @@ class TestMove:
         dlq = net.broker.destinations["/queue/ActiveMQ.DLQ"]
         assert dlq.size() == 3
         answer = ask(net.connected_client(), "Move", target="/queue/ActiveMQ.DLQ")
-        assert answer == {"operation": "move", "from": "/queue/ActiveMQ.DLQ", "to": None, "moved": 3,
-                          "movedTo": {"/queue/orders": 2, "/queue/invoices": 1}, "skipped": {},
-                          "waiting": 3, "selected": 3}
+        assert answer == {
+            "operation": "move",
+            "from": "/queue/ActiveMQ.DLQ",
+            "to": None,
+            "moved": 3,
+            "movedTo": {"/queue/orders": 2, "/queue/invoices": 1},
+            "skipped": {},
+            "waiting": 3,
+            "selected": 3,
+        }
         assert dlq.size() == 0
         c = net.connected_client()
         c.subscribe("/queue/orders", "o")
@@ -246,8 +269,14 @@ class TestMove:
         p = net.connected_client()
         for i in range(6):
             p.send("/queue/mixed", f"m{i}", colour="red" if i % 2 else "blue")
-        answer = ask(net.connected_client(), "Move", target="/queue/mixed", to="/queue/reds", selector="colour = 'red'",
-                     count="2")
+        answer = ask(
+            net.connected_client(),
+            "Move",
+            target="/queue/mixed",
+            to="/queue/reds",
+            selector="colour = 'red'",
+            count="2",
+        )
         assert answer["moved"] == 2 and answer["movedTo"] == {"/queue/reds": 2}
         c = net.connected_client()
         c.subscribe("/queue/reds", "r")
@@ -304,23 +333,37 @@ class TestMove:
     def test_move_refuses_a_bad_selector_or_target(self) -> None:
         net = VirtualNetwork()
         fill(net, "/queue/q", 1)
-        assert refusal(net.connected_client(), "Move", target="/queue/q", to="/topic/t") == \
-            "cannot move to /topic/t: not a queue"
-        assert refusal(net.connected_client(), "Move", target="/queue/q", selector="a ===").startswith("invalid selector")
+        assert (
+            refusal(net.connected_client(), "Move", target="/queue/q", to="/topic/t")
+            == "cannot move to /topic/t: not a queue"
+        )
+        assert refusal(net.connected_client(), "Move", target="/queue/q", selector="a ===").startswith(
+            "invalid selector"
+        )
         assert net.broker.destinations["/queue/q"].size() == 1
 
 
 def secure_net() -> VirtualNetwork:
     users = [("alice", "wonderland", ["admins"]), ("bob", "builder", ["producers"]), ("carol", "singer", ["consumers"])]
-    return VirtualNetwork(parse_config({
-        "users": [{"name": n, "password_hash": hash_password(p, iterations=1000), "groups": g} for n, p, g in users],
-        "authorization": [
-            {"queue": ">", "read": ["admins"], "write": ["admins"], "admin": ["admins"]},
-            {"queue": "orders.>", "read": ["consumers", "admins"], "write": ["producers", "admins"],
-             "admin": ["producers", "admins"]},
-            {"queue": "ActiveMQ.Admin.Browse", "admin": ["admins", "consumers"]},
-        ],
-    }))
+    return VirtualNetwork(
+        parse_config(
+            {
+                "users": [
+                    {"name": n, "password_hash": hash_password(p, iterations=1000), "groups": g} for n, p, g in users
+                ],
+                "authorization": [
+                    {"queue": ">", "read": ["admins"], "write": ["admins"], "admin": ["admins"]},
+                    {
+                        "queue": "orders.>",
+                        "read": ["consumers", "admins"],
+                        "write": ["producers", "admins"],
+                        "admin": ["producers", "admins"],
+                    },
+                    {"queue": "ActiveMQ.Admin.Browse", "admin": ["admins", "consumers"]},
+                ],
+            }
+        )
+    )
 
 
 class TestWhoMay:
@@ -334,22 +377,33 @@ class TestWhoMay:
         bob = self.login(net, "bob", "builder")
         bob.send("/queue/orders.eu", "o1", receipt="r")
         carol = self.login(net, "carol", "singer")
-        assert refusal(carol, "Purge", target="/queue/orders.eu", **{"reply-to": "/temp-queue/r"}) == \
-            "User carol is not authorized to purge: queue://ActiveMQ.Admin.Purge (the admin right is needed)"
+        assert (
+            refusal(carol, "Purge", target="/queue/orders.eu", **{"reply-to": "/temp-queue/r"})
+            == "User carol is not authorized to purge: queue://ActiveMQ.Admin.Purge (the admin right is needed)"
+        )
         # bob may create orders.> (admin there) but not use the admin protocol
-        assert refusal(bob, "Delete", target="/queue/orders.eu") == \
-            "User bob is not authorized to delete: queue://ActiveMQ.Admin.Delete (the admin right is needed)"
+        assert (
+            refusal(bob, "Delete", target="/queue/orders.eu")
+            == "User bob is not authorized to delete: queue://ActiveMQ.Admin.Delete (the admin right is needed)"
+        )
         # carol may browse, but only where she holds the admin right
         carol = self.login(net, "carol", "singer")
-        assert refusal(carol, "Browse", target="/queue/orders.eu", **{"reply-to": "/temp-queue/r"}) == \
-            "User carol is not authorized to browse: queue://orders.eu (the admin right is needed)"
+        assert (
+            refusal(carol, "Browse", target="/queue/orders.eu", **{"reply-to": "/temp-queue/r"})
+            == "User carol is not authorized to browse: queue://orders.eu (the admin right is needed)"
+        )
         assert net.broker.destinations["/queue/orders.eu"].size() == 1
 
     def test_whoami_says_which_operations_a_user_may_send(self) -> None:
         net = secure_net()
         carol = self.login(net, "carol", "singer")
-        assert ask(carol, "Whoami") == {"operation": "whoami", "connection": carol.sid, "user": "carol",
-                                        "groups": ["consumers"], "operations": ["Browse"]}
+        assert ask(carol, "Whoami") == {
+            "operation": "whoami",
+            "connection": carol.sid,
+            "user": "carol",
+            "groups": ["consumers"],
+            "operations": ["Browse"],
+        }
         alice = self.login(net, "alice", "wonderland")
         assert ask(alice, "Whoami")["operations"] == ["Purge", "Delete", "Close", "Browse", "Move"]
         assert ask(VirtualNetwork().connected_client(), "Whoami")["user"] == "anonymous"
@@ -362,27 +416,39 @@ class TestWhoMay:
         assert ask(alice, "Purge", target="/queue/orders.eu")["purged"] == 1
 
     def test_move_needs_the_admin_right_on_each_target(self) -> None:
-        net = VirtualNetwork(parse_config({
-            "users": [{"name": "dave", "password_hash": hash_password("x", iterations=1000), "groups": ["ops"]}],
-            "authorization": [{"queue": ">", "read": ["ops"], "write": ["ops"], "admin": ["ops"]},
-                              {"queue": "vault", "read": ["ops"], "write": ["ops"]}],
-        }))
+        net = VirtualNetwork(
+            parse_config(
+                {
+                    "users": [
+                        {"name": "dave", "password_hash": hash_password("x", iterations=1000), "groups": ["ops"]}
+                    ],
+                    "authorization": [
+                        {"queue": ">", "read": ["ops"], "write": ["ops"], "admin": ["ops"]},
+                        {"queue": "vault", "read": ["ops"], "write": ["ops"]},
+                    ],
+                }
+            )
+        )
         dave = self.login(net, "dave", "x")
         dave.send("/queue/ActiveMQ.DLQ", "a", **{"original-destination": "/queue/vault"})
         dave.send("/queue/ActiveMQ.DLQ", "b", **{"original-destination": "/queue/open"})
         answer = ask(dave, "Move", target="/queue/ActiveMQ.DLQ")
         assert answer["movedTo"] == {"/queue/open": 1}
         assert answer["skipped"] == {
-            "User dave is not authorized to move to: queue://vault (the admin right is needed)": 1}
-        assert refusal(dave, "Move", target="/queue/ActiveMQ.DLQ", to="/queue/vault") == \
-            "User dave is not authorized to move to: queue://vault (the admin right is needed)"
+            "User dave is not authorized to move to: queue://vault (the admin right is needed)": 1
+        }
+        assert (
+            refusal(dave, "Move", target="/queue/ActiveMQ.DLQ", to="/queue/vault")
+            == "User dave is not authorized to move to: queue://vault (the admin right is needed)"
+        )
 
 
 def test_an_unknown_operation_is_refused() -> None:
     net = VirtualNetwork()
     assert refusal(net.connected_client(), "Shred", target="/queue/q") == (
         "unknown admin operation /queue/ActiveMQ.Admin.Shred: use ActiveMQ.Admin.Purge, ActiveMQ.Admin.Delete, "
-        "ActiveMQ.Admin.Close, ActiveMQ.Admin.Browse, ActiveMQ.Admin.Move, ActiveMQ.Admin.Whoami")
+        "ActiveMQ.Admin.Close, ActiveMQ.Admin.Browse, ActiveMQ.Admin.Move, ActiveMQ.Admin.Whoami"
+    )
 
 
 def test_an_operation_inside_a_transaction_is_refused() -> None:
@@ -390,8 +456,10 @@ def test_an_operation_inside_a_transaction_is_refused() -> None:
     fill(net, "/queue/q", 1)
     c = net.connected_client()
     c.send_frame("BEGIN", {"transaction": "t"})
-    assert refusal(c, "Purge", target="/queue/q", transaction="t") == \
-        "an admin purge is not transactional: send it without a transaction header"
+    assert (
+        refusal(c, "Purge", target="/queue/q", transaction="t")
+        == "an admin purge is not transactional: send it without a transaction header"
+    )
     assert net.broker.destinations["/queue/q"].size() == 1
 
 
@@ -437,8 +505,9 @@ class Killed(BaseException):
 
 @pytest.mark.parametrize("layout", ["growing", "ring"])
 @pytest.mark.parametrize("dies", ["before its commit", "after its commit"])
-def test_a_move_cut_short_by_a_crash_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       layout: str, dies: str) -> None:
+def test_a_move_cut_short_by_a_crash_is_all_or_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str, dies: str
+) -> None:
     """The process dies as the move commits its journal transaction: the next start
     finds every message in the source (before the commit) or every one in the
     target (after), never some in both or in neither."""
@@ -479,9 +548,15 @@ def test_a_refused_operation_is_logged_as_a_refusal_not_a_protocol_error(caplog:
     net = VirtualNetwork()
     with caplog.at_level(logging.INFO, logger="minibroker"):
         assert refusal(net.connected_client(), "Delete", target="/queue/nope") == (
-            "cannot delete /queue/nope: no such destination")
+            "cannot delete /queue/nope: no such destination"
+        )
         net.connected_client().send_frame("SEND", {})
-    said = [(r.levelname, r.getMessage().split("): ", 1)[1]) for r in caplog.records
-            if r.getMessage().startswith("session ") and "): " in r.getMessage()]
-    assert said == [("INFO", "refused: cannot delete /queue/nope: no such destination"),
-                    ("WARNING", "protocol error: SEND frame has no destination header")]
+    said = [
+        (r.levelname, r.getMessage().split("): ", 1)[1])
+        for r in caplog.records
+        if r.getMessage().startswith("session ") and "): " in r.getMessage()
+    ]
+    assert said == [
+        ("INFO", "refused: cannot delete /queue/nope: no such destination"),
+        ("WARNING", "protocol error: SEND frame has no destination header"),
+    ]

@@ -7,6 +7,7 @@ a value that comes back in an ERROR's ``message`` does not break the ERROR.
 A message is checked before it goes anywhere: one that could never be
 journalled reaches no subscriber.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -85,7 +86,8 @@ def test_a_carriage_return_in_the_login_is_refused_like_a_wrong_password(version
 
 @pytest.mark.parametrize("layout,option", [("growing", "store.journal_max_file_length"), ("ring", "store.file_size")])
 def test_a_persistent_send_larger_than_a_journal_file_is_refused_before_it_goes_anywhere(
-        tmp_path, layout: str, option: str) -> None:  # type: ignore[no-untyped-def]
+    tmp_path, layout: str, option: str
+) -> None:  # type: ignore[no-untyped-def]
     store = {"layout": layout, "fsync": "never", "journal_max_file_length": "64 kb", "file_size": "64 kb"}
     net = VirtualNetwork(parse_config({"store": store}), data_dir=tmp_path)
     try:
@@ -117,7 +119,8 @@ def test_an_expiry_past_the_journal_s_range_is_refused_before_any_subscriber_get
         producer.send("/topic/t", b"too late", persistent="true", expires=str(2**63), receipt="r")
         [(command, message)] = _answers(producer)
         assert command == "ERROR" and message == (
-            "header expires must be an integer from 0 to 9223372036854775807, not '9223372036854775808'")
+            "header expires must be an integer from 0 to 9223372036854775807, not '9223372036854775808'"
+        )
         assert online.bodies() == []
         producer = net.connected_client("producer")
         producer.send("/topic/t", b"the last", persistent="true", expires=str(2**63 - 1), receipt="r")

@@ -1,6 +1,7 @@
 """What an ActiveMQ STOMP user reaches for, in the core on a virtual clock:
 dead letters, expiry, priorities, exclusive and durable subscriptions,
 temporary queues, browsing and security."""
+
 from __future__ import annotations
 
 import pytest
@@ -195,7 +196,9 @@ class TestPriority:
         low = net.connected_client("low")
         high = net.connected_client("high")
         low.subscribe("/queue/cp", "s", "client-individual", **{"activemq.prefetchSize": "2", "activemq.priority": "0"})
-        high.subscribe("/queue/cp", "s", "client-individual", **{"activemq.prefetchSize": "2", "activemq.priority": "10"})
+        high.subscribe(
+            "/queue/cp", "s", "client-individual", **{"activemq.prefetchSize": "2", "activemq.priority": "10"}
+        )
         p = net.connected_client()
         for i in range(3):
             p.send("/queue/cp", f"m{i}")
@@ -208,7 +211,9 @@ class TestExclusive:
         net = VirtualNetwork()
         first = net.connected_client("first")
         second = net.connected_client("second")
-        first.subscribe("/queue/x", "s", "client-individual", **{"activemq.exclusive": "true", "activemq.prefetchSize": "2"})
+        first.subscribe(
+            "/queue/x", "s", "client-individual", **{"activemq.exclusive": "true", "activemq.prefetchSize": "2"}
+        )
         second.subscribe("/queue/x", "s", "client-individual", **{"activemq.exclusive": "true"})
         p = net.connected_client()
         for i in range(5):
@@ -271,7 +276,10 @@ class TestDurable:
         net.connected_client().send("/topic/n", "nobody keeps this")
         c.subscribe("/topic/n", "d2", **{"activemq.subscriptionName": "r"})
         assert c.bodies() == []
-        assert net.broker.destinations["/topic/n"].durables[("app", "r")].pending == type(net.broker.destinations["/topic/n"].durables[("app", "r")].pending)()
+        assert (
+            net.broker.destinations["/topic/n"].durables[("app", "r")].pending
+            == type(net.broker.destinations["/topic/n"].durables[("app", "r")].pending)()
+        )
 
     def test_a_plain_unsubscribe_keeps_the_durable_subscription(self) -> None:
         net = VirtualNetwork()
@@ -356,8 +364,14 @@ class TestBrowse:
         """A browse reads the messages a file cursor spilled to the temp store without
         taking them: a consumer then gets every one (a browse used to free the temp
         entries it read, and the next page-in failed on them)."""
-        net = VirtualNetwork(parse_config({"system_usage": {"memory_limit": "64 kb"},
-                                           "destination_policy": [{"queue": ">", "pending_cursor": "file"}]}))
+        net = VirtualNetwork(
+            parse_config(
+                {
+                    "system_usage": {"memory_limit": "64 kb"},
+                    "destination_policy": [{"queue": ">", "pending_cursor": "file"}],
+                }
+            )
+        )
         net.broker.temp_dir = str(tmp_path / "tmp")
         p = net.connected_client()
         bodies = [f"m{i}".encode() + b"x" * 2000 for i in range(60)]
@@ -372,7 +386,7 @@ class TestBrowse:
         consumer.subscribe("/queue/spilled", "s", "client-individual", **{"activemq.prefetchSize": "5"})
         got = []
         while len(got) < len(bodies):
-            batch = consumer.messages()[len(got):]
+            batch = consumer.messages()[len(got) :]
             assert batch, f"stalled after {len(got)}"
             got += batch
             for m in batch:
@@ -398,13 +412,30 @@ def secure_net() -> VirtualNetwork:
         parse_config(
             {
                 "users": [
-                    {"name": "alice", "password_hash": hash_password("wonderland", iterations=1000), "groups": ["admins"]},
-                    {"name": "bob", "password_hash": hash_password("builder", iterations=1000), "groups": ["producers"]},
-                    {"name": "carol", "password_hash": hash_password("singer", iterations=1000), "groups": ["consumers"]},
+                    {
+                        "name": "alice",
+                        "password_hash": hash_password("wonderland", iterations=1000),
+                        "groups": ["admins"],
+                    },
+                    {
+                        "name": "bob",
+                        "password_hash": hash_password("builder", iterations=1000),
+                        "groups": ["producers"],
+                    },
+                    {
+                        "name": "carol",
+                        "password_hash": hash_password("singer", iterations=1000),
+                        "groups": ["consumers"],
+                    },
                 ],
                 "authorization": [
                     {"queue": ">", "read": ["admins"], "write": ["admins"], "admin": ["admins"]},
-                    {"queue": "orders.>", "read": ["consumers", "admins"], "write": ["producers", "admins"], "admin": ["producers", "admins"]},
+                    {
+                        "queue": "orders.>",
+                        "read": ["consumers", "admins"],
+                        "write": ["producers", "admins"],
+                        "admin": ["producers", "admins"],
+                    },
                 ],
             }
         )
@@ -419,7 +450,9 @@ class TestSecurity:
         assert hash_password("s3cret", iterations=1000) != h  # salted
         assert not verify_password("x", "garbage")
 
-    @pytest.mark.parametrize("login,passcode", [("alice", "wrong"), ("mallory", "wonderland"), (None, None), ("alice", None)])
+    @pytest.mark.parametrize(
+        "login,passcode", [("alice", "wrong"), ("mallory", "wonderland"), (None, None), ("alice", None)]
+    )
     def test_bad_logins_are_refused_without_saying_which_part(self, login, passcode) -> None:
         net = secure_net()
         c = net.client()

@@ -1,4 +1,5 @@
 """Memory accounting and producer flow control, on the virtual network."""
+
 from __future__ import annotations
 
 from minibroker.config import parse_config
@@ -212,7 +213,10 @@ class TestProducerFlowControl:
 
     def test_a_destination_limit_blocks_only_its_producer(self) -> None:
         config = parse_config(
-            {"system_usage": {"memory_limit": "1 mb"}, "destination_policy": [{"queue": "B", "memory_limit": "32 kb", "pending_cursor": "vm"}]}
+            {
+                "system_usage": {"memory_limit": "1 mb"},
+                "destination_policy": [{"queue": "B", "memory_limit": "32 kb", "pending_cursor": "vm"}],
+            }
         )
         net = VirtualNetwork(config)
         pb = net.connected_client("pb")

@@ -12,6 +12,7 @@ the mix, and whenever a connection ends nothing of it may be left behind
 transaction, temporary destination or flow-control wait; what it held is back
 on its queue).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -26,17 +27,69 @@ from minibroker.frames import Frame
 from minibroker.security import hash_password
 from minibroker.sim import VirtualNetwork
 
-COMMANDS = ["CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT",
-            "DISCONNECT", "SEND", "SEND", "SUBSCRIBE", "ACK"]
+COMMANDS = [
+    "CONNECT",
+    "STOMP",
+    "SEND",
+    "SUBSCRIBE",
+    "UNSUBSCRIBE",
+    "ACK",
+    "NACK",
+    "BEGIN",
+    "COMMIT",
+    "ABORT",
+    "DISCONNECT",
+    "SEND",
+    "SEND",
+    "SUBSCRIBE",
+    "ACK",
+]
 # Numbers as clients get them wrong: other scripts' digits (which str.isdigit takes), huge ones, CR inside.
-NUMBERS = st.sampled_from(["0", "1", "2", "10", "-1", "99999999999999999999", "x", "", " 5", "1.5", "\u0663", "\u00b2",
-                           "9223372036854775808", "1" * 5000, "0" * 5000, "1\r", "+5", "1_0"])
+NUMBERS = st.sampled_from(
+    [
+        "0",
+        "1",
+        "2",
+        "10",
+        "-1",
+        "99999999999999999999",
+        "x",
+        "",
+        " 5",
+        "1.5",
+        "\u0663",
+        "\u00b2",
+        "9223372036854775808",
+        "1" * 5000,
+        "0" * 5000,
+        "1\r",
+        "+5",
+        "1_0",
+    ]
+)
 VALUES = {
-    "destination": st.sampled_from(["/queue/f", "/topic/f", "/queue/", "/bogus/x", "", "/queue/ActiveMQ.DLQ",
-                                    "/queue/f,/topic/g", "/topic/>", "/queue/a b", "/queue/\u00e9", "/queue/f",
-                                    "/temp-queue/t", "/temp-topic/t", "/remote-temp-queue/x"]),
+    "destination": st.sampled_from(
+        [
+            "/queue/f",
+            "/topic/f",
+            "/queue/",
+            "/bogus/x",
+            "",
+            "/queue/ActiveMQ.DLQ",
+            "/queue/f,/topic/g",
+            "/topic/>",
+            "/queue/a b",
+            "/queue/\u00e9",
+            "/queue/f",
+            "/temp-queue/t",
+            "/temp-topic/t",
+            "/remote-temp-queue/x",
+        ]
+    ),
     "browser": st.sampled_from(["true", "true", "false", "yes"]),
-    "id": st.sampled_from(["0", "1", "s", "", "1-1", "99-1", "0-0", "1-\u00b2", "\u00b2-1", "1-" + "9" * 5000, "1-1\r"]),
+    "id": st.sampled_from(
+        ["0", "1", "s", "", "1-1", "99-1", "0-0", "1-\u00b2", "\u00b2-1", "1-" + "9" * 5000, "1-1\r"]
+    ),
     "ack": st.sampled_from(["auto", "client", "client-individual", "bogus", ""]),
     "receipt": st.sampled_from(["r1", "", "r:2", "r\r3"]),
     "transaction": st.sampled_from(["t1", "t2", ""]),
@@ -51,19 +104,28 @@ VALUES = {
     "priority": NUMBERS,
     "expires": NUMBERS,
     "reply-to": st.sampled_from(["/queue/r", "/temp-queue/x", "nowhere"]),
-    "heart-beat": st.sampled_from(["0,0", "10,10", "x", "1,2,3", "-1,5", "\u00b2,0", "0,99999999999999999999",
-                                   "0," + "0" * 5000, "10\r,10"]),
+    "heart-beat": st.sampled_from(
+        ["0,0", "10,10", "x", "1,2,3", "-1,5", "\u00b2,0", "0,99999999999999999999", "0," + "0" * 5000, "10\r,10"]
+    ),
     "login": st.sampled_from(["fuzz", "fuzz\r", "a\rb", "a\nb", "", "nobody"]),
     "passcode": st.sampled_from(["secret", "", "x\r"]),
     "accept-version": st.sampled_from(["1.0", "1.1", "1.2", "1.0,1.1,1.2", "2.0", ""]),
     "host": st.sampled_from(["localhost", ""]),
     "client-id": st.sampled_from(["c", ""]),
 }
-REQUIRED = {"SEND": ("destination",), "SUBSCRIBE": ("destination", "id"), "UNSUBSCRIBE": ("id",),
-            "ACK": ("id", "message-id", "subscription"), "NACK": ("id", "message-id", "subscription"),
-            "BEGIN": ("transaction",), "COMMIT": ("transaction",), "ABORT": ("transaction",)}
+REQUIRED = {
+    "SEND": ("destination",),
+    "SUBSCRIBE": ("destination", "id"),
+    "UNSUBSCRIBE": ("id",),
+    "ACK": ("id", "message-id", "subscription"),
+    "NACK": ("id", "message-id", "subscription"),
+    "BEGIN": ("transaction",),
+    "COMMIT": ("transaction",),
+    "ABORT": ("transaction",),
+}
 HEADERS = st.dictionaries(st.sampled_from(sorted(VALUES)), st.just(None), max_size=5).flatmap(
-    lambda names: st.fixed_dictionaries({name: VALUES[name] for name in names}))
+    lambda names: st.fixed_dictionaries({name: VALUES[name] for name in names})
+)
 
 
 class Handshake(bytes):
@@ -78,13 +140,17 @@ class TooBigForAJournalFile(bytes):
 @st.composite
 def chunk(draw: st.DrawFn) -> bytes:
     """One frame (well formed or not) or raw bytes."""
-    kind = draw(st.sampled_from(["frame"] * 8 + ["raw", "body-on-bodiless", "browse", "handshake", "long-length",
-                                                  "big-persistent"]))
+    kind = draw(
+        st.sampled_from(
+            ["frame"] * 8 + ["raw", "body-on-bodiless", "browse", "handshake", "long-length", "big-persistent"]
+        )
+    )
     if kind == "raw":
         return draw(st.binary(max_size=40))
     if kind == "handshake":  # a new connection's CONNECT: versions, heart-beats, logins with CR in them
-        names = draw(st.lists(st.sampled_from(["accept-version", "heart-beat", "login", "passcode", "host"]),
-                              unique=True))
+        names = draw(
+            st.lists(st.sampled_from(["accept-version", "heart-beat", "login", "passcode", "host"]), unique=True)
+        )
         headers = {name: draw(VALUES[name]) for name in names}
         lines = [draw(st.sampled_from(["CONNECT", "STOMP"]))] + [f"{k}:{v}" for k, v in headers.items()]
         return Handshake(("\n".join(lines) + "\n\n").encode() + b"\x00")
@@ -92,12 +158,33 @@ def chunk(draw: st.DrawFn) -> bytes:
         digits = draw(st.sampled_from([b"0" * 5000, b"9" * 5000, b"0" * 4999 + b"3", b"\xc2\xb2"]))
         return b"SEND\ndestination:/queue/f\ncontent-length:" + digits + b"\n\nabc\x00"
     if kind == "big-persistent":  # larger than a journal file of the journal run
-        return TooBigForAJournalFile(encode(Frame("SEND", {"destination": draw(st.sampled_from(["/queue/f", "/topic/f"])),
-                                                           "persistent": "true", "receipt": "big"}, b"x" * 70_000), "1.2"))
+        return TooBigForAJournalFile(
+            encode(
+                Frame(
+                    "SEND",
+                    {
+                        "destination": draw(st.sampled_from(["/queue/f", "/topic/f"])),
+                        "persistent": "true",
+                        "receipt": "big",
+                    },
+                    b"x" * 70_000,
+                ),
+                "1.2",
+            )
+        )
     if kind == "browse":  # a queue browser beside whatever else the connection does
         sub_id = draw(st.sampled_from(["b", "0", "1"]))
-        return encode(Frame("SUBSCRIBE", {"destination": draw(st.sampled_from(["/queue/f", "/queue/ok", "/temp-queue/t"])),
-                                          "id": sub_id, "browser": "true"}), "1.2")
+        return encode(
+            Frame(
+                "SUBSCRIBE",
+                {
+                    "destination": draw(st.sampled_from(["/queue/f", "/queue/ok", "/temp-queue/t"])),
+                    "id": sub_id,
+                    "browser": "true",
+                },
+            ),
+            "1.2",
+        )
     command = draw(st.sampled_from(COMMANDS))
     headers = draw(HEADERS)
     if draw(st.integers(0, 9)) < 8:  # mostly with the headers the command needs, so that it gets somewhere
@@ -128,8 +215,14 @@ def _run(config_doc: dict, persistent: bool, connect_version: str, chunks: list[
                 fuzzers.append(net.client(f"fuzz{len(fuzzers)}"))
             elif not fuzzers or fuzzers[-1].closed:  # an ERROR closed the last one: the next connects
                 fuzzers.append(net.client(f"fuzz{len(fuzzers)}"))
-                fuzzers[-1].send_raw(encode(Frame("CONNECT", {"accept-version": connect_version, "host": "h",
-                                                              "login": "fuzz", "passcode": "secret"})))
+                fuzzers[-1].send_raw(
+                    encode(
+                        Frame(
+                            "CONNECT",
+                            {"accept-version": connect_version, "host": "h", "login": "fuzz", "passcode": "secret"},
+                        )
+                    )
+                )
             fuzzers[-1].write(data)  # any exception from the core fails the test
             net.advance(0.05)
         for fuzz in fuzzers:
@@ -163,5 +256,9 @@ def test_any_input_is_answered_and_leaves_other_clients_alone(version: str, chun
 @_SETTINGS
 @given(version=st.sampled_from(["1.0", "1.1", "1.2"]), chunks=st.lists(chunk(), min_size=1, max_size=20))
 def test_any_input_with_a_journal(version: str, chunks: list[bytes]) -> None:
-    _run({"system_usage": {"memory_limit": "32 kb"},
-          "store": {"fsync": "never", "journal_max_file_length": "64 kb"}}, True, version, chunks)
+    _run(
+        {"system_usage": {"memory_limit": "32 kb"}, "store": {"fsync": "never", "journal_max_file_length": "64 kb"}},
+        True,
+        version,
+        chunks,
+    )

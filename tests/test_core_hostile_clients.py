@@ -1,6 +1,7 @@
 """No client can hurt another, before or after it logs in: limits on what a
 connection may make the broker hold, on how many connections there are, and
 on password guessing (the core on a virtual clock)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -120,11 +121,15 @@ class TestAfterLogin:
         assert "not within 5000 ms" in error_of(slow)
 
     def test_time_the_broker_does_not_read_does_not_count(self) -> None:
-        net = VirtualNetwork(parse_config({
-            "transport": {"partial_frame_timeout": 5000},
-            "system_usage": {"memory_limit": "64 kb"},
-            "destination_policy": [{"queue": ">", "pending_cursor": "vm"}],
-        }))
+        net = VirtualNetwork(
+            parse_config(
+                {
+                    "transport": {"partial_frame_timeout": 5000},
+                    "system_usage": {"memory_limit": "64 kb"},
+                    "destination_policy": [{"queue": ">", "pending_cursor": "vm"}],
+                }
+            )
+        )
         producer = net.connected_client("producer")
         for _ in range(40):  # fills memory: the broker stops reading the producer (flow control)
             producer.send("/queue/full", "x" * 2000)
@@ -144,10 +149,14 @@ PASSWORD_HASH = hash_password("wonderland", iterations=1000)
 
 def secure_net(**transport: Any) -> tuple[VirtualNetwork, list[int]]:
     """A broker with one user, alice; the iterations of every password hash it computes."""
-    net = VirtualNetwork(parse_config({
-        "users": [{"name": "alice", "password_hash": PASSWORD_HASH}],
-        "transport": transport,
-    }))
+    net = VirtualNetwork(
+        parse_config(
+            {
+                "users": [{"name": "alice", "password_hash": PASSWORD_HASH}],
+                "transport": transport,
+            }
+        )
+    )
     calls: list[int] = []
     real = net.broker.security.pbkdf2
 
@@ -162,7 +171,12 @@ def secure_net(**transport: Any) -> tuple[VirtualNetwork, list[int]]:
 class TestPasswords:
     def test_an_unknown_user_costs_the_same_hash_as_a_wrong_passcode(self) -> None:
         net, calls = secure_net()
-        for login, passcode in [("alice", "wrong"), ("mallory", "wonderland"), ("alice", None), ("alice", "wonderland")]:
+        for login, passcode in [
+            ("alice", "wrong"),
+            ("mallory", "wonderland"),
+            ("alice", None),
+            ("alice", "wonderland"),
+        ]:
             headers = {"login": login, **({"passcode": passcode} if passcode is not None else {})}
             net.client(login).connect(**headers)
         assert calls == [1000, 1000, 1000, 1000]
@@ -171,8 +185,10 @@ class TestPasswords:
         net, _ = secure_net()
         client = net.client("alice")
         # CONNECT and a SEND in one write: the SEND is parsed in the version the CONNECT negotiates.
-        client.send_raw(b"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:wonderland\n\n\x00"
-                        b"SEND\ndestination:/queue/a\\cb\nreceipt:r\n\nbody\x00")
+        client.send_raw(
+            b"CONNECT\naccept-version:1.2\nlogin:alice\npasscode:wonderland\n\n\x00"
+            b"SEND\ndestination:/queue/a\\cb\nreceipt:r\n\nbody\x00"
+        )
         assert [f.command for f in client.received] == ["CONNECTED", "RECEIPT"]
         assert "/queue/a:b" in net.broker.destinations
 

@@ -1,4 +1,5 @@
 """Messaging on the virtual network: queues, topics, ack modes, prefetch, redelivery."""
+
 from __future__ import annotations
 
 import pytest
@@ -69,7 +70,17 @@ def test_message_headers(net: VirtualNetwork) -> None:
     c = net.connected_client()
     c.subscribe("/queue/h", "sub-7", "client-individual")
     p = net.connected_client()
-    p.send("/queue/h", "body", **{"custom": "value: with colon", "reply-to": "/queue/replies", "message-id": "forged", "persistent": "true", "priority": "7"})
+    p.send(
+        "/queue/h",
+        "body",
+        **{
+            "custom": "value: with colon",
+            "reply-to": "/queue/replies",
+            "message-id": "forged",
+            "persistent": "true",
+            "priority": "7",
+        },
+    )
     msg = c.messages()[0]
     h = msg.headers
     assert h["subscription"] == "sub-7"
@@ -163,7 +174,10 @@ def test_an_ack_read_with_the_disconnect_sends_nothing_more(net: VirtualNetwork,
     again = net.connected_client()
     again.subscribe("/queue/exact")
     assert [(m.body, "redelivered" in m.headers) for m in again.messages()] == [
-        (b"m2", False), (b"m3", False), (b"m4", False)]
+        (b"m2", False),
+        (b"m3", False),
+        (b"m4", False),
+    ]
 
 
 def test_default_prefetch_is_activemq_s(net: VirtualNetwork) -> None:

@@ -1,6 +1,7 @@
 """Ownership and authorization with users configured, in the core on a virtual clock:
 durable subscriptions belong to their user, temporary destinations to their
 connection, and statistics show a non-admin only what it may read."""
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,12 @@ def secure_doc(**extra: Any) -> dict[str, Any]:
             {"topic": ">", "read": ["admins"], "write": ["admins"], "admin": ["admins"]},
             {"topic": "news.>", "read": ["admins", "readers"], "write": ["admins"], "admin": ["admins", "readers"]},
             {"queue": "orders.>", "read": ["admins", "consumers"], "write": ["admins"], "admin": ["admins"]},
-            {"queue": "ActiveMQ.Statistics.>", "read": ["admins"], "write": ["admins", "consumers"], "admin": ["admins"]},
+            {
+                "queue": "ActiveMQ.Statistics.>",
+                "read": ["admins"],
+                "write": ["admins", "consumers"],
+                "admin": ["admins"],
+            },
         ],
         **extra,
     }

@@ -37,6 +37,7 @@ temp store (the file cursor), and persistent ones through the store cursor of a
 queue that orders by priority (first deliveries then keep each producer's order
 within a priority). Paging must change none of it.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -128,7 +129,8 @@ class QueueModel(RuleBasedStateMachine):
             expired = {b for b in self.sent if 0 < self.expires[b] <= now}
             assert not set(bodies) & expired, f"drained expired messages: {sorted(set(bodies) & expired)[:5]}"
             assert set(bodies) | self.consumed | expired == set(self.sent), (
-                f"lost: {sorted(set(self.sent) - self.consumed - expired - set(bodies))[:5]}")
+                f"lost: {sorted(set(self.sent) - self.consumed - expired - set(bodies))[:5]}"
+            )
         finally:
             self.net.stop()
             if self.data_dir is not None:
@@ -141,8 +143,13 @@ class QueueModel(RuleBasedStateMachine):
         self.sent[body] = (order, self.next_index.get(order, 0))
         self.next_index[order] = self.sent[body][1] + 1
 
-    @rule(producer=st.integers(0, 1), count=st.integers(1, 4), priority=st.integers(0, 9),
-          ttl=st.sampled_from([0, 0, 0, 100, 1000]), color=st.sampled_from(COLORS))
+    @rule(
+        producer=st.integers(0, 1),
+        count=st.integers(1, 4),
+        priority=st.integers(0, 9),
+        ttl=st.sampled_from([0, 0, 0, 100, 1000]),
+        color=st.sampled_from(COLORS),
+    )
     def send(self, producer: int, count: int, priority: int, ttl: int, color: str) -> None:
         tx = self.producer_tx[producer]
         for _ in range(count):
@@ -187,11 +194,17 @@ class QueueModel(RuleBasedStateMachine):
         self._take_deliveries()
 
     # -- consumers
-    @rule(slot=st.integers(0, SLOTS - 1), mode=st.sampled_from(MODES), prefetch=st.integers(1, 3),
-          selects=st.sampled_from([None, None, *COLORS]), exclusive=st.sampled_from([False, False, False, True]),
-          priority=st.sampled_from([0, 0, 5]))
-    def subscribe(self, slot: int, mode: str, prefetch: int, selects: str | None, exclusive: bool,
-                  priority: int) -> None:
+    @rule(
+        slot=st.integers(0, SLOTS - 1),
+        mode=st.sampled_from(MODES),
+        prefetch=st.integers(1, 3),
+        selects=st.sampled_from([None, None, *COLORS]),
+        exclusive=st.sampled_from([False, False, False, True]),
+        priority=st.sampled_from([0, 0, 5]),
+    )
+    def subscribe(
+        self, slot: int, mode: str, prefetch: int, selects: str | None, exclusive: bool, priority: int
+    ) -> None:
         """A consumer comes: with a selector on the ``color`` header or none, exclusive
         or not, with a consumer priority (``activemq.priority``) or the default 0."""
         if self.consumers[slot] is not None:
@@ -199,7 +212,12 @@ class QueueModel(RuleBasedStateMachine):
         self.serial += 1
         client = self.net.connected_client(f"c{self.serial}")
         consumer = _Consumer(client, mode, prefetch)
-        consumer.selects, consumer.exclusive, consumer.priority, consumer.serial = selects, exclusive, priority, self.serial
+        consumer.selects, consumer.exclusive, consumer.priority, consumer.serial = (
+            selects,
+            exclusive,
+            priority,
+            self.serial,
+        )
         self.consumers[slot] = consumer
         headers = {"activemq.prefetchSize": str(prefetch), "activemq.priority": str(priority)}
         if exclusive:
@@ -348,7 +366,7 @@ class QueueModel(RuleBasedStateMachine):
         for i, producer in enumerate(self.producers):
             self._no_errors(producer)
             receipts = producer.frames("RECEIPT")
-            for receipt in receipts[self.receipts_read[i]:]:
+            for receipt in receipts[self.receipts_read[i] :]:
                 self.unconfirmed.pop(receipt.headers["receipt-id"], None)
             self.receipts_read[i] = len(receipts)
 
@@ -368,13 +386,15 @@ class QueueModel(RuleBasedStateMachine):
             messages = [m for m in consumer.client.messages() if m.headers.get("subscription") == "s"]
             before = consumer.seen
             assert owner in (None, consumer) or len(messages) == consumer.seen, (
-                f"{consumer.client.name} received while {owner.client.name if owner else ''} is the exclusive consumer")
-            for message in messages[consumer.seen:]:
+                f"{consumer.client.name} received while {owner.client.name if owner else ''} is the exclusive consumer"
+            )
+            for message in messages[consumer.seen :]:
                 body = message.body
                 assert body in self.sent, f"delivered {body!r}, never sent"
                 assert body not in self.consumed, f"{body!r} was acknowledged, and came back"
                 assert consumer.selects in (None, self.color[body]), (
-                    f"{consumer.client.name} selects {consumer.selects}, got a {self.color[body]} message")
+                    f"{consumer.client.name} selects {consumer.selects}, got a {self.color[body]} message"
+                )
                 expires = self.expires[body]
                 assert not expires or expires > self.operation_started, f"{body!r} delivered after it expired"
                 check_delivery(consumer.client.name, message, self.delivered, self.sent, consumer.last_first_delivery)
@@ -394,12 +414,18 @@ class QueueModel(RuleBasedStateMachine):
         for message in new:
             color = self.color[message.body]
             for other in self.consumers:
-                if (other is None or other is consumer or other.gone or other.priority <= consumer.priority
-                        or other.selects not in (None, color)):
+                if (
+                    other is None
+                    or other is consumer
+                    or other.gone
+                    or other.priority <= consumer.priority
+                    or other.selects not in (None, color)
+                ):
                     continue
                 assert other.mode != "auto" and len(other.held) >= other.prefetch, (
                     f"{consumer.client.name} (priority {consumer.priority}) got {message.body!r} while "
-                    f"{other.client.name} (priority {other.priority}) could take it")
+                    f"{other.client.name} (priority {other.priority}) could take it"
+                )
 
     @invariant()
     def every_connection_ended_cleanly(self) -> None:
@@ -412,13 +438,18 @@ class QueueModel(RuleBasedStateMachine):
         for consumer in self.consumers:
             if consumer is not None and consumer.mode != "auto":
                 assert len(consumer.held) <= consumer.prefetch, (
-                    f"{consumer.client.name} holds {len(consumer.held)} unacknowledged, prefetch {consumer.prefetch}")
+                    f"{consumer.client.name} holds {len(consumer.held)} unacknowledged, prefetch {consumer.prefetch}"
+                )
 
 
-_SETTINGS = settings(max_examples=100, stateful_step_count=50, deadline=None,
-                     suppress_health_check=[HealthCheck.too_slow])
-_LIMITED = {"system_usage": {"memory_limit": "16 kb"}, "store": {"fsync": "never", "journal_max_file_length": "64 kb"},
-            "destination_policy": [{"queue": ">", "maximum_redeliveries": -1}]}
+_SETTINGS = settings(
+    max_examples=100, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+_LIMITED = {
+    "system_usage": {"memory_limit": "16 kb"},
+    "store": {"fsync": "never", "journal_max_file_length": "64 kb"},
+    "destination_policy": [{"queue": ">", "maximum_redeliveries": -1}],
+}
 
 
 class PagingQueueModel(QueueModel):
@@ -432,16 +463,18 @@ class PagingQueueModel(QueueModel):
 class SpillingQueueModel(QueueModel):
     """The same, non-persistent, under the same limit: the file cursor spills to the temp store."""
 
-    config = parse_config({**_LIMITED, "destination_policy": [{"queue": ">", "maximum_redeliveries": -1,
-                                                               "pending_cursor": "file"}]})
+    config = parse_config(
+        {**_LIMITED, "destination_policy": [{"queue": ">", "maximum_redeliveries": -1, "pending_cursor": "file"}]}
+    )
     on_disk = True
 
 
 class PriorityPagingQueueModel(PagingQueueModel):
     """Through the store cursor with ``prioritized_messages``: its index keeps one FIFO per priority."""
 
-    config = parse_config({**_LIMITED, "destination_policy": [{"queue": ">", "maximum_redeliveries": -1,
-                                                               "prioritized_messages": True}]})
+    config = parse_config(
+        {**_LIMITED, "destination_policy": [{"queue": ">", "maximum_redeliveries": -1, "prioritized_messages": True}]}
+    )
     prioritized = True
 
 

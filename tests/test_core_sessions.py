@@ -1,4 +1,5 @@
 """Sessions on the virtual network: CONNECT, versions, receipts, errors, heart-beats."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Slow consumers on topics: pending cursors, the temp store, policies, blocked transports."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +11,9 @@ from minibroker.sim import VirtualNetwork
 BODY = "x" * 1000
 
 
-def topic_net(tmp_path: Path, *, memory: str = "200 kb", temp: str = "10 mb", temp_file: str = "1 mb",
-              **policy) -> VirtualNetwork:
+def topic_net(
+    tmp_path: Path, *, memory: str = "200 kb", temp: str = "10 mb", temp_file: str = "1 mb", **policy
+) -> VirtualNetwork:
     """A broker whose topic subscriptions pend in memory (the vm cursor) unless ``policy`` says otherwise."""
     policy.setdefault("pending_cursor", "vm")
     doc = {
@@ -165,8 +167,13 @@ class TestSlowConsumerDetection:
         assert marks == [(True, "s"), (False, "s")]
 
     def test_abort_slow_consumer_tells_the_client_why(self, tmp_path: Path) -> None:
-        net = topic_net(tmp_path, memory="10 mb", abort_slow_consumer=True, max_slow_duration=3000,
-                        abort_slow_consumer_check_period=1000)
+        net = topic_net(
+            tmp_path,
+            memory="10 mb",
+            abort_slow_consumer=True,
+            max_slow_duration=3000,
+            abort_slow_consumer_check_period=1000,
+        )
         slow = stuck_subscriber(net)
         fast = net.connected_client("fast")
         fast.subscribe("/topic/prices", "f")
@@ -179,8 +186,14 @@ class TestSlowConsumerDetection:
         assert net.broker.destinations["/topic/prices"].subs[0].id == "f"
 
     def test_abort_connection(self, tmp_path: Path) -> None:
-        net = topic_net(tmp_path, memory="10 mb", abort_slow_consumer=True, max_slow_count=2,
-                        abort_slow_consumer_check_period=1000, abort_connection=True)
+        net = topic_net(
+            tmp_path,
+            memory="10 mb",
+            abort_slow_consumer=True,
+            max_slow_count=2,
+            abort_slow_consumer_check_period=1000,
+            abort_connection=True,
+        )
         slow = stuck_subscriber(net)
         publish(net.connected_client("p"), 25)
         net.advance(2.5)
@@ -210,8 +223,11 @@ class TestWriteTimeout:
 
 
 def test_non_persistent_queue_messages_spill_to_the_temp_store(tmp_path: Path) -> None:
-    doc = {"system_usage": {"memory_limit": "100 kb"}, "store": {"temp_journal_max_file_length": "1 mb"},
-           "destination_policy": [{"queue": ">", "pending_cursor": "file"}]}
+    doc = {
+        "system_usage": {"memory_limit": "100 kb"},
+        "store": {"temp_journal_max_file_length": "1 mb"},
+        "destination_policy": [{"queue": ">", "pending_cursor": "file"}],
+    }
     net = VirtualNetwork(parse_config(doc), data_dir=tmp_path / "data")
     p = net.connected_client("p")
     for i in range(200):

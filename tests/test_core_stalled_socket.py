@@ -1,5 +1,6 @@
 """The stalled socket's mechanics in the core ("ActiveMQ, STOMP, and network problems
 that aren't"): a slow store, a large prefetch, full socket buffers."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """The statistics destinations in the core, on the virtual clock: rates, the
 ready/unacked split, timestamps, consumer lists and connection details."""
+
 from __future__ import annotations
 
 import json
@@ -77,15 +78,26 @@ class TestSplitAndConsumers:
             producer.send("/queue/work", f"m{i}", colour="red")
         worker = net.client("worker")
         worker.connect(client_id="w1")
-        worker.subscribe("/queue/work", "s1", "client-individual", selector="colour = 'red'",
-                         **{"activemq.prefetchSize": "2"})
+        worker.subscribe(
+            "/queue/work", "s1", "client-individual", selector="colour = 'red'", **{"activemq.prefetchSize": "2"}
+        )
         stats = destination(producer, "/queue/work")
         assert (stats["size"], stats["readyCount"], stats["inflightCount"]) == (5, 3, 2)
-        assert stats["consumers"] == [{
-            "connection": worker.sid, "subscription": "s1", "clientId": "w1", "user": "anonymous",
-            "ack": "client-individual", "prefetchSize": 2, "outstanding": 2, "pending": 0, "slowConsumer": False,
-            "swapped": 0, "selector": "colour = 'red'",
-        }]
+        assert stats["consumers"] == [
+            {
+                "connection": worker.sid,
+                "subscription": "s1",
+                "clientId": "w1",
+                "user": "anonymous",
+                "ack": "client-individual",
+                "prefetchSize": 2,
+                "outstanding": 2,
+                "pending": 0,
+                "slowConsumer": False,
+                "swapped": 0,
+                "selector": "colour = 'red'",
+            }
+        ]
         broker = statistics(producer, "Broker")[0]
         assert (broker["readyCount"], broker["inflightCount"]) == (3, 2)
         [sub] = [s for s in statistics(producer, "Subscription") if s["subscription"] == "s1"]
@@ -104,9 +116,15 @@ class TestSplitAndConsumers:
         assert (stats["pendingCount"], stats["swappedCount"]) == (2, 0)
 
     def test_a_file_cursor_shows_what_it_swapped_to_disk(self, tmp_path: Path) -> None:
-        net = VirtualNetwork(parse_config({"system_usage": {"memory_limit": "200 kb"},
-                                           "destination_policy": [{"topic": ">", "pending_cursor": "file"}]}),
-                             data_dir=tmp_path / "data")
+        net = VirtualNetwork(
+            parse_config(
+                {
+                    "system_usage": {"memory_limit": "200 kb"},
+                    "destination_policy": [{"topic": ">", "pending_cursor": "file"}],
+                }
+            ),
+            data_dir=tmp_path / "data",
+        )
         slow = net.connected_client()
         slow.subscribe("/topic/prices", "s", "client-individual", **{"activemq.prefetchSize": "10"})
         p = net.connected_client()
@@ -120,16 +138,24 @@ class TestSplitAndConsumers:
 
 class TestConnections:
     def test_a_connection_shows_its_user_protocol_and_subscriptions(self) -> None:
-        net = VirtualNetwork(parse_config({
-            "users": [{"name": "alice", "password_hash": hash_password("w", iterations=1000), "groups": ["a"]}]}))
+        net = VirtualNetwork(
+            parse_config(
+                {"users": [{"name": "alice", "password_hash": hash_password("w", iterations=1000), "groups": ["a"]}]}
+            )
+        )
         alice = net.client("10.0.0.7:4242")
         alice.connect(login="alice", passcode="w", client_id="app")
         alice.subscribe("/queue/in", "one", "client", **{"activemq.prefetchSize": "7"})
         mine = [c for c in statistics(alice, "Connection") if c["connection"] == alice.sid][0]
         assert mine["user"] == "alice" and mine["clientId"] == "app" and mine["protocol"] == "tcp"
         assert mine["remoteAddress"] == "10.0.0.7:4242" and mine["timestamp"] == net.clock.wall_ms()
-        assert mine["subscriptionList"][0] == {"subscription": "one", "destinationName": "/queue/in", "ack": "client",
-                                               "prefetchSize": 7, "outstanding": 0}
+        assert mine["subscriptionList"][0] == {
+            "subscription": "one",
+            "destinationName": "/queue/in",
+            "ack": "client",
+            "prefetchSize": 7,
+            "outstanding": 0,
+        }
         assert mine["subscriptions"] == 2  # and the reply queue's
         assert "outboundQueuedBytes" in mine
 
@@ -142,17 +168,22 @@ class TestConnections:
 def test_a_non_admin_sees_only_its_own_consumers_in_a_destination_it_may_read() -> None:
     """The consumer list names connections, users and client-ids: a user without
     the admin right on the statistics sees the count, and only its own entries."""
+
     def user(name: str, group: str) -> dict[str, Any]:
         return {"name": name, "password_hash": hash_password(name, iterations=1000), "groups": [group]}
 
-    net = VirtualNetwork(parse_config({
-        "users": [user("alice", "admins"), user("carol", "consumers")],
-        "authorization": [
-            {"queue": ">", "read": ["admins"], "write": ["admins"], "admin": ["admins"]},
-            {"queue": "orders.>", "read": ["admins", "consumers"], "write": ["admins"], "admin": ["admins"]},
-            {"queue": "ActiveMQ.Statistics.>", "write": ["admins", "consumers"], "admin": ["admins"]},
-        ],
-    }))
+    net = VirtualNetwork(
+        parse_config(
+            {
+                "users": [user("alice", "admins"), user("carol", "consumers")],
+                "authorization": [
+                    {"queue": ">", "read": ["admins"], "write": ["admins"], "admin": ["admins"]},
+                    {"queue": "orders.>", "read": ["admins", "consumers"], "write": ["admins"], "admin": ["admins"]},
+                    {"queue": "ActiveMQ.Statistics.>", "write": ["admins", "consumers"], "admin": ["admins"]},
+                ],
+            }
+        )
+    )
     alice = net.client("a")
     alice.connect(login="alice", passcode="alice", client_id="alice-app")
     alice.send("/queue/orders.eu", "o")
@@ -176,8 +207,9 @@ class TestToolsOwnTraffic:
     def test_an_idle_broker_polled_by_the_statistics_protocol_shows_no_traffic(self) -> None:
         net = VirtualNetwork()
         console = net.connected_client()
-        net.every(0.1, lambda: [statistics(console, what) for what in ("Broker", "Destination.>", "Connection")],
-                  until=10)
+        net.every(
+            0.1, lambda: [statistics(console, what) for what in ("Broker", "Destination.>", "Connection")], until=10
+        )
         statistics(console, "Broker")
         console.send("/queue/ActiveMQ.Admin.Whoami", "", **{"reply-to": "/temp-queue/stats"})
         net.advance(10.05)

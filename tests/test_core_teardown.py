@@ -6,6 +6,7 @@ and its temporary destinations removed; ``invariants.TeardownChecker`` checks
 all of it after every close. A step of the close that fails does not stop the
 steps after it.
 """
+
 from __future__ import annotations
 
 import random
@@ -101,7 +102,9 @@ def test_a_failing_step_does_not_stop_the_rest_of_the_close(monkeypatch: pytest.
     c.drop()
     assert net.broker.destinations["/queue/work"].consumers == []
     assert not [a for a in net.broker.destinations if a.startswith("/remote-temp-queue/")]
-    assert checker.violations == ["connection %d: its close failed at removing subscription 'b' on /queue/browsed" % c.sid]
+    assert checker.violations == [
+        "connection %d: its close failed at removing subscription 'b' on /queue/browsed" % c.sid
+    ]
     after = net.connected_client("after")
     after.subscribe("/queue/work", "w", "client-individual")
     assert len(after.bodies()) == 7
@@ -151,8 +154,11 @@ def test_a_slow_1_0_client_ack_consumer_leaving_mid_stream_loses_nothing(leave: 
             c.send_frame("ACK", ack)
     subscribe = {"destination": "/topic/story", "receipt": "sub"}
     if leave == "pipelined":  # the last ACK, the SUBSCRIBE and the DISCONNECT in one write
-        c.send_raw(b"".join(encode(Frame(cmd, h), "1.0") for cmd, h in
-                            [("ACK", ack), ("SUBSCRIBE", subscribe), ("DISCONNECT", {})]))
+        c.send_raw(
+            b"".join(
+                encode(Frame(cmd, h), "1.0") for cmd, h in [("ACK", ack), ("SUBSCRIBE", subscribe), ("DISCONNECT", {})]
+            )
+        )
     else:
         c.send_frame("SUBSCRIBE", subscribe)
         if leave != "disconnect-unread":
@@ -176,8 +182,9 @@ def test_a_send_parked_on_its_way_to_a_temporary_queue_is_answered_when_the_owne
     """Another connection's SEND to a temporary queue waits for memory (producer flow
     control); its owner leaves: the SEND gets an ERROR saying why, the producer is no
     longer blocked, and its next SEND goes through."""
-    net = VirtualNetwork(parse_config({"destination_policy": [{"queue": ">", "memory_limit": "4 kb"}]}),
-                         check_teardown=True)
+    net = VirtualNetwork(
+        parse_config({"destination_policy": [{"queue": ">", "memory_limit": "4 kb"}]}), check_teardown=True
+    )
     owner = net.connected_client("owner")
     owner.send("/queue/requests", b"ask", **{"reply-to": "/temp-queue/answers"})
     reply_to = net.connected_client("reader")
@@ -256,8 +263,9 @@ def test_the_slow_1_0_consumer_leaving_mid_stream_over_a_paged_backlog_loses_not
     def join(when: str) -> None:
         if when == join_at:
             drain = net.connected_client("drain", version=rnd.choice(["1.0", "1.2"]))
-            drain.send_frame("SUBSCRIBE", {"destination": "/queue/paged", "id": "d", "ack": "auto",
-                                           "activemq.prefetchSize": "500"})
+            drain.send_frame(
+                "SUBSCRIBE", {"destination": "/queue/paged", "id": "d", "ack": "auto", "activemq.prefetchSize": "500"}
+            )
             drainer.append(drain)
 
     acked = []

@@ -22,6 +22,7 @@ subscription may be removed. The broker restarts on its journals. The model:
 It runs on a broker without memory limits, and on one whose non-durable
 subscriptions spool what they cannot take yet to the temp store.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -59,8 +60,12 @@ class _Subscriber:
 class TopicModel(RuleBasedStateMachine):
     """A topic under random publishers and subscribers, checked against the model above."""
 
-    config = parse_config({"store": {"fsync": "never", "journal_max_file_length": "64 kb"},
-                           "destination_policy": [{"topic": ">", "maximum_redeliveries": -1}]})
+    config = parse_config(
+        {
+            "store": {"fsync": "never", "journal_max_file_length": "64 kb"},
+            "destination_policy": [{"topic": ">", "maximum_redeliveries": -1}],
+        }
+    )
     durable_allowed = True
 
     def __init__(self) -> None:
@@ -90,7 +95,8 @@ class TopicModel(RuleBasedStateMachine):
                 bodies = drain.bodies()
                 assert len(bodies) == len(set(bodies)), f"d{slot} drained a message twice"
                 assert set(bodies) == sub.owed, (
-                    f"d{slot}: lost {sorted(sub.owed - set(bodies))[:5]}, extra {sorted(set(bodies) - sub.owed)[:5]}")
+                    f"d{slot}: lost {sorted(sub.owed - set(bodies))[:5]}, extra {sorted(set(bodies) - sub.owed)[:5]}"
+                )
                 drain.drop()
         finally:
             self.net.stop()
@@ -117,8 +123,9 @@ class TopicModel(RuleBasedStateMachine):
         self._take_deliveries()
 
     # -- subscribers
-    @rule(slot=st.integers(0, SLOTS - 1), durable=st.booleans(), mode=st.sampled_from(MODES),
-          prefetch=st.integers(1, 3))
+    @rule(
+        slot=st.integers(0, SLOTS - 1), durable=st.booleans(), mode=st.sampled_from(MODES), prefetch=st.integers(1, 3)
+    )
     def subscribe(self, slot: int, durable: bool, mode: str, prefetch: int) -> None:
         sub = self.slots[slot]
         if sub is not None and sub.client is not None:
@@ -204,7 +211,7 @@ class TopicModel(RuleBasedStateMachine):
             errors = sub.client.frames("ERROR")
             assert not errors, f"c{slot}: {errors[0].headers.get('message')}"
             messages = sub.client.messages()
-            for message in messages[sub.seen:]:
+            for message in messages[sub.seen :]:
                 body = message.body
                 assert body in sub.owed, f"c{slot} got {body!r}, which it is not owed"
                 check_delivery(f"c{slot}", message, sub.given, self.order, sub.last_first)
@@ -232,21 +239,32 @@ class SpoolingTopicModel(TopicModel):
     """Non-durable subscribers under a 16 kB limit: what a slow one cannot take yet spools
     to the temp store (``pending_cursor = "file"``) instead of stopping the producer."""
 
-    config = parse_config({"system_usage": {"memory_limit": "16 kb"},
-                           "store": {"fsync": "never", "journal_max_file_length": "64 kb"},
-                           "destination_policy": [{"topic": ">", "maximum_redeliveries": -1,
-                                                   "pending_cursor": "file"}]})
+    config = parse_config(
+        {
+            "system_usage": {"memory_limit": "16 kb"},
+            "store": {"fsync": "never", "journal_max_file_length": "64 kb"},
+            "destination_policy": [{"topic": ">", "maximum_redeliveries": -1, "pending_cursor": "file"}],
+        }
+    )
     durable_allowed = False  # a durable subscription's backlog stays in memory, and would stop the producer
 
 
 class DurableTopicModelWithTheIndexOnDisk(IndexOnDisk, TopicModel):
     """Durable subscriptions' persistent messages with the journal's index mostly on disk."""
 
-    config = parse_config(with_index_on_disk({"store": {"fsync": "never", "journal_max_file_length": "64 kb"},
-                                              "destination_policy": [{"topic": ">", "maximum_redeliveries": -1}]}))
+    config = parse_config(
+        with_index_on_disk(
+            {
+                "store": {"fsync": "never", "journal_max_file_length": "64 kb"},
+                "destination_policy": [{"topic": ">", "maximum_redeliveries": -1}],
+            }
+        )
+    )
 
 
-_SETTINGS = settings(max_examples=100, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = settings(
+    max_examples=100, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 TestTopicWithDurableSubscriptions = TopicModel.TestCase
 TestTopicWithDurableSubscriptions.settings = _SETTINGS
 TestTopicSpoolingToTheTempStore = SpoolingTopicModel.TestCase

@@ -3,6 +3,7 @@
 Every message the broker acknowledged with a RECEIPT must come back after the
 restart, and no message whose ACK was acknowledged may ever be delivered again.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,7 +34,14 @@ async def produce(port: int, start_at: int, receipted: set[int], seconds: float)
         i = start_at
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            pending.append((i, asyncio.ensure_future(client.send("/queue/crash", f"m{i}", headers={"persistent": "true"}, receipt=True, timeout=10))))
+            pending.append(
+                (
+                    i,
+                    asyncio.ensure_future(
+                        client.send("/queue/crash", f"m{i}", headers={"persistent": "true"}, receipt=True, timeout=10)
+                    ),
+                )
+            )
             i += 1
             if len(pending) >= 50:
                 for n, task in pending:
@@ -95,6 +103,7 @@ def test_sigkill_loses_nothing_receipted_and_redelivers_nothing_acked(tmp_path: 
         # restart, consume with confirmed ACKs, and SIGKILL in the middle of that too
         proc, port = start(data)
         try:
+
             async def drain() -> None:
                 task = asyncio.ensure_future(consume(port, seen, acked, limit=None))
                 await asyncio.sleep(rng.uniform(0.3, 0.8))

@@ -5,6 +5,7 @@ TX_COMMIT in each. These tests kill the commit part way (an exception stands
 for the process dying: what was written stays in the page cache, nothing else
 runs) and check what the next start recovers.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,16 @@ def ring_store(data: Path) -> MessageStore:
 
 
 def payload(seq: int, text: str) -> bytes:
-    return encode_payload(seq, f"ID:t-{seq}", {"destination": "/queue/x"}, text.encode(), persistent=True,
-                          priority=4, expires=0, timestamp=0)
+    return encode_payload(
+        seq,
+        f"ID:t-{seq}",
+        {"destination": "/queue/x"},
+        text.encode(),
+        persistent=True,
+        priority=4,
+        expires=0,
+        timestamp=0,
+    )
 
 
 def die(store: MessageStore) -> None:
@@ -72,7 +81,8 @@ def crash_between_the_commits(data: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_a_crash_between_the_journals_commits_completes_the_transaction(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     crash_between_the_commits(tmp_path, monkeypatch)
     assert recovered_keys(tmp_path) == ["/queue/a", "/queue/b"]
     with TransactionLog(tmp_path / "txlog") as log:
@@ -82,7 +92,8 @@ def test_a_crash_between_the_journals_commits_completes_the_transaction(
 
 
 def test_a_crash_before_the_decision_aborts_the_transaction_everywhere(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = ring_store(tmp_path)
     start_transaction(store)
 
@@ -120,7 +131,8 @@ def test_decisions_are_retired_once_a_sync_covers_the_commits(tmp_path: Path) ->
 
 
 def test_journal_compact_completes_a_decided_transaction_it_finds_unfinished(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from clients.cli import main
 
     crash_between_the_commits(tmp_path, monkeypatch)
@@ -130,8 +142,9 @@ def test_journal_compact_completes_a_decided_transaction_it_finds_unfinished(
 
 
 def test_stomp_transaction_across_two_ring_queues_survives_a_restart(tmp_path: Path) -> None:
-    net = VirtualNetwork(parse_config({"store": {"layout": "ring", "file_count": 4, "file_size": "64 kb"}}),
-                         data_dir=tmp_path / "data")
+    net = VirtualNetwork(
+        parse_config({"store": {"layout": "ring", "file_count": 4, "file_size": "64 kb"}}), data_dir=tmp_path / "data"
+    )
     p = net.connected_client()
     p.send_frame("BEGIN", {"transaction": "t1"})
     p.send("/queue/left", "L", transaction="t1", persistent="true")

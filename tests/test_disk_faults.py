@@ -5,6 +5,7 @@ the store and the error, a non-zero exit, and a restart recovers everything
 receipted before. A full disk refuses (or holds back) persistent SENDs only,
 and they work again when space returns.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,6 +41,7 @@ def _errors(client: Any) -> dict[str, str]:
 
 # -- the core, on the virtual network, with real journals ---------------------------------------------
 
+
 def test_a_failed_fsync_gives_no_receipt_for_what_it_covered_and_stops_the_broker(tmp_path: Path) -> None:
     ops = FaultyFileOps()
     with using(ops):
@@ -52,8 +54,9 @@ def test_a_failed_fsync_gives_no_receipt_for_what_it_covered_and_stops_the_broke
         producer.send("/queue/orders", "covered", persistent="true", receipt="lost")
         assert "lost" not in _receipts(producer)
         errors = _errors(producer)
-        assert re.search(r'Store "journal" failed: fsync of .*db-\d+\.log: \[Errno 5\] Input/output error',
-                         errors["lost"])
+        assert re.search(
+            r'Store "journal" failed: fsync of .*db-\d+\.log: \[Errno 5\] Input/output error', errors["lost"]
+        )
         assert isinstance(net.shutdown, Shutdown) and net.shutdown.exit_status == STORE_FAILED_EXIT
         # A later fsync would succeed, but proves nothing: no persistent SEND is receipted again.
         producer.send("/queue/orders", "after", persistent="true", receipt="after")
@@ -113,8 +116,9 @@ def test_saving_the_durable_subscriptions_fsyncs_the_file_then_the_directory(tmp
 
 
 def _full_disk_config(**policy: Any) -> BrokerConfig:
-    return parse_config({"store": {"journal_max_file_length": 64 * 1024},
-                         "destination_policy": [{"queue": ">", **policy}]})
+    return parse_config(
+        {"store": {"journal_max_file_length": 64 * 1024}, "destination_policy": [{"queue": ">", **policy}]}
+    )
 
 
 def test_a_full_disk_refuses_persistent_sends_until_acks_free_space(tmp_path: Path) -> None:
@@ -145,6 +149,7 @@ def test_a_full_disk_refuses_persistent_sends_until_acks_free_space(tmp_path: Pa
 
 # -- the real server -----------------------------------------------------------------------------------
 
+
 def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -171,13 +176,33 @@ def test_the_server_stops_with_a_non_zero_status_when_an_fsync_fails_and_a_resta
     status: list[int] = []
     try:
         with using(ops):
-            thread = threading.Thread(target=lambda: status.append(
-                cli(["serve", "--port", "0", "--websocket-port", "0", "--console-port", "0", "--data-dir", str(data),
-                     "--log-level", "info"])), daemon=True)
+            thread = threading.Thread(
+                target=lambda: status.append(
+                    cli(
+                        [
+                            "serve",
+                            "--port",
+                            "0",
+                            "--websocket-port",
+                            "0",
+                            "--console-port",
+                            "0",
+                            "--data-dir",
+                            str(data),
+                            "--log-level",
+                            "info",
+                        ]
+                    )
+                ),
+                daemon=True,
+            )
             thread.start()
             assert listening.wait(30)
-            port = int(re.search(r":(\d+) ", next(r.getMessage() for r in records if "listening on" in r.getMessage())
-                                 + " ").group(1))  # type: ignore[union-attr]
+            port = int(
+                re.search(
+                    r":(\d+) ", next(r.getMessage() for r in records if "listening on" in r.getMessage()) + " "
+                ).group(1)
+            )  # type: ignore[union-attr]
 
             async def produce() -> tuple[list[int], dict[int, str]]:
                 client = await StompClient.connect(port=port)
@@ -189,8 +214,9 @@ def test_the_server_stops_with_a_non_zero_status_when_an_fsync_fails_and_a_resta
                 refused: dict[int, str] = {}
                 for i in range(20, 30):
                     try:
-                        await client.send("/queue/orders", f"m{i}", headers={"persistent": "true"}, receipt=True,
-                                          timeout=10)
+                        await client.send(
+                            "/queue/orders", f"m{i}", headers={"persistent": "true"}, receipt=True, timeout=10
+                        )
                         receipted.append(i)
                     except StompError as exc:
                         refused[i] = exc.message
@@ -212,6 +238,7 @@ def test_the_server_stops_with_a_non_zero_status_when_an_fsync_fails_and_a_resta
     # The restart recovers every message receipted before.
     broker = RunningBroker(BrokerConfig(), data_dir=str(data)).start()
     try:
+
         async def drain() -> list[int]:
             client = await StompClient.connect(port=broker.port)
             sub = await client.subscribe("/queue/orders")
@@ -255,13 +282,15 @@ def test_the_full_disk_cycle_on_the_real_server(tmp_path: Path) -> None:
     with using(ops):
         broker = RunningBroker(_full_disk_config(send_fail_if_no_space=True), data_dir=str(tmp_path)).start()
         try:
+
             async def cycle() -> None:
                 producer = await StompClient.connect(port=broker.port)
                 sent = 0
                 with pytest.raises(StompError) as refused:
                     while True:
-                        await producer.send("/queue/orders", "m" * 1000, headers={"persistent": "true"},
-                                            receipt=True, timeout=10)
+                        await producer.send(
+                            "/queue/orders", "m" * 1000, headers={"persistent": "true"}, receipt=True, timeout=10
+                        )
                         sent += 1
                 assert 'Store "journal" has no space left' in refused.value.message
                 await producer.send("/queue/orders", "light", receipt=True, timeout=10)  # non-persistent goes on
@@ -271,20 +300,23 @@ def test_the_full_disk_cycle_on_the_real_server(tmp_path: Path) -> None:
                     message = await sub.get(timeout=10)
                     await consumer.ack(message, receipt=True, timeout=10)
                 # The acks freed journal files: persistent sends work again, no restart.
-                await producer.send("/queue/orders", "after acks", headers={"persistent": "true"}, receipt=True,
-                                    timeout=10)
+                await producer.send(
+                    "/queue/orders", "after acks", headers={"persistent": "true"}, receipt=True, timeout=10
+                )
                 assert (await sub.get(timeout=10)).body == b"after acks"
                 # Fill it again; then the operator frees space.
                 with pytest.raises(StompError):
                     while True:
-                        await producer.send("/queue/orders", "n" * 1000, headers={"persistent": "true"},
-                                            receipt=True, timeout=10)
+                        await producer.send(
+                            "/queue/orders", "n" * 1000, headers={"persistent": "true"}, receipt=True, timeout=10
+                        )
                 ops.free = None
                 deadline = time.monotonic() + 30
                 while True:  # refused until the broker tries the disk again (at most a second later)
                     try:
-                        await producer.send("/queue/orders", "space is back", headers={"persistent": "true"},
-                                            receipt=True, timeout=10)
+                        await producer.send(
+                            "/queue/orders", "space is back", headers={"persistent": "true"}, receipt=True, timeout=10
+                        )
                         break
                     except StompError:
                         assert time.monotonic() < deadline
@@ -302,12 +334,14 @@ def test_stat_says_the_store_is_full(tmp_path: Path, capsys: pytest.CaptureFixtu
     with using(ops):
         broker = RunningBroker(_full_disk_config(send_fail_if_no_space=True), data_dir=str(tmp_path)).start()
         try:
+
             async def fill() -> None:
                 producer = await StompClient.connect(port=broker.port)
                 with pytest.raises(StompError):
                     while True:
-                        await producer.send("/queue/orders", "m" * 1000, headers={"persistent": "true"},
-                                            receipt=True, timeout=10)
+                        await producer.send(
+                            "/queue/orders", "m" * 1000, headers={"persistent": "true"}, receipt=True, timeout=10
+                        )
                 await producer.disconnect()
 
             _run(fill())
@@ -341,10 +375,15 @@ def test_a_full_disk_holds_producers_back_under_flow_control_until_acks_free_spa
 
 def test_non_persistent_messages_stay_in_memory_when_the_temp_store_has_no_space(tmp_path: Path) -> None:
     """A file cursor that cannot spill keeps its messages in memory, in order."""
-    config = parse_config({"system_usage": {"memory_limit": "1 mb"},
-                           "destination_policy": [
-                               {"queue": ">", "pending_cursor": "file", "cursor_memory_high_water_mark": 5},
-                               {"topic": ">", "pending_cursor": "file", "cursor_memory_high_water_mark": 5}]})
+    config = parse_config(
+        {
+            "system_usage": {"memory_limit": "1 mb"},
+            "destination_policy": [
+                {"queue": ">", "pending_cursor": "file", "cursor_memory_high_water_mark": 5},
+                {"topic": ">", "pending_cursor": "file", "cursor_memory_high_water_mark": 5},
+            ],
+        }
+    )
     ops = FaultyFileOps()
     with using(ops):
         net = VirtualNetwork(config, data_dir=tmp_path)
@@ -362,7 +401,7 @@ def test_non_persistent_messages_stay_in_memory_when_the_temp_store_has_no_space
         assert [b[:3] for b in consumer.bodies()] == [f"q{i:02d}".encode() for i in range(60)]
         received = []
         while len(received) < 60:
-            [message] = subscriber.messages()[len(received):][:1]
+            [message] = subscriber.messages()[len(received) :][:1]
             received.append(message.body[:3])
             subscriber.ack(message)
         assert received == [f"t{i:02d}".encode() for i in range(60)]
@@ -430,7 +469,9 @@ def test_a_failed_rename_of_a_ring_journal_name_file_stops_the_broker(tmp_path: 
         ops.fail("replace", errno.EIO, path="NAME")  # the new queue's journal cannot be named
         producer.send("/queue/second", "refused", persistent="true", receipt="refused")
         assert "kept" in _receipts(producer) and "refused" not in _receipts(producer)
-        assert re.search(r'Store "/queue/second" failed: creating its journal: \[Errno 5\]', _errors(producer)["refused"])
+        assert re.search(
+            r'Store "/queue/second" failed: creating its journal: \[Errno 5\]', _errors(producer)["refused"]
+        )
         assert net.shutdown is not None
         net.restart()
     consumer = net.connected_client("c")

@@ -5,6 +5,7 @@ must produce (severity, check, seed), in report order. The TOML fixtures'
 fixes are then applied and must leave no warning; the XML fixes must be
 well-formed XML naming ActiveMQ's attributes.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,16 @@ DOCS = Path(__file__).parent.parent / "docs" / "doctor.md"
 SHIPPED_BENCH = Path(__file__).parent.parent / "bench" / "harness" / "activemq" / "conf" / "activemq.xml"
 
 E, W, I = "error", "warning", "info"
-STOMP_UNWATCHED = [(W, "prefetch-without-write-timeout", "stalled-socket"), (W, "no-heart-beats", "stalled-socket"), (W, "link-stealing-off", "stalled-socket")]
-BENCH = [(W, "queues-share-memory", "destination-limits"), *STOMP_UNWATCHED, (I, "topic-slow-consumer-spools", "slow-consumers")]
+STOMP_UNWATCHED = [
+    (W, "prefetch-without-write-timeout", "stalled-socket"),
+    (W, "no-heart-beats", "stalled-socket"),
+    (W, "link-stealing-off", "stalled-socket"),
+]
+BENCH = [
+    (W, "queues-share-memory", "destination-limits"),
+    *STOMP_UNWATCHED,
+    (I, "topic-slow-consumer-spools", "slow-consumers"),
+]
 
 #: fixture -> the findings it must produce, (severity, check, seed) in report order.
 EXPECTED: dict[str, list[tuple[str, str, str | None]]] = {
@@ -45,18 +54,35 @@ EXPECTED: dict[str, list[tuple[str, str, str | None]]] = {
     "slow-consumers-topics.xml": [(W, "topic-slow-consumer-blocks-producer", "slow-consumers")],
     "stalled-socket-stomp.toml": STOMP_UNWATCHED,
     "stalled-socket-stomp.xml": STOMP_UNWATCHED,
-    "journal-threshold-ring-priority.toml": [(W, "ring-priority-queues", "journal-threshold"), (W, "ring-reserves-store", None)],
-    "journal-threshold-ring-small.toml": [(W, "ring-too-small", "journal-threshold"), (W, "ring-reserves-store", None),
-                                (I, "ring-strands-messages", "journal-threshold")],
+    "journal-threshold-ring-priority.toml": [
+        (W, "ring-priority-queues", "journal-threshold"),
+        (W, "ring-reserves-store", None),
+    ],
+    "journal-threshold-ring-small.toml": [
+        (W, "ring-too-small", "journal-threshold"),
+        (W, "ring-reserves-store", None),
+        (I, "ring-strands-messages", "journal-threshold"),
+    ],
     "limits-too-small.toml": [(E, "store-limit-below-journal-file", None), (W, "memory-limit-tiny", None)],
     "limits-too-small.xml": [(E, "store-limit-below-journal-file", None), (W, "memory-limit-tiny", None)],
     "memory-zero.toml": [(E, "memory-limit-zero", None)],
     "bench-activemq.xml": BENCH,
-    "activemq-shipped-5.18.xml": [(W, "queues-share-memory", "destination-limits"), *STOMP_UNWATCHED, (I, "heap-assumed", None)],
-    "activemq-shipped-5.3.xml": [(W, "topic-slow-consumer-blocks-producer", "slow-consumers"), (I, "no-stomp-listener", "stalled-socket")],
+    "activemq-shipped-5.18.xml": [
+        (W, "queues-share-memory", "destination-limits"),
+        *STOMP_UNWATCHED,
+        (I, "heap-assumed", None),
+    ],
+    "activemq-shipped-5.3.xml": [
+        (W, "topic-slow-consumer-blocks-producer", "slow-consumers"),
+        (I, "no-stomp-listener", "stalled-socket"),
+    ],
 }
 
-DEFAULT = [(W, "queues-share-memory", "destination-limits"), *STOMP_UNWATCHED, (I, "topic-slow-consumer-spools", "slow-consumers")]
+DEFAULT = [
+    (W, "queues-share-memory", "destination-limits"),
+    *STOMP_UNWATCHED,
+    (I, "topic-slow-consumer-spools", "slow-consumers"),
+]
 
 
 def doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -104,7 +130,9 @@ def test_the_embedded_default_is_reported_honestly(capsys) -> None:
     status, out, err = doctor(capsys)
     assert status == 1 and err == ""
     assert "minibroker/default.toml (the embedded default)" in out
-    assert "no queue has a memory limit of its own" in out  # the destination-limits source is a real trap in our default too
+    assert (
+        "no queue has a memory limit of its own" in out
+    )  # the destination-limits source is a real trap in our default too
     status, report = findings_of(capsys)
     assert triples(report) == DEFAULT
 
@@ -131,8 +159,10 @@ def test_xml_findings_speak_xml(capsys) -> None:
     assert '<tempUsage limit="128 mb"/>' in f["fix"]["snippet"]
     _, report = findings_of(capsys, str(DATA / "stalled-socket-stomp.xml"))
     snippet = _finding(report, "prefetch-without-write-timeout")["fix"]["snippet"]
-    assert snippet == ('<transportConnector name="stomp" uri="stomp://0.0.0.0:61613?maximumConnections=1000'
-                       '&amp;wireFormat.maxFrameSize=10485760&amp;transport.soWriteTimeout=30000"/>')
+    assert snippet == (
+        '<transportConnector name="stomp" uri="stomp://0.0.0.0:61613?maximumConnections=1000'
+        '&amp;wireFormat.maxFrameSize=10485760&amp;transport.soWriteTimeout=30000"/>'
+    )
     assert 'allowLinkStealing="true"' in _finding(report, "link-stealing-off")["fix"]["snippet"]
 
 
@@ -205,18 +235,26 @@ def write(tmp_path: Path, name: str, text: str) -> str:
 
 
 def test_stomp_findings_are_notes_once_something_watches_the_socket(tmp_path: Path, capsys) -> None:
-    path = write(tmp_path, "c.toml", '[transport]\nso_write_timeout = 30000\n'
-                 '[[destination_policy]]\nqueue = ">"\nmemory_limit = "4 mb"\n'
-                 '[[destination_policy]]\ntopic = ">"\nabort_slow_consumer = true\n')
+    path = write(
+        tmp_path,
+        "c.toml",
+        "[transport]\nso_write_timeout = 30000\n"
+        '[[destination_policy]]\nqueue = ">"\nmemory_limit = "4 mb"\n'
+        '[[destination_policy]]\ntopic = ">"\nabort_slow_consumer = true\n',
+    )
     status, report = findings_of(capsys, path)
     assert status == 0
     assert triples(report) == [(I, "no-heart-beats", "stalled-socket"), (I, "link-stealing-off", "stalled-socket")]
 
 
 def test_temp_trap_without_file_cursors_is_a_latent_warning(tmp_path: Path, capsys) -> None:
-    path = write(tmp_path, "t.toml", '[system_usage]\ntemp_limit = "16 mb"\n'
-                 '[[destination_policy]]\nqueue = ">"\npending_cursor = "vm"\n'
-                 '[[destination_policy]]\ntopic = ">"\npending_cursor = "vm"\n')
+    path = write(
+        tmp_path,
+        "t.toml",
+        '[system_usage]\ntemp_limit = "16 mb"\n'
+        '[[destination_policy]]\nqueue = ">"\npending_cursor = "vm"\n'
+        '[[destination_policy]]\ntopic = ">"\npending_cursor = "vm"\n',
+    )
     _, report = findings_of(capsys, path)
     f = _finding(report, "temp-limit-below-temp-file")
     assert f["severity"] == W and "not sprung" in f["why"]
@@ -230,14 +268,18 @@ def test_partial_queue_limits_are_a_note_naming_the_uncovered_queues(tmp_path: P
 
 
 def test_xml_default_entry_and_several_stomp_connectors(tmp_path: Path, capsys) -> None:
-    path = write(tmp_path, "a.xml", """<broker><destinationPolicy><policyMap>
+    path = write(
+        tmp_path,
+        "a.xml",
+        """<broker><destinationPolicy><policyMap>
       <policyEntries><policyEntry topic=">"><slowConsumerStrategy><abortSlowConsumerStrategy abortConnection="true"/>
       </slowConsumerStrategy></policyEntry></policyEntries>
       <defaultEntry><policyEntry memoryLimit="8 mb"/></defaultEntry></policyMap></destinationPolicy>
       <transportConnectors>
         <transportConnector name="a" uri="stomp://0.0.0.0:61613?transport.soWriteTimeout=5000&amp;transport.defaultHeartBeat=5000,5000" allowLinkStealing="true"/>
         <transportConnector name="b" uri="stomp+ssl://0.0.0.0:61612"/>
-      </transportConnectors></broker>""")
+      </transportConnectors></broker>""",
+    )
     _, report = findings_of(capsys, path)
     assert triples(report) == STOMP_UNWATCHED  # only connector "b"; the default entry limits the queues
     assert all('name="b"' in f["fix"]["snippet"] for f in report["findings"])
@@ -258,19 +300,32 @@ BAD = [
     ("binary.toml", b"\xff\xfe[x]", "is neither XML nor UTF-8 TOML"),
     ("broken.xml", "<broker><systemUsage>", "is not well-formed XML"),
     ("beans.xml", "<beans/>", "has no <broker> element"),
-    ("value.xml", '<broker><systemUsage><systemUsage><tempUsage><tempUsage limit="lots"/></tempUsage></systemUsage>'
-                  "</systemUsage></broker>", "bad value for <tempUsage limit>: 'lots'"),
-    ("flag.xml", '<broker><destinationPolicy><policyMap><policyEntries><policyEntry queue=">" prioritizedMessages="yes"/>'
-                 "</policyEntries></policyMap></destinationPolicy></broker>", "prioritizedMessages: 'yes' (expected true or false)"),
-    ("placeholder.xml", '<broker><systemUsage><systemUsage><memoryUsage><memoryUsage limit="${mem}"/></memoryUsage>'
-                        "</systemUsage></systemUsage></broker>", "does not resolve ${...} placeholders"),
+    (
+        "value.xml",
+        '<broker><systemUsage><systemUsage><tempUsage><tempUsage limit="lots"/></tempUsage></systemUsage>'
+        "</systemUsage></broker>",
+        "bad value for <tempUsage limit>: 'lots'",
+    ),
+    (
+        "flag.xml",
+        '<broker><destinationPolicy><policyMap><policyEntries><policyEntry queue=">" prioritizedMessages="yes"/>'
+        "</policyEntries></policyMap></destinationPolicy></broker>",
+        "prioritizedMessages: 'yes' (expected true or false)",
+    ),
+    (
+        "placeholder.xml",
+        '<broker><systemUsage><systemUsage><memoryUsage><memoryUsage limit="${mem}"/></memoryUsage>'
+        "</systemUsage></systemUsage></broker>",
+        "does not resolve ${...} placeholders",
+    ),
 ]
 
 
 @pytest.mark.parametrize("json_output", [False, True])
 @pytest.mark.parametrize("name,content,message", BAD)
-def test_bad_file_is_one_line_and_status_2(name: str, content: str | bytes | None, message: str, json_output: bool,
-                                           tmp_path: Path, capsys) -> None:
+def test_bad_file_is_one_line_and_status_2(
+    name: str, content: str | bytes | None, message: str, json_output: bool, tmp_path: Path, capsys
+) -> None:
     path = tmp_path / name
     if isinstance(content, bytes):
         path.write_bytes(content)
@@ -291,8 +346,9 @@ def test_bad_heap_and_a_directory_are_refused(tmp_path: Path, capsys) -> None:
 def test_no_traceback_from_the_real_command(tmp_path: Path) -> None:
     # (not "python -m clients.cli": run as __main__, cli.py's CommandError is a second class that it does not catch)
     entry = "import sys; from clients.cli import main; sys.exit(main())"
-    proc = subprocess.run([sys.executable, "-c", entry, "doctor", str(tmp_path / "nope.xml")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", entry, "doctor", str(tmp_path / "nope.xml")], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 
@@ -316,13 +372,18 @@ def test_text_report_groups_by_severity(capsys) -> None:
     assert lines.index("Warnings (2)") < lines.index("Notes (1)")
     headline, second = (line for line in lines if line.startswith("warning "))
     assert headline.startswith("warning [journal-threshold] ring-too-small: the ring journal holds 9.6 mb per queue")
-    assert second.startswith("warning [config] ring-reserves-store: the store limit 10 gb holds the rings of 853 "
-                             "destinations (8 x 1536 kb = 12 mb each)")
-    body = lines[lines.index(headline) + 1:lines.index(second) - 1]
+    assert second.startswith(
+        "warning [config] ring-reserves-store: the store limit 10 gb holds the rings of 853 "
+        "destinations (8 x 1536 kb = 12 mb each)"
+    )
+    body = lines[lines.index(headline) + 1 : lines.index(second) - 1]
     assert body and all(line.startswith("    ") for line in body)
-    assert lines[-2:] == ["Sources cited", '  journal-threshold: "Enqueue threshold exceptions triggered for qpid queue with few '
-                          'messages only" (Red Hat knowledge base, MRG Messaging 2, undated): ring journal: enqueue capacity '
-                          'threshold exceeded']
+    assert lines[-2:] == [
+        "Sources cited",
+        '  journal-threshold: "Enqueue threshold exceptions triggered for qpid queue with few '
+        'messages only" (Red Hat knowledge base, MRG Messaging 2, undated): ring journal: enqueue capacity '
+        "threshold exceeded",
+    ]
 
 
 def test_clean_text_report(capsys) -> None:

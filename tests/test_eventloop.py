@@ -3,6 +3,7 @@
 The rest of the edge's tests run on both loops (``make test``: MINIBROKER_LOOP); these
 check the choice itself on a real process.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,11 +43,14 @@ def _serve_and_round_trip(tmp_path: Path, *extra: str, env: dict[str, str] | Non
     return proc.startup_log + out  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("loop, logged", [
-    ("uvloop", f"event loop: uvloop {uvloop.__version__}"),
-    ("asyncio", "event loop: asyncio (_UnixSelectorEventLoop)"),
-    ("auto", f"event loop: uvloop {uvloop.__version__}"),
-])
+@pytest.mark.parametrize(
+    "loop, logged",
+    [
+        ("uvloop", f"event loop: uvloop {uvloop.__version__}"),
+        ("asyncio", "event loop: asyncio (_UnixSelectorEventLoop)"),
+        ("auto", f"event loop: uvloop {uvloop.__version__}"),
+    ],
+)
 def test_serve_runs_on_the_loop_asked_for_and_says_which(tmp_path: Path, loop: str, logged: str) -> None:
     assert logged in _serve_and_round_trip(tmp_path, "--loop", loop)
 
@@ -56,8 +60,7 @@ def test_the_option_overrides_the_environment_which_overrides_the_config(tmp_pat
     config.write_text('[transport]\nevent_loop = "uvloop"\n')
     env = {"MINIBROKER_LOOP": "asyncio"}
     assert "event loop: asyncio" in _serve_and_round_trip(tmp_path, "--config", str(config), env=env)
-    assert "event loop: uvloop" in _serve_and_round_trip(tmp_path, "--config", str(config), "--loop", "uvloop",
-                                                         env=env)
+    assert "event loop: uvloop" in _serve_and_round_trip(tmp_path, "--config", str(config), "--loop", "uvloop", env=env)
     assert "event loop: uvloop" in _serve_and_round_trip(tmp_path, "--config", str(config), env={"MINIBROKER_LOOP": ""})
 
 
@@ -70,15 +73,35 @@ def test_uvloop_asked_for_but_not_installed_says_how_to_install_it(tmp_path: Pat
     with socket.socket() as s:  # a free port, so that only the loop can fail
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    result = subprocess.run([sys.executable, "-m", "clients.cli", "serve", "--loop", "uvloop", "--port", str(port),
-                             "--data-dir", str(tmp_path / "data")],
-                            capture_output=True, text=True, timeout=60, env=_environment(env))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "clients.cli",
+            "serve",
+            "--loop",
+            "uvloop",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_environment(env),
+    )
     assert result.returncode == 2
     assert "pip install 'minibroker[fast]'" in result.stderr
     assert "Traceback" not in result.stderr
     # ... and auto falls back to asyncio's own loop there.
-    auto = subprocess.run([sys.executable, "-c", "from minibroker import eventloop; print(eventloop.resolve('auto'))"],
-                          capture_output=True, text=True, timeout=60, env=_environment(env))
+    auto = subprocess.run(
+        [sys.executable, "-c", "from minibroker import eventloop; print(eventloop.resolve('auto'))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_environment(env),
+    )
     assert auto.stdout.strip() == "asyncio", auto.stderr
 
 

@@ -1,4 +1,5 @@
 """``minibroker journal inspect|compact|repair`` on a broker's data directory."""
+
 from __future__ import annotations
 
 import subprocess
@@ -14,8 +15,10 @@ from minibroker.persistence import MessageStore
 from minibroker.server import open_store
 from minibroker.sim import VirtualNetwork
 
-RING = {"store": {"layout": "ring", "file_count": 8, "file_size": "64 kb"},
-        "destination_policy": [{"queue": ">", "prioritized_messages": True}]}
+RING = {
+    "store": {"layout": "ring", "file_count": 8, "file_size": "64 kb"},
+    "destination_policy": [{"queue": ">", "prioritized_messages": True}],
+}
 
 
 def pinned_ring(data: Path, rounds: int = 3) -> VirtualNetwork:
@@ -23,7 +26,9 @@ def pinned_ring(data: Path, rounds: int = 3) -> VirtualNetwork:
     net = VirtualNetwork(parse_config(RING), data_dir=data)
     p = net.connected_client("p")
     c = net.connected_client("c")
-    c.subscribe("/queue/Durable", "s", "client-individual", selector="JMSPriority > 1", **{"activemq.prefetchSize": "1000"})
+    c.subscribe(
+        "/queue/Durable", "s", "client-individual", selector="JMSPriority > 1", **{"activemq.prefetchSize": "1000"}
+    )
     for _ in range(rounds):
         p.send("/queue/Durable", "pin", persistent="true", priority="1")
         for _ in range(220):  # about one file's worth
@@ -80,8 +85,12 @@ def test_a_corrupt_journal_stops_the_start_and_repair_fixes_it(tmp_path: Path, c
         open_store(config)
     message = str(info.value)
     assert victim.name in message and "offset" in message and "minibroker journal repair" in message
-    result = subprocess.run([sys.executable, "-m", "clients.cli", "serve", "--data-dir", str(data), "--port", "0"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "clients.cli", "serve", "--data-dir", str(data), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and victim.name in result.stderr and "Traceback" not in result.stderr
     assert cli(["journal", "repair", str(data)]) == 0
     out = capsys.readouterr().out

@@ -4,6 +4,7 @@ The command runs as a user runs it (a child process); the test reads the
 address it prints, scrapes ``/metrics`` there while the lab runs and after, and
 stops the command as a teacher does, with Ctrl-C.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -81,8 +82,14 @@ def depth(samples: dict, destination: str) -> float | None:
 
 def start_lab(*args: str) -> tuple[subprocess.Popen[str], Lines]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    child = subprocess.Popen([sys.executable, "-m", "clients.cli", "lab", "run", *args], cwd=ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli", "lab", "run", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     return child, Lines(child.stdout)  # type: ignore[arg-type]
 
 
@@ -130,11 +137,18 @@ def test_a_live_lab_run_serves_the_console_and_keeps_it_until_ctrl_c() -> None:
 
 
 def test_console_options_are_checked() -> None:
-    for args, words in ((["01", "--live", "--console", "--speed", "2"], "--speed is for the replay"),
-                        (["01", "--live", "--console-hold", "1"], "need --console"),
-                        (["01", "--live", "--console", "http"], "not a port number")):
-        result = subprocess.run([sys.executable, "-m", "clients.cli", "lab", "run", *args], cwd=ROOT,
-                                capture_output=True, text=True, timeout=60)
+    for args, words in (
+        (["01", "--live", "--console", "--speed", "2"], "--speed is for the replay"),
+        (["01", "--live", "--console-hold", "1"], "need --console"),
+        (["01", "--live", "--console", "http"], "not a port number"),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "clients.cli", "lab", "run", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode != 0
         assert words in result.stderr + result.stdout
 
@@ -146,19 +160,26 @@ def test_a_virtual_lab_run_replays_its_traces_in_the_console(tmp_path: Path) -> 
         lines.wait_for(r"now showing the replay \(3 runs")
         driver.get(url)
         # The phase track: the lab's three runs, in order, above the charts.
-        phases = wait_for(driver, "const t = document.getElementById('timeline');"
-                          "return t && !t.hidden && [...t.querySelectorAll('.phase.run')].map(p => p.dataset.phase)",
-                          "the phase track")
+        phases = wait_for(
+            driver,
+            "const t = document.getElementById('timeline');"
+            "return t && !t.hidden && [...t.querySelectorAll('.phase.run')].map(p => p.dataset.phase)",
+            "the phase track",
+        )
         assert phases == ["deadlock", "limit-above-file", "vm-cursor"]
         assert driver.execute_script(
             "const t = document.getElementById('timeline'), c = document.querySelector('.charts');"
-            "return t.getBoundingClientRect().bottom <= c.getBoundingClientRect().top")
+            "return t.getBoundingClientRect().bottom <= c.getBoundingClientRect().top"
+        )
         # The same statistics path as a live broker: the page's depth figure moves as the replay plays.
         held = "return document.querySelector('[data-figure=\"messages held\"] .v')?.textContent"
         first = wait_for(driver, held, "the messages held")
-        wait_for(driver, held + f" !== {first!r} && " + held[len("return "):], "a depth that changes")
-        wait_for(driver, "return document.querySelector('#destinations tr[data-destination=\"/topic/prices\"]')",
-                 "the lab's topic in the destinations table")
+        wait_for(driver, held + f" !== {first!r} && " + held[len("return ") :], "a depth that changes")
+        wait_for(
+            driver,
+            "return document.querySelector('#destinations tr[data-destination=\"/topic/prices\"]')",
+            "the lab's topic in the destinations table",
+        )
         driver.save_screenshot(str(tmp_path / "replay.png"))
 
 
@@ -171,25 +192,37 @@ def test_the_replay_rebuilds_the_statistics_from_a_trace() -> None:
     def ev(ts: float, event: str, **fields: object) -> dict:
         return {"ts": ts, "event": event, **fields}
 
-    first = [ev(0, "connect", session="1"),
-             *[ev(1 + i / 10, "enqueue", dest="/queue/A", msg=f"m{i}", size=100, persistent=True, priority=4,
-                  cached=i < 6) for i in range(10)],
-             ev(2.5, "usage", mem_pct=40, store_pct=1, temp_pct=0),
-             ev(3, "flow_block", session="1", dest="/queue/A", usage="memory", pct=100),
-             ev(3.5, "flow_unblock", session="1", dest="/queue/A", usage="memory", pct=60),
-             ev(3.6, "flow_block", session="1", dest="/queue/A", usage="memory", pct=100),
-             ev(4, "flow_unblock", session="1", dest="/queue/A", usage="memory", pct=60),
-             *[ev(5, "dispatch", session="1", sub="s", dest="/queue/A", msg=f"m{i}", size=100) for i in range(5)],
-             *[ev(6, "ack", session="1", sub="s", dest="/queue/A", msg=f"m{i}") for i in range(4)],
-             ev(10, "disconnect", session="1", reason="client")]
-    second = [ev(100, "subscribe", session="2", sub="a", dest="/topic/T", ack="auto", prefetch=1),
-              ev(100, "subscribe", session="3", sub="b", dest="/topic/T", ack="auto", prefetch=1),
-              ev(101, "send", session="4", dest="/topic/T", msg="t1", size=10, persistent=False, priority=4),
-              ev(102, "dispatch", session="2", sub="a", dest="/topic/T", msg="t1", size=10),
-              ev(104, "ack", session="2", sub="a", dest="/topic/T", msg="t1")]
+    first = [
+        ev(0, "connect", session="1"),
+        *[
+            ev(1 + i / 10, "enqueue", dest="/queue/A", msg=f"m{i}", size=100, persistent=True, priority=4, cached=i < 6)
+            for i in range(10)
+        ],
+        ev(2.5, "usage", mem_pct=40, store_pct=1, temp_pct=0),
+        ev(3, "flow_block", session="1", dest="/queue/A", usage="memory", pct=100),
+        ev(3.5, "flow_unblock", session="1", dest="/queue/A", usage="memory", pct=60),
+        ev(3.6, "flow_block", session="1", dest="/queue/A", usage="memory", pct=100),
+        ev(4, "flow_unblock", session="1", dest="/queue/A", usage="memory", pct=60),
+        *[ev(5, "dispatch", session="1", sub="s", dest="/queue/A", msg=f"m{i}", size=100) for i in range(5)],
+        *[ev(6, "ack", session="1", sub="s", dest="/queue/A", msg=f"m{i}") for i in range(4)],
+        ev(10, "disconnect", session="1", reason="client"),
+    ]
+    second = [
+        ev(100, "subscribe", session="2", sub="a", dest="/topic/T", ack="auto", prefetch=1),
+        ev(100, "subscribe", session="3", sub="b", dest="/topic/T", ack="auto", prefetch=1),
+        ev(101, "send", session="4", dest="/topic/T", msg="t1", size=10, persistent=False, priority=4),
+        ev(102, "dispatch", session="2", sub="a", dest="/topic/T", msg="t1", size=10),
+        ev(104, "ack", session="2", sub="a", dest="/topic/T", msg="t1"),
+    ]
     now = [0.0]
-    replay = TraceReplay([ReplayedRun("legacy", "pathology", first, BrokerConfig()),
-                          ReplayedRun("cure", "healthy", second, BrokerConfig())], 2.0, clock=lambda: now[0])
+    replay = TraceReplay(
+        [
+            ReplayedRun("legacy", "pathology", first, BrokerConfig()),
+            ReplayedRun("cure", "healthy", second, BrokerConfig()),
+        ],
+        2.0,
+        clock=lambda: now[0],
+    )
 
     def at(seconds: float, what: str) -> list[dict]:
         now[0] = 7.0 + seconds / 2.0  # the page opens 7 s after the replay is made; speed 2
@@ -211,8 +244,11 @@ def test_the_replay_rebuilds_the_statistics_from_a_trace() -> None:
     assert at(10 + 1 + 4.5, "Connection") == []
     # The phases: the runs end to end, the two holds of the producer 0.1 s apart drawn as one window.
     phases = [(p["kind"], p["name"], p["start"], p["end"]) for p in replay.phases]
-    assert phases == [("run", "legacy", 0.0, 10.0), ("blocked", "producer blocked", 3.0, 4.0),
-                      ("run", "cure", 11.0, 15.0)]
+    assert phases == [
+        ("run", "legacy", 0.0, 10.0),
+        ("blocked", "producer blocked", 3.0, 4.0),
+        ("run", "cure", 11.0, 15.0),
+    ]
     # It stops at the end.
     assert at(1000, "Broker")[0]["replay"]["position"] == 15.0
 
@@ -222,16 +258,30 @@ def test_the_console_of_a_live_run_draws_the_runs_timeline(tmp_path: Path) -> No
         url = lines.wait_for(r"console: (http://127\.0\.0\.1:\d+/) \(open it now")[1]
         driver.get(url)
         # The run's timeline above the charts: which run, and what happened in it so far.
-        run = wait_for(driver, "const t = document.getElementById('lab-timeline');"
-                       "return t && !t.hidden && t.querySelector('.tick[data-event^=\"broker started on port\"]')"
-                       " && t.querySelector('b').textContent", "the run's timeline", timeout=60)
+        run = wait_for(
+            driver,
+            "const t = document.getElementById('lab-timeline');"
+            "return t && !t.hidden && t.querySelector('.tick[data-event^=\"broker started on port\"]')"
+            " && t.querySelector('b').textContent",
+            "the run's timeline",
+            timeout=60,
+        )
         assert run.startswith("Lab run: ")
-        wait_for(driver, "return document.querySelector('#destinations tr[data-destination=\"/topic/prices\"]')",
-                 "the lab's topic in the destinations table", timeout=60)
+        wait_for(
+            driver,
+            "return document.querySelector('#destinations tr[data-destination=\"/topic/prices\"]')",
+            "the lab's topic in the destinations table",
+            timeout=60,
+        )
         assert driver.execute_script(
             "const t = document.getElementById('lab-timeline'), c = document.querySelector('.charts');"
-            "return t.getBoundingClientRect().bottom <= c.getBoundingClientRect().top")
+            "return t.getBoundingClientRect().bottom <= c.getBoundingClientRect().top"
+        )
         lines.wait_for(r"keeps serving the vm-cursor run; Ctrl-C to stop")
-        wait_for(driver, "return document.querySelector('#lab-timeline b')?.textContent === 'Lab run: vm-cursor'"
-                 " && document.querySelectorAll('#lab-timeline .tick').length > 1", "the last run's timeline")
+        wait_for(
+            driver,
+            "return document.querySelector('#lab-timeline b')?.textContent === 'Lab run: vm-cursor'"
+            " && document.querySelectorAll('#lab-timeline .tick').length > 1",
+            "the last run's timeline",
+        )
         driver.save_screenshot(str(tmp_path / "live.png"))

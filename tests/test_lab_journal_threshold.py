@@ -1,4 +1,5 @@
 """Lab 04: its verdicts, and the refused enqueue as stomp.py sees it on the real server."""
+
 from __future__ import annotations
 
 import time
@@ -28,8 +29,14 @@ def results() -> dict[str, RunResult]:
 
 def test_every_verdict_is_as_promised(results: dict[str, RunResult]) -> None:
     verdicts = {name: r.outcome.verdict for name, r in results.items()}
-    assert verdicts == {"priority": "pathology", "selector": "pathology", "client-ack": "pathology",
-                        "all-consumed": "healthy", "compacted": "healthy", "growing": "healthy"}
+    assert verdicts == {
+        "priority": "pathology",
+        "selector": "pathology",
+        "client-ack": "pathology",
+        "all-consumed": "healthy",
+        "compacted": "healthy",
+        "growing": "healthy",
+    }
     assert all(r.as_promised for r in results.values())
 
 

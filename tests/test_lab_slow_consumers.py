@@ -1,4 +1,5 @@
 """Lab 02: each policy's verdict and cost, and the abort ERROR as stomp.py sees it on the real server."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,9 +37,14 @@ def evidence(results: dict[str, RunResult], name: str) -> str:
 def test_every_verdict_is_as_promised(results: dict[str, RunResult]) -> None:
     verdicts = {name: r.outcome.verdict for name, r in results.items()}
     assert verdicts == {
-        "block": "pathology", "spool": "healthy", "discard-oldest": "healthy", "discard-newest": "healthy",
-        "abort-subscription": "healthy", "abort-connection": "healthy",
-        "stuck-socket": "pathology", "stuck-socket-write-timeout": "healthy",
+        "block": "pathology",
+        "spool": "healthy",
+        "discard-oldest": "healthy",
+        "discard-newest": "healthy",
+        "abort-subscription": "healthy",
+        "abort-connection": "healthy",
+        "stuck-socket": "pathology",
+        "stuck-socket-write-timeout": "healthy",
     }
     assert all(r.as_promised for r in results.values())
 
@@ -48,8 +54,10 @@ def test_block_holds_everyone_to_the_slow_pace(results: dict[str, RunResult]) ->
     assert m["producer_rate"] <= 11 and m["fast_rate"] <= 11  # the slow consumer acks 10/s
     assert m["discarded"] == 0 and m["aborted"] == 0 and m["temp_peak_kb"] == 0
     assert m["flow_blocks"] > 100
-    assert "Pending message cursor [VMPendingMessageCursor] is full, temp usage (0%) or memory usage (100%)" in \
-        evidence(results, "block")
+    assert (
+        "Pending message cursor [VMPendingMessageCursor] is full, temp usage (0%) or memory usage (100%)"
+        in evidence(results, "block")
+    )
 
 
 def test_spool_costs_disk_and_staleness_not_throughput(results: dict[str, RunResult]) -> None:
@@ -101,7 +109,7 @@ def test_a_stuck_socket_stops_the_topic_until_the_write_timeout_closes_it(result
 def test_the_cost_table_has_every_run(results: dict[str, RunResult]) -> None:
     last = results["stuck-socket-write-timeout"].outcome.evidence
     start = last.index("cost table (every run of this lab):")
-    rows = [line for line in last[start + 3:] if line.startswith("| ")]
+    rows = [line for line in last[start + 3 :] if line.startswith("| ")]
     assert [row.split(" | ")[0].lstrip("| ") for row in rows] == list(results)
     assert all(row.rstrip(" |").endswith(results[row.split(" | ")[0].lstrip("| ")].spec.expect) for row in rows)
 
@@ -188,7 +196,9 @@ def test_stomp_py_slow_subscriber_gets_the_abort_error_while_a_fast_one_keeps_re
         fast, f = connect(rb)
         producer, p = connect(rb)
         conns += [slow, fast, producer]
-        slow.subscribe(TOPIC, id="slow", ack="client-individual", headers={"activemq.prefetchSize": "10", "receipt": "sub"})
+        slow.subscribe(
+            TOPIC, id="slow", ack="client-individual", headers={"activemq.prefetchSize": "10", "receipt": "sub"}
+        )
         fast.subscribe(TOPIC, id="fast", ack="auto", headers={"receipt": "sub"})
         assert wait_for(lambda: "sub" in s.receipts and "sub" in f.receipts)
         sent = 0

@@ -10,6 +10,7 @@
   the same workload drains;
 - broker behaviour this lab found wrong at first (now fixed): each test below asserts the fix.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,16 @@ def virtual_results() -> dict[str, RunResult]:
 # ------------------------------------------------------------------ the lab
 def test_lab_03_is_listed_and_keeps_every_promise(virtual_results: dict[str, RunResult]) -> None:
     assert "prefetch-stalled-socket" in [lab.name for lab in find_labs()]
-    assert set(virtual_results) == {"default-prefetch", "prefetch-1", "prefetch-1-policy", "link-stealing",
-                                    "write-timeout", "heart-beats", "exclusive", "shared"}
+    assert set(virtual_results) == {
+        "default-prefetch",
+        "prefetch-1",
+        "prefetch-1-policy",
+        "link-stealing",
+        "write-timeout",
+        "heart-beats",
+        "exclusive",
+        "shared",
+    }
     for name, result in virtual_results.items():
         assert result.as_promised, (name, result.outcome.summary)
     assert cli(["lab", "run", "03"]) == 0
@@ -74,7 +83,9 @@ def test_the_pathology_evidence(virtual_results: dict[str, RunResult]) -> None:
     old = next(line for line in outcome.evidence if line.startswith("the connection the consumer left"))
     unread = re.search(r"\(([\d,]+) B written to its socket and not read\)", text)
     assert unread and int(unread.group(1).replace(",", "")) > 90_000  # some 100 messages of 1000 B
-    assert "still held by the broker" in old and f"pending_bytes {unread.group(1)}," in old and "idle_write 70.0 s" in old
+    assert (
+        "still held by the broker" in old and f"pending_bytes {unread.group(1)}," in old and "idle_write 70.0 s" in old
+    )
     assert "gave up" in outcome.summary
 
 
@@ -115,8 +126,14 @@ def test_exclusive_takes_load_balancing_away(virtual_results: dict[str, RunResul
 def test_the_lab_runs_live_with_our_client() -> None:
     lab = _lab()
     keep = [s for s in lab.runs if s.name in ("default-prefetch", "prefetch-1")]
-    results = {r.spec.name: r for r in run_lab(Lab(lab.directory, lab.name, lab.title, lab.source, tuple(keep),
-                                                       lab.scenario_path), live=True, out=lambda line: None)}
+    results = {
+        r.spec.name: r
+        for r in run_lab(
+            Lab(lab.directory, lab.name, lab.title, lab.source, tuple(keep), lab.scenario_path),
+            live=True,
+            out=lambda line: None,
+        )
+    }
     assert all(r.as_promised for r in results.values()), {n: r.outcome.summary for n, r in results.items()}
     stalled = results["default-prefetch"].outcome
     assert stalled.metrics["stalled"] and stalled.metrics["connects_refused"] > 0
@@ -354,7 +371,9 @@ def test_a_connection_taken_over_is_released_even_if_its_peer_never_reads(broker
 
 
 def test_the_write_timeout_event_counts_the_bytes_stuck_in_the_socket(tmp_path: Path) -> None:
-    net = VirtualNetwork(parse_config({"transport": {"so_write_timeout": 1000}}), data_dir=tmp_path / "data", trace=True)
+    net = VirtualNetwork(
+        parse_config({"transport": {"so_write_timeout": 1000}}), data_dir=tmp_path / "data", trace=True
+    )
     producer = net.connected_client("producer")
     for _ in range(100):
         producer.send("/queue/jobs", "x" * 1000)

@@ -5,6 +5,7 @@ by stopping it and starting a new one on the same data directory. The evidence
 is the broker's statistics as any STOMP client reads them
 (``/queue/ActiveMQ.Statistics.*`` with a reply-to).
 """
+
 from __future__ import annotations
 
 import json
@@ -130,7 +131,9 @@ def test_symptom_2_slow_consumers_hold_a_fast_one_back(tmp_path: Path, name: str
 
         def holding() -> bool:  # each slow consumer has what the broker dispatched to it
             subs = {s["destinationName"]: s["dispatchedQueueSize"] for s in stats.ask("Subscription")}
-            return all(subs.get(f"/queue/{q}") == listener.messages.qsize() for q, (_, listener) in zip(("S.1", "S.2"), slow))
+            return all(
+                subs.get(f"/queue/{q}") == listener.messages.qsize() for q, (_, listener) in zip(("S.1", "S.2"), slow)
+            )
 
         wait_for(lambda: holding() and holding())  # twice in a row: the dispatch has settled
         fast, f = connect(rb)
@@ -142,7 +145,9 @@ def test_symptom_2_slow_consumers_hold_a_fast_one_back(tmp_path: Path, name: str
         # Under legacy F gets what was stored before the first acks let its cursor page in once;
         # then S.2's cursor pages in 200 messages and the broker stays over 70%.
         for i in range(sent):
-            producer.send("/queue/F", BODY, headers={"persistent": "true", **({"receipt": "F-last"} if i == sent - 1 else {})})
+            producer.send(
+                "/queue/F", BODY, headers={"persistent": "true", **({"receipt": "F-last"} if i == sent - 1 else {})}
+            )
             if i % 25 == 24:
                 for conn, listener in slow:
                     message = listener.messages.get(timeout=10)
@@ -150,6 +155,7 @@ def test_symptom_2_slow_consumers_hold_a_fast_one_back(tmp_path: Path, name: str
             time.sleep(0.02)
         wait_for(lambda: "F-last" in p.receipts)  # every message for F is in
         if held_back:
+
             def settled() -> bool:  # the fast consumer has what the broker dispatched to F
                 return stats.destination("F")["dispatchCount"] == f.messages.qsize()
 

@@ -1,4 +1,5 @@
 """Lab 01: its verdicts and numbers, and the hung producer as stomp.py sees it on the real server."""
+
 from __future__ import annotations
 
 import queue
@@ -54,8 +55,11 @@ def test_deadlock_swaps_whole_lists_and_logs_the_articles_line(results: dict[str
     swapped = re.search(r"in one go \(slow-1 (\d+), slow-2 (\d+) messages\); temp usage 0% -> (\d+)%", evidence)
     assert swapped, evidence
     assert int(swapped[1]) > 50 and int(swapped[2]) > 50 and int(swapped[3]) >= 100
-    assert re.search(r"Pending message cursor \[FilePendingMessageCursor\] is full, temp usage \(1\d\d%\) or memory "
-                     r"usage \(\d+%\) limit reached, blocking message add\(\) pending the release of resources", evidence)
+    assert re.search(
+        r"Pending message cursor \[FilePendingMessageCursor\] is full, temp usage \(1\d\d%\) or memory "
+        r"usage \(\d+%\) limit reached, blocking message add\(\) pending the release of resources",
+        evidence,
+    )
 
 
 def test_a_limit_above_the_file_size_never_holds_the_producer(results: dict[str, RunResult]) -> None:
@@ -73,7 +77,8 @@ def test_the_vm_cursor_never_swaps_but_paces_the_producer(results: dict[str, Run
     assert m["flow_blocks"] == m["flow_unblocks"] > 100  # many short blocks, each lifted
     assert m["burst_seconds"] > 18  # held to the slow subscribers' pace, not 12 s
     assert "VMPendingMessageCursor] is full, temp usage (0%) or memory usage (100%)" in "\n".join(
-        results["vm-cursor"].outcome.evidence)
+        results["vm-cursor"].outcome.evidence
+    )
 
 
 # -- gaps found while building the lab, now fixed in the broker and the framework --------------
@@ -83,12 +88,15 @@ def test_a_scenario_module_may_define_dataclasses(tmp_path: Path) -> None:
     lab_dir = tmp_path / "99-dataclass"
     lab_dir.mkdir()
     (lab_dir / "cfg.toml").write_text("")
-    (lab_dir / "lab.toml").write_text('name = "dataclass"\ntitle = "t"\nsource = "temp-storage"\n'
-                                      '[[run]]\nname = "r"\nconfig = "cfg.toml"\nexpect = "healthy"\n')
+    (lab_dir / "lab.toml").write_text(
+        'name = "dataclass"\ntitle = "t"\nsource = "temp-storage"\n'
+        '[[run]]\nname = "r"\nconfig = "cfg.toml"\nexpect = "healthy"\n'
+    )
     (lab_dir / "scenario.py").write_text(
         "from __future__ import annotations\nfrom dataclasses import dataclass\n\n"
         "@dataclass\nclass Point:\n    x: int\n\n"
-        "def run(lab):\n    from clients.labs import Outcome\n    return Outcome(False, str(Point(1)))\n")
+        "def run(lab):\n    from clients.labs import Outcome\n    return Outcome(False, str(Point(1)))\n"
+    )
     assert load_lab(lab_dir).scenario().Point(2).x == 2
 
 
@@ -135,8 +143,12 @@ def test_stomp_py_producer_hangs_after_the_subscribers_drained(tmp_path: Path, c
         for i in (1, 2):
             conn, listener = connect(rb)
             conns.append(conn)
-            conn.subscribe(TOPIC, id=f"slow-{i}", ack="client-individual",
-                           headers={"activemq.prefetchSize": "10", "receipt": "sub"})
+            conn.subscribe(
+                TOPIC,
+                id=f"slow-{i}",
+                ack="client-individual",
+                headers={"activemq.prefetchSize": "10", "receipt": "sub"},
+            )
             slow.append((conn, listener))
         fast, fast_listener = connect(rb)
         conns.append(fast)

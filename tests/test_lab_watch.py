@@ -2,6 +2,7 @@
 
 The renderer and the phase finder are fed snapshots (the shape ``fetch_statistics``
 returns); one live run of lab 00 is watched end to end, its frames collected."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,32 +13,61 @@ from clients.labs.watch import CLEAR, changes, render
 
 
 def _snapshot(memory: int, blocked: int, b_consumers: int, diagnosis: list[dict[str, str]]) -> dict[str, Any]:
-    broker = {"brokerName": "localhost", "memoryPercentUsage": memory, "memoryUsage": memory * 1024,
-              "memoryLimit": 100 * 1024, "storePercentUsage": 0, "storeUsage": 0, "storeLimit": 1 << 30,
-              "tempPercentUsage": 0, "tempUsage": 0, "tempLimit": 1 << 30, "connectionCount": 3,
-              "destinationCount": 2, "blockedProducers": blocked, "size": 60, "diagnosis": diagnosis}
-    dest = {"destinationName": "/queue/B.1", "size": 60, "enqueueCount": 60, "dequeueCount": 0,
-            "consumerCount": b_consumers, "cachedCount": 40, "storeOnlyCount": 20, "memoryPercentUsage": memory,
-            "memoryUsage": memory * 1024}
+    broker = {
+        "brokerName": "localhost",
+        "memoryPercentUsage": memory,
+        "memoryUsage": memory * 1024,
+        "memoryLimit": 100 * 1024,
+        "storePercentUsage": 0,
+        "storeUsage": 0,
+        "storeLimit": 1 << 30,
+        "tempPercentUsage": 0,
+        "tempUsage": 0,
+        "tempLimit": 1 << 30,
+        "connectionCount": 3,
+        "destinationCount": 2,
+        "blockedProducers": blocked,
+        "size": 60,
+        "diagnosis": diagnosis,
+    }
+    dest = {
+        "destinationName": "/queue/B.1",
+        "size": 60,
+        "enqueueCount": 60,
+        "dequeueCount": 0,
+        "consumerCount": b_consumers,
+        "cachedCount": 40,
+        "storeOnlyCount": 20,
+        "memoryPercentUsage": memory,
+        "memoryUsage": memory * 1024,
+    }
     return {"broker": broker, "destinations": [dest]}
 
 
-STARVED = {"pathology": "starving-consumers", "summary": "/queue/A: 1 consumer(s) starved: 50 messages in the store",
-           "cure": "set a memory_limit"}
+STARVED = {
+    "pathology": "starving-consumers",
+    "summary": "/queue/A: 1 consumer(s) starved: 50 messages in the store",
+    "cure": "set a memory_limit",
+}
 
 
 def test_the_phases_are_what_changed_between_snapshots() -> None:
     first = _snapshot(10, 0, 0, [])
     assert changes(None, first) == ["/queue/B.1 appears"]
     full = _snapshot(71, 1, 1, [STARVED])
-    assert changes(first, full) == ["broker memory reached 71%", "1 send(s) blocked (producer flow control)",
-                                    "/queue/B.1: 0 -> 1 consumer(s)",
-                                    "DIAGNOSIS starving-consumers: " + STARVED["summary"]]
+    assert changes(first, full) == [
+        "broker memory reached 71%",
+        "1 send(s) blocked (producer flow control)",
+        "/queue/B.1: 0 -> 1 consumer(s)",
+        "DIAGNOSIS starving-consumers: " + STARVED["summary"],
+    ]
     # the same diagnosis with other numbers is not news; its end is
     again = _snapshot(72, 1, 1, [dict(STARVED, summary="/queue/A: 1 consumer(s) starved: 49 messages in the store")])
     assert changes(full, again) == []
-    assert changes(again, _snapshot(40, 0, 1, [])) == ["no send blocked any more",
-                                                       "diagnosis cleared: starving-consumers on /queue/A"]
+    assert changes(again, _snapshot(40, 0, 1, [])) == [
+        "no send blocked any more",
+        "diagnosis cleared: starving-consumers on /queue/A",
+    ]
 
 
 def test_a_frame_shows_the_timeline_and_the_stat_view() -> None:

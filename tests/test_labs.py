@@ -1,6 +1,7 @@
 """Every lab keeps its promises: ``minibroker lab list`` and ``lab run`` for each,
 and its README quotes the run: the output block verbatim, the table of runs and
 every output line quoted elsewhere in the text."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -131,6 +132,7 @@ def test_every_relative_link_leads_somewhere(doc: Path) -> None:
 
 # ------------------------------------------------------------------ live runs
 
+
 def test_every_lab_runs_live_or_says_why_not(capsys) -> None:
     for lab in LABS:
         assert hasattr(lab.scenario(), "run_live") != bool(lab.no_live), lab.directory.name
@@ -174,17 +176,21 @@ def test_a_run_on_a_busy_machine_says_so() -> None:
     busy.samples, quiet.samples = [0.0, 1.2, 0.0], [0.0, 0.01]
     lines: list[str] = []
     _print_result(RunResult(spec, Outcome(False, "x"), loop_lag=busy), lines.append)
-    assert any(line.startswith("    the machine was too busy for a fair run: the broker's event loop woke up to 1200 ms late")
-               for line in lines), lines
+    assert any(
+        line.startswith("    the machine was too busy for a fair run: the broker's event loop woke up to 1200 ms late")
+        for line in lines
+    ), lines
     lines.clear()
     _print_result(RunResult(spec, Outcome(False, "x"), loop_lag=quiet), lines.append)
-    assert any(line.startswith("    machine load: ") for line in lines) and not any("too busy" in line for line in lines)
+    assert any(line.startswith("    machine load: ") for line in lines) and not any(
+        "too busy" in line for line in lines
+    )
 
 
 #: Live runs the suite cannot hold to their promise, and why (the lab's README says so too).
 NOT_RELIABLE_LIVE = {
     ("03", "heart-beats"): "the broker checks a connection's silence only between the held ACKs it already read, "
-                           "a hundred or more at 1.5 s each, while the live consumer retries for 5 s",
+    "a hundred or more at 1.5 s each, while the live consumer retries for 5 s",
 }
 
 

@@ -6,6 +6,7 @@ argument in the wrong place would go unnoticed by a type checker (priority,
 expires and timestamp are all ints), so whatever a payload decodes to, the
 two must make the same message.
 """
+
 from __future__ import annotations
 
 from hypothesis import given, settings
@@ -26,22 +27,41 @@ HEADER_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
     expires=st.sampled_from([0, 1_700_000_000_000]),
     message_id=st.one_of(st.just("ID:host-1:2:3"), st.text(st.sampled_from("ID:\\c\nx"), min_size=1, max_size=8)),
 )
-def test_a_paged_in_message_is_the_message_keywords_make(headers: dict[str, str], body: bytes, persistent: bool,
-                                                         priority: int, expires: int, message_id: str) -> None:
-    payload = encode_payload(7, message_id, headers, body, persistent=persistent, priority=priority,
-                             expires=expires, timestamp=123)
+def test_a_paged_in_message_is_the_message_keywords_make(
+    headers: dict[str, str], body: bytes, persistent: bool, priority: int, expires: int, message_id: str
+) -> None:
+    payload = encode_payload(
+        7, message_id, headers, body, persistent=persistent, priority=priority, expires=expires, timestamp=123
+    )
     s = decode_payload(payload)
     [paged] = decode_messages([payload], [7], "/queue/q")
     # A plain block (ASCII, no escapes) is left undecoded, its id too; any other is decoded at once.
     plain = s.wire_headers is not None and s.wire_headers.isascii() and b"\\" not in s.wire_headers
-    by_keywords = Message(7, None if plain else s.message_id, "/queue/q", None if plain else s.headers, s.body,
-                          persistent=s.persistent, priority=s.priority, expires=s.expires, timestamp=s.timestamp,
-                          message_id_wire=s.wire_message_id, wire_headers=s.wire_headers,
-                          header_chars=sum(map(len, headers)) + sum(map(len, headers.values())) if plain else 0)
+    by_keywords = Message(
+        7,
+        None if plain else s.message_id,
+        "/queue/q",
+        None if plain else s.headers,
+        s.body,
+        persistent=s.persistent,
+        priority=s.priority,
+        expires=s.expires,
+        timestamp=s.timestamp,
+        message_id_wire=s.wire_message_id,
+        wire_headers=s.wire_headers,
+        header_chars=sum(map(len, headers)) + sum(map(len, headers.values())) if plain else 0,
+    )
     assert {slot: getattr(paged, slot) for slot in Message.__slots__} == {
-        slot: getattr(by_keywords, slot) for slot in Message.__slots__}
+        slot: getattr(by_keywords, slot) for slot in Message.__slots__
+    }
     assert (paged.message_id, paged.headers, paged.persistent, paged.priority, paged.expires, paged.timestamp) == (
-        message_id, headers, persistent, priority, expires, 123)  # the id unescaped on first use when plain
+        message_id,
+        headers,
+        persistent,
+        priority,
+        expires,
+        123,
+    )  # the id unescaped on first use when plain
     for version in ("1.0", "1.1", "1.2"):
         assert paged.tail(version) == by_keywords.tail(version)
 

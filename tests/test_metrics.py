@@ -1,5 +1,6 @@
 """``/metrics`` on the console port: scraped over HTTP and parsed with prometheus_client's
 own parser; the figures are the broker's statistics at that moment."""
+
 from __future__ import annotations
 
 import queue
@@ -48,8 +49,13 @@ def test_metrics_scrape(broker_factory) -> None:  # type: ignore[no-untyped-def]
 
     q = (("destination", "/queue/metrics.q"), ("kind", "queue"))
     assert samples[("minibroker_destination_size", q)] == 5
-    assert samples[("minibroker_destination_ready", q)] == 5 and samples[("minibroker_destination_unacknowledged", q)] == 0
-    assert ("minibroker_destination_enqueue_rate", q) in samples and ("minibroker_destination_dequeue_rate", q) in samples
+    assert (
+        samples[("minibroker_destination_ready", q)] == 5 and samples[("minibroker_destination_unacknowledged", q)] == 0
+    )
+    assert ("minibroker_destination_enqueue_rate", q) in samples and (
+        "minibroker_destination_dequeue_rate",
+        q,
+    ) in samples
     assert samples[("minibroker_destination_enqueued_total", q)] == 5
     assert samples[("minibroker_destination_consumers", q)] == 0
     assert samples[("minibroker_destination_memory_usage_bytes", q)] > 5000

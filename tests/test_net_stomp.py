@@ -7,6 +7,7 @@ scenario of ``interop_scenario`` and prints what it saw as JSON; in 1.0 a header
 holding a colon travels unescaped. ``leave_mid_stream.pl`` is a slow consumer that
 leaves with a message unacknowledged, after which nothing may be missing.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ from minibroker.frames import Frame
 from minibroker.invariants import TeardownChecker
 
 SCRIPT = Path(__file__).resolve().parent / "interop" / "perl" / "interop.pl"
-NET_STOMP = (["perl", "-MNet::Stomp", "-e1"],
-             "Net::Stomp is not installed (as root: apt-get install libnet-stomp-perl; make test does it)")
+NET_STOMP = (
+    ["perl", "-MNet::Stomp", "-e1"],
+    "Net::Stomp is not installed (as root: apt-get install libnet-stomp-perl; make test does it)",
+)
 
 
 def test_net_stomp_holds_the_scenario(broker) -> None:  # type: ignore[no-untyped-def]
@@ -45,8 +48,14 @@ def _drain_auto(port: int, expected: int, deadline: float) -> list[bytes]:
     sock = socket.create_connection(("127.0.0.1", port), timeout=deadline)
     parser = FrameParser(role="client", version="1.2")
     sock.sendall(encode(Frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})))
-    sock.sendall(encode(Frame("SUBSCRIBE", {"destination": LEAVE_QUEUE, "id": "drain", "ack": "auto",
-                                            "activemq.prefetchSize": "500"}), "1.2"))
+    sock.sendall(
+        encode(
+            Frame(
+                "SUBSCRIBE", {"destination": LEAVE_QUEUE, "id": "drain", "ack": "auto", "activemq.prefetchSize": "500"}
+            ),
+            "1.2",
+        )
+    )
     bodies: list[bytes] = []
     end = time.monotonic() + deadline
     while len(bodies) < expected and time.monotonic() < end:
@@ -99,8 +108,12 @@ def test_the_leave_mid_stream_bench_counts_every_message() -> None:
     user's script does; one small round finds every message acknowledged or drained."""
     skip_unless_installed(*NET_STOMP)
     bench = Path(__file__).resolve().parent.parent / "bench" / "leave_mid_stream.py"
-    run = subprocess.run([sys.executable, str(bench), "--rounds", "1", "--messages", "300", "--seconds", "0.3",
-                          "--idle", "2"], capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(bench), "--rounds", "1", "--messages", "300", "--seconds", "0.3", "--idle", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert (summary["rounds"], summary["lost"]) == (1, 0)

@@ -1,5 +1,6 @@
 """The admin operations on the real server: ``minibroker purge | delete | close |
 browse | move`` and the protocol itself from a third-party client (stomp.py)."""
+
 from __future__ import annotations
 
 import json
@@ -49,7 +50,9 @@ def test_purge_and_delete(broker, capsys) -> None:
 
 def test_a_refused_operation_is_the_brokers_error_and_status_1(broker, capsys) -> None:
     assert cli(["purge", "/queue/none", *port_args(broker)]) == 1
-    assert capsys.readouterr().err == "minibroker purge: broker refused: cannot purge /queue/none: no such destination\n"
+    assert (
+        capsys.readouterr().err == "minibroker purge: broker refused: cannot purge /queue/none: no such destination\n"
+    )
     assert cli(["close", "x", *port_args(broker)]) == 2
     assert "bad CONNECTION 'x'" in capsys.readouterr().err
 
@@ -115,18 +118,23 @@ def test_a_move_whose_selector_matches_nothing_says_so(broker, capsys) -> None:
     for priority in ("7", "7", "7", "1"):
         assert cli(["send", "/queue/a", "m", "--priority", priority, "--receipt", *port_args(broker)]) == 0
     capsys.readouterr()
-    assert cli(["move", "/queue/a", "/queue/b", "--selector", "priority > 4", "--count", "100",
-                *port_args(broker)]) == 0
+    assert (
+        cli(["move", "/queue/a", "/queue/b", "--selector", "priority > 4", "--count", "100", *port_args(broker)]) == 0
+    )
     assert capsys.readouterr().out == (
         "moved 0 messages from /queue/a to /queue/b: the selector 'priority > 4' matched none of the "
-        "4 messages waiting (a STOMP priority header is JMSPriority in a selector, as in ActiveMQ)\n")
-    assert cli(["move", "/queue/a", "/queue/b", "--selector", "JMSPriority > 4", "--count", "100",
-                *port_args(broker)]) == 0
+        "4 messages waiting (a STOMP priority header is JMSPriority in a selector, as in ActiveMQ)\n"
+    )
+    assert (
+        cli(["move", "/queue/a", "/queue/b", "--selector", "JMSPriority > 4", "--count", "100", *port_args(broker)])
+        == 0
+    )
     assert capsys.readouterr().out == "moved 3 messages from /queue/a to /queue/b\n"
     assert cli(["move", "/queue/b", "/queue/a", "--selector", "JMSPriority > 4", *port_args(broker)]) == 0
     assert cli(["move", "/queue/b", "/queue/a", *port_args(broker)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "moved 0 messages from /queue/b to /queue/a (/queue/b has no message waiting for a consumer)")
+        "moved 0 messages from /queue/b to /queue/a (/queue/b has no message waiting for a consumer)"
+    )
 
 
 def test_any_stomp_client_speaks_the_admin_protocol(broker) -> None:
@@ -134,8 +142,11 @@ def test_any_stomp_client_speaks_the_admin_protocol(broker) -> None:
     try:
         send_all(conn, "/queue/work", ["1", "2"])
         subscribe_sync(conn, listener, "/temp-queue/admin", "admin")
-        conn.send("/queue/ActiveMQ.Admin.Purge", "", headers={"target": "/queue/work", "reply-to": "/temp-queue/admin",
-                                                              "correlation-id": "p1"})
+        conn.send(
+            "/queue/ActiveMQ.Admin.Purge",
+            "",
+            headers={"target": "/queue/work", "reply-to": "/temp-queue/admin", "correlation-id": "p1"},
+        )
         [reply] = listener.take(1)
         assert reply.headers["correlation-id"] == "p1" and reply.headers["content-type"] == "application/json"
         assert json.loads(reply.body) == {"operation": "purge", "destination": "/queue/work", "purged": 2, "size": 0}
@@ -145,12 +156,23 @@ def test_any_stomp_client_speaks_the_admin_protocol(broker) -> None:
 
 def secure_broker(broker_factory: Any) -> Any:
     users = [("alice", "wonderland", ["admins"]), ("carol", "singer", ["consumers"])]
-    return broker_factory(parse_config({
-        "users": [{"name": n, "password_hash": hash_password(p, iterations=1000), "groups": g} for n, p, g in users],
-        "authorization": [
-            {"queue": ">", "read": ["admins", "consumers"], "write": ["admins", "consumers"], "admin": ["admins"]},
-        ],
-    }))
+    return broker_factory(
+        parse_config(
+            {
+                "users": [
+                    {"name": n, "password_hash": hash_password(p, iterations=1000), "groups": g} for n, p, g in users
+                ],
+                "authorization": [
+                    {
+                        "queue": ">",
+                        "read": ["admins", "consumers"],
+                        "write": ["admins", "consumers"],
+                        "admin": ["admins"],
+                    },
+                ],
+            }
+        )
+    )
 
 
 def test_only_an_admin_may(broker_factory, capsys) -> None:
@@ -159,13 +181,19 @@ def test_only_an_admin_may(broker_factory, capsys) -> None:
     try:
         send_all(alice, "/queue/orders", ["a"])
         assert wait_for(lambda: len(listener.receipts) == 1)
-        for argv in (["purge", "/queue/orders"], ["browse", "/queue/orders"], ["delete", "/queue/orders"],
-                     ["move", "/queue/orders", "/queue/b"], ["close", "1"]):
+        for argv in (
+            ["purge", "/queue/orders"],
+            ["browse", "/queue/orders"],
+            ["delete", "/queue/orders"],
+            ["move", "/queue/orders", "/queue/b"],
+            ["close", "1"],
+        ):
             assert cli([*argv, *port_args(rb), "--login", "carol", "--passcode", "singer"]) == 1
             operation = argv[0]
             assert capsys.readouterr().err == (
                 f"minibroker {operation}: broker refused: User carol is not authorized to {operation}: "
-                f"queue://ActiveMQ.Admin.{operation.capitalize()} (the admin right is needed)\n")
+                f"queue://ActiveMQ.Admin.{operation.capitalize()} (the admin right is needed)\n"
+            )
         assert cli(["purge", "/queue/orders", *port_args(rb), "--login", "alice", "--passcode", "wonderland"]) == 0
         assert capsys.readouterr().out.startswith("purged 1 message from")
     finally:

@@ -1,4 +1,5 @@
 """The packages' layout: module names that cannot shadow the standard library."""
+
 from __future__ import annotations
 
 import ast
@@ -132,10 +133,29 @@ def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
 #: the destinations that call back into it; the core's redesign into parts with declared
 #: interfaces is to break it. Until each is broken, none may grow and no new one may form.
 CIRCLES_TODAY = [
-    {f"minibroker.{name}" for name in (
-        "admin", "broker", "coreutil", "cursor", "destination", "diagnosis", "flow", "handlers", "hooks",
-        "pending", "queue", "registry", "session", "stats", "storehooks", "subscription", "teardown", "topic",
-    )},
+    {
+        f"minibroker.{name}"
+        for name in (
+            "admin",
+            "broker",
+            "coreutil",
+            "cursor",
+            "destination",
+            "diagnosis",
+            "flow",
+            "handlers",
+            "hooks",
+            "pending",
+            "queue",
+            "registry",
+            "session",
+            "stats",
+            "storehooks",
+            "subscription",
+            "teardown",
+            "topic",
+        )
+    },
     {"minibroker.console", "minibroker.console.web", "minibroker.edge", "minibroker.server", "minibroker.websocket"},
     {"clients.stomp.client", "clients.stomp.subscription"},
     {"clients.replay.actor", "clients.replay.driver", "clients.replay.progress"},
@@ -190,13 +210,15 @@ def test_code_docs_and_tests_speak_of_the_product_not_of_its_making() -> None:
 
 # -- modules run with -m -------------------------------------------------------------------
 
+
 def _runnable_modules() -> list[str]:
     """Every module with a ``__main__`` block (run as ``python -m package.module``)."""
     return sorted(
         _module_name(path)
         for package in PACKAGES
         for path in (ROOT / package).rglob("*.py")
-        if "__main__" in path.read_text(encoding="utf-8") and path.stem not in ("__init__", "__main__")
+        if "__main__" in path.read_text(encoding="utf-8")
+        and path.stem not in ("__init__", "__main__")
         and re.search(r"^if __name__ == .__main__.:", path.read_text(encoding="utf-8"), re.M)
     )
 
@@ -208,7 +230,12 @@ def test_a_module_run_with_dash_m_is_not_imported_by_its_own_package() -> None:
     modules = _runnable_modules()
     assert "minibroker.console.vendor" in modules and "clients.cli" in modules
     script = "import importlib, sys; importlib.import_module(sys.argv[1].rpartition('.')[0]); print(sys.argv[1] in sys.modules)"
-    found = [name for name in modules  # each in a fresh interpreter, as ``-m`` runs it
-             if subprocess.run([sys.executable, "-c", script, name], capture_output=True, text=True,
-                               cwd=ROOT, check=True).stdout.strip() == "True"]
+    found = [
+        name
+        for name in modules  # each in a fresh interpreter, as ``-m`` runs it
+        if subprocess.run(
+            [sys.executable, "-c", script, name], capture_output=True, text=True, cwd=ROOT, check=True
+        ).stdout.strip()
+        == "True"
+    ]
     assert found == []

@@ -1,4 +1,5 @@
 """Persistence in the broker and the store cursor, on the virtual network with real journals."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -179,8 +180,14 @@ class TestStoreCursor:
         p = net.connected_client()
         soon = str(net.clock.wall_ms() + 500)
         for i in range(100):  # past the mark after about 70: the rest are store-only
-            p.send("/queue/prio", BODY, persistent="true", priority=str(i % 10), n=str(i),
-                   **({"expires": soon} if i in (95, 96) else {}))
+            p.send(
+                "/queue/prio",
+                BODY,
+                persistent="true",
+                priority=str(i % 10),
+                n=str(i),
+                **({"expires": soon} if i in (95, 96) else {}),
+            )
         queue = net.broker.destinations["/queue/prio"]
         assert queue.cursor_statistics()["storeOnlyCount"] > 20
         net.advance(1.5)  # the sweep expires the two store-only messages
@@ -233,9 +240,13 @@ class TestStoreCursor:
     def test_a_page_in_stops_once_the_broker_is_at_90_percent(self, tmp_path: Path) -> None:
         """ActiveMQ's canRecoveryNextMessage: the page is charged at once, but cut
         where the broker's memory reaches 90%, as if charged message by message."""
-        net = persistent_net(tmp_path, {"system_usage": {"memory_limit": "100 kb"},
-                                        "destination_policy": [{"queue": "A", "memory_limit": "10 mb"},
-                                                               {"queue": "B", "pending_cursor": "vm"}]})
+        net = persistent_net(
+            tmp_path,
+            {
+                "system_usage": {"memory_limit": "100 kb"},
+                "destination_policy": [{"queue": "A", "memory_limit": "10 mb"}, {"queue": "B", "pending_cursor": "vm"}],
+            },
+        )
         p = net.connected_client()
         for i in range(30):
             p.send("/queue/A", BODY, persistent="true", n=str(i))
@@ -283,10 +294,18 @@ class TestStoreCursor:
         from minibroker.stats import broker_statistics
         from storage import entries
 
-        with mock.patch.object(entries, "BLOCK_ROWS", 16), mock.patch.object(entries, "_SPLIT_ROWS", 32), \
-                mock.patch.object(seqfifo, "CHUNK", 16):
-            net = persistent_net(tmp_path, {"system_usage": {"memory_limit": "100 kb"},
-                                            "store": {"index_cache_rows": 1, "journal_max_file_length": "1 mb"}})
+        with (
+            mock.patch.object(entries, "BLOCK_ROWS", 16),
+            mock.patch.object(entries, "_SPLIT_ROWS", 32),
+            mock.patch.object(seqfifo, "CHUNK", 16),
+        ):
+            net = persistent_net(
+                tmp_path,
+                {
+                    "system_usage": {"memory_limit": "100 kb"},
+                    "store": {"index_cache_rows": 1, "journal_max_file_length": "1 mb"},
+                },
+            )
             p = net.connected_client()
             for i in range(1000):
                 p.send("/queue/deep", "x" * 100, persistent="true", n=str(i))
@@ -355,13 +374,16 @@ class TestStoreCursor:
 
 class TestStoreLimits:
     def test_ring_refuses_an_enqueue_with_qpid_s_message(self, tmp_path: Path) -> None:
-        doc = {"store": {"layout": "ring", "file_count": 4, "file_size": "64 kb"},
-               "destination_policy": [{"queue": ">", "prioritized_messages": True}]}
+        doc = {
+            "store": {"layout": "ring", "file_count": 4, "file_size": "64 kb"},
+            "destination_policy": [{"queue": ">", "prioritized_messages": True}],
+        }
         net = persistent_net(tmp_path, doc)
         p = net.connected_client("p")
         c = net.connected_client("c")
-        c.subscribe("/queue/Durable", "s", "client-individual", selector="JMSPriority > 1",
-                    **{"activemq.prefetchSize": "1000"})
+        c.subscribe(
+            "/queue/Durable", "s", "client-individual", selector="JMSPriority > 1", **{"activemq.prefetchSize": "1000"}
+        )
         # Qpid's enqueue threshold: one low-priority message per file stays; the rest come and go.
         n = 0
         for round_ in range(20):
@@ -437,8 +459,21 @@ def test_store_read_many_pages_in_what_read_does_across_journals(tmp_path: Path,
         for n in range(30):
             key = "/queue/A" if n % 2 else "/queue/B"
             headers = {"n": str(n), "odd:name\\": "a\nb" if n % 3 == 0 else "plain"}
-            refs.append(store.enqueue(key, encode_payload(n + 1, f"ID:b-1-{n}", headers, b"body %d" % n,
-                                                          persistent=True, priority=n % 10, expires=0, timestamp=n)))
+            refs.append(
+                store.enqueue(
+                    key,
+                    encode_payload(
+                        n + 1,
+                        f"ID:b-1-{n}",
+                        headers,
+                        b"body %d" % n,
+                        persistent=True,
+                        priority=n % 10,
+                        expires=0,
+                        timestamp=n,
+                    ),
+                )
+            )
         wanted = refs[::-1][:25]
         batch = store.read_many(wanted)
         assert batch == [store.read(ref) for ref in wanted]
@@ -455,21 +490,32 @@ def test_a_paged_in_message_goes_on_the_wire_as_the_stored_block_says() -> None:
     from minibroker.persistence import decode_payload, encode_payload
 
     headers = {"plain": "v", "colon:name": "a:b", "multi": "x\ny", "back\\slash": "c\rd", "naïve": "é"}
-    stored = decode_payload(encode_payload(9, "ID:b-1:9", headers, b"bo\x00dy", persistent=True, priority=4,
-                                           expires=0, timestamp=1))
+    stored = decode_payload(
+        encode_payload(9, "ID:b-1:9", headers, b"bo\x00dy", persistent=True, priority=4, expires=0, timestamp=1)
+    )
     assert stored.headers == headers and stored.message_id == "ID:b-1:9"
-    paged = Message(9, stored.message_id, "/queue/q", stored.headers, stored.body,
-                    message_id_wire=stored.wire_message_id, wire_headers=stored.wire_headers)
+    paged = Message(
+        9,
+        stored.message_id,
+        "/queue/q",
+        stored.headers,
+        stored.body,
+        message_id_wire=stored.wire_message_id,
+        wire_headers=stored.wire_headers,
+    )
     fresh = Message(9, "ID:b-1:9", "/queue/q", dict(headers), b"bo\x00dy")
     for version in ("1.0", "1.1", "1.2"):
         assert paged.tail(version) == fresh.tail(version)
         assert paged.message_id_wire(version) == fresh.message_id_wire(version)
 
 
-@pytest.mark.parametrize("headers", [
-    {"destination": "/queue/q", "plain": "v", "priority": "4"},  # decoded on first use
-    {"colon:name": "a:b", "naïve": "é"},  # escaped or not ASCII: decoded at once
-])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"destination": "/queue/q", "plain": "v", "priority": "4"},  # decoded on first use
+        {"colon:name": "a:b", "naïve": "é"},  # escaped or not ASCII: decoded at once
+    ],
+)
 def test_a_lazily_decoded_message_is_the_same_message(headers: dict) -> None:
     """Page-in leaves plain header blocks undecoded until something needs them:
     size, headers, selectors' view and every version's frame are unchanged."""
@@ -491,13 +537,25 @@ def test_a_lazily_decoded_message_is_the_same_message(headers: dict) -> None:
 #: Payloads as the first format (version 1) wrote them: one length, then a block with the
 #: message-id line first. Journals written before version 2 hold these.
 _V1_PAYLOADS = [
-    ("010107000068e5cf8b01000000806e87740100002a00000000000000470000006d6573736167652d69643a49445c636f6c642d315c"
-     "6334320a64657374696e6174696f6e3a2f71756575652f710a636f6c6f75723a626c75650a6e61c3af76653ac3a95c63310a68656c6c6f",
-     (42, "ID:old-1:42", {"destination": "/queue/q", "colour": "blue", "naïve": "é:1"}, b"hello", True, 7,
-      1700000000000, 1600000000000)),
-    ("01000400000000000000000001000000000000002b00000000000000360000006d6573736167652d69643a49445c636f6c642d315c"
-     "6334330a64657374696e6174696f6e3a2f71756575652f710a706c61696e3a760a",
-     (43, "ID:old-1:43", {"destination": "/queue/q", "plain": "v"}, b"", False, 4, 0, 1)),
+    (
+        "010107000068e5cf8b01000000806e87740100002a00000000000000470000006d6573736167652d69643a49445c636f6c642d315c"
+        "6334320a64657374696e6174696f6e3a2f71756575652f710a636f6c6f75723a626c75650a6e61c3af76653ac3a95c63310a68656c6c6f",
+        (
+            42,
+            "ID:old-1:42",
+            {"destination": "/queue/q", "colour": "blue", "naïve": "é:1"},
+            b"hello",
+            True,
+            7,
+            1700000000000,
+            1600000000000,
+        ),
+    ),
+    (
+        "01000400000000000000000001000000000000002b00000000000000360000006d6573736167652d69643a49445c636f6c642d315c"
+        "6334330a64657374696e6174696f6e3a2f71756575652f710a706c61696e3a760a",
+        (43, "ID:old-1:43", {"destination": "/queue/q", "plain": "v"}, b"", False, 4, 0, 1),
+    ),
 ]
 
 
@@ -511,24 +569,34 @@ def test_payloads_of_the_first_format_still_decode(payload_hex: str, fields: tup
     payload = bytes.fromhex(payload_hex)
     seq, message_id, headers, body, persistent, priority, expires, timestamp = fields
     eager = decode_payload(payload)
-    assert (eager.seq, eager.message_id, eager.headers, eager.body, eager.persistent, eager.priority,
-            eager.expires, eager.timestamp) == fields
+    assert (
+        eager.seq,
+        eager.message_id,
+        eager.headers,
+        eager.body,
+        eager.persistent,
+        eager.priority,
+        eager.expires,
+        eager.timestamp,
+    ) == fields
     assert decode_meta(payload) == (seq, priority, expires)
     fresh = Message(seq, message_id, "/queue/q", headers, body)
     [paged] = decode_messages([payload], [seq], "/queue/q")
     assert paged.message_id == message_id and dict(paged.headers) == headers and paged.size == fresh.size
     for version in ("1.0", "1.1", "1.2"):
         assert paged.tail(version) == fresh.tail(version)
-    again = encode_payload(seq, message_id, headers, body, persistent=persistent, priority=priority,
-                           expires=expires, timestamp=timestamp)
+    again = encode_payload(
+        seq, message_id, headers, body, persistent=persistent, priority=priority, expires=expires, timestamp=timestamp
+    )
     assert again[0] == 2 and decode_payload(again) == eager  # written again, it is version 2
 
 
 def test_a_payload_shorter_than_its_lengths_is_refused() -> None:
     from minibroker.persistence import decode_payload, encode_payload
 
-    payload = encode_payload(1, "ID:x-1:1", {"destination": "/queue/q"}, b"body", persistent=True, priority=4,
-                             expires=0, timestamp=0)
+    payload = encode_payload(
+        1, "ID:x-1:1", {"destination": "/queue/q"}, b"body", persistent=True, priority=4, expires=0, timestamp=0
+    )
     with pytest.raises(ValueError, match="shorter than its lengths"):
         decode_payload(payload[: len(payload) - len(b"body") - 3])
 
@@ -548,8 +616,9 @@ class TestDeferredDequeues:
     def _payload(n: int) -> bytes:
         from minibroker.persistence import encode_payload
 
-        return encode_payload(n, f"ID:d-{n}", {"n": str(n)}, b"body %d" % n, persistent=True, priority=4,
-                              expires=0, timestamp=0)
+        return encode_payload(
+            n, f"ID:d-{n}", {"n": str(n)}, b"body %d" % n, persistent=True, priority=4, expires=0, timestamp=0
+        )
 
     def test_dequeues_wait_for_the_flush_then_count_as_one_write(self, tmp_path: Path) -> None:
         store = self._store(tmp_path)
@@ -559,7 +628,12 @@ class TestDeferredDequeues:
         generation, last = store.write_generation, journal.last_seq
         for ref in refs[:6]:
             store.dequeue(ref)
-        assert (store.deferred, journal.live_count, journal.last_seq, store.write_generation) == (6, 10, last, generation)
+        assert (store.deferred, journal.live_count, journal.last_seq, store.write_generation) == (
+            6,
+            10,
+            last,
+            generation,
+        )
         store.flush()
         assert (store.deferred, journal.live_count, journal.last_seq) == (0, 4, last + 1)  # one record
         assert store.write_generation == generation + 1  # a sync after this covers them
@@ -592,7 +666,8 @@ class TestDeferredDequeues:
             store.close()
 
     def test_a_dequeue_the_journal_cannot_write_is_logged_and_comes_back(
-            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """A storage error while writing a turn's dequeues (it has not been seen: a
         ring keeps room for them) must not stop the broker's turn: it is logged,
         and the messages, still in the journal, come back at the next start."""
@@ -647,8 +722,9 @@ class TestDeferredDequeues:
             p.send("/queue/e", f"n{i}", persistent="true")
         broker = net.broker
         late = broker.open_session("late")
-        broker.receive_data(late, b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"
-                                  b"SUBSCRIBE\nid:1\ndestination:/queue/e\nack:auto\n\n\x00")
+        broker.receive_data(
+            late, b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00SUBSCRIBE\nid:1\ndestination:/queue/e\nack:auto\n\n\x00"
+        )
         # Consumed (auto ack) in this turn, not yet written: a crash now loses the
         # MESSAGE frames and the dequeues together, and the messages come back.
         assert broker.store.deferred == 3 and journal.live_count == 3

@@ -1,4 +1,5 @@
 """The ring layout's journal directories: one per destination name, never shared."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,8 +27,9 @@ def _legacy_journal(base: Path, name: str, owner: str, records: list[tuple[str, 
     directory = base / name
     directory.mkdir(parents=True)
     (directory / "NAME").write_text(owner, encoding="utf-8")
-    with Journal.open(JournalConfig(directory=directory, layout="ring", name=owner, file_count=4,
-                                    file_size=64 * 1024)) as journal:
+    with Journal.open(
+        JournalConfig(directory=directory, layout="ring", name=owner, file_count=4, file_size=64 * 1024)
+    ) as journal:
         for key, seq in records:
             journal.enqueue(key, _payload(seq))
         journal.sync()
@@ -101,14 +103,20 @@ def test_a_data_directory_where_two_directories_claim_one_name_is_refused(tmp_pa
     base = tmp_path / "data" / "journal"
     _legacy_journal(base, "queue.q", "/queue/q", [("/queue/q", 1)])
     _legacy_journal(base, "queue.q-0000", "/queue/q", [("/queue/q", 2)])
-    with pytest.raises(StorageError, match=r"2 journal directories \(queue.q, queue.q-0000\) all hold the journal "
-                                           r"of '/queue/q'"):
+    with pytest.raises(
+        StorageError,
+        match=r"2 journal directories \(queue.q, queue.q-0000\) all hold the journal "
+        r"of '/queue/q'",
+    ):
         MessageStore(StoreConfig(layout="ring", file_count=4, file_size=64 * 1024), tmp_path / "data")
 
 
 def test_a_store_full_of_ring_reservations_says_so_in_the_error_stat_and_diagnosis(tmp_path: Path) -> None:
-    doc = {"store": RING, "system_usage": {"store_limit": "1 mb"},
-           "destination_policy": [{"queue": ">", "send_fail_if_no_space": True}]}
+    doc = {
+        "store": RING,
+        "system_usage": {"store_limit": "1 mb"},
+        "destination_policy": [{"queue": ">", "send_fail_if_no_space": True}],
+    }
     net = VirtualNetwork(parse_config(doc), data_dir=tmp_path / "data")
     p = net.connected_client()
     for n in range(4):  # four rings of 4 x 64 KiB reserve the whole megabyte
@@ -119,7 +127,8 @@ def test_a_store_full_of_ring_reservations_says_so_in_the_error_stat_and_diagnos
     assert error.headers["message"].startswith("Persistent store is Full, 100% of 1048576.")
     assert error.headers["message"].endswith(
         "The ring layout reserves each destination's whole ring when it is created (Qpid preallocates it): "
-        "4 rings of 256 KiB reserve 1 MiB of the store limit, however little they hold.")
+        "4 rings of 256 KiB reserve 1 MiB of the store limit, however little they hold."
+    )
 
     from clients.commands.stat import format_tables
     from minibroker.stats import broker_statistics
@@ -129,8 +138,9 @@ def test_a_store_full_of_ring_reservations_says_so_in_the_error_stat_and_diagnos
     assert 0 < stats["storeWrittenBytes"] < 4 * 1024  # a file header and a message per ring
     [finding] = [f for f in stats["diagnosis"] if f["pathology"] == "rings-reserve-the-store"]
     assert "4 rings of 256 KiB reserve 1 MiB" in finding["summary"]
-    assert finding["cure"].startswith("each persistent destination costs one ring of 256 KiB: the store limit 1 MiB "
-                                      "holds 4; raise store_limit")
+    assert finding["cure"].startswith(
+        "each persistent destination costs one ring of 256 KiB: the store limit 1 MiB holds 4; raise store_limit"
+    )
     report = format_tables({"broker": stats, "destinations": []})
     assert "store 100% (1 MiB of 1 MiB reserved by 4 rings of 256 KiB, " in report.splitlines()[0]
     assert "DIAGNOSIS rings-reserve-the-store: persistent store 100% full" in report

@@ -1,5 +1,6 @@
 """The embedded default configuration is the healthy one: a backlog no one
 consumes never holds up the other destinations (the real server)."""
+
 from __future__ import annotations
 
 from minibroker.config import load_config
@@ -15,7 +16,9 @@ def test_an_idle_queue_s_backlog_never_blocks_the_other_destinations(broker_fact
     producer, other = Wire(rb.address), Wire(rb.address)
     try:
         assert producer.connect().command == "CONNECTED" and other.connect().command == "CONNECTED"
-        count = 3 * MEMORY_LIMIT // len(BODY)  # three times the broker's memory, non-persistent, to a queue no one reads
+        count = (
+            3 * MEMORY_LIMIT // len(BODY)
+        )  # three times the broker's memory, non-persistent, to a queue no one reads
         for i in range(count - 1):
             producer.send("SEND", {"destination": "/queue/idle"}, BODY)
         producer.send("SEND", {"destination": "/queue/idle", "receipt": "last"}, BODY)
@@ -30,7 +33,6 @@ def test_an_idle_queue_s_backlog_never_blocks_the_other_destinations(broker_fact
     finally:
         producer.close()
         other.close()
-
 
 
 def test_statistics_reach_their_asker_while_backlogs_fill_the_memory() -> None:

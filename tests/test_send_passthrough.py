@@ -5,6 +5,7 @@ headers, same size, the same frame for every consumer version, the same
 journal payload. Each case parses a SEND with the real codec (which keeps the
 frame's head) and builds its message both ways.
 """
+
 from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
@@ -16,11 +17,27 @@ from minibroker.persistence import decode_payload, encode_payload
 from minibroker.sim import VirtualNetwork
 
 #: Names the broker sets, rewrites or reads, and plain application names.
-_NAMES = st.sampled_from([
-    "destination", "receipt", "message-id", "subscription", "ack", "redelivered",
-    "persistent", "priority", "expires", "timestamp", "reply-to", "content-type", "correlation-id",
-    "JMSType", "kind", "x", "ü-name",
-])
+_NAMES = st.sampled_from(
+    [
+        "destination",
+        "receipt",
+        "message-id",
+        "subscription",
+        "ack",
+        "redelivered",
+        "persistent",
+        "priority",
+        "expires",
+        "timestamp",
+        "reply-to",
+        "content-type",
+        "correlation-id",
+        "JMSType",
+        "kind",
+        "x",
+        "ü-name",
+    ]
+)
 _VALUES = st.one_of(
     st.sampled_from(["true", "TRUE", "false", "7", "0", "abc", "", "a:b", "back\\slash", "ünï", "line\nbreak"]),
     st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\r"), max_size=12),
@@ -36,8 +53,9 @@ def _net_and_session(version: str):
 def _both_ways(version: str, headers: list[tuple[str, str]], body: bytes = b"hello"):
     """The message built from the parsed SEND (fast path where it applies) and from a plain dict."""
     net, session = _net_and_session(version)
-    wire = encode(Frame("SEND", {}, body), version).replace(b"SEND\n", b"SEND\n" + b"".join(
-        f"{k}:{v}\n".encode() for k, v in headers), 1)
+    wire = encode(Frame("SEND", {}, body), version).replace(
+        b"SEND\n", b"SEND\n" + b"".join(f"{k}:{v}\n".encode() for k, v in headers), 1
+    )
     parser = FrameParser(role="server", version=version)
     (frame,) = parser.feed(wire)
     broker = net.broker
@@ -58,21 +76,37 @@ def _assert_same(fast, slow) -> None:
     assert fast.wire_headers == slow.wire_headers
     kwargs = dict(persistent=True, priority=fast.priority, expires=fast.expires, timestamp=fast.timestamp)
     assert encode_payload(1, fast.message_id, dict(fast.headers), fast.body, **kwargs) == encode_payload(
-        1, slow.message_id, dict(slow.headers), slow.body, **kwargs)
+        1, slow.message_id, dict(slow.headers), slow.body, **kwargs
+    )
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(_NAMES, _VALUES), max_size=8), st.sampled_from(["1.1", "1.2"]))
 def test_a_passed_through_send_makes_the_message_the_general_path_makes(pairs, version) -> None:
-    headers = [(k, str(len(v)) if k in ("priority", "expires") else
-                v.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")) for k, v in pairs]
+    headers = [
+        (
+            k,
+            str(len(v))
+            if k in ("priority", "expires")
+            else v.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c"),
+        )
+        for k, v in pairs
+    ]
     _, fast, slow = _both_ways(version, [("destination", "/queue/q"), *headers])
     _assert_same(fast, slow)
 
 
 def test_the_usual_send_takes_the_fast_path_and_keeps_its_lines_in_order() -> None:
-    frame, fast, slow = _both_ways("1.2", [("destination", "/queue/q"), ("content-type", "text/plain"),
-                                           ("receipt", "r1"), ("persistent", "true"), ("kind", "x")])
+    frame, fast, slow = _both_ways(
+        "1.2",
+        [
+            ("destination", "/queue/q"),
+            ("content-type", "text/plain"),
+            ("receipt", "r1"),
+            ("persistent", "true"),
+            ("kind", "x"),
+        ],
+    )
     assert fast._headers is None  # no dict was built: the lines went through as bytes
     _assert_same(fast, slow)
     assert fast.wire_headers.startswith(b"destination:/queue/q\ncontent-type:text/plain\npersistent:true\nkind:x\n")
@@ -80,8 +114,15 @@ def test_the_usual_send_takes_the_fast_path_and_keeps_its_lines_in_order() -> No
 
 
 def test_what_the_broker_rewrites_takes_the_general_path() -> None:
-    for name, value in (("priority", "7"), ("expires", "0"), ("timestamp", "1"), ("persistent", "TRUE"),
-                        ("reply-to", "/queue/r"), ("x", "a:b"), ("x", "a\\cb")):
+    for name, value in (
+        ("priority", "7"),
+        ("expires", "0"),
+        ("timestamp", "1"),
+        ("persistent", "TRUE"),
+        ("reply-to", "/queue/r"),
+        ("x", "a:b"),
+        ("x", "a\\cb"),
+    ):
         frame, fast, slow = _both_ways("1.2", [("destination", "/queue/q"), (name, value)])
         assert fast._headers is not None, name
         _assert_same(fast, slow)
@@ -115,8 +156,16 @@ def test_a_passed_through_message_is_stored_and_paged_back_unchanged() -> None:
     _, fast, _ = _both_ways("1.2", [("destination", "/queue/q"), ("persistent", "true"), ("kind", "k1")])
     from minibroker.persistence import encode_wire_payload
 
-    payload = encode_wire_payload(fast.seq, fast.message_id_wire("1.2"), fast.wire_headers, fast.body,
-                                  persistent=True, priority=4, expires=0, timestamp=fast.timestamp)
+    payload = encode_wire_payload(
+        fast.seq,
+        fast.message_id_wire("1.2"),
+        fast.wire_headers,
+        fast.body,
+        persistent=True,
+        priority=4,
+        expires=0,
+        timestamp=fast.timestamp,
+    )
     stored = decode_payload(payload)
     assert stored.message_id == fast.message_id
     assert stored.headers == dict(fast.headers)

@@ -4,6 +4,7 @@ Entries are (broker seq, journal seq, expiry). Chunks of three entries, so that 
 spill file only the first and the last chunk may stay in memory, and every
 answer must still be the sorted list's.
 """
+
 from __future__ import annotations
 
 from unittest import mock

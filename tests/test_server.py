@@ -1,4 +1,5 @@
 """The asyncio edge: a real process, signals, many connections, a non-reading client."""
+
 from __future__ import annotations
 
 import asyncio
@@ -48,7 +49,9 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         port = s.getsockname()[1]
         result = subprocess.run(
             [sys.executable, "-m", "clients.cli", "serve", "--port", str(port), "--data-dir", str(tmp_path)],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
@@ -82,7 +85,9 @@ def test_outbound_buffers_stay_bounded_for_a_client_that_does_not_read(broker_fa
     body = b"x" * 8192
     with socket.create_connection(rb.address) as slow, socket.create_connection(rb.address) as producer:
         slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
-        slow.sendall(CONNECT + encode(Frame("SUBSCRIBE", {"destination": "/topic/firehose", "id": "s", "receipt": "r"})))
+        slow.sendall(
+            CONNECT + encode(Frame("SUBSCRIBE", {"destination": "/topic/firehose", "id": "s", "receipt": "r"}))
+        )
         slow.settimeout(10)
         answered = b""
         while b"receipt-id:r" not in answered:  # subscribed before the first message
@@ -110,7 +115,9 @@ def test_outbound_buffers_stay_bounded_for_a_client_that_does_not_read(broker_fa
         # 3000 messages (24 MB) were published to a subscriber that reads nothing:
         # the sockets' buffers hold a little, the broker at most its limit plus a frame.
         assert queued <= 64 * 1024 + 2 * len(frame) + 4096
-        held = rb.call(lambda: sum(len(s.pending) for s in rb.server.broker.destinations["/topic/firehose"].subscriptions))
+        held = rb.call(
+            lambda: sum(len(s.pending) for s in rb.server.broker.destinations["/topic/firehose"].subscriptions)
+        )
         assert held > 0  # the rest waits in the subscription, in order, for the slow reader
 
 

@@ -1,5 +1,6 @@
 """Hostile clients against the real server: pre-login limits, the connection
 cap, and password hashing that never stops the event loop."""
+
 from __future__ import annotations
 
 import threading

@@ -1,4 +1,5 @@
 """Statistics over STOMP: the plugin destinations and ``minibroker stat``."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,9 @@ def test_statistics_plugin_answers_any_stomp_client(broker) -> None:
         conn.send("/queue/ActiveMQ.Statistics.Broker", "", headers={"reply-to": "/temp-queue/replies"})
         broker_stats = json.loads(listener.take(1)[0].body)
         assert broker_stats["memoryPercentUsage"] == 0 and broker_stats["memoryUsage"] > 3 * 1024
-        assert {"storePercentUsage", "tempPercentUsage", "indexBytes", "connectionCount", "diagnosis"} <= set(broker_stats)
+        assert {"storePercentUsage", "tempPercentUsage", "indexBytes", "connectionCount", "diagnosis"} <= set(
+            broker_stats
+        )
     finally:
         close(conn)
 
@@ -47,13 +50,22 @@ def test_stat_command_prints_the_tables(broker, capsys) -> None:
         assert cli(["stat", "--port", str(broker.port), "--connections", "--subscriptions"]) == 0
         out = capsys.readouterr().out
         first = out.splitlines()[0]
-        assert re.match(r"broker localhost at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC: memory 0% "
-                        r"\(\d+(\.\d)? KiB of 64 MiB\)", first), first
+        assert re.match(
+            r"broker localhost at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC: memory 0% "
+            r"\(\d+(\.\d)? KiB of 64 MiB\)",
+            first,
+        ), first
         assert "in memory (in no usage), 0 bytes on disk" in first
         assert ", 2 destinations, " in out
         header = next(line for line in out.splitlines() if line.startswith("destination ")).split()
         row = dict(zip(header, next(line for line in out.splitlines() if line.startswith("/queue/orders")).split()))
-        assert (row["size"], row["ready"], row["unacked"], row["enqueued"], row["consumers"]) == ("2", "1", "1", "2", "1")
+        assert (row["size"], row["ready"], row["unacked"], row["enqueued"], row["consumers"]) == (
+            "2",
+            "1",
+            "1",
+            "2",
+            "1",
+        )
         assert re.fullmatch(r"\d+\.\d", row["in/s"]) and re.fullmatch(r"\d+(\.\d)?(B|KiB)", row["memory"])
         mine = next(line for line in out.splitlines() if line.split()[:1] and "anonymous" in line.split())
         assert "tcp" in mine.split()
@@ -80,8 +92,12 @@ def test_stat_watch_refreshes_until_interrupted(broker) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "clients.cli", "stat", "--port", str(broker.port), "--watch", "0.2",
-                             "-d", "watch.q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli", "stat", "--port", str(broker.port), "--watch", "0.2", "-d", "watch.q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     conn, _ = connect(broker)
     try:
         rows: list[list[str]] = []

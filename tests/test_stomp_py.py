@@ -1,4 +1,5 @@
 """Interoperability: stomp.py, a client we did not write, against the real server."""
+
 from __future__ import annotations
 
 import queue
@@ -124,14 +125,22 @@ def ack(conn: Any, version: str, frame: Any) -> None:
 def test_stomp_py_holds_the_interop_scenario(broker, version: str) -> None:
     """The scenario every third-party client plays (``interop_scenario``), by stomp.py
     speaking each version."""
+
     def noted(frame: Any) -> dict[str, Any]:
-        return {"command": frame.cmd, "body": frame.body.decode(), "n": frame.headers.get("n"),
-                "destination": frame.headers.get("destination")}
+        return {
+            "command": frame.cmd,
+            "body": frame.body.decode(),
+            "n": frame.headers.get("n"),
+            "destination": frame.headers.get("destination"),
+        }
 
     seen: dict[str, Any] = {"receipts": [], "first": [], "second": [], "disconnect_receipts": []}
     (a, la), (b, lb), (c, lc) = (connect(broker, version, auto_decode=False) for _ in range(3))
     try:
-        seen["connected"] = {"version": la.connected.headers.get("version"), "session": "session" in la.connected.headers}
+        seen["connected"] = {
+            "version": la.connected.headers.get("version"),
+            "session": "session" in la.connected.headers,
+        }
         for n in range(5):
             a.send(QUEUE, f"m{n}", headers={"n": str(n), "receipt": f"r{n}"})
             seen["receipts"].append(receipt(la, f"r{n}"))
@@ -229,7 +238,9 @@ def test_competing_consumers_share_a_queue(broker) -> None:
     producer, _ = connect(broker)
     try:
         for conn in (a, b):
-            conn.subscribe("/queue/share", id="s", ack="client-individual", headers={"activemq.prefetchSize": "1", "receipt": "r"})
+            conn.subscribe(
+                "/queue/share", id="s", ack="client-individual", headers={"activemq.prefetchSize": "1", "receipt": "r"}
+            )
         assert receipt(la, "r") and receipt(lb, "r")  # both subscribed before the first send
         for i in range(10):
             producer.send("/queue/share", str(i))

@@ -1,4 +1,5 @@
 """ActiveMQ-style features through stomp.py against the real server."""
+
 from __future__ import annotations
 
 import time

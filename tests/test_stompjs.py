@@ -7,6 +7,7 @@ checks: negotiation, a queue at client-individual with prefetch 1 (ACK, and NACK
 redelivery), escaped header values, a body with NUL bytes, a topic, a receipt,
 heart-beats over an idle spell, and an ERROR for a bad frame.
 """
+
 from __future__ import annotations
 
 import shutil

@@ -6,6 +6,7 @@ would: dispatch order (priority then seq, or seq), each message's journal
 record, redelivered flag, expiry and temp store entry; and its runs of
 numbers (a page-in's fast path) must be the same messages.
 """
+
 from __future__ import annotations
 
 from unittest import mock
@@ -22,8 +23,9 @@ HOME, OTHER = object(), object()  # two journals
 KIND = st.sampled_from(["home", "home", "home", "spilled", "other journal"])
 OPS = st.lists(
     st.one_of(
-        st.tuples(st.just("add"), st.integers(0, 3), st.integers(0, 9), st.booleans(),
-                  st.sampled_from([0, 0, 100, 200]), KIND),
+        st.tuples(
+            st.just("add"), st.integers(0, 3), st.integers(0, 9), st.booleans(), st.sampled_from([0, 0, 100, 200]), KIND
+        ),
         st.tuples(st.just("take"), st.integers(0, 7)),
         st.tuples(st.just("expire"), st.sampled_from([50, 150, 250])),
         st.tuples(st.just("remove"), st.integers(0, 5)),
@@ -75,9 +77,11 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool,
                 runs = index.first_runs(op[1])
                 if all(isinstance(r[0], tuple) and r[0][0] is HOME for r in model):  # the fast path's case
                     assert runs is not None
-                    assert [((run.journal, journal_seq, run.key), seq, run.priority)
-                            for run in runs for seq, journal_seq in zip(run.seqs, run.journal_seqs)] == \
-                        [r[:3] for r in model[: op[1]]]
+                    assert [
+                        ((run.journal, journal_seq, run.key), seq, run.priority)
+                        for run in runs
+                        for seq, journal_seq in zip(run.seqs, run.journal_seqs)
+                    ] == [r[:3] for r in model[: op[1]]]
                 else:  # a temp store entry, or another journal's record, is somewhere in the index
                     assert runs is None
                 index.drop(op[1])
@@ -110,14 +114,20 @@ def test_numbers_too_wide_for_four_bytes_and_spilled_entries_keep_their_values()
     index.add(2**33, big + 1)  # a temp store entry, kept as -(2**33 + 1)
     index.add(StoreRef(HOME, 8, "/queue/q"), 6)  # out of order, among the wide numbers
     assert [described(r) for r in index.first(4)] == [
-        ((HOME, 7, "/queue/q"), 5, 4, False, 0), ((HOME, 8, "/queue/q"), 6, 4, False, 0),
-        ((HOME, 2**40, "/queue/q"), big, 4, False, 0), (2**33, big + 1, 4, False, 0)]
+        ((HOME, 7, "/queue/q"), 5, 4, False, 0),
+        ((HOME, 8, "/queue/q"), 6, 4, False, 0),
+        ((HOME, 2**40, "/queue/q"), big, 4, False, 0),
+        (2**33, big + 1, 4, False, 0),
+    ]
     assert index.nbytes() == 4 * (2 * 8 + 4)  # the expiries (none) stay four bytes each
     spilled_first = StoreIndex(False)
     spilled_first.add(5, 1)  # a temp store entry, journal seq -6: the journal seqs widen, the broker seqs stay narrow
     spilled_first.add(StoreRef(HOME, 9, "/queue/q"), 2)
     assert spilled_first.nbytes() == 2 * 4 + 2 * 8 + 2 * 4
-    assert [described(r) for r in spilled_first.first(2)] == [(5, 1, 4, False, 0), ((HOME, 9, "/queue/q"), 2, 4, False, 0)]
+    assert [described(r) for r in spilled_first.first(2)] == [
+        (5, 1, 4, False, 0),
+        ((HOME, 9, "/queue/q"), 2, 4, False, 0),
+    ]
 
 
 def test_the_expiry_sweep_reads_the_index_only_when_a_message_may_be_due() -> None:

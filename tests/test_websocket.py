@@ -1,6 +1,7 @@
 """STOMP over WebSocket: the upgrade (subprotocols, Origin), frames split or batched
 across messages, one frame per message out, the same limits and heart-beats as TCP,
 and stomp.py's WebSocket transport against the real listener."""
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,10 @@ def test_frames_split_and_batched_across_messages(broker_factory) -> None:  # ty
         command, headers, _ = receive_frame(ws)
         assert (command, headers["version"]) == ("CONNECTED", "1.2")
         # Two SENDs and a SUBSCRIBE batched in one message; the body with NULs in a binary one.
-        ws.send(b"SUBSCRIBE\nid:s\ndestination:/queue/ws.q\n\n\x00"
-                b"SEND\ndestination:/queue/ws.q\n\none\x00SEND\ndestination:/queue/ws.q\n\ntwo\x00")
+        ws.send(
+            b"SUBSCRIBE\nid:s\ndestination:/queue/ws.q\n\n\x00"
+            b"SEND\ndestination:/queue/ws.q\n\none\x00SEND\ndestination:/queue/ws.q\n\ntwo\x00"
+        )
         ws.send(b"SEND\ndestination:/queue/ws.q\ncontent-length:4\nreceipt:r\n\n\x00\xff\x00\x01\x00")
         frames = [receive_frame(ws) for _ in range(4)]
         # One STOMP frame per message out: text when it is UTF-8, binary otherwise.
@@ -167,8 +170,11 @@ def test_producer_flow_control_blocks_a_websocket_producer(broker_factory) -> No
     and a consumer's draining lets it go on."""
     from minibroker.config import PolicyEntry
 
-    broker = broker_factory(transport={"websocket_port": ANY_PORT}, system_usage={"memory_limit": 64 * 1024},
-                            destination_policy=(PolicyEntry(queue=">", pending_cursor="vm"),))
+    broker = broker_factory(
+        transport={"websocket_port": ANY_PORT},
+        system_usage={"memory_limit": 64 * 1024},
+        destination_policy=(PolicyEntry(queue=">", pending_cursor="vm"),),
+    )
     with ws_connect(broker) as ws:
         ws.send(CONNECT_12)
         assert receive_frame(ws)[0] == "CONNECTED"

@@ -3,6 +3,7 @@ Chromium, against the broker's STOMP over WebSocket listener: it connects (choos
 the v12.stomp subprotocol), subscribes at client-individual with a prefetch of 1,
 sends text and binary bodies, acks each message, waits for a receipt, and gets an
 ERROR for a bad frame."""
+
 from __future__ import annotations
 
 from pathlib import Path

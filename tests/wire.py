@@ -1,4 +1,5 @@
 """A blocking STOMP connection over a real socket, for tests of the real server."""
+
 from __future__ import annotations
 
 import socket

@@ -12,6 +12,7 @@ Every failure a user can act on leaves as ``CommandError``, which
 ``clients.cli.main`` prints as ``minibroker <cmd>: <text>``: status 2 for a
 bad argument, 1 for a broker that refused or could not be reached.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,21 +46,29 @@ USAGE = 2
 FAILURE = 1
 
 
-def destination_command(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]",
-                        name: str, help: str, doc: str | None) -> argparse.ArgumentParser:
+def destination_command(
+    subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", name: str, help: str, doc: str | None
+) -> argparse.ArgumentParser:
     """A subcommand parser whose first argument is DEST; its description is
     ``doc`` (the module docstring) without the summary line."""
     description = doc.split("\n\n", 1)[-1].replace("``", "") if doc else None
-    parser = subparsers.add_parser(name, help=help, description=description,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("destination", metavar="DEST", help="e.g. /queue/a or /topic/t")
     return parser
 
 
 def add_header_arg(parser: argparse.ArgumentParser, frame: str) -> None:
     """Add a repeatable ``--header K:V`` for ``frame`` (see ``parse_headers``)."""
-    parser.add_argument("--header", "-H", action="append", default=[], metavar="K:V",
-                        help=f"add header K with value V to {frame} (repeatable)")
+    parser.add_argument(
+        "--header",
+        "-H",
+        action="append",
+        default=[],
+        metavar="K:V",
+        help=f"add header K with value V to {frame} (repeatable)",
+    )
 
 
 def add_connection_args(parser: argparse.ArgumentParser) -> None:
@@ -72,23 +81,30 @@ def add_connection_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--passcode", help="passcode header of CONNECT")
     group.add_argument("--client-id", help="client-id header of CONNECT (ActiveMQ's JMS client id)")
     group.add_argument("--vhost", default="localhost", help="host header of CONNECT (default: %(default)s)")
-    group.add_argument("--version", dest="stomp_version", choices=VERSIONS,
-                       help="speak only this STOMP version (default: offer 1.0,1.1,1.2)")
-    group.add_argument("--heartbeat", default="0,0", metavar="CX,CY",
-                       help="heart-beat offer in ms: send every CX, expect every CY (default: %(default)s)")
-    group.add_argument("--connect-timeout", default="10", metavar="S",
-                       help="seconds to wait for CONNECTED (default: %(default)s)")
+    group.add_argument(
+        "--version",
+        dest="stomp_version",
+        choices=VERSIONS,
+        help="speak only this STOMP version (default: offer 1.0,1.1,1.2)",
+    )
+    group.add_argument(
+        "--heartbeat",
+        default="0,0",
+        metavar="CX,CY",
+        help="heart-beat offer in ms: send every CX, expect every CY (default: %(default)s)",
+    )
+    group.add_argument(
+        "--connect-timeout", default="10", metavar="S", help="seconds to wait for CONNECTED (default: %(default)s)"
+    )
 
 
-def parse_int(value: object, option: str, minimum: int | None = None,
-              maximum: int | None = None) -> int:
+def parse_int(value: object, option: str, minimum: int | None = None, maximum: int | None = None) -> int:
     """``value`` as an int in range, or a ``CommandError`` naming ``option``."""
     try:
         number = int(str(value))
     except ValueError:
         number = None
-    if number is None or (minimum is not None and number < minimum) or (
-            maximum is not None and number > maximum):
+    if number is None or (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
         if minimum is not None and maximum is not None:
             wanted = f"an integer from {minimum} to {maximum}"
         elif minimum is not None:
@@ -140,9 +156,16 @@ async def open_client(args: argparse.Namespace) -> StompClient:
     timeout = parse_float(args.connect_timeout, "--connect-timeout")
     versions = (args.stomp_version,) if args.stomp_version else VERSIONS
     return await StompClient.connect(
-        args.host, port, versions=versions, vhost=args.vhost, login=args.login,
-        passcode=args.passcode, client_id=args.client_id, heartbeat=heartbeat,
-        connect_timeout=timeout)
+        args.host,
+        port,
+        versions=versions,
+        vhost=args.vhost,
+        login=args.login,
+        passcode=args.passcode,
+        client_id=args.client_id,
+        heartbeat=heartbeat,
+        connect_timeout=timeout,
+    )
 
 
 @asynccontextmanager

@@ -11,6 +11,7 @@ cluster run the same job with spark-submit: README, docs/spark.md). The two
 engines run the same detectors. A file with no trace line is refused before
 either starts. The trace format: docs/trace-schema.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,22 +29,33 @@ OPTIONS: list[Option] = [
     ("--hwm", "pct", "PCT", "cursor high-water mark when the trace does not say (default 70)"),
     ("--swap-gap", "pos", "S", "swaps closer than this belong to one storm (default 5)"),
     ("--swap-min", "int+", "N", "swap_out events that make a storm (default 3)"),
-    ("--few-live-fraction", "frac", "F",
-     "journal full with live bytes at most this share of capacity is reported (default 0.2)"),
+    (
+        "--few-live-fraction",
+        "frac",
+        "F",
+        "journal full with live bytes at most this share of capacity is reported (default 0.2)",
+    ),
     ("--no-plots", "flag", None, "tables and report only"),
     ("--master", "str", "M", "Spark master (default local[*] or $MINIBROKER_SPARK_MASTER)"),
-    ("--engine", "str", "E", "auto, spark or inprocess: where to analyse (default auto: in this "
-     "process up to about a million events, 200 MB of trace; on Spark above)"),
+    (
+        "--engine",
+        "str",
+        "E",
+        "auto, spark or inprocess: where to analyse (default auto: in this "
+        "process up to about a million events, 200 MB of trace; on Spark above)",
+    ),
 ]
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add the ``analyze`` subcommand."""
-    parser = subparsers.add_parser("analyze", help="analyse traces: tables, plots, findings (Spark)",
-                                   description=__doc__.split("\n\n", 1)[1].replace("``", ""),
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("traces", nargs="+", metavar="TRACE",
-                        help="trace files (JSON lines) or directories of them")
+    parser = subparsers.add_parser(
+        "analyze",
+        help="analyse traces: tables, plots, findings (Spark)",
+        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (JSON lines) or directories of them")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     add_options(parser, OPTIONS)
     parser.set_defaults(func=main)

@@ -6,6 +6,7 @@ prints msg/s, p50/p99 latency, CPU and RSS for each with the ratio
 ours/ActiveMQ. Every option is passed to ``bench/compare.py`` (see its
 ``--help``); ``make bench BENCH_ARGS=...`` does the same.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,13 @@ __all__ = ["register"]
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = subparsers.add_parser("bench", help="benchmark against ActiveMQ", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark against ActiveMQ",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
+    )
     parser.add_argument("options", nargs=argparse.REMAINDER, help="options for bench/compare.py (try --help)")
     parser.set_defaults(func=main, passthrough=True)
 

@@ -9,6 +9,7 @@ Exit status: 0 no warnings (notes allowed), 1 warnings or errors found,
 2 the file cannot be read or holds a bad value. The checks are described in
 docs/doctor.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,13 +25,24 @@ __all__ = ["register"]
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = subparsers.add_parser("doctor", help="check a configuration (ours or activemq.xml) for known traps",
-                                   description=(__doc__ or "").replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", metavar="CONFIG", nargs="?",
-                        help="minibroker TOML or ActiveMQ activemq.xml (default: the embedded configuration)")
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check a configuration (ours or activemq.xml) for known traps",
+        description=(__doc__ or "").replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "config",
+        metavar="CONFIG",
+        nargs="?",
+        help="minibroker TOML or ActiveMQ activemq.xml (default: the embedded configuration)",
+    )
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
-    parser.add_argument("--heap", metavar="SIZE",
-                        help="JVM heap (-Xmx) for activemq.xml's percentOfJvmHeap, e.g. \"2 gb\" (default: 1 gb)")
+    parser.add_argument(
+        "--heap",
+        metavar="SIZE",
+        help='JVM heap (-Xmx) for activemq.xml\'s percentOfJvmHeap, e.g. "2 gb" (default: 1 gb)',
+    )
     parser.set_defaults(func=_doctor)
 
 
@@ -66,6 +78,7 @@ def _refuse_a_lab_description(path: Path) -> None:
         return
     configs = sorted({str(r["config"]) for r in runs if "config" in r})
     check = " ".join(f"minibroker doctor {path.parent / c}" for c in configs[:1])
-    raise CommandError(f"{path} is a lab description, not a broker configuration: its runs use "
-                       f"{', '.join(configs) or 'the embedded configuration'}"
-                       + (f" (e.g. {check})" if check else ""))
+    raise CommandError(
+        f"{path} is a lab description, not a broker configuration: its runs use "
+        f"{', '.join(configs) or 'the embedded configuration'}" + (f" (e.g. {check})" if check else "")
+    )

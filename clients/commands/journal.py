@@ -10,6 +10,7 @@ journal damaged in the middle at its last good record, keeping a ``.broken``
 copy of each file it cuts. DIR is a broker data directory (``./data``) or a
 journal directory; compact and repair refuse while a broker has it open.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,13 +29,19 @@ _MARKERS = ("JournalData.*.jdat", "db-*.log")
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = subparsers.add_parser("journal", help="inspect, compact or repair journals", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "journal",
+        help="inspect, compact or repair journals",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
-    for name, text in (("inspect", "per file: live enqueues and the messages pinning it"),
-                       ("compact", "re-enqueue stranded messages next to each other (broker stopped)"),
-                       ("repair", "truncate a damaged journal at its last good record (broker stopped)")):
+    for name, text in (
+        ("inspect", "per file: live enqueues and the messages pinning it"),
+        ("compact", "re-enqueue stranded messages next to each other (broker stopped)"),
+        ("repair", "truncate a damaged journal at its last good record (broker stopped)"),
+    ):
         p = actions.add_parser(name, help=text, description=text)
         p.add_argument("directory", metavar="DIR", help="a broker data directory or a journal directory")
         p.set_defaults(func=_ACTIONS[name])
@@ -118,8 +125,10 @@ def _repair(args: argparse.Namespace) -> int:
         if not actions:
             print(f"{directory}: clean, nothing to repair")
         for action in actions:
-            print(f"{directory}: cut {action.file} at offset {action.offset} ({action.reason}); "
-                  f"the damaged file is kept as {action.broken_copy}")
+            print(
+                f"{directory}: cut {action.file} at offset {action.offset} ({action.reason}); "
+                f"the damaged file is kept as {action.broken_copy}"
+            )
     return 0
 
 

@@ -17,6 +17,7 @@ the verdicts, ``--speed`` lab seconds per second (default 1), with the lab's
 phases as a track above the charts.
 NAME is the lab's name, its directory name, or its number.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,9 @@ __all__ = ["register"]
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = subparsers.add_parser("lab", help="list and run the labs", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "lab", help="list and run the labs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
     lst = actions.add_parser("list", help="name every lab")
@@ -45,14 +47,34 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     run.add_argument("name", metavar="NAME", help="lab name, directory name or number")
     run.add_argument("--plot", metavar="DIR", help="also write traces, their analysis and the lab's figure under DIR")
     run.add_argument("--live", action="store_true", help="run against the real server instead of the virtual clock")
-    run.add_argument("--watch", action="store_true",
-                     help="with --live: show the broker's statistics and the run's timeline while each run goes")
-    run.add_argument("--console", metavar="PORT", nargs="?", type=_port, const=-1, default=None,
-                     help="serve the web console for the run (PORT: default 8161 if free, else a free one; 0 = any free port)")
-    run.add_argument("--console-hold", metavar="SECONDS", type=float, default=None,
-                     help="with --console: keep serving this long after the run (default: until Ctrl-C)")
-    run.add_argument("--speed", metavar="X", type=float, default=None,
-                     help="with --console on the virtual clock: lab seconds replayed per second (default 1)")
+    run.add_argument(
+        "--watch",
+        action="store_true",
+        help="with --live: show the broker's statistics and the run's timeline while each run goes",
+    )
+    run.add_argument(
+        "--console",
+        metavar="PORT",
+        nargs="?",
+        type=_port,
+        const=-1,
+        default=None,
+        help="serve the web console for the run (PORT: default 8161 if free, else a free one; 0 = any free port)",
+    )
+    run.add_argument(
+        "--console-hold",
+        metavar="SECONDS",
+        type=float,
+        default=None,
+        help="with --console: keep serving this long after the run (default: until Ctrl-C)",
+    )
+    run.add_argument(
+        "--speed",
+        metavar="X",
+        type=float,
+        default=None,
+        help="with --console on the virtual clock: lab seconds replayed per second (default 1)",
+    )
     run.add_argument("--labs", metavar="DIR", help="labs directory (default: examples/labs)")
     run.set_defaults(func=_run)
 
@@ -85,7 +107,9 @@ def _list(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     labs = _labs(args)
     wanted = args.name
-    matches = [lab for lab in labs if wanted in (lab.name, lab.directory.name, lab.number, lab.number.lstrip("0") or "0")]
+    matches = [
+        lab for lab in labs if wanted in (lab.name, lab.directory.name, lab.number, lab.number.lstrip("0") or "0")
+    ]
     if not matches:
         names = ", ".join(lab.directory.name for lab in labs)
         raise CommandError(f"no lab {wanted!r}; the labs are: {names}")
@@ -103,9 +127,14 @@ def _run(args: argparse.Namespace) -> int:
         raise CommandError("--watch needs --live (it watches the real server)")
     watch = _terminal_writer() if args.watch else None
     try:
-        results = run_lab(matches[0], live=args.live, plot_dir=plot_dir, console=console if args.live else None,
-                          keep_events=console is not None and not args.live,
-                          watch=watch)
+        results = run_lab(
+            matches[0],
+            live=args.live,
+            plot_dir=plot_dir,
+            console=console if args.live else None,
+            keep_events=console is not None and not args.live,
+            watch=watch,
+        )
     except LabError as exc:
         if console is not None:
             console.release()
@@ -122,8 +151,11 @@ def _run(args: argparse.Namespace) -> int:
             print(f"The lab's figure, {' and '.join(drawn.runs)} side by side: {drawn.path}")
     if console is not None:
         if not args.live:
-            runs = [ReplayedRun(r.spec.name, r.outcome.verdict, r.events or [], r.config)
-                    for r in results if r.config is not None]
+            runs = [
+                ReplayedRun(r.spec.name, r.outcome.verdict, r.events or [], r.config)
+                for r in results
+                if r.config is not None
+            ]
             console.replay(runs, args.speed or 1.0, Path(tempfile.mkdtemp(prefix="minibroker-lab-replay-")))
         console.hold(args.console_hold)
     return 0 if all(r.as_promised for r in results) else 1
@@ -131,7 +163,9 @@ def _run(args: argparse.Namespace) -> int:
 
 def _terminal_writer() -> Callable[[str], None]:
     """Frames go to the terminal (stderr), so stdout keeps only the verdicts."""
+
     def write(frame: str) -> None:
         sys.stderr.write(frame)
         sys.stderr.flush()
+
     return write

@@ -6,6 +6,7 @@ message: docs/admin.md), with ``stat``'s connection options. The answer is
 printed as a line (``--json``: as it came); a refusal (no ``admin`` right, no
 such destination ...) is the broker's ERROR, printed, exit status 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,39 +32,64 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         add_connection_args(parser)
         return parser
 
-    parser = command("purge", "drop every waiting message of a queue",
-                     "Drop every message of queue DEST that waits for a consumer (cached or on disk). "
-                     "Messages delivered and not yet acknowledged stay with their consumers.")
+    parser = command(
+        "purge",
+        "drop every waiting message of a queue",
+        "Drop every message of queue DEST that waits for a consumer (cached or on disk). "
+        "Messages delivered and not yet acknowledged stay with their consumers.",
+    )
     parser.add_argument("destination", metavar="DEST", help="the queue, e.g. /queue/orders")
     parser.set_defaults(func=_main, operation="Purge")
 
-    parser = command("delete", "remove a destination and its messages",
-                     "Remove destination DEST with its messages (and a topic's durable subscriptions). "
-                     "Refused while it has consumers or blocked producers: close them first.")
+    parser = command(
+        "delete",
+        "remove a destination and its messages",
+        "Remove destination DEST with its messages (and a topic's durable subscriptions). "
+        "Refused while it has consumers or blocked producers: close them first.",
+    )
     parser.add_argument("destination", metavar="DEST", help="e.g. /queue/old or /topic/prices")
     parser.set_defaults(func=_main, operation="Delete")
 
-    parser = command("close", "close a connection", "Close connection CONNECTION (the id `minibroker stat "
-                     "--connections` shows): it gets an ERROR saying an administrator closed it.")
-    parser.add_argument("connection", metavar="CONNECTION",
-                        help="the connection's id, or the session id its CONNECTED frame gave")
+    parser = command(
+        "close",
+        "close a connection",
+        "Close connection CONNECTION (the id `minibroker stat "
+        "--connections` shows): it gets an ERROR saying an administrator closed it.",
+    )
+    parser.add_argument(
+        "connection", metavar="CONNECTION", help="the connection's id, or the session id its CONNECTED frame gave"
+    )
     parser.set_defaults(func=_main, operation="Close")
 
-    parser = command("browse", "show the first messages of a queue",
-                     "Show the first messages waiting in queue DEST, headers and body, without consuming them.")
+    parser = command(
+        "browse",
+        "show the first messages of a queue",
+        "Show the first messages waiting in queue DEST, headers and body, without consuming them.",
+    )
     parser.add_argument("destination", metavar="DEST", help="the queue, e.g. /queue/ActiveMQ.DLQ")
     parser.add_argument("--count", "-n", default="10", metavar="N", help="how many (default 10, at most 1000)")
-    parser.add_argument("--body-limit", default="65536", metavar="BYTES",
-                        help="show at most this much of each body (default %(default)s)")
+    parser.add_argument(
+        "--body-limit",
+        default="65536",
+        metavar="BYTES",
+        help="show at most this much of each body (default %(default)s)",
+    )
     parser.set_defaults(func=_main, operation="Browse")
 
-    parser = command("move", "move messages to another queue (a DLQ's back to theirs)",
-                     "Move the waiting messages of queue SRC to queue DEST; without DEST, each to the queue its "
-                     "original-destination header names (a dead letter queue's messages back to where they failed).")
+    parser = command(
+        "move",
+        "move messages to another queue (a DLQ's back to theirs)",
+        "Move the waiting messages of queue SRC to queue DEST; without DEST, each to the queue its "
+        "original-destination header names (a dead letter queue's messages back to where they failed).",
+    )
     parser.add_argument("destination", metavar="SRC", help="the queue to move from, e.g. /queue/ActiveMQ.DLQ")
     parser.add_argument("to", metavar="DEST", nargs="?", help="the queue to move to (default: each message's own)")
-    parser.add_argument("--selector", "-s", help="only the messages this selector accepts, e.g. \"JMSPriority > 4\" "
-                             "(a STOMP priority header is JMSPriority, as in ActiveMQ)")
+    parser.add_argument(
+        "--selector",
+        "-s",
+        help='only the messages this selector accepts, e.g. "JMSPriority > 4" '
+        "(a STOMP priority header is JMSPriority, as in ActiveMQ)",
+    )
     parser.add_argument("--count", "-n", metavar="N", help="at most N messages")
     parser.set_defaults(func=_main, operation="Move")
 
@@ -94,8 +120,11 @@ async def request(client: StompClient, operation: str, headers: dict[str, str], 
     """Ask a connected broker to carry out ``operation`` (``Purge`` ...); its JSON answer."""
     reply = await client.subscribe(_REPLY_QUEUE)
     try:
-        await client.send(f"/queue/ActiveMQ.Admin.{operation}", b"",
-                          headers={**headers, "reply-to": _REPLY_QUEUE, "correlation-id": operation})
+        await client.send(
+            f"/queue/ActiveMQ.Admin.{operation}",
+            b"",
+            headers={**headers, "reply-to": _REPLY_QUEUE, "correlation-id": operation},
+        )
         message = await reply.get(timeout=timeout)
         return json.loads(message.body)
     finally:
@@ -121,8 +150,7 @@ async def _operate(args: argparse.Namespace, headers: dict[str, str], timeout: f
             await client.disconnect()
         except (StompClientError, TimeoutError):
             pass  # done already (a close of this very connection ends it with an ERROR)
-    print(json.dumps(answer, sort_keys=True) if args.json
-          else format_answer(answer, getattr(args, "selector", None)))
+    print(json.dumps(answer, sort_keys=True) if args.json else format_answer(answer, getattr(args, "selector", None)))
     return 0
 
 
@@ -136,8 +164,10 @@ def format_answer(answer: dict[str, Any], selector: str | None = None) -> str:
     if operation == "delete":
         return f"deleted {answer['destination']} ({_messages(answer['purged'])} dropped)"
     if operation == "close":
-        return (f"closed connection {answer['connection']} from {answer['remoteAddress'] or '?'} "
-                f"(user {answer['user']}, client-id {answer['clientId'] or '-'})")
+        return (
+            f"closed connection {answer['connection']} from {answer['remoteAddress'] or '?'} "
+            f"(user {answer['user']}, client-id {answer['clientId'] or '-'})"
+        )
     if operation == "browse":
         return _format_browse(answer)
     if operation == "move":
@@ -179,8 +209,10 @@ def _messages(count: int) -> str:
 def _format_browse(answer: dict[str, Any]) -> str:
     messages = answer["messages"]
     waiting = answer.get("readyCount", answer["size"])
-    lines = [f"{answer['destination']}: {_messages(answer['size'])}, {waiting} waiting for a consumer; "
-             f"the first {len(messages)} waiting shown"]
+    lines = [
+        f"{answer['destination']}: {_messages(answer['size'])}, {waiting} waiting for a consumer; "
+        f"the first {len(messages)} waiting shown"
+    ]
     for n, m in enumerate(messages, 1):
         flags = ["persistent" if m["persistent"] else "non-persistent", f"priority {m['priority']}"]
         if m["redelivered"]:

@@ -1,4 +1,5 @@
 """``minibroker passwd``: make a salted password hash for ``[[users]]``."""
+
 from __future__ import annotations
 
 import argparse

@@ -14,6 +14,7 @@ each message is acknowledged once printed, and what the broker sent beyond
 ``--count`` goes back to the queue flagged redelivered.
 Exit status 1 when ``--count`` was not reached.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,21 +48,32 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     """Add the ``recv`` subcommand."""
     parser = destination_command(subparsers, "recv", "receive messages from a destination", __doc__)
     parser.add_argument("--count", "-n", metavar="N", help="stop after N messages")
-    parser.add_argument("--timeout", "-t", metavar="S",
-                        help="stop when nothing arrives for S seconds")
-    parser.add_argument("--ack", choices=ACK_MODES,
-                        help="ack mode of the subscription (default: with --count, client with a "
-                             "prefetch of N and one ACK at the end, which takes exactly N; auto without)")
-    parser.add_argument("--prefetch", metavar="N",
-                        help="activemq.prefetchSize of the subscription (default with --count and no --ack: N)")
+    parser.add_argument("--timeout", "-t", metavar="S", help="stop when nothing arrives for S seconds")
+    parser.add_argument(
+        "--ack",
+        choices=ACK_MODES,
+        help="ack mode of the subscription (default: with --count, client with a "
+        "prefetch of N and one ACK at the end, which takes exactly N; auto without)",
+    )
+    parser.add_argument(
+        "--prefetch",
+        metavar="N",
+        help="activemq.prefetchSize of the subscription (default with --count and no --ack: N)",
+    )
     parser.add_argument("--selector", metavar="S", help="JMS selector of the subscription")
-    parser.add_argument("--no-ack", action="store_true",
-                        help="in a client ack mode, never acknowledge: the messages go back to the "
-                             "queue, flagged redelivered, when recv disconnects")
+    parser.add_argument(
+        "--no-ack",
+        action="store_true",
+        help="in a client ack mode, never acknowledge: the messages go back to the "
+        "queue, flagged redelivered, when recv disconnects",
+    )
     add_header_arg(parser, "SUBSCRIBE")
-    parser.add_argument("--show", choices=SHOW, default="body",
-                        help="print the body, headers and body, or one JSON object "
-                             "per message (default: %(default)s)")
+    parser.add_argument(
+        "--show",
+        choices=SHOW,
+        default="body",
+        help="print the body, headers and body, or one JSON object per message (default: %(default)s)",
+    )
     add_connection_args(parser)
     parser.set_defaults(func=main)
 
@@ -96,8 +108,9 @@ def main(args: argparse.Namespace) -> int:
     return run(_recv(args, count, timeout, prefetch, headers))
 
 
-async def _recv(args: argparse.Namespace, count: int | None, timeout: float | None,
-                prefetch: int | None, headers: dict[str, str]) -> int:
+async def _recv(
+    args: argparse.Namespace, count: int | None, timeout: float | None, prefetch: int | None, headers: dict[str, str]
+) -> int:
     dest = args.destination
     received = acked = 0
     ack = args.ack
@@ -126,8 +139,7 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
     printed: Message | None = None  # the last message printed and not yet acknowledged
     async with connected(args) as client:
         try:
-            sub = await client.subscribe(dest, ack=ack, prefetch=prefetch,
-                                         selector=args.selector, headers=headers)
+            sub = await client.subscribe(dest, ack=ack, prefetch=prefetch, selector=args.selector, headers=headers)
             while count is None or received < count:
                 try:
                     message = await sub.get(timeout=timeout)
@@ -162,4 +174,3 @@ async def _recv(args: argparse.Namespace, count: int | None, timeout: float | No
             summary("; interrupted")
             raise
     return FAILURE if summary(stopped) else 0
-

@@ -6,6 +6,7 @@ receipt, so a clean exit means the broker has read every message even without
 ``--receipt``; ``--receipt`` also waits for each message's own RECEIPT, which
 is where a broker applying producer flow control makes a producer wait.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,16 +33,17 @@ __all__ = ["register"]
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add the ``send`` subcommand."""
     parser = destination_command(subparsers, "send", "send messages to a destination", __doc__)
-    parser.add_argument("body", metavar="BODY", nargs="?",
-                        help="message body; '-' (or none, with stdin piped) reads stdin")
+    parser.add_argument(
+        "body", metavar="BODY", nargs="?", help="message body; '-' (or none, with stdin piped) reads stdin"
+    )
     parser.add_argument("--file", "-f", metavar="F", help="read the body from file F")
-    parser.add_argument("--count", "-n", default="1", metavar="N",
-                        help="send the message N times (default: %(default)s)")
+    parser.add_argument(
+        "--count", "-n", default="1", metavar="N", help="send the message N times (default: %(default)s)"
+    )
     add_header_arg(parser, "SEND")
     parser.add_argument("--persistent", action="store_true", help="set persistent:true")
     parser.add_argument("--priority", metavar="P", help="set priority:P (0-9)")
-    parser.add_argument("--receipt", action="store_true",
-                        help="ask a RECEIPT for every message and wait for it")
+    parser.add_argument("--receipt", action="store_true", help="ask a RECEIPT for every message and wait for it")
     add_connection_args(parser)
     parser.set_defaults(func=main)
 

@@ -1,4 +1,5 @@
 """``minibroker serve``: run the broker in the foreground."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,20 +20,29 @@ def register(subparsers: Any) -> None:
         "serve",
         help="run the broker",
         description="Run the STOMP broker in the foreground until SIGINT or SIGTERM. "
-                    "Exits with status 3 if its store failed (a failed fsync or disk I/O error) while it ran.",
+        "Exits with status 3 if its store failed (a failed fsync or disk I/O error) while it ran.",
     )
     p.add_argument("--config", metavar="FILE", help="TOML configuration (default: the embedded one)")
     p.add_argument("--host", help="address to listen on (overrides transport.host)")
     p.add_argument("--port", type=_port, help="STOMP port (overrides transport.port)")
-    p.add_argument("--websocket-port", type=_listener_port,
-                   help='STOMP over WebSocket port (overrides transport.websocket_port; 0 = off, "any" = a free one)')
-    p.add_argument("--console-port", type=_listener_port,
-                   help='web console and /metrics port (overrides console.port; 0 = off, "any" = a free one)')
+    p.add_argument(
+        "--websocket-port",
+        type=_listener_port,
+        help='STOMP over WebSocket port (overrides transport.websocket_port; 0 = off, "any" = a free one)',
+    )
+    p.add_argument(
+        "--console-port",
+        type=_listener_port,
+        help='web console and /metrics port (overrides console.port; 0 = off, "any" = a free one)',
+    )
     p.add_argument("--data-dir", metavar="DIR", help="data directory (overrides broker.data_dir)")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging threshold (default: info)")
-    p.add_argument("--loop", choices=LOOPS,
-                   help="event loop: auto = uvloop when installed (the fast extra), else asyncio "
-                        "(overrides MINIBROKER_LOOP and transport.event_loop)")
+    p.add_argument(
+        "--loop",
+        choices=LOOPS,
+        help="event loop: auto = uvloop when installed (the fast extra), else asyncio "
+        "(overrides MINIBROKER_LOOP and transport.event_loop)",
+    )
     p.add_argument("--trace", metavar="FILE", help="write the JSON-lines trace to FILE (overrides broker.trace)")
     p.set_defaults(func=run)
 

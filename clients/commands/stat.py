@@ -11,6 +11,7 @@ qpid-stat's queue table); with ``--connections`` each connection's user,
 protocol, outbound buffer and unacknowledged messages; and any diagnosis the
 broker makes (consumers starving behind a blocked cursor ...). ``--watch`` refreshes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,10 +31,19 @@ __all__ = ["register", "fetch_statistics", "format_tables"]
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    parser = subparsers.add_parser("stat", help="show live broker statistics", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--destination", "-d", default=">", metavar="PATTERN",
-                        help="destinations to show, an ActiveMQ wildcard (default: all)")
+    parser = subparsers.add_parser(
+        "stat",
+        help="show live broker statistics",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--destination",
+        "-d",
+        default=">",
+        metavar="PATTERN",
+        help="destinations to show, an ActiveMQ wildcard (default: all)",
+    )
     parser.add_argument("--connections", action="store_true", help="also show connections")
     parser.add_argument("--subscriptions", action="store_true", help="also show subscriptions")
     parser.add_argument("--json", action="store_true", help="print the raw statistics as one JSON object")
@@ -55,8 +65,14 @@ async def _ask(client: StompClient, reply: Any, what: str, timeout: float) -> li
             return items
 
 
-async def fetch_statistics(client: StompClient, pattern: str = ">", *, connections: bool = False,
-                           subscriptions: bool = False, timeout: float = 5.0) -> dict[str, Any]:
+async def fetch_statistics(
+    client: StompClient,
+    pattern: str = ">",
+    *,
+    connections: bool = False,
+    subscriptions: bool = False,
+    timeout: float = 5.0,
+) -> dict[str, Any]:
     """Ask a connected broker for its statistics; returns broker, destinations (and more)."""
     reply = await client.subscribe("/temp-queue/minibroker-stat")
     try:
@@ -75,8 +91,10 @@ async def fetch_statistics(client: StompClient, pattern: str = ">", *, connectio
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
-             for row in [header, *rows]]
+    lines = [
+        "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        for row in [header, *rows]
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -112,6 +130,8 @@ def _compact(count: int) -> str:
 
 def _rate(value: float) -> str:
     return f"{value:.1f}"
+
+
 def _store_state(b: dict[str, Any]) -> str:
     """`` (FULL: why)`` when the store is full or failed, else nothing."""
     state = b.get("storeState", "ok")
@@ -140,28 +160,90 @@ def format_tables(stats: dict[str, Any]) -> str:
         f"out {_rate(b.get('dequeueRate', 0))}/s",
         "",
     ]
-    header = ["destination", "size", "ready", "unacked", "enqueued", "dequeued", "in/s", "out/s", "consumers",
-              "cached", "store-only", "mem%", "memory", "discarded"]
-    rows = [[d["destinationName"], d["size"], d.get("readyCount", d["size"]), d.get("inflightCount", 0),
-             d["enqueueCount"], d["dequeueCount"], _rate(d.get("enqueueRate", 0)), _rate(d.get("dequeueRate", 0)),
-             d["consumerCount"], d["cachedCount"], d["storeOnlyCount"], d["memoryPercentUsage"],
-             _compact(d["memoryUsage"]), d.get("discardedCount", 0)]
-            for d in stats["destinations"]]  # (our own reply queue is not among them)
+    header = [
+        "destination",
+        "size",
+        "ready",
+        "unacked",
+        "enqueued",
+        "dequeued",
+        "in/s",
+        "out/s",
+        "consumers",
+        "cached",
+        "store-only",
+        "mem%",
+        "memory",
+        "discarded",
+    ]
+    rows = [
+        [
+            d["destinationName"],
+            d["size"],
+            d.get("readyCount", d["size"]),
+            d.get("inflightCount", 0),
+            d["enqueueCount"],
+            d["dequeueCount"],
+            _rate(d.get("enqueueRate", 0)),
+            _rate(d.get("dequeueRate", 0)),
+            d["consumerCount"],
+            d["cachedCount"],
+            d["storeOnlyCount"],
+            d["memoryPercentUsage"],
+            _compact(d["memoryUsage"]),
+            d.get("discardedCount", 0),
+        ]
+        for d in stats["destinations"]
+    ]  # (our own reply queue is not among them)
     out.append(_table(rows, header) if rows else "(no destinations)")
     if "connections" in stats:
-        header = ["connection", "peer", "user", "client-id", "protocol", "subs", "unacked", "out-bytes", "blocked",
-                  "not-read", "idle-read-s", "idle-write-s"]
-        rows = [[c["connection"], c["remoteAddress"], c.get("user", "-"), c["clientId"] or "-",
-                 c.get("protocol", "tcp"), c["subscriptions"], c["unacknowledged"],
-                 _compact(c["outboundQueuedBytes"]), c["blockedSends"],
-                 "yes" if c["readingPaused"] else "", c["secondsSinceLastRead"], c["secondsSinceLastWrite"]]
-                for c in stats["connections"]]
+        header = [
+            "connection",
+            "peer",
+            "user",
+            "client-id",
+            "protocol",
+            "subs",
+            "unacked",
+            "out-bytes",
+            "blocked",
+            "not-read",
+            "idle-read-s",
+            "idle-write-s",
+        ]
+        rows = [
+            [
+                c["connection"],
+                c["remoteAddress"],
+                c.get("user", "-"),
+                c["clientId"] or "-",
+                c.get("protocol", "tcp"),
+                c["subscriptions"],
+                c["unacknowledged"],
+                _compact(c["outboundQueuedBytes"]),
+                c["blockedSends"],
+                "yes" if c["readingPaused"] else "",
+                c["secondsSinceLastRead"],
+                c["secondsSinceLastWrite"],
+            ]
+            for c in stats["connections"]
+        ]
         out += ["", _table(rows, header) if rows else "(no connections)"]
     if "subscriptions" in stats:
         header = ["subscription", "connection", "destination", "ack", "prefetch", "in-flight", "pending", "slow"]
-        rows = [[s["subscription"], s["connection"], s["destinationName"], s["ack"], s["prefetchSize"],
-                 s["dispatchedQueueSize"], s["pendingQueueSize"], "yes" if s["slowConsumer"] else ""]
-                for s in stats["subscriptions"]]
+        rows = [
+            [
+                s["subscription"],
+                s["connection"],
+                s["destinationName"],
+                s["ack"],
+                s["prefetchSize"],
+                s["dispatchedQueueSize"],
+                s["pendingQueueSize"],
+                "yes" if s["slowConsumer"] else "",
+            ]
+            for s in stats["subscriptions"]
+        ]
         out += ["", _table(rows, header) if rows else "(no subscriptions)"]
     for finding in b.get("diagnosis", []):
         out += ["", f"DIAGNOSIS {finding['pathology']}: {finding['summary']}", f"  cure: {finding['cure']}"]
@@ -178,8 +260,13 @@ async def _stat(args: argparse.Namespace, timeout: float, interval: float | None
     async with connected(args) as client:
         try:
             while True:
-                stats = await fetch_statistics(client, args.destination, connections=args.connections,
-                                               subscriptions=args.subscriptions, timeout=timeout)
+                stats = await fetch_statistics(
+                    client,
+                    args.destination,
+                    connections=args.connections,
+                    subscriptions=args.subscriptions,
+                    timeout=timeout,
+                )
                 text = json.dumps(stats, sort_keys=True) if args.json else format_tables(stats)
                 if interval is not None and sys.stdout.isatty():
                     print("\x1b[H\x1b[2J", end="")

@@ -8,6 +8,7 @@ costs no JVM start. Output: OUT/actions.parquet/, OUT/actions.jsonl/ (what
 minibroker replay plays) and OUT/summary.json. The format of the file and of
 the table: docs/workloads.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,14 +40,20 @@ FORMATS = ("parquet", "jsonl")
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add the ``workload`` subcommand and its ``generate`` action."""
-    parser = subparsers.add_parser("workload", help="generate a workload's action table (Spark)",
-                                   description=__doc__.split("\n\n", 1)[1].replace("``", ""),
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "workload",
+        help="generate a workload's action table (Spark)",
+        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
-    gen = actions.add_parser("generate", help="expand WORKLOAD.toml into an action table",
-                             description=__doc__.split("\n\n", 1)[1].replace("``", ""),
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    gen = actions.add_parser(
+        "generate",
+        help="expand WORKLOAD.toml into an action table",
+        description=__doc__.split("\n\n", 1)[1].replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     gen.add_argument("workload", metavar="WORKLOAD.toml", help="the workload file")
     gen.add_argument("--out", required=True, metavar="DIR", help="output directory")
     add_options(gen, OPTIONS)
@@ -115,8 +122,9 @@ def run_spark_job(module: str, argv: list[str]) -> int:
 
         errors = spark_errors()
     except ImportError as exc:
-        raise CommandError(f"this command needs the spark extra (pip install -e '.[spark]'; "
-                           f"Java 17 on the PATH): {exc}", FAILURE) from None
+        raise CommandError(
+            f"this command needs the spark extra (pip install -e '.[spark]'; Java 17 on the PATH): {exc}", FAILURE
+        ) from None
     try:
         return int(job.main(argv) or 0)
     except SystemExit as exc:  # the job's own argument parser

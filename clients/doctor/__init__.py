@@ -14,6 +14,7 @@ and ``reader`` (input), ``spell_toml`` / ``spell_xml`` (names, values and
 fixes in each syntax), ``checks_*`` (the rules, by source), ``checks`` (the
 list), ``report`` (text, JSON, exit status). The rules are in docs/doctor.md.
 """
+
 from __future__ import annotations
 
 from .checks import CHECKS, run_checks

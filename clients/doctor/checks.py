@@ -3,6 +3,7 @@
 A check is a function ``Setup -> list[Finding]``. ``CHECKS`` lists them with
 the source document each comes from; ``docs/doctor.md`` describes each rule and fix.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -15,6 +15,7 @@ severity and source, carries a headline, the triggering values (already spelled
 in the input's syntax), the why, and the fix as abstract ``Change`` s that the
 syntax renders as TOML or XML.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -124,8 +125,17 @@ class Finding:
                 "text": self.fix,
                 "snippet": self.snippet,
                 "changes": [
-                    {k: v for k, v in (("key", c.key), ("value", list(c.value) if isinstance(c.value, tuple) else c.value),
-                                       ("kind", c.kind), ("pattern", c.pattern), ("listener", c.listener)) if v is not None}
+                    {
+                        k: v
+                        for k, v in (
+                            ("key", c.key),
+                            ("value", list(c.value) if isinstance(c.value, tuple) else c.value),
+                            ("kind", c.kind),
+                            ("pattern", c.pattern),
+                            ("listener", c.listener),
+                        )
+                        if v is not None
+                    }
                     for c in self.changes
                 ],
             },
@@ -187,7 +197,9 @@ class Setup:
     def policies(self, kind: str) -> list[PolicyRef]:
         """Every policy in effect for ``kind`` destinations: the file's entries,
         then the defaults if some destinations match no entry (no ``>`` entry)."""
-        refs = [PolicyRef(kind, e.pattern, e, i) for i, e in enumerate(self.config.destination_policy) if e.kind == kind]
+        refs = [
+            PolicyRef(kind, e.pattern, e, i) for i, e in enumerate(self.config.destination_policy) if e.kind == kind
+        ]
         if not any(r.pattern == ">" for r in refs):
             refs.append(PolicyRef(kind, ">", self.default_policy, None))
         return refs

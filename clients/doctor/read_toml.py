@@ -5,6 +5,7 @@ file the broker would refuse is refused here with the broker's own message.
 The raw TOML is read once more only to learn which options the file sets
 itself: the report marks the others ``(default)``.
 """
+
 from __future__ import annotations
 
 import tomllib

@@ -26,14 +26,23 @@ What is not set takes ActiveMQ's defaults, which are not all ours: memory
 1 gb, store 100 gb, temp 50 gb, and topic subscriptions on the file cursor
 (the VM cursor on a non-persistent broker). Everything else is ignored.
 """
+
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from minibroker.config import (BrokerConfig, BrokerSection, PolicyEntry, StoreConfig, SystemUsageConfig,
-                               TransportConfig, heart_beat, parse_size)
+from minibroker.config import (
+    BrokerConfig,
+    BrokerSection,
+    PolicyEntry,
+    StoreConfig,
+    SystemUsageConfig,
+    TransportConfig,
+    heart_beat,
+    parse_size,
+)
 
 from .model import INFO, DoctorError, Finding, Listener, Setup, human_size
 from .spell_xml import LISTENER_OPTIONS, POLICY_ATTRIBUTES, XmlSyntax
@@ -148,7 +157,11 @@ class _Reader:
         inner = _first(outer, "systemUsage")
         usage = inner if inner is not None else outer
         values = dict(ACTIVEMQ_DEFAULTS)
-        for element_name, key in (("memoryUsage", "memory_limit"), ("storeUsage", "store_limit"), ("tempUsage", "temp_limit")):
+        for element_name, key in (
+            ("memoryUsage", "memory_limit"),
+            ("storeUsage", "store_limit"),
+            ("tempUsage", "temp_limit"),
+        ):
             element = next((e for e in _descendants(usage, element_name) if e.attrib), None)
             if element is None:
                 continue
@@ -161,14 +174,21 @@ class _Reader:
                 percent = _percent(element.get("percentOfJvmHeap", ""), "<memoryUsage percentOfJvmHeap>")
                 heap = self.heap or ASSUMED_HEAP
                 values[key] = heap * percent // 100
-                self.written[full] = f"{_show(element, 'percentOfJvmHeap')} (= {human_size(values[key])} of a {human_size(heap)} heap)"
+                self.written[full] = (
+                    f"{_show(element, 'percentOfJvmHeap')} (= {human_size(values[key])} of a {human_size(heap)} heap)"
+                )
                 if self.heap is None:
-                    self.notes.append(Finding(
-                        "heap-assumed", INFO, None,
-                        f"memory limit is {percent}% of the JVM heap: a {human_size(heap)} heap is assumed",
-                        (self.written[full],),
-                        "ActiveMQ's start script runs the broker with -Xmx1G; the memory checks use that heap.",
-                        "pass --heap SIZE (your -Xmx) to check against your real heap"))
+                    self.notes.append(
+                        Finding(
+                            "heap-assumed",
+                            INFO,
+                            None,
+                            f"memory limit is {percent}% of the JVM heap: a {human_size(heap)} heap is assumed",
+                            (self.written[full],),
+                            "ActiveMQ's start script runs the broker with -Xmx1G; the memory checks use that heap.",
+                            "pass --heap SIZE (your -Xmx) to check against your real heap",
+                        )
+                    )
             elif element.get("percentLimit") is not None:
                 self.unknown.add(full)
                 self.written[full] = f"{_show(element, 'percentLimit')} (a percent of the disk: not checked)"
@@ -179,15 +199,18 @@ class _Reader:
         adapter = _first(broker, "persistenceAdapter")
         kaha = next((e for e in _descendants(adapter, "kahaDB")), None)
         if kaha is not None and kaha.get("journalMaxFileLength") is not None:
-            values["journal_max_file_length"] = _size(kaha.get("journalMaxFileLength", ""), "<kahaDB journalMaxFileLength>")
+            values["journal_max_file_length"] = _size(
+                kaha.get("journalMaxFileLength", ""), "<kahaDB journalMaxFileLength>"
+            )
             self.written["store.journal_max_file_length"] = _show(kaha, "journalMaxFileLength")
         elif adapter is not None and kaha is None:
             self.unknown.add("store.journal_max_file_length")  # JDBC, LevelDB ...: no journal files to compare
         temp = _first(broker, "tempDataStore")
         plist = next((e for e in (temp if temp is not None else []) if e.get("journalMaxFileLength") is not None), None)
         if plist is not None:
-            values["temp_journal_max_file_length"] = _size(plist.get("journalMaxFileLength", ""),
-                                                           f"<{_local(plist.tag)} journalMaxFileLength>")
+            values["temp_journal_max_file_length"] = _size(
+                plist.get("journalMaxFileLength", ""), f"<{_local(plist.tag)} journalMaxFileLength>"
+            )
             self.written["store.temp_journal_max_file_length"] = _show(plist, "journalMaxFileLength")
         if not persistent:
             self.written["broker.persistent"] = '<broker persistent="false">'
@@ -228,10 +251,12 @@ class _Reader:
             if name in ("abortSlowConsumerStrategy", "abortSlowAckConsumerStrategy"):
                 values["abort_slow_consumer"] = True
                 self.written[prefix + "abort_slow_consumer"] = _show(child, *child.attrib)
-                for key, attribute, parse in (("max_slow_count", "maxSlowCount", lambda r, w: _int(r, w, -1)),
-                                              ("max_slow_duration", "maxSlowDuration", _int),
-                                              ("abort_slow_consumer_check_period", "checkPeriod", lambda r, w: _int(r, w, 1)),
-                                              ("abort_connection", "abortConnection", _bool)):
+                for key, attribute, parse in (
+                    ("max_slow_count", "maxSlowCount", lambda r, w: _int(r, w, -1)),
+                    ("max_slow_duration", "maxSlowDuration", _int),
+                    ("abort_slow_consumer_check_period", "checkPeriod", lambda r, w: _int(r, w, 1)),
+                    ("abort_connection", "abortConnection", _bool),
+                ):
                     if child.get(attribute) is not None:
                         values[key] = parse(child.get(attribute, ""), f"{tag} <{name} {attribute}>")
         return PolicyEntry(**values)
@@ -249,7 +274,9 @@ class _Reader:
         parsers: dict[str, Callable[[str, str], Any]] = {
             "so_write_timeout": _int,
             "connect_timeout": _int,
-            "default_heart_beat": lambda raw, w: _value(raw, w, heart_beat, 'two millisecond counts such as "10000,10000"'),
+            "default_heart_beat": lambda raw, w: _value(
+                raw, w, heart_beat, 'two millisecond counts such as "10000,10000"'
+            ),
             "max_frame_size": _size,
             "max_data_length": _size,
             "allow_link_stealing": _bool,
@@ -258,7 +285,9 @@ class _Reader:
             option = LISTENER_OPTIONS[key]
             raw = options.get(option)
             if key == "allow_link_stealing":
-                raw = element.get("allowLinkStealing", options.get("allowLinkStealing", options.get("transport.allowLinkStealing")))
+                raw = element.get(
+                    "allowLinkStealing", options.get("allowLinkStealing", options.get("transport.allowLinkStealing"))
+                )
             if raw is not None:
                 values[key] = parse(raw, f"{where} {option}")
                 self.written[f"listener[{name}].{key}"] = f"{option}={raw}"

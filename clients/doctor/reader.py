@@ -4,6 +4,7 @@ A file is ActiveMQ's when its name ends in ``.xml`` or its first character
 (after a byte-order mark and white space) is ``<``; anything else is read as
 our TOML. No path means the embedded default configuration.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,5 +35,7 @@ def read(path: str | Path | None, heap: int | None = None) -> Setup:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DoctorError(f"configuration file '{p}' is neither XML nor UTF-8 TOML (byte {exc.start} is not UTF-8)") from None
+        raise DoctorError(
+            f"configuration file '{p}' is neither XML nor UTF-8 TOML (byte {exc.start} is not UTF-8)"
+        ) from None
     return read_toml(p)

@@ -7,6 +7,7 @@ cited, by title and date. JSON: one object with
 ``source``, ``syntax``, ``status``, ``counts`` and ``findings``
 (``Finding.to_json``).
 """
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,9 @@ def format_text(setup: Setup, findings: list[Finding]) -> str:
     if not any(counts.values()):
         lines.append("No problems found.")
         return "\n".join(lines)
-    lines.append(", ".join([_plural(counts[ERROR], "error"), _plural(counts[WARNING], "warning"),
-                            _plural(counts[INFO], "note")]))
+    lines.append(
+        ", ".join([_plural(counts[ERROR], "error"), _plural(counts[WARNING], "warning"), _plural(counts[INFO], "note")])
+    )
     for severity in SEVERITIES:
         group = [f for f in findings if f.severity == severity]
         if not group:
@@ -80,10 +82,13 @@ def format_text(setup: Setup, findings: list[Finding]) -> str:
 
 
 def format_json(setup: Setup, findings: list[Finding]) -> str:
-    return json.dumps({
-        "source": setup.source,
-        "syntax": setup.syntax.name,
-        "status": exit_status(findings),
-        "counts": _counts(findings),
-        "findings": [f.to_json() for f in findings],
-    }, indent=2)
+    return json.dumps(
+        {
+            "source": setup.source,
+            "syntax": setup.syntax.name,
+            "status": exit_status(findings),
+            "counts": _counts(findings),
+            "findings": [f.to_json() for f in findings],
+        },
+        indent=2,
+    )

@@ -6,6 +6,7 @@ comes from; a value the file does not set is marked ``(default)``. A fix is
 the TOML to paste: a ``[section]`` table, or a ``[[destination_policy]]``
 entry (merged into the file's own entry for that wildcard, if it has one).
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -6,6 +6,7 @@ is the XML to paste: a ``<systemUsage>`` block, a ``<policyEntry>`` with its
 attributes and strategy elements, or the STOMP ``<transportConnector>`` with
 its URI options (``transport.soWriteTimeout``, ``transport.defaultHeartBeat``).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -66,8 +67,15 @@ LISTENER_OPTIONS = {
     "allow_link_stealing": "allowLinkStealing",
 }
 
-_SIZE_KEYS = {"memory_limit", "store_limit", "temp_limit", "journal_max_file_length",
-              "temp_journal_max_file_length", "max_frame_size", "max_data_length"}
+_SIZE_KEYS = {
+    "memory_limit",
+    "store_limit",
+    "temp_limit",
+    "journal_max_file_length",
+    "temp_journal_max_file_length",
+    "max_frame_size",
+    "max_data_length",
+}
 
 
 def quoteattr(text: str) -> str:
@@ -89,7 +97,11 @@ def xml_value(key: str, value: Any) -> str:
 
 def _describe_policy_default(key: str, value: Any, kind: str = "topic") -> str:
     if key == "pending_cursor" and kind == "queue":
-        return "<vmQueueCursor/>" if value == "vm" else "<storeCursor/>, whose non-persistent messages swap to the temp store"
+        return (
+            "<vmQueueCursor/>"
+            if value == "vm"
+            else "<storeCursor/>, whose non-persistent messages swap to the temp store"
+        )
     if key == "pending_cursor":
         return "<vmCursor/>" if value == "vm" else "<fileCursor/>, which swaps to the temp store"
     if key == "pending_message_limit":
@@ -143,13 +155,17 @@ class XmlSyntax:
             written = setup.written.get(f"default_policy.{key}")
             if written is not None:
                 return f"<policyMap><defaultEntry><policyEntry> {written}"
-            return (f'no <policyEntry> for {ref.kind} "{ref.pattern}": {_policy_label(key, ref.kind)} = '
-                    f"{_describe_policy_default(key, value, ref.kind)} (ActiveMQ's default)")
+            return (
+                f'no <policyEntry> for {ref.kind} "{ref.pattern}": {_policy_label(key, ref.kind)} = '
+                f"{_describe_policy_default(key, value, ref.kind)} (ActiveMQ's default)"
+            )
         written = setup.written.get(f"destination_policy[{ref.index}].{key}")
         if written is not None:
             return f"{_entry_tag(ref)} {written}"
-        return (f"{_entry_tag(ref)} {_policy_label(key, ref.kind)} not set: "
-                f"{_describe_policy_default(key, value, ref.kind)} (ActiveMQ's default)")
+        return (
+            f"{_entry_tag(ref)} {_policy_label(key, ref.kind)} not set: "
+            f"{_describe_policy_default(key, value, ref.kind)} (ActiveMQ's default)"
+        )
 
     def listener_setting(self, setup: Setup, listener: Listener, key: str) -> str:
         option = LISTENER_OPTIONS[key]
@@ -168,14 +184,32 @@ class XmlSyntax:
             inner = []
             for c in usage:
                 element, attribute = SECTION_XML[c.key]
-                inner += [f"<{element}>", f"  <{element} {attribute}={quoteattr(xml_value(c.key, c.value))}/>", f"</{element}>"]
-            blocks.append("\n".join(["<systemUsage>", "  <systemUsage>", *("    " + x for x in inner), "  </systemUsage>", "</systemUsage>"]))
+                inner += [
+                    f"<{element}>",
+                    f"  <{element} {attribute}={quoteattr(xml_value(c.key, c.value))}/>",
+                    f"</{element}>",
+                ]
+            blocks.append(
+                "\n".join(
+                    [
+                        "<systemUsage>",
+                        "  <systemUsage>",
+                        *("    " + x for x in inner),
+                        "  </systemUsage>",
+                        "</systemUsage>",
+                    ]
+                )
+            )
         for c in changes:
             if c.key == "store.journal_max_file_length":
-                blocks.append(f'<persistenceAdapter>\n  <kahaDB journalMaxFileLength={quoteattr(xml_value(c.key, c.value))}/>\n</persistenceAdapter>')
+                blocks.append(
+                    f"<persistenceAdapter>\n  <kahaDB journalMaxFileLength={quoteattr(xml_value(c.key, c.value))}/>\n</persistenceAdapter>"
+                )
             elif c.key == "store.temp_journal_max_file_length":
-                blocks.append('<tempDataStore>\n  <pListStoreImpl directory="${activemq.data}/tmp_storage" '
-                              f'journalMaxFileLength={quoteattr(xml_value(c.key, c.value))}/>\n</tempDataStore>')
+                blocks.append(
+                    '<tempDataStore>\n  <pListStoreImpl directory="${activemq.data}/tmp_storage" '
+                    f"journalMaxFileLength={quoteattr(xml_value(c.key, c.value))}/>\n</tempDataStore>"
+                )
         blocks += self._render_listeners(setup, [c for c in changes if c.listener is not None])
         blocks += self._render_policies(setup, [c for c in changes if c.kind is not None])
         return "\n\n".join(blocks)
@@ -189,7 +223,9 @@ class XmlSyntax:
             keyed = [(c.key.split(".", 1)[-1], c.value) for c in mine]
             options = {LISTENER_OPTIONS[k]: xml_value(k, v) for k, v in keyed if k != "allow_link_stealing"}
             uri = with_uri_options(listener.uri, options) if options else listener.uri
-            extra = "".join(f" allowLinkStealing={quoteattr(xml_value(k, v))}" for k, v in keyed if k == "allow_link_stealing")
+            extra = "".join(
+                f" allowLinkStealing={quoteattr(xml_value(k, v))}" for k, v in keyed if k == "allow_link_stealing"
+            )
             out.append(f"<transportConnector name={quoteattr(listener.name)} uri={quoteattr(uri)}{extra}/>")
         return out
 
@@ -199,10 +235,18 @@ class XmlSyntax:
             groups.setdefault((c.kind or "queue", c.pattern or ">"), []).append(c)
         out = []
         for (kind, pattern), group in groups.items():
-            attrs = "".join(f" {POLICY_ATTRIBUTES[c.key]}={quoteattr(xml_value(c.key, c.value))}" for c in group if c.key in POLICY_ATTRIBUTES)
+            attrs = "".join(
+                f" {POLICY_ATTRIBUTES[c.key]}={quoteattr(xml_value(c.key, c.value))}"
+                for c in group
+                if c.key in POLICY_ATTRIBUTES
+            )
             children = [line for c in group for line in _policy_children(c, group)]
             has_entry = any(e.kind == kind and e.pattern == pattern for e in setup.config.destination_policy)
-            where = f'merge into your <policyEntry {kind}="{pattern}">' if has_entry else "inside <destinationPolicy><policyMap><policyEntries>"
+            where = (
+                f'merge into your <policyEntry {kind}="{pattern}">'
+                if has_entry
+                else "inside <destinationPolicy><policyMap><policyEntries>"
+            )
             head = f"<policyEntry {kind}={quoteattr(pattern)}{attrs}"
             body = [head + "/>"] if not children else [head + ">", *("  " + x for x in children), "</policyEntry>"]
             out.append("\n".join([f"<!-- {where} -->", *body]))
@@ -213,10 +257,22 @@ def _policy_children(change: Change, group: list[Change]) -> list[str]:
     """The strategy elements for one policy change (abort attributes ride on abort_slow_consumer)."""
     key, value = change.key, change.value
     if key == "pending_cursor":
-        return ["<pendingSubscriberPolicy>", f"  <{'vmCursor' if value == 'vm' else 'fileCursor'}/>", "</pendingSubscriberPolicy>"]
+        return [
+            "<pendingSubscriberPolicy>",
+            f"  <{'vmCursor' if value == 'vm' else 'fileCursor'}/>",
+            "</pendingSubscriberPolicy>",
+        ]
     if key == "pending_message_limit":
-        return ["<pendingMessageLimitStrategy>", f'  <constantPendingMessageLimitStrategy limit="{value}"/>', "</pendingMessageLimitStrategy>"]
+        return [
+            "<pendingMessageLimitStrategy>",
+            f'  <constantPendingMessageLimitStrategy limit="{value}"/>',
+            "</pendingMessageLimitStrategy>",
+        ]
     if key == "abort_slow_consumer" and value:
-        attrs = "".join(f" {_ABORT_ATTRIBUTES[c.key]}={quoteattr(xml_value(c.key, c.value))}" for c in group if c.key in _ABORT_ATTRIBUTES)
+        attrs = "".join(
+            f" {_ABORT_ATTRIBUTES[c.key]}={quoteattr(xml_value(c.key, c.value))}"
+            for c in group
+            if c.key in _ABORT_ATTRIBUTES
+        )
         return ["<slowConsumerStrategy>", f"  <abortSlowConsumerStrategy{attrs}/>", "</slowConsumerStrategy>"]
     return []

@@ -7,6 +7,7 @@ tells the story, the broker configurations, and a ``scenario.py`` whose
 an ``Outcome``. ``minibroker lab run NAME`` runs every configuration and exits
 0 only when each verdict is the one the lab promises.
 """
+
 from .model import Lab, LabError, RunSpec, find_labs, labs_directory, load_lab
 from .runner import LabRun, Outcome, RunResult, run_lab
 

@@ -20,6 +20,7 @@ On the virtual clock a lab runs in seconds, too fast to watch: ``replay``
 starts one broker that serves the console with the runs' traces played back
 as its statistics (``clients.labs.replay``), at a chosen speed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -62,8 +63,7 @@ class LabConsole:
     0 for any free port, or a port number.
     """
 
-    def __init__(self, port: int | None = None, *, host: str = "127.0.0.1",
-                 out: Callable[[str], None] = print) -> None:
+    def __init__(self, port: int | None = None, *, host: str = "127.0.0.1", out: Callable[[str], None] = print) -> None:
         if port is None:
             port = ACTIVEMQ_CONSOLE_PORT if console_port_free(host, ACTIVEMQ_CONSOLE_PORT) else 0
         self.host = host
@@ -88,9 +88,14 @@ class LabConsole:
         first = self.port == ANY_PORT
         self.port = int(live.server.console_port)
         if first:
-            self._out(f"  console: {self.url} (open it now; "
-                      + ("the replay starts when the page does)" if run_name.startswith("replay")
-                         else "it follows every run of the lab)"))
+            self._out(
+                f"  console: {self.url} (open it now; "
+                + (
+                    "the replay starts when the page does)"
+                    if run_name.startswith("replay")
+                    else "it follows every run of the lab)"
+                )
+            )
         self._showing = run_name if run_name.startswith("replay") else f"{run_name} run"
         self._out(f"  console: now showing the {self._showing}")
 
@@ -98,6 +103,7 @@ class LabConsole:
         """The live broker's Broker statistics carry the run's timeline as ``lab`` (the run,
         its seconds so far, each thing that happened: ``phases``, the feed ``--watch``
         draws), so the page draws it above its charts as it does a replay's phases."""
+
         def install() -> None:
             broker = live.server.broker
             own = broker.statistics_source
@@ -105,8 +111,11 @@ class LabConsole:
             def answer(b: Any, address: str, scope: Any) -> list[dict[str, Any]] | None:
                 replies = own(b, address, scope)
                 if replies and address == STATISTICS_PREFIX + "Broker":
-                    replies[0]["lab"] = {"run": run_name, "elapsed": round(phases.elapsed(), 3),
-                                         "events": [{"t": round(t, 3), "text": text} for t, text in phases.items()]}
+                    replies[0]["lab"] = {
+                        "run": run_name,
+                        "elapsed": round(phases.elapsed(), 3),
+                        "events": [{"t": round(t, 3), "text": text} for t, text in phases.items()],
+                    }
                 return replies
 
             broker.statistics_source = answer
@@ -134,8 +143,11 @@ class LabConsole:
     def replay(self, runs: list[ReplayedRun], speed: float, workdir: Path) -> TraceReplay:
         """Serve the console with ``runs`` replayed at ``speed`` (lab seconds per second)."""
         replay = TraceReplay(runs, speed)
-        config = self.configure(BrokerConfig().on_free_ports().replace(
-            transport={"host": "127.0.0.1"}, broker={"data_dir": str(workdir / "data")}))
+        config = self.configure(
+            BrokerConfig()
+            .on_free_ports()
+            .replace(transport={"host": "127.0.0.1"}, broker={"data_dir": str(workdir / "data")})
+        )
         live = LiveBroker(config)
         live.start()
 
@@ -151,8 +163,10 @@ class LabConsole:
         """Keep the last broker serving: ``seconds``, or until Ctrl-C when None; then stop it."""
         try:
             if self._kept is not None:
-                self._out(f"  console: {self.url} keeps serving the {self._showing}; "
-                          + (f"for {seconds:g} s" if seconds is not None else "Ctrl-C to stop"))
+                self._out(
+                    f"  console: {self.url} keeps serving the {self._showing}; "
+                    + (f"for {seconds:g} s" if seconds is not None else "Ctrl-C to stop")
+                )
                 deadline = None if seconds is None else time.monotonic() + seconds
                 with contextlib.suppress(KeyboardInterrupt):
                     while deadline is None or time.monotonic() < deadline:

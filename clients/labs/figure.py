@@ -14,6 +14,7 @@ verdict), two rows on shared axes, so the two runs compare at a glance:
 A finding's window is shaded, and named, where it holds. ``lab_figure``
 returns what it drew (``Drawn``), which the test checks.
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -21,8 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clients.spark.plots import (DPI, PALETTE, STYLES, classroom, consumer_label, consumer_lines,
-                                 count_axis, journal_lines, sent_lines, shade, usage_lines)
+from clients.spark.plots import (
+    DPI,
+    PALETTE,
+    STYLES,
+    classroom,
+    consumer_label,
+    consumer_lines,
+    count_axis,
+    journal_lines,
+    sent_lines,
+    shade,
+    usage_lines,
+)
 
 from .model import Lab
 from .runner import RunResult
@@ -76,8 +88,11 @@ def _named(result: RunResult) -> list[str]:
     count: dict[str, int] = {}
     for s in series.get("subscriptions", []):
         count[s["session"]] = count.get(s["session"], 0) + 1
-    return [consumer_label(names, f["session"], f["sub"], count.get(f["session"], 1))
-            for f in result.findings or [] if f["session"] and f["sub"]]
+    return [
+        consumer_label(names, f["session"], f["sub"], count.get(f["session"], 1))
+        for f in result.findings or []
+        if f["session"] and f["sub"]
+    ]
 
 
 def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
@@ -88,8 +103,7 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
     import matplotlib.pyplot as plt
 
     # a journal's story (it refused enqueues): its files; any other: the broker's usage
-    journal = any(j["event"] == "journal_full" for r in runs
-                  for j in (r.series or {}).get("journal", []))
+    journal = any(j["event"] == "journal_full" for r in runs for j in (r.series or {}).get("journal", []))
     span = max(_span(r) for r in runs)
     tops = {r.spec.name: _top_lines(r, span) for r in runs}
     order: dict[str, int] = {}
@@ -99,8 +113,9 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
     path = out / f"{lab.directory.name}.png"
     drawn = Drawn(path, [r.spec.name for r in runs])
     with classroom():
-        fig, axes = plt.subplots(2, len(runs), figsize=(9 * len(runs), 11), sharex=True,
-                                 sharey="row", squeeze=False, layout="constrained")
+        fig, axes = plt.subplots(
+            2, len(runs), figsize=(9 * len(runs), 11), sharex=True, sharey="row", squeeze=False, layout="constrained"
+        )
         tallest = [1.0, 1.0 if journal else 110.0]  # each row's highest value: one scale for both columns
         for col, result in enumerate(runs):
             name = result.spec.name
@@ -111,44 +126,86 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
                 tallest[0] = max(tallest[0], max(ys))
                 dashed = label.startswith("sent to ")
                 color = "black" if dashed else PALETTE[i % len(PALETTE)]
-                top.step(xs, ys, where="post", label=label, color=color, zorder=2 + i, clip_on=False,
-                         **({"linestyle": "--", "linewidth": 2.0} if dashed else STYLES[i % len(STYLES)]))
+                top.step(
+                    xs,
+                    ys,
+                    where="post",
+                    label=label,
+                    color=color,
+                    zorder=2 + i,
+                    clip_on=False,
+                    **({"linestyle": "--", "linewidth": 2.0} if dashed else STYLES[i % len(STYLES)]),
+                )
                 if not dashed and ys[-1] not in written:  # its total, beside its end: a line at 0 is read too
                     written.add(ys[-1])
-                    top.annotate(f"{ys[-1]:.0f}", (xs[-1], ys[-1]), xytext=(-6, 5), textcoords="offset points",
-                                 color=color, fontsize=15, fontweight="bold", ha="right", va="bottom",
-                                 annotation_clip=False)
+                    top.annotate(
+                        f"{ys[-1]:.0f}",
+                        (xs[-1], ys[-1]),
+                        xytext=(-6, 5),
+                        textcoords="offset points",
+                        color=color,
+                        fontsize=15,
+                        fontweight="bold",
+                        ha="right",
+                        va="bottom",
+                        annotation_clip=False,
+                    )
             drawn.lines[name] = [label for label, _, _ in tops[name]]
             drawn.starved[name] = _named(result)
             series = result.series or {}
             if journal:
                 for i, (label, xs, ys) in enumerate(journal_lines(series, span)):
                     tallest[1] = max(tallest[1], max(ys) * 1.1)
-                    bottom.step(xs, ys, where="post", label=label, color=PALETTE[i % len(PALETTE)],
-                                **STYLES[i % len(STYLES)])
+                    bottom.step(
+                        xs, ys, where="post", label=label, color=PALETTE[i % len(PALETTE)], **STYLES[i % len(STYLES)]
+                    )
                 bottom.set_ylabel("journal files")
             else:
                 for i, (label, xs, ys) in enumerate(usage_lines(series)):
                     tallest[1] = max(tallest[1], max(ys) * 1.05)
-                    bottom.step(xs + [span], ys + ys[-1:], where="post", label=label,
-                                color=PALETTE[i % len(PALETTE)], **STYLES[i % len(STYLES)])
+                    bottom.step(
+                        xs + [span],
+                        ys + ys[-1:],
+                        where="post",
+                        label=label,
+                        color=PALETTE[i % len(PALETTE)],
+                        **STYLES[i % len(STYLES)],
+                    )
                 hwm = next((int(f_hwm) for f_hwm in [series.get("hwm")] if f_hwm), 70)
                 bottom.axhline(hwm, color="k", linestyle=":", linewidth=2)
-                bottom.text(0.99, hwm, f"high-water mark {hwm}% ", transform=bottom.get_yaxis_transform(),
-                            ha="right", va="bottom", fontsize=14)
+                bottom.text(
+                    0.99,
+                    hwm,
+                    f"high-water mark {hwm}% ",
+                    transform=bottom.get_yaxis_transform(),
+                    ha="right",
+                    va="bottom",
+                    fontsize=14,
+                )
                 for i, b in enumerate(series.get("blocked", [])):
-                    bottom.axvspan(b["start"], b["end"], ymin=0, ymax=0.05, color="tab:red", linewidth=0,
-                                   label="a producer blocked" if i == 0 else None)
+                    bottom.axvspan(
+                        b["start"],
+                        b["end"],
+                        ymin=0,
+                        ymax=0.05,
+                        color="tab:red",
+                        linewidth=0,
+                        label="a producer blocked" if i == 0 else None,
+                    )
                 bottom.set_ylabel("broker usage, % of limit")
             for ax in (top, bottom):
-                shade(ax, result.findings or [], list({f["detector"] for f in result.findings or []}),
-                      label=ax is top, names=series.get("names"))
+                shade(
+                    ax,
+                    result.findings or [],
+                    list({f["detector"] for f in result.findings or []}),
+                    label=ax is top,
+                    names=series.get("names"),
+                )
             top.set_ylabel("messages (running total)")
             bottom.set_xlabel("seconds since the run's start")
             verdict = "PATHOLOGY" if result.outcome.pathology else "HEALTHY"
             head = f"{verdict}: {name}"
-            top.set_title(head + "\n" + textwrap.fill(result.outcome.summary, 60), fontsize=16, loc="left",
-                          pad=28)
+            top.set_title(head + "\n" + textwrap.fill(result.outcome.summary, 60), fontsize=16, loc="left", pad=28)
         for row in range(2):
             for ax in axes[row]:
                 count_axis(ax, top=tallest[row] * (1.05 if row == 0 else 1.0))
@@ -159,8 +216,14 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
                 for h, label in zip(*ax.get_legend_handles_labels()):
                     handles.setdefault(label, h)
             if handles:
-                axes[row, -1].legend(handles.values(), handles.keys(), loc="upper left",
-                                     bbox_to_anchor=(1.02, 1.0), borderaxespad=0, frameon=False)
+                axes[row, -1].legend(
+                    handles.values(),
+                    handles.keys(),
+                    loc="upper left",
+                    bbox_to_anchor=(1.02, 1.0),
+                    borderaxespad=0,
+                    frameon=False,
+                )
         fig.suptitle(textwrap.fill(lab.title, 90), fontweight="bold")
         drawn.limits = [(ax.get_xlim(), ax.get_ylim()) for ax in axes.flat]
         out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
 """A lab's real server: ``minibroker.server.serve`` in a background thread (``lab run --live``)."""
+
 from __future__ import annotations
 
 import asyncio

@@ -9,6 +9,7 @@ own event loop asks to sleep ``INTERVAL`` seconds, again and again, and records
 how much later than asked it woke up (the scheduling delay every timer of the
 broker suffered at that moment, CPU starvation and GIL contention included).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,6 +51,8 @@ class LoopLag:
         if not self.samples:
             return "the broker's event loop was not sampled"
         late = sum(s >= BUSY_SECONDS for s in self.samples)
-        return (f"the broker's event loop woke up to {self.worst() * 1000:.0f} ms late (median "
-                f"{statistics.median(self.samples) * 1000:.0f} ms; {late} of {len(self.samples)} samples "
-                f"{BUSY_SECONDS * 1000:.0f} ms late or more)")
+        return (
+            f"the broker's event loop woke up to {self.worst() * 1000:.0f} ms late (median "
+            f"{statistics.median(self.samples) * 1000:.0f} ms; {late} of {len(self.samples)} samples "
+            f"{BUSY_SECONDS * 1000:.0f} ms late or more)"
+        )

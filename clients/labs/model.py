@@ -17,6 +17,7 @@
     about = "ActiveMQ <= 5.14 space check, no destination limits"
     findings = ["starved_consumer"]   # what the trace analysis must find (default: nothing)
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -81,7 +82,9 @@ class Lab:
 
     def scenario(self) -> ModuleType:
         """The lab's scenario module (``run(lab)``, optionally ``run_live(lab)``)."""
-        spec = importlib.util.spec_from_file_location(f"minibroker_lab_{self.name.replace('-', '_')}", self.scenario_path)
+        spec = importlib.util.spec_from_file_location(
+            f"minibroker_lab_{self.name.replace('-', '_')}", self.scenario_path
+        )
         if spec is None or spec.loader is None:
             raise LabError(f"cannot load {self.scenario_path}")
         module = importlib.util.module_from_spec(spec)
@@ -127,8 +130,16 @@ def load_lab(directory: Path) -> Lab:
     unknown = [n for n in figure if n not in {r.name for r in runs}]
     if unknown or len(figure) not in (0, 2):
         raise LabError(f"{path}: figure must name two of its runs (the pathology, the cure), not {list(figure)}")
-    return Lab(directory, data["name"], data["title"], data["source"], tuple(runs),
-               directory / data.get("scenario", "scenario.py"), figure, str(data.get("no_live", "")))
+    return Lab(
+        directory,
+        data["name"],
+        data["title"],
+        data["source"],
+        tuple(runs),
+        directory / data.get("scenario", "scenario.py"),
+        figure,
+        str(data.get("no_live", "")),
+    )
 
 
 def find_labs(root: Path | None = None) -> list[Lab]:

@@ -8,6 +8,7 @@ tests compare each block with a fresh run. ``run_sections`` splits an output
 into its runs, so a test can check that the numbers the README's table of
 runs quotes are the ones that run printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,7 @@ def quoted_block(lab: Lab, text: str) -> str | None:
     start = text.find(BEGIN.format(number=lab.number))
     if start < 0:
         return None
-    body = text[start:text.index(END, start)].split("\n", 1)[1]
+    body = text[start : text.index(END, start)].split("\n", 1)[1]
     return body.removeprefix("```text\n").rstrip("\n").removesuffix("```").rstrip("\n")
 
 

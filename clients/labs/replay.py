@@ -30,6 +30,7 @@ the phases (each run, and inside it the windows a producer was blocked), which
 the page draws as a track above its charts. Connection and subscription
 statistics are empty: a trace does not keep what they show.
 """
+
 from __future__ import annotations
 
 import time
@@ -160,8 +161,9 @@ class TraceReplay:
     """The runs' traces on one timeline, played at ``speed``; ``answer`` is a broker's
     ``statistics_source``."""
 
-    def __init__(self, runs: list[ReplayedRun], speed: float = 1.0, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, runs: list[ReplayedRun], speed: float = 1.0, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if speed <= 0:
             raise ValueError("the replay's speed must be above 0")
         self.runs = runs
@@ -199,16 +201,34 @@ class TraceReplay:
                 elif e["event"] == "flow_unblock" and e["session"] in held:
                     held.discard(e["session"])
                     if not held and since is not None:
-                        phases.append({"kind": "blocked", "name": "producer blocked", "run": run.name,
-                                       "start": start + since - first, "end": start + e["ts"] - first})
+                        phases.append(
+                            {
+                                "kind": "blocked",
+                                "name": "producer blocked",
+                                "run": run.name,
+                                "start": start + since - first,
+                                "end": start + e["ts"] - first,
+                            }
+                        )
             if held and since is not None:
-                phases.append({"kind": "blocked", "name": "producer blocked", "run": run.name,
-                               "start": start + since - first, "end": end})
+                phases.append(
+                    {
+                        "kind": "blocked",
+                        "name": "producer blocked",
+                        "run": run.name,
+                        "start": start + since - first,
+                        "end": end,
+                    }
+                )
         merged: list[dict[str, Any]] = []
         for phase in phases:  # a producer held and let go many times in a row: one window
             last = merged[-1] if merged else None
-            if (last is not None and phase["kind"] == last["kind"] == "blocked" and phase["run"] == last["run"]
-                    and phase["start"] - last["end"] < BLOCKED_GAP):
+            if (
+                last is not None
+                and phase["kind"] == last["kind"] == "blocked"
+                and phase["run"] == last["run"]
+                and phase["start"] - last["end"] < BLOCKED_GAP
+            ):
                 last["end"] = max(last["end"], phase["end"])
             else:
                 merged.append(phase)
@@ -245,16 +265,19 @@ class TraceReplay:
             self._started = self._clock()
         index, local = self._advance()
         run, state = self.runs[index], self._state
-        what = address[len(STATISTICS_PREFIX):]
+        what = address[len(STATISTICS_PREFIX) :]
         timestamp = EPOCH_MS + int(self.position() * 1000)
         if what == "Broker":
             return [self._broker(run, state, timestamp, local)]
         if what in ("Subscription", "Connection"):
             return []
         if what.startswith("Destination."):
-            pattern = what[len("Destination."):]
-            return [self._destination(run, d, timestamp) for name, d in sorted(state.dests.items())
-                    if wildcards.matches(pattern, name.split("/", 2)[2])]
+            pattern = what[len("Destination.") :]
+            return [
+                self._destination(run, d, timestamp)
+                for name, d in sorted(state.dests.items())
+                if wildcards.matches(pattern, name.split("/", 2)[2])
+            ]
         return None
 
     def _destination(self, run: ReplayedRun, d: _Dest, timestamp: int) -> dict[str, Any]:
@@ -264,17 +287,33 @@ class TraceReplay:
         hwm = policy.cursor_memory_high_water_mark
         store_only = max(0, min(d.size, d.not_cached - d.paged_in))
         return {
-            "destinationName": d.address, "kind": kind, "timestamp": timestamp,
-            "size": d.size, "readyCount": d.size - d.inflight, "inflightCount": d.inflight,
-            "enqueueCount": d.enqueued, "dequeueCount": d.dequeued, "dispatchCount": d.dispatched,
-            "expiredCount": d.expired, "discardedCount": d.discarded,
+            "destinationName": d.address,
+            "kind": kind,
+            "timestamp": timestamp,
+            "size": d.size,
+            "readyCount": d.size - d.inflight,
+            "inflightCount": d.inflight,
+            "enqueueCount": d.enqueued,
+            "dequeueCount": d.dequeued,
+            "dispatchCount": d.dispatched,
+            "expiredCount": d.expired,
+            "discardedCount": d.discarded,
             "enqueueRate": round(len(d.enqueue_times) / RATE_WINDOW, 2),
             "dequeueRate": round(len(d.dequeue_times) / RATE_WINDOW, 2),
-            "consumerCount": d.consumers, "memoryUsage": limit * d.mem_pct // 100, "memoryLimit": limit,
-            "memoryPercentUsage": d.mem_pct, "cursorMemoryHighWaterMark": hwm,
-            "cachedCount": d.size - store_only, "storeOnlyCount": store_only,
-            "cacheEnabled": store_only == 0, "pageInBlocked": False, "pagedInCount": d.paged_in, "tempCount": 0,
-            "pendingCount": d.pending, "swappedCount": 0, "consumers": [],
+            "consumerCount": d.consumers,
+            "memoryUsage": limit * d.mem_pct // 100,
+            "memoryLimit": limit,
+            "memoryPercentUsage": d.mem_pct,
+            "cursorMemoryHighWaterMark": hwm,
+            "cachedCount": d.size - store_only,
+            "storeOnlyCount": store_only,
+            "cacheEnabled": store_only == 0,
+            "pageInBlocked": False,
+            "pagedInCount": d.paged_in,
+            "tempCount": 0,
+            "pendingCount": d.pending,
+            "swappedCount": 0,
+            "consumers": [],
         }
 
     def _broker(self, run: ReplayedRun, state: _State, timestamp: int, local: float) -> dict[str, Any]:
@@ -283,20 +322,39 @@ class TraceReplay:
         size = sum(d.size for d in dests)
         inflight = sum(d.inflight for d in dests)
         return {
-            "brokerName": f"{run.config.broker.name} (replay of {run.name})", "timestamp": timestamp,
-            "memoryUsage": limits.memory_limit * state.mem_pct // 100, "memoryLimit": limits.memory_limit,
+            "brokerName": f"{run.config.broker.name} (replay of {run.name})",
+            "timestamp": timestamp,
+            "memoryUsage": limits.memory_limit * state.mem_pct // 100,
+            "memoryLimit": limits.memory_limit,
             "memoryPercentUsage": state.mem_pct,
-            "storeUsage": limits.store_limit * state.store_pct // 100, "storeLimit": limits.store_limit,
+            "storeUsage": limits.store_limit * state.store_pct // 100,
+            "storeLimit": limits.store_limit,
             "storePercentUsage": state.store_pct,
-            "tempUsage": limits.temp_limit * state.temp_pct // 100, "tempLimit": limits.temp_limit,
-            "tempPercentUsage": state.temp_pct, "storeState": "ok", "storeProblem": "",
-            "size": size, "readyCount": size - inflight, "inflightCount": inflight,
-            "enqueueCount": sum(d.enqueued for d in dests), "dequeueCount": sum(d.dequeued for d in dests),
-            "dispatchCount": sum(d.dispatched for d in dests), "expiredCount": sum(d.expired for d in dests),
+            "tempUsage": limits.temp_limit * state.temp_pct // 100,
+            "tempLimit": limits.temp_limit,
+            "tempPercentUsage": state.temp_pct,
+            "storeState": "ok",
+            "storeProblem": "",
+            "size": size,
+            "readyCount": size - inflight,
+            "inflightCount": inflight,
+            "enqueueCount": sum(d.enqueued for d in dests),
+            "dequeueCount": sum(d.dequeued for d in dests),
+            "dispatchCount": sum(d.dispatched for d in dests),
+            "expiredCount": sum(d.expired for d in dests),
             "enqueueRate": round(sum(len(d.enqueue_times) for d in dests) / RATE_WINDOW, 2),
             "dequeueRate": round(sum(len(d.dequeue_times) for d in dests) / RATE_WINDOW, 2),
-            "consumerCount": sum(d.consumers for d in dests), "destinationCount": len(state.dests),
-            "connectionCount": len(state.sessions), "blockedProducers": len(state.blocked), "diagnosis": [],
-            "replay": {"position": round(self.position(), 3), "end": round(self.end, 3), "speed": self.speed,
-                       "run": run.name, "runTime": round(local, 3), "phases": self.phases},
+            "consumerCount": sum(d.consumers for d in dests),
+            "destinationCount": len(state.dests),
+            "connectionCount": len(state.sessions),
+            "blockedProducers": len(state.blocked),
+            "diagnosis": [],
+            "replay": {
+                "position": round(self.position(), 3),
+                "end": round(self.end, 3),
+                "speed": self.speed,
+                "run": run.name,
+                "runTime": round(local, 3),
+                "phases": self.phases,
+            },
         }

@@ -13,6 +13,7 @@ one: the real server on real sockets (``lab.live_broker()``); with a
 ``LabConsole`` (``--console``) those brokers serve the web console
 (``clients.labs.console``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -83,8 +84,14 @@ class RunResult:
 class LabRun:
     """What a scenario gets: one run's configuration, data directory and trace."""
 
-    def __init__(self, lab: Lab, spec: RunSpec, workdir: Path, console: LabConsole | None = None,
-                 watch: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        lab: Lab,
+        spec: RunSpec,
+        workdir: Path,
+        console: LabConsole | None = None,
+        watch: Callable[[str], None] | None = None,
+    ) -> None:
         self.lab = lab
         #: Where ``--watch`` frames go while a live broker runs, or None (off).
         self.watch = watch
@@ -130,8 +137,11 @@ class LabRun:
     @contextlib.contextmanager
     def live_broker(self, config: BrokerConfig | None = None) -> Iterator["LiveBroker"]:
         """The real asyncio server with this configuration, on an ephemeral port."""
-        chosen = (config or self.config).on_free_ports().replace(
-            transport={"host": "127.0.0.1"}, broker={"data_dir": str(self.data_dir)})
+        chosen = (
+            (config or self.config)
+            .on_free_ports()
+            .replace(transport={"host": "127.0.0.1"}, broker={"data_dir": str(self.data_dir)})
+        )
         if self.console is not None:
             self.console.release(unless=self.workdir)  # the last run's broker gives up the port
             chosen = self.console.configure(chosen)
@@ -191,9 +201,16 @@ class _LogCapture(logging.Handler):
         logger.propagate = self._saved[1]
 
 
-def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
-            out: Callable[[str], None] = print, console: LabConsole | None = None,
-            watch: Callable[[str], None] | None = None, keep_events: bool = False) -> list[RunResult]:
+def run_lab(
+    lab: Lab,
+    *,
+    live: bool = False,
+    plot_dir: Path | None = None,
+    out: Callable[[str], None] = print,
+    console: LabConsole | None = None,
+    watch: Callable[[str], None] | None = None,
+    keep_events: bool = False,
+) -> list[RunResult]:
     """Run every configuration of ``lab``, print verdicts, return the results.
 
     With ``console`` the live brokers serve the web console there, and the last
@@ -215,9 +232,13 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
                 outcome: Outcome = entry(run)
                 run.finish()
             outcome.evidence = run.notes + outcome.evidence
-            result = RunResult(spec, outcome, loop_lag=run.loop_lag,
-                               events=run.trace.events() if keep_events and run.trace is not None else None,
-                               config=run.config)
+            result = RunResult(
+                spec,
+                outcome,
+                loop_lag=run.loop_lag,
+                events=run.trace.events() if keep_events and run.trace is not None else None,
+                config=run.config,
+            )
             if plot_dir is not None and run.trace is not None:
                 _analyse(run, result, plot_dir / spec.name)
         finally:
@@ -227,8 +248,10 @@ def run_lab(lab: Lab, *, live: bool = False, plot_dir: Path | None = None,
         _print_result(result, out)
     kept = sum(r.as_promised for r in results)
     busy = sum(r.too_busy for r in results)
-    out(f"Result: {kept}/{len(results)} verdicts as the lab promises"
-        + (f" ({busy} run(s) on a machine too busy for a fair run: see above)" if busy else ""))
+    out(
+        f"Result: {kept}/{len(results)} verdicts as the lab promises"
+        + (f" ({busy} run(s) on a machine too busy for a fair run: see above)" if busy else "")
+    )
     if plot_dir is not None:
         analysed = [r for r in results if r.findings is not None]
         agree = sum(r.findings_as_expected for r in analysed)
@@ -251,8 +274,7 @@ def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
         out(f"    {fair}{result.loop_lag.summary()}")
     if result.findings is not None:
         expected = ", ".join(spec.findings) or "none"
-        verdict = ("as the lab expects" if result.findings_as_expected
-                   else f"NOT as the lab expects ({expected})")
+        verdict = "as the lab expects" if result.findings_as_expected else f"NOT as the lab expects ({expected})"
         out(f"    trace analysis: {len(result.findings)} finding(s), {verdict}; {result.trace_file.parent}")
         for f in result.findings:
             out(f"      {f['start']:6.1f}-{f['end']:<6.1f} s  {f['detector']}: {f['summary']}")

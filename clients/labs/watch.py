@@ -9,6 +9,7 @@ and temp percentages, blocked sends, each destination's depth and memory, and
 any diagnosis, under a timeline of the run's phases. ``render`` takes any
 snapshot, so another front end can draw the same feed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,8 +46,15 @@ class Phases:
         return time.monotonic() - self.started
 
 
-def render(title: str, stats: dict[str, Any] | None, phases: list[tuple[float, str]], elapsed: float,
-           *, width: int = 160, last: int = 8) -> str:
+def render(
+    title: str,
+    stats: dict[str, Any] | None,
+    phases: list[tuple[float, str]],
+    elapsed: float,
+    *,
+    width: int = 160,
+    last: int = 8,
+) -> str:
     """One frame: the run's title and clock, its timeline (the ``last`` phases), the broker's statistics."""
     lines = [f"{title}   t={elapsed:.1f}s", "", "timeline:"]
     shown = phases[-last:]
@@ -95,8 +103,9 @@ class Watcher:
     ``broker`` is the run's ``LiveBroker`` (its port changes when it restarts: the
     watcher reconnects to wherever it is now)."""
 
-    def __init__(self, broker: Any, title: str, phases: Phases, write: Callable[[str], None],
-                 interval: float = 0.3) -> None:
+    def __init__(
+        self, broker: Any, title: str, phases: Phases, write: Callable[[str], None], interval: float = 0.3
+    ) -> None:
         self.broker = broker
         self.title = title
         self.phases = phases

@@ -10,6 +10,7 @@ its actions in order, its consumers), ``stats`` (histograms, counters,
 errors), ``report`` (the summary), ``progress`` (the terminal bar). The
 design is described in docs/replay.md.
 """
+
 from __future__ import annotations
 
 import time
@@ -39,8 +40,9 @@ __all__ = [
 ]
 
 
-async def replay(actions: str | Path | Iterable[Action], options: ReplayOptions, *,
-                 trace: str | Path | None = None) -> ReplayReport:
+async def replay(
+    actions: str | Path | Iterable[Action], options: ReplayOptions, *, trace: str | Path | None = None
+) -> ReplayReport:
     """Play an action table (a path, or actions in time order) and return the report.
 
     ``trace`` names a client-side trace file to write (epoch-second clock).

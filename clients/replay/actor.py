@@ -26,6 +26,7 @@ CONNECT, SUBSCRIBE or SEND, a lost connection) is reported and the client's
 later actions are skipped. ERROR frames that do not end the connection
 (ActiveMQ's ``sendFailIfNoSpace``) are counted as they come.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -60,8 +61,9 @@ def body(size: int) -> bytes:
 class Consumer:
     """A subscription's message loop: take, record, process, ack."""
 
-    def __init__(self, owner: "ReplayClient", client: StompClient, sub: Subscription, dest: str,
-                 process: float) -> None:
+    def __init__(
+        self, owner: "ReplayClient", client: StompClient, sub: Subscription, dest: str, process: float
+    ) -> None:
         self.owner = owner
         self.client = client
         self.sub = sub
@@ -183,15 +185,26 @@ class ReplayClient:
         headers["replay-id"] = msg
         headers["replay-ts"] = repr(time.time())
         size = a.size or 0
-        await client.send(a.dest, body(size), headers,  # type: ignore[arg-type]
-                          receipt=r.wants_receipt(a), timeout=r.timeout)
+        await client.send(
+            a.dest,  # type: ignore[arg-type]
+            body(size),
+            headers,  # type: ignore[arg-type]
+            receipt=r.wants_receipt(a),
+            timeout=r.timeout,
+        )
         r.sent(self.name, a.dest, msg, size, a.persistent, a.priority)  # type: ignore[arg-type]
 
     async def _subscribe(self, a: Action) -> None:
         client = self._client()
-        sub = await client.subscribe(a.dest, id=a.sub, ack=a.ack or "auto",  # type: ignore[arg-type]
-                                     prefetch=a.prefetch, selector=a.selector, headers=a.headers,
-                                     timeout=self.replayer.timeout)
+        sub = await client.subscribe(
+            a.dest,  # type: ignore[arg-type]
+            id=a.sub,
+            ack=a.ack or "auto",  # type: ignore[arg-type]
+            prefetch=a.prefetch,
+            selector=a.selector,
+            headers=a.headers,
+            timeout=self.replayer.timeout,
+        )
         self.consumers[sub.id] = Consumer(self, client, sub, a.dest, a.process or 0.0)  # type: ignore[arg-type]
 
     async def _pace(self, a: Action) -> None:
@@ -218,15 +231,13 @@ class ReplayClient:
         if self.client is not None and not self.client.is_closed and not self._disconnecting:
             raise StompClientError("connect while connected")
         if not r.take_connection():
-            raise StompClientError(f"not connected: {r.max_clients} connections are already "
-                                   "open (--max-clients)")
+            raise StompClientError(f"not connected: {r.max_clients} connections are already open (--max-clients)")
         self._counted = True
         client_id = a.client_id
         if client_id is not None and r.client_id_prefix:
             client_id = f"{r.client_id_prefix}-{client_id}"
         try:
-            client = await StompClient.connect(r.host, r.port, client_id=client_id,
-                                               **r.connect_options)
+            client = await StompClient.connect(r.host, r.port, client_id=client_id, **r.connect_options)
         except BaseException:
             self._release()
             raise
@@ -238,8 +249,12 @@ class ReplayClient:
 
     #: action -> the method that performs it
     _HANDLERS: dict[str, Callable[["ReplayClient", Action], Awaitable[None]]] = {
-        "connect": _connect, "subscribe": _subscribe, "send": _send, "pace": _pace,
-        "unsubscribe": _unsubscribe, "disconnect": _disconnect,
+        "connect": _connect,
+        "subscribe": _subscribe,
+        "send": _send,
+        "pace": _pace,
+        "unsubscribe": _unsubscribe,
+        "disconnect": _disconnect,
     }
 
     # ---------------------------------------------------------------- ending
@@ -257,7 +272,7 @@ class ReplayClient:
         """Count ERROR frames that arrived without ending the connection."""
         client = self.client
         if client is not None and len(client.errors) > self._errors_seen:
-            for exc in client.errors[self._errors_seen:]:
+            for exc in client.errors[self._errors_seen :]:
                 self.error("broker", exc)
             self._errors_seen = len(client.errors)
 

@@ -20,6 +20,7 @@ docs/trace-schema.md), each action's lag to a histogram, errors to the
 error log (each new message is printed at once). A ticker flushes the trace
 and redraws the progress bar twice a second.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -96,8 +97,13 @@ class Replayer:
         self.max_clients = o.max_clients
         self.client_id_prefix = o.client_id_prefix
         self.connect_options: dict[str, Any] = dict(
-            versions=o.versions, vhost=o.vhost, login=o.login, passcode=o.passcode,
-            heartbeat=o.heartbeat, connect_timeout=o.connect_timeout)
+            versions=o.versions,
+            vhost=o.vhost,
+            login=o.login,
+            passcode=o.passcode,
+            heartbeat=o.heartbeat,
+            connect_timeout=o.connect_timeout,
+        )
         self.trace = trace if trace is not None else NullTrace()
         self._tracing = self.trace.enabled
         self.progress = progress
@@ -140,9 +146,16 @@ class Replayer:
 
     def report(self) -> ReplayReport:
         """What was done so far (all of it once ``run`` has returned)."""
-        return ReplayReport(self.counters, self.lag_hist, self.latency, self.errors,
-                            self._end - self._start, self._last_due - self._start,
-                            len(self.clients), self.trace.written)
+        return ReplayReport(
+            self.counters,
+            self.lag_hist,
+            self.latency,
+            self.errors,
+            self._end - self._start,
+            self._last_due - self._start,
+            len(self.clients),
+            self.trace.written,
+        )
 
     async def _schedule(self, actions: Iterable[Action], start: float) -> None:
         loop = asyncio.get_running_loop()
@@ -202,14 +215,20 @@ class Replayer:
         mode = self.options.receipts
         return mode == "always" or (mode == "persistent" and bool(action.persistent))
 
-    def sent(self, client: str, dest: str, msg: str, size: int, persistent: bool | None,
-             priority: int | None) -> None:
+    def sent(self, client: str, dest: str, msg: str, size: int, persistent: bool | None, priority: int | None) -> None:
         c = self.counters
         c.sent += 1
         c.sent_bytes += size
         if self._tracing:
-            self.trace.emit("sent", client=client, dest=dest, msg=msg, size=size,
-                            persistent=bool(persistent), priority=4 if priority is None else priority)
+            self.trace.emit(
+                "sent",
+                client=client,
+                dest=dest,
+                msg=msg,
+                size=size,
+                persistent=bool(persistent),
+                priority=4 if priority is None else priority,
+            )
 
     def received(self, client: str, sub: str, dest: str, message: Message) -> None:
         now = time.time()
@@ -231,10 +250,13 @@ class Replayer:
         if redelivered:
             c.redelivered += 1
         if self._tracing:
-            fields: dict[str, Any] = {"client": client, "sub": sub,
-                                      "dest": headers.get("destination") or dest,
-                                      "msg": headers.get("message-id") or headers.get("replay-id", ""),
-                                      "size": size}
+            fields: dict[str, Any] = {
+                "client": client,
+                "sub": sub,
+                "dest": headers.get("destination") or dest,
+                "msg": headers.get("message-id") or headers.get("replay-id", ""),
+                "size": size,
+            }
             if redelivered:
                 fields["redelivered"] = True
             if latency is not None:
@@ -245,8 +267,14 @@ class Replayer:
         self.counters.acked += 1
         if self._tracing:
             headers = message.headers
-            self.trace.emit("acked", client=client, sub=sub, dest=headers.get("destination") or dest,
-                            msg=headers.get("message-id") or headers.get("replay-id", ""), mode=mode)
+            self.trace.emit(
+                "acked",
+                client=client,
+                sub=sub,
+                dest=headers.get("destination") or dest,
+                msg=headers.get("message-id") or headers.get("replay-id", ""),
+                mode=mode,
+            )
 
     # ------------------------------------------------ connections and errors
     def take_connection(self) -> bool:
@@ -262,9 +290,12 @@ class Replayer:
 
     def connected(self, name: str, client: StompClient, client_id: str | None) -> None:
         if self._tracing:
-            fields: dict[str, Any] = {"session": client.session or name, "client": name,
-                                      "version": client.version,
-                                      "heart_beat": f"{client.heartbeat[0]},{client.heartbeat[1]}"}
+            fields: dict[str, Any] = {
+                "session": client.session or name,
+                "client": name,
+                "version": client.version,
+                "heart_beat": f"{client.heartbeat[0]},{client.heartbeat[1]}",
+            }
             if client_id is not None:
                 fields["client_id"] = client_id
             self.trace.emit("connect", **fields)

@@ -3,6 +3,7 @@
 Redrawn in place with a carriage return; ``clear`` wipes it so a warning can
 be printed on a clean line, and the next ``update`` draws it again.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, TextIO
@@ -37,13 +38,17 @@ class Progress:
     def line(self, elapsed: float, table_t: float, r: "Replayer") -> str:
         c = r.counters
         if self.duration:
-            head = f"{bar(table_t / self.duration)} {min(100.0, 100 * table_t / self.duration):3.0f}% " \
-                   f"t {table_t:.1f}/{self.duration:g} s"
+            head = (
+                f"{bar(table_t / self.duration)} {min(100.0, 100 * table_t / self.duration):3.0f}% "
+                f"t {table_t:.1f}/{self.duration:g} s"
+            )
         else:
             head = f"t {table_t:.1f} s"
-        return (f"replay {head}  clients {c.connected}  sent {c.sent}  recv {c.received}  "
-                f"acked {c.acked}  behind {format_seconds(max(0.0, r.recent_lag))}  "
-                f"errors {r.errors.count}  ({elapsed:.0f} s)")
+        return (
+            f"replay {head}  clients {c.connected}  sent {c.sent}  recv {c.received}  "
+            f"acked {c.acked}  behind {format_seconds(max(0.0, r.recent_lag))}  "
+            f"errors {r.errors.count}  ({elapsed:.0f} s)"
+        )
 
     def update(self, elapsed: float, table_t: float, r: "Replayer") -> None:
         text = self.line(elapsed, table_t, r)

@@ -1,4 +1,5 @@
 """The end of a replay: what it did, in numbers, as text and as a dict."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,13 +44,22 @@ class ReplayReport:
     def as_dict(self) -> dict[str, object]:
         c = self.counters
         return {
-            "actions": dict(c.actions), "played": self.played, "skipped": c.skipped,
-            "clients": self.clients, "peak_connected": c.peak_connected,
-            "sent": c.sent, "received": c.received, "acked": c.acked,
-            "redelivered": c.redelivered, "sent_bytes": c.sent_bytes,
-            "received_bytes": c.received_bytes, "elapsed": self.elapsed,
-            "schedule": self.schedule, "lag": self.lag.as_dict(),
-            "latency": self.latency.as_dict(), "errors": self.errors.count,
+            "actions": dict(c.actions),
+            "played": self.played,
+            "skipped": c.skipped,
+            "clients": self.clients,
+            "peak_connected": c.peak_connected,
+            "sent": c.sent,
+            "received": c.received,
+            "acked": c.acked,
+            "redelivered": c.redelivered,
+            "sent_bytes": c.sent_bytes,
+            "received_bytes": c.received_bytes,
+            "elapsed": self.elapsed,
+            "schedule": self.schedule,
+            "lag": self.lag.as_dict(),
+            "latency": self.latency.as_dict(),
+            "errors": self.errors.count,
             "trace_events": self.trace_events,
         }
 
@@ -60,8 +70,7 @@ class ReplayReport:
         lines = [
             f"replayed {source} against {target} at speed {speed:g}: {self.played} actions of "
             f"{self.clients} clients in {self.elapsed:.2f} s (schedule {self.schedule:.2f} s)",
-            "  actions:   " + (", ".join(f"{k} {c.actions[k]}" for k in kinds) or "none")
-            + f"; skipped {c.skipped}",
+            "  actions:   " + (", ".join(f"{k} {c.actions[k]}" for k in kinds) or "none") + f"; skipped {c.skipped}",
             f"  messages:  sent {c.sent} ({_bytes(c.sent_bytes)}), received {c.received} "
             f"({_bytes(c.received_bytes)}), acked {c.acked}, redelivered {c.redelivered}",
             f"  rates:     sent {c.sent / elapsed:,.0f} msg/s, received {c.received / elapsed:,.0f} "
@@ -78,4 +87,3 @@ class ReplayReport:
         if trace is not None:
             lines.append(f"  trace:     {trace} ({self.trace_events} events)")
         return "\n".join(lines)
-

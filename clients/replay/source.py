@@ -18,6 +18,7 @@ cannot play. ``shard`` keeps the clients of one shard of N (by a hash of the
 client's name), so N replay processes, on one machine's cores or on several
 machines, can share one table; their traces are analysed together.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,8 +79,12 @@ def open_table(path: str | Path, *, log: Callable[[str], None] = print) -> Actio
         return ActionTable(path)
     home = path.parent if path.name in ("actions.jsonl", "actions.parquet") else path
     summary = _summary(home)
-    table = ActionTable(path, rows=summary.get("rows"), duration=summary.get("duration"),
-                        clients=len(summary.get("clients", ())) or None)
+    table = ActionTable(
+        path,
+        rows=summary.get("rows"),
+        duration=summary.get("duration"),
+        clients=len(summary.get("clients", ())) or None,
+    )
     jsonl = home / "actions.jsonl"
     if _has(path, ".json"):
         return table
@@ -90,22 +95,28 @@ def open_table(path: str | Path, *, log: Callable[[str], None] = print) -> Actio
     if parquet.is_dir() and _has(parquet, ".parquet"):
         table.path, table.cleanup = _convert(parquet, log)
         return table
-    raise ReplayError(f"no action table under {path}: expected actions.jsonl/ or actions.parquet/ "
-                      "part files (the output of `minibroker workload generate`)")
+    raise ReplayError(
+        f"no action table under {path}: expected actions.jsonl/ or actions.parquet/ "
+        "part files (the output of `minibroker workload generate`)"
+    )
 
 
 def _convert(parquet: Path, log: Callable[[str], None]) -> tuple[Path, Callable[[], None]]:
     """Parquet -> sorted JSON lines in a temporary directory, with Spark."""
-    log(f"converting {parquet} to JSON lines with Spark (a JVM start; "
-        "the workload job writes JSON lines too unless --format parquet)")
+    log(
+        f"converting {parquet} to JSON lines with Spark (a JVM start; "
+        "the workload job writes JSON lines too unless --format parquet)"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="minibroker-replay-"))
     out = tmp / "actions.jsonl"
     try:
         parquet_to_jsonl(parquet, out)
     except ImportError:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ReplayError(f"{parquet} holds only Parquet, which needs Spark to read (pip install "
-                          "-e '.[spark]'), or regenerate with --format jsonl") from None
+        raise ReplayError(
+            f"{parquet} holds only Parquet, which needs Spark to read (pip install "
+            "-e '.[spark]'), or regenerate with --format jsonl"
+        ) from None
     except ValueError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ReplayError(f"cannot read {parquet} with Spark: {exc}") from None
@@ -131,13 +142,13 @@ def checked(actions: Iterator[Action]) -> Iterator[Action]:
                 if getattr(action, column) is None:
                     raise ReplayError(f"row {row} ({action.client} {action.action}): no {column}")
             if action.t < last:
-                raise ReplayError(f"row {row} ({action.client}): t={action.t} comes after "
-                                  f"t={last}; the table must be sorted by t")
+                raise ReplayError(
+                    f"row {row} ({action.client}): t={action.t} comes after t={last}; the table must be sorted by t"
+                )
             last = action.t
             yield action
     except (ValueError, TypeError) as exc:  # a line that is not JSON, or not an action
         raise ReplayError(f"bad action table: {exc}") from None
-
 
 
 def parse_shard(text: str) -> tuple[int, int]:

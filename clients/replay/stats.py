@@ -6,6 +6,7 @@ lists: ``Histogram`` files each value in a log-scale bucket (5% wide, from
 count, mean and maximum beside them. Recording is one ``log`` and one list
 increment.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,7 +60,7 @@ class Histogram:
         for index, n in enumerate(self.counts):
             seen += n
             if seen >= rank:
-                upper = 0.0 if index == 0 else _FLOOR * _RATIO ** index
+                upper = 0.0 if index == 0 else _FLOOR * _RATIO**index
                 return min(upper, self.max)
         return self.max
 
@@ -71,9 +72,15 @@ class Histogram:
         return ", ".join(parts) + f", max {format_seconds(self.max, unit)}"
 
     def as_dict(self) -> dict[str, float | int]:
-        return {"count": self.count, "mean": self.mean, "p50": self.percentile(50),
-                "p90": self.percentile(90), "p99": self.percentile(99),
-                "p999": self.percentile(99.9), "max": self.max}
+        return {
+            "count": self.count,
+            "mean": self.mean,
+            "p50": self.percentile(50),
+            "p90": self.percentile(90),
+            "p99": self.percentile(99),
+            "p999": self.percentile(99.9),
+            "max": self.max,
+        }
 
 
 def format_seconds(value: float, unit: str = "ms") -> str:

@@ -59,10 +59,12 @@ def _csv_safe(df: DataFrame) -> DataFrame:
     from pyspark.sql import types as T
 
     complex_types = (T.ArrayType, T.MapType, T.StructType)
-    return df.select(*[
-        F.to_json(F.col(f.name)).alias(f.name) if isinstance(f.dataType, complex_types)
-        else F.col(f.name) for f in df.schema.fields
-    ])
+    return df.select(
+        *[
+            F.to_json(F.col(f.name)).alias(f.name) if isinstance(f.dataType, complex_types) else F.col(f.name)
+            for f in df.schema.fields
+        ]
+    )
 
 
 def _write(df: DataFrame, out: str, name: str) -> None:
@@ -94,8 +96,13 @@ def _series(tb: Tables, findings: list[dict[str, Any]]) -> tuple[dict[str, list[
     # the broker's own counts; a client trace (replay --trace) has only the clients'
     by_broker = tb.consumer_rates.filter(F.col("source") == "broker").limit(1).count() > 0
     source = "broker" if by_broker else "client"
-    top = (tb.consumer_rates.filter(F.col("source") == source).groupBy("consumer", "sub")
-           .agg(F.sum("received").alias("n")).orderBy(F.desc("n"), "consumer", "sub").limit(TOP_CONSUMERS))
+    top = (
+        tb.consumer_rates.filter(F.col("source") == source)
+        .groupBy("consumer", "sub")
+        .agg(F.sum("received").alias("n"))
+        .orderBy(F.desc("n"), "consumer", "sub")
+        .limit(TOP_CONSUMERS)
+    )
     keep = {(r["consumer"], r["sub"]) for r in top.collect()} | named
     subs = [r.asDict() for r in tb.subscriptions.collect()]
     keep |= {(s["session"], s["sub"]) for s in subs if len(subs) <= TOP_CONSUMERS}
@@ -105,12 +112,12 @@ def _series(tb: Tables, findings: list[dict[str, Any]]) -> tuple[dict[str, list[
     consumers = tb.consumer_rates.filter(wanted & (F.col("source") == source))
     rows = coarse(consumers, ["consumer", "sub", "dest"], ["received"], [])
     return {
-        "dest_rates": coarse(tb.dest_rates, ["dest"], ["enqueued", "sent", "dispatched", "client_sent",
-                                                       "client_received"], ["backlog"]),
+        "dest_rates": coarse(
+            tb.dest_rates, ["dest"], ["enqueued", "sent", "dispatched", "client_sent", "client_received"], ["backlog"]
+        ),
         "consumer_rates": rows,
         "subscriptions": [s for s in subs if (s["session"], s["sub"]) in keep],
-        "names": _names(tb.events.filter(F.col("event") == "connect")
-                        .select("session", "client_id", "addr").collect()),
+        "names": _names(tb.events.filter(F.col("event") == "connect").select("session", "client_id", "addr").collect()),
         "usage": coarse(tb.usage, [], [], ["mem_pct", "store_pct", "temp_pct"]),
         "blocked": [r.asDict() for r in tb.blocked.orderBy("start").limit(10_000).collect()],
         "swaps": [r.asDict() for r in tb.swaps.orderBy("t").limit(20_000).collect()],
@@ -132,8 +139,9 @@ def _names(rows: list[Any]) -> dict[str, str]:
     return names
 
 
-def analyze(spark: SparkSession, inputs: list[str], out: str | Path, params: Params,
-            *, plots: bool = True, tables: bool = True) -> dict[str, Any]:
+def analyze(
+    spark: SparkSession, inputs: list[str], out: str | Path, params: Params, *, plots: bool = True, tables: bool = True
+) -> dict[str, Any]:
     """Run the whole analysis on Spark; returns {"info", "findings", "plots"}.
     ``tables=False`` skips writing the tables (the findings, report and plots only)."""
     from pyspark.sql import functions as F
@@ -160,19 +168,39 @@ def analyze(spark: SparkSession, inputs: list[str], out: str | Path, params: Par
         _write(findings_df, out, "findings")
     info.update(engine="spark")
     series, step = _series(tb, findings) if plots else ({}, params.bucket)
-    result = _finish(Path(out.removeprefix("file:")), info, inputs, params, findings, series, step,
-                     [*tb.outputs(), "findings"] if tables else [])
+    result = _finish(
+        Path(out.removeprefix("file:")),
+        info,
+        inputs,
+        params,
+        findings,
+        series,
+        step,
+        [*tb.outputs(), "findings"] if tables else [],
+    )
     for df in (findings_df, *tb.outputs().values(), raw):
         df.unpersist()
     return result
 
 
-def _finish(local: Path, info: dict[str, Any], inputs: list[str], params: Params,
-            findings: list[dict[str, Any]], series: dict[str, Any], step: float,
-            tables: list[str]) -> dict[str, Any]:
+def _finish(
+    local: Path,
+    info: dict[str, Any],
+    inputs: list[str],
+    params: Params,
+    findings: list[dict[str, Any]],
+    series: dict[str, Any],
+    step: float,
+    tables: list[str],
+) -> dict[str, Any]:
     """What both engines write: plots, report.md, findings.json, info.json."""
-    info.update(inputs=list(inputs), span=info["t1"] - info["t0"], bucket=params.bucket,
-                min_window=params.min_window, hwm=params.hwm)
+    info.update(
+        inputs=list(inputs),
+        span=info["t1"] - info["t0"],
+        bucket=params.bucket,
+        min_window=params.min_window,
+        hwm=params.hwm,
+    )
     local.mkdir(parents=True, exist_ok=True)
     if series:
         series["hwm"] = params.hwm
@@ -183,7 +211,9 @@ def _finish(local: Path, info: dict[str, Any], inputs: list[str], params: Params
     return {"info": info, "findings": findings, "plots": made, "series": series}
 
 
-def inprocess_findings(inputs: list[str], params: Params) -> tuple[inprocess.Tables, Params, list[dict[str, Any]], dict[str, Any]]:
+def inprocess_findings(
+    inputs: list[str], params: Params
+) -> tuple[inprocess.Tables, Params, list[dict[str, Any]], dict[str, Any]]:
     """Read and analyse ``inputs`` in this process: (tables, params in force, findings, info)."""
     events, info = inprocess.read_events(inputs)
     if not events or info["t0"] is None:
@@ -195,8 +225,9 @@ def inprocess_findings(inputs: list[str], params: Params) -> tuple[inprocess.Tab
     return tb, params, inprocess.find_all(tb, params), info
 
 
-def analyze_inprocess(inputs: list[str], out: str | Path, params: Params, *, plots: bool = True,
-                      tables: bool = True) -> dict[str, Any]:
+def analyze_inprocess(
+    inputs: list[str], out: str | Path, params: Params, *, plots: bool = True, tables: bool = True
+) -> dict[str, Any]:
     """The analysis in this process (no JVM): the same findings, report and plots as
     ``analyze``; the tables as CSV only."""
     tb, params, findings, info = inprocess_findings(inputs, params)
@@ -207,12 +238,13 @@ def analyze_inprocess(inputs: list[str], out: str | Path, params: Params, *, plo
     series = inprocess.series(tb, findings, TOP_CONSUMERS) if plots else {}
     if series:
         series["names"] = _names([e for e in tb.events if e["event"] == "connect"])
-    return _finish(local, info, inputs, params, findings, series, tb.bucket,
-                   [*tb.outputs(), "findings"] if tables else [])
+    return _finish(
+        local, info, inputs, params, findings, series, tb.bucket, [*tb.outputs(), "findings"] if tables else []
+    )
 
 
 def choose_engine(inputs: list[str], engine: str = "auto", master: str | None = None) -> str:
-    """"inprocess" or "spark": what ``--engine auto`` picks for these inputs."""
+    """ "inprocess" or "spark": what ``--engine auto`` picks for these inputs."""
     if engine != "auto":
         return engine
     from clients.spark.session import launched_by_spark_submit
@@ -232,25 +264,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("traces", nargs="+", help="trace files (JSON lines) or directories")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--bucket", type=float, default=d.bucket, help="seconds per time bucket")
-    parser.add_argument("--min-window", type=float, default=d.min_window,
-                        help="shortest starved/idle window to report, seconds")
-    parser.add_argument("--hwm", type=int, default=d.hwm,
-                        help="cursor high-water mark %% when the trace does not say")
+    parser.add_argument(
+        "--min-window", type=float, default=d.min_window, help="shortest starved/idle window to report, seconds"
+    )
+    parser.add_argument("--hwm", type=int, default=d.hwm, help="cursor high-water mark %% when the trace does not say")
     parser.add_argument("--swap-gap", type=float, default=d.swap_gap)
     parser.add_argument("--swap-min", type=int, default=d.swap_min)
     parser.add_argument("--few-live-fraction", type=float, default=d.few_live_fraction)
     parser.add_argument("--no-plots", action="store_true", help="tables and report only")
-    parser.add_argument("--master", help="Spark master when not run by spark-submit "
-                        "(default local[*] or $MINIBROKER_SPARK_MASTER)")
-    parser.add_argument("--engine", choices=("auto", "spark", "inprocess"), default="auto",
-                        help="where to analyse: in this process (small inputs) or on Spark "
-                        "(default auto: in process up to about a million events)")
+    parser.add_argument(
+        "--master", help="Spark master when not run by spark-submit (default local[*] or $MINIBROKER_SPARK_MASTER)"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "spark", "inprocess"),
+        default="auto",
+        help="where to analyse: in this process (small inputs) or on Spark "
+        "(default auto: in process up to about a million events)",
+    )
     args = parser.parse_args(argv)
     if args.bucket <= 0:
         parser.error("--bucket must be > 0")
-    params = Params(bucket=args.bucket, min_window=args.min_window, hwm=args.hwm,
-                    swap_gap=args.swap_gap, swap_min=args.swap_min,
-                    few_live_fraction=args.few_live_fraction)
+    params = Params(
+        bucket=args.bucket,
+        min_window=args.min_window,
+        hwm=args.hwm,
+        swap_gap=args.swap_gap,
+        swap_min=args.swap_min,
+        few_live_fraction=args.few_live_fraction,
+    )
     missing = [p for p in args.traces if "://" not in p and not Path(p).exists()]
     if missing:
         print(f"error: no such trace: {', '.join(missing)}", file=sys.stderr)

@@ -38,9 +38,15 @@ from clients.spark.tables import Tables, islands
 __all__ = ["Params", "FINDING_COLUMNS", "DETECTORS", "find_all"]
 
 
-def _finding(df: DataFrame, detector: str, summary: Column, evidence: list[Column],
-             dest: Column | None = None, session: Column | None = None,
-             sub: Column | None = None) -> DataFrame:
+def _finding(
+    df: DataFrame,
+    detector: str,
+    summary: Column,
+    evidence: list[Column],
+    dest: Column | None = None,
+    session: Column | None = None,
+    sub: Column | None = None,
+) -> DataFrame:
     none = F.lit(None).cast("string")
     return df.select(
         F.lit(detector).alias("detector"),
@@ -69,10 +75,12 @@ def _window_bounds(p: Params) -> list[Column]:
 
 
 def starved_consumer(tb: Tables, p: Params) -> DataFrame:
-    subs = tb.subscriptions.filter(F.col("dest").startswith("/queue/") &
-                                   _nonempty(F.col("start"), F.col("end"), p.bucket))
-    grid = subs.select("session", "sub", "dest",
-                       F.explode(_buckets_within(F.col("start"), F.col("end"), p.bucket)).alias("b"))
+    subs = tb.subscriptions.filter(
+        F.col("dest").startswith("/queue/") & _nonempty(F.col("start"), F.col("end"), p.bucket)
+    )
+    grid = subs.select(
+        "session", "sub", "dest", F.explode(_buckets_within(F.col("start"), F.col("end"), p.bucket)).alias("b")
+    )
     received = (
         tb.consumer_rates.filter(F.col("source") == "broker")
         .groupBy(F.col("consumer").alias("session"), "sub", "b")
@@ -84,88 +92,164 @@ def starved_consumer(tb: Tables, p: Params) -> DataFrame:
         .join(tb.usage.select("b", "mem_pct"), "b")
         .join(received, ["session", "sub", "b"], "left")
         # the seed's tell: the broker is at the mark but the queue's own memory is not
-        .filter((F.coalesce("received", F.lit(0)) == 0) & (F.col("backlog") > 0) & (F.col("backlog_start") > 0) &
-                (F.col("mem_pct") >= p.hwm) & (F.col("dest_mem_pct") < p.hwm))
+        .filter(
+            (F.coalesce("received", F.lit(0)) == 0)
+            & (F.col("backlog") > 0)
+            & (F.col("backlog_start") > 0)
+            & (F.col("mem_pct") >= p.hwm)
+            & (F.col("dest_mem_pct") < p.hwm)
+        )
     )
     keys = ["session", "sub", "island"]
     flagged = islands(flagged, ["session", "sub"])
     windows = (
         flagged.groupBy(*keys, "dest")
-        .agg(*_window_bounds(p), F.min("backlog").alias("backlog_min"),
-             F.max("backlog").alias("backlog_max"), F.min("mem_pct").alias("mem_pct_min"),
-             F.max("mem_pct").alias("mem_pct_max"), F.max("dest_mem_pct").alias("dest_mem_pct"),
-             F.sum("page_in_blocked").alias("page_in_blocked"))
+        .agg(
+            *_window_bounds(p),
+            F.min("backlog").alias("backlog_min"),
+            F.max("backlog").alias("backlog_max"),
+            F.min("mem_pct").alias("mem_pct_min"),
+            F.max("mem_pct").alias("mem_pct_max"),
+            F.max("dest_mem_pct").alias("dest_mem_pct"),
+            F.sum("page_in_blocked").alias("page_in_blocked"),
+        )
         .filter(F.col("end") - F.col("start") >= p.min_window)
     )
     # who holds the memory: the other destinations' highest own percent in the window
     others = tb.dest_rates.filter(F.col("dest_mem_pct") > 0).select(
-        F.col("dest").alias("holder"), "b", F.col("dest_mem_pct").alias("pct"))
-    holders = (
-        flagged.select(*keys, "dest", "b").join(others, "b")
-        .filter(F.col("holder") != F.col("dest"))
-        .groupBy(*keys, "holder").agg(F.max("pct").alias("pct"))
-        .groupBy(*keys)
-        .agg(F.slice(F.sort_array(F.collect_list(F.struct((-F.col("pct")).alias("neg"),
-                                                          F.col("holder").alias("dest"), "pct"))),
-                     1, 3).alias("h"))
-        .select(*keys, F.transform("h", lambda x: F.struct(x["dest"].alias("dest"),
-                                                           x["pct"].alias("dest_mem_pct")))
-                .alias("memory_holders"))
+        F.col("dest").alias("holder"), "b", F.col("dest_mem_pct").alias("pct")
     )
-    out = (windows.join(holders, keys, "left").join(total, ["session", "sub"], "left")
-           .withColumn("received", F.coalesce("received_all", F.lit(0))))
+    holders = (
+        flagged.select(*keys, "dest", "b")
+        .join(others, "b")
+        .filter(F.col("holder") != F.col("dest"))
+        .groupBy(*keys, "holder")
+        .agg(F.max("pct").alias("pct"))
+        .groupBy(*keys)
+        .agg(
+            F.slice(
+                F.sort_array(
+                    F.collect_list(F.struct((-F.col("pct")).alias("neg"), F.col("holder").alias("dest"), "pct"))
+                ),
+                1,
+                3,
+            ).alias("h")
+        )
+        .select(
+            *keys,
+            F.transform("h", lambda x: F.struct(x["dest"].alias("dest"), x["pct"].alias("dest_mem_pct"))).alias(
+                "memory_holders"
+            ),
+        )
+    )
+    out = (
+        windows.join(holders, keys, "left")
+        .join(total, ["session", "sub"], "left")
+        .withColumn("received", F.coalesce("received_all", F.lit(0)))
+    )
     return _finding(
-        out, "starved_consumer",
+        out,
+        "starved_consumer",
         F.format_string(
             SUMMARY["starved_consumer"],
-            "session", "sub", "dest", F.col("end") - F.col("start"), "backlog_min", "backlog_max",
-            "mem_pct_min", "mem_pct_max", F.lit(p.hwm),
-            F.coalesce(F.col("dest_mem_pct").cast("string"), F.lit("?"))),
-        [F.col("backlog_min"), F.col("backlog_max"), F.col("mem_pct_min"), F.col("mem_pct_max"),
-         F.lit(p.hwm).alias("hwm"), F.col("dest_mem_pct"), F.col("page_in_blocked"),
-         F.col("received"), F.col("memory_holders")],
-        dest=F.col("dest"), session=F.col("session"), sub=F.col("sub"),
+            "session",
+            "sub",
+            "dest",
+            F.col("end") - F.col("start"),
+            "backlog_min",
+            "backlog_max",
+            "mem_pct_min",
+            "mem_pct_max",
+            F.lit(p.hwm),
+            F.coalesce(F.col("dest_mem_pct").cast("string"), F.lit("?")),
+        ),
+        [
+            F.col("backlog_min"),
+            F.col("backlog_max"),
+            F.col("mem_pct_min"),
+            F.col("mem_pct_max"),
+            F.lit(p.hwm).alias("hwm"),
+            F.col("dest_mem_pct"),
+            F.col("page_in_blocked"),
+            F.col("received"),
+            F.col("memory_holders"),
+        ],
+        dest=F.col("dest"),
+        session=F.col("session"),
+        sub=F.col("sub"),
     )
 
 
 def blocked_producer_idle_consumers(tb: Tables, p: Params) -> DataFrame:
     blk = tb.blocked.filter(_nonempty(F.col("start"), F.col("end"), p.bucket))
     keys = ["session", "dest", "start"]
-    grid = blk.select(*keys, "usage", "pct", "open", F.col("end").alias("blocked_end"),
-                      F.explode(_buckets_within(F.col("start"), F.col("end"), p.bucket)).alias("b"))
+    grid = blk.select(
+        *keys,
+        "usage",
+        "pct",
+        "open",
+        F.col("end").alias("blocked_end"),
+        F.explode(_buckets_within(F.col("start"), F.col("end"), p.bucket)).alias("b"),
+    )
     flagged = (
         grid.join(tb.dest_rates.select("dest", "b", "dispatched", "backlog"), ["dest", "b"], "left")
         .join(tb.usage, "b")
         .filter((F.coalesce("dispatched", F.lit(0)) == 0) & (F.coalesce("backlog", F.lit(0)) <= 0))
     )
     windows = (
-        islands(flagged.withColumnRenamed("start", "blocked_start"),
-                ["session", "dest", "blocked_start"])
+        islands(flagged.withColumnRenamed("start", "blocked_start"), ["session", "dest", "blocked_start"])
         .groupBy("session", "dest", "blocked_start", "island")
-        .agg(*_window_bounds(p), F.first("usage").alias("usage"), F.first("pct").alias("pct"),
-             F.first("open").alias("never_unblocked"), F.first("blocked_end").alias("blocked_end"),
-             F.min("temp_pct").alias("temp_pct_min"), F.max("temp_pct").alias("temp_pct_max"),
-             F.max("mem_pct").alias("mem_pct_max"), F.max("store_pct").alias("store_pct_max"))
+        .agg(
+            *_window_bounds(p),
+            F.first("usage").alias("usage"),
+            F.first("pct").alias("pct"),
+            F.first("open").alias("never_unblocked"),
+            F.first("blocked_end").alias("blocked_end"),
+            F.min("temp_pct").alias("temp_pct_min"),
+            F.max("temp_pct").alias("temp_pct_max"),
+            F.max("mem_pct").alias("mem_pct_max"),
+            F.max("store_pct").alias("store_pct_max"),
+        )
         .filter(F.col("end") - F.col("start") >= p.min_window)
     )
-    subs = tb.subscriptions.select(F.col("dest").alias("sdest"), F.col("start").alias("s0"),
-                                   F.col("end").alias("s1"))
+    subs = tb.subscriptions.select(F.col("dest").alias("sdest"), F.col("start").alias("s0"), F.col("end").alias("s1"))
     consumers = (
-        windows.join(subs, (F.col("sdest") == F.col("dest")) & (F.col("s0") < F.col("end")) &
-                     (F.col("s1") > F.col("start")))
-        .groupBy("session", "dest", "start").agg(F.count(F.lit(1)).alias("consumers"))
+        windows.join(
+            subs, (F.col("sdest") == F.col("dest")) & (F.col("s0") < F.col("end")) & (F.col("s1") > F.col("start"))
+        )
+        .groupBy("session", "dest", "start")
+        .agg(F.count(F.lit(1)).alias("consumers"))
     )
     out = windows.join(consumers, ["session", "dest", "start"])  # idle consumers must exist
     return _finding(
-        out, "blocked_producer_idle_consumers",
+        out,
+        "blocked_producer_idle_consumers",
         F.format_string(
-            SUMMARY["blocked_producer_idle_consumers"], "session", "usage", "pct", "dest", "consumers", F.col("end") - F.col("start"),
-            "temp_pct_min", "temp_pct_max",
-            F.when(F.col("never_unblocked"), F.lit("; never unblocked")).otherwise(F.lit(""))),
-        [F.col("usage"), F.col("pct"), F.col("consumers"), F.col("never_unblocked"),
-         F.col("blocked_start"), F.col("blocked_end"), F.col("temp_pct_min"),
-         F.col("temp_pct_max"), F.col("mem_pct_max"), F.col("store_pct_max")],
-        dest=F.col("dest"), session=F.col("session"),
+            SUMMARY["blocked_producer_idle_consumers"],
+            "session",
+            "usage",
+            "pct",
+            "dest",
+            "consumers",
+            F.col("end") - F.col("start"),
+            "temp_pct_min",
+            "temp_pct_max",
+            F.when(F.col("never_unblocked"), F.lit("; never unblocked")).otherwise(F.lit("")),
+        ),
+        [
+            F.col("usage"),
+            F.col("pct"),
+            F.col("consumers"),
+            F.col("never_unblocked"),
+            F.col("blocked_start"),
+            F.col("blocked_end"),
+            F.col("temp_pct_min"),
+            F.col("temp_pct_max"),
+            F.col("mem_pct_max"),
+            F.col("store_pct_max"),
+        ],
+        dest=F.col("dest"),
+        session=F.col("session"),
     )
 
 
@@ -177,25 +261,44 @@ def _episodes(df: DataFrame, keys: list[str], gap: float) -> DataFrame:
 
 
 def swap_storm(tb: Tables, p: Params) -> DataFrame:
-    swaps = _episodes(tb.swaps.filter(F.col("event") == "swap_out").withColumn("all", F.lit(1)),
-                      ["all"], p.swap_gap)
+    swaps = _episodes(tb.swaps.filter(F.col("event") == "swap_out").withColumn("all", F.lit(1)), ["all"], p.swap_gap)
     storms = (
         swaps.groupBy("episode")
-        .agg(F.min("t").alias("start"), F.max("t").alias("last"), F.count(F.lit(1)).alias("swaps"),
-             F.sum("count").alias("messages"), F.sum("bytes").alias("bytes"),
-             F.max("temp_pct").alias("temp_pct_max"), F.max("mem_pct").alias("mem_pct_max"),
-             F.sort_array(F.collect_set("dest")).alias("dests"),
-             F.size(F.collect_set(F.struct("session", "sub"))).alias("subscriptions"))
+        .agg(
+            F.min("t").alias("start"),
+            F.max("t").alias("last"),
+            F.count(F.lit(1)).alias("swaps"),
+            F.sum("count").alias("messages"),
+            F.sum("bytes").alias("bytes"),
+            F.max("temp_pct").alias("temp_pct_max"),
+            F.max("mem_pct").alias("mem_pct_max"),
+            F.sort_array(F.collect_set("dest")).alias("dests"),
+            F.size(F.collect_set(F.struct("session", "sub"))).alias("subscriptions"),
+        )
         .filter(F.col("swaps") >= p.swap_min)
         .withColumn("end", F.col("last") + p.bucket)
     )
     return _finding(
-        storms, "swap_storm",
-        F.format_string(SUMMARY["swap_storm"], "swaps", F.col("end") - F.col("start"), "messages", "subscriptions",
-                        F.array_join("dests", ", "),
-                        F.coalesce(F.col("temp_pct_max").cast("string"), F.lit("?"))),
-        [F.col("swaps"), F.col("messages"), F.col("bytes"), F.col("subscriptions"),
-         F.col("dests"), F.col("temp_pct_max"), F.col("mem_pct_max")],
+        storms,
+        "swap_storm",
+        F.format_string(
+            SUMMARY["swap_storm"],
+            "swaps",
+            F.col("end") - F.col("start"),
+            "messages",
+            "subscriptions",
+            F.array_join("dests", ", "),
+            F.coalesce(F.col("temp_pct_max").cast("string"), F.lit("?")),
+        ),
+        [
+            F.col("swaps"),
+            F.col("messages"),
+            F.col("bytes"),
+            F.col("subscriptions"),
+            F.col("dests"),
+            F.col("temp_pct_max"),
+            F.col("mem_pct_max"),
+        ],
         dest=F.element_at("dests", 1),
     )
 
@@ -209,19 +312,24 @@ def slow_consumer(tb: Tables, p: Params) -> DataFrame:
     marks = tb.events.filter(F.col("event") == "slow_consumer")
     change = F.when(F.lag("slow").over(w).isNull() | (F.lag("slow").over(w) != F.col("slow")), 1).otherwise(0)
     runs = (
-        marks.withColumn("change", change).withColumn("run", F.sum("change").over(w))
+        marks.withColumn("change", change)
+        .withColumn("run", F.sum("change").over(w))
         .groupBy("session", "sub", "run")
-        .agg(F.first("dest").alias("dest"), F.first("slow").alias("slow"), F.min("t").alias("start"),
-             F.max("pending").alias("pending_max"), F.max("prefetch").alias("prefetch"))
+        .agg(
+            F.first("dest").alias("dest"),
+            F.first("slow").alias("slow"),
+            F.min("t").alias("start"),
+            F.max("pending").alias("pending_max"),
+            F.max("prefetch").alias("prefetch"),
+        )
     )
     wr = Window.partitionBy("session", "sub").orderBy("run")
-    subs = tb.subscriptions.select("session", "sub", F.col("start").alias("sub_start"),
-                                   F.col("end").alias("sub_end"))
+    subs = tb.subscriptions.select("session", "sub", F.col("start").alias("sub_start"), F.col("end").alias("sub_end"))
     slow = (
-        runs.withColumn("next", F.lead("start").over(wr)).filter("slow")
+        runs.withColumn("next", F.lead("start").over(wr))
+        .filter("slow")
         .join(subs, ["session", "sub"], "left")
-        .withColumn("end", F.least(F.coalesce("next", F.lit(span)), F.coalesce("sub_end", F.lit(span)),
-                                   F.lit(span)))
+        .withColumn("end", F.least(F.coalesce("next", F.lit(span)), F.coalesce("sub_end", F.lit(span)), F.lit(span)))
         .withColumn("recovered", F.col("next").isNotNull() & (F.col("next") <= F.col("end")))
         .withColumn("sub_start", F.coalesce("sub_start", "start"))
     )
@@ -229,58 +337,116 @@ def slow_consumer(tb: Tables, p: Params) -> DataFrame:
     s = slow.alias("s")
     blk = tb.blocked.alias("k")
     overlap = F.greatest(F.lit(0.0), F.least("k.end", "s.end") - F.greatest("k.start", "s.start"))
-    blocked = (s.join(blk, F.col("k.dest") == F.col("s.dest"))
-               .groupBy("s.session", "s.sub", "s.start").agg(F.sum(overlap).alias("blocked_seconds"))
-               .filter(F.col("blocked_seconds") > 0))
-    held = tb.blocked.filter(F.col("open") & F.col("msg").isNotNull()).select(F.col("msg").alias("held"))
-    sends = (tb.events.filter(F.col("event") == "send").join(held, F.col("msg") == F.col("held"), "left_anti")
-             .select(F.col("dest").alias("sdest"), F.col("t").alias("st")))
-    sent = (
-        s.join(sends, (F.col("sdest") == F.col("s.dest")) & (F.col("st") >= F.col("s.sub_start")) &
-               (F.col("st") <= F.col("s.end")))
+    blocked = (
+        s.join(blk, F.col("k.dest") == F.col("s.dest"))
         .groupBy("s.session", "s.sub", "s.start")
-        .agg(F.count(F.lit(1)).alias("sent_all"),
-             F.sum((F.col("st") >= F.col("s.start")).cast("int")).alias("sent"))
+        .agg(F.sum(overlap).alias("blocked_seconds"))
+        .filter(F.col("blocked_seconds") > 0)
+    )
+    held = tb.blocked.filter(F.col("open") & F.col("msg").isNotNull()).select(F.col("msg").alias("held"))
+    sends = (
+        tb.events.filter(F.col("event") == "send")
+        .join(held, F.col("msg") == F.col("held"), "left_anti")
+        .select(F.col("dest").alias("sdest"), F.col("t").alias("st"))
+    )
+    sent = (
+        s.join(
+            sends,
+            (F.col("sdest") == F.col("s.dest"))
+            & (F.col("st") >= F.col("s.sub_start"))
+            & (F.col("st") <= F.col("s.end")),
+        )
+        .groupBy("s.session", "s.sub", "s.start")
+        .agg(F.count(F.lit(1)).alias("sent_all"), F.sum((F.col("st") >= F.col("s.start")).cast("int")).alias("sent"))
     )
     drops = tb.events.filter(F.col("event") == "discard").select(
-        F.col("session").alias("ds"), F.col("sub").alias("dsub"), F.col("t").alias("dt"))
-    discarded = (s.join(drops, (F.col("ds") == F.col("s.session")) & (F.col("dsub") == F.col("s.sub")) &
-                        (F.col("dt") <= F.col("s.end")))
-                 .groupBy("s.session", "s.sub", "s.start").agg(F.count(F.lit(1)).alias("discarded")))
+        F.col("session").alias("ds"), F.col("sub").alias("dsub"), F.col("t").alias("dt")
+    )
+    discarded = (
+        s.join(
+            drops,
+            (F.col("ds") == F.col("s.session")) & (F.col("dsub") == F.col("s.sub")) & (F.col("dt") <= F.col("s.end")),
+        )
+        .groupBy("s.session", "s.sub", "s.start")
+        .agg(F.count(F.lit(1)).alias("discarded"))
+    )
     outs = tb.swaps.filter(F.col("event") == "swap_out").select(
-        F.col("dest").alias("wdest"), F.col("sub").alias("wsub"), F.col("t").alias("wt"), F.col("count").alias("wc"))
-    spooled = (s.join(outs, (F.col("wdest") == F.col("s.dest")) & (F.col("wsub") == F.col("s.sub")) &
-                      (F.col("wt") >= F.col("s.start")) & (F.col("wt") <= F.col("s.end")))
-               .groupBy("s.session", "s.sub", "s.start").agg(F.sum("wc").alias("spooled")))
+        F.col("dest").alias("wdest"), F.col("sub").alias("wsub"), F.col("t").alias("wt"), F.col("count").alias("wc")
+    )
+    spooled = (
+        s.join(
+            outs,
+            (F.col("wdest") == F.col("s.dest"))
+            & (F.col("wsub") == F.col("s.sub"))
+            & (F.col("wt") >= F.col("s.start"))
+            & (F.col("wt") <= F.col("s.end")),
+        )
+        .groupBy("s.session", "s.sub", "s.start")
+        .agg(F.sum("wc").alias("spooled"))
+    )
     r = tb.consumer_rates.filter(F.col("source") == "broker").alias("r")
-    mine = (F.col("r.consumer") == F.col("s.session")) & (F.col("r.sub") == F.col("s.sub")) & \
-        (F.col("r.b") * p.bucket < F.col("s.end"))
+    mine = (
+        (F.col("r.consumer") == F.col("s.session"))
+        & (F.col("r.sub") == F.col("s.sub"))
+        & (F.col("r.b") * p.bucket < F.col("s.end"))
+    )
     during = F.col("r.b") >= F.floor(F.col("s.start") / p.bucket)
     got = (
         s.join(r, mine)
         .groupBy("s.session", "s.sub", "s.start")
-        .agg(F.sum("r.received").alias("delivered"),
-             F.sum(F.when(during, F.col("r.received")).otherwise(0)).alias("received"),
-             F.sum(F.when(during, F.col("r.acked")).otherwise(0)).alias("acked"))
+        .agg(
+            F.sum("r.received").alias("delivered"),
+            F.sum(F.when(during, F.col("r.received")).otherwise(0)).alias("received"),
+            F.sum(F.when(during, F.col("r.acked")).otherwise(0)).alias("acked"),
+        )
     )
     counts = ["sent_all", "sent", "discarded", "spooled", "delivered", "received", "acked"]
     out = (
-        slow.join(blocked, keys).join(sent, keys, "left").join(discarded, keys, "left")
-        .join(spooled, keys, "left").join(got, keys, "left").fillna(0, subset=counts)
-        .withColumn("backlog", F.when(~F.col("dest").startswith("/queue/"),
-                                      F.col("sent_all") - F.col("delivered") - F.col("discarded")))
+        slow.join(blocked, keys)
+        .join(sent, keys, "left")
+        .join(discarded, keys, "left")
+        .join(spooled, keys, "left")
+        .join(got, keys, "left")
+        .fillna(0, subset=counts)
+        .withColumn(
+            "backlog",
+            F.when(~F.col("dest").startswith("/queue/"), F.col("sent_all") - F.col("delivered") - F.col("discarded")),
+        )
         .withColumn("blocked_seconds", F.round("blocked_seconds", 3))
     )
     to_end = F.when(F.col("recovered") | (F.col("end") < F.lit(span)), F.lit("")).otherwise(F.lit(" (to the end)"))
     return _finding(
-        out, "slow_consumer",
-        F.format_string(SUMMARY["slow_consumer"], "session", "sub", "dest", F.col("end") - F.col("start"),
-                        to_end, "blocked_seconds", "received", "acked", "sent",
-                        F.coalesce("backlog", F.lit(0)), "spooled"),
-        [F.col("pending_max"), F.col("prefetch"), F.col("received"), F.col("acked"), F.col("sent"),
-         F.col("backlog"), F.col("spooled"), F.col("discarded"), F.col("blocked_seconds"),
-         F.col("recovered")],
-        dest=F.col("dest"), session=F.col("session"), sub=F.col("sub"),
+        out,
+        "slow_consumer",
+        F.format_string(
+            SUMMARY["slow_consumer"],
+            "session",
+            "sub",
+            "dest",
+            F.col("end") - F.col("start"),
+            to_end,
+            "blocked_seconds",
+            "received",
+            "acked",
+            "sent",
+            F.coalesce("backlog", F.lit(0)),
+            "spooled",
+        ),
+        [
+            F.col("pending_max"),
+            F.col("prefetch"),
+            F.col("received"),
+            F.col("acked"),
+            F.col("sent"),
+            F.col("backlog"),
+            F.col("spooled"),
+            F.col("discarded"),
+            F.col("blocked_seconds"),
+            F.col("recovered"),
+        ],
+        dest=F.col("dest"),
+        session=F.col("session"),
+        sub=F.col("sub"),
     )
 
 
@@ -288,77 +454,140 @@ def stalled_socket(tb: Tables, p: Params) -> DataFrame:
     ev = tb.events
     # A stall the broker ends itself is the cure at work, not the pathology: a write
     # timeout, a disconnect for missed heart-beats, or a connection whose heart-beats it watches.
-    beats = F.exists(F.split(F.coalesce("heart_beat", F.lit("")), ","),
-                     lambda x: ~F.trim(x).isin("", "0"))
-    cured = ev.filter((F.col("event") == "write_timeout") |
-                      ((F.col("event") == "disconnect") & F.col("reason").isin(*CURED_BY)) |
-                      ((F.col("event") == "connect") & beats)).select("session").distinct()
+    beats = F.exists(F.split(F.coalesce("heart_beat", F.lit("")), ","), lambda x: ~F.trim(x).isin("", "0"))
+    cured = (
+        ev.filter(
+            (F.col("event") == "write_timeout")
+            | ((F.col("event") == "disconnect") & F.col("reason").isin(*CURED_BY))
+            | ((F.col("event") == "connect") & beats)
+        )
+        .select("session")
+        .distinct()
+    )
     # The seed's own case: the connection samples show bytes queued for a socket that has
     # not drained for at least min_window seconds.
     stuck = (
-        ev.filter((F.col("event") == "connection") & (F.col("idle_write") >= p.min_window)
-                  & (F.col("pending_bytes") > 0))
+        ev.filter(
+            (F.col("event") == "connection") & (F.col("idle_write") >= p.min_window) & (F.col("pending_bytes") > 0)
+        )
         .join(cured, "session", "left_anti")
         .groupBy("session")
-        .agg(F.max("client_id").alias("client_id"), F.max("idle_write").alias("waited"),
-             F.max("pending_bytes").alias("pending_bytes"), F.max("t").alias("end"),
-             F.min(F.col("t") - F.col("idle_write")).alias("start"))
+        .agg(
+            F.max("client_id").alias("client_id"),
+            F.max("idle_write").alias("waited"),
+            F.max("pending_bytes").alias("pending_bytes"),
+            F.max("t").alias("end"),
+            F.min(F.col("t") - F.col("idle_write")).alias("start"),
+        )
     )
     refused = ev.filter((F.col("event") == "error") & (F.col("code") == "client_id_in_use")).select(
-        F.col("client_id").alias("rid"), F.col("t").alias("rt"))
+        F.col("client_id").alias("rid"), F.col("t").alias("rt")
+    )
     keys = ["session", "start"]
     reconnects = (
-        stuck.join(refused, (F.col("rid") == F.col("client_id")) & (F.col("rt") >= F.col("start")) &
-                   (F.col("rt") <= F.col("end") + p.reconnect_window))
-        .groupBy(*keys).agg(F.count(F.lit(1)).alias("refused_reconnects"))
+        stuck.join(
+            refused,
+            (F.col("rid") == F.col("client_id"))
+            & (F.col("rt") >= F.col("start"))
+            & (F.col("rt") <= F.col("end") + p.reconnect_window),
+        )
+        .groupBy(*keys)
+        .agg(F.count(F.lit(1)).alias("refused_reconnects"))
     )
     b_in = (F.col("r.b") >= F.floor(F.col("s.start") / p.bucket)) & (F.col("r.b") * p.bucket <= F.col("s.end"))
     traffic = (
-        stuck.alias("s").join(tb.consumer_rates.alias("r"),
-                              (F.col("r.consumer") == F.col("s.session")) & b_in)
+        stuck.alias("s")
+        .join(tb.consumer_rates.alias("r"), (F.col("r.consumer") == F.col("s.session")) & b_in)
         .groupBy("s.session", "s.start")
         .agg(F.sum("r.received").alias("dispatched"), F.sum("r.acked").alias("acked"))
     )
-    out = (stuck.join(reconnects, keys, "left").join(traffic, keys, "left")
-           .fillna(0, subset=["refused_reconnects", "dispatched", "acked"]))
+    out = (
+        stuck.join(reconnects, keys, "left")
+        .join(traffic, keys, "left")
+        .fillna(0, subset=["refused_reconnects", "dispatched", "acked"])
+    )
     return _finding(
-        out, "stalled_socket",
-        F.format_string(SUMMARY["stalled_socket"], "session", F.coalesce("client_id", F.lit("-")), "waited",
-                        F.coalesce("pending_bytes", F.lit(0)), "dispatched", "acked",
-                        "refused_reconnects"),
-        [F.col("client_id"), F.col("waited"), F.col("pending_bytes"), F.col("dispatched"),
-         F.col("acked"), F.col("refused_reconnects")],
+        out,
+        "stalled_socket",
+        F.format_string(
+            SUMMARY["stalled_socket"],
+            "session",
+            F.coalesce("client_id", F.lit("-")),
+            "waited",
+            F.coalesce("pending_bytes", F.lit(0)),
+            "dispatched",
+            "acked",
+            "refused_reconnects",
+        ),
+        [
+            F.col("client_id"),
+            F.col("waited"),
+            F.col("pending_bytes"),
+            F.col("dispatched"),
+            F.col("acked"),
+            F.col("refused_reconnects"),
+        ],
         session=F.col("session"),
     )
 
 
 def journal_full_few_live(tb: Tables, p: Params) -> DataFrame:
     full = tb.events.filter(F.col("event") == "journal_full").withColumn(
-        "pinned", F.size(F.map_filter("file_live", lambda k, v: v > 0)))
+        "pinned", F.size(F.map_filter("file_live", lambda k, v: v > 0))
+    )
     eps = (
         _episodes(full, ["store"], p.episode_gap)
         .groupBy("store", "episode")
-        .agg(F.min("t").alias("start"), F.max("t").alias("last"), F.count(F.lit(1)).alias("refused"),
-             F.first("layout").alias("layout"), F.first("dest", ignorenulls=True).alias("dest"),
-             F.max_by(F.struct("live", "files", "pinned", "live_bytes", "capacity", "file_live"),
-                      F.struct("t", "seq")).alias("x"))
-        .select("*", "x.*").drop("x")
+        .agg(
+            F.min("t").alias("start"),
+            F.max("t").alias("last"),
+            F.count(F.lit(1)).alias("refused"),
+            F.first("layout").alias("layout"),
+            F.first("dest", ignorenulls=True).alias("dest"),
+            F.max_by(
+                F.struct("live", "files", "pinned", "live_bytes", "capacity", "file_live"), F.struct("t", "seq")
+            ).alias("x"),
+        )
+        .select("*", "x.*")
+        .drop("x")
         .withColumn("end", F.col("last") + p.bucket)
     )
-    few = F.when(F.col("live_bytes").isNotNull() & (F.col("capacity") > 0),
-                 F.col("live_bytes") <= F.col("capacity") * p.few_live_fraction
-                 ).otherwise(F.col("live") <= F.col("files") * p.few_live_per_file)
+    few = F.when(
+        F.col("live_bytes").isNotNull() & (F.col("capacity") > 0),
+        F.col("live_bytes") <= F.col("capacity") * p.few_live_fraction,
+    ).otherwise(F.col("live") <= F.col("files") * p.few_live_per_file)
     # each journal's live enqueues in its last traced state (journal_state as the broker stopped)
-    last = (tb.events.filter(F.col("event").isin("journal_roll", "journal_full", "journal_state")
-                             & F.col("live").isNotNull())
-            .groupBy("store").agg(F.max_by("live", F.struct("t", "seq")).alias("live_at_end")))
+    last = (
+        tb.events.filter(
+            F.col("event").isin("journal_roll", "journal_full", "journal_state") & F.col("live").isNotNull()
+        )
+        .groupBy("store")
+        .agg(F.max_by("live", F.struct("t", "seq")).alias("live_at_end"))
+    )
     out = eps.filter(few).join(last, "store", "left")
     return _finding(
-        out, "journal_full_few_live",
-        F.format_string(SUMMARY["journal_full_few_live"], "store", "layout", "refused", "live", "pinned",
-                        "files", F.coalesce(F.col("live_at_end").cast("string"), F.lit("?"))),
-        [F.col("refused"), F.col("live"), F.col("live_bytes"), F.col("capacity"), F.col("files"),
-         F.col("pinned"), F.col("file_live"), F.col("live_at_end")],
+        out,
+        "journal_full_few_live",
+        F.format_string(
+            SUMMARY["journal_full_few_live"],
+            "store",
+            "layout",
+            "refused",
+            "live",
+            "pinned",
+            "files",
+            F.coalesce(F.col("live_at_end").cast("string"), F.lit("?")),
+        ),
+        [
+            F.col("refused"),
+            F.col("live"),
+            F.col("live_bytes"),
+            F.col("capacity"),
+            F.col("files"),
+            F.col("pinned"),
+            F.col("file_live"),
+            F.col("live_at_end"),
+        ],
         dest=F.coalesce("dest", "store"),
     )
 

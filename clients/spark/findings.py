@@ -18,20 +18,29 @@ from decimal import ROUND_HALF_UP, Decimal
 import re
 from typing import Any
 
-__all__ = ["Params", "FINDING_COLUMNS", "DETECTORS", "WHAT", "SUMMARY", "REMOVALS", "CURED_BY",
-           "java_format", "TraceFormatError"]
+__all__ = [
+    "Params",
+    "FINDING_COLUMNS",
+    "DETECTORS",
+    "WHAT",
+    "SUMMARY",
+    "REMOVALS",
+    "CURED_BY",
+    "java_format",
+    "TraceFormatError",
+]
 
 
 class TraceFormatError(ValueError):
     """The input is not a trace the analysis understands."""
+
 
 #: Events that take a message out of a queue's backlog.
 REMOVALS = ("ack", "expire", "dlq", "discard")
 #: Disconnect reasons that mean the broker itself ended a stalled connection.
 CURED_BY = ("write_timeout", "heartbeat")
 
-FINDING_COLUMNS = ["detector", "start", "end", "duration", "dest", "session", "sub", "summary",
-                   "evidence"]
+FINDING_COLUMNS = ["detector", "start", "end", "duration", "dest", "session", "sub", "summary", "evidence"]
 
 
 @dataclass(frozen=True)

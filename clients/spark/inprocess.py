@@ -21,21 +21,59 @@ from typing import Any
 
 from .findings import CURED_BY, SUMMARY, Params, java_format
 from .findings import DETECTORS as NAMES
-from .inprocess_tables import (INPROCESS_MAX_BYTES, Row, Tables, build_tables, check_inputs, read_events,
-                               series, total_bytes, write_csv)
+from .inprocess_tables import (
+    INPROCESS_MAX_BYTES,
+    Row,
+    Tables,
+    build_tables,
+    check_inputs,
+    read_events,
+    series,
+    total_bytes,
+    write_csv,
+)
 
-__all__ = ["find_all", "slow_episodes", "traced_hwm", "DETECTORS", "Tables", "build_tables", "read_events",
-           "check_inputs", "series", "write_csv", "total_bytes", "INPROCESS_MAX_BYTES"]
+__all__ = [
+    "find_all",
+    "slow_episodes",
+    "traced_hwm",
+    "DETECTORS",
+    "Tables",
+    "build_tables",
+    "read_events",
+    "check_inputs",
+    "series",
+    "write_csv",
+    "total_bytes",
+    "INPROCESS_MAX_BYTES",
+]
 
 
 # --- detectors -------------------------------------------------------------------------
 
 
-def _finding(detector: str, start: float, end: float, summary: str, evidence: dict[str, Any], *,
-             dest: str | None = None, session: str | None = None, sub: str | None = None) -> Row:
-    return {"detector": detector, "start": float(start), "end": float(end), "duration": float(end - start),
-            "dest": dest, "session": session, "sub": sub, "summary": summary,
-            "evidence": json.dumps(evidence, separators=(",", ":"))}
+def _finding(
+    detector: str,
+    start: float,
+    end: float,
+    summary: str,
+    evidence: dict[str, Any],
+    *,
+    dest: str | None = None,
+    session: str | None = None,
+    sub: str | None = None,
+) -> Row:
+    return {
+        "detector": detector,
+        "start": float(start),
+        "end": float(end),
+        "duration": float(end - start),
+        "dest": dest,
+        "session": session,
+        "sub": sub,
+        "summary": summary,
+        "evidence": json.dumps(evidence, separators=(",", ":")),
+    }
 
 
 def _within(start: float, end: float, bucket: float) -> range:
@@ -71,8 +109,13 @@ def starved_consumer(tb: Tables, p: Params) -> list[Row]:
             r = rates.get((s["dest"], b))
             if r is None or b not in mem:
                 continue
-            if (got.get((s["session"], s["sub"], b), 0) == 0 and r["backlog"] > 0 and r["backlog_start"] > 0
-                    and mem[b] >= p.hwm and r["dest_mem_pct"] < p.hwm):
+            if (
+                got.get((s["session"], s["sub"], b), 0) == 0
+                and r["backlog"] > 0
+                and r["backlog_start"] > 0
+                and mem[b] >= p.hwm
+                and r["dest_mem_pct"] < p.hwm
+            ):
                 flagged.append(b)
         for island in _islands(flagged):
             start, end = island[0] * p.bucket, (island[-1] + 1) * p.bucket
@@ -84,17 +127,35 @@ def starved_consumer(tb: Tables, p: Params) -> list[Row]:
                 if r["b"] in island and r["dest"] != s["dest"] and r["dest_mem_pct"] > 0:
                     held[r["dest"]] = max(held.get(r["dest"], 0), r["dest_mem_pct"])
             holders = sorted(held.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
-            ev = {"backlog_min": min(r["backlog"] for r in rows), "backlog_max": max(r["backlog"] for r in rows),
-                  "mem_pct_min": min(mem[b] for b in island), "mem_pct_max": max(mem[b] for b in island),
-                  "hwm": p.hwm, "dest_mem_pct": max(r["dest_mem_pct"] for r in rows),
-                  "page_in_blocked": sum(r["page_in_blocked"] for r in rows),
-                  "received": total.get((s["session"], s["sub"]), 0),
-                  "memory_holders": [{"dest": d, "dest_mem_pct": pct} for d, pct in holders] or None}
-            summary = java_format(SUMMARY["starved_consumer"], s["session"], s["sub"], s["dest"], end - start,
-                                  ev["backlog_min"], ev["backlog_max"], ev["mem_pct_min"], ev["mem_pct_max"],
-                                  p.hwm, str(ev["dest_mem_pct"]))
-            out.append(_finding("starved_consumer", start, end, summary, ev, dest=s["dest"],
-                                session=s["session"], sub=s["sub"]))
+            ev = {
+                "backlog_min": min(r["backlog"] for r in rows),
+                "backlog_max": max(r["backlog"] for r in rows),
+                "mem_pct_min": min(mem[b] for b in island),
+                "mem_pct_max": max(mem[b] for b in island),
+                "hwm": p.hwm,
+                "dest_mem_pct": max(r["dest_mem_pct"] for r in rows),
+                "page_in_blocked": sum(r["page_in_blocked"] for r in rows),
+                "received": total.get((s["session"], s["sub"]), 0),
+                "memory_holders": [{"dest": d, "dest_mem_pct": pct} for d, pct in holders] or None,
+            }
+            summary = java_format(
+                SUMMARY["starved_consumer"],
+                s["session"],
+                s["sub"],
+                s["dest"],
+                end - start,
+                ev["backlog_min"],
+                ev["backlog_max"],
+                ev["mem_pct_min"],
+                ev["mem_pct_max"],
+                p.hwm,
+                str(ev["dest_mem_pct"]),
+            )
+            out.append(
+                _finding(
+                    "starved_consumer", start, end, summary, ev, dest=s["dest"], session=s["session"], sub=s["sub"]
+                )
+            )
     return out
 
 
@@ -112,20 +173,41 @@ def blocked_producer_idle_consumers(tb: Tables, p: Params) -> list[Row]:
             start, end = island[0] * p.bucket, (island[-1] + 1) * p.bucket
             if end - start < p.min_window:
                 continue
-            consumers = sum(1 for s in tb.subscriptions
-                            if s["dest"] == blk["dest"] and s["start"] < end and s["end"] > start)
+            consumers = sum(
+                1 for s in tb.subscriptions if s["dest"] == blk["dest"] and s["start"] < end and s["end"] > start
+            )
             if not consumers:
                 continue
             us = [use[b] for b in island]
-            ev = {"usage": blk["usage"], "pct": blk["pct"], "consumers": consumers,
-                  "never_unblocked": blk["open"], "blocked_start": blk["start"], "blocked_end": blk["end"],
-                  "temp_pct_min": min(u["temp_pct"] for u in us), "temp_pct_max": max(u["temp_pct"] for u in us),
-                  "mem_pct_max": max(u["mem_pct"] for u in us), "store_pct_max": max(u["store_pct"] for u in us)}
-            summary = java_format(SUMMARY["blocked_producer_idle_consumers"], blk["session"], blk["usage"],
-                                  blk["pct"], blk["dest"], consumers, end - start, ev["temp_pct_min"],
-                                  ev["temp_pct_max"], "; never unblocked" if blk["open"] else "")
-            out.append(_finding("blocked_producer_idle_consumers", start, end, summary, ev,
-                                dest=blk["dest"], session=blk["session"]))
+            ev = {
+                "usage": blk["usage"],
+                "pct": blk["pct"],
+                "consumers": consumers,
+                "never_unblocked": blk["open"],
+                "blocked_start": blk["start"],
+                "blocked_end": blk["end"],
+                "temp_pct_min": min(u["temp_pct"] for u in us),
+                "temp_pct_max": max(u["temp_pct"] for u in us),
+                "mem_pct_max": max(u["mem_pct"] for u in us),
+                "store_pct_max": max(u["store_pct"] for u in us),
+            }
+            summary = java_format(
+                SUMMARY["blocked_producer_idle_consumers"],
+                blk["session"],
+                blk["usage"],
+                blk["pct"],
+                blk["dest"],
+                consumers,
+                end - start,
+                ev["temp_pct_min"],
+                ev["temp_pct_max"],
+                "; never unblocked" if blk["open"] else "",
+            )
+            out.append(
+                _finding(
+                    "blocked_producer_idle_consumers", start, end, summary, ev, dest=blk["dest"], session=blk["session"]
+                )
+            )
     return out
 
 
@@ -151,13 +233,26 @@ def swap_storm(tb: Tables, p: Params) -> list[Row]:
         temps = [r["temp_pct"] for r in rows if r["temp_pct"] is not None]
         mems = [r["mem_pct"] for r in rows if r["mem_pct"] is not None]
         dests = sorted({r["dest"] for r in rows if r["dest"] is not None})
-        ev = {"swaps": len(rows), "messages": sum(r["count"] or 0 for r in rows),
-              "bytes": sum(r["bytes"] for r in rows if r["bytes"] is not None) if any(
-                  r["bytes"] is not None for r in rows) else None,
-              "subscriptions": len({(r["session"], r["sub"]) for r in rows}), "dests": dests,
-              "temp_pct_max": max(temps) if temps else None, "mem_pct_max": max(mems) if mems else None}
-        summary = java_format(SUMMARY["swap_storm"], len(rows), end - start, ev["messages"], ev["subscriptions"],
-                              ", ".join(dests), str(ev["temp_pct_max"]) if temps else "?")
+        ev = {
+            "swaps": len(rows),
+            "messages": sum(r["count"] or 0 for r in rows),
+            "bytes": sum(r["bytes"] for r in rows if r["bytes"] is not None)
+            if any(r["bytes"] is not None for r in rows)
+            else None,
+            "subscriptions": len({(r["session"], r["sub"]) for r in rows}),
+            "dests": dests,
+            "temp_pct_max": max(temps) if temps else None,
+            "mem_pct_max": max(mems) if mems else None,
+        }
+        summary = java_format(
+            SUMMARY["swap_storm"],
+            len(rows),
+            end - start,
+            ev["messages"],
+            ev["subscriptions"],
+            ", ".join(dests),
+            str(ev["temp_pct_max"]) if temps else "?",
+        )
         found.append(_finding("swap_storm", start, end, summary, ev, dest=dests[0] if dests else None))
     return found
 
@@ -185,9 +280,18 @@ def slow_episodes(tb: Tables) -> list[Row]:
             end = min(x for x in (nxt, gone, tb.t1 - tb.t0) if x is not None)
             pend = [r["pending"] for r in run if r.get("pending") is not None]
             pre = [r["prefetch"] for r in run if r.get("prefetch") is not None]
-            out.append({"session": key[0], "sub": key[1], "dest": run[0]["dest"], "start": run[0]["t"],
-                        "end": end, "recovered": nxt is not None and nxt <= end,
-                        "pending_max": max(pend) if pend else None, "prefetch": max(pre) if pre else None})
+            out.append(
+                {
+                    "session": key[0],
+                    "sub": key[1],
+                    "dest": run[0]["dest"],
+                    "start": run[0]["t"],
+                    "end": end,
+                    "recovered": nxt is not None and nxt <= end,
+                    "pending_max": max(pend) if pend else None,
+                    "prefetch": max(pre) if pre else None,
+                }
+            )
     return out
 
 
@@ -196,23 +300,33 @@ def slow_consumer(tb: Tables, p: Params) -> list[Row]:
     out = []
     for ep in slow_episodes(tb):
         start, end, dest = ep["start"], ep["end"], ep["dest"]
-        blocked = sum(max(0.0, min(b["end"], end) - max(b["start"], start))
-                      for b in tb.blocked if b["dest"] == dest)
+        blocked = sum(max(0.0, min(b["end"], end) - max(b["start"], start)) for b in tb.blocked if b["dest"] == dest)
         if blocked <= 0:
             continue  # the slow consumer held nobody back: its policy (spool, discard, abort) worked
         sub_start = subs.get((ep["session"], ep["sub"]), {}).get("start", start)
         held = {b["msg"] for b in tb.blocked if b["dest"] == dest and b["open"] and b["msg"]}
         sent_all = sent = received = acked = discarded = spooled = 0
         for e in tb.events:
-            if e["event"] == "send" and e.get("dest") == dest and sub_start <= e["t"] <= end \
-                    and e.get("msg") not in held:
+            if (
+                e["event"] == "send"
+                and e.get("dest") == dest
+                and sub_start <= e["t"] <= end
+                and e.get("msg") not in held
+            ):
                 sent_all += 1
                 sent += start <= e["t"] <= end
-            elif e["event"] == "discard" and (e.get("session"), e.get("sub")) == (ep["session"], ep["sub"]) \
-                    and e["t"] <= end:
+            elif (
+                e["event"] == "discard"
+                and (e.get("session"), e.get("sub")) == (ep["session"], ep["sub"])
+                and e["t"] <= end
+            ):
                 discarded += 1
-            elif e["event"] == "swap_out" and e.get("sub") == ep["sub"] and e.get("dest") == dest \
-                    and start <= e["t"] <= end:
+            elif (
+                e["event"] == "swap_out"
+                and e.get("sub") == ep["sub"]
+                and e.get("dest") == dest
+                and start <= e["t"] <= end
+            ):
                 spooled += e.get("count") or 0
         delivered = 0
         for r in tb.consumer_rates:
@@ -223,14 +337,33 @@ def slow_consumer(tb: Tables, p: Params) -> list[Row]:
                     received += r["received"]
                     acked += r["acked"]
         backlog = sent_all - delivered - discarded if not dest.startswith("/queue/") else None
-        ev = {"pending_max": ep["pending_max"], "prefetch": ep["prefetch"], "received": received,
-              "acked": acked, "sent": sent, "backlog": backlog, "spooled": spooled, "discarded": discarded,
-              "blocked_seconds": round(blocked, 3), "recovered": ep["recovered"]}
-        summary = java_format(SUMMARY["slow_consumer"], ep["session"], ep["sub"], dest, end - start,
-                              "" if ep["recovered"] or end < tb.t1 - tb.t0 else " (to the end)", blocked,
-                              received, acked, sent, backlog if backlog is not None else 0, spooled)
-        out.append(_finding("slow_consumer", start, end, summary, ev, dest=dest, session=ep["session"],
-                            sub=ep["sub"]))
+        ev = {
+            "pending_max": ep["pending_max"],
+            "prefetch": ep["prefetch"],
+            "received": received,
+            "acked": acked,
+            "sent": sent,
+            "backlog": backlog,
+            "spooled": spooled,
+            "discarded": discarded,
+            "blocked_seconds": round(blocked, 3),
+            "recovered": ep["recovered"],
+        }
+        summary = java_format(
+            SUMMARY["slow_consumer"],
+            ep["session"],
+            ep["sub"],
+            dest,
+            end - start,
+            "" if ep["recovered"] or end < tb.t1 - tb.t0 else " (to the end)",
+            blocked,
+            received,
+            acked,
+            sent,
+            backlog if backlog is not None else 0,
+            spooled,
+        )
+        out.append(_finding("slow_consumer", start, end, summary, ev, dest=dest, session=ep["session"], sub=ep["sub"]))
     return out
 
 
@@ -242,15 +375,31 @@ def _beats(heart_beat: str | None) -> bool:
 def stalled_socket(tb: Tables, p: Params) -> list[Row]:
     ev = tb.events
     # a stall the broker ends itself (a write timeout, heart-beats it watches) is the cure at work
-    timed_out = {e["session"] for e in ev if e["event"] == "write_timeout"
-                 or (e["event"] == "disconnect" and e.get("reason") in CURED_BY)
-                 or (e["event"] == "connect" and _beats(e.get("heart_beat")))}
+    timed_out = {
+        e["session"]
+        for e in ev
+        if e["event"] == "write_timeout"
+        or (e["event"] == "disconnect" and e.get("reason") in CURED_BY)
+        or (e["event"] == "connect" and _beats(e.get("heart_beat")))
+    }
     stuck: dict[str, Row] = {}
     for e in ev:
-        if (e["event"] == "connection" and e["session"] not in timed_out
-                and (e.get("idle_write") or 0) >= p.min_window and (e.get("pending_bytes") or 0) > 0):
-            s = stuck.setdefault(e["session"], {"client_id": None, "waited": 0.0, "pending_bytes": 0,
-                                                "end": e["t"], "start": e["t"] - e["idle_write"]})
+        if (
+            e["event"] == "connection"
+            and e["session"] not in timed_out
+            and (e.get("idle_write") or 0) >= p.min_window
+            and (e.get("pending_bytes") or 0) > 0
+        ):
+            s = stuck.setdefault(
+                e["session"],
+                {
+                    "client_id": None,
+                    "waited": 0.0,
+                    "pending_bytes": 0,
+                    "end": e["t"],
+                    "start": e["t"] - e["idle_write"],
+                },
+            )
             s["client_id"] = max(filter(None, (s["client_id"], e.get("client_id"))), default=None)
             s["waited"] = max(s["waited"], e["idle_write"])
             s["pending_bytes"] = max(s["pending_bytes"], e["pending_bytes"])
@@ -258,18 +407,42 @@ def stalled_socket(tb: Tables, p: Params) -> list[Row]:
             s["start"] = min(s["start"], e["t"] - e["idle_write"])
     out = []
     for session, s in stuck.items():
-        refused = sum(1 for e in ev if e["event"] == "error" and e.get("code") == "client_id_in_use"
-                      and e.get("client_id") == s["client_id"] and s["client_id"] is not None
-                      and s["start"] <= e["t"] <= s["end"] + p.reconnect_window)
+        refused = sum(
+            1
+            for e in ev
+            if e["event"] == "error"
+            and e.get("code") == "client_id_in_use"
+            and e.get("client_id") == s["client_id"]
+            and s["client_id"] is not None
+            and s["start"] <= e["t"] <= s["end"] + p.reconnect_window
+        )
         dispatched = acked = 0
         for r in tb.consumer_rates:
-            if r["consumer"] == session and math.floor(s["start"] / p.bucket) <= r["b"] and r["b"] * p.bucket <= s["end"]:
+            if (
+                r["consumer"] == session
+                and math.floor(s["start"] / p.bucket) <= r["b"]
+                and r["b"] * p.bucket <= s["end"]
+            ):
                 dispatched += r["received"]
                 acked += r["acked"]
-        evidence = {"client_id": s["client_id"], "waited": s["waited"], "pending_bytes": s["pending_bytes"],
-                    "dispatched": dispatched, "acked": acked, "refused_reconnects": refused}
-        summary = java_format(SUMMARY["stalled_socket"], session, s["client_id"] or "-", s["waited"],
-                              s["pending_bytes"], dispatched, acked, refused)
+        evidence = {
+            "client_id": s["client_id"],
+            "waited": s["waited"],
+            "pending_bytes": s["pending_bytes"],
+            "dispatched": dispatched,
+            "acked": acked,
+            "refused_reconnects": refused,
+        }
+        summary = java_format(
+            SUMMARY["stalled_socket"],
+            session,
+            s["client_id"] or "-",
+            s["waited"],
+            s["pending_bytes"],
+            dispatched,
+            acked,
+            refused,
+        )
         out.append(_finding("stalled_socket", s["start"], s["end"], summary, evidence, session=session))
     return out
 
@@ -297,13 +470,36 @@ def journal_full_few_live(tb: Tables, p: Params) -> list[Row]:
             if not few:
                 continue
             dest = next((r["dest"] for r in ep if r.get("dest") is not None), None)
-            ev = {"refused": len(ep), "live": live, "live_bytes": last.get("live_bytes"),
-                  "capacity": last.get("capacity"), "files": files, "pinned": pinned,
-                  "file_live": last.get("file_live"), "live_at_end": end_live.get(store)}
-            summary = java_format(SUMMARY["journal_full_few_live"], store, ep[0].get("layout"), len(ep), live,
-                                  pinned, files, str(end_live.get(store, "?")))
-            out.append(_finding("journal_full_few_live", ep[0]["t"], last["t"] + p.bucket, summary, ev,
-                                dest=dest if dest is not None else store))
+            ev = {
+                "refused": len(ep),
+                "live": live,
+                "live_bytes": last.get("live_bytes"),
+                "capacity": last.get("capacity"),
+                "files": files,
+                "pinned": pinned,
+                "file_live": last.get("file_live"),
+                "live_at_end": end_live.get(store),
+            }
+            summary = java_format(
+                SUMMARY["journal_full_few_live"],
+                store,
+                ep[0].get("layout"),
+                len(ep),
+                live,
+                pinned,
+                files,
+                str(end_live.get(store, "?")),
+            )
+            out.append(
+                _finding(
+                    "journal_full_few_live",
+                    ep[0]["t"],
+                    last["t"] + p.bucket,
+                    summary,
+                    ev,
+                    dest=dest if dest is not None else store,
+                )
+            )
     return out
 
 

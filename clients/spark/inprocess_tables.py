@@ -29,15 +29,44 @@ from minibroker.trace import FIELDS, SCHEMA_VERSION, _type_ok
 
 from .findings import REMOVALS, TraceFormatError
 
-__all__ = ["Tables", "Row", "read_events", "build_tables", "check_inputs", "input_files", "write_csv",
-           "series", "total_bytes", "INPROCESS_MAX_BYTES"]
+__all__ = [
+    "Tables",
+    "Row",
+    "read_events",
+    "build_tables",
+    "check_inputs",
+    "input_files",
+    "write_csv",
+    "series",
+    "total_bytes",
+    "INPROCESS_MAX_BYTES",
+]
 
 #: Inputs up to this size are analysed in this process (about a million events).
 INPROCESS_MAX_BYTES = 200 * 1024 * 1024
 #: Events kept one by one (everything else is only counted).
-_KEPT = {"connect", "subscribe", "unsubscribe", "disconnect", "flow_block", "flow_unblock", "slow_consumer",
-         "swap_out", "swap_in", "journal_roll", "journal_full", "journal_state", "connection",
-         "write_timeout", "error", "page_in_blocked", "start", "recover", "send", "discard"}
+_KEPT = {
+    "connect",
+    "subscribe",
+    "unsubscribe",
+    "disconnect",
+    "flow_block",
+    "flow_unblock",
+    "slow_consumer",
+    "swap_out",
+    "swap_in",
+    "journal_roll",
+    "journal_full",
+    "journal_state",
+    "connection",
+    "write_timeout",
+    "error",
+    "page_in_blocked",
+    "start",
+    "recover",
+    "send",
+    "discard",
+}
 
 Row = dict[str, Any]
 
@@ -114,8 +143,12 @@ def read_events(inputs: list[str]) -> tuple[list[Row], dict[str, Any]]:
     if others:
         raise TraceFormatError(f"{others} lines have a schema version other than {SCHEMA_VERSION}")
     ts = [e["ts"] for e in events]
-    info = {"lines": len(events) + bad[0], "corrupt": bad[0],
-            "t0": min(ts) if ts else None, "t1": max(ts) if ts else None}
+    info = {
+        "lines": len(events) + bad[0],
+        "corrupt": bad[0],
+        "t0": min(ts) if ts else None,
+        "t1": max(ts) if ts else None,
+    }
     return events, info
 
 
@@ -139,18 +172,53 @@ class Tables:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def outputs(self) -> dict[str, list[Row]]:
-        return {"dest_rates": self.dest_rates, "consumer_rates": self.consumer_rates,
-                "usage": self.usage, "subscriptions": self.subscriptions, "blocked": self.blocked,
-                "swaps": self.swaps, "journal": self.journal, "journal_files": self.journal_files}
+        return {
+            "dest_rates": self.dest_rates,
+            "consumer_rates": self.consumer_rates,
+            "usage": self.usage,
+            "subscriptions": self.subscriptions,
+            "blocked": self.blocked,
+            "swaps": self.swaps,
+            "journal": self.journal,
+            "journal_files": self.journal_files,
+        }
 
 
-_DEST_EVENTS = {"enqueue", "send", "dispatch", "recover", "usage", "page_in_blocked", "swap_out",
-                "sent", "received", "acked", *REMOVALS}
-_COUNTS = ["enqueued", "sent", "dispatched", "acked", "removed", "recovered", "spooled",
-           "page_in_blocked", "client_sent", "client_received", "client_acked"]
-_COUNT_OF = {"enqueue": "enqueued", "send": "sent", "dispatch": "dispatched",
-             "page_in_blocked": "page_in_blocked", "sent": "client_sent",
-             "received": "client_received", "acked": "client_acked"}
+_DEST_EVENTS = {
+    "enqueue",
+    "send",
+    "dispatch",
+    "recover",
+    "usage",
+    "page_in_blocked",
+    "swap_out",
+    "sent",
+    "received",
+    "acked",
+    *REMOVALS,
+}
+_COUNTS = [
+    "enqueued",
+    "sent",
+    "dispatched",
+    "acked",
+    "removed",
+    "recovered",
+    "spooled",
+    "page_in_blocked",
+    "client_sent",
+    "client_received",
+    "client_acked",
+]
+_COUNT_OF = {
+    "enqueue": "enqueued",
+    "send": "sent",
+    "dispatch": "dispatched",
+    "page_in_blocked": "page_in_blocked",
+    "sent": "client_sent",
+    "received": "client_received",
+    "acked": "client_acked",
+}
 
 
 def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tables:
@@ -220,32 +288,73 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
             backlog += change
             if counts["mem"] is not None:
                 mem = counts["mem"]
-            dest_rates.append({"dest": dest, "b": b, "t": b * bucket,
-                               **{c: counts[c] for c in _COUNTS},
-                               "backlog": backlog if queue else None,
-                               "backlog_start": (backlog - change) if queue else None,
-                               "dest_mem_pct": mem if mem is not None else 0})
-    consumer_rates = [{"consumer": k[0], "sub": k[1], "dest": k[2], "source": k[3], "b": k[4],
-                       "t": k[4] * bucket, "received": v[0], "acked": v[1]} for k, v in cons.items()]
+            dest_rates.append(
+                {
+                    "dest": dest,
+                    "b": b,
+                    "t": b * bucket,
+                    **{c: counts[c] for c in _COUNTS},
+                    "backlog": backlog if queue else None,
+                    "backlog_start": (backlog - change) if queue else None,
+                    "dest_mem_pct": mem if mem is not None else 0,
+                }
+            )
+    consumer_rates = [
+        {
+            "consumer": k[0],
+            "sub": k[1],
+            "dest": k[2],
+            "source": k[3],
+            "b": k[4],
+            "t": k[4] * bucket,
+            "received": v[0],
+            "acked": v[1],
+        }
+        for k, v in cons.items()
+    ]
     usage, last = [], {"mem_pct": None, "store_pct": None, "temp_pct": None}
     for b in range(nb):
         last.update(use_b.get(b, {}))
         usage.append({"b": b, "t": b * bucket, **{c: (v if v is not None else 0) for c, v in last.items()}})
     end = t1 - t0
-    swaps = [{k: e.get(k) for k in ("t", "event", "dest", "sub", "session", "count", "bytes", "temp_pct",
-                                    "mem_pct")} for e in kept if e["event"] in ("swap_out", "swap_in")]
+    swaps = [
+        {k: e.get(k) for k in ("t", "event", "dest", "sub", "session", "count", "bytes", "temp_pct", "mem_pct")}
+        for e in kept
+        if e["event"] in ("swap_out", "swap_in")
+    ]
     jev = [e for e in kept if e["event"] in ("journal_roll", "journal_full", "journal_state")]
-    journal = [{**{k: e.get(k) for k in ("t", "event", "store", "layout", "file", "files", "live",
-                                         "live_bytes", "capacity", "dest")},
-                "pinned": sum(1 for v in (e.get("file_live") or {}).values() if v > 0)} for e in jev]
+    journal = [
+        {
+            **{
+                k: e.get(k)
+                for k in ("t", "event", "store", "layout", "file", "files", "live", "live_bytes", "capacity", "dest")
+            },
+            "pinned": sum(1 for v in (e.get("file_live") or {}).values() if v > 0),
+        }
+        for e in jev
+    ]
     latest: dict[str, Row] = {}
     for e in jev:
         if e.get("file_live") is not None:
             latest[e["store"]] = e
-    journal_files = [{"store": s, "t": e["t"], "file": f, "live": n}
-                     for s, e in latest.items() for f, n in e["file_live"].items()]
-    return Tables(t0, t1, bucket, nb, kept, dest_rates, consumer_rates, usage,
-                  _subscriptions(kept, end), _blocked(kept, end), swaps, journal, journal_files)
+    journal_files = [
+        {"store": s, "t": e["t"], "file": f, "live": n} for s, e in latest.items() for f, n in e["file_live"].items()
+    ]
+    return Tables(
+        t0,
+        t1,
+        bucket,
+        nb,
+        kept,
+        dest_rates,
+        consumer_rates,
+        usage,
+        _subscriptions(kept, end),
+        _blocked(kept, end),
+        swaps,
+        journal,
+        journal_files,
+    )
 
 
 def _subscriptions(ev: list[Row], end: float) -> list[Row]:
@@ -254,8 +363,9 @@ def _subscriptions(ev: list[Row], end: float) -> list[Row]:
     for e in ev:
         name = e["event"]
         if name in ("subscribe", "unsubscribe") and e.get("session") is not None:
-            s = subs.setdefault((e["session"], e.get("sub")), {"start": None, "unsub": None, "dest": None,
-                                                              "prefetch": None})
+            s = subs.setdefault(
+                (e["session"], e.get("sub")), {"start": None, "unsub": None, "dest": None, "prefetch": None}
+            )
             if name == "subscribe":
                 s["start"] = e["t"] if s["start"] is None else min(s["start"], e["t"])
                 if s["dest"] is None:
@@ -266,10 +376,18 @@ def _subscriptions(ev: list[Row], end: float) -> list[Row]:
                 s["unsub"] = e["t"] if s["unsub"] is None else max(s["unsub"], e["t"])
         elif name == "disconnect" and e.get("session") is not None:
             gone[e["session"]] = min(gone.get(e["session"], e["t"]), e["t"])
-    return [{"session": k[0], "sub": k[1], "dest": s["dest"], "start": s["start"],
-             "end": min(s["unsub"] if s["unsub"] is not None else end, gone.get(k[0], end)),
-             "prefetch": s["prefetch"]}
-            for k, s in subs.items() if s["start"] is not None]
+    return [
+        {
+            "session": k[0],
+            "sub": k[1],
+            "dest": s["dest"],
+            "start": s["start"],
+            "end": min(s["unsub"] if s["unsub"] is not None else end, gone.get(k[0], end)),
+            "prefetch": s["prefetch"],
+        }
+        for k, s in subs.items()
+        if s["start"] is not None
+    ]
 
 
 def _blocked(ev: list[Row], end: float) -> list[Row]:
@@ -285,9 +403,19 @@ def _blocked(ev: list[Row], end: float) -> list[Row]:
                 continue
             nxt = rows[i + 1] if i + 1 < len(rows) else None
             stop = nxt["t"] if nxt is not None else end
-            out.append({"session": session, "dest": dest, "usage": r.get("usage"), "pct": r.get("pct"),
-                        "start": r["t"], "end": stop, "open": nxt is None, "duration": stop - r["t"],
-                        "msg": r.get("msg")})
+            out.append(
+                {
+                    "session": session,
+                    "dest": dest,
+                    "usage": r.get("usage"),
+                    "pct": r.get("pct"),
+                    "start": r["t"],
+                    "end": stop,
+                    "open": nxt is None,
+                    "duration": stop - r["t"],
+                    "msg": r.get("msg"),
+                }
+            )
     return out
 
 
@@ -300,8 +428,14 @@ def write_csv(tb: Tables, findings: list[Row], directory: Path) -> None:
             w = csv.writer(f)
             w.writerow(columns)
             for r in rows:
-                w.writerow([json.dumps(v) if isinstance(v, (list, dict)) else
-                            ("true" if v is True else "false" if v is False else v) for v in r.values()])
+                w.writerow(
+                    [
+                        json.dumps(v)
+                        if isinstance(v, (list, dict))
+                        else ("true" if v is True else "false" if v is False else v)
+                        for v in r.values()
+                    ]
+                )
 
 
 def series(tb: Tables, findings: list[Row], top: int) -> dict[str, Any]:
@@ -319,14 +453,15 @@ def series(tb: Tables, findings: list[Row], top: int) -> dict[str, Any]:
         keep |= {(s["session"], s["sub"]) for s in tb.subscriptions}
     return {
         "dest_rates": tb.dest_rates,
-        "consumer_rates": [r for r in tb.consumer_rates
-                           if r["source"] == source and (r["consumer"], r["sub"]) in keep],
+        "consumer_rates": [r for r in tb.consumer_rates if r["source"] == source and (r["consumer"], r["sub"]) in keep],
         "subscriptions": [s for s in tb.subscriptions if (s["session"], s["sub"]) in keep],
-        "usage": tb.usage, "blocked": tb.blocked, "swaps": tb.swaps, "journal": tb.journal,
+        "usage": tb.usage,
+        "blocked": tb.blocked,
+        "swaps": tb.swaps,
+        "journal": tb.journal,
         "journal_files": tb.journal_files,
     }
 
 
 def total_bytes(inputs: list[str]) -> int:
     return sum(os.path.getsize(p) for p in input_files(inputs) if p.exists())
-

@@ -24,24 +24,64 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-__all__ = ["plot_all", "classroom", "consumer_lines", "sent_lines", "usage_lines", "journal_lines",
-           "draw_lines", "shade", "count_axis", "COLORS", "SIZE", "DPI"]
+__all__ = [
+    "plot_all",
+    "classroom",
+    "consumer_lines",
+    "sent_lines",
+    "usage_lines",
+    "journal_lines",
+    "draw_lines",
+    "shade",
+    "count_axis",
+    "COLORS",
+    "SIZE",
+    "DPI",
+]
 
 Row = dict[str, Any]
 Line = tuple[str, list[float], list[float]]  # label, x, y
-COLORS = {"starved_consumer": "tab:red", "blocked_producer_idle_consumers": "tab:orange",
-          "swap_storm": "tab:purple", "slow_consumer": "tab:brown", "stalled_socket": "tab:gray",
-          "journal_full_few_live": "tab:olive"}
+COLORS = {
+    "starved_consumer": "tab:red",
+    "blocked_producer_idle_consumers": "tab:orange",
+    "swap_storm": "tab:purple",
+    "slow_consumer": "tab:brown",
+    "stalled_socket": "tab:gray",
+    "journal_full_few_live": "tab:olive",
+}
 SIZE = (16, 9)  # inches: 1600 x 900 px at DPI
 DPI = 100
 #: Line styles in turn: lines that lie on one another stay visible (the first is widest).
-STYLES = [dict(linestyle="-", linewidth=5.0), dict(linestyle="--", linewidth=3.5),
-          dict(linestyle=":", linewidth=3.5), dict(linestyle="-.", linewidth=3.0),
-          dict(linestyle=(0, (1, 1)), linewidth=2.5), dict(linestyle=(0, (5, 1)), linewidth=2.0)]
-PALETTE = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
-           "tab:olive", "tab:cyan", "tab:gray"]
-_RC = {"font.size": 17, "axes.titlesize": 21, "axes.labelsize": 18, "xtick.labelsize": 15,
-       "ytick.labelsize": 15, "legend.fontsize": 15, "figure.titlesize": 24, "axes.titlepad": 26}
+STYLES = [
+    dict(linestyle="-", linewidth=5.0),
+    dict(linestyle="--", linewidth=3.5),
+    dict(linestyle=":", linewidth=3.5),
+    dict(linestyle="-.", linewidth=3.0),
+    dict(linestyle=(0, (1, 1)), linewidth=2.5),
+    dict(linestyle=(0, (5, 1)), linewidth=2.0),
+]
+PALETTE = [
+    "tab:blue",
+    "tab:orange",
+    "tab:green",
+    "tab:red",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "tab:gray",
+]
+_RC = {
+    "font.size": 17,
+    "axes.titlesize": 21,
+    "axes.labelsize": 18,
+    "xtick.labelsize": 15,
+    "ytick.labelsize": 15,
+    "legend.fontsize": 15,
+    "figure.titlesize": 24,
+    "axes.titlepad": 26,
+}
 
 
 @contextmanager
@@ -58,8 +98,14 @@ def _by(rows: Iterable[Row], key: str) -> dict[str, list[Row]]:
     return out
 
 
-def shade(ax: Any, findings: Sequence[Row], detectors: Sequence[str], *, label: bool = True,
-          names: dict[str, str] | None = None) -> None:
+def shade(
+    ax: Any,
+    findings: Sequence[Row],
+    detectors: Sequence[str],
+    *,
+    label: bool = True,
+    names: dict[str, str] | None = None,
+) -> None:
     """Each finding's window, shaded, and named above the plot (with whom it is about), only
     where it holds; findings over the same window are named one above the other."""
     stacked: dict[tuple[float, float], int] = defaultdict(int)
@@ -73,9 +119,19 @@ def shade(ax: Any, findings: Sequence[Row], detectors: Sequence[str], *, label: 
         if label:  # above the plot, over its window: never over a line
             who = (names or {}).get(f["session"] or "", "")
             text = f["detector"].replace("_", " ") + (f": {who}" if who else "")
-            ax.annotate(text, ((f["start"] + f["end"]) / 2, 1.0), xycoords=ax.get_xaxis_transform(),
-                        xytext=(0, 3 + 18 * stacked[window]), textcoords="offset points", color=color,
-                        ha="center", va="bottom", fontsize=14, fontweight="bold", annotation_clip=False)
+            ax.annotate(
+                text,
+                ((f["start"] + f["end"]) / 2, 1.0),
+                xycoords=ax.get_xaxis_transform(),
+                xytext=(0, 3 + 18 * stacked[window]),
+                textcoords="offset points",
+                color=color,
+                ha="center",
+                va="bottom",
+                fontsize=14,
+                fontweight="bold",
+                annotation_clip=False,
+            )
         stacked[window] += 1
 
 
@@ -88,8 +144,9 @@ def count_axis(ax: Any, *, integer: bool = True, top: float | None = None) -> No
     ax.grid(True, alpha=0.3)
 
 
-def draw_lines(ax: Any, lines: Sequence[Line], *, colors: dict[str, str] | None = None,
-               step: bool = False, ends: bool = False) -> None:
+def draw_lines(
+    ax: Any, lines: Sequence[Line], *, colors: dict[str, str] | None = None, step: bool = False, ends: bool = False
+) -> None:
     """Each line in its own style; the widest first, so none hides another. ``ends`` writes
     each line's last value by its end (a line along 0 is read as well as any)."""
     written: set[float] = set()
@@ -102,8 +159,17 @@ def draw_lines(ax: Any, lines: Sequence[Line], *, colors: dict[str, str] | None 
             ax.plot(xs, ys, label=label, color=color, zorder=2 + i, clip_on=False, **style)
         if ends and ys and ys[-1] not in written:
             written.add(ys[-1])
-            ax.annotate(f"{ys[-1]:.0f}", (xs[-1], ys[-1]), xytext=(-6, 5), textcoords="offset points",
-                        color=color, fontsize=15, fontweight="bold", ha="right", va="bottom")
+            ax.annotate(
+                f"{ys[-1]:.0f}",
+                (xs[-1], ys[-1]),
+                xytext=(-6, 5),
+                textcoords="offset points",
+                color=color,
+                fontsize=15,
+                fontweight="bold",
+                ha="right",
+                va="bottom",
+            )
 
 
 def _beside(ax: Any) -> None:
@@ -215,8 +281,13 @@ def rates(out: Path, series: dict[str, Any], step: float, span: float, findings:
     for ax in (ax1, ax2):
         count_axis(ax, integer=False)
         ax.set_xlim(0, span)
-        shade(ax, findings, ["starved_consumer", "blocked_producer_idle_consumers", "slow_consumer"],
-              label=ax is ax1, names=series.get("names"))
+        shade(
+            ax,
+            findings,
+            ["starved_consumer", "blocked_producer_idle_consumers", "slow_consumer"],
+            label=ax is ax1,
+            names=series.get("names"),
+        )
         _beside(ax)
     fig.suptitle("Per-destination rates")
     return _save(fig, out, "rates.png")
@@ -268,8 +339,15 @@ def usage(out: Path, series: dict[str, Any], span: float, hwm: int, findings: li
     ax.text(span, hwm, f" high-water mark {hwm}%", va="center", ha="left", fontsize=14)
     top = max([100.0] + [max(ys) for _, _, ys in lines]) * 1.08
     for i, b in enumerate(series.get("blocked", [])):
-        ax.axvspan(b["start"], b["end"], ymin=0, ymax=0.04, color="tab:red", linewidth=0,
-                   label="a producer blocked (flow control)" if i == 0 else None)
+        ax.axvspan(
+            b["start"],
+            b["end"],
+            ymin=0,
+            ymax=0.04,
+            color="tab:red",
+            linewidth=0,
+            label="a producer blocked (flow control)" if i == 0 else None,
+        )
     count_axis(ax, top=top)
     ax.set_xlim(0, span)
     shade(ax, findings, ["starved_consumer", "blocked_producer_idle_consumers"], names=series.get("names"))
@@ -289,8 +367,15 @@ def swaps(out: Path, series: dict[str, Any], span: float, findings: list[Row]) -
         mine = [r for r in rows if r["event"] == event]
         if mine:
             ax.vlines([r["t"] for r in mine], 0, [r["count"] for r in mine], color=color, linewidth=3)
-            ax.scatter([r["t"] for r in mine], [r["count"] for r in mine], marker=marker, s=160,
-                       color=color, label=event.replace("_", " "), zorder=3)
+            ax.scatter(
+                [r["t"] for r in mine],
+                [r["count"] for r in mine],
+                marker=marker,
+                s=160,
+                color=color,
+                label=event.replace("_", " "),
+                zorder=3,
+            )
     count_axis(ax, top=max(r["count"] or 0 for r in rows) * 1.15 + 1)
     ax.set_xlim(0, span)
     shade(ax, findings, ["swap_storm"])
@@ -317,20 +402,19 @@ def journal(out: Path, series: dict[str, Any], span: float) -> str | None:
     _beside(ax0)
     for ax, (store, rows) in zip(axes[1:, 0], sorted(stores.items())):
         rows.sort(key=lambda r: r["file"])
-        ax.bar(range(len(rows)), [r["live"] for r in rows],
-               color=["tab:red" if r["live"] else "tab:green" for r in rows])
+        ax.bar(
+            range(len(rows)), [r["live"] for r in rows], color=["tab:red" if r["live"] else "tab:green" for r in rows]
+        )
         ax.set_xticks(range(len(rows)), [r["file"] for r in rows], rotation=30, ha="right", fontsize=12)
         pinned = sum(1 for r in rows if r["live"])
-        ax.set_title(f"journal {store} at t={rows[0]['t']:.0f} s, its last state: {pinned} of "
-                     f"{len(rows)} files pinned")
+        ax.set_title(f"journal {store} at t={rows[0]['t']:.0f} s, its last state: {pinned} of {len(rows)} files pinned")
         ax.set_ylabel("live messages")
         ax.set_ylim(bottom=0, top=max(1, max(r["live"] for r in rows)) * 1.15)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     return _save(fig, out, "journal.png")
 
 
-def plot_all(out: Path, series: dict[str, Any], step: float, hwm: int,
-             findings: list[Row]) -> dict[str, str]:
+def plot_all(out: Path, series: dict[str, Any], step: float, hwm: int, findings: list[Row]) -> dict[str, str]:
     """Draw every plot there is data for; returns {plot: file name}."""
     out.mkdir(parents=True, exist_ok=True)
     span = max([r["t"] + step for r in series.get("usage", [])] + [step])

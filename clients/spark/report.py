@@ -25,14 +25,14 @@ def _fmt_evidence(evidence: str) -> str:
     return ", ".join(f"{k}={json.dumps(v)}" for k, v in data.items() if v is not None)
 
 
-def render_report(info: dict[str, Any], findings: list[dict[str, Any]], plots: dict[str, str],
-                  tables: list[str]) -> str:
+def render_report(
+    info: dict[str, Any], findings: list[dict[str, Any]], plots: dict[str, str], tables: list[str]
+) -> str:
     lines = ["# Trace analysis", ""]
     lines += [
         f"- inputs: {', '.join(info['inputs'])}",
         f"- lines read: {info['lines']} ({info['corrupt']} unreadable, skipped)",
-        f"- time span: {info['span']:.3f} s from ts {info['t0']} (all times below are seconds "
-        "since then)",
+        f"- time span: {info['span']:.3f} s from ts {info['t0']} (all times below are seconds since then)",
         f"- bucket: {info['bucket']} s; shortest window reported: {info['min_window']} s; "
         f"cursor high-water mark: {info['hwm']}%",
         "",
@@ -47,8 +47,7 @@ def render_report(info: dict[str, Any], findings: list[dict[str, Any]], plots: d
         lines += ["| # | detector | window (s) | where | summary |", "|---|---|---|---|---|"]
         for i, f in enumerate(findings, 1):
             where = " ".join(x for x in (f["dest"], f["session"], f["sub"]) if x)
-            lines.append(f"| {i} | {f['detector']} | {f['start']:.1f}-{f['end']:.1f} | {where} "
-                         f"| {f['summary']} |")
+            lines.append(f"| {i} | {f['detector']} | {f['start']:.1f}-{f['end']:.1f} | {where} | {f['summary']} |")
         lines.append("")
         for name in DETECTORS:
             mine = [f for f in findings if f["detector"] == name]
@@ -56,8 +55,9 @@ def render_report(info: dict[str, Any], findings: list[dict[str, Any]], plots: d
                 continue
             lines += [f"### {name}", "", WHAT[name] + ".", ""]
             for f in mine:
-                lines.append(f"- {f['start']:.1f}-{f['end']:.1f} s: {f['summary']}. "
-                             f"Evidence: {_fmt_evidence(f['evidence'])}")
+                lines.append(
+                    f"- {f['start']:.1f}-{f['end']:.1f} s: {f['summary']}. Evidence: {_fmt_evidence(f['evidence'])}"
+                )
             lines.append("")
     quiet = [d for d in DETECTORS if d not in {f["detector"] for f in findings}]
     if quiet:
@@ -69,10 +69,8 @@ def render_report(info: dict[str, Any], findings: list[dict[str, Any]], plots: d
     missing = [PLOT_TITLES[k] for k in PLOT_TITLES if k not in plots]
     if missing:
         lines += ["No data for: " + "; ".join(missing).lower() + ".", ""]
-    where = ("`parquet/NAME/` and `csv/NAME.csv`" if info.get("engine", "spark") == "spark"
-             else "`csv/NAME.csv`")
-    lines += ["## Tables", "",
-              f"Each table is under {where}; times are seconds since the trace start.", ""]
+    where = "`parquet/NAME/` and `csv/NAME.csv`" if info.get("engine", "spark") == "spark" else "`csv/NAME.csv`"
+    lines += ["## Tables", "", f"Each table is under {where}; times are seconds since the trace start.", ""]
     lines += [f"- `{t}`" for t in tables]
     lines.append("")
     return "\n".join(lines)

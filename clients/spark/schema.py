@@ -64,17 +64,13 @@ def check_trace(df: DataFrame) -> dict[str, float | int | None]:
     """
     row = df.agg(
         F.count(F.lit(1)).alias("lines"),
-        F.sum(F.when(F.col(CORRUPT).isNotNull() | F.col("event").isNull(), 1).otherwise(0)).alias(
-            "corrupt"
-        ),
+        F.sum(F.when(F.col(CORRUPT).isNotNull() | F.col("event").isNull(), 1).otherwise(0)).alias("corrupt"),
         F.sum(F.when(F.col("v") != SCHEMA_VERSION, 1).otherwise(0)).alias("other_versions"),
         F.min("ts").alias("t0"),
         F.max("ts").alias("t1"),
     ).collect()[0]
     if row["other_versions"]:
-        raise TraceFormatError(
-            f"{row['other_versions']} lines have a schema version other than {SCHEMA_VERSION}"
-        )
+        raise TraceFormatError(f"{row['other_versions']} lines have a schema version other than {SCHEMA_VERSION}")
     return {
         "lines": row["lines"],
         "corrupt": row["corrupt"] or 0,

@@ -50,9 +50,7 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def get_session(
-    app_name: str, master: str | None = None, conf: dict[str, str] | None = None
-) -> SparkSession:
+def get_session(app_name: str, master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     """The active session if there is one, else a new one (see module doc)."""
     from pyspark.sql import SparkSession
 

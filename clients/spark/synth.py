@@ -28,8 +28,7 @@ def synthesize(path: str, events: int, *, rate: float = 1000.0, queues: int = 4)
     emit("usage", mem_pct=0, store_pct=0, temp_pct=0)
     for q in range(queues):
         emit("connect", session=f"c{q}", client_id=f"consumer-{q}")
-        emit("subscribe", session=f"c{q}", sub="0", dest=f"/queue/Q{q}", ack="client-individual",
-             prefetch=100)
+        emit("subscribe", session=f"c{q}", sub="0", dest=f"/queue/Q{q}", ack="client-individual", prefetch=100)
     n_msgs = max(1, events // 4)
     stall = range(n_msgs // 2, n_msgs // 2 + n_msgs // 8)  # Q0's consumer stops acking
     held: list[str] = []
@@ -63,8 +62,7 @@ def synthesize(path: str, events: int, *, rate: float = 1000.0, queues: int = 4)
             emit("usage", mem_pct=0, store_pct=1, temp_pct=0, dest="/queue/Q0", dest_mem_pct=0)
     trace.close()
     seconds = time.perf_counter() - started
-    return {"events": trace.written, "seconds": seconds,
-            "us_per_event": seconds / trace.written * 1e6}
+    return {"events": trace.written, "seconds": seconds, "us_per_event": seconds / trace.written * 1e6}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     r = synthesize(args.out, args.events, rate=args.rate)
-    print(f"{r['events']} events in {r['seconds']:.1f} s "
-          f"({r['us_per_event']:.2f} us per event, writer included) -> {args.out}")
+    print(
+        f"{r['events']} events in {r['seconds']:.1f} s "
+        f"({r['us_per_event']:.2f} us per event, writer included) -> {args.out}"
+    )
     return 0
 
 

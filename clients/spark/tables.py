@@ -23,13 +23,46 @@ __all__ = ["Tables", "build_tables", "islands"]
 
 # Columns the analysis reads; the scan is pruned to these.
 USED = [
-    "seq", "ts", "event", "session", "client", "client_id", "sub", "dest", "count", "pending",
-    "mem_pct", "dest_mem_pct", "store_pct", "temp_pct", "hwm", "usage", "pct", "waited", "slow",
-    "prefetch", "pending_bytes", "idle_read", "idle_write", "store", "layout", "file", "files", "live", "live_bytes",
-    "capacity", "file_live", "code", "message", "bytes", "redeliveries", "msg", "reason", "heart_beat",
+    "seq",
+    "ts",
+    "event",
+    "session",
+    "client",
+    "client_id",
+    "sub",
+    "dest",
+    "count",
+    "pending",
+    "mem_pct",
+    "dest_mem_pct",
+    "store_pct",
+    "temp_pct",
+    "hwm",
+    "usage",
+    "pct",
+    "waited",
+    "slow",
+    "prefetch",
+    "pending_bytes",
+    "idle_read",
+    "idle_write",
+    "store",
+    "layout",
+    "file",
+    "files",
+    "live",
+    "live_bytes",
+    "capacity",
+    "file_live",
+    "code",
+    "message",
+    "bytes",
+    "redeliveries",
+    "msg",
+    "reason",
+    "heart_beat",
     "addr",
 ]
-
 
 
 @dataclass
@@ -52,10 +85,14 @@ class Tables:
 
     def outputs(self) -> dict[str, DataFrame]:
         return {
-            "dest_rates": self.dest_rates, "consumer_rates": self.consumer_rates,
+            "dest_rates": self.dest_rates,
+            "consumer_rates": self.consumer_rates,
             "usage": self.usage,
-            "subscriptions": self.subscriptions, "blocked": self.blocked, "swaps": self.swaps,
-            "journal": self.journal, "journal_files": self.journal_files,
+            "subscriptions": self.subscriptions,
+            "blocked": self.blocked,
+            "swaps": self.swaps,
+            "journal": self.journal,
+            "journal_files": self.journal_files,
         }
 
 
@@ -73,9 +110,7 @@ def _bucket_t(bucket: float) -> Column:
     return (F.col("b") * F.lit(bucket)).alias("t")
 
 
-def build_tables(
-    spark: SparkSession, raw: DataFrame, t0: float, t1: float, bucket: float
-) -> Tables:
+def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, bucket: float) -> Tables:
     ev = (
         raw.filter(F.col(CORRUPT).isNull() & F.col("event").isNotNull())
         .select(*USED)
@@ -89,41 +124,60 @@ def build_tables(
     # per destination and bucket: counts, backlog (queues), own memory percent, blocked page-ins
     # (sent/received/acked: a client-side trace, counted apart so that a broker trace and
     # a client trace analysed together do not count one message twice)
-    dest_events = ("enqueue", "send", "dispatch", "recover", "usage", "page_in_blocked", "swap_out",
-                   "sent", "received", "acked", *REMOVALS)
+    dest_events = (
+        "enqueue",
+        "send",
+        "dispatch",
+        "recover",
+        "usage",
+        "page_in_blocked",
+        "swap_out",
+        "sent",
+        "received",
+        "acked",
+        *REMOVALS,
+    )
     # A backlog starts again at each `start` (a restart): the queue holds what its `recover`
     # says, not that plus what was enqueued before. The starts are few: collected, they
     # number each event's epoch and each bucket's last epoch.
     starts = [(r["t"], r["seq"] or 0) for r in ev.filter(e == "start").select("t", "seq").collect()]
-    epoch = sum(((F.col("t") > t) | ((F.col("t") == t) & (F.col("seq") > q))).cast("int")
-                for t, q in starts) if starts else F.lit(0)
-    last_epoch = sum((F.col("b") >= math.floor(t / bucket)).cast("int")
-                     for t, _ in starts) if starts else F.lit(0)
-    change = (F.when(e == "enqueue", 1).when(e == "recover", F.col("count"))
-              .when(e.isin(*REMOVALS), -1).otherwise(0))
-    dev = ev.filter(F.col("dest").isNotNull() & e.isin(*dest_events))
-    per_dest = (
-        dev.groupBy("dest", "b")
-        .agg(
-            _count_if(e == "enqueue").alias("enqueued"),
-            _count_if(e == "send").alias("sent"),
-            _count_if(e == "dispatch").alias("dispatched"),
-            _count_if(e == "ack").alias("acked"),
-            _count_if(e.isin(*REMOVALS)).alias("removed"),
-            F.sum(F.when(e == "recover", F.col("count")).otherwise(0)).alias("recovered"),
-            F.sum(F.when(e == "swap_out", F.col("count")).otherwise(0)).alias("spooled"),
-            _count_if(e == "page_in_blocked").alias("page_in_blocked"),
-            _count_if(e == "sent").alias("client_sent"),
-            _count_if(e == "received").alias("client_received"),
-            _count_if(e == "acked").alias("client_acked"),
-            F.max(F.when(e == "usage", F.col("dest_mem_pct"))).alias("mem"),
-        )
+    epoch = (
+        sum(((F.col("t") > t) | ((F.col("t") == t) & (F.col("seq") > q))).cast("int") for t, q in starts)
+        if starts
+        else F.lit(0)
     )
-    changes = (dev.withColumn("epoch", epoch).groupBy("dest", "b", "epoch")
-               .agg(F.sum(change).alias("change")))
+    last_epoch = sum((F.col("b") >= math.floor(t / bucket)).cast("int") for t, _ in starts) if starts else F.lit(0)
+    change = F.when(e == "enqueue", 1).when(e == "recover", F.col("count")).when(e.isin(*REMOVALS), -1).otherwise(0)
+    dev = ev.filter(F.col("dest").isNotNull() & e.isin(*dest_events))
+    per_dest = dev.groupBy("dest", "b").agg(
+        _count_if(e == "enqueue").alias("enqueued"),
+        _count_if(e == "send").alias("sent"),
+        _count_if(e == "dispatch").alias("dispatched"),
+        _count_if(e == "ack").alias("acked"),
+        _count_if(e.isin(*REMOVALS)).alias("removed"),
+        F.sum(F.when(e == "recover", F.col("count")).otherwise(0)).alias("recovered"),
+        F.sum(F.when(e == "swap_out", F.col("count")).otherwise(0)).alias("spooled"),
+        _count_if(e == "page_in_blocked").alias("page_in_blocked"),
+        _count_if(e == "sent").alias("client_sent"),
+        _count_if(e == "received").alias("client_received"),
+        _count_if(e == "acked").alias("client_acked"),
+        F.max(F.when(e == "usage", F.col("dest_mem_pct"))).alias("mem"),
+    )
+    changes = dev.withColumn("epoch", epoch).groupBy("dest", "b", "epoch").agg(F.sum(change).alias("change"))
     dests = per_dest.select("dest").distinct()
-    counts = ["enqueued", "sent", "dispatched", "acked", "removed", "recovered", "spooled",
-              "page_in_blocked", "client_sent", "client_received", "client_acked"]
+    counts = [
+        "enqueued",
+        "sent",
+        "dispatched",
+        "acked",
+        "removed",
+        "recovered",
+        "spooled",
+        "page_in_blocked",
+        "client_sent",
+        "client_received",
+        "client_acked",
+    ]
     wd = Window.partitionBy("dest").orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
     we = Window.partitionBy("dest", "epoch").orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
     queue = F.col("dest").startswith("/queue/")
@@ -135,8 +189,10 @@ def build_tables(
         .fillna(0, subset=[*counts, "change"])
         .withColumn("backlog", F.when(queue, F.sum("change").over(we)))
         .withColumn("backlog_start", F.when(queue, F.col("backlog") - F.col("change")))
-        .withColumn("dest_mem_pct",  # a destination's memory is 0% until it reports otherwise
-                    F.coalesce(F.last("mem", ignorenulls=True).over(wd), F.lit(0)))
+        .withColumn(
+            "dest_mem_pct",  # a destination's memory is 0% until it reports otherwise
+            F.coalesce(F.last("mem", ignorenulls=True).over(wd), F.lit(0)),
+        )
         .select("dest", "b", _bucket_t(bucket), *counts, "backlog", "backlog_start", "dest_mem_pct")
         .cache()
     )
@@ -147,8 +203,10 @@ def build_tables(
         .withColumn("consumer", F.coalesce("session", "client"))
         .withColumn("source", F.when(e.isin("dispatch", "ack"), "broker").otherwise("client"))
         .groupBy("consumer", "sub", "dest", "source", "b")
-        .agg(_count_if(e.isin("dispatch", "received")).alias("received"),
-             _count_if(e.isin("ack", "acked")).alias("acked"))
+        .agg(
+            _count_if(e.isin("dispatch", "received")).alias("received"),
+            _count_if(e.isin("ack", "acked")).alias("acked"),
+        )
         .select("consumer", "sub", "dest", "source", "b", _bucket_t(bucket), "received", "acked")
         .cache()
     )
@@ -159,9 +217,9 @@ def build_tables(
     wf = Window.orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
     usage = (
         grid.join(per_b, "b", "left")
-        .select("b", _bucket_t(bucket),
-                *[F.coalesce(F.last(c, ignorenulls=True).over(wf), F.lit(0)).alias(c)
-                  for c in pcts])
+        .select(
+            "b", _bucket_t(bucket), *[F.coalesce(F.last(c, ignorenulls=True).over(wf), F.lit(0)).alias(c) for c in pcts]
+        )
         .cache()
     )
     subscriptions = _subscriptions(ev, t1 - t0).cache()
@@ -173,7 +231,16 @@ def build_tables(
     )
     jev = ev.filter(e.isin("journal_roll", "journal_full", "journal_state"))
     journal = jev.select(
-        "t", "event", "store", "layout", "file", "files", "live", "live_bytes", "capacity", "dest",
+        "t",
+        "event",
+        "store",
+        "layout",
+        "file",
+        "files",
+        "live",
+        "live_bytes",
+        "capacity",
+        "dest",
         F.size(F.map_filter("file_live", lambda k, v: v > 0)).alias("pinned"),
     ).cache()
     latest = (
@@ -184,8 +251,9 @@ def build_tables(
     journal_files = latest.select(
         "store", F.col("last.t").alias("t"), F.explode("last.file_live").alias("file", "live")
     ).cache()
-    return Tables(t0, t1, bucket, nb, ev, dest_rates, consumer_rates, usage,
-                  subscriptions, blocked, swaps, journal, journal_files)
+    return Tables(
+        t0, t1, bucket, nb, ev, dest_rates, consumer_rates, usage, subscriptions, blocked, swaps, journal, journal_files
+    )
 
 
 def _subscriptions(ev: DataFrame, end: float) -> DataFrame:
@@ -204,7 +272,10 @@ def _subscriptions(ev: DataFrame, end: float) -> DataFrame:
     )
     gone = ev.filter(e == "disconnect").groupBy("session").agg(F.min("t").alias("gone"))
     return subs.join(gone, "session", "left").select(
-        "session", "sub", "dest", "start",
+        "session",
+        "sub",
+        "dest",
+        "start",
         F.least(F.coalesce("unsub", F.lit(end)), F.coalesce("gone", F.lit(end))).alias("end"),
         "prefetch",
     )
@@ -214,15 +285,28 @@ def _blocked(ev: DataFrame, end: float) -> DataFrame:
     """flow_block -> the next flow_unblock of the same (session, dest); open ones last to the end."""
     w = Window.partitionBy("session", "dest").orderBy("t", "seq")
     flow = ev.filter(F.col("event").isin("flow_block", "flow_unblock")).select(
-        "session", "dest", "event", "t", "seq", "usage", "pct", "msg",
-        F.lead("event").over(w).alias("next_event"), F.lead("t").over(w).alias("next_t"),
+        "session",
+        "dest",
+        "event",
+        "t",
+        "seq",
+        "usage",
+        "pct",
+        "msg",
+        F.lead("event").over(w).alias("next_event"),
+        F.lead("t").over(w).alias("next_t"),
     )
     return (
         flow.filter(F.col("event") == "flow_block")
         .select(
-            "session", "dest", "usage", "pct", F.col("t").alias("start"),
+            "session",
+            "dest",
+            "usage",
+            "pct",
+            F.col("t").alias("start"),
             F.coalesce("next_t", F.lit(end)).alias("end"),
-            F.col("next_t").isNull().alias("open"), "msg",
+            F.col("next_t").isNull().alias("open"),
+            "msg",
         )
         .withColumn("duration", F.col("end") - F.col("start"))
     )

@@ -48,37 +48,41 @@ from clients.spark.workload_spec import (
 __all__ = ["ACTION_SCHEMA", "build_actions", "control_rows", "generate", "main"]
 
 # The action table, in column order. One row per action.
-ACTION_SCHEMA = T.StructType([
-    T.StructField("t", T.DoubleType(), False),  # seconds from the start of the run
-    T.StructField("client", T.StringType(), False),  # e.g. "bulk-0"; one connection each
-    T.StructField("seq", T.LongType(), False),  # the client's action number, in time order
-    T.StructField("action", T.StringType(), False),
-    T.StructField("group", T.StringType(), False),
-    T.StructField("dest", T.StringType(), True),
-    T.StructField("sub", T.StringType(), True),  # subscription id (subscribe, unsubscribe)
-    T.StructField("size", T.LongType(), True),  # body bytes (send)
-    T.StructField("priority", T.IntegerType(), True),  # send
-    T.StructField("persistent", T.BooleanType(), True),  # send
-    T.StructField("headers", T.MapType(T.StringType(), T.StringType()), True),  # send, subscribe
-    T.StructField("selector", T.StringType(), True),  # subscribe
-    T.StructField("ack", T.StringType(), True),  # subscribe
-    T.StructField("prefetch", T.IntegerType(), True),  # subscribe
-    T.StructField("process", T.DoubleType(), True),  # subscribe, pace: seconds per message
-    T.StructField("client_id", T.StringType(), True),  # connect
-])
+ACTION_SCHEMA = T.StructType(
+    [
+        T.StructField("t", T.DoubleType(), False),  # seconds from the start of the run
+        T.StructField("client", T.StringType(), False),  # e.g. "bulk-0"; one connection each
+        T.StructField("seq", T.LongType(), False),  # the client's action number, in time order
+        T.StructField("action", T.StringType(), False),
+        T.StructField("group", T.StringType(), False),
+        T.StructField("dest", T.StringType(), True),
+        T.StructField("sub", T.StringType(), True),  # subscription id (subscribe, unsubscribe)
+        T.StructField("size", T.LongType(), True),  # body bytes (send)
+        T.StructField("priority", T.IntegerType(), True),  # send
+        T.StructField("persistent", T.BooleanType(), True),  # send
+        T.StructField("headers", T.MapType(T.StringType(), T.StringType()), True),  # send, subscribe
+        T.StructField("selector", T.StringType(), True),  # subscribe
+        T.StructField("ack", T.StringType(), True),  # subscribe
+        T.StructField("prefetch", T.IntegerType(), True),  # subscribe
+        T.StructField("process", T.DoubleType(), True),  # subscribe, pace: seconds per message
+        T.StructField("client_id", T.StringType(), True),  # connect
+    ]
+)
 COLUMNS = [f.name for f in ACTION_SCHEMA.fields]
 
-_CHUNK_SCHEMA = T.StructType([
-    T.StructField("gidx", T.IntegerType(), False),
-    T.StructField("client", T.StringType(), False),
-    T.StructField("a", T.DoubleType(), False),
-    T.StructField("b", T.DoubleType(), False),
-    T.StructField("rate", T.DoubleType(), False),
-    T.StructField("offset", T.DoubleType(), False),
-    T.StructField("j0", T.LongType(), False),  # first index within the segment
-    T.StructField("k0", T.LongType(), False),  # the client's message index of j0
-    T.StructField("n", T.LongType(), False),
-])
+_CHUNK_SCHEMA = T.StructType(
+    [
+        T.StructField("gidx", T.IntegerType(), False),
+        T.StructField("client", T.StringType(), False),
+        T.StructField("a", T.DoubleType(), False),
+        T.StructField("b", T.DoubleType(), False),
+        T.StructField("rate", T.DoubleType(), False),
+        T.StructField("offset", T.DoubleType(), False),
+        T.StructField("j0", T.LongType(), False),  # first index within the segment
+        T.StructField("k0", T.LongType(), False),  # the client's message index of j0
+        T.StructField("n", T.LongType(), False),
+    ]
+)
 
 _TWO53 = float(2**53)
 
@@ -118,11 +122,23 @@ def _consumer_rows(g: ConsumerGroup) -> list[dict]:
             paces.append((p.stop, g.process))
     rows = []
     for c in g.clients():
-        rows.append(_row(g.start, c, 0, "connect", g.name, dest=g.dest,
-                         client_id=c if g.client_id else None))
-        rows.append(_row(g.start, c, 1, "subscribe", g.name, dest=g.dest, sub=c,
-                         headers=headers or None, selector=g.selector, ack=g.ack,
-                         prefetch=g.prefetch, process=g.process))
+        rows.append(_row(g.start, c, 0, "connect", g.name, dest=g.dest, client_id=c if g.client_id else None))
+        rows.append(
+            _row(
+                g.start,
+                c,
+                1,
+                "subscribe",
+                g.name,
+                dest=g.dest,
+                sub=c,
+                headers=headers or None,
+                selector=g.selector,
+                ack=g.ack,
+                prefetch=g.prefetch,
+                process=g.process,
+            )
+        )
         seq = 2
         for t, process in paces:
             rows.append(_row(t, c, seq, "pace", g.name, dest=g.dest, sub=c, process=process))
@@ -184,10 +200,15 @@ def _send_columns(g: ProducerGroup, seed: int) -> dict[str, Column]:
     if g.headers:
         parts = []
         for name, dist in g.headers.items():
-            value = (F.lit(str(dist.value)) if dist.kind == "fixed"
-                     else _choice(_uniform(seed, f"{salt}/h/{name}"),
-                                  Dist("choice", values=tuple(str(v) for v in dist.values),
-                                       weights=dist.weights), None))
+            value = (
+                F.lit(str(dist.value))
+                if dist.kind == "fixed"
+                else _choice(
+                    _uniform(seed, f"{salt}/h/{name}"),
+                    Dist("choice", values=tuple(str(v) for v in dist.values), weights=dist.weights),
+                    None,
+                )
+            )
             parts += [F.lit(name), value]
         headers = F.create_map(*parts)
     return {
@@ -252,8 +273,10 @@ def build_actions(
         cols["priority"].alias("priority"),
         cols["persistent"].alias("persistent"),
         cols["headers"].alias("headers"),
-        *[F.lit(None).cast(ACTION_SCHEMA[c].dataType).alias(c)
-          for c in ("selector", "ack", "prefetch", "process", "client_id")],
+        *[
+            F.lit(None).cast(ACTION_SCHEMA[c].dataType).alias(c)
+            for c in ("selector", "ack", "prefetch", "process", "client_id")
+        ],
     )
     return reduce(DataFrame.unionByName, [sends, control])
 
@@ -269,13 +292,17 @@ def summarize(workload: Workload) -> dict[str, Any]:
     for g in workload.groups():
         role = "producer" if isinstance(g, ProducerGroup) else "consumer"
         for c in g.clients():
-            clients.append({"client": c, "group": g.name, "role": role, "dest": g.dest,
-                            "sends": sends.get(c, 0)})
+            clients.append({"client": c, "group": g.name, "role": role, "dest": g.dest, "sends": sends.get(c, 0)})
     return {
-        "name": workload.name, "seed": workload.seed, "scale": workload.scale,
-        "duration": workload.duration, "source": workload.source,
+        "name": workload.name,
+        "seed": workload.seed,
+        "scale": workload.scale,
+        "duration": workload.duration,
+        "source": workload.source,
         "destinations": list(workload.destinations),
-        "rows": sum(actions.values()), "actions": actions, "clients": clients,
+        "rows": sum(actions.values()),
+        "actions": actions,
+        "clients": clients,
     }
 
 
@@ -312,15 +339,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("workload", help="the workload file (TOML)")
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="multiply every group's client count (default 1)")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every group's client count (default 1)")
     parser.add_argument("--seed", type=int, help="override [workload].seed")
-    parser.add_argument("--format", default="parquet,jsonl",
-                        help="comma-separated: parquet, jsonl (default both)")
+    parser.add_argument("--format", default="parquet,jsonl", help="comma-separated: parquet, jsonl (default both)")
     parser.add_argument("--partitions", type=int, help="Spark partitions for the expansion")
     parser.add_argument("--chunk", type=int, default=100_000, help="messages per task chunk")
-    parser.add_argument("--master", help="Spark master when not run by spark-submit "
-                        "(default local[*] or $MINIBROKER_SPARK_MASTER)")
+    parser.add_argument(
+        "--master", help="Spark master when not run by spark-submit (default local[*] or $MINIBROKER_SPARK_MASTER)"
+    )
     args = parser.parse_args(argv)
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     if not formats or set(formats) - {"parquet", "jsonl"}:
@@ -333,10 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.seed is not None:
         workload = dataclasses.replace(workload, seed=args.seed)
     spark = get_session("minibroker-workload", master=args.master)
-    summary = generate(spark, workload, args.out, formats=formats,
-                       partitions=args.partitions, chunk=args.chunk)
-    print(f"{summary['rows']} actions for {len(summary['clients'])} clients over "
-          f"{summary['duration']:g} s -> {args.out}")
+    summary = generate(spark, workload, args.out, formats=formats, partitions=args.partitions, chunk=args.chunk)
+    print(
+        f"{summary['rows']} actions for {len(summary['clients'])} clients over {summary['duration']:g} s -> {args.out}"
+    )
     return 0
 
 

@@ -142,10 +142,38 @@ class Segment:
 
 _TOP = {"workload", "destinations", "producers", "consumers"}
 _WORKLOAD = {"name", "seed", "duration"}
-_PRODUCER = {"name", "count", "dest", "rate", "start", "stop", "messages", "arrival", "size",
-             "priority", "persistent", "headers", "phases", "client_id"}
-_CONSUMER = {"name", "count", "dest", "start", "stop", "ack", "prefetch", "selector", "process",
-             "rate", "headers", "durable", "phases", "client_id"}
+_PRODUCER = {
+    "name",
+    "count",
+    "dest",
+    "rate",
+    "start",
+    "stop",
+    "messages",
+    "arrival",
+    "size",
+    "priority",
+    "persistent",
+    "headers",
+    "phases",
+    "client_id",
+}
+_CONSUMER = {
+    "name",
+    "count",
+    "dest",
+    "start",
+    "stop",
+    "ack",
+    "prefetch",
+    "selector",
+    "process",
+    "rate",
+    "headers",
+    "durable",
+    "phases",
+    "client_id",
+}
 
 
 def _check_keys(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
@@ -202,8 +230,13 @@ def parse_dist(where: str, spec: Any, *, integer: bool = True) -> Dist:
         _check_keys(where, spec, {"dist", "median", "sigma", "min", "max"})
         lo = _int(f"{where}.min", spec.get("min", 0))
         hi = _int(f"{where}.max", spec.get("max", 2**31 - 1))
-        return Dist("lognormal", median=_number(f"{where}.median", spec.get("median"), minimum=1),
-                    sigma=_number(f"{where}.sigma", spec.get("sigma")), lo=lo, hi=hi)
+        return Dist(
+            "lognormal",
+            median=_number(f"{where}.median", spec.get("median"), minimum=1),
+            sigma=_number(f"{where}.sigma", spec.get("sigma")),
+            lo=lo,
+            hi=hi,
+        )
     allowed = "uniform, choice, lognormal" if integer else "choice"
     raise WorkloadError(f"{where}: dist must be one of {allowed}, got {kind!r}")
 
@@ -304,18 +337,24 @@ def parse_workload(doc: Mapping[str, Any], *, scale: float = 1.0, source: str = 
         headers = g.get("headers", {})
         if not isinstance(headers, Mapping):
             raise WorkloadError(f"{where}.headers: expected a table")
-        producers.append(ProducerGroup(
-            name=gname, count=count, dest=dest, start=start, stop=stop, client_id=client_id,
-            rate=_number(f"{where}.rate", g.get("rate")),
-            messages=None if messages is None else _int(f"{where}.messages", messages),
-            arrival=arrival,
-            size=parse_dist(f"{where}.size", g.get("size", 1024)),
-            priority=parse_dist(f"{where}.priority", g.get("priority", 4)),
-            persistent=persistent,
-            headers={str(k): parse_dist(f"{where}.headers.{k}", v, integer=False)
-                     for k, v in headers.items()},
-            phases=_phases(f"{where}.phases", g.get("phases"), start, stop, "rate"),
-        ))
+        producers.append(
+            ProducerGroup(
+                name=gname,
+                count=count,
+                dest=dest,
+                start=start,
+                stop=stop,
+                client_id=client_id,
+                rate=_number(f"{where}.rate", g.get("rate")),
+                messages=None if messages is None else _int(f"{where}.messages", messages),
+                arrival=arrival,
+                size=parse_dist(f"{where}.size", g.get("size", 1024)),
+                priority=parse_dist(f"{where}.priority", g.get("priority", 4)),
+                persistent=persistent,
+                headers={str(k): parse_dist(f"{where}.headers.{k}", v, integer=False) for k, v in headers.items()},
+                phases=_phases(f"{where}.phases", g.get("phases"), start, stop, "rate"),
+            )
+        )
 
     consumers = []
     for i, g in enumerate(doc.get("consumers", [])):
@@ -330,17 +369,23 @@ def parse_workload(doc: Mapping[str, Any], *, scale: float = 1.0, source: str = 
         if not isinstance(headers, Mapping):
             raise WorkloadError(f"{where}.headers: expected a table")
         durable = _str_or_none(f"{where}.durable", g.get("durable"))
-        consumers.append(ConsumerGroup(
-            name=gname, count=count, dest=dest, start=start, stop=stop,
-            client_id=client_id or durable is not None,
-            ack=ack,
-            prefetch=None if prefetch is None else _int(f"{where}.prefetch", prefetch, minimum=1),
-            selector=_str_or_none(f"{where}.selector", g.get("selector")),
-            process=_process(where, g),
-            headers={str(k): str(v) for k, v in headers.items()},
-            durable=durable,
-            phases=_phases(f"{where}.phases", g.get("phases"), start, stop, "process"),
-        ))
+        consumers.append(
+            ConsumerGroup(
+                name=gname,
+                count=count,
+                dest=dest,
+                start=start,
+                stop=stop,
+                client_id=client_id or durable is not None,
+                ack=ack,
+                prefetch=None if prefetch is None else _int(f"{where}.prefetch", prefetch, minimum=1),
+                selector=_str_or_none(f"{where}.selector", g.get("selector")),
+                process=_process(where, g),
+                headers={str(k): str(v) for k, v in headers.items()},
+                durable=durable,
+                phases=_phases(f"{where}.phases", g.get("phases"), start, stop, "process"),
+            )
+        )
 
     groups = [*producers, *consumers]
     if not groups:
@@ -356,9 +401,14 @@ def parse_workload(doc: Mapping[str, Any], *, scale: float = 1.0, source: str = 
     dests = tuple(dict.fromkeys([*declared, *(g.dest for g in groups)]))
     end = max(g.stop for g in groups)
     return Workload(
-        name=str(name), seed=seed, duration=duration if duration is not None else end,
-        destinations=dests, producers=tuple(producers), consumers=tuple(consumers),
-        scale=scale, source=source,
+        name=str(name),
+        seed=seed,
+        duration=duration if duration is not None else end,
+        destinations=dests,
+        producers=tuple(producers),
+        consumers=tuple(consumers),
+        scale=scale,
+        source=source,
     )
 
 

@@ -12,6 +12,7 @@ transactions), ``message`` (received messages, ACK headers per version),
 ``heartbeat`` (negotiation and timers), ``transport`` (opening the socket,
 timed waits), ``errors``.
 """
+
 from .client import ACK_MODES, DEFAULT_PORT, StompClient
 from .errors import CannotConnect, ConnectionLost, StompClientError, StompError, SubscriptionClosed
 from .heartbeat import negotiate as negotiate_heartbeat

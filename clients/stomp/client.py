@@ -32,6 +32,7 @@ when the transport's buffer is over its high-water mark; reads stop
 subscriptions and resume at half that, so a slow application fills the TCP
 window and the broker sees a slow consumer, as it would with a real one.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -229,12 +230,17 @@ class StompClient:
         if max_buffered < 1:
             raise ValueError(f"max_buffered must be at least 1, not {max_buffered!r}")
 
-        client = cls(host, port, versions=offered, heartbeat=heartbeat,
-                     heartbeat_grace=heartbeat_grace, max_buffered=max_buffered)
+        client = cls(
+            host,
+            port,
+            versions=offered,
+            heartbeat=heartbeat,
+            heartbeat_grace=heartbeat_grace,
+            max_buffered=max_buffered,
+        )
         loop = client._loop
         started = loop.time()
-        await open_connection(lambda: _Wire(client), host, port, timeout=connect_timeout,
-                              sndbuf=sndbuf, rcvbuf=rcvbuf)
+        await open_connection(lambda: _Wire(client), host, port, timeout=connect_timeout, sndbuf=sndbuf, rcvbuf=rcvbuf)
         connected: asyncio.Future[Frame] = loop.create_future()
         client._connected = connected
         client._write(Frame("CONNECT", headers))
@@ -256,8 +262,9 @@ class StompClient:
             return
         version = frame.headers.get("version", "1.0")
         if version not in self.versions:
-            self._abort(ConnectionLost(
-                f"the broker chose STOMP {version!r}, which was not offered ({','.join(self.versions)})"))
+            self._abort(
+                ConnectionLost(f"the broker chose STOMP {version!r}, which was not offered ({','.join(self.versions)})")
+            )
             return
         try:
             server_hb = parse_heartbeat(frame.headers.get("heart-beat"))
@@ -273,8 +280,14 @@ class StompClient:
             self.heartbeat = negotiate(self._offered_heartbeat, server_hb)
         send_ms, expect_ms = self.heartbeat
         if send_ms or expect_ms:
-            self._hb = Heartbeats(self._loop, send_every=send_ms / 1000, expect_every=expect_ms / 1000,
-                                  grace=self._grace, beat=self._beat, on_silence=self._on_silence)
+            self._hb = Heartbeats(
+                self._loop,
+                send_every=send_ms / 1000,
+                expect_every=expect_ms / 1000,
+                grace=self._grace,
+                beat=self._beat,
+                on_silence=self._on_silence,
+            )
             self._hb.start()
         connected.set_result(frame)
 
@@ -372,8 +385,9 @@ class StompClient:
             raise
         return sub
 
-    async def _unsubscribe(self, sub: Subscription, headers: Mapping[str, str] | None, *,
-                           receipt: bool, timeout: float | None) -> None:
+    async def _unsubscribe(
+        self, sub: Subscription, headers: Mapping[str, str] | None, *, receipt: bool, timeout: float | None
+    ) -> None:
         frame_headers = {"id": sub.id}
         if headers:
             frame_headers.update(headers)
@@ -384,14 +398,26 @@ class StompClient:
                 del self._subs[sub.id]
                 sub._close(SubscriptionClosed(f"subscription {sub.id} was unsubscribed"))
 
-    async def ack(self, message: Message, transaction: "Transaction | str | None" = None, *,
-                  receipt: bool = False, timeout: float | None = 30.0) -> None:
+    async def ack(
+        self,
+        message: Message,
+        transaction: "Transaction | str | None" = None,
+        *,
+        receipt: bool = False,
+        timeout: float | None = 30.0,
+    ) -> None:
         """ACK ``message`` with the headers its version needs (see ``message``)."""
         headers = ack_headers(message, self.version, _transaction_id(transaction))
         await self._request("ACK", headers, receipt=receipt, timeout=timeout)
 
-    async def nack(self, message: Message, transaction: "Transaction | str | None" = None, *,
-                   receipt: bool = False, timeout: float | None = 30.0) -> None:
+    async def nack(
+        self,
+        message: Message,
+        transaction: "Transaction | str | None" = None,
+        *,
+        receipt: bool = False,
+        timeout: float | None = 30.0,
+    ) -> None:
         """NACK ``message`` (STOMP 1.1 and later; ``ValueError`` in 1.0)."""
         if self.version == "1.0":
             raise ValueError("NACK does not exist in STOMP 1.0")
@@ -402,15 +428,13 @@ class StompClient:
         """A new ``Transaction`` (not begun yet); ``id`` defaults to ``tx-N``."""
         return Transaction(self, id if id is not None else f"tx-{next(self._tx_ids)}")
 
-    async def send_frame(self, frame: Frame, *, receipt: bool = False,
-                         timeout: float | None = 30.0) -> Frame | None:
+    async def send_frame(self, frame: Frame, *, receipt: bool = False, timeout: float | None = 30.0) -> Frame | None:
         """Send any client ``frame`` as is (for experiments and fault tests).
 
         With ``receipt`` a ``receipt`` header is added and the RECEIPT frame
         is returned.
         """
-        return await self._request(frame.command, dict(frame.headers), frame.body,
-                                   receipt=receipt, timeout=timeout)
+        return await self._request(frame.command, dict(frame.headers), frame.body, receipt=receipt, timeout=timeout)
 
     async def disconnect(self, *, receipt: bool = True, timeout: float | None = 10.0) -> None:
         """Send DISCONNECT, wait for its RECEIPT (so the broker has processed
@@ -492,8 +516,9 @@ class StompClient:
         if transport is not None and not transport.is_closing():
             transport.write(data)
 
-    async def _request(self, command: str, headers: dict[str, str], body: bytes = b"", *,
-                       receipt: bool, timeout: float | None) -> Frame | None:
+    async def _request(
+        self, command: str, headers: dict[str, str], body: bytes = b"", *, receipt: bool, timeout: float | None
+    ) -> Frame | None:
         """Write one frame; with ``receipt`` wait for its RECEIPT and return it."""
         if not receipt:
             self._write(Frame(command, headers, body))
@@ -563,8 +588,9 @@ class StompClient:
             sub = self._route_by_destination(frame)
             if sub is None:
                 self.unrouted += 1
-                log.warning("MESSAGE for unknown subscription %r on %r dropped",
-                            sub_id, frame.headers.get("destination"))
+                log.warning(
+                    "MESSAGE for unknown subscription %r on %r dropped", sub_id, frame.headers.get("destination")
+                )
                 return
         if sub._deliver(Message(frame, sub.id)):
             self._buffered += 1
@@ -632,8 +658,9 @@ class StompClient:
 
     def _on_silence(self, silent_for: float) -> None:
         expect = self.heartbeat[1] / 1000
-        self._abort(ConnectionLost(
-            f"no heart-beat from the broker for {silent_for:.3g}s (expected every {expect:.3g}s)"))
+        self._abort(
+            ConnectionLost(f"no heart-beat from the broker for {silent_for:.3g}s (expected every {expect:.3g}s)")
+        )
 
     # ------------------------------------------------------------------ ending
     def _abort(self, reason: StompClientError) -> None:
@@ -656,8 +683,10 @@ class StompClient:
             failure = self.errors[-1]
         if failure is None and not self._closing:
             failure = ConnectionLost(
-                f"connection to {self.host}:{self.port} lost: {exc}" if exc is not None
-                else f"the broker at {self.host}:{self.port} closed the connection")
+                f"connection to {self.host}:{self.port} lost: {exc}"
+                if exc is not None
+                else f"the broker at {self.host}:{self.port} closed the connection"
+            )
         self._failure = failure
         self._end = failure or ConnectionLost("the client has disconnected")
         for fut in [self._connected, *self._receipts.values(), *self._drain_waiters]:

@@ -15,6 +15,7 @@ built-in ``TimeoutError`` when its own ``timeout`` runs out:
 - ``SubscriptionClosed``: the subscription was unsubscribed or the client
   disconnected on purpose; ``async for`` turns it into the end of iteration.
 """
+
 from __future__ import annotations
 
 from typing import Mapping

@@ -24,6 +24,7 @@ attribute store per read or write and nothing else.
   which asyncio runs after the I/O callbacks of the same pass), and only if
   ``last_read`` has still not moved does it call ``on_silence``.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -16,6 +16,7 @@ version    ACK / NACK headers
 1.0        ``message-id`` (NACK does not exist in 1.0)
 =========  ==============================================
 """
+
 from __future__ import annotations
 
 from typing import Mapping

@@ -16,6 +16,7 @@ The client counts buffered messages across all subscriptions and stops
 reading the socket past ``max_buffered`` (see ``StompClient``), so a slow
 application slows the broker down through TCP instead of growing memory.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -184,8 +185,7 @@ class Transaction:
         #: ``new``, ``active``, ``committed`` or ``aborted``.
         self.state = "new"
 
-    async def _control(self, command: str, expected: str, after: str, receipt: bool,
-                       timeout: float | None) -> None:
+    async def _control(self, command: str, expected: str, after: str, receipt: bool, timeout: float | None) -> None:
         if self.state != expected:
             raise RuntimeError(f"cannot {command} transaction {self.id!r}: it is {self.state}")
         await self.client._request(command, {"transaction": self.id}, receipt=receipt, timeout=timeout)
@@ -203,20 +203,23 @@ class Transaction:
         """Send ABORT; with ``receipt`` (the default) wait until it is done."""
         await self._control("ABORT", "active", "aborted", receipt, timeout)
 
-    async def send(self, destination: str, body: bytes | str = b"",
-                   headers: Mapping[str, str] | None = None, *, receipt: bool = False,
-                   timeout: float | None = 30.0) -> None:
+    async def send(
+        self,
+        destination: str,
+        body: bytes | str = b"",
+        headers: Mapping[str, str] | None = None,
+        *,
+        receipt: bool = False,
+        timeout: float | None = 30.0,
+    ) -> None:
         """``client.send`` inside this transaction."""
-        await self.client.send(destination, body, headers, receipt=receipt,
-                               transaction=self.id, timeout=timeout)
+        await self.client.send(destination, body, headers, receipt=receipt, transaction=self.id, timeout=timeout)
 
-    async def ack(self, message: Message, *, receipt: bool = False,
-                  timeout: float | None = 30.0) -> None:
+    async def ack(self, message: Message, *, receipt: bool = False, timeout: float | None = 30.0) -> None:
         """``client.ack`` inside this transaction."""
         await self.client.ack(message, self.id, receipt=receipt, timeout=timeout)
 
-    async def nack(self, message: Message, *, receipt: bool = False,
-                   timeout: float | None = 30.0) -> None:
+    async def nack(self, message: Message, *, receipt: bool = False, timeout: float | None = 30.0) -> None:
         """``client.nack`` inside this transaction."""
         await self.client.nack(message, self.id, receipt=receipt, timeout=timeout)
 

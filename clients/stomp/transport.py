@@ -11,6 +11,7 @@ rather than with ``loop.create_connection(host, port)`` for two reasons:
   ("connection refused", "cannot resolve host ..."), where ``create_connection``
   folds several addresses into "Multiple exceptions: ...".
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -5,6 +5,7 @@ and ``/metrics`` (``metrics.py``).
 ``python -m minibroker.console.vendor`` (a build step, which ``web`` imports)
 runs as ``__main__`` without the package having imported it already.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

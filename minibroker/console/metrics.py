@@ -7,6 +7,7 @@ journal's files, which no STOMP reply lists, are read from the store itself.
 It runs on the broker's event loop, between two events, so every figure of one
 scrape comes from the same moment.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
@@ -74,7 +75,9 @@ class BrokerCollector:
         for name, key, doc in _BROKER_GAUGES:
             if key in broker_stats:
                 yield GaugeMetricFamily(name, doc, value=float(broker_stats[key]))
-        yield from self._destinations(self.broker.statistics_source(self.broker, STATISTICS_PREFIX + "Destination.>", None) or [])
+        yield from self._destinations(
+            self.broker.statistics_source(self.broker, STATISTICS_PREFIX + "Destination.>", None) or []
+        )
         yield from self._journals()
 
     def _destinations(self, replies: list[dict[str, Any]]) -> Iterator[Metric]:
@@ -95,10 +98,16 @@ class BrokerCollector:
         store = self.broker.store
         files = [f for journal in store.journals() for f in journal.files()] if store is not None else []
         yield GaugeMetricFamily("minibroker_journal_files", "Journal files on disk", value=len(files))
-        yield GaugeMetricFamily("minibroker_journal_bytes", "Bytes of the journal files (preallocated size)",
-                                value=sum(f.size for f in files))
-        yield GaugeMetricFamily("minibroker_journal_used_bytes", "Bytes of records written in the journal files",
-                                value=sum(f.used for f in files))
+        yield GaugeMetricFamily(
+            "minibroker_journal_bytes",
+            "Bytes of the journal files (preallocated size)",
+            value=sum(f.size for f in files),
+        )
+        yield GaugeMetricFamily(
+            "minibroker_journal_used_bytes",
+            "Bytes of records written in the journal files",
+            value=sum(f.used for f in files),
+        )
 
 
 def metrics_text(broker: "Broker") -> bytes:

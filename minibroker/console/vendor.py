@@ -8,6 +8,7 @@ in ``vendor.json`` is copied only if its hash is the pinned one, so what the
 console serves is exactly what was reviewed. ``check`` says what is wrong with
 the vendored files as they are (a test runs it).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,8 +42,10 @@ def check(directory: Path = VENDOR_DIR) -> list[str]:
         if not path.is_file():
             problems.append(f"{entry['name']} is missing (make console vendors it)")
         elif _sha256(path) != entry["sha256"]:
-            problems.append(f"{entry['name']} is not {entry['package']} {entry['version']}'s {entry['source']} "
-                            f"(sha256 {_sha256(path)}, pinned {entry['sha256']})")
+            problems.append(
+                f"{entry['name']} is not {entry['package']} {entry['version']}'s {entry['source']} "
+                f"(sha256 {_sha256(path)}, pinned {entry['sha256']})"
+            )
     return problems
 
 
@@ -54,8 +57,11 @@ def vendor(node_modules: Path, directory: Path = VENDOR_DIR) -> list[str]:
     for entry in pinned_files():
         package = node_modules / entry["package"]
         source = package / entry["source"]
-        installed = json.loads((package / "package.json").read_text(encoding="utf-8")).get("version") \
-            if (package / "package.json").is_file() else None
+        installed = (
+            json.loads((package / "package.json").read_text(encoding="utf-8")).get("version")
+            if (package / "package.json").is_file()
+            else None
+        )
         if installed != entry["version"]:
             problems.append(f"{entry['package']} {installed or 'is not installed'}: {entry['version']} is pinned")
         elif not source.is_file() or _sha256(source) != entry["sha256"]:

@@ -28,6 +28,7 @@ beside the other connections, and needs no thread; the console serves a few
 static files and one generated text, and the page is same-origin with its
 STOMP connection, so it works when ``transport.websocket_port`` is off.
 """
+
 from __future__ import annotations
 
 import email.utils
@@ -67,14 +68,16 @@ def static_file(name: str) -> bytes | None:
 
 
 def _response(status: http.HTTPStatus, body: bytes, content_type: str) -> Response:
-    headers = Headers([
-        ("Date", email.utils.formatdate(usegmt=True)),
-        ("Connection", "close"),
-        ("Content-Length", str(len(body))),
-        ("Content-Type", content_type),
-        ("Cache-Control", "no-store"),
-        ("X-Content-Type-Options", "nosniff"),
-    ])
+    headers = Headers(
+        [
+            ("Date", email.utils.formatdate(usegmt=True)),
+            ("Connection", "close"),
+            ("Content-Length", str(len(body))),
+            ("Content-Type", content_type),
+            ("Cache-Control", "no-store"),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
+    )
     return Response(status.value, status.phrase, headers, body)
 
 
@@ -87,8 +90,12 @@ class ConsoleConnection(WebSocketConnection):
         ws = self.ws
         if path == STOMP_PATH:
             host = request.headers.get("Host", "")
-            origins: list[Any] = [*self.server.broker.config.transport.allowed_origins,
-                                  f"http://{host}", f"https://{host}", None]
+            origins: list[Any] = [
+                *self.server.broker.config.transport.allowed_origins,
+                f"http://{host}",
+                f"https://{host}",
+                None,
+            ]
             ws.origins = origins
             self.upgrade(request)
             return
@@ -99,10 +106,12 @@ class ConsoleConnection(WebSocketConnection):
             text = "The console's libraries are not in place (`make console` puts them there):\n" + "\n".join(missing)
             response = _response(http.HTTPStatus.SERVICE_UNAVAILABLE, text.encode(), "text/plain; charset=utf-8")
         else:
-            name = "index.html" if path == "/" else path[len("/static/"):] if path.startswith("/static/") else ""
+            name = "index.html" if path == "/" else path[len("/static/") :] if path.startswith("/static/") else ""
             body = static_file(name)
             if body is None:
-                response = _response(http.HTTPStatus.NOT_FOUND, f"nothing at {path}\n".encode(), "text/plain; charset=utf-8")
+                response = _response(
+                    http.HTTPStatus.NOT_FOUND, f"nothing at {path}\n".encode(), "text/plain; charset=utf-8"
+                )
             else:
                 content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
                 if content_type.startswith("text/") or content_type == "application/javascript":

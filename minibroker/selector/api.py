@@ -103,4 +103,3 @@ def _compile_cached(text: str, max_length: int, max_depth: int) -> Selector:
     except (RecursionError, MemoryError) as exc:  # a safety net: the limits should prevent it
         raise SelectorError("selector is too complex", 0, text) from exc
     return Selector(text, tuple(warnings), matches, evaluate, source)
-

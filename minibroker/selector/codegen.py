@@ -41,15 +41,36 @@ from .nodes import Arith, Compare, Const, In, IsNull, Like, Logic, Node, Prop, U
 __all__ = ["compile_tree"]
 
 _HELPERS: dict[str, object] = {
-    "_Fault": values.Fault, "_and_v": values.and_v, "_or_v": values.or_v,
-    "_neg": values.neg, "_not3": values.not3, "_boolcast": values.boolcast,
-    "_eq": values.eq, "_ne": values.ne, "_lt": values.lt, "_le": values.le,
-    "_gt": values.gt, "_ge": values.ge, "_add": values.add, "_sub": values.sub,
-    "_mul": values.mul, "_div": values.div, "_mod": values.mod,
+    "_Fault": values.Fault,
+    "_and_v": values.and_v,
+    "_or_v": values.or_v,
+    "_neg": values.neg,
+    "_not3": values.not3,
+    "_boolcast": values.boolcast,
+    "_eq": values.eq,
+    "_ne": values.ne,
+    "_lt": values.lt,
+    "_le": values.le,
+    "_gt": values.gt,
+    "_ge": values.ge,
+    "_add": values.add,
+    "_sub": values.sub,
+    "_mul": values.mul,
+    "_div": values.div,
+    "_mod": values.mod,
 }
 _OP_HELPER = {
-    "=": "_eq", "<>": "_ne", "<": "_lt", "<=": "_le", ">": "_gt", ">=": "_ge",
-    "+": "_add", "-": "_sub", "*": "_mul", "/": "_div", "%": "_mod",
+    "=": "_eq",
+    "<>": "_ne",
+    "<": "_lt",
+    "<=": "_le",
+    ">": "_gt",
+    ">=": "_ge",
+    "+": "_add",
+    "-": "_sub",
+    "*": "_mul",
+    "/": "_div",
+    "%": "_mod",
 }
 _UNARY_HELPER = {"-": "_neg", "NOT": "_not3", "BOOL": "_boolcast"}
 

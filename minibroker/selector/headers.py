@@ -71,13 +71,29 @@ Getter = Callable[[Mapping[str, str]], Value]
 # correlation-id, reply-to, message-id and content-length, which no
 # identifier can name anyway.)
 HIDDEN_HEADERS = frozenset(
-    ["destination", "expires", "timestamp", "priority", "type", "persistent",
-     "receipt", "redelivered", "subscription", "transaction"]
+    [
+        "destination",
+        "expires",
+        "timestamp",
+        "priority",
+        "type",
+        "persistent",
+        "receipt",
+        "redelivered",
+        "subscription",
+        "transaction",
+    ]
 )
 
 _UNSUPPORTED = frozenset(
-    ["JMSXDeliveryCount", "JMSXProducerTXID", "JMSActiveMQBrokerInTime",
-     "JMSActiveMQBrokerOutTime", "JMSActiveMQBrokerPath", "JMSXGroupFirstForConsumer"]
+    [
+        "JMSXDeliveryCount",
+        "JMSXProducerTXID",
+        "JMSActiveMQBrokerInTime",
+        "JMSActiveMQBrokerOutTime",
+        "JMSActiveMQBrokerPath",
+        "JMSXGroupFirstForConsumer",
+    ]
 )
 
 _DESTINATION_PREFIXES = (
@@ -97,7 +113,7 @@ def _destination(name: str | None) -> str | None:
     trimmed = name.strip()
     for prefix, scheme in _DESTINATION_PREFIXES:
         if trimmed.startswith(prefix):
-            return scheme + trimmed[len(prefix):]
+            return scheme + trimmed[len(prefix) :]
     return name
 
 

@@ -36,8 +36,7 @@ from .errors import SelectorError
 __all__ = ["KEYWORDS", "Token", "tokenize"]
 
 KEYWORDS = frozenset(
-    ["NOT", "AND", "OR", "BETWEEN", "LIKE", "ESCAPE", "IN", "IS",
-     "TRUE", "FALSE", "NULL", "XPATH", "XQUERY"]
+    ["NOT", "AND", "OR", "BETWEEN", "LIKE", "ESCAPE", "IN", "IS", "TRUE", "FALSE", "NULL", "XPATH", "XQUERY"]
 )
 
 _EXPONENT = r"[eE][+-]?[0-9]+"

@@ -17,8 +17,18 @@ from dataclasses import dataclass
 from typing import Union
 
 __all__ = [
-    "Arith", "Compare", "Const", "In", "IsNull", "Like", "Logic", "Node",
-    "Prop", "Unary", "Value", "is_boolean",
+    "Arith",
+    "Compare",
+    "Const",
+    "In",
+    "IsNull",
+    "Like",
+    "Logic",
+    "Node",
+    "Prop",
+    "Unary",
+    "Value",
+    "is_boolean",
 ]
 
 # A value during evaluation: NULL (None), a boolean, an exact numeric (int),

@@ -46,7 +46,17 @@ from typing import Callable, NoReturn
 from .errors import SelectorError
 from .lexer import Token, tokenize
 from .nodes import (
-    Arith, Compare, Const, In, IsNull, Like, Logic, Node, Prop, Unary, is_boolean,
+    Arith,
+    Compare,
+    Const,
+    In,
+    IsNull,
+    Like,
+    Logic,
+    Node,
+    Prop,
+    Unary,
+    is_boolean,
 )
 
 __all__ = ["parse"]

@@ -55,9 +55,31 @@ from ..digits import parse_decimal
 from .nodes import Value
 
 __all__ = [
-    "BAD", "BINARY", "Fault", "add", "and_v", "boolcast", "compare", "constant_comparison",
-    "div", "eq", "ge", "gt", "in_test", "java_string", "le", "lt", "mod", "mul", "ne",
-    "neg", "not3", "or_v", "parse_double", "parse_long", "sub",
+    "BAD",
+    "BINARY",
+    "Fault",
+    "add",
+    "and_v",
+    "boolcast",
+    "compare",
+    "constant_comparison",
+    "div",
+    "eq",
+    "ge",
+    "gt",
+    "in_test",
+    "java_string",
+    "le",
+    "lt",
+    "mod",
+    "mul",
+    "ne",
+    "neg",
+    "not3",
+    "or_v",
+    "parse_double",
+    "parse_long",
+    "sub",
 ]
 
 
@@ -192,8 +214,12 @@ gt = _ordering(lambda c: c > 0)
 ge = _ordering(lambda c: c >= 0)
 
 _TESTS: dict[str, Callable[[int], bool]] = {
-    "=": lambda c: c == 0, "<>": lambda c: c != 0, "<": lambda c: c < 0,
-    "<=": lambda c: c <= 0, ">": lambda c: c > 0, ">=": lambda c: c >= 0,
+    "=": lambda c: c == 0,
+    "<>": lambda c: c != 0,
+    "<": lambda c: c < 0,
+    "<=": lambda c: c <= 0,
+    ">": lambda c: c > 0,
+    ">=": lambda c: c >= 0,
 }
 
 
@@ -352,6 +378,15 @@ def in_test(values: frozenset[str], negated: bool) -> Callable[[Value], Value]:
 
 
 BINARY: dict[str, Callable[[Value, Value], Value]] = {
-    "=": eq, "<>": ne, "<": lt, "<=": le, ">": gt, ">=": ge,
-    "+": add, "-": sub, "*": mul, "/": div, "%": mod,
+    "=": eq,
+    "<>": ne,
+    "<": lt,
+    "<=": le,
+    ">": gt,
+    ">=": ge,
+    "+": add,
+    "-": sub,
+    "*": mul,
+    "/": div,
+    "%": mod,
 }

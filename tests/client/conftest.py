@@ -1,4 +1,5 @@
 """Fixtures for the client tests: a fake STOMP server per test."""
+
 from __future__ import annotations
 
 from typing import AsyncIterator, Awaitable, Callable

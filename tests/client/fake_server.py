@@ -24,6 +24,7 @@ Everything a client sends is recorded on its ``FakeConnection`` (``frames``,
 ``beats`` received) so tests can assert on the wire, and ``conn.send`` /
 ``conn.send_raw`` let a test script frames by hand.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,8 +44,7 @@ _NOT_COPIED = frozenset({"destination", "receipt", "transaction", "content-lengt
 class FakeConnection:
     """The server side of one client connection."""
 
-    def __init__(self, server: "FakeStompServer", reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+    def __init__(self, server: "FakeStompServer", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.server = server
         self.reader = reader
         self.writer = writer
@@ -69,19 +69,22 @@ class FakeConnection:
         """The commands received so far."""
         return [f.command for f in self.frames]
 
-    async def wait_for(self, predicate: Callable[["FakeConnection"], object],
-                       timeout: float = 5.0) -> None:
+    async def wait_for(self, predicate: Callable[["FakeConnection"], object], timeout: float = 5.0) -> None:
         """Wait until ``predicate(self)`` is true (re-checked on every event)."""
+
         async def loop() -> None:
             while not predicate(self):
                 self._changed.clear()
                 await self._changed.wait()
+
         await asyncio.wait_for(loop(), timeout)
 
     async def wait_frame(self, command: str, timeout: float = 5.0, index: int = 0) -> Frame:
         """The ``index``-th frame with ``command``, waiting for it."""
+
         def found(conn: FakeConnection) -> bool:
             return len([f for f in conn.frames if f.command == command]) > index
+
         await self.wait_for(found, timeout)
         return [f for f in self.frames if f.command == command][index]
 
@@ -96,8 +99,7 @@ class FakeConnection:
         """Write bytes as they are."""
         self.writer.write(data)
 
-    def error(self, message: str, *, receipt_id: str | None = None, close: bool = True,
-              body: bytes = b"") -> None:
+    def error(self, message: str, *, receipt_id: str | None = None, close: bool = True, body: bytes = b"") -> None:
         """Send an ERROR frame, then close unless ``close`` is False."""
         headers = {"message": message}
         if receipt_id is not None:
@@ -209,10 +211,12 @@ class FakeStompServer:
 
     async def connection(self, index: int = 0, timeout: float = 5.0) -> FakeConnection:
         """The ``index``-th accepted connection, waiting for it."""
+
         async def loop() -> None:
             while len(self.connections) <= index:
                 self._new_connection.clear()
                 await self._new_connection.wait()
+
         await asyncio.wait_for(loop(), timeout)
         return self.connections[index]
 
@@ -321,8 +325,10 @@ class FakeStompServer:
         while backlog:
             targets = [
                 (conn, sub_id, ack)
-                for conn in self.connections if not conn.closed
-                for sub_id, (dest, ack) in conn.subscriptions.items() if dest == destination
+                for conn in self.connections
+                if not conn.closed
+                for sub_id, (dest, ack) in conn.subscriptions.items()
+                if dest == destination
             ]
             if not targets:
                 return

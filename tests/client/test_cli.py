@@ -3,6 +3,7 @@
 ``clients.cli.main`` runs its own event loop (``asyncio.run``), so each call
 runs in a worker thread while the fake server keeps serving on the test's loop.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,8 +50,20 @@ class Stdin(io.TextIOWrapper):
 
 # ---------------------------------------------------------------- send
 async def test_send_count_with_receipts(server, capsys) -> None:
-    status = await cli("send", "/queue/a", "hello", "--count", "3", "--receipt",
-                       "-H", "k:v:w", "--persistent", "--priority", "7", *at(server))
+    status = await cli(
+        "send",
+        "/queue/a",
+        "hello",
+        "--count",
+        "3",
+        "--receipt",
+        "-H",
+        "k:v:w",
+        "--persistent",
+        "--priority",
+        "7",
+        *at(server),
+    )
     out, err = capsys.readouterr()
     assert (status, out, err) == (0, "sent 3 messages to /queue/a (receipts: 3)\n", "")
     conn = await server.connection()
@@ -79,11 +92,14 @@ async def test_send_body_from_file(server, tmp_path, capsys) -> None:
     assert conn.frames[1].body == b"a\x00b"
 
 
-@pytest.mark.parametrize("argv, tty, expected", [
-    (["-"], True, b"from stdin"),
-    ([], False, b"from stdin"),
-    ([], True, b""),  # a terminal is not read: empty body
-])
+@pytest.mark.parametrize(
+    "argv, tty, expected",
+    [
+        (["-"], True, b"from stdin"),
+        ([], False, b"from stdin"),
+        ([], True, b""),  # a terminal is not read: empty body
+    ],
+)
 async def test_send_body_from_stdin(server, monkeypatch, capsys, argv, tty, expected) -> None:
     monkeypatch.setattr("sys.stdin", Stdin(b"from stdin", tty))
     assert await cli("send", "/queue/a", *argv, *at(server)) == 0
@@ -91,16 +107,19 @@ async def test_send_body_from_stdin(server, monkeypatch, capsys, argv, tty, expe
     assert conn.frames[1].body == expected
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--header", "nocolon"], "bad --header 'nocolon': expected NAME:VALUE"),
-    (["--header", ":v"], "bad --header ':v': expected NAME:VALUE"),
-    (["--count", "0"], "bad --count '0': expected an integer >= 1"),
-    (["--count", "x"], "bad --count 'x': expected an integer >= 1"),
-    (["--priority", "12"], "bad --priority '12': expected an integer from 0 to 9"),
-    (["--port", "0"], "bad --port '0': expected an integer from 1 to 65535"),
-    (["--heartbeat", "5"], "bad --heartbeat '5': expected CX,CY in milliseconds"),
-    (["--connect-timeout", "-1"], "bad --connect-timeout '-1': expected a positive number of seconds"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--header", "nocolon"], "bad --header 'nocolon': expected NAME:VALUE"),
+        (["--header", ":v"], "bad --header ':v': expected NAME:VALUE"),
+        (["--count", "0"], "bad --count '0': expected an integer >= 1"),
+        (["--count", "x"], "bad --count 'x': expected an integer >= 1"),
+        (["--priority", "12"], "bad --priority '12': expected an integer from 0 to 9"),
+        (["--port", "0"], "bad --port '0': expected an integer from 1 to 65535"),
+        (["--heartbeat", "5"], "bad --heartbeat '5': expected CX,CY in milliseconds"),
+        (["--connect-timeout", "-1"], "bad --connect-timeout '-1': expected a positive number of seconds"),
+    ],
+)
 async def test_send_bad_arguments(capsys, argv, message) -> None:
     assert await cli("send", "/queue/a", "body", *argv) == 2
     assert capsys.readouterr().err == f"minibroker send: {message}\n"
@@ -138,8 +157,7 @@ async def test_send_refused_mid_way(make_server, capsys) -> None:
     server = await make_server(error_on_send={"/queue/full": "Usage Manager Memory Limit reached"})
     assert await cli("send", "/queue/full", "x", "--count", "5", "--receipt", *at(server)) == 1
     err = capsys.readouterr().err
-    assert err == ("minibroker send: broker refused: Usage Manager Memory Limit reached"
-                   " (0 of 5 accepted)\n")
+    assert err == ("minibroker send: broker refused: Usage Manager Memory Limit reached (0 of 5 accepted)\n")
 
 
 async def test_send_refused_without_receipts_says_how_many_were_accepted(make_server, capsys) -> None:
@@ -153,8 +171,7 @@ async def test_send_refused_without_receipts_says_how_many_were_accepted(make_se
 # ---------------------------------------------------------------- recv
 async def test_recv_count_with_client_individual_acks(server, capsys) -> None:
     server.preload("/queue/a", [b"one", b"two", b"three"])
-    status = await cli("recv", "/queue/a", "--count", "2", "--ack", "client-individual",
-                       "--prefetch", "1", *at(server))
+    status = await cli("recv", "/queue/a", "--count", "2", "--ack", "client-individual", "--prefetch", "1", *at(server))
     out, err = capsys.readouterr()
     assert status == 0
     assert out == "one\ntwo\n"
@@ -182,11 +199,14 @@ async def test_recv_count_takes_exactly_n_by_default(server, capsys) -> None:
     assert [(f.command, f.headers.get("id")) for f in conn.frames[2:]] == [("ACK", "a-2"), ("DISCONNECT", None)]
 
 
-@pytest.mark.parametrize("argv, ack, prefetch", [
-    (["--count", "2", "--ack", "auto"], "auto", None),  # asked for: as asked
-    (["--count", "2", "--prefetch", "5"], "client", "5"),
-    (["--timeout", "0.2"], "auto", None),  # no count: nothing beyond it to lose
-])
+@pytest.mark.parametrize(
+    "argv, ack, prefetch",
+    [
+        (["--count", "2", "--ack", "auto"], "auto", None),  # asked for: as asked
+        (["--count", "2", "--prefetch", "5"], "client", "5"),
+        (["--timeout", "0.2"], "auto", None),  # no count: nothing beyond it to lose
+    ],
+)
 async def test_recv_ack_mode_defaults(server, capsys, argv, ack, prefetch) -> None:
     server.preload("/queue/a", [b"one", b"two"])
     await cli("recv", "/queue/a", *argv, *at(server))
@@ -205,8 +225,7 @@ async def test_recv_stops_when_idle(server, capsys) -> None:
 
 async def test_recv_short_of_count_fails(server, capsys) -> None:
     server.preload("/queue/a", [b"only"])
-    assert await cli("recv", "/queue/a", "--count", "3", "--timeout", "0.2", "--ack", "client",
-                     *at(server)) == 1
+    assert await cli("recv", "/queue/a", "--count", "3", "--timeout", "0.2", "--ack", "client", *at(server)) == 1
     err = capsys.readouterr().err
     assert err == "received 1 of 3 messages from /queue/a (acked: 1); nothing arrived for 0.2s\n"
 
@@ -227,8 +246,12 @@ async def test_recv_show_json_and_headers(server, capsys) -> None:
 
 async def test_recv_subscribe_options(server, capsys) -> None:
     server.preload("/queue/a", [b"x"])
-    assert await cli("recv", "/queue/a", "-n", "1", "--selector", "app = '1'",
-                     "-H", "activemq.exclusive:true", *at(server)) == 0
+    assert (
+        await cli(
+            "recv", "/queue/a", "-n", "1", "--selector", "app = '1'", "-H", "activemq.exclusive:true", *at(server)
+        )
+        == 0
+    )
     conn = await server.connection()
     headers = conn.frames[1].headers
     assert headers["selector"] == "app = '1'" and headers["activemq.exclusive"] == "true"
@@ -247,15 +270,20 @@ async def test_recv_broker_drops_the_connection(server, capsys) -> None:
     assert err == "minibroker recv: broker refused: Broker is shutting down (after 0 received)\n"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--timeout", "0"], "bad --timeout '0': expected a positive number of seconds"),
-    (["--count", "-2"], "bad --count '-2': expected an integer >= 1"),
-    (["--prefetch", "many"], "bad --prefetch 'many': expected an integer >= 0"),
-    (["-H", "x"], "bad --header 'x': expected NAME:VALUE"),
-    (["--no-ack"], "--no-ack needs a client ack mode: --ack client or client-individual (or --count)"),
-    (["--no-ack", "--ack", "auto", "--count", "1"],
-     "--no-ack needs a client ack mode: --ack client or client-individual (or --count)"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--timeout", "0"], "bad --timeout '0': expected a positive number of seconds"),
+        (["--count", "-2"], "bad --count '-2': expected an integer >= 1"),
+        (["--prefetch", "many"], "bad --prefetch 'many': expected an integer >= 0"),
+        (["-H", "x"], "bad --header 'x': expected NAME:VALUE"),
+        (["--no-ack"], "--no-ack needs a client ack mode: --ack client or client-individual (or --count)"),
+        (
+            ["--no-ack", "--ack", "auto", "--count", "1"],
+            "--no-ack needs a client ack mode: --ack client or client-individual (or --count)",
+        ),
+    ],
+)
 async def test_recv_bad_arguments(capsys, argv, message) -> None:
     assert await cli("recv", "/queue/a", *argv) == 2
     assert capsys.readouterr().err == f"minibroker recv: {message}\n"
@@ -317,10 +345,13 @@ def test_analyze_says_what_is_wrong_as_every_command_does(tmp_path, capsys) -> N
     assert capsys.readouterr().err == f"minibroker analyze: no trace events in {empty}\n"
 
 
-@pytest.mark.parametrize("text, said", [
-    ('name = "x"\n', "unknown key 'name' in "),
-    ('[nosuch]\nx = 1\n', "unknown section 'nosuch' in "),
-])
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ('name = "x"\n', "unknown key 'name' in "),
+        ("[nosuch]\nx = 1\n", "unknown section 'nosuch' in "),
+    ],
+)
 def test_doctor_tells_a_key_from_a_section(tmp_path, capsys, text, said) -> None:
     path = tmp_path / "broker.toml"
     path.write_text(text)

@@ -1,4 +1,5 @@
 """StompClient against the fake server: handshake, frames on the wire, errors."""
+
 from __future__ import annotations
 
 import asyncio
@@ -32,14 +33,18 @@ def free_port() -> int:
 
 # ---------------------------------------------------------------- handshake
 async def test_connect_offers_every_version_and_gets_the_highest(server) -> None:
-    client = await connect(server, login="u", passcode="p", client_id="c1", vhost="vh",
-                           extra_headers={"x-extra": "1"})
+    client = await connect(server, login="u", passcode="p", client_id="c1", vhost="vh", extra_headers={"x-extra": "1"})
     conn = await server.connection()
     connect_frame = conn.frames[0]
     assert connect_frame.command == "CONNECT"
     assert connect_frame.headers == {
-        "accept-version": "1.0,1.1,1.2", "heart-beat": "0,0", "host": "vh",
-        "login": "u", "passcode": "p", "client-id": "c1", "x-extra": "1",
+        "accept-version": "1.0,1.1,1.2",
+        "heart-beat": "0,0",
+        "host": "vh",
+        "login": "u",
+        "passcode": "p",
+        "client-id": "c1",
+        "x-extra": "1",
     }
     assert (client.version, client.server, client.session) == ("1.2", "FakeStomp/0.1", "fake-session-1")
     await client.disconnect()
@@ -175,13 +180,17 @@ async def test_stomp_10_refuses_headers_it_cannot_carry(server) -> None:
 async def test_subscribe_and_receive(server) -> None:
     server.preload("/queue/a", [b"one", b"two"], {"app": "x"})
     client = await connect(server)
-    sub = await client.subscribe("/queue/a", prefetch=10, selector="app = 'x'",
-                                 headers={"activemq.exclusive": "true"})
+    sub = await client.subscribe("/queue/a", prefetch=10, selector="app = 'x'", headers={"activemq.exclusive": "true"})
     conn = await server.connection()
     subscribe = conn.frames[1]
     assert subscribe.headers == {
-        "destination": "/queue/a", "id": sub.id, "ack": "auto", "activemq.prefetchSize": "10",
-        "selector": "app = 'x'", "activemq.exclusive": "true", "receipt": subscribe.headers["receipt"],
+        "destination": "/queue/a",
+        "id": sub.id,
+        "ack": "auto",
+        "activemq.prefetchSize": "10",
+        "selector": "app = 'x'",
+        "activemq.exclusive": "true",
+        "receipt": subscribe.headers["receipt"],
     }
     first = await sub.get(timeout=5)
     second = await sub.get(timeout=5)

@@ -1,4 +1,5 @@
 """Pure pieces of the client: heart-beat rules, ACK headers, Message."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,12 +11,12 @@ from minibroker.frames import Frame
 # (client cx,cy), (server sx,sy) -> (client sends every, client expects every)
 NEGOTIATION = [
     ((0, 0), (0, 0), (0, 0)),
-    ((1000, 0), (0, 0), (0, 0)),          # server does not want beats
-    ((1000, 0), (0, 500), (1000, 0)),     # max(cx, sy)
+    ((1000, 0), (0, 0), (0, 0)),  # server does not want beats
+    ((1000, 0), (0, 500), (1000, 0)),  # max(cx, sy)
     ((200, 0), (0, 500), (500, 0)),
-    ((0, 1000), (300, 0), (0, 1000)),     # max(sx, cy)
+    ((0, 1000), (300, 0), (0, 1000)),  # max(sx, cy)
     ((0, 100), (300, 0), (0, 300)),
-    ((0, 100), (0, 0), (0, 0)),           # server cannot send
+    ((0, 100), (0, 0), (0, 0)),  # server cannot send
     ((100, 200), (300, 400), (400, 300)),
 ]
 
@@ -42,8 +43,11 @@ def test_format_heartbeat() -> None:
         format_heartbeat((-1, 0))
 
 
-MSG = Frame("MESSAGE", {"destination": "/queue/a", "message-id": "m-7", "subscription": "s1",
-                        "ack": "a-7", "redelivered": "true"}, b"hi")
+MSG = Frame(
+    "MESSAGE",
+    {"destination": "/queue/a", "message-id": "m-7", "subscription": "s1", "ack": "a-7", "redelivered": "true"},
+    b"hi",
+)
 
 ACKS = [
     ("1.2", None, {"id": "a-7"}),

@@ -3,6 +3,7 @@
 The real broker comes from ``tests/conftest.py`` (``broker``: the asyncio
 server in a background thread, on an ephemeral port).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,10 @@ from replay_tables import Row, write_table
 @pytest.fixture
 def table(tmp_path: Path) -> Callable[..., Path]:
     """``table(rows, name="actions.jsonl")`` writes a table under tmp_path."""
+
     def make(rows: list[Row], name: str = "actions.jsonl") -> Path:
         return write_table(tmp_path / name, rows)
+
     return make
 
 

@@ -3,6 +3,7 @@
 ``clients.cli.main`` runs its own event loop, and the broker runs in a
 background thread, so these tests are plain functions.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,16 +26,34 @@ TINY = ROOT / "examples" / "workloads" / "tiny.toml"
 
 
 def small_table(table):
-    return table([*producer("p-0", "/queue/C", [0.1 + i * 0.02 for i in range(10)], persistent=True),
-                  *producer("p-1", "/queue/C", [0.11 + i * 0.02 for i in range(10)]),
-                  *consumer("c-0", "/queue/C", stop=1.2, prefetch=3)])
+    return table(
+        [
+            *producer("p-0", "/queue/C", [0.1 + i * 0.02 for i in range(10)], persistent=True),
+            *producer("p-1", "/queue/C", [0.11 + i * 0.02 for i in range(10)]),
+            *consumer("c-0", "/queue/C", stop=1.2, prefetch=3),
+        ]
+    )
 
 
 def test_replay_end_to_end(broker, table, tmp_path, capsys) -> None:
     trace = tmp_path / "client.jsonl"
-    status = clients.cli.main(["replay", str(small_table(table)), "--port", str(broker.port),
-                               "--trace", str(trace), "--no-progress", "--receipts", "persistent",
-                               "--speed", "2", "--broker-name", "mb"])
+    status = clients.cli.main(
+        [
+            "replay",
+            str(small_table(table)),
+            "--port",
+            str(broker.port),
+            "--trace",
+            str(trace),
+            "--no-progress",
+            "--receipts",
+            "persistent",
+            "--speed",
+            "2",
+            "--broker-name",
+            "mb",
+        ]
+    )
     out, err = capsys.readouterr()
     assert status == 0, err
     assert err == ""
@@ -51,8 +70,11 @@ def test_the_example_workload_delivers_what_its_selector_selects(broker, tmp_pat
     the messages whose ``kind`` is ``order``, and those arrive."""
     out = tmp_path / "tiny"
     assert clients.cli.main(["workload", "generate", str(TINY), "--out", str(out)]) == 0
-    sends = [json.loads(line) for part in sorted((out / "actions.jsonl").glob("part-*.json"))
-             for line in part.read_text().splitlines()]
+    sends = [
+        json.loads(line)
+        for part in sorted((out / "actions.jsonl").glob("part-*.json"))
+        for line in part.read_text().splitlines()
+    ]
     wanted = sum(1 for a in sends if a["action"] == "send" and a["headers"]["kind"] == "order")
     capsys.readouterr()
     status = clients.cli.main(["replay", str(out), "--port", str(broker.port), "--json", "--speed", "4"])
@@ -63,8 +85,9 @@ def test_the_example_workload_delivers_what_its_selector_selects(broker, tmp_pat
 
 
 def test_replay_json_summary(broker, table, capsys) -> None:
-    status = clients.cli.main(["replay", str(small_table(table)), "--port", str(broker.port),
-                               "--json", "--speed", "4", "--shard", "0/1"])
+    status = clients.cli.main(
+        ["replay", str(small_table(table)), "--port", str(broker.port), "--json", "--speed", "4", "--shard", "0/1"]
+    )
     report = json.loads(capsys.readouterr().out)
     assert status == 0
     assert (report["sent"], report["received"], report["acked"], report["errors"]) == (20, 20, 20, 0)
@@ -123,8 +146,9 @@ def test_bad_arguments_give_one_line_and_no_traceback(table, tmp_path, capsys) -
         assert message in err, (argv, err)
 
 
-@pytest.mark.parametrize("argv", [["replay", "--help"], ["workload", "generate", "--help"],
-                                  ["analyze", "--help"], ["workload", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["replay", "--help"], ["workload", "generate", "--help"], ["analyze", "--help"], ["workload", "--help"]]
+)
 def test_help(argv, capsys) -> None:
     with pytest.raises(SystemExit) as exit:
         clients.cli.main(argv)
@@ -133,16 +157,22 @@ def test_help(argv, capsys) -> None:
 
 
 def test_the_cli_and_its_refusals_never_import_pyspark(tmp_path) -> None:
-    code = ("import sys, clients.cli as c; s = c.main(sys.argv[1:]); "
-            "print(s, [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'matplotlib')])")
-    run = subprocess.run([sys.executable, "-c", code, "workload", "generate", "nope.toml", "--out",
-                          str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    code = (
+        "import sys, clients.cli as c; s = c.main(sys.argv[1:]); "
+        "print(s, [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'matplotlib')])"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, "workload", "generate", "nope.toml", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert run.stdout == "2 []\n"
     assert run.stderr == "minibroker workload: no such workload file: nope.toml\n"
 
 
-@pytest.mark.parametrize("command, job", [("workload", "clients.spark.workload"),
-                                          ("analyze", "clients.spark.analyze")])
+@pytest.mark.parametrize("command, job", [("workload", "clients.spark.workload"), ("analyze", "clients.spark.analyze")])
 def test_options_match_the_spark_jobs(command, job, capsys) -> None:
     """Every option of the job is offered by the command, and no other."""
     import importlib

@@ -1,4 +1,5 @@
 """The replay driver against the real broker (asyncio server in a background thread)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -55,8 +56,9 @@ async def test_every_send_is_sent_received_and_acked(broker, table) -> None:
     events = trace.events()
     assert [p for e in events for p in validate_event(e)] == []
     sent = trace.events("sent")
-    assert {e["msg"] for e in sent} == {f"{p}-{q}:{i}" for p, q, n in (("p", 0, 20), ("p", 1, 20), ("t", 0, 10))
-                                        for i in range(1, n + 1)}
+    assert {e["msg"] for e in sent} == {
+        f"{p}-{q}:{i}" for p, q, n in (("p", 0, 20), ("p", 1, 20), ("t", 0, 10)) for i in range(1, n + 1)
+    }
     received = trace.events("received")
     on_queue = [e for e in received if e["dest"] == "/queue/A"]
     on_topic = [e for e in received if e["dest"] == "/topic/T"]
@@ -83,9 +85,10 @@ async def test_every_send_is_sent_received_and_acked(broker, table) -> None:
 
 
 async def test_sends_carry_the_table_headers_and_sizes(broker, table) -> None:
-    rows = [*producer("p-0", "/queue/H", [0.05, 0.1], persistent=True, priority=9,
-                      headers={"region": "eu"}, size=1234),
-            *producer("p-1", "/queue/H", [0.15], priority=None, size=0)]
+    rows = [
+        *producer("p-0", "/queue/H", [0.05, 0.1], persistent=True, priority=9, headers={"region": "eu"}, size=1234),
+        *producer("p-1", "/queue/H", [0.15], priority=None, size=0),
+    ]
     report, _ = await play(table(rows), options(broker))
     assert report.ok and report.counters.sent == 3
     client = await StompClient.connect("127.0.0.1", broker.port)
@@ -97,8 +100,7 @@ async def test_sends_carry_the_table_headers_and_sizes(broker, table) -> None:
     by_id = {m.headers["replay-id"]: m for m in got}
     assert set(by_id) == {"p-0:1", "p-0:2", "p-1:1"}
     first = by_id["p-0:1"]
-    assert (first.headers["persistent"], first.headers["priority"], first.headers["region"]) == (
-        "true", "9", "eu")
+    assert (first.headers["persistent"], first.headers["priority"], first.headers["region"]) == ("true", "9", "eu")
     assert len(first.body) == 1234 and len(by_id["p-1:1"].body) == 0
     assert "persistent" not in by_id["p-1:1"].headers
     assert abs(float(first.headers["replay-ts"]) - time.time()) < 60
@@ -111,8 +113,10 @@ async def test_pace_changes_the_processing_time(broker, table, monkeypatch) -> N
         slept.append(seconds)
 
     monkeypatch.setattr(actor, "_sleep", fake_sleep)
-    rows = [*producer("p-0", "/queue/P", [0.1, 0.12, 0.14, 2.0, 2.02], stop=2.1),
-            *consumer("c-0", "/queue/P", stop=3.0, process=0.5, paces=((1.0, 0.25),))]
+    rows = [
+        *producer("p-0", "/queue/P", [0.1, 0.12, 0.14, 2.0, 2.02], stop=2.1),
+        *consumer("c-0", "/queue/P", stop=3.0, process=0.5, paces=((1.0, 0.25),)),
+    ]
     report, _ = await play(table(rows), options(broker, speed=2))
     assert report.ok and report.counters.acked == 5
     assert slept == [0.25, 0.25, 0.25, 0.125, 0.125]  # process / speed, before and after the pace
@@ -128,8 +132,7 @@ async def test_refusals_are_reported_once_and_the_client_skipped(broker, table) 
     warnings: list[str] = []
     report, trace = await play(table(rows), options(broker), warnings)
     assert report.errors.count == 2
-    assert any(w.startswith("client c-1: connect: ") and "already connected" in w
-               for w in warnings), warnings
+    assert any(w.startswith("client c-1: connect: ") and "already connected" in w for w in warnings), warnings
     assert any(w.startswith("client bad-0: ") and "/nowhere/x" in w for w in warnings), warnings
     assert report.counters.acked == 2  # the healthy clients went on
     assert report.counters.skipped >= 4  # c-1's subscribe, unsubscribe, disconnect; bad-0's rest
@@ -174,8 +177,7 @@ async def test_a_blocked_table_does_not_grow_without_bound(broker, table) -> Non
 
 
 async def test_an_interrupted_run_still_reports_and_closes(broker, table) -> None:
-    rows = [*producer("p-0", "/queue/I", [0.05, 0.1], stop=60.0),
-            *consumer("c-0", "/queue/I", stop=60.0)]
+    rows = [*producer("p-0", "/queue/I", [0.05, 0.1], stop=60.0), *consumer("c-0", "/queue/I", stop=60.0)]
     trace = MemoryTrace(time.time)
     replayer = Replayer(options(broker), trace=trace)
     run = asyncio.ensure_future(replayer.run(open_table(table(rows)).actions()))

@@ -1,4 +1,5 @@
 """Finding and checking the action table; the counters, histograms and progress bar."""
+
 from __future__ import annotations
 
 import io
@@ -27,8 +28,7 @@ def job_output(tmp_path, formats=("jsonl",)):
             (d / "_SUCCESS").write_text("")
         else:
             (d / "part-00000-x-c000.snappy.parquet").write_bytes(b"PAR1")
-    (out / "summary.json").write_text(json.dumps({"rows": len(rows), "duration": 0.3,
-                                                  "clients": [{}, {}]}))
+    (out / "summary.json").write_text(json.dumps({"rows": len(rows), "duration": 0.3, "clients": [{}, {}]}))
     return out, rows
 
 
@@ -65,25 +65,35 @@ def test_parquet_only_needs_spark_or_says_how(tmp_path, monkeypatch) -> None:
         open_table(out)
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda d: d / "missing", "no such action table"),
-    (lambda d: d, "no action table under"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: d / "missing", "no such action table"),
+        (lambda d: d, "no action table under"),
+    ],
+)
 def test_missing_tables_are_refused(tmp_path, make, message) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ReplayError, match=message):
         open_table(make(tmp_path / "empty"))
 
 
-@pytest.mark.parametrize("lines, message", [
-    (['{"t": 1, "client": "a", "seq": 0, "action": "connect", "group": "a"}',
-      '{"t": 0.5, "client": "b", "seq": 0, "action": "connect", "group": "b"}'], "sorted by t"),
-    (['{"t": 0, "client": "a", "seq": 0, "action": "dance", "group": "a"}'], "unknown action 'dance'"),
-    (['{"t": 0, "client": "a", "seq": 1, "action": "send", "group": "a"}'], "send\\): no dest"),
-    (['{"t": 0, "client": "a", "seq": 0, "action": "connect", "group": "a", "colour": 1}'],
-     "bad action table"),
-    (["not json"], "bad action table"),
-])
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (
+            [
+                '{"t": 1, "client": "a", "seq": 0, "action": "connect", "group": "a"}',
+                '{"t": 0.5, "client": "b", "seq": 0, "action": "connect", "group": "b"}',
+            ],
+            "sorted by t",
+        ),
+        (['{"t": 0, "client": "a", "seq": 0, "action": "dance", "group": "a"}'], "unknown action 'dance'"),
+        (['{"t": 0, "client": "a", "seq": 1, "action": "send", "group": "a"}'], "send\\): no dest"),
+        (['{"t": 0, "client": "a", "seq": 0, "action": "connect", "group": "a", "colour": 1}'], "bad action table"),
+        (["not json"], "bad action table"),
+    ],
+)
 def test_bad_rows_are_refused_with_the_row(tmp_path, lines, message) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text("\n".join(lines) + "\n")
@@ -119,6 +129,7 @@ def test_progress_bar_draws_in_place_and_clears() -> None:
 
     class R:  # what the bar reads from a Replayer
         from clients.replay.stats import Counters
+
         counters = Counters(sent=5, received=4, acked=3, connected=2)
         errors = ErrorLog()
         recent_lag = 0.0123
@@ -163,6 +174,7 @@ def test_spark_errors_are_shown_by_their_java_message() -> None:
         java_exception = "org.apache.spark.SparkException: [FAILED_READ_FILE] footer\n\tat ..."
 
     assert spark_error(Py4JLike("An error occurred while calling o42.parquet.")) == (
-        "org.apache.spark.SparkException: [FAILED_READ_FILE] footer")
+        "org.apache.spark.SparkException: [FAILED_READ_FILE] footer"
+    )
     assert spark_error(ValueError("first\nsecond")) == "first"
     assert spark_error(ValueError("")) == "ValueError"

@@ -4,6 +4,7 @@ replay it against the real broker, analyse the client-side trace with Spark.
 One JVM for the module (the ``spark`` fixture); the three commands run once
 and the tests read what they wrote.
 """
+
 from __future__ import annotations
 
 import csv
@@ -61,10 +62,22 @@ def pipeline(spark, module_broker, tmp_path_factory):
     (d / "w.toml").write_text(WORKLOAD)
     assert clients.cli.main(["workload", "generate", str(d / "w.toml"), "--out", str(d / "w")]) == 0
     broker = module_broker
-    assert clients.cli.main(["replay", str(d / "w"), "--port", str(broker.port), "--trace",
-                             str(d / "client.jsonl"), "--no-progress", "--json"]) == 0
-    assert clients.cli.main(["analyze", str(d / "client.jsonl"), "--out", str(d / "analysis"),
-                             "--bucket", "0.5"]) == 0
+    assert (
+        clients.cli.main(
+            [
+                "replay",
+                str(d / "w"),
+                "--port",
+                str(broker.port),
+                "--trace",
+                str(d / "client.jsonl"),
+                "--no-progress",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    assert clients.cli.main(["analyze", str(d / "client.jsonl"), "--out", str(d / "analysis"), "--bucket", "0.5"]) == 0
     return d
 
 

@@ -10,9 +10,16 @@ import timeit
 from minibroker.selector import compile_selector
 
 HEADERS = {
-    "destination": "/queue/orders", "message-id": "ID:broker-1:1:1:42", "priority": "4",
-    "persistent": "true", "timestamp": "1700000000000", "content-length": "120",
-    "color": "red", "weight": "3", "region": "EU", "customer": "acme-corp",
+    "destination": "/queue/orders",
+    "message-id": "ID:broker-1:1:1:42",
+    "priority": "4",
+    "persistent": "true",
+    "timestamp": "1700000000000",
+    "content-length": "120",
+    "color": "red",
+    "weight": "3",
+    "region": "EU",
+    "customer": "acme-corp",
 }
 
 CASES = [

@@ -8,7 +8,11 @@ import sys
 import pytest
 
 from minibroker.selector import (
-    DEFAULT_MAX_DEPTH, DEFAULT_MAX_LENGTH, Selector, SelectorError, compile_selector,
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_LENGTH,
+    Selector,
+    SelectorError,
+    compile_selector,
 )
 
 # (selector, position of the fault, a fragment of the message)
@@ -152,9 +156,7 @@ def _nested(kind: str, n: int) -> str:
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize(
-    "kind", ["parens", "not", "minus", "plus", "sum", "equal", "not-parens", "value-logic"]
-)
+@pytest.mark.parametrize("kind", ["parens", "not", "minus", "plus", "sum", "equal", "not-parens", "value-logic"])
 def test_nesting_limit_is_an_error_not_a_crash(kind: str) -> None:
     deepest = 0
     for n in range(1, 400):
@@ -199,9 +201,7 @@ def test_warnings(text: str, expected: str) -> None:
     assert any(expected in w for w in warnings), warnings
 
 
-@pytest.mark.parametrize(
-    "text", ["NOT (a = 1)", "(NOT a) = TRUE", "a = TRUE", "a = 1 -- note\n", "a = 1 /* -- */"]
-)
+@pytest.mark.parametrize("text", ["NOT (a = 1)", "(NOT a) = TRUE", "a = TRUE", "a = 1 -- note\n", "a = 1 /* -- */"])
 def test_no_warnings(text: str) -> None:
     assert compile_selector(text).warnings == ()
 

@@ -218,8 +218,11 @@ CASES: list[tuple[str, dict[str, str], object]] = [
     ("JMSDestination = 'queue://orders'", {"destination": "/queue/orders"}, T),
     ("JMSDestination = 'topic://t.x'", {"destination": "/topic/t.x"}, T),
     ("JMSDestination = 'temp-queue://q'", {"destination": "/temp-queue/q"}, T),
-    ("JMSDestination = 'queue://orders'",
-     {"destination": "/queue/ActiveMQ.DLQ", "original-destination": "/queue/orders"}, T),
+    (
+        "JMSDestination = 'queue://orders'",
+        {"destination": "/queue/ActiveMQ.DLQ", "original-destination": "/queue/orders"},
+        T,
+    ),
     ("JMSDestination LIKE 'queue://%'", {"destination": "/queue/x"}, T),
     ("JMSRedelivered", {"redelivered": "true"}, T),
     ("JMSRedelivered", {}, F),

@@ -29,7 +29,9 @@ leaves = st.one_of(
     st.tuples(st.just("cmp"), header, st.sampled_from(("=", "<>")), st.sampled_from(STRINGS)),
     st.tuples(st.just("cmp"), header, st.sampled_from(OPS), st.sampled_from(NUMBERS)),
     st.tuples(st.just("isnull"), header, st.booleans()),
-    st.tuples(st.just("in"), header, st.lists(st.sampled_from(STRINGS), min_size=1, max_size=3).map(tuple), st.booleans()),
+    st.tuples(
+        st.just("in"), header, st.lists(st.sampled_from(STRINGS), min_size=1, max_size=3).map(tuple), st.booleans()
+    ),
     st.tuples(st.just("like"), header, st.text(alphabet="12x%_", max_size=4), st.booleans()),
     st.tuples(st.just("between"), header, st.integers(-2, 3), st.integers(-2, 3), st.booleans()),
     st.tuples(st.just("const"), st.sampled_from((True, False, None))),
@@ -84,6 +86,7 @@ def render(tree: Tree) -> str:
 
 
 # -- the reference evaluator --------------------------------------------------
+
 
 def _as_number(text: str, like: object) -> Optional[float]:
     """The string as a number of the literal's kind, or None if it is not one."""
@@ -149,6 +152,7 @@ def reference(tree: Tree, h: dict[str, str]) -> Optional[bool]:
 
 # -- properties ---------------------------------------------------------------
 
+
 @settings(max_examples=600, deadline=None)
 @given(trees, messages)
 def test_compiled_selector_agrees_with_reference(tree: Tree, h: dict[str, str]) -> None:
@@ -194,16 +198,58 @@ def _activemq_like_regex(pattern: str, escape: Optional[str]) -> re.Pattern[str]
 
 
 @settings(max_examples=800, deadline=None)
-@given(st.text(alphabet="ab%_!", max_size=8), st.text(alphabet="ab%_!\n", max_size=8), st.sampled_from([None, "!", "%", "a"]))
+@given(
+    st.text(alphabet="ab%_!", max_size=8),
+    st.text(alphabet="ab%_!\n", max_size=8),
+    st.sampled_from([None, "!", "%", "a"]),
+)
 def test_like_matcher_agrees_with_activemq_regex(pattern: str, value: str, escape: Optional[str]) -> None:
     expected = _activemq_like_regex(pattern, escape).fullmatch(value) is not None
     assert LikePattern(pattern, escape).matches(value) is expected
 
 
 _FRAGMENTS = st.sampled_from(
-    ["a", "b", "'x'", "''", "1", "2.5", "0x1F", "(", ")", "=", "<>", "<", ">=", "+", "-",
-     "*", "/", "%", ",", "AND", "OR", "NOT", "IS", "NULL", "LIKE", "ESCAPE", "IN",
-     "BETWEEN", "TRUE", "'", "--", "/*", "*/", "\n", "JMSPriority", "#", ".", "$x", " "]
+    [
+        "a",
+        "b",
+        "'x'",
+        "''",
+        "1",
+        "2.5",
+        "0x1F",
+        "(",
+        ")",
+        "=",
+        "<>",
+        "<",
+        ">=",
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        ",",
+        "AND",
+        "OR",
+        "NOT",
+        "IS",
+        "NULL",
+        "LIKE",
+        "ESCAPE",
+        "IN",
+        "BETWEEN",
+        "TRUE",
+        "'",
+        "--",
+        "/*",
+        "*/",
+        "\n",
+        "JMSPriority",
+        "#",
+        ".",
+        "$x",
+        " ",
+    ]
 )
 
 

@@ -30,12 +30,10 @@ class Script:
         msg = f"ID:b1-{self._msg}"
         tr = self.at(t)
         tr.emit("send", session=session, dest=dest, msg=msg, size=1024, persistent=True, priority=4)
-        tr.emit("enqueue", dest=dest, msg=msg, size=1024, persistent=True, priority=4,
-                cached=cached)
+        tr.emit("enqueue", dest=dest, msg=msg, size=1024, persistent=True, priority=4, cached=cached)
         return msg
 
-    def deliver(self, t: float, session: str, sub: str, dest: str, msg: str, *,
-                ack: bool = True) -> None:
+    def deliver(self, t: float, session: str, sub: str, dest: str, msg: str, *, ack: bool = True) -> None:
         tr = self.at(t)
         tr.emit("dispatch", session=session, sub=sub, dest=dest, msg=msg, size=1024)
         if ack:
@@ -48,8 +46,7 @@ class Script:
         self.at(t).emit("connect", session=session, client_id=client_id)
 
     def subscribe(self, t: float, session: str, sub: str, dest: str, prefetch: int = 1000) -> None:
-        self.at(t).emit("subscribe", session=session, sub=sub, dest=dest, ack="client-individual",
-                        prefetch=prefetch)
+        self.at(t).emit("subscribe", session=session, sub=sub, dest=dest, ack="client-individual", prefetch=prefetch)
 
     def write(self, path: Path) -> Path:
         self.trace.dump(path)
@@ -71,8 +68,16 @@ def pathologies() -> Script:
     s.connect(12.0, "cA", "consumer-a")
     s.subscribe(12.0, "cA", "a", "/queue/A")
     for t in range(12, 30):
-        s.at(float(t) + 0.25).emit("page_in_blocked", dest="/queue/A", pending=5, mem_pct=70,
-                                   dest_mem_pct=0, hwm=70, policy="legacy", consumers=1)
+        s.at(float(t) + 0.25).emit(
+            "page_in_blocked",
+            dest="/queue/A",
+            pending=5,
+            mem_pct=70,
+            dest_mem_pct=0,
+            hwm=70,
+            policy="legacy",
+            consumers=1,
+        )
     # a consumer on B arrives at 30 and drains it; memory falls at 31, A pages in
     s.connect(30.0, "cB", "consumer-b")
     s.subscribe(30.0, "cB", "b", "/queue/B")
@@ -94,9 +99,16 @@ def pathologies() -> Script:
         msg = s.message(40.0 + i, "pT", "/topic/T")
         topic_msgs.append(msg)
         if 5 <= i <= 7:  # t2's file cursor swaps at 45.2, 46.2, 47.2
-            s.at(40.2 + i).emit("swap_out", dest="/topic/T", sub="t2", count=95 + i,
-                                temp_pct=40 + 30 * (i - 5), session="cT2", bytes=102400,
-                                mem_pct=70)
+            s.at(40.2 + i).emit(
+                "swap_out",
+                dest="/topic/T",
+                sub="t2",
+                count=95 + i,
+                temp_pct=40 + 30 * (i - 5),
+                session="cT2",
+                bytes=102400,
+                mem_pct=70,
+            )
         s.deliver(40.5 + i, "cT1", "t1", "/topic/T", msg, ack=False)
     s.usage(49.75, 60, temp=105)
     s.at(50.0).emit("flow_block", session="pT", dest="/topic/T", usage="temp", pct=105)
@@ -105,12 +117,9 @@ def pathologies() -> Script:
     s.usage(54.0, 10, temp=102)
 
     # slow consumers on a topic: t2 marked slow from 60 to 70
-    s.at(60.0).emit("slow_consumer", session="cT2", sub="t2", dest="/topic/T", slow=True,
-                    pending=65534, prefetch=32767)
-    s.at(65.0).emit("slow_consumer", session="cT2", sub="t2", dest="/topic/T", slow=True,
-                    pending=70000, prefetch=32767)
-    s.at(70.0).emit("slow_consumer", session="cT2", sub="t2", dest="/topic/T", slow=False,
-                    pending=100)
+    s.at(60.0).emit("slow_consumer", session="cT2", sub="t2", dest="/topic/T", slow=True, pending=65534, prefetch=32767)
+    s.at(65.0).emit("slow_consumer", session="cT2", sub="t2", dest="/topic/T", slow=True, pending=70000, prefetch=32767)
+    s.at(70.0).emit("slow_consumer", session="cT2", sub="t2", dest="/topic/T", slow=False, pending=100)
 
     # the stalled socket: writes to consumer-q stuck 10 s, then its reconnect is refused
     s.connect(71.0, "cQ", "consumer-q")
@@ -119,23 +128,59 @@ def pathologies() -> Script:
         msg = s.message(71.5 + i, "p1", "/queue/Q")
         s.deliver(71.6 + i, "cQ", "q", "/queue/Q", msg, ack=i == 0)
     for t in (75.0, 80.0):  # no write timeout: the samples show the socket taking nothing
-        s.at(t).emit("connection", session="cQ", client_id="consumer-q", pending_bytes=262144,
-                     pending=2, idle_read=t - 74.0, idle_write=t - 70.0)
+        s.at(t).emit(
+            "connection",
+            session="cQ",
+            client_id="consumer-q",
+            pending_bytes=262144,
+            pending=2,
+            idle_read=t - 74.0,
+            idle_write=t - 70.0,
+        )
     s.at(80.0).emit("disconnect", session="cQ", reason="eof", client_id="consumer-q")
     s.connect(81.0, "cQ2", "consumer-q")
-    s.at(81.0).emit("error", message="Client consumer-q already connected", session="cQ2",
-                    client_id="consumer-q", code="client_id_in_use", fatal=True)
+    s.at(81.0).emit(
+        "error",
+        message="Client consumer-q already connected",
+        session="cQ2",
+        client_id="consumer-q",
+        code="client_id_in_use",
+        fatal=True,
+    )
 
     # Qpid's enqueue threshold: the ring journal of /queue/J is full with 7 live messages in 7 files
     file_live = {f"{i:04d}.jdat": (1 if i < 7 else 0) for i in range(8)}
-    s.at(84.0).emit("journal_roll", store="/queue/J", layout="ring", file="0007.jdat", files=8,
-                    prev="0006.jdat", live=1, file_live=file_live)
+    s.at(84.0).emit(
+        "journal_roll",
+        store="/queue/J",
+        layout="ring",
+        file="0007.jdat",
+        files=8,
+        prev="0006.jdat",
+        live=1,
+        file_live=file_live,
+    )
     for t in (85.0, 86.0):
-        s.at(t).emit("journal_full", store="/queue/J", layout="ring", file="0000.jdat", files=8,
-                     live=7, file_live=file_live, dest="/queue/J", live_bytes=2135,
-                     capacity=12582912)
-        s.at(t).emit("error", message='Enqueue capacity threshold exceeded on queue "/queue/J".',
-                     session="p1", code="enqueue_threshold", dest="/queue/J", fatal=False)
+        s.at(t).emit(
+            "journal_full",
+            store="/queue/J",
+            layout="ring",
+            file="0000.jdat",
+            files=8,
+            live=7,
+            file_live=file_live,
+            dest="/queue/J",
+            live_bytes=2135,
+            capacity=12582912,
+        )
+        s.at(t).emit(
+            "error",
+            message='Enqueue capacity threshold exceeded on queue "/queue/J".',
+            session="p1",
+            code="enqueue_threshold",
+            dest="/queue/J",
+            fatal=False,
+        )
     s.usage(90.0, 10, temp=102)
     return s
 
@@ -163,9 +208,18 @@ def healthy() -> Script:
         82: ("flow_unblock", dict(session="p", dest="/queue/W", usage="memory", waited=1.0)),
         120: ("swap_out", dict(dest="/topic/X", sub="x", count=10, temp_pct=1)),
         124: ("swap_in", dict(dest="/topic/X", sub="x", count=10, temp_pct=0)),
-        160: ("journal_roll", dict(store="kahadb", layout="growing", file="db-2.log", files=2,
-                                   prev="db-1.log", live=0, file_live={"db-1.log": 0,
-                                                                       "db-2.log": 3})),
+        160: (
+            "journal_roll",
+            dict(
+                store="kahadb",
+                layout="growing",
+                file="db-2.log",
+                files=2,
+                prev="db-1.log",
+                live=0,
+                file_live={"db-1.log": 0, "db-2.log": 3},
+            ),
+        ),
     }
     for i in range(200):
         t = 0.5 + i * 0.25

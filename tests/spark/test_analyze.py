@@ -16,8 +16,7 @@ pytestmark = pytest.mark.spark
 
 
 def _key(f: dict) -> tuple:
-    return (f["detector"], round(f["start"], 3), round(f["end"], 3), f["dest"], f["session"],
-            f["sub"])
+    return (f["detector"], round(f["start"], 3), round(f["end"], 3), f["dest"], f["session"], f["sub"])
 
 
 def _findings(out: Path) -> list[dict]:
@@ -32,17 +31,21 @@ def test_each_detector_fires_with_its_window(pathology_analysis):
 def test_the_analysis_in_process_finds_the_same(pathology_analysis, pathology_inprocess):
     """Every detector fires in this scenario: both engines give the same findings, evidence
     and tables (the in-process engine writes CSV only)."""
+
     def parsed(out: Path) -> list[dict]:
         return [{**f, "evidence": json.loads(f["evidence"])} for f in _findings(out)]
 
     assert parsed(pathology_inprocess) == parsed(pathology_analysis)
     for name in ("dest_rates", "usage", "blocked", "journal_files"):
-        with open(pathology_analysis / "csv" / f"{name}.csv") as a, \
-                open(pathology_inprocess / "csv" / f"{name}.csv") as b:
+        with (
+            open(pathology_analysis / "csv" / f"{name}.csv") as a,
+            open(pathology_inprocess / "csv" / f"{name}.csv") as b,
+        ):
             spark_rows, ours = list(csv.DictReader(a)), list(csv.DictReader(b))
         key = sorted(spark_rows[0])
-        assert sorted(tuple(r[k] for k in key) for r in ours) == sorted(
-            tuple(r[k] for k in key) for r in spark_rows), name
+        assert sorted(tuple(r[k] for k in key) for r in ours) == sorted(tuple(r[k] for k in key) for r in spark_rows), (
+            name
+        )
 
 
 def test_findings_carry_evidence(pathology_analysis):
@@ -79,7 +82,11 @@ def test_tables_plots_and_report(pathology_analysis):
     with open(out / "csv" / "blocked.csv") as f:
         (blocked,) = list(csv.DictReader(f))
     assert (blocked["session"], float(blocked["start"]), float(blocked["end"]), blocked["open"]) == (
-        "pT", 50.0, 90.0, "true")
+        "pT",
+        50.0,
+        90.0,
+        "true",
+    )
     with open(out / "csv" / "journal_files.csv") as f:
         files = {r["file"]: int(r["live"]) for r in csv.DictReader(f)}
     assert sum(1 for v in files.values() if v) == 7 and len(files) == 8
@@ -91,14 +98,12 @@ def test_healthy_trace_has_no_findings(spark, tmp_path, engine):
     from clients.spark.analyze import main
 
     trace = healthy().write(tmp_path / "healthy.jsonl")
-    assert main([str(trace), "--out", str(tmp_path / "out"), *ANALYSIS_ARGS, "--no-plots",
-                 "--engine", engine]) == 0
+    assert main([str(trace), "--out", str(tmp_path / "out"), *ANALYSIS_ARGS, "--no-plots", "--engine", engine]) == 0
     assert _findings(tmp_path / "out") == []
     assert "No detector fired." in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_missing_empty_garbage_or_future_traces_are_refused_before_spark_starts(tmp_path, capsys,
-                                                                               monkeypatch):
+def test_missing_empty_garbage_or_future_traces_are_refused_before_spark_starts(tmp_path, capsys, monkeypatch):
     from clients.spark import session
     from clients.spark.analyze import main
 

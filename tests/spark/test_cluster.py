@@ -43,9 +43,12 @@ def _spark_bin(name: str) -> str:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
-               PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_CONF_DIR=str(ROOT / "clients" / "spark" / "conf"))
+    env.update(
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_CONF_DIR=str(ROOT / "clients" / "spark" / "conf"),
+    )
     env.pop("PYSPARK_GATEWAY_PORT", None)
     return env
 
@@ -75,20 +78,49 @@ def standalone(tmp_path):
 
     def start(name: str, *args: str) -> None:
         with open(logs / f"{name}.log", "w") as log:
-            procs.append(subprocess.Popen([spark_class, *args], env=_env(), cwd=tmp_path,
-                                          stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    [spark_class, *args],
+                    env=_env(),
+                    cwd=tmp_path,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            )
 
     def alive_workers() -> int:
         return len([w for w in _master_state(ui)["workers"] if w["state"] == "ALIVE"])
 
     try:
-        start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-              "--port", str(port), "--webui-port", str(ui))
+        start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(ui),
+        )
         _wait("the master", lambda: alive_workers() == 0, procs)
-        start("worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-              "--port", str(wport), "--webui-port", str(wui), "--cores", "2", "--memory", "2g",
-              "--work-dir", str(tmp_path / "work"), f"spark://127.0.0.1:{port}")
+        start(
+            "worker",
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(wport),
+            "--webui-port",
+            str(wui),
+            "--cores",
+            "2",
+            "--memory",
+            "2g",
+            "--work-dir",
+            str(tmp_path / "work"),
+            f"spark://127.0.0.1:{port}",
+        )
         _wait("the worker to register", lambda: alive_workers() == 1, procs)
         yield f"spark://127.0.0.1:{port}", ui
     finally:
@@ -112,37 +144,51 @@ def _csv_rows(path: Path) -> list[tuple]:
         return sorted(tuple(r.items()) for r in csv.DictReader(f))
 
 
-def test_analysis_on_a_standalone_cluster_matches_local(standalone, pathology_traces,
-                                                       pathology_analysis, tmp_path):
+def test_analysis_on_a_standalone_cluster_matches_local(standalone, pathology_traces, pathology_analysis, tmp_path):
     from clients.spark.pyfiles import build_pyfiles
 
     master, ui = standalone
     zip_path = build_pyfiles(tmp_path / "minibroker-py.zip")
     out = tmp_path / "cluster-out"
     cmd = [
-        _spark_bin("spark-submit"), "--master", master,
-        "--py-files", str(zip_path), "--executor-memory", "1g",
-        "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.sql.adaptive.enabled=false",
+        _spark_bin("spark-submit"),
+        "--master",
+        master,
+        "--py-files",
+        str(zip_path),
+        "--executor-memory",
+        "1g",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.sql.adaptive.enabled=false",
         # test-only JVM settings (see spark-notes): quick start, slow on big inputs
-        "--conf", f"spark.driver.extraJavaOptions={FAST_JVM}",
-        "--conf", f"spark.executor.extraJavaOptions={FAST_JVM}",
+        "--conf",
+        f"spark.driver.extraJavaOptions={FAST_JVM}",
+        "--conf",
+        f"spark.executor.extraJavaOptions={FAST_JVM}",
         str(ROOT / "clients" / "spark" / "analyze.py"),
-        *pathology_traces, "--out", str(out), *ANALYSIS_ARGS,
+        *pathology_traces,
+        "--out",
+        str(out),
+        *ANALYSIS_ARGS,
     ]
-    run = subprocess.run(cmd, env=_env(), cwd=tmp_path, capture_output=True, text=True,
-                         timeout=240)
+    run = subprocess.run(cmd, env=_env(), cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "6 finding(s)" in run.stdout
     # the job really ran on the cluster: the master lists it as a finished application
     apps = _master_state(ui)["completedapps"]
     assert [a["name"] for a in apps] == ["minibroker-analyze"]
     local = pathology_analysis
-    assert json.loads((out / "findings.json").read_text()) == json.loads(
-        (local / "findings.json").read_text())
+    assert json.loads((out / "findings.json").read_text()) == json.loads((local / "findings.json").read_text())
     names = sorted(p.name for p in (local / "csv").glob("*.csv"))
     assert names == sorted(p.name for p in (out / "csv").glob("*.csv")) and len(names) == 9
     for name in names:
         assert _csv_rows(out / "csv" / name) == _csv_rows(local / "csv" / name), name
-    assert (out / "report.md").read_text().split("## Findings", 1)[1] == (
-        local / "report.md").read_text().split("## Findings", 1)[1]
+    assert (out / "report.md").read_text().split("## Findings", 1)[1] == (local / "report.md").read_text().split(
+        "## Findings", 1
+    )[1]

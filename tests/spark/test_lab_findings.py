@@ -51,8 +51,7 @@ def _parsed(findings: list[dict]) -> list[dict]:
 
 
 def _one(findings: list[dict], detector: str, **where: str) -> dict:
-    mine = [f for f in _parsed(findings) if f["detector"] == detector
-            and all(f[k] == v for k, v in where.items())]
+    mine = [f for f in _parsed(findings) if f["detector"] == detector and all(f[k] == v for k, v in where.items())]
     assert len(mine) == 1, (detector, where, findings)
     return mine[0]["evidence"]
 
@@ -113,8 +112,7 @@ IDS = [f"{lab.number}-{spec.name}" for lab, spec in RUNS]
 @pytest.mark.parametrize("lab, spec", RUNS, ids=IDS)
 def test_the_findings_are_what_the_lab_expects_with_its_numbers(lab_results, lab, spec):
     result = lab_results[(lab.number, spec.name)]
-    assert {f["detector"] for f in result.findings} == set(spec.findings), \
-        [f["summary"] for f in result.findings]
+    assert {f["detector"] for f in result.findings} == set(spec.findings), [f["summary"] for f in result.findings]
     check_numbers(lab.number, spec.name, result)
 
 
@@ -145,8 +143,11 @@ def test_each_labs_figure_shows_the_pathology_beside_the_cure(lab_results, tmp_p
     for name in drawn.runs:  # whoever a finding names is drawn, by the name the lab gives it
         assert set(drawn.starved[name]) <= set(drawn.lines[name]), (name, drawn.starved, drawn.lines)
         assert not any(label.startswith("localhost-") for label in drawn.lines[name])
-    assert drawn.starved[pathology.spec.name] or not pathology.spec.findings or \
-        not any(f["sub"] for f in pathology.findings)
+    assert (
+        drawn.starved[pathology.spec.name]
+        or not pathology.spec.findings
+        or not any(f["sub"] for f in pathology.findings)
+    )
     for (x0, _), (y0, _) in drawn.limits:  # every axis from 0
         assert x0 == 0 and y0 == 0
     (top_a, top_b, bottom_a, bottom_b) = drawn.limits  # shared scales, row by row

@@ -78,8 +78,7 @@ def test_offloaded_writer_rotates_its_spool_and_leaves_none(tmp_path):
     still the sample, line for line."""
     path = tmp_path / "t.jsonl"
     times = iter([ts for ts, _, _ in SAMPLE])
-    trace = Trace(path, lambda: next(times), broker=BROKER, buffer_events=2, offload=True,
-                  spool_segment_bytes=1)
+    trace = Trace(path, lambda: next(times), broker=BROKER, buffer_events=2, offload=True, spool_segment_bytes=1)
     for _, event, fields in SAMPLE:
         trace.emit(event, **fields)
     assert _spool_files(tmp_path)  # the spool exists while the trace is open
@@ -152,50 +151,171 @@ def test_offloaded_writer_finishes_the_trace_when_the_broker_dies(tmp_path):
 # The hot events, written the fast way (emit_fixed) and the plain way (emit):
 # (kind, values, the same events as (event, fields) for emit).
 FIXED_CASES = [
-    (SEND, ("b-1-3", "/queue/q", "ID:b-1-7", 300, True, 4, None),
-     [("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-7", size=300, persistent=True, priority=4))]),
-    (SEND, ("b-1-3", "/queue/q", "ID:b-1-8", 12, False, 9, "b.3.1"),
-     [("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-8", size=12, persistent=False, priority=9,
-                    tx="b.3.1"))]),
-    (SEND, ("b-1-3", '/queue/naïve "q"\\', "ID:b-1-9", 0, False, 0, None),  # escaping as the JSON encoder does
-     [("send", dict(session="b-1-3", dest='/queue/naïve "q"\\', msg="ID:b-1-9", size=0, persistent=False,
-                    priority=0))]),
-    (ENQUEUE, ("/queue/q", "ID:b-1-7", 300, False, 4, True, "b-1-3"),
-     [("enqueue", dict(dest="/queue/q", msg="ID:b-1-7", size=300, cached=False, priority=4, persistent=True,
-                       session="b-1-3"))]),
-    (ENQUEUE, ("/queue/ActiveMQ.DLQ", "ID:b-1-7", 300, True, 4, True, None),
-     [("enqueue", dict(dest="/queue/ActiveMQ.DLQ", msg="ID:b-1-7", size=300, cached=True, priority=4,
-                       persistent=True))]),
-    (SEND_ENQUEUE, ("b-1-3", "/queue/q", "ID:b-1-10", 20, True, 7, "b.3.2", False),
-     [("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-10", size=20, persistent=True, priority=7,
-                    tx="b.3.2")),
-      ("enqueue", dict(dest="/queue/q", msg="ID:b-1-10", size=20, cached=False, priority=7, persistent=True,
-                       session="b-1-3"))]),
-    (SEND_ENQUEUE, ("b-1-3", "/queue/q", "ID:b-1-11", 20, False, 4, None, True),
-     [("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-11", size=20, persistent=False, priority=4)),
-      ("enqueue", dict(dest="/queue/q", msg="ID:b-1-11", size=20, cached=True, priority=4, persistent=False,
-                       session="b-1-3"))]),
-    (DISPATCH, (("b-1-4", "s", "/queue/q"), "ID:b-1-7", 300, True, 4),
-     [("dispatch", dict(session="b-1-4", sub="s", dest="/queue/q", msg="ID:b-1-7", size=300, redelivered=True,
-                        priority=4))]),
-    (DISPATCH_AUTO_ACK, (("b-1-4", "0", "/topic/t"), "ID:b-1-9", 64, False, 0),
-     [("dispatch", dict(session="b-1-4", sub="0", dest="/topic/t", msg="ID:b-1-9", size=64, redelivered=False,
-                        priority=0)),
-      ("ack", dict(session="b-1-4", sub="0", dest="/topic/t", msg="ID:b-1-9", mode="auto"))]),
-    (SEND_ENQUEUE_DISPATCH, ("b-1-3", "/queue/q", "ID:b-1-20", 5, True, 4, "t\\1", True, ("b-1-4", "s", "/queue/q"), False),
-     [("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-20", size=5, persistent=True, priority=4, tx="t\\1")),
-      ("enqueue", dict(dest="/queue/q", msg="ID:b-1-20", size=5, cached=True, priority=4, persistent=True,
-                       session="b-1-3")),
-      ("dispatch", dict(session="b-1-4", sub="s", dest="/queue/q", msg="ID:b-1-20", size=5, redelivered=False,
-                        priority=4))]),
-    (SEND_ENQUEUE_DISPATCH_AUTO_ACK, ("b-1-3", "/queue/\"q\"", "ID:b-1-21", 0, False, 0, None, False,
-                                      ("b-1-4", "0", "/queue/\"q\""), True),
-     [("send", dict(session="b-1-3", dest="/queue/\"q\"", msg="ID:b-1-21", size=0, persistent=False, priority=0)),
-      ("enqueue", dict(dest="/queue/\"q\"", msg="ID:b-1-21", size=0, cached=False, priority=0, persistent=False,
-                       session="b-1-3")),
-      ("dispatch", dict(session="b-1-4", sub="0", dest="/queue/\"q\"", msg="ID:b-1-21", size=0, redelivered=True,
-                        priority=0)),
-      ("ack", dict(session="b-1-4", sub="0", dest="/queue/\"q\"", msg="ID:b-1-21", mode="auto"))]),
+    (
+        SEND,
+        ("b-1-3", "/queue/q", "ID:b-1-7", 300, True, 4, None),
+        [("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-7", size=300, persistent=True, priority=4))],
+    ),
+    (
+        SEND,
+        ("b-1-3", "/queue/q", "ID:b-1-8", 12, False, 9, "b.3.1"),
+        [
+            (
+                "send",
+                dict(
+                    session="b-1-3", dest="/queue/q", msg="ID:b-1-8", size=12, persistent=False, priority=9, tx="b.3.1"
+                ),
+            )
+        ],
+    ),
+    (
+        SEND,
+        ("b-1-3", '/queue/naïve "q"\\', "ID:b-1-9", 0, False, 0, None),  # escaping as the JSON encoder does
+        [
+            (
+                "send",
+                dict(session="b-1-3", dest='/queue/naïve "q"\\', msg="ID:b-1-9", size=0, persistent=False, priority=0),
+            )
+        ],
+    ),
+    (
+        ENQUEUE,
+        ("/queue/q", "ID:b-1-7", 300, False, 4, True, "b-1-3"),
+        [
+            (
+                "enqueue",
+                dict(
+                    dest="/queue/q",
+                    msg="ID:b-1-7",
+                    size=300,
+                    cached=False,
+                    priority=4,
+                    persistent=True,
+                    session="b-1-3",
+                ),
+            )
+        ],
+    ),
+    (
+        ENQUEUE,
+        ("/queue/ActiveMQ.DLQ", "ID:b-1-7", 300, True, 4, True, None),
+        [
+            (
+                "enqueue",
+                dict(dest="/queue/ActiveMQ.DLQ", msg="ID:b-1-7", size=300, cached=True, priority=4, persistent=True),
+            )
+        ],
+    ),
+    (
+        SEND_ENQUEUE,
+        ("b-1-3", "/queue/q", "ID:b-1-10", 20, True, 7, "b.3.2", False),
+        [
+            (
+                "send",
+                dict(
+                    session="b-1-3", dest="/queue/q", msg="ID:b-1-10", size=20, persistent=True, priority=7, tx="b.3.2"
+                ),
+            ),
+            (
+                "enqueue",
+                dict(
+                    dest="/queue/q",
+                    msg="ID:b-1-10",
+                    size=20,
+                    cached=False,
+                    priority=7,
+                    persistent=True,
+                    session="b-1-3",
+                ),
+            ),
+        ],
+    ),
+    (
+        SEND_ENQUEUE,
+        ("b-1-3", "/queue/q", "ID:b-1-11", 20, False, 4, None, True),
+        [
+            ("send", dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-11", size=20, persistent=False, priority=4)),
+            (
+                "enqueue",
+                dict(
+                    dest="/queue/q",
+                    msg="ID:b-1-11",
+                    size=20,
+                    cached=True,
+                    priority=4,
+                    persistent=False,
+                    session="b-1-3",
+                ),
+            ),
+        ],
+    ),
+    (
+        DISPATCH,
+        (("b-1-4", "s", "/queue/q"), "ID:b-1-7", 300, True, 4),
+        [
+            (
+                "dispatch",
+                dict(session="b-1-4", sub="s", dest="/queue/q", msg="ID:b-1-7", size=300, redelivered=True, priority=4),
+            )
+        ],
+    ),
+    (
+        DISPATCH_AUTO_ACK,
+        (("b-1-4", "0", "/topic/t"), "ID:b-1-9", 64, False, 0),
+        [
+            (
+                "dispatch",
+                dict(session="b-1-4", sub="0", dest="/topic/t", msg="ID:b-1-9", size=64, redelivered=False, priority=0),
+            ),
+            ("ack", dict(session="b-1-4", sub="0", dest="/topic/t", msg="ID:b-1-9", mode="auto")),
+        ],
+    ),
+    (
+        SEND_ENQUEUE_DISPATCH,
+        ("b-1-3", "/queue/q", "ID:b-1-20", 5, True, 4, "t\\1", True, ("b-1-4", "s", "/queue/q"), False),
+        [
+            (
+                "send",
+                dict(session="b-1-3", dest="/queue/q", msg="ID:b-1-20", size=5, persistent=True, priority=4, tx="t\\1"),
+            ),
+            (
+                "enqueue",
+                dict(
+                    dest="/queue/q", msg="ID:b-1-20", size=5, cached=True, priority=4, persistent=True, session="b-1-3"
+                ),
+            ),
+            (
+                "dispatch",
+                dict(session="b-1-4", sub="s", dest="/queue/q", msg="ID:b-1-20", size=5, redelivered=False, priority=4),
+            ),
+        ],
+    ),
+    (
+        SEND_ENQUEUE_DISPATCH_AUTO_ACK,
+        ("b-1-3", '/queue/"q"', "ID:b-1-21", 0, False, 0, None, False, ("b-1-4", "0", '/queue/"q"'), True),
+        [
+            ("send", dict(session="b-1-3", dest='/queue/"q"', msg="ID:b-1-21", size=0, persistent=False, priority=0)),
+            (
+                "enqueue",
+                dict(
+                    dest='/queue/"q"',
+                    msg="ID:b-1-21",
+                    size=0,
+                    cached=False,
+                    priority=0,
+                    persistent=False,
+                    session="b-1-3",
+                ),
+            ),
+            (
+                "dispatch",
+                dict(
+                    session="b-1-4", sub="0", dest='/queue/"q"', msg="ID:b-1-21", size=0, redelivered=True, priority=0
+                ),
+            ),
+            ("ack", dict(session="b-1-4", sub="0", dest='/queue/"q"', msg="ID:b-1-21", mode="auto")),
+        ],
+    ),
 ]
 
 
@@ -279,17 +399,51 @@ def test_null_trace_is_disabled():
 @pytest.mark.parametrize(
     "event, problem",
     [
-        ({"v": 1, "seq": 1, "ts": 0.0, "event": "ack", "broker": "b", "session": "s",
-          "sub": "0", "dest": "/queue/A"}, "ack: missing msg"),
-        ({"v": 1, "seq": 1, "ts": 0.0, "event": "usage", "broker": "b", "mem_pct": "70",
-          "store_pct": 0, "temp_pct": 0}, "mem_pct: expected int"),
-        ({"v": 1, "seq": 1, "ts": 0.0, "event": "usage", "broker": "b", "mem_pct": True,
-          "store_pct": 0, "temp_pct": 0}, "mem_pct: expected int"),
-        ({"v": 2, "seq": 1, "ts": 0.0, "event": "expire", "broker": "b", "dest": "d",
-          "msg": "m"}, "v is 2"),
+        (
+            {
+                "v": 1,
+                "seq": 1,
+                "ts": 0.0,
+                "event": "ack",
+                "broker": "b",
+                "session": "s",
+                "sub": "0",
+                "dest": "/queue/A",
+            },
+            "ack: missing msg",
+        ),
+        (
+            {
+                "v": 1,
+                "seq": 1,
+                "ts": 0.0,
+                "event": "usage",
+                "broker": "b",
+                "mem_pct": "70",
+                "store_pct": 0,
+                "temp_pct": 0,
+            },
+            "mem_pct: expected int",
+        ),
+        (
+            {
+                "v": 1,
+                "seq": 1,
+                "ts": 0.0,
+                "event": "usage",
+                "broker": "b",
+                "mem_pct": True,
+                "store_pct": 0,
+                "temp_pct": 0,
+            },
+            "mem_pct: expected int",
+        ),
+        ({"v": 2, "seq": 1, "ts": 0.0, "event": "expire", "broker": "b", "dest": "d", "msg": "m"}, "v is 2"),
         ({"v": 1, "seq": 1, "ts": 0.0, "event": "teleport", "broker": "b"}, "unknown event"),
-        ({"v": 1, "seq": 1, "ts": 0.0, "event": "expire", "broker": "b", "dest": "d",
-          "msg": "m", "colour": "red"}, "unknown field 'colour'"),
+        (
+            {"v": 1, "seq": 1, "ts": 0.0, "event": "expire", "broker": "b", "dest": "d", "msg": "m", "colour": "red"},
+            "unknown field 'colour'",
+        ),
     ],
 )
 def test_validate_event_reports_problems(event, problem):
@@ -344,9 +498,7 @@ def test_spark_reader_reads_the_sample(spark):
         spec = EVENTS[row["event"]]
         for name in COMMON + spec.required:
             assert row[name] is not None, (row["seq"], name)
-        assert {k: v for k, v in row.items() if v is not None} == {
-            k: v for k, v in line.items() if v is not None
-        }
+        assert {k: v for k, v in row.items() if v is not None} == {k: v for k, v in line.items() if v is not None}
     assert df.filter(F.col("event") == "journal_full").first()["file_live"]["0006.jdat"] == 1
     df.unpersist()
 
@@ -366,8 +518,7 @@ def test_spark_reader_drops_unknown_fields_and_counts_corrupt_lines(spark, tmp_p
     info = check_trace(df)
     assert info["lines"] == 3 and info["corrupt"] == 1
     assert "colour" not in df.columns
-    assert [r["event"] for r in df.filter("event is not null").orderBy("seq").collect()] == [
-        "expire", "teleport"]
+    assert [r["event"] for r in df.filter("event is not null").orderBy("seq").collect()] == ["expire", "teleport"]
     df.unpersist()
 
 
@@ -484,8 +635,16 @@ def test_the_writer_waits_while_the_broker_is_busy_and_catches_up_when_it_idles(
 def test_past_its_lag_limit_the_writer_converts_even_while_the_broker_is_busy(tmp_path):
     load = _FakeLoad(tmp_path / "stat")
     path = tmp_path / "t.jsonl"
-    trace = Trace(path, lambda: 1.0, broker=BROKER, offload=True, buffer_events=10, writer_nice=0, lag_limit=1,
-                  load_stat=str(load.path))
+    trace = Trace(
+        path,
+        lambda: 1.0,
+        broker=BROKER,
+        offload=True,
+        buffer_events=10,
+        writer_nice=0,
+        lag_limit=1,
+        load_stat=str(load.path),
+    )
     try:
         for i in range(30):
             trace.emit("expire", dest="/queue/q", msg=f"m-{i}")

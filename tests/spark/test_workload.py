@@ -33,16 +33,20 @@ def test_tiny_plan():
     segs = producer_segments(p)
     # two clients staggered by half an interval; the phase [2, 3) pauses them
     assert [(s.client, s.start, s.stop, s.first, s.count, s.offset) for s in segs] == [
-        ("p-0", 1.0, 2.0, 0, 10, 0.0), ("p-0", 3.0, 4.0, 10, 10, 0.0),
-        ("p-1", 1.0, 2.0, 0, 10, 0.5), ("p-1", 3.0, 4.0, 10, 10, 0.5),
+        ("p-0", 1.0, 2.0, 0, 10, 0.0),
+        ("p-0", 3.0, 4.0, 10, 10, 0.0),
+        ("p-1", 1.0, 2.0, 0, 10, 0.5),
+        ("p-1", 3.0, 4.0, 10, 10, 0.5),
     ]
     assert segs[2].time_of(0) == pytest.approx(1.05)
     assert w.duration == 10.0 and w.destinations == ("/queue/A",)
 
 
 def test_scale_multiplies_clients_and_messages_cap():
-    doc = {"workload": {"duration": 2.0},
-           "producers": [{"name": "p", "dest": "/queue/A", "rate": 100.0, "messages": 7}]}
+    doc = {
+        "workload": {"duration": 2.0},
+        "producers": [{"name": "p", "dest": "/queue/A", "rate": 100.0, "messages": 7}],
+    }
     w = parse_workload(doc, scale=3)
     assert [s.count for s in producer_segments(w.producers[0])] == [7, 7, 7]
 
@@ -50,22 +54,48 @@ def test_scale_multiplies_clients_and_messages_cap():
 @pytest.mark.parametrize(
     "doc, message",
     [
-        ({"producers": [{"name": "p", "dest": "/queue/A", "rate": 1, "stop": 1, "colour": 1}]},
-         "unknown key(s) colour"),
+        (
+            {"producers": [{"name": "p", "dest": "/queue/A", "rate": 1, "stop": 1, "colour": 1}]},
+            "unknown key(s) colour",
+        ),
         ({"producers": [{"name": "p", "dest": "A", "rate": 1, "stop": 1}]}, "/queue/NAME"),
         ({"producers": [{"name": "p", "dest": "/queue/A", "rate": 1}]}, "needed when"),
-        ({"workload": {"duration": 9},
-          "consumers": [{"name": "c", "dest": "/queue/A", "phases": [
-              {"start": 1, "stop": 5, "process": 1}, {"start": 4, "stop": 6, "process": 1}]}]},
-         "phases overlap"),
-        ({"workload": {"duration": 9}, "consumers": [{"name": "c", "dest": "/queue/A",
-                                                      "ack": "sometimes"}]}, "ack"),
-        ({"workload": {"duration": 9},
-          "producers": [{"name": "x", "dest": "/queue/A", "rate": 1}],
-          "consumers": [{"name": "x", "dest": "/queue/A"}]}, "unique"),
-        ({"workload": {"duration": 9}, "producers": [
-            {"name": "p", "dest": "/queue/A", "rate": 1,
-             "size": {"dist": "choice", "values": [1, 2], "weights": [1]}}]}, "one weight"),
+        (
+            {
+                "workload": {"duration": 9},
+                "consumers": [
+                    {
+                        "name": "c",
+                        "dest": "/queue/A",
+                        "phases": [{"start": 1, "stop": 5, "process": 1}, {"start": 4, "stop": 6, "process": 1}],
+                    }
+                ],
+            },
+            "phases overlap",
+        ),
+        ({"workload": {"duration": 9}, "consumers": [{"name": "c", "dest": "/queue/A", "ack": "sometimes"}]}, "ack"),
+        (
+            {
+                "workload": {"duration": 9},
+                "producers": [{"name": "x", "dest": "/queue/A", "rate": 1}],
+                "consumers": [{"name": "x", "dest": "/queue/A"}],
+            },
+            "unique",
+        ),
+        (
+            {
+                "workload": {"duration": 9},
+                "producers": [
+                    {
+                        "name": "p",
+                        "dest": "/queue/A",
+                        "rate": 1,
+                        "size": {"dist": "choice", "values": [1, 2], "weights": [1]},
+                    }
+                ],
+            },
+            "one weight",
+        ),
     ],
 )
 def test_invalid_workloads_are_refused_with_the_place(doc, message):
@@ -93,18 +123,35 @@ def test_tiny_action_table_rows(spark, tiny_out):
     assert len(actions) == 50
     per_client = Counter((a.client, a.action) for a in actions)
     assert per_client == {
-        ("p-0", "connect"): 1, ("p-0", "send"): 20, ("p-0", "disconnect"): 1,
-        ("p-1", "connect"): 1, ("p-1", "send"): 20, ("p-1", "disconnect"): 1,
-        ("c-0", "connect"): 1, ("c-0", "subscribe"): 1, ("c-0", "pace"): 2,
-        ("c-0", "unsubscribe"): 1, ("c-0", "disconnect"): 1,
+        ("p-0", "connect"): 1,
+        ("p-0", "send"): 20,
+        ("p-0", "disconnect"): 1,
+        ("p-1", "connect"): 1,
+        ("p-1", "send"): 20,
+        ("p-1", "disconnect"): 1,
+        ("c-0", "connect"): 1,
+        ("c-0", "subscribe"): 1,
+        ("c-0", "pace"): 2,
+        ("c-0", "unsubscribe"): 1,
+        ("c-0", "disconnect"): 1,
     }
     consumer = [(a.t, a.seq, a.action, a.process) for a in actions if a.client == "c-0"]
-    assert consumer == [(0.5, 0, "connect", None), (0.5, 1, "subscribe", 0.01),
-                        (5.0, 2, "pace", 0.5), (6.0, 3, "pace", 0.01),
-                        (10.0, 4, "unsubscribe", None), (10.0, 5, "disconnect", None)]
+    assert consumer == [
+        (0.5, 0, "connect", None),
+        (0.5, 1, "subscribe", 0.01),
+        (5.0, 2, "pace", 0.5),
+        (6.0, 3, "pace", 0.01),
+        (10.0, 4, "unsubscribe", None),
+        (10.0, 5, "disconnect", None),
+    ]
     sub = next(a for a in actions if a.action == "subscribe")
     assert (sub.dest, sub.sub, sub.ack, sub.prefetch, sub.selector) == (
-        "/queue/A", "c-0", "client-individual", 1, "kind = 'order'")
+        "/queue/A",
+        "c-0",
+        "client-individual",
+        1,
+        "kind = 'order'",
+    )
     for client, offset in (("p-0", 0.0), ("p-1", 0.05)):
         sends = [a for a in actions if a.client == client and a.action == "send"]
         assert [a.seq for a in sends] == list(range(1, 21))
@@ -120,7 +167,8 @@ def test_tiny_action_table_rows(spark, tiny_out):
     # the Parquet table holds the same rows
     parquet = _rows(spark.read.parquet(str(tiny_out / "actions.parquet")))
     assert [(r["t"], r["client"], r["seq"], r["size"]) for r in parquet] == [
-        (a.t, a.client, a.seq, a.size) for a in actions]
+        (a.t, a.client, a.seq, a.size) for a in actions
+    ]
     summary = read_summary(tiny_out)
     assert summary["rows"] == 50 and summary["actions"]["send"] == 40
     assert {c["client"]: c["sends"] for c in summary["clients"]} == {"p-0": 20, "p-1": 20, "c-0": 0}
@@ -145,7 +193,7 @@ def test_random_arrival_and_lognormal_sizes(spark, tmp_path):
 
     path = tmp_path / "w.toml"
     path.write_text(
-        '[workload]\nseed = 3\nduration = 5.0\n'
+        "[workload]\nseed = 3\nduration = 5.0\n"
         '[[producers]]\nname = "r"\ncount = 3\ndest = "/topic/T"\nrate = 200.0\n'
         'arrival = "random"\nstart = 1.0\nstop = 3.0\npersistent = true\n'
         'size = { dist = "lognormal", median = 1000, sigma = 0.5, min = 100, max = 5000 }\n'

@@ -35,9 +35,7 @@ class JournalContract:
         assert j.live_count == 0
         assert [f.current for f in j.files()].count(True) == 1
 
-    def test_enqueue_returns_increasing_locations_and_read_returns_the_payload(
-        self, open_journal: Opener
-    ) -> None:
+    def test_enqueue_returns_increasing_locations_and_read_returns_the_payload(self, open_journal: Opener) -> None:
         j = open_journal()
         locations = [j.enqueue(b"orders", body(n)) for n in range(5)]
         assert [loc.seq for loc in locations] == sorted({loc.seq for loc in locations})
@@ -62,8 +60,11 @@ class JournalContract:
         live = [(n, loc) for n, loc in enumerate(locs) if n % 4]
         assert len({loc.file_id for _, loc in live}) > 1  # the batch spans files
         random.Random(7).shuffle(live)
-        assert j.read_seqs([loc.seq for _, loc in live]) == [body(n, 40 + n % 7) for n, _ in live] \
+        assert (
+            j.read_seqs([loc.seq for _, loc in live])
+            == [body(n, 40 + n % 7) for n, _ in live]
             == [j.read(loc) for _, loc in live]
+        )
         assert j.read_seqs([]) == []
         with pytest.raises(KeyError):
             j.read_seqs([live[0][1].seq, locs[0].seq])  # locs[0] was dequeued
@@ -155,9 +156,11 @@ class JournalContract:
         locs = [j.enqueue(b"q", body(n)) for n in range(4)]
         j.dequeue(locs[0].seq)
         before = j.last_seq
-        for bad in ([locs[1].seq, locs[0].seq],  # one already dequeued
-                    [locs[1].seq, 12345],  # one never enqueued
-                    [locs[1].seq, locs[2].seq, locs[1].seq]):  # one given twice
+        for bad in (
+            [locs[1].seq, locs[0].seq],  # one already dequeued
+            [locs[1].seq, 12345],  # one never enqueued
+            [locs[1].seq, locs[2].seq, locs[1].seq],
+        ):  # one given twice
             with pytest.raises(KeyError):
                 j.dequeue_many(bad)
         assert j.last_seq == before and j.live_count == 3
@@ -241,9 +244,7 @@ class JournalContract:
         j.close()
         assert [r.seq for r in open_journal().recovered()] == [kept.seq]
 
-    def test_a_reused_txid_does_not_adopt_an_unfinished_transaction(
-        self, open_journal: Opener
-    ) -> None:
+    def test_a_reused_txid_does_not_adopt_an_unfinished_transaction(self, open_journal: Opener) -> None:
         j = open_journal()
         j.enqueue(b"q", body(1), txid="tx")
         j.close()  # "tx" is unfinished: discarded (and aborted) at the next open
@@ -330,9 +331,7 @@ class JournalContract:
         assert [f.current for f in files].count(True) == 1
         assert all(f.used <= f.size for f in files)
 
-    def test_disk_usage_is_the_size_of_the_files_on_disk(
-        self, open_journal: Opener, config: JournalConfig
-    ) -> None:
+    def test_disk_usage_is_the_size_of_the_files_on_disk(self, open_journal: Opener, config: JournalConfig) -> None:
         j = open_journal()
         for n in range(60):
             j.enqueue(b"q", body(n))

@@ -58,14 +58,17 @@ def test_the_table_agrees_with_a_dict(ops: list[tuple], compact_min: int) -> Non
 
 @settings(max_examples=300, deadline=None)
 @given(LONG_OPS, st.sampled_from([1, 4, 4096]), st.sampled_from([(4, None), (4, 8), (3, 1)]))
-def test_a_table_of_small_blocks_agrees_with_a_dict(ops: list[tuple], compact_min: int,
-                                                    blocks: tuple[int, int | None]) -> None:
+def test_a_table_of_small_blocks_agrees_with_a_dict(
+    ops: list[tuple], compact_min: int, blocks: tuple[int, int | None]
+) -> None:
     """Blocks of 3 or 4 rows, all in memory or spilled to a file but for the few
     used last (``cache_rows``: at least four blocks stay)."""
     block_rows, cache_rows = blocks
-    with mock.patch.object(entries, "_COMPACT_MIN", compact_min), \
-            mock.patch.object(entries, "BLOCK_ROWS", block_rows), \
-            mock.patch.object(entries, "_SPLIT_ROWS", 2 * block_rows):
+    with (
+        mock.patch.object(entries, "_COMPACT_MIN", compact_min),
+        mock.patch.object(entries, "BLOCK_ROWS", block_rows),
+        mock.patch.object(entries, "_SPLIT_ROWS", 2 * block_rows),
+    ):
         table = EntryTable(cache_rows)
         check_against_a_dict(table, ops)
         in_memory = [block for block in table.blocks if block.states is not None]
@@ -109,9 +112,11 @@ def check_against_a_dict(table: EntryTable, ops: list[tuple]) -> None:
                 assert pos == -1
         assert len(table) == len(model)
     assert [seq for run in table.live_runs() for seq in run] == sorted(
-        s for s, values in model.items() if values[4] == LIVE)
+        s for s, values in model.items() if values[4] == LIVE
+    )
     assert [(seq, key, file_id) for seq, key, file_id in table.entries()] == [
-        (seq, model[seq][0], model[seq][1]) for seq in sorted(model)]
+        (seq, model[seq][0], model[seq][1]) for seq in sorted(model)
+    ]
     for seq in sorted(model):  # every row again, in order: blocks read back one after another
         assert row(table, table.find(seq)) == model[seq]
 
@@ -144,15 +149,22 @@ def test_a_value_too_wide_for_a_narrow_column_widens_it_and_loses_nothing() -> N
     block = table.blocks[0]
     assert {a.typecode for a in (block.seqs, block.files, block.offsets, block.lengths)} == {"q"}
     rows = {seq: row(table, table.find(seq))[1:] for seq in (1, 2, 3, 4, big)}
-    assert rows == {1: (3, 100, 50, LIVE), 2: (70_000, 5 * 2**32 + 7, 2**32 + 1, LIVE),
-                    3: (2**20, 2**40, 2**33, PENDING), 4: (1, 2, 3, LIVE), big: (5, 6, 7, LIVE)}
+    assert rows == {
+        1: (3, 100, 50, LIVE),
+        2: (70_000, 5 * 2**32 + 7, 2**32 + 1, LIVE),
+        3: (2**20, 2**40, 2**33, PENDING),
+        4: (1, 2, 3, LIVE),
+        big: (5, 6, 7, LIVE),
+    }
     with mock.patch.object(entries, "_COMPACT_MIN", 0):
         table.kill(table.find(1))
         table.kill(table.find(4))  # dead rows do not outnumber the others yet ...
         table.kill(table.find(big))  # ... now they do: compaction keeps the wide columns
     assert table.dead == 0 and list(table.blocks[0].seqs) == [2, 3]
     assert [row(table, table.find(seq))[1:4] for seq in (2, 3)] == [
-        (70_000, 5 * 2**32 + 7, 2**32 + 1), (2**20, 2**40, 2**33)]
+        (70_000, 5 * 2**32 + 7, 2**32 + 1),
+        (2**20, 2**40, 2**33),
+    ]
 
 
 def test_the_65536th_key_widens_the_key_column() -> None:

@@ -4,6 +4,7 @@ A failed fsync is final; a failed write is final unless it is a full disk, which
 refuses the one operation and leaves nothing behind; after any of them a reopen
 recovers exactly what was durable (or written whole) before.
 """
+
 from __future__ import annotations
 
 import errno
@@ -69,7 +70,8 @@ def test_eio_on_a_write_fails_the_journal_and_leaves_no_torn_record_behind(tmp_p
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_enospc_mid_record_refuses_that_record_only_and_nothing_half_written_comes_back(
-        tmp_path: Path, layout: str) -> None:
+    tmp_path: Path, layout: str
+) -> None:
     config = small_config(tmp_path / "j", layout)
     ops = FaultyFileOps()
     with using(ops):

@@ -68,10 +68,12 @@ def run(config: JournalConfig, ops: list[tuple[object, ...]], compact_min: int =
     block_rows = 4 if compact_min == 4 else entries.BLOCK_ROWS
     if compact_min == 4:
         config = dataclasses.replace(config, index_cache_rows=1)
-    with mock.patch.object(entries, "_COMPACT_MIN", compact_min), \
-            mock.patch.object(entries, "BLOCK_ROWS", block_rows), \
-            mock.patch.object(entries, "_SPLIT_ROWS", 2 * block_rows), \
-            mock.patch.object(entries, "_MIN_CACHE_BLOCKS", 1 if compact_min == 4 else 4):
+    with (
+        mock.patch.object(entries, "_COMPACT_MIN", compact_min),
+        mock.patch.object(entries, "BLOCK_ROWS", block_rows),
+        mock.patch.object(entries, "_SPLIT_ROWS", 2 * block_rows),
+        mock.patch.object(entries, "_MIN_CACHE_BLOCKS", 1 if compact_min == 4 else 4),
+    ):
         j = Journal.open(config)
         try:
             for op in ops:
@@ -156,12 +158,24 @@ SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[Heal
 # at the reopen sits in db-2, which goes when the commit rolls to db-3. The
 # abort must be kept with db-1, or recovery lets the reused t1 adopt seq 9.
 # Seq 7's latest DELIVERED marker is in db-2 too: it is written again first.
-@example([
-    ("enqueue", None, b"a", b""), ("deliver", 0), ("deliver", 0), ("deliver", 0),
-    ("dequeue", None, 0), ("enqueue", None, b"a", b""), ("deliver", 0),
-    ("enqueue", "t1", b"a", b""), ("churn", 6), ("reopen",), ("deliver", 0), ("deliver", 0),
-    ("commit", "t1"),
-], 4096)
+@example(
+    [
+        ("enqueue", None, b"a", b""),
+        ("deliver", 0),
+        ("deliver", 0),
+        ("deliver", 0),
+        ("dequeue", None, 0),
+        ("enqueue", None, b"a", b""),
+        ("deliver", 0),
+        ("enqueue", "t1", b"a", b""),
+        ("churn", 6),
+        ("reopen",),
+        ("deliver", 0),
+        ("deliver", 0),
+        ("commit", "t1"),
+    ],
+    4096,
+)
 def test_growing_journal_recovers_the_live_committed_set(ops: list[tuple[object, ...]], compact_min: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run(small_config(Path(tmp) / "j", "growing", max_file_length=512), ops, compact_min)

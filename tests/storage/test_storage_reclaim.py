@@ -89,27 +89,23 @@ REUSE_CASES: dict[str, Reuse] = {
     "all in one file": Reuse(("enqueue",), 0, 0, False, ("kept", "kept")),
     # The property test's example: a live message keeps the old records' file;
     # the abort's file must be kept with it, or the new "t" adopts them.
-    "abort in a later file, old records kept by a pin": Reuse(
-        ("enqueue",), 1, 2, False, ("kept", "kept")),
+    "abort in a later file, old records kept by a pin": Reuse(("enqueue",), 1, 2, False, ("kept", "kept")),
     "old dequeue, abort in a later file": Reuse(("dequeue",), 1, 2, False, ("kept", "kept")),
-    "old enqueue and dequeue, abort in a later file": Reuse(
-        ("enqueue", "dequeue"), 1, 2, False, ("kept", "kept")),
-    "reopened again before the reuse": Reuse(("enqueue", "dequeue"), 1, 2, False,
-                                             ("kept", "kept"), reopens=3),
+    "old enqueue and dequeue, abort in a later file": Reuse(("enqueue", "dequeue"), 1, 2, False, ("kept", "kept")),
+    "reopened again before the reuse": Reuse(("enqueue", "dequeue"), 1, 2, False, ("kept", "kept"), reopens=3),
     # Round the whole ring, so that its files are reused too.
-    "abort and old records both reclaimed": Reuse(
-        ("enqueue",), 1, RING_FILES + 1, True, ("gone", "gone")),
+    "abort and old records both reclaimed": Reuse(("enqueue",), 1, RING_FILES + 1, True, ("gone", "gone")),
     "old records and abort in one file, reclaimed": Reuse(
-        ("enqueue", "dequeue"), 0, RING_FILES + 1, True, ("gone", "gone")),
+        ("enqueue", "dequeue"), 0, RING_FILES + 1, True, ("gone", "gone")
+    ),
     "reclaimed, then reopened before the reuse": Reuse(
-        ("enqueue",), 1, RING_FILES + 1, True, ("gone", "gone"), reopens=2),
+        ("enqueue",), 1, RING_FILES + 1, True, ("gone", "gone"), reopens=2
+    ),
 }
 
 
 @pytest.mark.parametrize("case", REUSE_CASES.values(), ids=REUSE_CASES.keys())
-def test_a_txid_reused_after_reopen_adopts_nothing_of_the_old_transaction(
-    config: JournalConfig, case: Reuse
-) -> None:
+def test_a_txid_reused_after_reopen_adopts_nothing_of_the_old_transaction(config: JournalConfig, case: Reuse) -> None:
     j = Journal.open(config)
     pin = j.enqueue(b"q", b"pin")
     old_seqs = []
@@ -165,26 +161,24 @@ class Marked:
 MARKED_CASES: dict[str, Marked] = {
     "marker next to its message": Marked(("mark", "advance 3", "reopen"), "kept"),
     "marker's file goes": Marked(("advance 1", "mark", "advance 3"), "gone"),
-    "marker's file goes, then a reopen": Marked(("advance 1", "mark", "advance 3", "reopen"),
-                                                "gone"),
+    "marker's file goes, then a reopen": Marked(("advance 1", "mark", "advance 3", "reopen"), "gone"),
     "rewritten marker's file goes too": Marked(
-        ("advance 1", "mark", "advance 2", "advance 3", "reopen", "advance 3"), "gone"),
-    "reopen, then the marker's file goes": Marked(
-        ("advance 1", "mark", "reopen", "advance 3", "reopen"), "gone"),
-    "marked again in a later file": Marked(
-        ("advance 1", "mark", "advance 2", "mark", "advance 3"), "gone"),
+        ("advance 1", "mark", "advance 2", "advance 3", "reopen", "advance 3"), "gone"
+    ),
+    "reopen, then the marker's file goes": Marked(("advance 1", "mark", "reopen", "advance 3", "reopen"), "gone"),
+    "marked again in a later file": Marked(("advance 1", "mark", "advance 2", "mark", "advance 3"), "gone"),
     "marker's file goes at open": Marked(("advance 1", "mark", "tx roll", "reopen"), "gone"),
     "pending message's marker's file goes before the commit": Marked(
-        ("advance 1", "mark", "advance 3", "commit", "advance 2"), "gone", txid="t"),
+        ("advance 1", "mark", "advance 3", "commit", "advance 2"), "gone", txid="t"
+    ),
     "pending message's marker survives a reopen after the commit": Marked(
-        ("mark", "advance 2", "commit", "reopen", "advance 3"), "kept", txid="t"),
+        ("mark", "advance 2", "commit", "reopen", "advance 3"), "kept", txid="t"
+    ),
 }
 
 
 @pytest.mark.parametrize("case", MARKED_CASES.values(), ids=MARKED_CASES.keys())
-def test_delivered_markers_survive_file_reclaim_and_reopen(
-    config: JournalConfig, case: Marked
-) -> None:
+def test_delivered_markers_survive_file_reclaim_and_reopen(config: JournalConfig, case: Marked) -> None:
     j = Journal.open(config)
     msg = j.enqueue(b"q", b"marked", txid=case.txid)
     other = j.enqueue(b"q", b"not marked")

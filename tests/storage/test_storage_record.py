@@ -67,7 +67,7 @@ CASES: list[tuple[str, bytes, Record | Status]] = [
     ("zero header", bytes(HEADER_SIZE), Status.END),
     ("a few zeros", bytes(7), Status.END),
     ("cut inside the crc", FULL[:3], Status.SHORT),
-    ("cut inside the header", FULL[:HEADER_SIZE - 1], Status.SHORT),
+    ("cut inside the header", FULL[: HEADER_SIZE - 1], Status.SHORT),
     ("cut after the header", FULL[:HEADER_SIZE], Status.SHORT),
     ("cut inside the body", FULL[: len(FULL) // 2], Status.SHORT),
     ("last byte missing", FULL[:-1], Status.SHORT),
@@ -138,8 +138,12 @@ BODY_CASES = [
     (RecordType.DEQUEUE, encode_dequeue(42, b"tx"), decode_dequeue, (42, b"tx")),
     (RecordType.DEQUEUE, encode_dequeue(2**64 - 1, b""), decode_dequeue, (2**64 - 1, b"")),
     (RecordType.DELIVERED, encode_ref(3), decode_ref, 3),
-    (RecordType.DEQUEUE_MANY, encode_dequeue_many(array("Q", [7, 2**64 - 1, 9])), decode_dequeue_many,
-     array("Q", [7, 2**64 - 1, 9])),
+    (
+        RecordType.DEQUEUE_MANY,
+        encode_dequeue_many(array("Q", [7, 2**64 - 1, 9])),
+        decode_dequeue_many,
+        array("Q", [7, 2**64 - 1, 9]),
+    ),
 ]
 
 

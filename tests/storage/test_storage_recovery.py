@@ -118,8 +118,7 @@ def damage(w: Written, which: str, record: int | None, how: Damage) -> tuple[Pat
     return path, off
 
 
-@pytest.mark.parametrize(("which", "record", "how", "outcome"), [c[1:] for c in CASES],
-                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("which", "record", "how", "outcome"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_corrupt_check_repair_reopen_append(
     config: JournalConfig, which: str, record: int | None, how: Damage, outcome: str
 ) -> None:
@@ -262,8 +261,14 @@ def test_files_of_another_layout_are_refused(config: JournalConfig, tmp_path: Pa
     victim = sorted(config.path.iterdir())[0]
     other = "growing" if config.layout == "ring" else "ring"
     foreign = tmp_path / "foreign"
-    Journal.open(JournalConfig(directory=foreign, layout=other, file_size=4096,  # type: ignore[arg-type]
-                               max_file_length=4096)).close()
+    Journal.open(
+        JournalConfig(
+            directory=foreign,
+            layout=other,
+            file_size=4096,  # type: ignore[arg-type]
+            max_file_length=4096,
+        )
+    ).close()
     donor = sorted(foreign.iterdir())[0]
     victim.write_bytes(donor.read_bytes())
     with pytest.raises(StorageError):

@@ -19,6 +19,7 @@ from storage_helpers import (
     small_config,
 )
 
+
 def test_seed_004_few_pinned_messages_refuse_enqueues(tmp_path: Path) -> None:
     cfg = small_config(tmp_path / "Durable", "ring", name="Durable", file_size=64 * 1024)
     j = Journal.open(cfg)

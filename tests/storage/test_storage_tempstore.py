@@ -45,9 +45,7 @@ def test_usage_counts_every_file_at_its_full_size(store: TempStore) -> None:
     assert os.path.getsize(store.directory / store.files()[0].name) == FILE
     while len(store.files()) < 3:
         store.append(b"sub", b"y" * 500)
-    assert store.disk_usage() == 3 * FILE == sum(
-        os.path.getsize(store.directory / f.name) for f in store.files()
-    )
+    assert store.disk_usage() == 3 * FILE == sum(os.path.getsize(store.directory / f.name) for f in store.files())
 
 
 def fill_first_file(store: TempStore) -> tuple[list[int], int]:
@@ -129,16 +127,25 @@ def test_a_damaged_entry_is_reported_not_returned(store: TempStore) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.tuples(st.just("append"), st.integers(1, 600)),
-                          st.tuples(st.just("release"), st.integers(0, 9))), max_size=80))
-def test_live_entries_are_found_as_a_dict_would_find_them(tmp_path_factory: pytest.TempPathFactory,
-                                                         ops: list[tuple[str, int]]) -> None:
+@given(
+    st.lists(
+        st.one_of(st.tuples(st.just("append"), st.integers(1, 600)), st.tuples(st.just("release"), st.integers(0, 9))),
+        max_size=80,
+    )
+)
+def test_live_entries_are_found_as_a_dict_would_find_them(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int]]
+) -> None:
     """Where each live entry is comes from the journal's table of live rows, here
     in blocks of four rows with one block's worth kept in memory (the rest spilled):
     every lookup answers as a dict of the live entries would, file headers' seqs
     between, and the rows in memory stay bounded whatever is spilled."""
-    with mock.patch.object(entries, "BLOCK_ROWS", 4), mock.patch.object(entries, "_SPLIT_ROWS", 8), \
-            mock.patch.object(entries, "_MIN_CACHE_BLOCKS", 1), mock.patch.object(entries, "_COMPACT_MIN", 1):
+    with (
+        mock.patch.object(entries, "BLOCK_ROWS", 4),
+        mock.patch.object(entries, "_SPLIT_ROWS", 8),
+        mock.patch.object(entries, "_MIN_CACHE_BLOCKS", 1),
+        mock.patch.object(entries, "_COMPACT_MIN", 1),
+    ):
         store = TempStore(tmp_path_factory.mktemp("live"), max_file_length=FILE, cache_rows=1)
         model: dict[int, bytes] = {}
         try:

@@ -19,6 +19,7 @@ the asyncio client ``clients.stomp.StompClient``, in a few seconds of real
 time: A's consumer waits 3 s, F is fed for 3 s (and read for 1 s more). The
 verdicts use the same evidence, read from the live broker on its own thread.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,8 +62,10 @@ def b_queues(count: int) -> list[str]:
 def note_backlogs(lab: LabRun, broker: Any, count: int) -> None:
     for name in b_queues(count):
         q = broker.destinations[f"/queue/{name}"]
-        lab.note(f"/queue/{name}: {q.size()} messages, no consumer, memory {q.memory.usage // 1024} KB "
-                 f"({q.memory.usage * 100 // broker.memory.limit}% of the broker's), {q.cursor_statistics()['storeOnlyCount']} store-only")
+        lab.note(
+            f"/queue/{name}: {q.size()} messages, no consumer, memory {q.memory.usage // 1024} KB "
+            f"({q.memory.usage * 100 // broker.memory.limit}% of the broker's), {q.cursor_statistics()['storeOnlyCount']} store-only"
+        )
 
 
 def blocked_sends(broker: Any) -> int:
@@ -79,8 +82,10 @@ def dispatched(broker: Any, addresses: list[str]) -> list[int]:
 def note_flow_control(lab: LabRun, broker: Any) -> None:
     held = blocked_sends(broker)
     if held:
-        lab.note(f"producer flow control holds the producer's next send ({held} held; broker memory "
-                 f"{broker.memory.percent}%): the backlog stops growing there")
+        lab.note(
+            f"producer flow control holds the producer's next send ({held} held; broker memory "
+            f"{broker.memory.percent}%): the backlog stops growing there"
+        )
 
 
 def page_ins_blocked(lab: LabRun, dest: str) -> list[dict[str, Any]]:
@@ -91,42 +96,68 @@ def page_ins_blocked(lab: LabRun, dest: str) -> list[dict[str, Any]]:
 def restart_outcome(lab: LabRun, broker: Any, received: int, seconds: float) -> Outcome:
     a = broker.destinations["/queue/A"]
     stats = a.cursor_statistics()
-    lab.note(f"consumer on /queue/A received {received} of {A_MESSAGES} in {seconds:.0f} s; A: memory {a.memory.percent}% "
-             f"of its limit, {stats['storeOnlyCount']} store-only, broker memory {broker.memory.percent}%")
+    lab.note(
+        f"consumer on /queue/A received {received} of {A_MESSAGES} in {seconds:.0f} s; A: memory {a.memory.percent}% "
+        f"of its limit, {stats['storeOnlyCount']} store-only, broker memory {broker.memory.percent}%"
+    )
     blocked = page_ins_blocked(lab, "/queue/A")
     if blocked:
-        lab.note(f"trace: page_in_blocked on /queue/A at t={blocked[0]['ts']:.1f}s (broker memory {blocked[0].get('mem_pct')}%)")
+        lab.note(
+            f"trace: page_in_blocked on /queue/A at t={blocked[0]['ts']:.1f}s (broker memory {blocked[0].get('mem_pct')}%)"
+        )
     for finding in broker.diagnose():
         lab.note(f"broker diagnosis: {finding['summary']}; cure: {finding['cure']}")
     starved = received == 0 and stats["storeOnlyCount"] > 0
-    summary = (f"A's consumer starved: 0 of {A_MESSAGES} received while the broker's memory is at {broker.memory.percent}%"
-               if starved else f"A's consumer received {received} of {A_MESSAGES}")
-    return Outcome(starved, summary, metrics={"received": received, "broker_memory_pct": broker.memory.percent,
-                                              "a_store_only": stats["storeOnlyCount"]})
+    summary = (
+        f"A's consumer starved: 0 of {A_MESSAGES} received while the broker's memory is at {broker.memory.percent}%"
+        if starved
+        else f"A's consumer received {received} of {A_MESSAGES}"
+    )
+    return Outcome(
+        starved,
+        summary,
+        metrics={
+            "received": received,
+            "broker_memory_pct": broker.memory.percent,
+            "a_store_only": stats["storeOnlyCount"],
+        },
+    )
 
 
 def note_slow_setup(lab: LabRun, broker: Any) -> None:
-    lab.note(f"/queue/S.1 and /queue/S.2: {S_MESSAGES} messages each, slow consumers (prefetch {S_PREFETCH}, one ack "
-             f"per {ACK_PERIOD} s); broker memory {broker.memory.percent}%")
+    lab.note(
+        f"/queue/S.1 and /queue/S.2: {S_MESSAGES} messages each, slow consumers (prefetch {S_PREFETCH}, one ack "
+        f"per {ACK_PERIOD} s); broker memory {broker.memory.percent}%"
+    )
 
 
 def slow_outcome(lab: LabRun, broker: Any, sent: int, received: int, acked: dict[str, int], seconds: float) -> Outcome:
     share = received / max(1, sent)
     f = broker.destinations["/queue/F"]
-    lab.note(f"/queue/F: {sent} sent at {1 / F_PERIOD:.0f} msg/s, the fast consumer received {received} ({share:.0%}) "
-             f"in {seconds:.0f} s; {f.cursor_statistics()['storeOnlyCount']} still in the store")
+    lab.note(
+        f"/queue/F: {sent} sent at {1 / F_PERIOD:.0f} msg/s, the fast consumer received {received} ({share:.0%}) "
+        f"in {seconds:.0f} s; {f.cursor_statistics()['storeOnlyCount']} still in the store"
+    )
     for name, count in acked.items():
         q = broker.destinations[f"/queue/{name}"]
-        lab.note(f"/queue/{name}: slow consumer acked {count}; the queue holds {q.memory.usage // 1024} KB "
-                 f"({q.memory.usage * 100 // broker.memory.limit}% of the broker's memory)")
+        lab.note(
+            f"/queue/{name}: slow consumer acked {count}; the queue holds {q.memory.usage // 1024} KB "
+            f"({q.memory.usage * 100 // broker.memory.limit}% of the broker's memory)"
+        )
     if lab.trace is not None:
-        lab.note(f"trace: {len(page_ins_blocked(lab, '/queue/F'))} page_in_blocked event(s) on /queue/F; "
-                 f"broker memory now {broker.memory.percent}%")
+        lab.note(
+            f"trace: {len(page_ins_blocked(lab, '/queue/F'))} page_in_blocked event(s) on /queue/F; "
+            f"broker memory now {broker.memory.percent}%"
+        )
     slowed = share < 0.5
-    summary = (f"the fast consumer got only {share:.0%} of F's messages: held to the slow consumers' pace"
-               if slowed else f"the fast consumer kept up ({share:.0%} of F's messages)")
-    return Outcome(slowed, summary, metrics={"sent_f": sent, "received_f": received,
-                                             "broker_memory_pct": broker.memory.percent})
+    summary = (
+        f"the fast consumer got only {share:.0%} of F's messages: held to the slow consumers' pace"
+        if slowed
+        else f"the fast consumer kept up ({share:.0%} of F's messages)"
+    )
+    return Outcome(
+        slowed, summary, metrics={"sent_f": sent, "received_f": received, "broker_memory_pct": broker.memory.percent}
+    )
 
 
 # -- the virtual clock -------------------------------------------------------------------
@@ -177,7 +208,7 @@ def slow_symptom(lab: LabRun, seconds: float = 40.0) -> Outcome:
 
     def slow_ack() -> None:
         for name, c in slow.items():
-            unacked = c.messages()[acked[name]:]
+            unacked = c.messages()[acked[name] :]
             if unacked:
                 c.ack(unacked[0])
                 acked[name] += 1
@@ -242,8 +273,9 @@ def restart_live(lab: LabRun, count: int, seconds: float = 3.0) -> Outcome:
                 await _until(lambda: filling.done() or live.call(lambda: blocked_sends(live.server.broker)) > 0)
                 if filling.done():
                     filling.result()
-                live.call(lambda: (note_backlogs(lab, live.server.broker, count),
-                                   note_flow_control(lab, live.server.broker)))
+                live.call(
+                    lambda: (note_backlogs(lab, live.server.broker, count), note_flow_control(lab, live.server.broker))
+                )
                 async with await StompClient.connect(port=live.port) as consumer:
                     received = await _collect(await consumer.subscribe("/queue/A"), A_MESSAGES, seconds)
                     return live.call(lambda: restart_outcome(lab, live.server.broker, received, seconds))
@@ -252,8 +284,10 @@ def restart_live(lab: LabRun, count: int, seconds: float = 3.0) -> Outcome:
                 producer.close()
 
         asyncio.run(before_restart())
-        lab.note(f"{A_MESSAGES} persistent messages sent to /queue/A, which has no consumer; then the real server "
-                 "restarts on the same data directory")
+        lab.note(
+            f"{A_MESSAGES} persistent messages sent to /queue/A, which has no consumer; then the real server "
+            "restarts on the same data directory"
+        )
         live.restart()
         return asyncio.run(after_restart())
 

@@ -17,6 +17,7 @@ subscription has anything pending: from outside, the broker or the producer
 looks hung. ``run_live(lab)`` shows the same with real sockets in about two
 seconds.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -34,8 +35,6 @@ SLOW_PERIOD = 0.05  # each slow subscriber acknowledges 20 msg/s
 SLOW_PREFETCH = "10"
 SUBSCRIBERS = ("slow-1", "fast-1", "fast-2", "slow-2")  # dispatch order
 KB = 1024
-
-
 
 
 class Producer:
@@ -89,11 +88,13 @@ def run(lab: LabRun) -> Outcome:
         producer.budget = BURST + LATER
 
     cfg = lab.config
-    lab.note(f"workload: /topic/prices with subscribers {', '.join(SUBSCRIBERS)} (dispatch order); slow ones: prefetch "
-             f"{SLOW_PREFETCH}, 20 acks/s; producer: {BURST} messages of 1000 bytes, at most 50/s, each waiting for its "
-             f"RECEIPT, {LATER} more at t={LATER_AT:.0f} s; broker memory {cfg.system_usage.memory_limit // KB} KB, "
-             f"temp limit {cfg.system_usage.temp_limit // KB} KB, temp files {cfg.store.temp_journal_max_file_length // KB} KB, "
-             f"cursor {cfg.policy_for('topic', 'prices').pending_cursor}")
+    lab.note(
+        f"workload: /topic/prices with subscribers {', '.join(SUBSCRIBERS)} (dispatch order); slow ones: prefetch "
+        f"{SLOW_PREFETCH}, 20 acks/s; producer: {BURST} messages of 1000 bytes, at most 50/s, each waiting for its "
+        f"RECEIPT, {LATER} more at t={LATER_AT:.0f} s; broker memory {cfg.system_usage.memory_limit // KB} KB, "
+        f"temp limit {cfg.system_usage.temp_limit // KB} KB, temp files {cfg.store.temp_journal_max_file_length // KB} KB, "
+        f"cursor {cfg.policy_for('topic', 'prices').pending_cursor}"
+    )
     net.every(PRODUCER_PERIOD, lambda: producer.tick(net.now), until=SECONDS)
     net.every(SLOW_PERIOD, slow_ack, until=SECONDS)
     net.at(LATER_AT, later)
@@ -101,8 +102,9 @@ def run(lab: LabRun) -> Outcome:
     return _verdict(lab, net, producer, slow, fast, lab.broker_log())
 
 
-def _verdict(lab: LabRun, net: Any, producer: Producer, slow: list[Any], fast: list[Any],
-             log_lines: list[str]) -> Outcome:
+def _verdict(
+    lab: LabRun, net: Any, producer: Producer, slow: list[Any], fast: list[Any], log_lines: list[str]
+) -> Outcome:
     broker = net.broker
     topic = broker.destinations[TOPIC]
     trace = lab.trace
@@ -114,11 +116,15 @@ def _verdict(lab: LabRun, net: Any, producer: Producer, slow: list[Any], fast: l
         first = swaps[0]["ts"]
         together = [e for e in swaps if e["ts"] == first]
         moved = ", ".join(f"{e['sub']} {e['count']}" for e in together)
-        lab.note(f"t={first:.2f} s: memory reached the 70% mark; each file cursor swapped its whole memory list to the temp "
-                 f"store in one go ({moved} messages); temp usage 0% -> {together[-1]['temp_pct']}% (one whole "
-                 f"{broker.config.store.temp_journal_max_file_length // KB} KB file); {len(swaps)} swap_out event(s) in all")
+        lab.note(
+            f"t={first:.2f} s: memory reached the 70% mark; each file cursor swapped its whole memory list to the temp "
+            f"store in one go ({moved} messages); temp usage 0% -> {together[-1]['temp_pct']}% (one whole "
+            f"{broker.config.store.temp_journal_max_file_length // KB} KB file); {len(swaps)} swap_out event(s) in all"
+        )
     else:
-        lab.note(f"no swap_out: nothing went to the temp store; memory peaked at {broker.memory.peak * 100 // broker.memory.limit}%")
+        lab.note(
+            f"no swap_out: nothing went to the temp store; memory peaked at {broker.memory.peak * 100 // broker.memory.limit}%"
+        )
     cursor_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
     if cursor_line:
         lab.note(f"broker log (the article's line): {cursor_line}")
@@ -133,47 +139,75 @@ def _verdict(lab: LabRun, net: Any, producer: Producer, slow: list[Any], fast: l
     open_block = flow[-1] if flow and flow[-1]["event"] == "flow_block" else None
     blocked_for = SECONDS - open_block["ts"] if open_block else 0.0
     if open_block:
-        lab.note(f"trace: {len(blocks)} flow_block, {unblocks} flow_unblock for the producer; the last flow_block "
-                 f"(t={open_block['ts']:.2f} s, usage {open_block['usage']} at {open_block['pct']}%) has no flow_unblock: "
-                 f"blocked for {blocked_for:.1f} s at the end of the run")
+        lab.note(
+            f"trace: {len(blocks)} flow_block, {unblocks} flow_unblock for the producer; the last flow_block "
+            f"(t={open_block['ts']:.2f} s, usage {open_block['usage']} at {open_block['pct']}%) has no flow_unblock: "
+            f"blocked for {blocked_for:.1f} s at the end of the run"
+        )
     elif blocks:
-        lab.note(f"trace: {len(blocks)} flow_block, each with its flow_unblock (waited {waited:.1f} s in all): the producer "
-                 f"was held to the slow subscribers' pace, never stuck")
+        lab.note(
+            f"trace: {len(blocks)} flow_block, each with its flow_unblock (waited {waited:.1f} s in all): the producer "
+            f"was held to the slow subscribers' pace, never stuck"
+        )
     else:
         lab.note("trace: no flow_block: the producer never waited")
 
     pending = sum(len(s.pending) + len(s.dispatched) for s in topic.subs)
     receipted = producer.receipted()
-    lab.note(f"after {SECONDS:.0f} s: producer sent {producer.sent} of {BURST + LATER} ({receipted} receipted); "
-             f"fast subscribers received {'/'.join(str(len(c.messages())) for c in fast)}, slow ones acked "
-             f"{'/'.join(str(c.acked) for c in slow)}; messages pending for the subscriptions: {pending}")
+    lab.note(
+        f"after {SECONDS:.0f} s: producer sent {producer.sent} of {BURST + LATER} ({receipted} receipted); "
+        f"fast subscribers received {'/'.join(str(len(c.messages())) for c in fast)}, slow ones acked "
+        f"{'/'.join(str(c.acked) for c in slow)}; messages pending for the subscriptions: {pending}"
+    )
     if producer.burst_done_at is not None:
-        lab.note(f"the first {BURST} messages took {producer.burst_done_at:.1f} s ({BURST / producer.burst_done_at:.0f} msg/s; "
-                 f"{BURST / 50:.0f} s at the producer's own pace)")
+        lab.note(
+            f"the first {BURST} messages took {producer.burst_done_at:.1f} s ({BURST / producer.burst_done_at:.0f} msg/s; "
+            f"{BURST / 50:.0f} s at the producer's own pace)"
+        )
     if temp.peak:
         for f in broker.temp_store().files():
-            lab.note(f"temp store: {f.name}, {f.size // KB} KB, {f.referenced} entries still referenced"
-                     f"{', the current write file (never deleted)' if f.current else ''}")
-    lab.note(f"temp usage {temp.usage // KB} KB = {temp.percent}% of the {temp.limit // KB} KB limit "
-             f"(peak {temp.peak * 100 // temp.limit}%)")
+            lab.note(
+                f"temp store: {f.name}, {f.size // KB} KB, {f.referenced} entries still referenced"
+                f"{', the current write file (never deleted)' if f.current else ''}"
+            )
+    lab.note(
+        f"temp usage {temp.usage // KB} KB = {temp.percent}% of the {temp.limit // KB} KB limit "
+        f"(peak {temp.peak * 100 // temp.limit}%)"
+    )
     stats = statistics_replies(broker, "/queue/ActiveMQ.Statistics.Broker")[0]
-    lab.note(f"minibroker stat: size {stats['size']}, memoryPercentUsage {stats['memoryPercentUsage']}, "
-             f"tempPercentUsage {stats['tempPercentUsage']}, blockedProducers {stats['blockedProducers']}")
+    lab.note(
+        f"minibroker stat: size {stats['size']}, memoryPercentUsage {stats['memoryPercentUsage']}, "
+        f"tempPercentUsage {stats['tempPercentUsage']}, blockedProducers {stats['blockedProducers']}"
+    )
 
     hung = producer.sent > receipted and pending == 0 and open_block is not None
     if hung:
-        summary = (f"the producer hangs: blocked for {blocked_for:.0f} s with nothing pending for anyone, temp usage "
-                   f"stuck at {temp.percent}% by a temp file that is never deleted")
+        summary = (
+            f"the producer hangs: blocked for {blocked_for:.0f} s with nothing pending for anyone, temp usage "
+            f"stuck at {temp.percent}% by a temp file that is never deleted"
+        )
     elif producer.burst_done_at is not None and producer.burst_done_at > BURST / 50 * 1.5:
-        summary = (f"everything delivered ({receipted} messages), but the producer was held to the slow subscribers' "
-                   f"pace: {BURST} messages in {producer.burst_done_at:.1f} s")
+        summary = (
+            f"everything delivered ({receipted} messages), but the producer was held to the slow subscribers' "
+            f"pace: {BURST} messages in {producer.burst_done_at:.1f} s"
+        )
     else:
-        summary = (f"everything delivered ({receipted} messages), the producer never held up; temp usage "
-                   f"{temp.percent}% (peak {temp.peak * 100 // temp.limit}%)")
-    metrics = {"sent": producer.sent, "receipted": receipted, "pending": pending, "temp_pct": temp.percent,
-               "temp_peak_pct": temp.peak * 100 // temp.limit, "swap_outs": len(swaps), "flow_blocks": len(blocks),
-               "flow_unblocks": unblocks, "blocked_for": round(blocked_for, 1),
-               "burst_seconds": round(producer.burst_done_at, 1) if producer.burst_done_at else None}
+        summary = (
+            f"everything delivered ({receipted} messages), the producer never held up; temp usage "
+            f"{temp.percent}% (peak {temp.peak * 100 // temp.limit}%)"
+        )
+    metrics = {
+        "sent": producer.sent,
+        "receipted": receipted,
+        "pending": pending,
+        "temp_pct": temp.percent,
+        "temp_peak_pct": temp.peak * 100 // temp.limit,
+        "swap_outs": len(swaps),
+        "flow_blocks": len(blocks),
+        "flow_unblocks": unblocks,
+        "blocked_for": round(blocked_for, 1),
+        "burst_seconds": round(producer.burst_done_at, 1) if producer.burst_done_at else None,
+    }
     return Outcome(hung, summary, metrics=metrics)
 
 
@@ -189,16 +223,29 @@ def run_live(lab: LabRun) -> Outcome:
         lab.note(f"broker log (the article's line): {cursor_line}")
     for name, referenced, current in state["files"]:
         lab.note(f"temp store: {name}, {referenced} entries referenced{', current (never deleted)' if current else ''}")
-    lab.note(f"real sockets: {result['sent']} sent, {result['receipted']} receipted; the slow subscribers acked "
-             f"{result['acked']}, the fast ones received {result['fast']}; one more SEND waited {result['waited']:.1f} s "
-             f"for its RECEIPT{' and never got it' if result['stuck'] else ''}; messages pending for the subscriptions "
-             f"then: {state['pending']}")
+    lab.note(
+        f"real sockets: {result['sent']} sent, {result['receipted']} receipted; the slow subscribers acked "
+        f"{result['acked']}, the fast ones received {result['fast']}; one more SEND waited {result['waited']:.1f} s "
+        f"for its RECEIPT{' and never got it' if result['stuck'] else ''}; messages pending for the subscriptions "
+        f"then: {state['pending']}"
+    )
     lab.note(f"minibroker stat: tempPercentUsage {state['temp_pct']}, blockedProducers {state['blocked']}")
     hung = result["stuck"] and state["pending"] == 0 and state["blocked"] > 0
-    summary = (f"the producer hangs with nothing pending; temp usage {state['temp_pct']}%" if hung
-               else f"the producer went on; temp usage {state['temp_pct']}%")
-    return Outcome(hung, summary, metrics={**result, "temp_pct": state["temp_pct"], "pending": state["pending"],
-                                           "blocked_producers": state["blocked"]})
+    summary = (
+        f"the producer hangs with nothing pending; temp usage {state['temp_pct']}%"
+        if hung
+        else f"the producer went on; temp usage {state['temp_pct']}%"
+    )
+    return Outcome(
+        hung,
+        summary,
+        metrics={
+            **result,
+            "temp_pct": state["temp_pct"],
+            "pending": state["pending"],
+            "blocked_producers": state["blocked"],
+        },
+    )
 
 
 def _live_state(live: Any) -> dict[str, Any]:
@@ -211,7 +258,9 @@ def _live_state(live: Any) -> dict[str, Any]:
             "temp_pct": stats["tempPercentUsage"],
             "blocked": stats["blockedProducers"],
             "pending": sum(len(s.pending) + len(s.dispatched) for s in broker.destinations[TOPIC].subs),
-            "files": [(f.name, f.referenced, f.current) for f in broker.temp_store().files()] if broker.temp_usage.peak else [],
+            "files": [(f.name, f.referenced, f.current) for f in broker.temp_store().files()]
+            if broker.temp_usage.peak
+            else [],
         }
 
     return live.call(read)
@@ -267,5 +316,12 @@ async def _live(live: Any) -> dict[str, Any]:
     state = _live_state(live)  # before the clients leave: a closed producer is no longer blocked
     for c in conns:
         c.close()
-    return {"sent": sent, "receipted": receipted, "acked": acked, "fast": fast, "stuck": stuck,
-            "waited": round(waited, 1), "state": state}
+    return {
+        "sent": sent,
+        "receipted": receipted,
+        "acked": acked,
+        "fast": fast,
+        "stuck": stuck,
+        "waited": round(waited, 1),
+        "state": state,
+    }

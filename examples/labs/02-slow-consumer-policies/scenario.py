@@ -16,6 +16,7 @@ Pathology: the fast consumers get less than 80% of the producer's 50 msg/s:
 the slow (or stuck) consumer holds everyone back. Every run prints its row of
 the cost table; the last run prints the whole table.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -36,11 +37,18 @@ KB = 1024
 #: The cost table's rows, one per run of this ``minibroker lab run`` (the
 #: runner loads the scenario once and calls ``run`` for each configuration).
 ROWS: list[dict[str, Any]] = []
-COLUMNS = (("run", "run"), ("producer", "producer msg/s"), ("fast", "fast msg/s"), ("slow", "slow msg/s"),
-           ("lag", "slow lag s"), ("backlog", "slow backlog"), ("discarded", "discarded"), ("aborted", "aborted"), ("temp_kb", "temp disk KB"),
-           ("verdict", "verdict"))
-
-
+COLUMNS = (
+    ("run", "run"),
+    ("producer", "producer msg/s"),
+    ("fast", "fast msg/s"),
+    ("slow", "slow msg/s"),
+    ("lag", "slow lag s"),
+    ("backlog", "slow backlog"),
+    ("discarded", "discarded"),
+    ("aborted", "aborted"),
+    ("temp_kb", "temp disk KB"),
+    ("verdict", "verdict"),
+)
 
 
 class Producer:
@@ -112,17 +120,25 @@ def run(lab: LabRun) -> Outcome:
     fast = [clients[n] for n in SUBSCRIBERS if n.startswith("fast")]
     producer = Producer(net.connected_client("producer"), lambda: net.now)
     cfg = lab.config
-    who = "'stuck' stops reading its socket after CONNECTED" if stuck else \
-        f"'slow' has prefetch {SLOW_PREFETCH} and acks {SLOW_RATE}/s"
-    lab.note(f"workload: {TOPIC}, subscribers {', '.join(SUBSCRIBERS)} in dispatch order ({who}); producer up to "
-             f"{RATE} msg/s, each SEND waiting for its RECEIPT; {SECONDS:.0f} s, rates from t={WINDOW_FROM:.0f} s; "
-             f"memory {cfg.system_usage.memory_limit // KB} KB")
+    who = (
+        "'stuck' stops reading its socket after CONNECTED"
+        if stuck
+        else f"'slow' has prefetch {SLOW_PREFETCH} and acks {SLOW_RATE}/s"
+    )
+    lab.note(
+        f"workload: {TOPIC}, subscribers {', '.join(SUBSCRIBERS)} in dispatch order ({who}); producer up to "
+        f"{RATE} msg/s, each SEND waiting for its RECEIPT; {SECONDS:.0f} s, rates from t={WINDOW_FROM:.0f} s; "
+        f"memory {cfg.system_usage.memory_limit // KB} KB"
+    )
 
     marks: dict[str, int] = {}
 
     def mark() -> None:
-        marks.update(producer=producer.receipted(), fast=sum(len(c.messages()) for c in fast),
-                     slow=len(clients["slow"].messages()))
+        marks.update(
+            producer=producer.receipted(),
+            fast=sum(len(c.messages()) for c in fast),
+            slow=len(clients["slow"].messages()),
+        )
 
     net.every(1 / RATE, producer.tick, until=SECONDS)
     if not stuck:
@@ -132,8 +148,16 @@ def run(lab: LabRun) -> Outcome:
     return _verdict(lab, net, producer, clients, fast, marks, lab.broker_log(), stuck)
 
 
-def _verdict(lab: LabRun, net: Any, producer: Producer, clients: dict[str, Any], fast: list[Any],
-             marks: dict[str, int], log_lines: list[str], stuck: bool) -> Outcome:
+def _verdict(
+    lab: LabRun,
+    net: Any,
+    producer: Producer,
+    clients: dict[str, Any],
+    fast: list[Any],
+    marks: dict[str, int],
+    log_lines: list[str],
+    stuck: bool,
+) -> Outcome:
     broker = net.broker
     topic = broker.destinations[TOPIC]
     trace = lab.trace
@@ -154,8 +178,10 @@ def _verdict(lab: LabRun, net: Any, producer: Producer, clients: dict[str, Any],
     slow_marks = [e for e in trace.events("slow_consumer") if e["session"] == slow_client.tag]
     if slow_marks:
         first = slow_marks[0]
-        lab.note(f"slow-consumer detector: '{first['sub']}' marked slow at t={first['ts']:.1f} s ({first['pending']} "
-                 f"pending > prefetch {first['prefetch']}); {len(slow_marks)} slow_consumer event(s)")
+        lab.note(
+            f"slow-consumer detector: '{first['sub']}' marked slow at t={first['ts']:.1f} s ({first['pending']} "
+            f"pending > prefetch {first['prefetch']}); {len(slow_marks)} slow_consumer event(s)"
+        )
     cursor_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
     if cursor_line:
         lab.note(f"broker log: {cursor_line}")
@@ -163,70 +189,119 @@ def _verdict(lab: LabRun, net: Any, producer: Producer, clients: dict[str, Any],
     blocks = [e for e in flow if e["event"] == "flow_block"]
     if blocks:
         still = flow[-1]["event"] == "flow_block"
-        lab.note(f"trace: {len(blocks)} flow_block for the producer (first at t={blocks[0]['ts']:.1f} s, {blocks[0]['usage']} "
-                 f"{blocks[0]['pct']}%){'; the last has no flow_unblock: blocked to the end' if still else ''}")
+        lab.note(
+            f"trace: {len(blocks)} flow_block for the producer (first at t={blocks[0]['ts']:.1f} s, {blocks[0]['usage']} "
+            f"{blocks[0]['pct']}%){'; the last has no flow_unblock: blocked to the end' if still else ''}"
+        )
     swaps = trace.events("swap_out")
     if swaps:
-        lab.note(f"t={swaps[0]['ts']:.1f} s: swap_out of {swaps[0]['count']} messages (the whole memory list) to the temp "
-                 f"store; {len(swaps)} swap_out event(s); temp usage peaked at {temp_kb} KB "
-                 f"({broker.temp_usage.peak * 100 // broker.temp_usage.limit}% of the limit)")
+        lab.note(
+            f"t={swaps[0]['ts']:.1f} s: swap_out of {swaps[0]['count']} messages (the whole memory list) to the temp "
+            f"store; {len(swaps)} swap_out event(s); temp usage peaked at {temp_kb} KB "
+            f"({broker.temp_usage.peak * 100 // broker.temp_usage.limit}% of the limit)"
+        )
     discards = trace.events("discard")
     if discards:
-        lab.note(f"trace: {len(discards)} discard events ({discards[0]['reason']}), first at t={discards[0]['ts']:.1f} s; "
-                 f"the topic counts discarded={topic.discarded}")
+        lab.note(
+            f"trace: {len(discards)} discard events ({discards[0]['reason']}), first at t={discards[0]['ts']:.1f} s; "
+            f"the topic counts discarded={topic.discarded}"
+        )
     for e in aborted:
         lab.note(f"trace: t={e['ts']:.1f} s unsubscribe of '{e['sub']}' with reason abort")
     for frame in slow_client.frames("ERROR"):
         headers = ", ".join(f"{k}:{v}" for k, v in frame.headers.items())
-        lab.note(f"the slow client got ERROR [{headers}]; its connection is {'closed' if slow_client.closed else 'still open'}")
+        lab.note(
+            f"the slow client got ERROR [{headers}]; its connection is {'closed' if slow_client.closed else 'still open'}"
+        )
     for e in trace.events("write_timeout"):
-        lab.note(f"trace: t={e['ts']:.1f} s write_timeout for session {e['session']}: its socket took nothing for "
-                 f"{e['waited']:.1f} s; then disconnect with reason {next((d['reason'] for d in closed), '?')}")
+        lab.note(
+            f"trace: t={e['ts']:.1f} s write_timeout for session {e['session']}: its socket took nothing for "
+            f"{e['waited']:.1f} s; then disconnect with reason {next((d['reason'] for d in closed), '?')}"
+        )
     forced = next((line for line in log_lines if line.startswith("Forced write timeout")), None)
     if forced:
         lab.note(f"broker log: {forced}")
     if stuck and not slow_client.closed:
-        conn = next(c for c in statistics_replies(broker, "/queue/ActiveMQ.Statistics.Connection")
-                    if c["connection"] == slow_client.sid)
-        lab.note(f"minibroker stat --connections, the stuck one: {conn['outboundQueuedBytes'] // KB} KB queued, "
-                 f"transportPaused {conn['transportPaused']}, {conn['secondsSinceLastWrite']:.0f} s since its socket "
-                 f"took anything")
-    sub = next((s for s in statistics_replies(broker, "/queue/ActiveMQ.Statistics.Subscription")
-                if s["connection"] == slow_client.sid), None)
+        conn = next(
+            c
+            for c in statistics_replies(broker, "/queue/ActiveMQ.Statistics.Connection")
+            if c["connection"] == slow_client.sid
+        )
+        lab.note(
+            f"minibroker stat --connections, the stuck one: {conn['outboundQueuedBytes'] // KB} KB queued, "
+            f"transportPaused {conn['transportPaused']}, {conn['secondsSinceLastWrite']:.0f} s since its socket "
+            f"took anything"
+        )
+    sub = next(
+        (
+            s
+            for s in statistics_replies(broker, "/queue/ActiveMQ.Statistics.Subscription")
+            if s["connection"] == slow_client.sid
+        ),
+        None,
+    )
     if sub is not None:
-        lab.note(f"minibroker stat --subscriptions --json, '{sub['subscription']}': pending {sub['pendingQueueSize']}, "
-                 f"dispatched {sub['dispatchedQueueSize']}, slowConsumer {sub['slowConsumer']}, "
-                 f"discarded {sub['discarded']}")
+        lab.note(
+            f"minibroker stat --subscriptions --json, '{sub['subscription']}': pending {sub['pendingQueueSize']}, "
+            f"dispatched {sub['dispatchedQueueSize']}, slowConsumer {sub['slowConsumer']}, "
+            f"discarded {sub['discarded']}"
+        )
     lag_text = f"; its last message was sent {lag:.1f} s before the end" if lag is not None else ""
-    lab.note(f"from t={WINDOW_FROM:.0f} s to t={SECONDS:.0f} s: producer {producer_rate:.1f} msg/s, fast consumers "
-             f"{fast_rate:.1f} msg/s each, the {'stuck' if stuck else 'slow'} one {slow_rate:.1f} msg/s{lag_text}")
+    lab.note(
+        f"from t={WINDOW_FROM:.0f} s to t={SECONDS:.0f} s: producer {producer_rate:.1f} msg/s, fast consumers "
+        f"{fast_rate:.1f} msg/s each, the {'stuck' if stuck else 'slow'} one {slow_rate:.1f} msg/s{lag_text}"
+    )
 
     held = fast_rate < HEALTHY_SHARE * RATE
-    row = {"run": lab.name, "producer": f"{producer_rate:.1f}", "fast": f"{fast_rate:.1f}", "slow": f"{slow_rate:.1f}",
-           "lag": "-" if lag is None or dropped else f"{lag:.1f}", "backlog": str(backlog), "discarded": str(topic.discarded),
-           "aborted": str(dropped), "temp_kb": str(temp_kb), "verdict": "pathology" if held else "healthy"}
+    row = {
+        "run": lab.name,
+        "producer": f"{producer_rate:.1f}",
+        "fast": f"{fast_rate:.1f}",
+        "slow": f"{slow_rate:.1f}",
+        "lag": "-" if lag is None or dropped else f"{lag:.1f}",
+        "backlog": str(backlog),
+        "discarded": str(topic.discarded),
+        "aborted": str(dropped),
+        "temp_kb": str(temp_kb),
+        "verdict": "pathology" if held else "healthy",
+    }
     ROWS.append(row)
     if lab.spec is lab.lab.runs[-1]:
         lab.note("cost table (every run of this lab):")
         for line in table(ROWS):
             lab.note(line)
     if held:
-        summary = (f"the fast consumers get {fast_rate:.1f} msg/s of the producer's {RATE}: held back by the "
-                   f"{'stuck' if stuck else 'slow'} one")
+        summary = (
+            f"the fast consumers get {fast_rate:.1f} msg/s of the producer's {RATE}: held back by the "
+            f"{'stuck' if stuck else 'slow'} one"
+        )
     else:
         cost = []
         if topic.discarded:
             cost.append(f"the slow one lost {topic.discarded} messages")
         if dropped:
-            cost.append(f"the {'stuck' if stuck else 'slow'} consumer was "
-                        + ("disconnected" if slow_client.closed else "unsubscribed"))
+            cost.append(
+                f"the {'stuck' if stuck else 'slow'} consumer was "
+                + ("disconnected" if slow_client.closed else "unsubscribed")
+            )
         if temp_kb:
-            cost.append(f"{temp_kb} KB of temp disk for a backlog of {backlog}, the slow one {lag:.0f} s behind and "
-                        "falling further")
+            cost.append(
+                f"{temp_kb} KB of temp disk for a backlog of {backlog}, the slow one {lag:.0f} s behind and "
+                "falling further"
+            )
         summary = f"the fast consumers keep up ({fast_rate:.1f} msg/s); cost: {'; '.join(cost) or 'none'}"
-    metrics = {"producer_rate": round(producer_rate, 1), "fast_rate": round(fast_rate, 1),
-               "slow_rate": round(slow_rate, 1), "slow_lag": lag, "discarded": topic.discarded, "aborted": dropped,
-               "temp_peak_kb": temp_kb, "backlog": backlog, "flow_blocks": len(blocks), "sent": len(producer.sent_at)}
+    metrics = {
+        "producer_rate": round(producer_rate, 1),
+        "fast_rate": round(fast_rate, 1),
+        "slow_rate": round(slow_rate, 1),
+        "slow_lag": lag,
+        "discarded": topic.discarded,
+        "aborted": dropped,
+        "temp_peak_kb": temp_kb,
+        "backlog": backlog,
+        "flow_blocks": len(blocks),
+        "sent": len(producer.sent_at),
+    }
     return Outcome(held, summary, metrics=metrics)
 
 

@@ -21,6 +21,7 @@ seconds each. What differs from the virtual run, and why:
 - The broker writes its trace to the run's directory; ACK latency is the time
   from the consumer's write to the broker's ``ack`` event (both wall clock).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -115,12 +116,20 @@ class _Story:
     # -- the consumer
     async def _connect(self) -> tuple[StompClient, Subscription]:
         extra = {"heart-beat": f"{HEART_BEAT_MS},0"} if self.heart_beat else None
-        client = await StompClient.connect("127.0.0.1", self.port, versions=(self.version,), client_id=CLIENT_ID,
-                                           sndbuf=SOCKET_BUFFER, rcvbuf=SOCKET_BUFFER, max_buffered=1,
-                                           extra_headers=extra)
+        client = await StompClient.connect(
+            "127.0.0.1",
+            self.port,
+            versions=(self.version,),
+            client_id=CLIENT_ID,
+            sndbuf=SOCKET_BUFFER,
+            rcvbuf=SOCKET_BUFFER,
+            max_buffered=1,
+            extra_headers=extra,
+        )
         self.clients.append(client)
-        sub = await client.subscribe(QUEUE, ack="client", prefetch=self.prefetch,
-                                     headers={"activemq.exclusive": "true"})
+        sub = await client.subscribe(
+            QUEUE, ack="client", prefetch=self.prefetch, headers={"activemq.exclusive": "true"}
+        )
         return client, sub
 
     async def _work(self, client: StompClient, sub: Subscription) -> None:
@@ -207,72 +216,115 @@ class _Story:
     def outcome(self, trace: list[dict[str, Any]]) -> Outcome:
         lab = self.lab
         hb = f", heart-beat {HEART_BEAT_MS},0" if self.heart_beat else ""
-        lab.note(f"live: {MESSAGES} persistent messages of {len(BODY) // 1000} KB on {QUEUE}, store_latency "
-                 f"{lab.config.store.store_latency} ms; the consumer: STOMP {self.version}{hb}, ack:client, client-id "
-                 f"{CLIENT_ID}, prefetch {self.prefetch or 'default'}, SO_RCVBUF/SO_SNDBUF {SOCKET_BUFFER} B, "
-                 f"{WORK * 1000:.0f} ms per message")
+        lab.note(
+            f"live: {MESSAGES} persistent messages of {len(BODY) // 1000} KB on {QUEUE}, store_latency "
+            f"{lab.config.store.store_latency} ms; the consumer: STOMP {self.version}{hb}, ack:client, client-id "
+            f"{CLIENT_ID}, prefetch {self.prefetch or 'default'}, SO_RCVBUF/SO_SNDBUF {SOCKET_BUFFER} B, "
+            f"{WORK * 1000:.0f} ms per message"
+        )
         latency = lab.config.store.store_latency
-        waits = [e["ts"] - self.ack_written[(e["session"], e["msg"])] for e in trace
-                 if e["event"] == "ack" and (e["session"], e["msg"]) in self.ack_written]
-        in_flight = max((e["pending"] for e in trace if e["event"] == "connection" and e.get("client_id") == CLIENT_ID),
-                        default=0)
+        waits = [
+            e["ts"] - self.ack_written[(e["session"], e["msg"])]
+            for e in trace
+            if e["event"] == "ack" and (e["session"], e["msg"]) in self.ack_written
+        ]
+        in_flight = max(
+            (e["pending"] for e in trace if e["event"] == "connection" and e.get("client_id") == CLIENT_ID), default=0
+        )
         if self.stall is not None:
             s = self.stall
-            lab.note(f"the stall, from the broker's statistics: {s['unacknowledged']} unacked, "
-                     f"{s['outboundQueuedBytes']:,} B queued in the broker for the socket, readingPaused "
-                     f"{s['readingPaused']}, not read for {s['secondsSinceLastRead']:.1f} s while the consumer wrote ACKs; "
-                     f"each ACK costs the store {latency} ms x {s['unacknowledged'] + 1} = "
-                     f"{latency * (s['unacknowledged'] + 1) / 1000:.2f} s")
+            lab.note(
+                f"the stall, from the broker's statistics: {s['unacknowledged']} unacked, "
+                f"{s['outboundQueuedBytes']:,} B queued in the broker for the socket, readingPaused "
+                f"{s['readingPaused']}, not read for {s['secondsSinceLastRead']:.1f} s while the consumer wrote ACKs; "
+                f"each ACK costs the store {latency} ms x {s['unacknowledged'] + 1} = "
+                f"{latency * (s['unacknowledged'] + 1) / 1000:.2f} s"
+            )
         if self.queues:
             broker_end = next((q for p, q in self.queues.items() if p == self.port), None)
             consumer_end = self.queues.get(self.old_port)
             if broker_end and consumer_end:
-                lab.note(f"kernel queues (/proc/net/tcp): broker end Send-Q {broker_end[0]:,} B, Recv-Q {broker_end[1]:,} B "
-                         f"(ACKs it has not read); consumer end Recv-Q {consumer_end[1]:,} B, Send-Q {consumer_end[0]:,} B")
+                lab.note(
+                    f"kernel queues (/proc/net/tcp): broker end Send-Q {broker_end[0]:,} B, Recv-Q {broker_end[1]:,} B "
+                    f"(ACKs it has not read); consumer end Recv-Q {consumer_end[1]:,} B, Send-Q {consumer_end[0]:,} B"
+                )
         if self.stall is not None:
-            lab.note("the kernel took every ACK (the broker's receive queue holds some 180 KB of them before a write "
-                     "would stall), so there is no partial write live: the consumer leaves the socket here, as the "
-                     "article's did after its failed write, and reconnects with the same client-id")
+            lab.note(
+                "the kernel took every ACK (the broker's receive queue holds some 180 KB of them before a write "
+                "would stall), so there is no partial write live: the consumer leaves the socket here, as the "
+                "article's did after its failed write, and reconnects with the same client-id"
+            )
         if waits:
-            lab.note(f"ACK latency, written -> handled by the broker: median {sorted(waits)[len(waits) // 2]:.3f} s, "
-                     f"max {max(waits):.3f} s ({len(waits)} of {len(self.ack_written)} ACKs handled)")
+            lab.note(
+                f"ACK latency, written -> handled by the broker: median {sorted(waits)[len(waits) // 2]:.3f} s, "
+                f"max {max(waits):.3f} s ({len(waits)} of {len(self.ack_written)} ACKs handled)"
+            )
         refused = [a for a in self.attempts if not a[1]]
         accepted = [a for a in self.attempts if a[1]]
         if refused:
-            lab.note(f"t={refused[0][0]:.1f}s: reconnect refused: ERROR '{refused[0][2]}'"
-                     + (f"; {len(refused) - 1} more, every {RETRY_DELAY:g} s" if len(refused) > 1 else ""))
+            lab.note(
+                f"t={refused[0][0]:.1f}s: reconnect refused: ERROR '{refused[0][2]}'"
+                + (f"; {len(refused) - 1} more, every {RETRY_DELAY:g} s" if len(refused) > 1 else "")
+            )
         if accepted:
             lab.note(f"t={accepted[0][0]:.1f}s: reconnect accepted")
         if self.stall is not None and self.after is not None:
-            lab.note(f"the old connection is still held by the broker: {self.after['unacknowledged']} unacked, "
-                     f"not read for {self.after['secondsSinceLastRead']:.1f} s, no write for "
-                     f"{self.after['secondsSinceLastWrite']:.1f} s")
+            lab.note(
+                f"the old connection is still held by the broker: {self.after['unacknowledged']} unacked, "
+                f"not read for {self.after['secondsSinceLastRead']:.1f} s, no write for "
+                f"{self.after['secondsSinceLastWrite']:.1f} s"
+            )
         elif self.stall is not None:
-            ends = [e for e in trace if e["event"] in ("write_timeout", "error") and e.get("session") is not None
-                    and "already connected" not in e.get("message", "")]
-            why = (f"write timeout after {ends[0]['waited']:.1f} s" if ends and ends[0]["event"] == "write_timeout"
-                   else f"ERROR '{ends[0]['message']}'" if ends else "closed")
+            ends = [
+                e
+                for e in trace
+                if e["event"] in ("write_timeout", "error")
+                and e.get("session") is not None
+                and "already connected" not in e.get("message", "")
+            ]
+            why = (
+                f"write timeout after {ends[0]['waited']:.1f} s"
+                if ends and ends[0]["event"] == "write_timeout"
+                else f"ERROR '{ends[0]['message']}'"
+                if ends
+                else "closed"
+            )
             lingering = ""
             if self.after_queues and self.port in self.after_queues:
-                lingering = (f"; its socket is still open, {self.after_queues[self.port][0]:,} B unsent "
-                             f"(closed, not aborted: it waits for a reader that will not come)")
+                lingering = (
+                    f"; its socket is still open, {self.after_queues[self.port][0]:,} B unsent "
+                    f"(closed, not aborted: it waits for a reader that will not come)"
+                )
             lab.note(f"the broker ended the old connection: {why}{lingering}")
         lab.note(f"processed {len(self.processed)} of {MESSAGES} messages")
-        metrics = {"in_flight": in_flight, "ack_wait_max_s": round(max(waits), 3) if waits else 0.0,
-                   "stalled": self.stall is not None, "connects_refused": len(refused),
-                   "connects_accepted": len(accepted) + 1, "processed": len(self.processed)}
+        metrics = {
+            "in_flight": in_flight,
+            "ack_wait_max_s": round(max(waits), 3) if waits else 0.0,
+            "stalled": self.stall is not None,
+            "connects_refused": len(refused),
+            "connects_accepted": len(accepted) + 1,
+            "processed": len(self.processed),
+        }
         if self.gave_up_at is not None:
-            return Outcome(True, f"every reconnect was refused while the broker held the stalled connection; "
-                                 f"the consumer gave up at t={self.gave_up_at:.1f}s", metrics=metrics)
+            return Outcome(
+                True,
+                f"every reconnect was refused while the broker held the stalled connection; "
+                f"the consumer gave up at t={self.gave_up_at:.1f}s",
+                metrics=metrics,
+            )
         if lab.name.startswith("prefetch-1"):
             if self.stall is None and self.finished_at is not None:
-                return Outcome(False, f"the workload ran to the end at t={self.finished_at:.1f}s: no stall",
-                               metrics=metrics)
+                return Outcome(
+                    False, f"the workload ran to the end at t={self.finished_at:.1f}s: no stall", metrics=metrics
+                )
             return Outcome(True, "the consumer stalled even with prefetch 1", metrics=metrics)
         if accepted:
-            return Outcome(False, f"the reconnect got in at t={accepted[0][0]:.1f}s "
-                                  f"({'the old connection taken over' if not refused else 'after the broker dropped the old one'})",
-                           metrics=metrics)
+            return Outcome(
+                False,
+                f"the reconnect got in at t={accepted[0][0]:.1f}s "
+                f"({'the old connection taken over' if not refused else 'after the broker dropped the old one'})",
+                metrics=metrics,
+            )
         return Outcome(True, "the consumer never stalled, so the cure was not tested", metrics=metrics)
 
 
@@ -282,8 +334,10 @@ async def _exclusive(lab: LabRun, port: int, *, exclusive: bool) -> Outcome:
     headers = {"activemq.exclusive": "true"} if exclusive else {}
     producer = await StompClient.connect("127.0.0.1", port)
     consumers = {name: await StompClient.connect("127.0.0.1", port) for name in ("A", "B")}
-    subs = {name: await c.subscribe(queue, ack="client-individual", prefetch=1, headers=headers)
-            for name, c in consumers.items()}
+    subs = {
+        name: await c.subscribe(queue, ack="client-individual", prefetch=1, headers=headers)
+        for name, c in consumers.items()
+    }
     got = dict.fromkeys(consumers, 0)
 
     async def work(name: str) -> None:
@@ -307,11 +361,17 @@ async def _exclusive(lab: LabRun, port: int, *, exclusive: bool) -> Outcome:
     await work("B")
     for c in (producer, consumers["B"]):
         await c.disconnect()
-    lab.note(f"live: two consumers on {queue}, {'activemq.exclusive:true' if exclusive else 'no activemq.exclusive'}, "
-             f"prefetch 1, {WORK * 1000:.0f} ms per message each")
+    lab.note(
+        f"live: two consumers on {queue}, {'activemq.exclusive:true' if exclusive else 'no activemq.exclusive'}, "
+        f"prefetch 1, {WORK * 1000:.0f} ms per message each"
+    )
     lab.note(f"{total} messages with both: " + ", ".join(f"{n} got {phase1[n]}" for n in phase1))
     lab.note(f"then A disconnects and 50 more arrive: B got {got['B'] - phase1['B']}")
     idle = min(phase1.values()) == 0
-    return Outcome(idle, "no load balancing: one consumer got everything" if idle
-                   else f"the two consumers shared the queue ({phase1['A']} / {phase1['B']})",
-                   metrics={"a_share": phase1["A"], "b_share": phase1["B"], "b_after_a_left": got["B"] - phase1["B"]})
+    return Outcome(
+        idle,
+        "no load balancing: one consumer got everything"
+        if idle
+        else f"the two consumers shared the queue ({phase1['A']} / {phase1['B']})",
+        metrics={"a_share": phase1["A"], "b_share": phase1["B"], "b_after_a_left": got["B"] - phase1["B"]},
+    )

@@ -27,6 +27,7 @@ connection meanwhile.
 ``run_live(lab)`` plays the same runs against the real server on real
 sockets with our asyncio client (``live.py``).
 """
+
 from __future__ import annotations
 
 import sys
@@ -138,8 +139,9 @@ class PerlConsumer:
     def connect(self) -> None:
         net = self.net
         self._inbox = deque()
-        c = net.client(f"consumer-{len(self.attempts) + 1}", recv_buffer=RECV_BUFFER, auto_read=False,
-                       send_buffer=SEND_BUFFER)
+        c = net.client(
+            f"consumer-{len(self.attempts) + 1}", recv_buffer=RECV_BUFFER, auto_read=False, send_buffer=SEND_BUFFER
+        )
         headers = {"host": "localhost", "client-id": CLIENT_ID}
         if self.version != "1.0":
             headers.update({"accept-version": self.version, "heart-beat": f"{self.heart_beat_ms},0"})
@@ -183,8 +185,9 @@ class PerlConsumer:
                 self._reconnect(c)
                 return
             self.ack_written[(c.tag, m.headers["message-id"])] = self.net.now
-            self.net.trace.emit("acked", client=c.name, session=c.tag, sub="0", dest=QUEUE,
-                                msg=m.headers["message-id"], mode="client")
+            self.net.trace.emit(
+                "acked", client=c.name, session=c.tag, sub="0", dest=QUEUE, msg=m.headers["message-id"], mode="client"
+            )
         self._current = self._next_message(c)
         if self._current is None and len(self.processed) >= MESSAGES:
             self.finished_at = self.net.now
@@ -234,8 +237,11 @@ def stalled_socket(lab: LabRun) -> Outcome:
     for _ in range(MESSAGES):
         producer.send(QUEUE, BODY, persistent="true")
     latency = net.config.store.store_latency
-    consumer = PerlConsumer(net, prefetch=1 if lab.name == "prefetch-1" else None,
-                            heart_beat_ms=HEART_BEAT_MS if lab.name == "heart-beats" else 0)
+    consumer = PerlConsumer(
+        net,
+        prefetch=1 if lab.name == "prefetch-1" else None,
+        heart_beat_ms=HEART_BEAT_MS if lab.name == "heart-beats" else 0,
+    )
     consumer.connect()
     first = consumer.client
     assert first is not None
@@ -244,9 +250,11 @@ def stalled_socket(lab: LabRun) -> Outcome:
     if consumer.heart_beat_ms:
         net.every(consumer.heart_beat_ms / 1000, consumer.beat, until=RUN_SECONDS)
     hb = f", heart-beat {consumer.heart_beat_ms},0" if consumer.heart_beat_ms else ""
-    lab.note(f"{MESSAGES} persistent messages of {len(BODY)} B on {QUEUE}, store_latency {latency} ms; the consumer: "
-             f"STOMP {consumer.version}{hb}, ack:client, client-id {CLIENT_ID}, prefetch {prefetch}, works "
-             f"{WORK * 1000:.0f} ms per message, {SEND_BUFFER} B send buffer")
+    lab.note(
+        f"{MESSAGES} persistent messages of {len(BODY)} B on {QUEUE}, store_latency {latency} ms; the consumer: "
+        f"STOMP {consumer.version}{hb}, ack:client, client-id {CLIENT_ID}, prefetch {prefetch}, works "
+        f"{WORK * 1000:.0f} ms per message, {SEND_BUFFER} B send buffer"
+    )
     net.advance(RUN_SECONDS)
 
     trace = _Trace(lab.trace)
@@ -254,18 +262,24 @@ def stalled_socket(lab: LabRun) -> Outcome:
     ack_cost = latency * (in_flight + 1) / 1000
     waits = trace.ack_waits(consumer.ack_written)
     written = trace.pending_bytes(first.tag)  # 0 when the connection ended before its first sample
-    lab.note(f"at its first ACK the broker had {in_flight} message(s) in flight for it"
-             + (f" ({written:,} B written to its socket and not read)" if written else "")
-             + f": each ACK costs the store {latency} ms x {in_flight + 1} = {ack_cost:.3f} s, "
-             f"and the broker reads nothing from the connection meanwhile")
+    lab.note(
+        f"at its first ACK the broker had {in_flight} message(s) in flight for it"
+        + (f" ({written:,} B written to its socket and not read)" if written else "")
+        + f": each ACK costs the store {latency} ms x {in_flight + 1} = {ack_cost:.3f} s, "
+        f"and the broker reads nothing from the connection meanwhile"
+    )
     if consumer.partial_writes:
         t, written, total, what = consumer.partial_writes[0]
         again = f"; {len(consumer.partial_writes) - 1} more later" if len(consumer.partial_writes) > 1 else ""
-        lab.note(f"t={t:.2f}s: the consumer's {what} write failed part way: wrote {written} of {total} B "
-                 f"(the article: 'wrote 4 characters out of the 94 character frame'){again}")
+        lab.note(
+            f"t={t:.2f}s: the consumer's {what} write failed part way: wrote {written} of {total} B "
+            f"(the article: 'wrote 4 characters out of the 94 character frame'){again}"
+        )
     if waits:
-        lab.note(f"ACK latency, written by the consumer -> handled by the broker: median {_median(waits):.3f} s, "
-                 f"max {max(waits):.3f} s ({len(waits)} ACKs handled)")
+        lab.note(
+            f"ACK latency, written by the consumer -> handled by the broker: median {_median(waits):.3f} s, "
+            f"max {max(waits):.3f} s ({len(waits)} ACKs handled)"
+        )
     refused = consumer.refused
     if refused:
         t, _, message = refused[0]
@@ -275,9 +289,11 @@ def stalled_socket(lab: LabRun) -> Outcome:
         lab.note(trace.describe_old(consumer.abandoned[0], net))
     for line in trace.ends():
         lab.note(line)
-    lab.note(f"processed {len(consumer.processed)} of {MESSAGES} messages in {RUN_SECONDS:.0f} s, "
-             f"{consumer.duplicates} deliveries of messages already processed; "
-             f"{len(consumer.accepted)} connection(s), {len(refused)} refused")
+    lab.note(
+        f"processed {len(consumer.processed)} of {MESSAGES} messages in {RUN_SECONDS:.0f} s, "
+        f"{consumer.duplicates} deliveries of messages already processed; "
+        f"{len(consumer.accepted)} connection(s), {len(refused)} refused"
+    )
 
     pathology, summary = _verdict(lab.name, consumer)
     metrics: dict[str, Any] = {
@@ -297,16 +313,20 @@ def stalled_socket(lab: LabRun) -> Outcome:
 def _verdict(run_name: str, consumer: PerlConsumer) -> tuple[bool, str]:
     """Pathology: the consumer gave up, every reconnect refused (or prefetch 1 did not run clean)."""
     if consumer.gave_up_at is not None:
-        return True, (f"the consumer gave up at t={consumer.gave_up_at:.0f}s: every reconnect was refused while the "
-                      f"broker held the stalled connection ({len(consumer.processed)} of {MESSAGES} processed)")
+        return True, (
+            f"the consumer gave up at t={consumer.gave_up_at:.0f}s: every reconnect was refused while the "
+            f"broker held the stalled connection ({len(consumer.processed)} of {MESSAGES} processed)"
+        )
     if run_name.startswith("prefetch-1"):
         clean = consumer.finished_at is not None and not consumer.partial_writes and not consumer.refused
         if clean:
             return False, f"the workload ran to the end at t={consumer.finished_at:.1f}s: no stall, no reconnect"
         return True, "the consumer stalled even with prefetch 1"
-    return False, (f"{CURES.get(run_name, 'the consumer got back in')}; but the stall came back: "
-                   f"{len(consumer.partial_writes)} failed writes, {len(consumer.processed)} of {MESSAGES} processed "
-                   f"in {RUN_SECONDS:.0f} s")
+    return False, (
+        f"{CURES.get(run_name, 'the consumer got back in')}; but the stall came back: "
+        f"{len(consumer.partial_writes)} failed writes, {len(consumer.processed)} of {MESSAGES} processed "
+        f"in {RUN_SECONDS:.0f} s"
+    )
 
 
 class _Trace:
@@ -323,8 +343,11 @@ class _Trace:
 
     def ack_waits(self, written: dict[tuple[str, str], float]) -> list[float]:
         """Seconds from each ACK's write to the broker's ``ack`` event for it."""
-        return [e["ts"] - written[(e["session"], e["msg"])] for e in self.trace.events("ack")
-                if (e["session"], e["msg"]) in written]
+        return [
+            e["ts"] - written[(e["session"], e["msg"])]
+            for e in self.trace.events("ack")
+            if (e["session"], e["msg"]) in written
+        ]
 
     def describe_old(self, old: VirtualClient, net: VirtualNetwork) -> str:
         """The broker's last ``connection`` sample of the first connection the consumer left."""
@@ -333,9 +356,11 @@ class _Trace:
         if not samples:
             return f"the connection the consumer left ({state}) was never sampled"
         s = samples[-1]
-        return (f"the connection the consumer left, last sampled at t={s['ts']:.0f}s ({state}): "
-                f"pending_bytes {s['pending_bytes']:,}, {s['pending']} unacked, "
-                f"idle_read {s['idle_read']:.1f} s, idle_write {s['idle_write']:.1f} s")
+        return (
+            f"the connection the consumer left, last sampled at t={s['ts']:.0f}s ({state}): "
+            f"pending_bytes {s['pending_bytes']:,}, {s['pending']} unacked, "
+            f"idle_read {s['idle_read']:.1f} s, idle_write {s['idle_write']:.1f} s"
+        )
 
     def ends(self) -> list[str]:
         """How the broker ended consumer connections (link stealing, write timeout, heart-beats)."""
@@ -377,7 +402,7 @@ def exclusive_appendix(lab: LabRun, *, exclusive: bool) -> Outcome:
 
     def work() -> None:
         for name, c in consumers.items():
-            unacked = c.messages()[acked[name]:]
+            unacked = c.messages()[acked[name] :]
             if unacked and not c.closed:
                 c.ack(unacked[0])
                 acked[name] += 1
@@ -399,11 +424,17 @@ def exclusive_appendix(lab: LabRun, *, exclusive: bool) -> Outcome:
     lab.note("then A disconnects and 100 more arrive: " + ", ".join(f"{n} got {phase2[n]}" for n in phase2))
     q = net.broker.destinations[queue]
     owner = q.exclusive_owner
-    lab.note(f"the queue's exclusive owner now: {owner.session.peer if owner is not None else 'none'}; "
-             f"{q.size()} messages left")
+    lab.note(
+        f"the queue's exclusive owner now: {owner.session.peer if owner is not None else 'none'}; "
+        f"{q.size()} messages left"
+    )
     idle = min(phase1.values()) == 0
-    summary = (f"no load balancing: {max(phase1, key=lambda n: phase1[n])} got all 200 while the other sat idle; "
-               f"it only took over when the owner left" if idle
-               else f"the two consumers shared the queue ({phase1['A']} / {phase1['B']})")
-    return Outcome(idle, summary, metrics={"a_share": phase1["A"], "b_share": phase1["B"],
-                                           "b_after_a_left": phase2["B"]})
+    summary = (
+        f"no load balancing: {max(phase1, key=lambda n: phase1[n])} got all 200 while the other sat idle; "
+        f"it only took over when the owner left"
+        if idle
+        else f"the two consumers shared the queue ({phase1['A']} / {phase1['B']})"
+    )
+    return Outcome(
+        idle, summary, metrics={"a_share": phase1["A"], "b_share": phase1["B"], "b_after_a_left": phase2["B"]}
+    )

@@ -26,6 +26,7 @@ to its next file. Rounds go on until an enqueue is refused.
 Pathology: an enqueue refused while the queue holds no more messages than
 the ring has files.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -134,7 +135,7 @@ class Workload:
             self.consumed += self.waiting
         elif self.kind == "client-ack":
             assert self.consumer is not None
-            for message in self.consumer.messages()[self.taken:]:
+            for message in self.consumer.messages()[self.taken :]:
                 self.consumer.ack(message)
                 self.consumed += 1
             self.taken = len(self.consumer.messages())
@@ -185,8 +186,10 @@ def record_bytes(journal: Journal) -> int:
 
 def describe_refusal(lab: LabRun, w: Workload) -> None:
     error = w.refusal
-    lab.note(f"enqueue #{w.sent + 1} refused: ERROR message:{error.headers.get('message')!r}; "
-             f"the producer's connection is {'closed' if w.producer.closed else 'still open'}")
+    lab.note(
+        f"enqueue #{w.sent + 1} refused: ERROR message:{error.headers.get('message')!r}; "
+        f"the producer's connection is {'closed' if w.producer.closed else 'still open'}"
+    )
 
 
 def look_ahead(journal: Journal) -> str:
@@ -199,9 +202,11 @@ def look_ahead(journal: Journal) -> str:
     reached = [(current.file_id + step) % layout.count for step in range(1, (ahead - 1) // layout.size + 1)]
     live = {f.file_id: f.live for f in files}
     holding = [f"file {fid} ({live[fid]} live)" for fid in reached if live[fid]]
-    return (f"look-ahead: file {current.file_id} at offset {current.used} + record {record} B + reserve "
-            f"{layout.reserve} B (20% of {layout.size * layout.count} B) = {ahead} B reaches file(s) "
-            f"{', '.join(map(str, reached))}; still live: {', '.join(holding) or 'none'}")
+    return (
+        f"look-ahead: file {current.file_id} at offset {current.used} + record {record} B + reserve "
+        f"{layout.reserve} B (20% of {layout.size * layout.count} B) = {ahead} B reaches file(s) "
+        f"{', '.join(map(str, reached))}; still live: {', '.join(holding) or 'none'}"
+    )
 
 
 def note_report(lab: LabRun, title: str, source: Any, *, most: int = 8) -> Any:
@@ -223,8 +228,10 @@ def note_journal_full(lab: LabRun) -> int:
     if events:
         e = events[0]
         pinned = sum(1 for n in e["file_live"].values() if n)
-        lab.note(f"trace: {len(events)} journal_full event(s); the first at t={e['ts']:.0f}s on {e['store']}: "
-                 f"current file {e['file']}, {e['live']} live enqueue(s) in {pinned} of {e['files']} files")
+        lab.note(
+            f"trace: {len(events)} journal_full event(s); the first at t={e['ts']:.0f}s on {e['store']}: "
+            f"current file {e['file']}, {e['live']} live enqueue(s) in {pinned} of {e['files']} files"
+        )
     return len(events)
 
 
@@ -235,11 +242,15 @@ def pinned(lab: LabRun, kind: str) -> Outcome:
     rounds = w.rounds(limit=2 * store.file_count)
     if w.refusal is None:
         return Outcome(False, f"no enqueue refused in {rounds} rounds", metrics={"rounds": rounds, "sent": w.sent})
-    how = {"priority": "low-priority message no receiver reached",
-           "selector": "message the consumer's selector skipped",
-           "client-ack": "message the worker holds unacknowledged"}[kind]
-    lab.note(f"{rounds} full round(s): in each, one {how}, then ordinary messages sent and consumed "
-             f"50 at a time until the journal moved to its next file")
+    how = {
+        "priority": "low-priority message no receiver reached",
+        "selector": "message the consumer's selector skipped",
+        "client-ack": "message the worker holds unacknowledged",
+    }[kind]
+    lab.note(
+        f"{rounds} full round(s): in each, one {how}, then ordinary messages sent and consumed "
+        f"50 at a time until the journal moved to its next file"
+    )
     describe_refusal(lab, w)
     w.settle()  # the consumer takes the ordinary messages the refusal left: dequeues are never refused
     depth, journal = w.depth, w.journal
@@ -247,18 +258,33 @@ def pinned(lab: LabRun, kind: str) -> Outcome:
     one_each = all(f.live <= 1 for f in journal.files())
     ring = store.file_count * store.file_size
     again = w.leave_one_behind()  # the article's last step: try to enqueue one more such message
-    lab.note(f"once the rest is consumed the queue holds {depth} message(s) ({', '.join(w.pins)}): "
-             f"{live_bytes} bytes of records in a {ring // 1024} KiB ring ({100 * live_bytes / ring:.1f}%), "
-             f"after {w.sent} messages went through; one more 200-byte enqueue: {'accepted' if again else 'refused again'}")
+    lab.note(
+        f"once the rest is consumed the queue holds {depth} message(s) ({', '.join(w.pins)}): "
+        f"{live_bytes} bytes of records in a {ring // 1024} KiB ring ({100 * live_bytes / ring:.1f}%), "
+        f"after {w.sent} messages went through; one more 200-byte enqueue: {'accepted' if again else 'refused again'}"
+    )
     lab.note(look_ahead(journal))
     note_report(lab, "journal inspect (minibroker journal inspect <data>):", journal)
     full = note_journal_full(lab)
     refused = not again
-    summary = (f"enqueues refused with only {depth} message(s) on the queue, "
-               f"{'one per journal file' if one_each else 'a few per journal file'}" if refused and depth <= store.file_count else f"the queue holds {depth} messages; refused: {refused}")
-    return Outcome(refused and depth <= store.file_count, summary,
-                   metrics={"rounds": rounds, "sent": w.sent, "live": depth, "live_bytes": live_bytes,
-                            "ring_bytes": ring, "journal_full_events": full})
+    summary = (
+        f"enqueues refused with only {depth} message(s) on the queue, "
+        f"{'one per journal file' if one_each else 'a few per journal file'}"
+        if refused and depth <= store.file_count
+        else f"the queue holds {depth} messages; refused: {refused}"
+    )
+    return Outcome(
+        refused and depth <= store.file_count,
+        summary,
+        metrics={
+            "rounds": rounds,
+            "sent": w.sent,
+            "live": depth,
+            "live_bytes": live_bytes,
+            "ring_bytes": ring,
+            "journal_full_events": full,
+        },
+    )
 
 
 def all_consumed(lab: LabRun) -> Outcome:
@@ -271,15 +297,20 @@ def all_consumed(lab: LabRun) -> Outcome:
         w.receive(1)  # this round's low-priority message is consumed too
         done += 1
     rolls = len(lab.trace.events("journal_roll")) if lab.trace else 0
-    lab.note(f"{done} rounds, {w.sent} messages sent and {w.consumed} consumed, each round's low-priority "
-             f"message included; the journal rolled {rolls} time(s): {rolls // lab.config.store.file_count} "
-             f"times round the ring")
+    lab.note(
+        f"{done} rounds, {w.sent} messages sent and {w.consumed} consumed, each round's low-priority "
+        f"message included; the journal rolled {rolls} time(s): {rolls // lab.config.store.file_count} "
+        f"times round the ring"
+    )
     report = note_report(lab, "journal inspect:", w.journal)
     refused = w.refusal is not None
     if refused:
         describe_refusal(lab, w)
-    summary = (f"refused after {w.sent} messages" if refused else
-               f"nothing refused: {w.sent} messages through the ring, {report.live} live at the end")
+    summary = (
+        f"refused after {w.sent} messages"
+        if refused
+        else f"nothing refused: {w.sent} messages through the ring, {report.live} live at the end"
+    )
     return Outcome(refused, summary, metrics={"rounds": done, "sent": w.sent, "live": report.live, "rolls": rolls})
 
 
@@ -304,9 +335,11 @@ def compacted(lab: LabRun) -> Outcome:
     refused_pin = f"pin-{w.next_pin}"
     again = w.leave_one_behind()
     before = inspect(w.journal)
-    lab.note(f"as in the priority run: {rounds} rounds, then enqueue #{w.sent + 1} refused; the queue holds "
-             f"{w.depth} message(s) pinning {before.pinned_files} of {len(before.files)} files, and {refused_pin} "
-             f"is {'accepted' if again else 'refused'}")
+    lab.note(
+        f"as in the priority run: {rounds} rounds, then enqueue #{w.sent + 1} refused; the queue holds "
+        f"{w.depth} message(s) pinning {before.pinned_files} of {len(before.files)} files, and {refused_pin} "
+        f"is {'accepted' if again else 'refused'}"
+    )
     compaction: list[str] = []
     net.restart(while_down=lambda: compaction.extend(compact_offline(lab)))
     lab.note("the broker stopped; then:")
@@ -316,9 +349,11 @@ def compacted(lab: LabRun) -> Outcome:
     after = Workload(net, "priority", first=w.next_pin)
     retried = after.leave_one_behind()
     more = after.rounds(limit=3)
-    lab.note(f"{refused_pin} sent again: {'accepted' if retried else 'refused'}; then {more} more round(s) "
-             f"of the same workload ({after.sent} messages in all): "
-             f"{'refused again' if after.refusal is not None else 'no enqueue refused'}")
+    lab.note(
+        f"{refused_pin} sent again: {'accepted' if retried else 'refused'}; then {more} more round(s) "
+        f"of the same workload ({after.sent} messages in all): "
+        f"{'refused again' if after.refusal is not None else 'no enqueue refused'}"
+    )
     drain = net.connected_client("drain")
     drain.subscribe(QUEUE, "d", "client-individual", **{"activemq.prefetchSize": "1000"})
     got = drain.messages()
@@ -330,13 +365,27 @@ def compacted(lab: LabRun) -> Outcome:
     missing = set(expected) - set(names)
     doubled = len(ids) - len(set(ids)) + len(names) - len(set(names))
     unexpected = set(names) - set(expected)
-    lab.note(f"drained: {len(got)} message(s), expected {len(expected)} (every pin before and after the cure); "
-             f"missing {len(missing)}, duplicated {doubled}, unexpected {len(unexpected)}")
+    lab.note(
+        f"drained: {len(got)} message(s), expected {len(expected)} (every pin before and after the cure); "
+        f"missing {len(missing)}, duplicated {doubled}, unexpected {len(unexpected)}"
+    )
     ok = after.refusal is None and retried and not missing and not doubled and not unexpected
-    summary = (f"after compaction the workload went on: {after.sent} enqueues accepted, all {len(expected)} "
-               f"pinned messages kept, none duplicated" if ok else "compaction did not cure the ring")
-    return Outcome(not ok, summary, metrics={"pins_before": len(w.pins), "pins_after": len(expected),
-                                             "accepted_after": after.sent, "drained": len(got)})
+    summary = (
+        f"after compaction the workload went on: {after.sent} enqueues accepted, all {len(expected)} "
+        f"pinned messages kept, none duplicated"
+        if ok
+        else "compaction did not cure the ring"
+    )
+    return Outcome(
+        not ok,
+        summary,
+        metrics={
+            "pins_before": len(w.pins),
+            "pins_after": len(expected),
+            "accepted_after": after.sent,
+            "drained": len(got),
+        },
+    )
 
 
 def disk(directory: Path) -> tuple[int, int]:
@@ -352,28 +401,50 @@ def growing(lab: LabRun) -> Outcome:
     rounds = w.rounds(limit=16)
     files, size = disk(directory)
     live_bytes = record_bytes(w.journal)
-    lab.note(f"{rounds} rounds of the priority workload ({w.sent} messages), twice as many as the ring has files: "
-             f"{'an enqueue was refused' if w.refusal is not None else 'no enqueue refused'}")
-    lab.note(f"the queue holds {w.depth} message(s), {live_bytes} bytes of records; the journal keeps {files} files, "
-             f"{size // 1024} KiB on disk, and grows by one file a round")
+    lab.note(
+        f"{rounds} rounds of the priority workload ({w.sent} messages), twice as many as the ring has files: "
+        f"{'an enqueue was refused' if w.refusal is not None else 'no enqueue refused'}"
+    )
+    lab.note(
+        f"the queue holds {w.depth} message(s), {live_bytes} bytes of records; the journal keeps {files} files, "
+        f"{size // 1024} KiB on disk, and grows by one file a round"
+    )
     report = note_report(lab, "journal inspect:", w.journal)
     kept_by_acks = sum(1 for f in report.files if any(p.file_id != f.file_id for p in f.pins))
     if kept_by_acks:
-        lab.note(f"{kept_by_acks} file(s) also hold acks of messages in an older file that is kept, which keeps "
-                 "them too, message or not: an ack cannot be deleted before its message")
+        lab.note(
+            f"{kept_by_acks} file(s) also hold acks of messages in an older file that is kept, which keeps "
+            "them too, message or not: an ack cannot be deleted before its message"
+        )
     pins = w.depth
     oldest = w.pins[0]
     w.receive(pins - 1, selector=f"pin <> '{oldest}'")  # every low-priority message but the oldest
     files_one, size_one = disk(directory)
     chained = [f for f in inspect(w.journal).files if not f.live and f.pins and not f.current]
-    lab.note(f"{pins - 1} of the {pins} low-priority messages consumed, all but {oldest} (in the first file): the "
-             f"journal still keeps {files_one} files, {size_one // 1024} KiB, for one message: {len(chained)} of them "
-             f"hold no live message, only acks of messages in a file that is kept (KahaDB's rule)")
+    lab.note(
+        f"{pins - 1} of the {pins} low-priority messages consumed, all but {oldest} (in the first file): the "
+        f"journal still keeps {files_one} files, {size_one // 1024} KiB, for one message: {len(chained)} of them "
+        f"hold no live message, only acks of messages in a file that is kept (KahaDB's rule)"
+    )
     w.receive(1)
     files_after, size_after = disk(directory)
     lab.note(f"{oldest} consumed too: the journal shrinks to {files_after} file(s), {size_after // 1024} KiB")
     refused = w.refusal is not None
-    summary = (f"nothing refused; instead the journal grew to {files} files ({size // 1024} KiB) for {pins} messages, "
-               f"and kept {files_one} for the last one" if not refused else "the growing layout refused an enqueue")
-    return Outcome(refused, summary, metrics={"rounds": rounds, "files": files, "disk_kib": size // 1024,
-                                              "live": pins, "files_one_left": files_one, "files_after": files_after})
+    summary = (
+        f"nothing refused; instead the journal grew to {files} files ({size // 1024} KiB) for {pins} messages, "
+        f"and kept {files_one} for the last one"
+        if not refused
+        else "the growing layout refused an enqueue"
+    )
+    return Outcome(
+        refused,
+        summary,
+        metrics={
+            "rounds": rounds,
+            "files": files,
+            "disk_kib": size // 1024,
+            "live": pins,
+            "files_one_left": files_one,
+            "files_after": files_after,
+        },
+    )
