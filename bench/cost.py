@@ -26,7 +26,11 @@ Scenarios:
             paged in; ``through-plain`` the same with a 1 GB limit (all
             cached). Their difference is what paging costs a queue in use.
 
-    python bench/cost.py [--scenarios queue,ack,page-in] [--messages 20000] [--callgrind]
+With ``--traced`` the broker writes its trace as ``serve --trace`` does (the
+JSON made by a writer process, fed through a spool file): the cost is then
+the broker's side of tracing, the writer process not counted.
+
+    python bench/cost.py [--scenarios queue,ack,page-in] [--messages 20000] [--callgrind] [--traced]
 """
 
 from __future__ import annotations
@@ -58,12 +62,23 @@ def _send(i: int) -> bytes:
     )
 
 
+#: With ``--traced``: the directory the brokers' traces go to, and the traces open.
+_trace_dir: Path | None = None
+_traces: list = []  # type: ignore[type-arg]
+
+
 def _broker(config=None, store=None):  # type: ignore[no-untyped-def]
     from minibroker.broker import Broker
     from minibroker.clock import SystemClock
     from minibroker.config import BrokerConfig
 
-    return Broker(config or BrokerConfig(), SystemClock(), store=store)
+    trace = None
+    if _trace_dir is not None:
+        from minibroker.trace import Trace
+
+        trace = Trace(_trace_dir / f"trace-{len(_traces)}.jsonl", time.time, offload=True)
+        _traces.append(trace)
+    return Broker(config or BrokerConfig(), SystemClock(), store=store, trace=trace)
 
 
 def _producer_and_consumer(subscribe_headers: bytes):  # type: ignore[no-untyped-def]
@@ -182,12 +197,16 @@ def _run_once(scenario: str, n: int, journal: Path | None) -> float:
         assert journal is not None
         if page_in(journal) != n:
             raise SystemExit(f"page-in drained the wrong number of messages (expected {n})")
+    while _traces:
+        _traces.pop().close()
     return time.process_time() - started
 
 
 def _instructions(scenario: str, n: int, tmp: Path) -> int:
     """Instructions callgrind counts for a whole child run of ``n`` messages."""
     args = [sys.executable, str(Path(__file__).resolve()), "--child", scenario, "--messages", str(n)]
+    if _trace_dir is not None:
+        args += ["--traced-to", str(_trace_dir)]
     if scenario == "page-in":
         journal = tmp / f"journal-{n}"
         shutil.rmtree(journal, ignore_errors=True)
@@ -208,10 +227,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=20_000, help="messages per run (default %(default)s)")
     ap.add_argument("--reps", type=int, default=5, help="runs per scenario for CPU time; the fastest counts")
     ap.add_argument("--callgrind", action="store_true", help="count instructions with valgrind instead")
+    ap.add_argument("--traced", action="store_true", help="the broker writes its trace (as serve --trace does)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--journal", help=argparse.SUPPRESS)
+    ap.add_argument("--traced-to", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    global _trace_dir
     if a.child:  # one measured run, under callgrind
+        _trace_dir = Path(a.traced_to) if a.traced_to else None
         _run_once(a.child, a.messages, Path(a.journal) if a.journal else None)
         return 0
     scenarios = [s.strip() for s in a.scenarios.split(",") if s.strip()]
@@ -225,12 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     small = a.messages // 4
     with tempfile.TemporaryDirectory(prefix="minibroker-cost-") as tmp_name:
         tmp = Path(tmp_name)
+        if a.traced:
+            _trace_dir = tmp / "traces"
+            _trace_dir.mkdir()
         if "page-in" in scenarios:
             for n in (small, a.messages):
                 fill_journal(tmp / f"filled-{n}", n)
         print(
             f"# broker core, in process: {a.messages:,} messages per run"
             + (" (instructions: callgrind, run of N minus run of N/4)" if a.callgrind else f" (fastest of {a.reps})")
+            + (", traced" if a.traced else "")
         )
         print("| scenario | " + ("instructions / message" if a.callgrind else "CPU us / message") + " |")
         print("|---|---|")

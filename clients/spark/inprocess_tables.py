@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minibroker.trace import FIELDS, SCHEMA_VERSION, _type_ok
+from minibroker.trace import FIELDS, SCHEMA_VERSION, type_ok
 
 from .findings import REMOVALS, TraceFormatError
 
@@ -93,7 +93,7 @@ def _decode(line: str) -> Row | None:
         return None
     for k, v in e.items():
         kind = FIELDS.get(k)
-        if kind is not None and v is not None and not _type_ok(kind, v):
+        if kind is not None and v is not None and not type_ok(kind, v):
             return None
     return e
 

@@ -1,0 +1,66 @@
+"""The broker's trace: one JSON object per line, one event per line.
+
+The package, one job per module, lowest first (each imports only the standard
+library and the modules above it; nothing of the broker):
+
+- ``schema``: the contract with the readers: event names, their fields, one
+  type per field, the schema version, and ``validate_event``.
+- ``encoding``: records (a named event, or a fixed-shape event of a message)
+  and the JSON lines they make, the same in any process.
+- ``spool``: the broker's side of an offloaded trace: the spool file of
+  marshalled batches and the writer process it feeds.
+- ``writer``: that writer process's work, spool in, trace file out.
+- ``recorder``: what the broker and the replay driver call: ``Trace`` (a
+  buffered file writer, offloaded or not), ``MemoryTrace``, ``NullTrace``.
+- ``run_writer``: the writer process's entry point, run as
+  ``python -m minibroker.trace.run_writer``; the package never imports it.
+
+The names callers use are here.
+"""
+
+from __future__ import annotations
+
+from .encoding import (
+    DISPATCH,
+    DISPATCH_AUTO_ACK,
+    ENQUEUE,
+    SEND,
+    SEND_ENQUEUE,
+    SEND_ENQUEUE_DISPATCH,
+    SEND_ENQUEUE_DISPATCH_AUTO_ACK,
+    dumps_events,
+    encode_batch,
+    encode_line,
+    expand,
+)
+from .recorder import MemoryTrace, NullTrace, Trace
+from .schema import COMMON, EVENTS, FIELDS, SCHEMA_VERSION, EventSpec, type_ok, validate_event
+from .writer import LOAD_WINDOW
+
+#: The writer process's load window (seconds), by the name tests know it.
+_LOAD_WINDOW = LOAD_WINDOW
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "COMMON",
+    "FIELDS",
+    "EVENTS",
+    "EventSpec",
+    "Trace",
+    "NullTrace",
+    "MemoryTrace",
+    "type_ok",
+    "LOAD_WINDOW",
+    "validate_event",
+    "dumps_events",
+    "encode_line",
+    "encode_batch",
+    "expand",
+    "SEND",
+    "ENQUEUE",
+    "DISPATCH",
+    "DISPATCH_AUTO_ACK",
+    "SEND_ENQUEUE",
+    "SEND_ENQUEUE_DISPATCH",
+    "SEND_ENQUEUE_DISPATCH_AUTO_ACK",
+]
