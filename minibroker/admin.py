@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from .codec import encode
 from .coreutil import int_header, log
@@ -31,7 +31,10 @@ from .queue import Queue
 from .topic import Topic
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .clock import Clock
+    from .cursor import PagedRef
+    from .persistence import MessageStore
+    from .security import Security
     from .session import Session
 
 __all__ = ["ADMIN_PREFIX", "AdminResult", "is_admin_address", "perform"]
@@ -48,6 +51,54 @@ def is_admin_address(address: str) -> bool:
     return address.startswith(ADMIN_PREFIX)
 
 
+class AdminHost(Protocol):
+    """The broker as its operations see it (``broker.Broker`` satisfies it): what
+    they read, and the few public calls by which they change it."""
+
+    @property
+    def clock(self) -> "Clock": ...
+
+    @property
+    def security(self) -> "Security": ...
+
+    @property
+    def store(self) -> "MessageStore | None": ...
+
+    @property
+    def sessions(self) -> Mapping[int, "Session"]: ...
+
+    @property
+    def destinations(self) -> Mapping[str, Destination]: ...
+
+    def destination(self, address: str) -> Destination:
+        """The destination at ``address``, created on first use (a ``ProtocolError`` if it may not be)."""
+
+    def forget_destination(self, destination: Destination) -> None: ...
+
+    def session_tag(self, sid: int) -> str:
+        """Connection ``sid`` as CONNECTED's ``session`` header names it."""
+
+    def close_connection(self, session: "Session", reason: str) -> None: ...
+
+    def compile_selector(self, text: str | None) -> Any:
+        """A compiled selector, or None for no selector (a ``ProtocolError`` if invalid)."""
+
+    def load_message(self, destination: Destination, paged: "PagedRef", payload: bytes | None = None) -> Message: ...
+
+    def admit(self, destination: Destination, message: Message) -> Any:
+        """Journal (if persistent) and hand ``message`` to ``destination``."""
+
+    def message_consumed(self, destination: Destination, message: Message) -> None: ...
+
+    def discard_stored(self, ref: Any) -> None: ...
+
+    def begin_storage_transaction(self, session: "Session") -> str: ...
+
+    def commit_storage_transaction(self, txid: str) -> None: ...
+
+    def end_storage_transaction(self) -> None: ...
+
+
 @dataclass
 class AdminResult:
     """What an operation did: its answer, whether it wrote to the journal (a
@@ -58,7 +109,7 @@ class AdminResult:
     then: Callable[[], None] | None = None
 
 
-def perform(broker: "Broker", session: "Session", address: str, headers: Mapping[str, str]) -> AdminResult:
+def perform(broker: "AdminHost", session: "Session", address: str, headers: Mapping[str, str]) -> AdminResult:
     """Carry out the operation requested by a SEND to ``address``."""
     name = address[len(ADMIN_PREFIX) :]
     operation = _OPERATIONS.get(name)
@@ -77,7 +128,7 @@ def perform(broker: "Broker", session: "Session", address: str, headers: Mapping
 
 
 def _destination(
-    broker: "Broker", session: "Session", headers: Mapping[str, str], header: str, verb: str
+    broker: "AdminHost", session: "Session", headers: Mapping[str, str], header: str, verb: str
 ) -> Destination:
     """The existing destination a header names, after checking the admin right on it."""
     address = headers.get(header)
@@ -92,7 +143,7 @@ def _destination(
     return found
 
 
-def _queue(broker: "Broker", session: "Session", headers: Mapping[str, str], header: str, verb: str) -> Queue:
+def _queue(broker: "AdminHost", session: "Session", headers: Mapping[str, str], header: str, verb: str) -> Queue:
     found = _destination(broker, session, headers, header, verb)
     if not isinstance(found, Queue):
         raise ProtocolError(
@@ -102,7 +153,7 @@ def _queue(broker: "Broker", session: "Session", headers: Mapping[str, str], hea
 
 
 # ---------------------------------------------------------------- whoami
-def _whoami(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _whoami(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
     """Who the connection is and which operations it may send (a console shows only those)."""
     principal = session.principal
     allowed = [
@@ -122,7 +173,7 @@ def _whoami(broker: "Broker", session: "Session", headers: Mapping[str, str]) ->
 
 
 # ---------------------------------------------------------------- purge, delete
-def _purge(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _purge(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
     queue = _queue(broker, session, headers, "target", "purge")
     purged = queue.purge()
     log.info("%s purged by %s: %d messages", queue.address, session.principal.name, purged)
@@ -132,7 +183,7 @@ def _purge(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> 
     )
 
 
-def _delete(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _delete(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
     dest = _destination(broker, session, headers, "target", "delete")
     if dest.owner is not None:
         raise ProtocolError(f"cannot delete {dest.address}: a temporary destination goes when its connection closes")
@@ -156,8 +207,7 @@ def _delete(broker: "Broker", session: "Session", headers: Mapping[str, str]) ->
         for client_id, name in list(dest.durables):
             purged += len(dest.durables[(client_id, name)].pending)
             dest.delete_durable(client_id, name)
-    broker.registry.remove(dest)
-    broker._blocked_cursors.pop(dest, None)  # type: ignore[call-overload]
+    broker.forget_destination(dest)
     log.info("%s deleted by %s (%d messages dropped)", dest.address, session.principal.name, purged)
     return AdminResult(
         {"operation": "delete", "destination": dest.address, "purged": purged}, wrote=broker.store is not None
@@ -165,11 +215,11 @@ def _delete(broker: "Broker", session: "Session", headers: Mapping[str, str]) ->
 
 
 # ---------------------------------------------------------------- close
-def _close_connection(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _close_connection(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
     text = headers.get("connection")
     if not text:
         raise ProtocolError("an admin close needs a connection header: the id the Connection statistics show")
-    tag_prefix = broker._session_tag(0)[:-1]  # CONNECTED's ``session`` header is this and the id
+    tag_prefix = broker.session_tag(0)[:-1]  # CONNECTED's ``session`` header is this and the id
     if text.startswith(tag_prefix):
         text = text[len(tag_prefix) :]
     cid = int_header({"connection": text}, "connection", 0, 1, None, clamp=False)
@@ -190,13 +240,13 @@ def _close_connection(broker: "Broker", session: "Session", headers: Mapping[str
             reason = f"closed by an administrator (user {user})"
             target.write(encode(Frame("ERROR", {"message": reason}), target.version))
             log.warning("connection %d (%s) %s", target.id, target.peer, reason)
-            broker._close(target, reason)
+            broker.close_connection(target, reason)
 
     return AdminResult(answer, then=close)
 
 
 # ---------------------------------------------------------------- browse
-def _browse(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _browse(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
     queue = _queue(broker, session, headers, "target", "browse")
     count = int_header(headers, "count", _BROWSE_DEFAULT, 1, _BROWSE_MAX, clamp=False)
     limit = int_header(headers, "body-limit", _BODY_LIMIT, 0, None, clamp=False)
@@ -247,7 +297,7 @@ def describe_message(message: Message, body_limit: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- move
-def _move(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
     """Move waiting messages of one queue to another (or each to its original one).
 
     Theory of operation: the cached messages (the oldest) are taken out of the
@@ -264,7 +314,7 @@ def _move(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> A
     fixed: Queue | None = None
     if headers.get("to"):
         fixed = _target_queue(broker, session, headers["to"], source)
-    selector = broker._compile_selector(headers.get("selector"))
+    selector = broker.compile_selector(headers.get("selector"))
     limit = int_header(headers, "count", 0, 0, None, clamp=False) or None
     targets: dict[str, Queue | str] = {}  # address -> its queue, or why not
 
@@ -286,8 +336,7 @@ def _move(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> A
     store = broker.store
     txid = None
     if store is not None:
-        txid = broker._txid = f"{broker.boot}.{session.id}.{broker._next_storage_tx}"
-        broker._next_storage_tx += 1
+        txid = broker.begin_storage_transaction(session)
     failure: str | None = None
     wrote = False
 
@@ -312,7 +361,7 @@ def _move(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> A
             return False
         copy = moved_copy(message, target.address)
         try:
-            broker._admit(target, copy)
+            broker.admit(target, copy)
         except ResourceLimitError as exc:
             failure = exc.message
             return False
@@ -350,11 +399,11 @@ def _move(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> A
         source.dequeued += sum(moved.values())
         if store is not None and txid is not None:
             try:
-                broker._storage_call(lambda: store.commit(txid))
+                broker.commit_storage_transaction(txid)
             except ResourceLimitError as exc:
                 failure = exc.message
     finally:
-        broker._txid = None
+        broker.end_storage_transaction()
     total = sum(moved.values())
     log.info("%s: %d messages moved by %s to %s", source.address, total, session.principal.name, moved or "-")
     if failure is not None:
@@ -373,7 +422,7 @@ def _move(broker: "Broker", session: "Session", headers: Mapping[str, str]) -> A
     return AdminResult(answer, wrote=wrote or bool(gone))
 
 
-def _target_queue(broker: "Broker", session: "Session", address: str, source: Queue) -> Queue:
+def _target_queue(broker: "AdminHost", session: "Session", address: str, source: Queue) -> Queue:
     """The queue a move may put messages in (created if needed), rights checked."""
     parsed = parse_address(address)
     if parsed is None:
@@ -392,7 +441,7 @@ def _target_queue(broker: "Broker", session: "Session", address: str, source: Qu
     return target
 
 
-_OPERATIONS: dict[str, Callable[["Broker", "Session", Mapping[str, str]], AdminResult]] = {
+_OPERATIONS: dict[str, Callable[["AdminHost", "Session", Mapping[str, str]], AdminResult]] = {
     "Purge": _purge,
     "Delete": _delete,
     "Close": _close_connection,

@@ -233,7 +233,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         # Half for the core's outbox, half for the edge's socket buffer.
         # A session with new output goes on the dirty list (``take_actions`` empties it).
         session = Session(sid, peer, parser, now, max(1, t.write_buffer_limit // 2), self._dirty.append)
-        session.tag = self._session_tag(sid)
+        session.tag = self.session_tag(sid)
         session.protocol = protocol
         session.framed = protocol == "websocket"
         self.sessions[sid] = session
@@ -255,7 +255,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             self.timers.call_at(now + t.connect_timeout / 1000, self._check_connect_timeout, session)
         return sid
 
-    def _session_tag(self, sid: int) -> str:
+    def session_tag(self, sid: int) -> str:
         """The session id of connection ``sid`` as CONNECTED announced it (the trace's ``session``)."""
         return f"{self.name}-{self.boot}-{sid}"
 
@@ -438,6 +438,10 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
             log.exception("connection %d: could not send the ERROR for an internal error", sid)
             if session.is_open:
                 self._close(session, "internal error")
+
+    def close_connection(self, session: Session, reason: str) -> None:
+        """Close ``session`` for ``reason`` (an administrator's close): its teardown, then ``Close``."""
+        self._close(session, reason)
 
     def shutdown(self) -> None:
         """Close every connection (the broker is stopping): each is traced as a shutdown."""

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import operator
 from array import array
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Protocol
 
 from storage import StoreFull
 from storage.spill import SpillFile
@@ -47,12 +47,36 @@ from .persistence import StoreRef
 from .seqfifo import SeqFifo
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from .config import PolicyEntry
+    from .destination import FifoPending, PriorityPending
     from .message import Message
+    from .ports import DestinationHost
+    from .usage import Usage
 
 __all__ = ["QueueCursor", "PagedRef", "StoreIndex", "StoreRun"]
 
 log = logging.getLogger("minibroker.cursor")
+
+
+class CursorOwner(Protocol):
+    """The queue (``queue.Queue``) as its cursor sees it: where paged-in messages
+    go (``pending``), what charges them (``hold``, ``hold_page``) and the broker
+    that reads them from the store."""
+
+    address: str
+    policy: "PolicyEntry"
+    memory: "Usage"
+    broker: "DestinationHost"
+    pending: "FifoPending | PriorityPending"
+
+    def hold(self, message: "Message") -> None: ...
+
+    def hold_page(self, messages: list["Message"], size: int) -> None: ...
+
+    def leaves_at_once(self) -> bool:
+        """A message given to this queue's consumers leaves at once (auto ack)."""
+        ...
+
 
 _BY_SEQ = operator.attrgetter("seq")
 #: A page-in stops once broker memory reaches this (AbstractStoreCursor.canRecoveryNextMessage).
@@ -314,7 +338,7 @@ class StoreIndex:
 class QueueCursor:
     """The store cursor of one queue (see the module docstring)."""
 
-    def __init__(self, queue: "Queue") -> None:
+    def __init__(self, queue: "CursorOwner") -> None:
         self.queue = queue
         self.store_only = StoreIndex(queue.policy.prioritized_messages, queue.broker.index_spill)
         self.cache_enabled = True

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from .usage import Usage
 
+from .ports import DestinationHost, SubscriptionRef
+
 if TYPE_CHECKING:
-    from .broker import Broker
     from .config import PolicyEntry
     from .message import Message
-    from .subscription import Subscription
 
 __all__ = ["Destination", "FifoPending", "PriorityPending", "parse_address", "DESTINATION_KINDS"]
 
@@ -118,7 +118,7 @@ class Destination:
     kind = ""
 
     def __init__(
-        self, broker: "Broker", name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None
+        self, broker: DestinationHost, name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None
     ) -> None:
         self.broker = broker
         #: Physical name without prefix, e.g. ``orders.us``.
@@ -159,25 +159,26 @@ class Destination:
         self.memory.increase(size)
 
     # -- overridden by Queue and Topic
-    def add_subscription(self, sub: "Subscription") -> None:
+    def add_subscription(self, sub: SubscriptionRef) -> None:
         raise NotImplementedError
 
-    def remove_subscription(self, sub: "Subscription") -> None:
+    def remove_subscription(self, sub: SubscriptionRef) -> None:
         raise NotImplementedError
 
-    def accept(self, message: "Message") -> None:
-        """Take a newly sent message."""
+    def accept(self, message: "Message") -> list[SubscriptionRef] | None:
+        """Take a newly sent message. A topic that producer flow control stopped
+        part way returns the subscriptions still to serve; otherwise None."""
         raise NotImplementedError
 
-    def dispatch_to(self, sub: "Subscription") -> None:
+    def dispatch_to(self, sub: SubscriptionRef) -> None:
         """``sub`` has capacity again: give it what it can take."""
         raise NotImplementedError
 
-    def acknowledge(self, sub: "Subscription", messages: list["Message"]) -> None:
+    def acknowledge(self, sub: SubscriptionRef, messages: list["Message"]) -> None:
         """``sub``'s consumer acknowledged ``messages``."""
         raise NotImplementedError
 
-    def redeliver(self, sub: "Subscription", messages: list["Message"], cause: str) -> None:
+    def redeliver(self, sub: SubscriptionRef, messages: list["Message"], cause: str) -> None:
         """``sub``'s consumer refused ``messages`` (``cause``: "nack" or
         "rollback"): deliver them again, or dead-letter those that have had
         too many deliveries."""
@@ -201,10 +202,10 @@ class Destination:
         return kept
 
     @property
-    def subscriptions(self) -> list["Subscription"]:
+    def subscriptions(self) -> list[SubscriptionRef]:
         raise NotImplementedError
 
-    def on_delivered(self, sub: "Subscription", message: "Message") -> None:
+    def on_delivered(self, sub: SubscriptionRef, message: "Message") -> None:
         """A MESSAGE frame for ``message`` was written to ``sub``'s consumer."""
         if self.broker.trace.enabled:
             self.broker.delivered(sub, message)

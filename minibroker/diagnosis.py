@@ -11,15 +11,33 @@ of the ring layout filled by the rings' reservations (``_rings_fill_store``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .destination import Destination
+    from .persistence import MessageStore
+    from .usage import Usage
 
-__all__ = ["diagnose"]
+__all__ = ["diagnose", "DiagnosedBroker"]
 
 
-def diagnose(broker: "Broker") -> list[dict[str, Any]]:
+class DiagnosedBroker(Protocol):
+    """What the diagnosis reads of the broker (``broker.Broker`` satisfies it)."""
+
+    @property
+    def destinations(self) -> Mapping[str, "Destination"]: ...
+
+    @property
+    def store(self) -> "MessageStore | None": ...
+
+    @property
+    def memory(self) -> "Usage": ...
+
+    @property
+    def store_usage(self) -> "Usage": ...
+
+
+def diagnose(broker: "DiagnosedBroker") -> list[dict[str, Any]]:
     """Every pathology the broker's state shows right now."""
     findings: list[dict[str, Any]] = []
     findings += _starving(broker)
@@ -27,7 +45,7 @@ def diagnose(broker: "Broker") -> list[dict[str, Any]]:
     return findings
 
 
-def _rings_fill_store(broker: "Broker") -> list[dict[str, Any]]:
+def _rings_fill_store(broker: "DiagnosedBroker") -> list[dict[str, Any]]:
     """A store of the ring layout that is full because each ring is counted
     whole from its creation (``ringcost``), however little it holds."""
     store, usage = broker.store, broker.store_usage
@@ -55,7 +73,7 @@ def _rings_fill_store(broker: "Broker") -> list[dict[str, Any]]:
     ]
 
 
-def _starving(broker: "Broker") -> list[dict[str, Any]]:
+def _starving(broker: "DiagnosedBroker") -> list[dict[str, Any]]:
     """The starving-consumers checklist, item by item.
 
     1. a destination with consumers and a backlog, receiving nothing: its

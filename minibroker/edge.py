@@ -19,17 +19,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:
-    from .server import BrokerServer
+    from .broker import Broker
 
-__all__ = ["EdgeConnection", "TcpConnection"]
+__all__ = ["EdgeConnection", "EdgeHost", "TcpConnection"]
 
 #: How long a closing connection may take to drain its last frames before it is aborted.
 _CLOSE_GRACE_SECONDS = 5.0
 
 log = logging.getLogger("minibroker.server")
+
+
+class EdgeHost(Protocol):
+    """The server, as its connections see it (``server.BrokerServer`` satisfies it):
+    the core they feed, the open connections by session id, and the loop over the
+    core's actions to run after each event."""
+
+    @property
+    def broker(self) -> "Broker": ...
+
+    @property
+    def connections(self) -> dict[int, "EdgeConnection"]: ...
+
+    def flush(self) -> None:
+        """Carry out every action the core has now."""
 
 
 class EdgeConnection(asyncio.Protocol):
@@ -44,7 +59,7 @@ class EdgeConnection(asyncio.Protocol):
     #: The listener's protocol as statistics name it.
     protocol = "tcp"
 
-    def __init__(self, server: "BrokerServer") -> None:
+    def __init__(self, server: EdgeHost) -> None:
         self.server = server
         self.sid = 0
         self.transport: asyncio.Transport | None = None

@@ -152,11 +152,11 @@ class FrameHandlers:
         """Hand a new message to its destination; for a topic blocked at a full
         subscription, the subscriptions still to serve."""
         if not self.trace.enabled:
-            return self._admit(destination, message)
+            return self.admit(destination, message)
         # Hot when traced: the SEND waits for the enqueue to make one record with it (trace.py).
         origin = self.sessions.get(message.origin)
         self._pending_send = (
-            origin.tag if origin is not None else self._session_tag(message.origin),
+            origin.tag if origin is not None else self.session_tag(message.origin),
             destination.address,
             message.message_id,
             message.size,
@@ -166,7 +166,7 @@ class FrameHandlers:
         )
         self._pending_kind = SEND
         try:
-            return self._admit(destination, message)
+            return self.admit(destination, message)
         finally:
             if self._pending_send is not None:  # no enqueue came (a topic, a refusal)
                 self._write_pending_send()
@@ -286,7 +286,7 @@ class FrameHandlers:
             destination,
             ack_mode="auto" if browser else ack_mode,
             prefetch=prefetch,
-            selector=self._compile_selector(selector_text),
+            selector=self.compile_selector(selector_text),
             priority=priority,
             exclusive=h.get("activemq.exclusive", "false").lower() == "true",
             no_local=no_local,
@@ -337,7 +337,7 @@ class FrameHandlers:
         destination.dispatch_to(sub)
         return DEFERRED
 
-    def _compile_selector(self, text: str | None) -> Any:
+    def compile_selector(self, text: str | None) -> Any:
         if text is None or not text.strip():
             return None
         from .selector import SelectorError, compile_selector
@@ -572,9 +572,7 @@ class FrameHandlers:
         if durable:
             # Every journal record of the transaction carries one storage txid
             # and takes effect at its TX_COMMIT: all of it survives a crash, or none.
-            # Unique across restarts too (the boot token): a txid is never reused.
-            self._txid = f"{self.boot}.{session.id}.{self._next_storage_tx}"
-            self._next_storage_tx += 1
+            self.begin_storage_transaction(session)
         try:
             for op, target, payload in ops:
                 if op == "send":
@@ -584,20 +582,19 @@ class FrameHandlers:
                 else:
                     self._nack(target, payload)
             if durable:
-                assert store is not None and self._txid is not None
-                txid_done = self._txid
-                self._storage_call(lambda: store.commit(txid_done))
+                assert self._txid is not None
+                self.commit_storage_transaction(self._txid)
         except ResourceLimitError as exc:
             if durable and store is not None and self._txid is not None and self.store_failure is None:
                 try:
                     store.abort(self._txid)
                 except StoreFull:  # not written: recovery aborts a transaction left without an outcome
                     pass
-            self._txid = None
+            self.end_storage_transaction()
             self._refuse_send(session, frame.headers.get("receipt"), f"COMMIT of {txid!r} failed: {exc.message}")
             return DEFERRED
         finally:
-            self._txid = None
+            self.end_storage_transaction()
         return self._after_write(session, frame.headers.get("receipt"), durable)
 
     def _on_abort(self, session: Session, frame: Frame) -> Any:

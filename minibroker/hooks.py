@@ -111,7 +111,7 @@ class DestinationHooks:
                     cached,
                     message.priority,
                     message.persistent,
-                    self._session_tag(message.origin) if message.origin else None,
+                    self.session_tag(message.origin) if message.origin else None,
                 ),
             )
 
@@ -132,6 +132,12 @@ class DestinationHooks:
         for finding in self.diagnose():
             if finding["destination"] == queue.address:
                 log.warning("DIAGNOSIS %s: %s; cure: %s", finding["pathology"], finding["summary"], finding["cure"])
+
+    def forget_destination(self, destination: Destination) -> None:
+        """``destination`` is deleted: the registry and the page-in retries forget it."""
+        self.registry.remove(destination)
+        if isinstance(destination, Queue):
+            self._blocked_cursors.pop(destination, None)
 
     def paged_in(self, queue: Queue, count: int) -> None:
         if self.trace.enabled:
@@ -187,7 +193,7 @@ class DestinationHooks:
         if self.trace.enabled:
             self._emit("dlq", dest=destination.address, msg=message.message_id, dlq=dlq.address, reason=cause)
         try:
-            self._admit(dlq, copy)
+            self.admit(dlq, copy)
         except ResourceLimitError as exc:
             log.error(
                 "%s: could not journal %s in %s: %s", destination.address, message.message_id, dlq.address, exc.message

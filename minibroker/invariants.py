@@ -151,7 +151,8 @@ def broker_leftovers(broker: "Broker") -> list[str]:
     for destination in broker.destinations.values():
         for sub in destination.subscriptions:
             session = sub.session
-            if broker.sessions.get(session.id) is not session or session.subscriptions.get(sub.id) is not sub:
+            owner = broker.sessions.get(session.id)
+            if owner is None or owner is not session or owner.subscriptions.get(sub.id) is not sub:
                 found.append(
                     f"{destination.address} lists subscription {sub.id!r} of connection {session.id}, "
                     "which no open connection has"

@@ -36,7 +36,7 @@ from storage import StoreFull
 from .persistence import decode_messages, decode_meta
 
 if TYPE_CHECKING:
-    from .topic import Topic
+    from .destination import Destination
     from .message import Message
     from .subscription import Subscription
 
@@ -45,7 +45,7 @@ __all__ = ["FilePending", "vm_is_full"]
 log = logging.getLogger("minibroker.pending")
 
 
-def vm_is_full(topic: "Topic") -> bool:
+def vm_is_full(topic: "Destination") -> bool:
     """A VM cursor is full when its memory (the topic's, so the broker's) is at 100%."""
     return topic.memory.is_full()
 
@@ -53,7 +53,7 @@ def vm_is_full(topic: "Topic") -> bool:
 class FilePending:
     """The ``file`` pending cursor of one topic subscription (see the module docstring)."""
 
-    def __init__(self, topic: "Topic", sub: "Subscription") -> None:
+    def __init__(self, topic: "Destination", sub: "Subscription") -> None:
         self.topic = topic
         self.sub = sub
         self.memory: deque["Message"] = deque()

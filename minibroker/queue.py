@@ -26,9 +26,9 @@ from .cursor import QueueCursor
 from .destination import Destination, FifoPending, PriorityPending
 
 if TYPE_CHECKING:
-    from .broker import Broker
     from .config import PolicyEntry
     from .message import Message
+    from .ports import DestinationHost
     from .subscription import Subscription
 
 __all__ = ["Queue"]
@@ -39,7 +39,7 @@ class Queue(Destination):
 
     kind = "queue"
 
-    def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry", **kw: Any) -> None:
+    def __init__(self, broker: DestinationHost, name: str, policy: "PolicyEntry", **kw: Any) -> None:
         super().__init__(broker, name, policy, **kw)
         #: The cache: undelivered messages in memory, in dispatch order.
         self.pending: FifoPending | PriorityPending = (

@@ -18,15 +18,17 @@ open to their owner.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .destination import Destination, parse_address
 from .queue import Queue
 from .topic import Topic
 from .errors import ProtocolError
+from .ports import DestinationHost
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .config import BrokerConfig
+    from .security import Security
     from .session import Session
 
 __all__ = ["DestinationRegistry", "TEMP_PREFIXES", "REMOTE_TEMP_PREFIXES"]
@@ -37,10 +39,28 @@ TEMP_PREFIXES = {"/temp-queue/": ("queue", "/remote-temp-queue/"), "/temp-topic/
 REMOTE_TEMP_PREFIXES = {"/remote-temp-queue/": "queue", "/remote-temp-topic/": "topic"}
 
 
+class RegistryHost(DestinationHost, Protocol):
+    """The broker as its registry sees it: what a new destination is given
+    (the broker as its ``DestinationHost``, a policy), the rights to check, and
+    whom to tell of a destination created."""
+
+    @property
+    def boot(self) -> str:
+        """This broker run's token (in temporary destinations' names)."""
+
+    @property
+    def config(self) -> "BrokerConfig": ...
+
+    @property
+    def security(self) -> "Security": ...
+
+    def destination_created(self, destination: Destination) -> None: ...
+
+
 class DestinationRegistry:
     """Every destination of one broker, by full address."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: RegistryHost) -> None:
         self.broker = broker
         self.by_address: dict[str, Destination] = {}
         self._temporaries: dict[int, list[Destination]] = {}

@@ -86,7 +86,7 @@ class VirtualClient:
     @property
     def tag(self) -> str:
         """The broker's id for this connection, as CONNECTED and the trace give it."""
-        return self.net.broker._session_tag(self.sid)
+        return self.net.broker.session_tag(self.sid)
 
     # -- sending
     def send_frame(self, command: str, headers: dict[str, str] | None = None, body: bytes | str = b"") -> None:

@@ -32,20 +32,69 @@ traffic (a console polling an idle broker shows 0 in and 0 out).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from . import wildcards
+from .diagnosis import DiagnosedBroker
+from .queue import Queue
 
 if TYPE_CHECKING:
-    from .broker import Broker
-    from .security import Principal
+    from .clock import Clock
+    from .rates import RateMeter
+    from .security import Principal, Security
+    from .usage import Usage
     from .destination import Destination
     from .session import Session
     from .subscription import Subscription
 
-__all__ = ["STATISTICS_PREFIX", "Scope", "StatisticsSource", "is_statistics_address", "statistics_replies"]
+__all__ = [
+    "STATISTICS_PREFIX",
+    "BrokerView",
+    "Scope",
+    "StatisticsSource",
+    "is_statistics_address",
+    "statistics_replies",
+]
 
 STATISTICS_PREFIX = "/queue/ActiveMQ.Statistics."
+
+
+class BrokerView(DiagnosedBroker, Protocol):
+    """The broker as its statistics read it (``broker.Broker`` satisfies it): what
+    the diagnosis reads, and its connections, usages, rates and store."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def clock(self) -> "Clock": ...
+
+    @property
+    def security(self) -> "Security": ...
+
+    @property
+    def sessions(self) -> Mapping[int, "Session"]: ...
+
+    @property
+    def temp_usage(self) -> "Usage": ...
+
+    @property
+    def rates(self) -> "RateMeter": ...
+
+    @property
+    def store_state(self) -> str:
+        """ok, full or failed."""
+
+    @property
+    def store_full(self) -> str | None: ...
+
+    @property
+    def store_failure(self) -> str | None: ...
+
+    def index_spilled_bytes(self) -> int: ...
+
+    def diagnose(self) -> list[dict[str, Any]]:
+        """The pathologies recognised now (``diagnosis.py``)."""
 
 
 def is_statistics_address(address: str) -> bool:
@@ -57,7 +106,7 @@ class Scope:
 
     def __init__(
         self,
-        broker: "Broker",
+        broker: "BrokerView",
         principal: "Principal | None" = None,
         session_id: int | None = None,
         everything: bool = True,
@@ -68,7 +117,7 @@ class Scope:
         self.everything = everything
 
     @classmethod
-    def of(cls, broker: "Broker", session: "Session", address: str) -> "Scope":
+    def of(cls, broker: "BrokerView", session: "Session", address: str) -> "Scope":
         """The scope of ``session`` asking ``address`` (an admin of it sees everything)."""
         principal = session.principal
         admin = broker.security.allows(principal, "admin", "queue", address[len("/queue/") :])
@@ -110,7 +159,7 @@ class Scope:
         ]
 
 
-def broker_statistics(broker: "Broker", scope: Scope | None = None) -> dict[str, Any]:
+def broker_statistics(broker: "BrokerView", scope: Scope | None = None) -> dict[str, Any]:
     scope = scope if scope is not None else Scope(broker)
     dests = scope.destinations()
     rings = broker.store.ring_reservation() if broker.store is not None else None
@@ -141,7 +190,7 @@ def broker_statistics(broker: "Broker", scope: Scope | None = None) -> dict[str,
         # What no usage counts: where every persistent message is (the journals' indexes)
         # and which are store-only (the queue cursors'): grows with a backlog on disk.
         "indexBytes": (broker.store.index_bytes() if broker.store is not None else 0)
-        + sum(d.cursor.store_only.nbytes() for d in dests if getattr(d, "cursor", None) is not None),
+        + sum(d.cursor.store_only.nbytes() for d in dests if isinstance(d, Queue)),
         # ... and how much of it is not in memory but in scratch files (KahaDB's index beyond its cache).
         "indexSpilledBytes": (broker.store.index_spilled_bytes() if broker.store is not None else 0)
         + broker.index_spilled_bytes(),
@@ -169,7 +218,7 @@ def _inflight(dest: "Destination") -> int:
     return sum(len(s.dispatched) for s in dest.subscriptions)
 
 
-def _rates(broker: "Broker", dest: "Destination", now: float) -> tuple[float, float]:
+def _rates(broker: "BrokerView", dest: "Destination", now: float) -> tuple[float, float]:
     return broker.rates.rates(dest.address, now, dest.enqueued, dest.dequeued)
 
 
@@ -196,7 +245,7 @@ def _swapped(sub: "Subscription") -> int:
     return len(getattr(sub.pending, "disk", ()))
 
 
-def destination_statistics(broker: "Broker", dest: "Destination", scope: Scope | None = None) -> dict[str, Any]:
+def destination_statistics(broker: "BrokerView", dest: "Destination", scope: Scope | None = None) -> dict[str, Any]:
     """One destination; its ``consumers`` only those ``scope`` may see (all by default)."""
     size = dest.size()
     inflight = _inflight(dest)
@@ -284,10 +333,10 @@ def connection_statistics(session: "Session", now: float, wall_ms: int) -> dict[
 
 
 #: A function answering statistics requests as ``statistics_replies`` does (``Broker.statistics_source``).
-StatisticsSource = Callable[["Broker", str, "Scope | None"], "list[dict[str, Any]] | None"]
+StatisticsSource = Callable[["BrokerView", str, "Scope | None"], "list[dict[str, Any]] | None"]
 
 
-def statistics_replies(broker: "Broker", address: str, scope: Scope | None = None) -> list[dict[str, Any]] | None:
+def statistics_replies(broker: "BrokerView", address: str, scope: Scope | None = None) -> list[dict[str, Any]] | None:
     """The JSON objects answering a request sent to ``address`` (what ``scope``
     may see; everything by default); None if unknown."""
     scope = scope if scope is not None else Scope(broker)

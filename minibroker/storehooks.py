@@ -1,7 +1,7 @@
 """The broker core's side of persistence: journaling, group commit, recovery.
 
 A mixin of ``Broker``. Persistent queue messages are journaled before they
-enter the queue (``_admit``); a RECEIPT for them waits, under fsync policy
+enter the queue (``admit``); a RECEIPT for them waits, under fsync policy
 ``always``, until the edge reports an fsync that covers them
 (``store_synced``): one fsync releases every producer that wrote before it.
 Durable topic subscriptions journal their own copy of each persistent
@@ -85,7 +85,7 @@ class StoreHooks:
             topic = self.destination(d["topic"])
             assert isinstance(topic, Topic)
             state = DurableState(d["client_id"], d["name"], d.get("selector"), bool(d.get("no_local")), d.get("owner"))
-            state.selector = self._compile_selector(state.selector_text)
+            state.selector = self.compile_selector(state.selector_text)
             topic.durables[(state.client_id, state.name)] = state
             states[durable_key(topic.address, state.client_id, state.name)] = state
         count = 0
@@ -288,7 +288,26 @@ class StoreHooks:
         self.store_writable()
         return result
 
-    def _admit(self, destination: Destination, message: Message) -> Any:
+    def begin_storage_transaction(self, session: Session) -> str:
+        """Open a storage transaction for ``session``'s COMMIT (or an administrator's
+        move): every journal record until ``end_storage_transaction`` carries its id
+        and takes effect at its TX_COMMIT. Unique across restarts too (the boot
+        token): a storage transaction id is never reused."""
+        self._txid = txid = f"{self.boot}.{session.id}.{self._next_storage_tx}"
+        self._next_storage_tx += 1
+        return txid
+
+    def commit_storage_transaction(self, txid: str) -> None:
+        """Write the TX_COMMIT of ``txid`` (a refusal raises ``ResourceLimitError``)."""
+        store = self.store
+        assert store is not None
+        self._storage_call(lambda: store.commit(txid))
+
+    def end_storage_transaction(self) -> None:
+        """Journal records no longer belong to a storage transaction."""
+        self._txid = None
+
+    def admit(self, destination: Destination, message: Message) -> Any:
         """Journal a persistent queue message, then hand it to the destination."""
         if message.persistent and self.store is not None and isinstance(destination, Queue):
             store = self.store

@@ -36,7 +36,7 @@ from .codec import escape
 if TYPE_CHECKING:
     from .destination import Destination
     from .message import Message
-    from .session import Session
+    from .ports import Connection
 
 __all__ = ["Subscription", "ACK_MODES"]
 
@@ -78,7 +78,7 @@ class Subscription:
         self,
         key: int,
         sub_id: str,
-        session: "Session",
+        session: "Connection",
         destination: "Destination",
         *,
         ack_mode: str = "auto",

@@ -32,9 +32,9 @@ from .destination import Destination
 from .pending import FilePending
 
 if TYPE_CHECKING:
-    from .broker import Broker
     from .config import PolicyEntry
     from .message import Message
+    from .ports import DestinationHost
     from .subscription import Subscription
 
 __all__ = ["Topic", "DurableState"]
@@ -45,7 +45,7 @@ class Topic(Destination):
 
     kind = "topic"
 
-    def __init__(self, broker: "Broker", name: str, policy: "PolicyEntry", **kw: Any) -> None:
+    def __init__(self, broker: DestinationHost, name: str, policy: "PolicyEntry", **kw: Any) -> None:
         super().__init__(broker, name, policy, **kw)
         self.subs: list["Subscription"] = []
         #: Durable subscriptions by (client-id, subscription name), online or not.

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request
@@ -44,10 +44,7 @@ from websockets.protocol import OPEN
 from websockets.server import ServerProtocol
 
 from .config import TransportConfig
-from .edge import EdgeConnection
-
-if TYPE_CHECKING:
-    from .server import BrokerServer
+from .edge import EdgeConnection, EdgeHost
 
 __all__ = ["WebSocketConnection", "STOMP_SUBPROTOCOLS", "stomp_protocol"]
 
@@ -97,7 +94,7 @@ class WebSocketConnection(EdgeConnection):
 
     protocol = "websocket"
 
-    def __init__(self, server: "BrokerServer") -> None:
+    def __init__(self, server: EdgeHost) -> None:
         super().__init__(server)
         self.ws = stomp_protocol(server.broker.config.transport)
         self._request_timer: asyncio.TimerHandle | None = None
