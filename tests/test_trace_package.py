@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import sys
+import time
 from pathlib import Path
 
 from minibroker.trace import Trace
@@ -42,8 +43,12 @@ def test_the_offloaded_writer_process_runs_the_package_as_a_module(tmp_path: Pat
     trace = Trace(tmp_path / "t.jsonl", lambda: 1.0, broker="b", offload=True)
     try:
         assert trace._child is not None
-        # Popen returns once the child has exec'd: its command line is the writer's.
-        argv = Path(f"/proc/{trace._child.pid}/cmdline").read_bytes().split(b"\0")
+        # Popen returns as the child execs; the kernel shows its new command line a moment later.
+        cmdline = Path(f"/proc/{trace._child.pid}/cmdline")
+        deadline = time.monotonic() + 30
+        while not cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        argv = cmdline.read_bytes().split(b"\0")
         assert b"-m" in argv and argv[argv.index(b"-m") + 1] == b"minibroker.trace.run_writer"
         assert not [arg for arg in argv if arg.endswith(b".py")]
         trace.emit("expire", dest="/queue/q", msg="m-1")
