@@ -8,7 +8,7 @@ an ``Outcome``. ``minibroker lab run NAME`` runs every configuration and exits
 0 only when each verdict is the one the lab promises.
 """
 
-from .model import Lab, LabError, RunSpec, find_labs, labs_directory, load_lab
+from .model import Lab, LabError, RunSpec, find_labs, labs_directory, load_lab, sibling_module
 from .runner import LabRun, Outcome, RunResult, run_lab
 
 __all__ = [
@@ -22,4 +22,5 @@ __all__ = [
     "labs_directory",
     "load_lab",
     "run_lab",
+    "sibling_module",
 ]

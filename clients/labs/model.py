@@ -32,7 +32,7 @@ from minibroker.config import BrokerConfig, load_config
 
 from ..sources import SOURCES
 
-__all__ = ["Lab", "RunSpec", "LabError", "find_labs", "labs_directory", "load_lab"]
+__all__ = ["Lab", "RunSpec", "LabError", "find_labs", "labs_directory", "load_lab", "sibling_module"]
 
 VERDICTS = ("pathology", "healthy")
 
@@ -93,6 +93,21 @@ class Lab:
         if not hasattr(module, "run"):
             raise LabError(f"{self.scenario_path} has no run(lab) function")
         return module
+
+
+def sibling_module(scenario_file: str, name: str) -> ModuleType:
+    """The module ``name.py`` beside a lab's scenario (labs are loaded from their files,
+    not as packages), loaded once: ``sibling_module(__file__, "live")``."""
+    directory = Path(scenario_file).resolve().parent
+    qualified = f"minibroker_lab_{directory.name.replace('-', '_')}_{name}"
+    if qualified not in sys.modules:
+        spec = importlib.util.spec_from_file_location(qualified, directory / f"{name}.py")
+        if spec is None or spec.loader is None:
+            raise LabError(f"cannot load {directory / f'{name}.py'}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[qualified] = module
+        spec.loader.exec_module(module)
+    return sys.modules[qualified]
 
 
 def labs_directory() -> Path:

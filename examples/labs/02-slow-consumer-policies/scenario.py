@@ -15,13 +15,18 @@ subscriber is replaced by one that stops reading its socket altogether:
 Pathology: the fast consumers get less than 80% of the producer's 50 msg/s:
 the slow (or stuck) consumer holds everyone back. Every run prints its row of
 the cost table; the last run prints the whole table.
+
+``run_live(lab)`` plays the same workload against the real server on real
+sockets, four times faster (``live.py``); both build a ``Seen`` from their
+clients and broker, and ``verdict`` judges it the same way.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from clients.labs import LabRun, Outcome
+from clients.labs import LabRun, Outcome, sibling_module
 from minibroker.stats import statistics_replies
 
 TOPIC = "/topic/ticks"
@@ -97,6 +102,54 @@ class SlowConsumer:
             self.acked += 1
 
 
+@dataclass(frozen=True)
+class Pace:
+    """The workload's figures: the virtual run's, or the live run's (``live.py``)."""
+
+    rate: float  # the producer's own pace, msg/s
+    slow_rate: float  # the slow consumer's acks, msg/s
+    seconds: float
+    window_from: float  # rates are measured from here to the end
+    #: The fast consumers are held back below this many msg/s (the verdict).
+    held_below: float
+    body: int  # bytes per message
+
+
+VIRTUAL = Pace(RATE, SLOW_RATE, SECONDS, WINDOW_FROM, HEALTHY_SHARE * RATE, len(BODY))
+
+
+@dataclass
+class Seen:
+    """What one run saw, from the clients and from the broker, on either clock.
+
+    ``events`` are the trace's events (``ts`` in seconds from the run's start);
+    the ``*_session`` fields are the trace's ``session`` of the slow (or stuck)
+    consumer and of the producer."""
+
+    pace: Pace
+    producer_rate: float
+    fast_rate: float
+    slow_rate: float
+    lag: float | None
+    sent: int
+    slow_closed: bool
+    slow_errors: list[dict[str, str]]
+    discarded: int
+    temp_kb: int
+    temp_pct: int
+    backlog: int
+    events: list[dict[str, Any]]
+    slow_session: str
+    producer_session: str
+    log_lines: list[str]
+    stuck_connection: dict[str, Any] | None
+    slow_subscription: dict[str, Any] | None
+    memory_kb: int
+
+    def trace(self, *names: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] in names]
+
+
 def run(lab: LabRun) -> Outcome:
     if lab.spec is lab.lab.runs[0]:
         ROWS.clear()
@@ -119,17 +172,6 @@ def run(lab: LabRun) -> Outcome:
     slow = SlowConsumer(clients["slow"], "slow")
     fast = [clients[n] for n in SUBSCRIBERS if n.startswith("fast")]
     producer = Producer(net.connected_client("producer"), lambda: net.now)
-    cfg = lab.config
-    who = (
-        "'stuck' stops reading its socket after CONNECTED"
-        if stuck
-        else f"'slow' has prefetch {SLOW_PREFETCH} and acks {SLOW_RATE}/s"
-    )
-    lab.note(
-        f"workload: {TOPIC}, subscribers {', '.join(SUBSCRIBERS)} in dispatch order ({who}); producer up to "
-        f"{RATE} msg/s, each SEND waiting for its RECEIPT; {SECONDS:.0f} s, rates from t={WINDOW_FROM:.0f} s; "
-        f"memory {cfg.system_usage.memory_limit // KB} KB"
-    )
 
     marks: dict[str, int] = {}
 
@@ -145,93 +187,31 @@ def run(lab: LabRun) -> Outcome:
         net.every(1 / SLOW_RATE, slow.tick, until=SECONDS)
     net.at(WINDOW_FROM, mark)
     net.advance(SECONDS)
-    return _verdict(lab, net, producer, clients, fast, marks, lab.broker_log(), stuck)
+    return verdict(lab, _seen(lab, net, producer, clients, fast, marks), stuck)
 
 
-def _verdict(
-    lab: LabRun,
-    net: Any,
-    producer: Producer,
-    clients: dict[str, Any],
-    fast: list[Any],
-    marks: dict[str, int],
-    log_lines: list[str],
-    stuck: bool,
-) -> Outcome:
+def run_live(lab: LabRun) -> Outcome:
+    """The same workload against the real server on real sockets, faster: ``live.py``."""
+    return verdict(lab, sibling_module(__file__, "live").play(lab, Seen, Pace), lab.name.startswith("stuck-socket"))
+
+
+def _seen(
+    lab: LabRun, net: Any, producer: Producer, clients: dict[str, Any], fast: list[Any], marks: dict[str, int]
+) -> Seen:
+    """The virtual run's figures, read from its clients and its broker."""
     broker = net.broker
     topic = broker.destinations[TOPIC]
-    trace = lab.trace
     span = SECONDS - WINDOW_FROM
     slow_client = clients["slow"]
-    producer_rate = (producer.receipted() - marks["producer"]) / span
-    fast_rate = (sum(len(c.messages()) for c in fast) - marks["fast"]) / len(fast) / span
-    slow_rate = (len(slow_client.messages()) - marks["slow"]) / span
     received = slow_client.messages()
-    lag = round(net.now - producer.sent_at[int(received[-1].headers["seq"])], 1) if received else None
-    aborted = [e for e in trace.events("unsubscribe") if e.get("reason") == "abort"]
-    closed = [e for e in trace.events("disconnect") if e["session"] == slow_client.tag]
-    dropped = len(aborted) + len([e for e in closed if not aborted])
-    temp_kb = broker.temp_usage.peak // KB
-    backlog = sum(len(s.pending) for s in topic.subs if s.session.id == slow_client.sid)
-
-    # -- what the slow (or stuck) consumer did to the others, from the trace and the log
-    slow_marks = [e for e in trace.events("slow_consumer") if e["session"] == slow_client.tag]
-    if slow_marks:
-        first = slow_marks[0]
-        lab.note(
-            f"slow-consumer detector: '{first['sub']}' marked slow at t={first['ts']:.1f} s ({first['pending']} "
-            f"pending > prefetch {first['prefetch']}); {len(slow_marks)} slow_consumer event(s)"
-        )
-    cursor_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
-    if cursor_line:
-        lab.note(f"broker log: {cursor_line}")
-    flow = [e for e in trace.events("flow_block", "flow_unblock") if e["session"] == producer.client.tag]
-    blocks = [e for e in flow if e["event"] == "flow_block"]
-    if blocks:
-        still = flow[-1]["event"] == "flow_block"
-        lab.note(
-            f"trace: {len(blocks)} flow_block for the producer (first at t={blocks[0]['ts']:.1f} s, {blocks[0]['usage']} "
-            f"{blocks[0]['pct']}%){'; the last has no flow_unblock: blocked to the end' if still else ''}"
-        )
-    swaps = trace.events("swap_out")
-    if swaps:
-        lab.note(
-            f"t={swaps[0]['ts']:.1f} s: swap_out of {swaps[0]['count']} messages (the whole memory list) to the temp "
-            f"store; {len(swaps)} swap_out event(s); temp usage peaked at {temp_kb} KB "
-            f"({broker.temp_usage.peak * 100 // broker.temp_usage.limit}% of the limit)"
-        )
-    discards = trace.events("discard")
-    if discards:
-        lab.note(
-            f"trace: {len(discards)} discard events ({discards[0]['reason']}), first at t={discards[0]['ts']:.1f} s; "
-            f"the topic counts discarded={topic.discarded}"
-        )
-    for e in aborted:
-        lab.note(f"trace: t={e['ts']:.1f} s unsubscribe of '{e['sub']}' with reason abort")
-    for frame in slow_client.frames("ERROR"):
-        headers = ", ".join(f"{k}:{v}" for k, v in frame.headers.items())
-        lab.note(
-            f"the slow client got ERROR [{headers}]; its connection is {'closed' if slow_client.closed else 'still open'}"
-        )
-    for e in trace.events("write_timeout"):
-        lab.note(
-            f"trace: t={e['ts']:.1f} s write_timeout for session {e['session']}: its socket took nothing for "
-            f"{e['waited']:.1f} s; then disconnect with reason {next((d['reason'] for d in closed), '?')}"
-        )
-    forced = next((line for line in log_lines if line.startswith("Forced write timeout")), None)
-    if forced:
-        lab.note(f"broker log: {forced}")
-    if stuck and not slow_client.closed:
-        conn = next(
+    stuck = next(
+        (
             c
             for c in statistics_replies(broker, "/queue/ActiveMQ.Statistics.Connection")
             if c["connection"] == slow_client.sid
-        )
-        lab.note(
-            f"minibroker stat --connections, the stuck one: {conn['outboundQueuedBytes'] // KB} KB queued, "
-            f"transportPaused {conn['transportPaused']}, {conn['secondsSinceLastWrite']:.0f} s since its socket "
-            f"took anything"
-        )
+        ),
+        None,
+    )
     sub = next(
         (
             s
@@ -240,29 +220,126 @@ def _verdict(
         ),
         None,
     )
+    return Seen(
+        pace=VIRTUAL,
+        producer_rate=(producer.receipted() - marks["producer"]) / span,
+        fast_rate=(sum(len(c.messages()) for c in fast) - marks["fast"]) / len(fast) / span,
+        slow_rate=(len(received) - marks["slow"]) / span,
+        lag=round(net.now - producer.sent_at[int(received[-1].headers["seq"])], 1) if received else None,
+        sent=len(producer.sent_at),
+        slow_closed=slow_client.closed,
+        slow_errors=[dict(f.headers) for f in slow_client.frames("ERROR")],
+        discarded=topic.discarded,
+        temp_kb=broker.temp_usage.peak // KB,
+        temp_pct=broker.temp_usage.peak * 100 // broker.temp_usage.limit,
+        backlog=sum(len(s.pending) for s in topic.subs if s.session.id == slow_client.sid),
+        events=lab.trace.events(),
+        slow_session=slow_client.tag,
+        producer_session=producer.client.tag,
+        log_lines=lab.broker_log(),
+        stuck_connection=stuck,
+        slow_subscription=sub,
+        memory_kb=lab.config.system_usage.memory_limit // KB,
+    )
+
+
+def verdict(lab: LabRun, seen: Seen, stuck: bool) -> Outcome:
+    """The run's verdict, evidence and row of the cost table, from what it saw."""
+    pace = seen.pace
+    who = (
+        "'stuck' stops reading its socket after CONNECTED"
+        if stuck
+        else f"'slow' has prefetch {SLOW_PREFETCH} and acks {pace.slow_rate:g}/s"
+    )
+    lab.note(
+        f"workload: {TOPIC}, subscribers {', '.join(SUBSCRIBERS)} in dispatch order ({who}); producer up to "
+        f"{pace.rate:g} msg/s of {pace.body} B, each SEND waiting for its RECEIPT; {pace.seconds:.0f} s, rates "
+        f"from t={pace.window_from:.0f} s; memory {seen.memory_kb} KB"
+    )
+    aborted = [e for e in seen.trace("unsubscribe") if e.get("reason") == "abort"]
+    closed = [e for e in seen.trace("disconnect") if e["session"] == seen.slow_session]
+    dropped = len(aborted) + len([e for e in closed if not aborted])
+
+    # -- what the slow (or stuck) consumer did to the others, from the trace and the log
+    slow_marks = [e for e in seen.trace("slow_consumer") if e["session"] == seen.slow_session]
+    if slow_marks:
+        first = slow_marks[0]
+        lab.note(
+            f"slow-consumer detector: '{first['sub']}' marked slow at t={first['ts']:.1f} s ({first['pending']} "
+            f"pending > prefetch {first['prefetch']}); {len(slow_marks)} slow_consumer event(s)"
+        )
+    cursor_line = next((line for line in seen.log_lines if "Pending message cursor [" in line), None)
+    if cursor_line:
+        lab.note(f"broker log: {cursor_line}")
+    flow = [e for e in seen.trace("flow_block", "flow_unblock") if e["session"] == seen.producer_session]
+    blocks = [e for e in flow if e["event"] == "flow_block"]
+    if blocks:
+        still = flow[-1]["event"] == "flow_block"
+        lab.note(
+            f"trace: {len(blocks)} flow_block for the producer (first at t={blocks[0]['ts']:.1f} s, {blocks[0]['usage']} "
+            f"{blocks[0]['pct']}%){'; the last has no flow_unblock: blocked to the end' if still else ''}"
+        )
+    swaps = seen.trace("swap_out")
+    if swaps:
+        lab.note(
+            f"t={swaps[0]['ts']:.1f} s: swap_out of {swaps[0]['count']} messages (the whole memory list) to the temp "
+            f"store; {len(swaps)} swap_out event(s); temp usage peaked at {seen.temp_kb} KB "
+            f"({seen.temp_pct}% of the limit)"
+        )
+    discards = seen.trace("discard")
+    if discards:
+        lab.note(
+            f"trace: {len(discards)} discard events ({discards[0]['reason']}), first at t={discards[0]['ts']:.1f} s; "
+            f"the topic counts discarded={seen.discarded}"
+        )
+    for e in aborted:
+        lab.note(f"trace: t={e['ts']:.1f} s unsubscribe of '{e['sub']}' with reason abort")
+    for error in seen.slow_errors:
+        headers = ", ".join(f"{k}:{v}" for k, v in error.items())
+        lab.note(
+            f"the slow client got ERROR [{headers}]; its connection is {'closed' if seen.slow_closed else 'still open'}"
+        )
+    for e in seen.trace("write_timeout"):
+        lab.note(
+            f"trace: t={e['ts']:.1f} s write_timeout for session {e['session']}: its socket took nothing for "
+            f"{e['waited']:.1f} s; then disconnect with reason {next((d['reason'] for d in closed), '?')}"
+        )
+    forced = next((line for line in seen.log_lines if line.startswith("Forced write timeout")), None)
+    if forced:
+        lab.note(f"broker log: {forced}")
+    conn = seen.stuck_connection
+    if stuck and not seen.slow_closed and conn is not None:
+        lab.note(
+            f"minibroker stat --connections, the stuck one: {conn['outboundQueuedBytes'] // KB} KB queued, "
+            f"transportPaused {conn['transportPaused']}, {conn['secondsSinceLastWrite']:.0f} s since its socket "
+            f"took anything"
+        )
+    sub = seen.slow_subscription
     if sub is not None:
         lab.note(
             f"minibroker stat --subscriptions --json, '{sub['subscription']}': pending {sub['pendingQueueSize']}, "
             f"dispatched {sub['dispatchedQueueSize']}, slowConsumer {sub['slowConsumer']}, "
             f"discarded {sub['discarded']}"
         )
+    lag = seen.lag
     lag_text = f"; its last message was sent {lag:.1f} s before the end" if lag is not None else ""
     lab.note(
-        f"from t={WINDOW_FROM:.0f} s to t={SECONDS:.0f} s: producer {producer_rate:.1f} msg/s, fast consumers "
-        f"{fast_rate:.1f} msg/s each, the {'stuck' if stuck else 'slow'} one {slow_rate:.1f} msg/s{lag_text}"
+        f"from t={pace.window_from:.0f} s to t={pace.seconds:.0f} s: producer {seen.producer_rate:.1f} msg/s, fast "
+        f"consumers {seen.fast_rate:.1f} msg/s each, the {'stuck' if stuck else 'slow'} one {seen.slow_rate:.1f} "
+        f"msg/s{lag_text}"
     )
 
-    held = fast_rate < HEALTHY_SHARE * RATE
+    held = seen.fast_rate < pace.held_below
     row = {
         "run": lab.name,
-        "producer": f"{producer_rate:.1f}",
-        "fast": f"{fast_rate:.1f}",
-        "slow": f"{slow_rate:.1f}",
+        "producer": f"{seen.producer_rate:.1f}",
+        "fast": f"{seen.fast_rate:.1f}",
+        "slow": f"{seen.slow_rate:.1f}",
         "lag": "-" if lag is None or dropped else f"{lag:.1f}",
-        "backlog": str(backlog),
-        "discarded": str(topic.discarded),
+        "backlog": str(seen.backlog),
+        "discarded": str(seen.discarded),
         "aborted": str(dropped),
-        "temp_kb": str(temp_kb),
+        "temp_kb": str(seen.temp_kb),
         "verdict": "pathology" if held else "healthy",
     }
     ROWS.append(row)
@@ -272,35 +349,35 @@ def _verdict(
             lab.note(line)
     if held:
         summary = (
-            f"the fast consumers get {fast_rate:.1f} msg/s of the producer's {RATE}: held back by the "
+            f"the fast consumers get {seen.fast_rate:.1f} msg/s of the producer's {pace.rate:g}: held back by the "
             f"{'stuck' if stuck else 'slow'} one"
         )
     else:
         cost = []
-        if topic.discarded:
-            cost.append(f"the slow one lost {topic.discarded} messages")
+        if seen.discarded:
+            cost.append(f"the slow one lost {seen.discarded} messages")
         if dropped:
             cost.append(
                 f"the {'stuck' if stuck else 'slow'} consumer was "
-                + ("disconnected" if slow_client.closed else "unsubscribed")
+                + ("disconnected" if seen.slow_closed else "unsubscribed")
             )
-        if temp_kb:
+        if seen.temp_kb:
             cost.append(
-                f"{temp_kb} KB of temp disk for a backlog of {backlog}, the slow one {lag:.0f} s behind and "
-                "falling further"
+                f"{seen.temp_kb} KB of temp disk for a backlog of {seen.backlog}, the slow one {lag or 0:.0f} s behind "
+                "and falling further"
             )
-        summary = f"the fast consumers keep up ({fast_rate:.1f} msg/s); cost: {'; '.join(cost) or 'none'}"
+        summary = f"the fast consumers keep up ({seen.fast_rate:.1f} msg/s); cost: {'; '.join(cost) or 'none'}"
     metrics = {
-        "producer_rate": round(producer_rate, 1),
-        "fast_rate": round(fast_rate, 1),
-        "slow_rate": round(slow_rate, 1),
+        "producer_rate": round(seen.producer_rate, 1),
+        "fast_rate": round(seen.fast_rate, 1),
+        "slow_rate": round(seen.slow_rate, 1),
         "slow_lag": lag,
-        "discarded": topic.discarded,
+        "discarded": seen.discarded,
         "aborted": dropped,
-        "temp_peak_kb": temp_kb,
-        "backlog": backlog,
+        "temp_peak_kb": seen.temp_kb,
+        "backlog": seen.backlog,
         "flow_blocks": len(blocks),
-        "sent": len(producer.sent_at),
+        "sent": seen.sent,
     }
     return Outcome(held, summary, metrics=metrics)
 

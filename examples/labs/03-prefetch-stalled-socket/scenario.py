@@ -30,12 +30,10 @@ sockets with our asyncio client (``live.py``).
 
 from __future__ import annotations
 
-import sys
 from collections import deque
-from pathlib import Path
 from typing import Any
 
-from clients.labs import LabRun, Outcome
+from clients.labs import LabRun, Outcome, sibling_module
 from minibroker.frames import Frame
 from minibroker.sim import PartialWrite, VirtualClient, VirtualNetwork
 
@@ -63,21 +61,7 @@ HEART_BEAT_MS = 2000
 
 def run_live(lab: LabRun) -> Outcome:
     """The same runs against the real server on real sockets: ``live.py``."""
-    return _sibling("live").run_live(lab)
-
-
-def _sibling(name: str) -> Any:
-    """A module beside this one (labs are loaded from their file, not a package)."""
-    import importlib.util
-
-    qualified = f"minibroker_lab_prefetch_stalled_socket_{name}"
-    if qualified not in sys.modules:
-        spec = importlib.util.spec_from_file_location(qualified, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[qualified] = module
-        spec.loader.exec_module(module)
-    return sys.modules[qualified]
+    return sibling_module(__file__, "live").run_live(lab)
 
 
 def run(lab: LabRun) -> Outcome:
