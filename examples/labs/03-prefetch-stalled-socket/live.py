@@ -20,12 +20,27 @@ seconds each. What differs from the virtual run, and why:
   article's "TCP send and receive queues ... very large, on both machines").
 - The broker writes its trace to the run's directory; ACK latency is the time
   from the consumer's write to the broker's ``ack`` event (both wall clock).
+- The heart-beats run: the broker can only count a connection's silence once
+  it has read everything the peer sent (ActiveMQ's inactivity monitor skips
+  its check while a command is being handled, and so does minibroker), and
+  each ACK here costs the store seconds. A consumer that had a hundred ACKs
+  queued in the kernel when it left would keep its connection "alive" for
+  minutes, longer the busier the machine. So in this run the consumer writes
+  its next ACK only once the broker's end of the socket has taken the last
+  one (its kernel receive queue is empty, ``FIONREAD``): what a consumer with
+  the article's small buffers does, its write waiting. It leaves with at most
+  two ACKs in the broker's hands, and keeps retrying for as long as the
+  broker needs to handle them plus the heart-beat grace, computed from the
+  broker's own figures at the stall, plus ``GIVE_UP_AFTER``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
+import struct
+import termios
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +62,9 @@ SOCKET_BUFFER = 4096
 STALL_SECONDS = 1.0
 #: How long a run may wait for the stall, or for the workload to finish.
 RUN_SECONDS = 10.0
+#: The heart-beats run's stall: the consumer's next ACK has waited this long for the broker
+#: to read the last one (each ACK costs the store more than this here).
+GATE_SECONDS = 0.5
 RETRY_DELAY = 1.0
 GIVE_UP_AFTER = 5.0
 HEART_BEAT_MS = 2000
@@ -60,7 +78,7 @@ def run_live(lab: LabRun) -> Outcome:
         if lab.name in ("exclusive", "shared"):
             result = asyncio.run(_exclusive(lab, live.port, exclusive=lab.name == "exclusive"))
         else:
-            result = asyncio.run(_Story(lab, live.port).play())
+            result = asyncio.run(_Story(lab, live.port, live).play())
     if isinstance(result, _Story):
         return result.outcome(_read_trace(trace_file))
     return result
@@ -70,6 +88,28 @@ def _read_trace(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _broker_socket(live: Any, peer_port: int) -> int | None:
+    """The file descriptor of the broker's end of the connection from ``peer_port``."""
+
+    def find() -> int | None:
+        for conn in live.server.connections.values():
+            transport = conn.transport
+            peer = transport.get_extra_info("peername") if transport is not None else None
+            if peer is not None and peer[1] == peer_port:
+                return int(transport.get_extra_info("socket").fileno())
+        return None
+
+    return live.call(find)  # type: ignore[no-any-return]
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting in a socket's kernel receive queue (``FIONREAD``)."""
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+    except OSError:  # the broker closed it
+        return 0
 
 
 def _tcp_queues(port_a: int, port_b: int) -> dict[int, tuple[int, int]] | None:
@@ -91,9 +131,10 @@ def _tcp_queues(port_a: int, port_b: int) -> dict[int, tuple[int, int]] | None:
 class _Story:
     """One run of the story, live."""
 
-    def __init__(self, lab: LabRun, port: int) -> None:
+    def __init__(self, lab: LabRun, port: int, live: Any) -> None:
         self.lab = lab
         self.port = port
+        self.live = live
         self.prefetch = 1 if lab.name == "prefetch-1" else None
         self.heart_beat = lab.name == "heart-beats"
         self.version = "1.1" if self.heart_beat else "1.0"
@@ -112,6 +153,17 @@ class _Story:
         self.finished_at: float | None = None
         self.gave_up_at: float | None = None
         self.t0 = 0.0
+        #: Heart-beats run: the broker's end of the consumer's socket (the ACK gate).
+        self.broker_fd: int | None = None
+        #: How long the consumer retries; heart-beats run: from the broker's figures at the stall.
+        self.patience = GIVE_UP_AFTER
+        #: Heart-beats run: the ACKs left with the broker at the stall, when it should drop the
+        #: silent connection (seconds after the stall), and when it did.
+        self.held_acks = 0
+        self.expected_drop: float | None = None
+        self.stall_at = 0.0
+        #: Heart-beats run: since when the consumer's next ACK has waited for the broker to read the last.
+        self.gate_since: float | None = None
 
     # -- the consumer
     async def _connect(self) -> tuple[StompClient, Subscription]:
@@ -142,6 +194,11 @@ class _Story:
                 return
             self.processed.add(m.message_id)
             await asyncio.sleep(WORK)
+            if self.broker_fd is not None and client is self.old:
+                self.gate_since = time.monotonic()
+                while _unread(self.broker_fd):  # the last ACK is not read yet: this write waits
+                    await asyncio.sleep(WORK / 2)
+                self.gate_since = None
             await client.ack(m)
             self.ack_written[(session, m.message_id)] = time.time()
         self.finished_at = time.monotonic() - self.t0
@@ -157,6 +214,8 @@ class _Story:
             await producer.send(QUEUE, BODY, headers={"persistent": "true"}, receipt=i == MESSAGES - 1)
         client, sub = await self._connect()
         self.old, self.old_port = client, client.get_extra_info("sockname")[1]
+        if self.heart_beat:
+            self.broker_fd = _broker_socket(self.live, self.old_port)
         self.t0 = time.monotonic()
         worker = asyncio.create_task(self._work(client, sub))
         try:
@@ -165,7 +224,10 @@ class _Story:
                 stats = await self._connection(monitor)
                 if stats is not None and self._stalled(stats):
                     self.stall = stats
+                    self.stall_at = time.time()
                     self.queues = _tcp_queues(self.port, self.old_port)
+                    if self.heart_beat:
+                        self._expect_the_drop(stats)
                     break
             if self.stall is None:
                 await asyncio.wait_for(worker, RUN_SECONDS)
@@ -188,8 +250,27 @@ class _Story:
                 return conn
         return None
 
+    def _expect_the_drop(self, conn: dict[str, Any]) -> None:
+        """When the broker should drop the connection the consumer is leaving, from its own
+        figures: every ACK it holds costs the store latency x the messages in flight, then
+        the heart-beat grace; the consumer retries that long and ``GIVE_UP_AFTER`` more."""
+        last_read = time.time() - conn["secondsSinceLastRead"]
+        self.held_acks = 1 + sum(t > last_read for t in self.ack_written.values())  # + the one being handled
+        latency = self.lab.config.store.store_latency / 1000
+        in_flight = conn["unacknowledged"] + 1
+        store = sum(latency * (in_flight - i) for i in range(self.held_acks))
+        grace = HEART_BEAT_MS / 1000 * self.lab.config.transport.hb_grace_period_multiplier
+        self.expected_drop = store + grace
+        self.patience = GIVE_UP_AFTER + self.expected_drop
+
     def _stalled(self, conn: dict[str, Any]) -> bool:
         """Not read for STALL_SECONDS although the consumer has written ACKs since."""
+        if self.broker_fd is not None:  # heart-beats: an ACK write has waited GATE_SECONDS for the broker to read
+            return (
+                conn["readingPaused"]
+                and self.gate_since is not None
+                and time.monotonic() - self.gate_since >= GATE_SECONDS
+            )
         since = conn["secondsSinceLastRead"]
         if not conn["readingPaused"] or since < STALL_SECONDS:
             return False
@@ -204,13 +285,44 @@ class _Story:
                 client, sub = await self._connect()
             except StompError as exc:
                 self.attempts.append((self._now(), False, exc.frame.headers.get("message", str(exc))))
-                if self._now() - first >= GIVE_UP_AFTER:
+                if self._now() - first >= self.patience:
                     self.gave_up_at = self._now()
                     return
                 await asyncio.sleep(RETRY_DELAY)
                 continue
             self.attempts.append((self._now(), True, ""))
             return
+
+    def _dropped_after(self, trace: list[dict[str, Any]]) -> float | None:
+        """Seconds from the stall to the broker's heart-beat timeout of the old connection, or None."""
+        old = self.old.session if self.old is not None else None
+        sessions = {old, old.rsplit("-", 1)[-1]} if old else set()
+        return next(
+            (
+                round(e["ts"] - self.stall_at, 1)
+                for e in trace
+                if e["event"] == "error"
+                and "heart-beat timeout" in e.get("message", "")
+                and e.get("session") in sessions
+            ),
+            None,
+        )
+
+    def _heart_beat_timing(self, dropped: float | None) -> str:
+        """The heart-beats run: when the broker should have dropped the silent connection, and when it did."""
+        assert self.expected_drop is not None
+        seen = (
+            f"it did after {dropped:.1f} s"
+            if dropped is not None
+            else "it had not when the consumer gave up (a store or a loop slower than its own figures)"
+        )
+        return (
+            f"heart-beats: the consumer wrote each ACK only once the broker had read the last, so it left "
+            f"{self.held_acks} ACK(s) with the broker; handling them and {HEART_BEAT_MS} ms x "
+            f"{self.lab.config.transport.hb_grace_period_multiplier:g} of silence, the broker should drop the "
+            f"connection about {self.expected_drop:.1f} s after the stall, and {seen}; the consumer retried for up "
+            f"to {self.patience:.1f} s"
+        )
 
     # -- the verdict
     def outcome(self, trace: list[dict[str, Any]]) -> Outcome:
@@ -248,7 +360,7 @@ class _Story:
                     f"kernel queues (/proc/net/tcp): broker end Send-Q {broker_end[0]:,} B, Recv-Q {broker_end[1]:,} B "
                     f"(ACKs it has not read); consumer end Recv-Q {consumer_end[1]:,} B, Send-Q {consumer_end[0]:,} B"
                 )
-        if self.stall is not None:
+        if self.stall is not None and not self.heart_beat:
             lab.note(
                 "the kernel took every ACK (the broker's receive queue holds some 180 KB of them before a write "
                 "would stall), so there is no partial write live: the consumer leaves the socket here, as the "
@@ -296,6 +408,9 @@ class _Story:
                     f"(closed, not aborted: it waits for a reader that will not come)"
                 )
             lab.note(f"the broker ended the old connection: {why}{lingering}")
+        dropped = self._dropped_after(trace)
+        if self.expected_drop is not None:
+            lab.note(self._heart_beat_timing(dropped))
         lab.note(f"processed {len(self.processed)} of {MESSAGES} messages")
         metrics = {
             "in_flight": in_flight,
@@ -305,6 +420,12 @@ class _Story:
             "connects_accepted": len(accepted) + 1,
             "processed": len(self.processed),
         }
+        if self.heart_beat:
+            metrics.update(
+                held_acks=self.held_acks,
+                expected_drop_s=round(self.expected_drop or 0.0, 1),
+                dropped_after_s=dropped,
+            )
         if self.gave_up_at is not None:
             return Outcome(
                 True,
