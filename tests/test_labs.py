@@ -201,7 +201,7 @@ def _heart_beats_drop_in_time(result) -> None:
     assert m["held_acks"] <= 2, m
     text = "\n".join(result.outcome.evidence)
     assert "the broker ended the old connection: ERROR 'heart-beat timeout: nothing received for" in text
-    assert m["dropped_after_s"] is not None and m["dropped_after_s"] <= m["expected_drop_s"] + 1.0, m
+    assert m["dropped_after_s"] is not None and m["dropped_after_s"] <= m["expected_drop_s"] + 2.0, m
 
 
 def _slow_policies_act(result) -> None:
