@@ -5,7 +5,8 @@ Starts the real ``minibroker serve`` (the embedded configuration, or
 ``--config``), reads its idle RSS, then opens ``--sockets`` connections that
 each send a CONNECT announcing ``content-length:104857600`` (100 MB) and then
 trickle its body at ``--rate`` bytes per second per socket, for ``--seconds``,
-never sending it whole. With a small ``--content-length`` (under the limit on a
+never sending it whole, all from 127.0.0.2 (the bystander's address is
+127.0.0.1). With a small ``--content-length`` (under the limit on a
 frame before login) the sockets are not refused at once but hold their
 incomplete CONNECTs as long as the broker lets them.
 Meanwhile a bystander connects, sends a persistent message with a receipt and
@@ -42,6 +43,8 @@ from clients.stomp import StompClient, StompClientError
 
 GOAL_MB = 200
 HUGE = 100 * 1024 * 1024
+#: Where the hostile sockets come from (the bystander connects from 127.0.0.1).
+HOSTILE_ADDRESS = "127.0.0.2"
 
 
 @dataclass
@@ -59,7 +62,9 @@ class Attack:
 async def hostile(port: int, attack: Attack, rate: int, until: float, length: int) -> None:
     """One socket: a CONNECT announcing ``length`` bytes, then its body a little at a time."""
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        # From another loopback address than the bystander's: the broker's limit on
+        # connections not logged in per address (100) applies to the attacker alone.
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(HOSTILE_ADDRESS, 0))
     except OSError:
         attack.refused += 1
         return

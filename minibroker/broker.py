@@ -30,7 +30,10 @@ The clock and the random seed are given, so a run under ``ManualClock`` is
 exactly repeatable.
 
 No client can hurt another, before or after it logs in: at most
-``max_connections`` connections; until its CONNECT is accepted a connection's
+``max_connections`` connections, of which at most
+``max_unauthenticated_per_address`` from one address before they log in (so
+sockets held open without a CONNECT cannot take every slot); until its CONNECT
+is accepted a connection's
 frames are held to ``max_connect_frame_size`` (the parser's handshake limit);
 the bytes of incomplete frames are charged to one broker-wide total
 (``partial_bytes``) that ``partial_frame_memory_limit`` caps, and a frame must
@@ -251,9 +254,36 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
                 None,
             )
             return sid
+        waiting = self._unauthenticated_from(peer)
+        if t.max_unauthenticated_per_address and waiting > t.max_unauthenticated_per_address:
+            log.warning(
+                "connection %d from %s refused: %d connections from that address have not logged in",
+                sid,
+                peer or "?",
+                waiting - 1,
+            )
+            self._fail(
+                session,
+                ProtocolError(
+                    f"{host_of(peer) or 'this address'} already holds {waiting - 1} connections that have not "
+                    "logged in (transport.max_unauthenticated_per_address): connection refused, try again later"
+                ),
+                None,
+            )
+            return sid
         if t.connect_timeout:
             self.timers.call_at(now + t.connect_timeout / 1000, self._check_connect_timeout, session)
         return sid
+
+    def _unauthenticated_from(self, peer: str) -> int:
+        """Open connections from ``peer``'s address whose CONNECT is not accepted yet (a new one included)."""
+        host = host_of(peer)
+        return sum(
+            1
+            for s in self.sessions.values()
+            if s.state is State.CONNECTING or s.state is State.AUTHENTICATING
+            if host_of(s.peer) == host
+        )
 
     def session_tag(self, sid: int) -> str:
         """The session id of connection ``sid`` as CONNECTED announced it (the trace's ``session``)."""

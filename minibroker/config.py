@@ -299,6 +299,13 @@ class TransportConfig:
         integer(0),
         "connections at once (ActiveMQ maximumConnections); the one over gets an ERROR and is closed; 0 = no limit",
     )
+    max_unauthenticated_per_address: int = option(
+        100,
+        integer(0),
+        "connections from one address that have not logged in yet (no CONNECT accepted); the one over gets an "
+        "ERROR and is closed, so one address holding sockets open cannot take every max_connections slot; "
+        "0 = no limit",
+    )
     max_connect_frame_size: int = option(
         16 * 1024,
         size,

@@ -77,6 +77,25 @@ class TestBeforeLogin:
         second.send("/queue/q", "still served", receipt="r")
         assert second.last().command == "RECEIPT"
 
+    def test_one_address_holding_sockets_before_login_cannot_take_every_slot(self) -> None:
+        """Sockets that never send CONNECT, all from one address, fill max_connections
+        only up to max_unauthenticated_per_address: the one over is refused with an ERROR
+        saying why, and a client from another address still gets in."""
+        config = parse_config({"transport": {"max_connections": 5, "max_unauthenticated_per_address": 3}})
+        net = VirtualNetwork(config, check_teardown=True)
+        held_open = [net.client(f"10.0.0.66:{4000 + i}") for i in range(10)]
+        assert [c.closed for c in held_open] == [False] * 3 + [True] * 7
+        assert error_of(held_open[3]) == (
+            "10.0.0.66 already holds 3 connections that have not logged in "
+            "(transport.max_unauthenticated_per_address): connection refused, try again later"
+        )
+        honest = net.connected_client("10.0.0.7:5000")
+        honest.send("/queue/q", "served", receipt="r")
+        assert honest.last().command == "RECEIPT"
+        held_open[0].connect()  # one of them logs in: its address may open one more
+        assert net.client("10.0.0.66:4100").closed is False
+        assert net.client("10.0.0.66:4101").closed is True
+
 
 def small_limits(**transport: Any) -> VirtualNetwork:
     limits = {"partial_frame_memory_limit": "1 mb", "max_frame_size": "1 mb", "max_data_length": "1 mb", **transport}
