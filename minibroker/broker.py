@@ -57,7 +57,7 @@ from .config import BrokerConfig
 from .coreutil import DEFERRED, ParkedSend, header_text, log
 from .queue import Queue
 from .errors import ProtocolError, Refused
-from .flow import ProducerFlowControl
+from .flow import ProducerFlowControl, ReadingControl
 from .frames import Frame
 from .handlers import FrameHandlers
 from .logins import LoginFailures, host_of
@@ -99,7 +99,7 @@ class _NoTrace:
         pass
 
 
-class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, ConnectionTeardown):
+class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, ConnectionTeardown):
     """The sans-IO broker. See the module docstring for the event protocol."""
 
     def __init__(
@@ -165,12 +165,23 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         self._control: list[Action] = []
         self._refill: list[Session] = []
         self._subs_by_key: dict[int, Subscription] = {}
-        #: Sessions with producers parked by flow control, in blocking order.
-        self._blocked: list[Session] = []
-        self._retry_blocked = False
         #: Queues whose cursor could not page in for lack of memory, in the order
         #: they blocked (a dict used as an ordered set: retries are first come, first served).
         self._blocked_cursors: dict[Queue, None] = {}
+        #: Producer flow control (``flow.py``): parked SENDs, blocked producers, the disk-full gate.
+        self.flow = ProducerFlowControl(
+            self,
+            blocked_cursors=self._blocked_cursors,
+            route=self._route,
+            after_write=self._after_write,
+            send_receipt=self._send_receipt,
+            stop_reading=self._stop_reading,
+            start_reading=self._start_reading,
+            emit=self._emit,
+        )
+        # Bound once: every SEND asks ``_has_room``, every message released calls ``space_freed``.
+        self._has_room = self.flow.has_room
+        self.space_freed = self.flow.space_freed
         #: RECEIPTs waiting for an fsync: (store write generation, session, receipt id).
         self._sync_waiters: list[tuple[int, Session, str]] = []
         #: A ``Sync`` was asked for and its outcome is not reported yet.
@@ -179,8 +190,6 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         self.store_failure: str | None = None
         #: Why the store is full (no space on disk), or None.
         self.store_full: str | None = None
-        #: While the disk is full: persistent messages wait (or are refused) without trying it.
-        self._no_space = False
         self._space_probe = False
         #: The storage transaction of the COMMIT being applied, if any.
         self._txid: str | None = None
@@ -198,7 +207,6 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
         self._full_logged: dict[int, float] = {}
         #: destinations with an abort-slow-consumer check scheduled.
         self._slow_checks: set[str] = set()
-        self._last_block_warning: dict[str, float] = {}
         #: Told just before and just after each connection's teardown (``invariants.TeardownChecker``), or None.
         self.close_observer: Any = None
         self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
@@ -538,9 +546,10 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
 
     def take_actions(self) -> list[Action]:
         """What the edge must do now: writes first, then closes and pauses."""
-        if self._retry_blocked:
-            self._retry_blocked = False
-            self._unblock_producers()
+        flow = self.flow
+        if flow.retry:
+            flow.retry = False
+            flow.unblock_producers()
             for queue in list(self._blocked_cursors):
                 del self._blocked_cursors[queue]
                 queue.dispatch()
@@ -622,7 +631,7 @@ class Broker(FrameHandlers, ProducerFlowControl, StoreHooks, DestinationHooks, C
                 self._store_full(exc)
             text = f"{frame.command} refused: {exc}"
         if session.is_open:
-            self._refuse_send(session, frame.headers.get("receipt"), text)
+            self.flow.refuse_send(session, frame.headers.get("receipt"), text)
 
     def _send_receipt(self, session: Session, receipt: str) -> None:
         """Write a RECEIPT, or queue it behind earlier ones still waiting for an fsync."""

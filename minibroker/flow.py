@@ -1,44 +1,130 @@
 """Producer flow control: ActiveMQ's two ways of holding a producer back.
 
-A mixin of ``Broker``. When a destination's memory is full (its own limit, or
-the broker's), or the store is full for a persistent message, a SEND is
-*parked* instead of entering the destination: a producer that asked for a
-RECEIPT does not get it until there is room (the connection keeps being
-read); one that asked for none stops being read (TCP backpressure), so
-anything else it sends (ACKs included) waits too. With
-``send_fail_if_no_space`` the producer gets an ERROR instead, at once or
+``ProducerFlowControl`` is a part the ``Broker`` holds (``broker.flow``). When
+a destination's memory is full (its own limit, or the broker's), or the store
+is full for a persistent message, a SEND is *parked* instead of entering the
+destination: a producer that asked for a RECEIPT does not get it until there
+is room (the connection keeps being read); one that asked for none stops being
+read (TCP backpressure), so anything else it sends (ACKs included) waits too.
+With ``send_fail_if_no_space`` the producer gets an ERROR instead, at once or
 after ``send_fail_if_no_space_after_timeout``; as in ActiveMQ the connection
 stays open. Parked sends enter, in order, as soon as space is freed.
 
-A full disk (the store marked full: ``_no_space``) holds persistent messages back
-the same way as a full store limit: their producers wait, or with
-``send_fail_if_no_space`` get an ERROR that names the store and "no space".
+A full disk (``disk_full``, set by the store hooks while a write found no
+space) holds persistent messages back the same way as a full store limit:
+their producers wait, or with ``send_fail_if_no_space`` get an ERROR that
+names the store and "no space".
+
+Its own state: the sessions with parked sends (``blocked``, in blocking order),
+whether freed space should let them retry (``retry``, acted on by the broker's
+``take_actions``), the disk-full gate, and when each destination last warned
+of a blocked producer. What it needs of the broker is ``FlowHost`` (state it
+reads) and the callables it is given when it is made (routing a SEND, its
+RECEIPT, pausing and resuming a socket, the trace).
+
+``ReadingControl`` (still a mixin of ``Broker``) pauses and resumes reading a
+connection for a set of reasons (flow control, a login check, a full store).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from .actions import PauseReading, ResumeReading
+from .actions import Action, PauseReading, ResumeReading
 from .codec import encode
 from .coreutil import DEFERRED, ParkedSend, header_text, log
 from .destination import Destination
-from .errors import NoSpaceError, ResourceLimitError
+from .errors import NoSpaceError, ProtocolError, ResourceLimitError
 from .frames import Frame
 from .message import Message
 from .session import Session
 
-__all__ = ["ProducerFlowControl"]
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .persistence import MessageStore
+    from .ports import Tracer
+    from .timers import Timers
+    from .usage import Usage
+
+__all__ = ["FlowHost", "ProducerFlowControl", "ReadingControl"]
+
+
+class FlowHost(Protocol):
+    """The broker as flow control reads it (``broker.Broker`` satisfies it)."""
+
+    @property
+    def clock(self) -> "Clock": ...
+
+    @property
+    def timers(self) -> "Timers": ...
+
+    @property
+    def trace(self) -> "Tracer": ...
+
+    @property
+    def store(self) -> "MessageStore | None": ...
+
+    @property
+    def memory(self) -> "Usage": ...
+
+    @property
+    def store_usage(self) -> "Usage": ...
+
+    @property
+    def temp_usage(self) -> "Usage": ...
+
+    @property
+    def store_full(self) -> str | None:
+        """Why the store is full (no space on the disk), or None."""
 
 
 class ProducerFlowControl:
-    """Parking and releasing SENDs."""
+    """Parking and releasing SENDs: the broker's producer flow control."""
 
-    def _has_room(self, destination: Destination, message: Message) -> bool:
+    def __init__(
+        self,
+        host: FlowHost,
+        *,
+        blocked_cursors: dict[Any, None],
+        route: Callable[[Destination, Message], list[Any] | None],
+        after_write: Callable[[Session, str | None, bool], Any],
+        send_receipt: Callable[[Session, str], None],
+        stop_reading: Callable[[Session, str], None],
+        start_reading: Callable[[Session, str], None],
+        emit: Callable[..., None],
+    ) -> None:
+        self.host = host
+        # Bound once: ``has_room`` runs for every SEND and ``space_freed`` for every
+        # message released, so they read these without a hop through the broker.
+        self.store = host.store
+        self.memory = host.memory
+        self.store_usage = host.store_usage
+        self.temp_usage = host.temp_usage
+        self.clock = host.clock
+        self.timers = host.timers
+        self.trace = host.trace
+        #: Queues whose cursor could not page in for lack of memory (the broker's, shared).
+        self._blocked_cursors = blocked_cursors
+        self._route = route
+        self._after_write = after_write
+        self._send_receipt = send_receipt
+        self._stop_reading = stop_reading
+        self._start_reading = start_reading
+        self._emit = emit
+        #: Sessions with producers parked by flow control, in blocking order.
+        self.blocked: list[Session] = []
+        #: Space was freed (or a parked send went): ``unblock_producers`` should run.
+        self.retry = False
+        #: While the disk is full: persistent messages wait (or are refused) without trying it.
+        self.disk_full = False
+        #: destination address -> when its "producer blocked" warning was last logged.
+        self._last_block_warning: dict[str, float] = {}
+
+    def has_room(self, destination: Destination, message: Message) -> bool:
         """May ``message`` enter ``destination`` now? (ActiveMQ ``Queue.send``'s checks)"""
         if not destination.policy.producer_flow_control and not destination.policy.send_fail_if_no_space:
             return True
-        if message.persistent and self.store is not None and (self.store_usage.is_full() or self._no_space):
+        if message.persistent and self.store is not None and (self.store_usage.is_full() or self.disk_full):
             return False
         if not message.persistent and self.temp_usage.is_full():
             return False  # ActiveMQ Queue.checkUsage / Topic.send: "Temp Store is Full"
@@ -46,7 +132,7 @@ class ProducerFlowControl:
             return True  # each subscription's pending cursor decides (Topic.accept), as TopicSubscription.add
         return not destination.memory.is_full()
 
-    def _park(
+    def park(
         self,
         session: Session,
         destination: Destination,
@@ -57,9 +143,9 @@ class ProducerFlowControl:
         """Block a producer: withhold its RECEIPT, or stop reading it (ActiveMQ's two ways)."""
         policy = destination.policy
         usage = destination.memory
-        if message.persistent and self.store is not None and self._no_space and self.store_full:
+        if message.persistent and self.store is not None and self.disk_full and self.host.store_full:
             text = (
-                f"{self.store_full}. Persistent store is full (no space left on the disk). "
+                f"{self.host.store_full}. Persistent store is full (no space left on the disk). "
                 f"Stopping producer (session {session.id}) to prevent flooding {destination.kind}://{destination.name}."
             )
         elif message.persistent and self.store is not None and self.store_usage.is_full():
@@ -89,7 +175,7 @@ class ProducerFlowControl:
                 f"Memory {usage.percent}% of {usage.limit} bytes, broker {self.memory.percent}%."
             )
         if policy.send_fail_if_no_space and not policy.send_fail_if_no_space_after_timeout:
-            self._refuse_send(session, receipt, text)
+            self.refuse_send(session, receipt, text)
             return DEFERRED
         deadline = None
         if policy.send_fail_if_no_space_after_timeout:
@@ -97,7 +183,7 @@ class ProducerFlowControl:
             self.timers.call_at(deadline, self._park_timeout, session, message)
         session.parked.append(ParkedSend(destination, message, receipt, deadline, resume))
         if len(session.parked) == 1:
-            self._blocked.append(session)
+            self.blocked.append(session)
             self._warn_blocked(session, destination, text)
             session.blocked_since = self.clock.now()
             if self.trace.enabled:
@@ -137,7 +223,7 @@ class ProducerFlowControl:
                 destination.address,
             )
 
-    def _refuse_send(self, session: Session, receipt: str | None, text: str) -> None:
+    def refuse_send(self, session: Session, receipt: str | None, text: str) -> None:
         """An ERROR for one SEND; the connection stays open, as in ActiveMQ."""
         headers = {"message": header_text(text)}
         if receipt is not None:
@@ -152,23 +238,23 @@ class ProducerFlowControl:
             if parked.message is message:
                 del session.parked[i]
                 dest = parked.destination
-                self._refuse_send(
+                self.refuse_send(
                     session,
                     parked.receipt,
                     f"Usage Manager Memory Limit Wait Timeout. Stopping producer (session {session.id}) to prevent flooding "
                     f"{dest.kind}://{dest.name} (waited {dest.policy.send_fail_if_no_space_after_timeout} ms).",
                 )
-                self._retry_blocked = True
+                self.retry = True
                 return
 
     def space_freed(self) -> None:
         """Memory or store space was released: blocked producers and cursors may go on."""
-        if self._blocked or self._blocked_cursors:
-            self._retry_blocked = True
+        if self.blocked or self._blocked_cursors:
+            self.retry = True
 
-    def _unblock_producers(self) -> None:
+    def unblock_producers(self) -> None:
         """Let parked sends in, in order, while there is room."""
-        for session in list(self._blocked):
+        for session in list(self.blocked):
             parked_dest = session.parked[0].destination.address if session.parked else ""
             while session.parked:
                 parked = session.parked[0]
@@ -179,7 +265,7 @@ class ProducerFlowControl:
                         session.parked[0] = parked._replace(resume=remaining)
                         break
                     session.parked.popleft()
-                elif not self._has_room(parked.destination, parked.message):
+                elif not self.has_room(parked.destination, parked.message):
                     break
                 else:
                     session.parked.popleft()
@@ -189,7 +275,7 @@ class ProducerFlowControl:
                         session.parked.appendleft(parked)
                         break
                     except ResourceLimitError as exc:
-                        self._refuse_send(session, parked.receipt, exc.message)
+                        self.refuse_send(session, parked.receipt, exc.message)
                         continue
                     if remaining is not None:
                         session.parked.appendleft(parked._replace(resume=remaining))
@@ -201,7 +287,7 @@ class ProducerFlowControl:
                     self._send_receipt(session, parked.receipt)
             if session.parked:
                 continue
-            self._blocked.remove(session)
+            self.blocked.remove(session)
             if self.trace.enabled:
                 usage = session.blocked_usage
                 pct = {"store": self.store_usage, "temp": self.temp_usage}.get(usage, self.memory).percent
@@ -214,6 +300,17 @@ class ProducerFlowControl:
                     pct=pct,
                 )
             self._start_reading(session, "flow")
+
+
+class ReadingControl:
+    """Pausing and resuming the reading of a connection, for a set of reasons
+    (a mixin of ``Broker``)."""
+
+    # What it uses of the Broker it is mixed into.
+    clock: "Clock"
+    _control: list[Action]
+    _handle: Callable[[Session, Frame], None]
+    _fail: Callable[[Session, ProtocolError, Frame | None], None]
 
     def _stop_reading(self, session: Session, reason: str) -> None:
         """Stop reading ``session``'s socket for ``reason`` (TCP backpressure on the peer)."""

@@ -59,20 +59,22 @@ class FrameHandlers:
             return None
         receipt = frame.headers.get("receipt")
         if session.parked or not self._has_room(destination, message):
-            return self._park(session, destination, message, receipt)
+            return self.flow.park(session, destination, message, receipt)
         try:
             remaining = self._route(destination, message)
         except NoSpaceError as exc:  # a full disk: as a full store, wait (flow control) or refuse
             policy = destination.policy
             if isinstance(destination, Queue) and (policy.producer_flow_control or policy.send_fail_if_no_space):
-                return self._park(session, destination, message, receipt)  # (a topic may have delivered it: no retry)
-            self._refuse_send(session, receipt, exc.message)
+                return self.flow.park(
+                    session, destination, message, receipt
+                )  # (a topic may have delivered it: no retry)
+            self.flow.refuse_send(session, receipt, exc.message)
             return DEFERRED
         except ResourceLimitError as exc:
-            self._refuse_send(session, receipt, exc.message)
+            self.flow.refuse_send(session, receipt, exc.message)
             return DEFERRED
         if remaining is not None:  # a topic subscription is full: the producer waits there
-            return self._park(session, destination, message, receipt, resume=remaining)
+            return self.flow.park(session, destination, message, receipt, resume=remaining)
         return self._after_write(session, receipt, message.store_ref is not None)
 
     def _check_fits_journal(self, message: Message) -> None:
@@ -591,7 +593,7 @@ class FrameHandlers:
                 except StoreFull:  # not written: recovery aborts a transaction left without an outcome
                     pass
             self.end_storage_transaction()
-            self._refuse_send(session, frame.headers.get("receipt"), f"COMMIT of {txid!r} failed: {exc.message}")
+            self.flow.refuse_send(session, frame.headers.get("receipt"), f"COMMIT of {txid!r} failed: {exc.message}")
             return DEFERRED
         finally:
             self.end_storage_transaction()

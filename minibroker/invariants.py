@@ -104,7 +104,7 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
         )
     if session.parked:
         found.append(f"connection {sid} still has {len(session.parked)} SENDs parked by flow control")
-    if session in broker._blocked:
+    if session in broker.flow.blocked:
         found.append(f"connection {sid} is still among the blocked producers")
     if any(s is session for _, s, _ in broker._sync_waiters):
         found.append(f"connection {sid} still has RECEIPTs waiting for an fsync")
@@ -126,7 +126,7 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
                 )
     waiting = [
         p.destination.address
-        for s in broker._blocked
+        for s in broker.flow.blocked
         for p in s.parked
         if p.destination.address in departure.temporaries
     ]

@@ -23,7 +23,7 @@ while RECEIPTs wait, and the edge reports back ``store_synced`` or
   The store is full (``store_full``, in the statistics and the log, until a
   persistent message is written again or journal files are deleted) and persistent SENDs are refused with
   an ERROR, or, under producer flow control without ``send_fail_if_no_space``,
-  wait as for a full store limit, without trying the disk (``_no_space``).
+  wait as for a full store limit, without trying the disk (``flow.disk_full``).
   Consumers, acknowledgements and non-persistent messages go on. Every
   ``SPACE_PROBE_SECONDS``, and whenever the journals shrink, the next
   persistent message tries the disk again: when the operator or the
@@ -177,12 +177,12 @@ class StoreHooks:
         for _, session, receipt in waiters:  # none of them is known to be on disk: no RECEIPT, an ERROR
             session.sync_waiting -= 1
             if session.is_open:
-                self._refuse_send(session, receipt, refusal)
-        for session in list(self._blocked):
+                self.flow.refuse_send(session, receipt, refusal)
+        for session in list(self.flow.blocked):
             for parked in [p for p in session.parked if p.message.persistent]:
                 session.parked.remove(parked)
-                self._refuse_send(session, parked.receipt, refusal)
-            self._retry_blocked = True
+                self.flow.refuse_send(session, parked.receipt, refusal)
+            self.flow.retry = True
         if self.trace.enabled:
             self._emit("error", message=text, code="store_failed", fatal=True)
         self._control.append(Shutdown(text, STORE_FAILED_EXIT))
@@ -200,7 +200,7 @@ class StoreHooks:
             if self.trace.enabled:
                 self._emit("error", message=str(error), code="store_full", fatal=False)
         self.store_full = str(error)
-        self._no_space = True
+        self.flow.disk_full = True
         if not self._space_probe:
             self._space_probe = True
             self.timers.call_at(self.clock.now() + SPACE_PROBE_SECONDS, self._probe_space)
@@ -212,8 +212,8 @@ class StoreHooks:
 
     def _space_returned(self) -> None:
         """The disk may have room (a second passed, or journal files were deleted)."""
-        if self._no_space:
-            self._no_space = False
+        if self.flow.disk_full:
+            self.flow.disk_full = False
             self.space_freed()
 
     def store_writable(self) -> None:

@@ -31,13 +31,24 @@ from .queue import Queue
 
 if TYPE_CHECKING:
     from .destination import Destination
+    from .flow import ProducerFlowControl
+    from .registry import DestinationRegistry
     from .session import Session
+    from .subscription import Subscription
 
 __all__ = ["ConnectionTeardown"]
 
 
 class ConnectionTeardown:
     """``_tear_down``: release all a closed connection held."""
+
+    # What it uses of the Broker it is mixed into.
+    registry: "DestinationRegistry"
+    flow: "ProducerFlowControl"
+    client_ids: dict[str, "Session"]
+    _sync_waiters: list[tuple[int, "Session", str]]
+    _roll_back: Callable[[list[tuple[str, Any, Any]]], None]
+    _remove_subscription: Callable[["Session", "Subscription"], None]
 
     def _tear_down(self, session: "Session") -> None:
         """Release everything ``session`` holds (it is already CLOSED and unlisted)."""
@@ -76,21 +87,21 @@ class ConnectionTeardown:
             self._remove_subscription(sub.session, sub)
         if isinstance(dest, Queue):
             dest.purge()
-        for producer in list(self._blocked):
+        for producer in list(self.flow.blocked):
             bound_here = [p for p in producer.parked if p.destination is dest]
             if not bound_here:
                 continue
             producer.parked = deque(p for p in producer.parked if p.destination is not dest)
             for parked in bound_here:
-                self._refuse_send(
+                self.flow.refuse_send(
                     producer, parked.receipt, f"{dest.address} was deleted: the connection that owned it closed"
                 )
-            self._retry_blocked = True  # the producer may have nothing left to wait for
+            self.flow.retry = True  # the producer may have nothing left to wait for
 
     def _release_waits(self, session: "Session") -> None:
         """Drop what waited on ``session``: parked SENDs, held frames, RECEIPTs owed after an fsync."""
-        if session in self._blocked:
-            self._blocked.remove(session)
+        if session in self.flow.blocked:
+            self.flow.blocked.remove(session)
         session.parked.clear()  # never entered a destination: nothing to release
         session.held_frames.clear()
         session.held_error = None

@@ -198,7 +198,7 @@ def test_a_send_parked_on_its_way_to_a_temporary_queue_is_answered_when_the_owne
     errors = [f.headers["message"] for f in producer.frames("ERROR")]
     assert errors and all(m == f"{address} was deleted: the connection that owned it closed" for m in errors)
     assert len(producer.frames("RECEIPT")) + len(errors) == 6
-    assert not net.broker.sessions[producer.sid].parked and not net.broker._blocked
+    assert not net.broker.sessions[producer.sid].parked and not net.broker.flow.blocked
     producer.send("/queue/elsewhere", b"on", receipt="later")
     assert producer.frames("RECEIPT")[-1].headers["receipt-id"] == "later"
     assert net.teardown is not None and net.teardown.violations == []
