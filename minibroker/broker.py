@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from functools import partial
 
@@ -880,3 +880,17 @@ def _reason_code(reason: str) -> str:
         if fragment in reason:
             return code
     return "error"
+
+
+if TYPE_CHECKING:
+    from .admin import AdminHost
+    from .ports import Connection, DestinationHost
+    from .stats import BrokerView
+
+    def _declared_interfaces(
+        broker: Broker, session: Session
+    ) -> tuple[DestinationHost, AdminHost, BrokerView, Connection]:
+        """The Broker is every interface its parts call it through, and a Session is its
+        subscriptions' ``Connection``: mypy checks it here (the registry's and flow
+        control's are checked where the Broker makes them)."""
+        return broker, broker, broker, session

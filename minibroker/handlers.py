@@ -40,6 +40,10 @@ _TEMP_STARTS = tuple(TEMP_PREFIXES)
 class FrameHandlers:
     """SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT."""
 
+    # Broker state it sets beside its own (declared for the type checker).
+    _pending_send: tuple[Any, ...] | None
+    _pending_kind: int
+
     def _on_send(self, session: Session, frame: Frame) -> Any:
         address = frame.headers.get("destination")
         if not address:

@@ -39,6 +39,13 @@ __all__ = ["DestinationHooks"]
 class DestinationHooks:
     """Callbacks from queues and topics."""
 
+    # Broker state it sets beside its own (declared for the type checker).
+    _temp_store: TempStore | None
+    _index_spill: SpillFile | None
+    _pending_send: tuple[Any, ...] | None
+    _pending_kind: int
+    _pending_cached: bool
+
     def delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame went to ``sub`` (traced: dispatch, and the ack of auto mode)."""
         # The hot path of a traced broker: one fixed-shape record (trace.py).

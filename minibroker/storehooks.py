@@ -34,7 +34,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from storage import StorageError, StoreFailed, StoreFull
+from storage import StorageError, StoreFailed, StoreFull, TempStore
+from storage.spill import SpillFile
 
 from .codec import encode
 from .cursor import PagedRef, StoreRun
@@ -59,6 +60,13 @@ SPACE_PROBE_SECONDS = 1.0
 
 class StoreHooks:
     """Journaling, fsync waiting and recovery."""
+
+    # Broker state it sets beside its own (declared for the type checker).
+    _temp_store: "TempStore | None"
+    _index_spill: "SpillFile | None"
+    store_failure: str | None
+    store_full: str | None
+    _txid: str | None
 
     def _after_write(self, session: Session, receipt: str | None, wrote: bool) -> Any:
         """Hold a RECEIPT until the journal is on disk, when the fsync policy says so."""
