@@ -371,6 +371,26 @@ class TestStoreCursor:
         received, diagnosis = self.seed_000(tmp_path, "legacy", b_limit="20 kb")
         assert received == 10 and diagnosis == ""
 
+    def test_a_slow_consumer_at_its_own_destination_limit_is_not_starved(self, tmp_path: Path) -> None:
+        """Lab 00's slow cure: a queue with its own memory limit and a slow consumer with a big
+        prefetch. The queue's cursor pages a whole batch in past its mark (its memory well over
+        100% of its own limit, as ActiveMQ's does) and then may page in no more, but its consumer
+        is not starved: it holds more messages than it can take. No starving diagnosis."""
+        policies = [
+            {"queue": ">", "space_check": "legacy"},
+            {"queue": "S", "space_check": "legacy", "memory_limit": "64 kb"},
+        ]
+        net = persistent_net(tmp_path, {"system_usage": {"memory_limit": "4 mb"}, "destination_policy": policies})
+        p = net.connected_client()
+        for i in range(300):
+            p.send("/queue/S", BODY, persistent="true")
+        consumer = net.connected_client("slow")
+        consumer.subscribe("/queue/S", "s", "client", **{"activemq.prefetchSize": "800"})
+        queue = net.broker.destinations["/queue/S"]
+        assert len(queue.cursor.store_only) > 0 and not queue.cursor.can_page_in()
+        assert queue.memory.percent >= 70 and len(consumer.messages()) > 0  # at its own mark, its consumer busy
+        assert net.broker.diagnose() == []
+
 
 class TestStoreLimits:
     def test_ring_refuses_an_enqueue_with_qpid_s_message(self, tmp_path: Path) -> None:
