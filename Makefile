@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 
-.PHONY: run test lint venv bench clean net-stomp ruby-stomp php-stomp browser lab-readmes
+.PHONY: run test lint venv bench clean net-stomp ruby-stomp php-stomp browser activemq lab-readmes
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,12 @@ ruby-stomp:
 php-stomp:
 	$(call debian_client,php -r 'exit(class_exists("Stomp") ? 0 : 1);',php-cli php-stomp,tests/test_php_stomp.py)
 
+# Debian's ActiveMQ Classic (and the Java it runs on) for `minibroker lab run N --against
+# activemq` and its test (tests/test_lab_activemq.py); the broker is started only by the
+# labs and the benchmarks, on ports of their own.
+activemq:
+	$(call debian_client,{ [ -f /usr/share/activemq/bin/activemq.jar ] && command -v java; },activemq,tests/test_lab_activemq.py)
+
 # Debian's Chromium and its driver for the browser tests (stomp.js over WebSocket, the
 # console). No browser is downloaded from anywhere else.
 browser:
@@ -87,7 +93,7 @@ lint: $(STAMP)
 EDGE_TESTS := tests/test_server.py tests/test_server_hostile_clients.py tests/test_websocket.py \
               tests/test_lab_stalled_socket.py tests/test_stomp_py.py tests/test_metrics.py tests/test_eventloop.py
 
-test: lint $(STAMP) $(VENDORED) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser
+test: lint $(STAMP) $(VENDORED) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
 	MINIBROKER_LOOP=asyncio $(PY) -m pytest -q
 	MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(EDGE_TESTS)

@@ -1,9 +1,9 @@
 """Start, watch and stop the brokers that bench/compare.py measures.
 
 - ``Ours``: ``minibroker serve`` on a free port with a fresh data directory.
-- ``ActiveMQ``: Debian's ActiveMQ Classic through the vendored
-  ``harness/activemq-start.sh`` / ``activemq-stop.sh`` (STOMP on 61613), with
-  its run directory inside our temporary directory.
+- ``ActiveMQ``: Debian's ActiveMQ Classic (``clients.activemq``, through the vendored
+  ``harness/activemq-start.sh`` / ``activemq-stop.sh``) with the vendored
+  activemq.xml (STOMP on 61613), its run directory inside our temporary directory.
 - ``RssSampler``: one thread that reads VmRSS of every broker pid from
   ``/proc/PID/status`` ten times a second and keeps the peak per window.
 
@@ -14,9 +14,7 @@ a failed start; compare.py calls it from a ``finally``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -31,21 +29,11 @@ if str(HARNESS) not in sys.path:
 
 from stomp_bench import proc_mem  # noqa: E402  (vendored harness)
 
-AMQ_HOME = Path("/usr/share/activemq")
-AMQ_JAR = AMQ_HOME / "bin" / "activemq.jar"
-AMQ_INSTALL = "apt-get install -y activemq"
+from clients import activemq  # noqa: E402
+from clients.activemq import AMQ_INSTALL, BrokerStartError, free_port  # noqa: E402,F401  (bench's callers import them here)
+
 AMQ_STOMP_PORT = 61613
 AMQ_OPENWIRE_PORT = 61616  # also bound by the vendored activemq.xml
-
-
-class BrokerStartError(Exception):
-    """A broker could not be started; the message says why and what to do."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -245,31 +233,23 @@ class ConsolePage:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-class ActiveMQ:
-    """Debian's ActiveMQ Classic, started and stopped with the vendored scripts."""
+class ActiveMQ(activemq.ActiveMQ):
+    """Debian's ActiveMQ Classic with the vendored activemq.xml (STOMP on 61613, OpenWire on 61616)."""
 
-    kind = "activemq"
     port = AMQ_STOMP_PORT
 
     def __init__(
         self, workdir: Path, name: str = "activemq", conf: Path | None = None, heap: str | None = None
     ) -> None:
         """``conf``: an activemq.xml instead of the vendored one; ``heap``: JVM heap options."""
-        self.name = name
-        self.run_dir = workdir / "activemq"
-        self.conf = conf
-        self.heap = heap
-        self.pid: int | None = None
-        self.info: dict = {}
+        super().__init__(workdir, name, conf, heap, port=AMQ_STOMP_PORT)
 
     @staticmethod
     def check_installed() -> None:
-        missing = [what for what, ok in (("java", shutil.which("java")), (str(AMQ_JAR), AMQ_JAR.exists())) if not ok]
-        if missing:
+        problem = activemq.installed_problem()
+        if problem:
             raise BrokerStartError(
-                f"ActiveMQ is not installed (missing: {', '.join(missing)}). Install Debian's package as root:\n\n"
-                f"    {AMQ_INSTALL}\n\n"
-                "then run again, or run without --with-activemq to compare with the reference numbers."
+                f"{problem}\nthen run again, or run without --with-activemq to compare with the reference numbers."
             )
         for port in (AMQ_STOMP_PORT, AMQ_OPENWIRE_PORT):
             if port_open(port):
@@ -279,47 +259,11 @@ class ActiveMQ:
                     f"(`ss -ltnp 'sport = :{port}'` shows who holds it)."
                 )
 
-    @staticmethod
-    def version() -> str | None:
-        try:
-            out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "activemq"], capture_output=True, text=True)
-            return out.stdout.strip() or None
-        except OSError:
-            return None
+    version = staticmethod(activemq.version)
 
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ, AMQ_RUN=str(self.run_dir))
-        if self.conf is not None:
-            env["AMQ_CONF"] = str(self.conf)
-        if self.heap is not None:
-            env["AMQ_HEAP"] = self.heap
-        return env
-
-    def start(self) -> None:
+    def start(self, keep_data: bool = False) -> None:
         self.check_installed()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        p = subprocess.run(
-            ["bash", str(HARNESS / "activemq-start.sh")], env=self._env(), capture_output=True, text=True, timeout=150
-        )
-        pidfile = self.run_dir / "activemq.pid"
-        if pidfile.exists():  # even on failure: stop() must find what the script left running
-            try:
-                self.pid = int(pidfile.read_text().strip())
-            except ValueError:
-                pass
-        if p.returncode != 0:
-            raise BrokerStartError(f"activemq-start.sh failed (status {p.returncode}):\n{p.stderr}{p.stdout}")
-        self.info = json.loads(p.stdout.strip().splitlines()[-1])
-        self.pid = int(self.info["pid"])
-
-    def stop(self) -> str:
-        if self.pid is None:
-            return ""
-        self.pid = None
-        p = subprocess.run(
-            ["bash", str(HARNESS / "activemq-stop.sh")], env=self._env(), capture_output=True, text=True, timeout=60
-        )
-        return (p.stdout + p.stderr).strip()
+        super().start(keep_data)
 
 
 class RssSampler(threading.Thread):

@@ -80,7 +80,9 @@ def test_missing_activemq_names_the_install_command(monkeypatch: pytest.MonkeyPa
     monkeypatch.syspath_prepend(str(BENCH))
     import brokers
 
-    monkeypatch.setattr(brokers, "AMQ_JAR", tmp_path / "no-such" / "activemq.jar")
+    from clients import activemq
+
+    monkeypatch.setattr(activemq, "AMQ_JAR", tmp_path / "no-such" / "activemq.jar")
     with pytest.raises(brokers.BrokerStartError, match=re.escape("apt-get install -y activemq")):
         brokers.ActiveMQ.check_installed()
 

@@ -14,7 +14,10 @@ free, else a free port; the address is printed) so a class watches the run,
 and keeps the last one serving until Ctrl-C (or ``--console-hold SECONDS``);
 without ``--live``, ``--console`` replays the runs' traces in the console after
 the verdicts, ``--speed`` lab seconds per second (default 1), with the lab's
-phases as a track above the charts.
+phases as a track above the charts. ``--against activemq`` plays each live run
+on our server and on Debian's ActiveMQ, started with the run's configuration
+written as activemq.xml, and prints both verdicts side by side (and what
+activemq.xml cannot say, such as the space check of ActiveMQ 5.14 and older).
 NAME is the lab's name, its directory name, or its number.
 """
 
@@ -75,6 +78,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         default=None,
         help="with --console on the virtual clock: lab seconds replayed per second (default 1)",
     )
+    run.add_argument(
+        "--against",
+        choices=["activemq"],
+        help="also run each live run against Debian's ActiveMQ, started with the run's configuration as "
+        "activemq.xml, and print both verdicts side by side",
+    )
     run.add_argument("--labs", metavar="DIR", help="labs directory (default: examples/labs)")
     run.set_defaults(func=_run)
 
@@ -113,6 +122,8 @@ def _run(args: argparse.Namespace) -> int:
     if not matches:
         names = ", ".join(lab.directory.name for lab in labs)
         raise CommandError(f"no lab {wanted!r}; the labs are: {names}")
+    if args.against is not None:
+        return _against(args, matches[0])
     plot_dir = Path(args.plot) if args.plot else None
     console = None
     if args.console is not None:
@@ -159,6 +170,24 @@ def _run(args: argparse.Namespace) -> int:
             console.replay(runs, args.speed or 1.0, Path(tempfile.mkdtemp(prefix="minibroker-lab-replay-")))
         console.hold(args.console_hold)
     return 0 if all(r.as_promised for r in results) else 1
+
+
+def _against(args: argparse.Namespace, lab) -> int:
+    """``--against activemq``: both brokers, the verdicts side by side."""
+    from ..labs.against import run_against_activemq
+
+    others = [
+        opt
+        for opt, on in (("--plot", args.plot), ("--console", args.console is not None), ("--watch", args.watch))
+        if on
+    ]
+    if others:
+        raise CommandError(f"--against activemq runs alone (not with {', '.join(others)})")
+    try:
+        comparisons = run_against_activemq(lab)
+    except LabError as exc:
+        raise CommandError(str(exc)) from None
+    return 0 if all(c.as_expected for c in comparisons) else 1
 
 
 def _terminal_writer() -> Callable[[str], None]:

@@ -7,7 +7,8 @@ What is read (element names without their namespace, wherever the
 - ``<systemUsage>``: ``memoryUsage`` ``limit`` or ``percentOfJvmHeap``,
   ``storeUsage`` and ``tempUsage`` ``limit`` (``percentLimit`` is noted, not
   checked); sizes in ActiveMQ's syntax (``"64 mb"``, ``"1gb"``, ``65536``);
-- ``<persistenceAdapter>``: ``kahaDB journalMaxFileLength``;
+- ``<persistenceAdapter>``: ``kahaDB journalMaxFileLength`` and
+  ``journalDiskSyncStrategy``;
 - ``<tempDataStore>``: any element with ``journalMaxFileLength``
   (``pListStoreImpl``);
 - ``<destinationPolicy>``: each ``policyEntry`` (and ``policyMap
@@ -16,11 +17,13 @@ What is read (element names without their namespace, wherever the
   (``vmCursor``/``fileCursor``), ``pendingMessageLimitStrategy``
   (``constantPendingMessageLimitStrategy limit``,
   ``prefetchRatePendingMessageLimitStrategy multiplier``),
+  ``messageEvictionStrategy`` (``oldestMessageEvictionStrategy``),
   ``slowConsumerStrategy`` (``abortSlowConsumerStrategy``,
   ``abortSlowAckConsumerStrategy``);
 - ``<transportConnectors>``: every STOMP connector (``stomp``, ``stomp+nio``,
   ``stomp+ssl`` ...) with the URI options of ``spell_xml.LISTENER_OPTIONS``
-  and the ``allowLinkStealing`` attribute.
+  and the ``allowLinkStealing`` attribute (``transport.hbGracePeriodMultiplier``
+  is 1.0 when not set, ActiveMQ's default).
 
 What is not set takes ActiveMQ's defaults, which are not all ours: memory
 1 gb, store 100 gb, temp 50 gb, and topic subscriptions on the file cursor
@@ -142,6 +145,10 @@ _POLICY_PARSERS: dict[str, Callable[[str, str], Any]] = {
 }
 
 
+#: KahaDB's journalDiskSyncStrategy -> our ``store.fsync``.
+_SYNC_STRATEGIES = {"always": "always", "periodic": "batch", "never": "never"}
+
+
 # ------------------------------------------------------------------ sections
 class _Reader:
     """Collects values, what the file set (``written``) and notes while reading."""
@@ -203,6 +210,14 @@ class _Reader:
                 kaha.get("journalMaxFileLength", ""), "<kahaDB journalMaxFileLength>"
             )
             self.written["store.journal_max_file_length"] = _show(kaha, "journalMaxFileLength")
+        if kaha is not None and kaha.get("journalDiskSyncStrategy") is not None:
+            strategy = kaha.get("journalDiskSyncStrategy", "").strip().lower()
+            if strategy not in _SYNC_STRATEGIES:
+                raise DoctorError(
+                    f"bad value for <kahaDB journalDiskSyncStrategy>: {strategy!r} (expected always, periodic or never)"
+                )
+            values["fsync"] = _SYNC_STRATEGIES[strategy]
+            self.written["store.fsync"] = _show(kaha, "journalDiskSyncStrategy")
         elif adapter is not None and kaha is None:
             self.unknown.add("store.journal_max_file_length")  # JDBC, LevelDB ...: no journal files to compare
         temp = _first(broker, "tempDataStore")
@@ -245,6 +260,11 @@ class _Reader:
                 multiplier = _value(child.get("multiplier", "1"), f"{tag} <{name} multiplier>", float, "a number")
                 values["pending_message_limit"] = max(0, int(multiplier * values.get("topic_prefetch", 32767)))
                 self.written[prefix + "pending_message_limit"] = _show(child, "multiplier")
+        eviction = _first(element, "messageEvictionStrategy")
+        for child in eviction if eviction is not None else []:
+            if _local(child.tag) == "oldestMessageEvictionStrategy":
+                values["message_eviction_strategy"] = "oldest"
+                self.written[prefix + "message_eviction_strategy"] = _show(child)
         slow = _first(element, "slowConsumerStrategy")
         for child in slow if slow is not None else []:
             name = _local(child.tag)
@@ -280,6 +300,7 @@ class _Reader:
             "max_frame_size": _size,
             "max_data_length": _size,
             "allow_link_stealing": _bool,
+            "hb_grace_period_multiplier": lambda raw, w: _value(raw, w, float, "a number such as 1.5"),
         }
         for key, parse in parsers.items():
             option = LISTENER_OPTIONS[key]
@@ -291,7 +312,8 @@ class _Reader:
             if raw is not None:
                 values[key] = parse(raw, f"{where} {option}")
                 self.written[f"listener[{name}].{key}"] = f"{option}={raw}"
-        transport = TransportConfig(hb_grace_period_multiplier=1.0, **values)  # ActiveMQ's multiplier is 1.0
+        values.setdefault("hb_grace_period_multiplier", 1.0)  # ActiveMQ's default multiplier is 1.0
+        transport = TransportConfig(**values)
         return Listener(name, transport, uri)
 
 

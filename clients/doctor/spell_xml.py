@@ -65,6 +65,7 @@ LISTENER_OPTIONS = {
     "max_frame_size": "wireFormat.maxFrameSize",
     "max_data_length": "wireFormat.maxDataLength",
     "allow_link_stealing": "allowLinkStealing",
+    "hb_grace_period_multiplier": "transport.hbGracePeriodMultiplier",
 }
 
 _SIZE_KEYS = {

@@ -16,6 +16,12 @@
     expect = "pathology"              # or "healthy"
     about = "ActiveMQ <= 5.14 space check, no destination limits"
     findings = ["starved_consumer"]   # what the trace analysis must find (default: nothing)
+    activemq_expect = "healthy"       # the verdict expected of ActiveMQ 5.17 (--against activemq;
+                                      # default: the run's own expect)
+    activemq_not_run = "why"          # a run ActiveMQ cannot be made to show: not started
+    activemq_note = "what"            # what the comparison with ActiveMQ showed, printed with it
+
+A lab whose scenario has no ``run_activemq`` says why with ``no_activemq = "why"``.
 """
 
 from __future__ import annotations
@@ -51,6 +57,12 @@ class RunSpec:
     about: str
     #: The trace analysis's detectors this run's findings must come from, exactly (``--plot``).
     findings: tuple[str, ...] = ()
+    #: The verdict the lab expects of ActiveMQ (``--against activemq``).
+    activemq_expect: str = ""
+    #: Why this run is not started against ActiveMQ ("" when it is).
+    activemq_not_run: str = ""
+    #: What the comparison with ActiveMQ showed (printed with it).
+    activemq_note: str = ""
 
     def config(self) -> BrokerConfig:
         return load_config(self.config_path)
@@ -70,6 +82,8 @@ class Lab:
     figure: tuple[str, ...] = ()
     #: Why ``--live`` cannot run this lab ("" when its scenario has ``run_live``).
     no_live: str = ""
+    #: Why ``--against activemq`` cannot run this lab ("" when its scenario has ``run_activemq``).
+    no_activemq: str = ""
 
     @property
     def citation(self) -> str:
@@ -140,7 +154,21 @@ def load_lab(directory: Path) -> Lab:
         findings = run.get("findings", [])
         if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
             raise LabError(f"{path}: run[{i}].findings must be a list of detector names")
-        runs.append(RunSpec(run["name"], config, run["expect"], run.get("about", ""), tuple(findings)))
+        amq_expect = run.get("activemq_expect", run["expect"])
+        if amq_expect not in VERDICTS:
+            raise LabError(f"{path}: run[{i}].activemq_expect must be one of {VERDICTS}, not {amq_expect!r}")
+        runs.append(
+            RunSpec(
+                run["name"],
+                config,
+                run["expect"],
+                run.get("about", ""),
+                tuple(findings),
+                amq_expect,
+                str(run.get("activemq_not_run", "")),
+                str(run.get("activemq_note", "")),
+            )
+        )
     figure = tuple(data.get("figure", ()))
     unknown = [n for n in figure if n not in {r.name for r in runs}]
     if unknown or len(figure) not in (0, 2):
@@ -154,6 +182,7 @@ def load_lab(directory: Path) -> Lab:
         directory / data.get("scenario", "scenario.py"),
         figure,
         str(data.get("no_live", "")),
+        str(data.get("no_activemq", "")),
     )
 
 

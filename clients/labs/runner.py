@@ -33,7 +33,7 @@ from .looplag import LoopLag
 from .model import Lab, LabError, RunSpec
 from .watch import Phases, Watcher
 
-__all__ = ["LabRun", "Outcome", "RunResult", "run_lab"]
+__all__ = ["LabRun", "Outcome", "RunResult", "run_lab", "run_one"]
 
 
 @dataclass
@@ -110,6 +110,8 @@ class LabRun:
         self._networks: list[VirtualNetwork] = []
         #: Every live broker's loop, sampled (``live_broker``).
         self.loop_lag: LoopLag | None = None
+        #: The activemq.xml a run against ActiveMQ was started with (``clients.labs.against``).
+        self.activemq_xml: Any = None
 
     def finish(self) -> None:
         """The run is over: stop its brokers, so the trace ends where the run did."""
@@ -225,25 +227,9 @@ def run_lab(
     out(f"  {'live server, real sockets' if live else 'virtual clock'}")
     results = []
     for spec in lab.runs:
-        workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))
-        try:
-            run = LabRun(lab, spec, workdir, console, watch if live else None)
-            with run._log:
-                outcome: Outcome = entry(run)
-                run.finish()
-            outcome.evidence = run.notes + outcome.evidence
-            result = RunResult(
-                spec,
-                outcome,
-                loop_lag=run.loop_lag,
-                events=run.trace.events() if keep_events and run.trace is not None else None,
-                config=run.config,
-            )
-            if plot_dir is not None and run.trace is not None:
-                _analyse(run, result, plot_dir / spec.name)
-        finally:
-            if console is None or not console.holds(workdir):
-                shutil.rmtree(workdir, ignore_errors=True)
+        result = run_one(
+            lab, spec, entry, console=console, watch=watch if live else None, keep_events=keep_events, plot_dir=plot_dir
+        )
         results.append(result)
         _print_result(result, out)
     kept = sum(r.as_promised for r in results)
@@ -257,6 +243,42 @@ def run_lab(
         agree = sum(r.findings_as_expected for r in analysed)
         out(f"Trace analysis: {agree}/{len(analysed)} runs found what the lab expects; written to {plot_dir}")
     return results
+
+
+def run_one(
+    lab: Lab,
+    spec: RunSpec,
+    entry: Callable[[LabRun], Outcome],
+    *,
+    console: LabConsole | None = None,
+    watch: Callable[[str], None] | None = None,
+    keep_events: bool = False,
+    plot_dir: Path | None = None,
+) -> RunResult:
+    """One run of ``lab``: ``entry`` (the scenario's ``run``, ``run_live`` ...) in a fresh
+    working directory, which is removed afterwards (unless the console still serves it)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))
+    try:
+        run = LabRun(lab, spec, workdir, console, watch)
+        with run._log:
+            try:
+                outcome: Outcome = entry(run)
+            finally:
+                run.finish()
+        outcome.evidence = run.notes + outcome.evidence
+        result = RunResult(
+            spec,
+            outcome,
+            loop_lag=run.loop_lag,
+            events=run.trace.events() if keep_events and run.trace is not None else None,
+            config=run.config,
+        )
+        if plot_dir is not None and run.trace is not None:
+            _analyse(run, result, plot_dir / spec.name)
+    finally:
+        if console is None or not console.holds(workdir):
+            shutil.rmtree(workdir, ignore_errors=True)
+    return result
 
 
 def _print_result(result: RunResult, out: Callable[[str], None]) -> None:

@@ -18,12 +18,17 @@ run's name:
 the asyncio client ``clients.stomp.StompClient``, in a few seconds of real
 time: A's consumer waits 3 s, F is fed for 3 s (and read for 1 s more). The
 verdicts use the same evidence, read from the live broker on its own thread.
+
+``run_activemq(lab, broker)`` plays the live workloads against ActiveMQ
+(``lab run 00 --against activemq``) with the same clients and the same
+verdict rules, from what the clients see: ActiveMQ 5.15 and later have only
+the current space check, so ``restart-legacy`` does not starve there.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from clients.labs import LabRun, Outcome
 from clients.stomp import StompClient, Subscription
@@ -131,6 +136,13 @@ def note_slow_setup(lab: LabRun, broker: Any) -> None:
     )
 
 
+def slow_verdict(share: float) -> tuple[bool, str]:
+    """Symptom 2's rule, on every broker: F's consumer got less than half of what F was sent."""
+    if share < 0.5:
+        return True, f"the fast consumer got only {share:.0%} of F's messages: held to the slow consumers' pace"
+    return False, f"the fast consumer kept up ({share:.0%} of F's messages)"
+
+
 def slow_outcome(lab: LabRun, broker: Any, sent: int, received: int, acked: dict[str, int], seconds: float) -> Outcome:
     share = received / max(1, sent)
     f = broker.destinations["/queue/F"]
@@ -149,12 +161,7 @@ def slow_outcome(lab: LabRun, broker: Any, sent: int, received: int, acked: dict
             f"trace: {len(page_ins_blocked(lab, '/queue/F'))} page_in_blocked event(s) on /queue/F; "
             f"broker memory now {broker.memory.percent}%"
         )
-    slowed = share < 0.5
-    summary = (
-        f"the fast consumer got only {share:.0%} of F's messages: held to the slow consumers' pace"
-        if slowed
-        else f"the fast consumer kept up ({share:.0%} of F's messages)"
-    )
+    slowed, summary = slow_verdict(share)
     return Outcome(
         slowed, summary, metrics={"sent_f": sent, "received_f": received, "broker_memory_pct": broker.memory.percent}
     )
@@ -292,69 +299,184 @@ def restart_live(lab: LabRun, count: int, seconds: float = 3.0) -> Outcome:
         return asyncio.run(after_restart())
 
 
+async def _slow_workload(
+    port: int, settle: Callable[[dict[str, Subscription]], Awaitable[None]], seconds: float, grace: float
+) -> tuple[int, int, dict[str, int]]:
+    """Symptom 2 with our client against the broker on ``port``: the slow queues' backlogs
+    and consumers, ``settle`` (until the broker has dispatched what they prefetch), then F
+    fed for ``seconds`` and read ``grace`` s more. Returns (sent to F, F received, acked)."""
+    clients: list[StompClient] = []
+
+    async def connect() -> StompClient:
+        clients.append(await StompClient.connect(port=port))
+        return clients[-1]
+
+    try:
+        producer = await connect()
+        slow: dict[str, tuple[StompClient, Subscription]] = {}
+        for name in ("S.1", "S.2"):
+            await _send_all(producer, f"/queue/{name}", S_MESSAGES, BODY)
+        for name in ("S.1", "S.2"):
+            c = await connect()
+            slow[name] = (c, await c.subscribe(f"/queue/{name}", ack="client-individual", prefetch=S_PREFETCH))
+        await settle({name: sub for name, (_, sub) in slow.items()})
+        received = 0
+
+        def count(_message: Any) -> None:
+            nonlocal received
+            received += 1
+
+        await (await connect()).subscribe("/queue/F", on_message=count)
+        acked = {name: 0 for name in slow}
+
+        async def slow_acks() -> None:
+            while True:
+                await asyncio.sleep(ACK_PERIOD)
+                for name, (c, sub) in slow.items():
+                    message = sub.get_nowait()
+                    if message is not None:
+                        await c.ack(message)
+                        acked[name] += 1
+
+        acker = asyncio.create_task(slow_acks())
+        loop = asyncio.get_running_loop()
+        sent = 0
+        start = loop.time()
+        while loop.time() - start < seconds:
+            await producer.send("/queue/F", BODY, {"persistent": "true"})
+            sent += 1
+            await asyncio.sleep(max(0.0, start + sent * F_PERIOD - loop.time()))
+        await asyncio.sleep(grace)  # let the last messages reach the fast consumer
+        acker.cancel()
+        return sent, received, acked
+    finally:
+        for c in clients:
+            c.close()
+
+
 def slow_live(lab: LabRun, seconds: float = 3.0, grace: float = 1.0) -> Outcome:
     with lab.live_broker() as live:
 
-        async def main() -> Outcome:
-            clients: list[StompClient] = []
+        async def settle(slow: dict[str, Subscription]) -> None:
+            previous: list[int] = []
+            streak = 0
 
-            async def connect() -> StompClient:
-                clients.append(await StompClient.connect(port=live.port))
-                return clients[-1]
+            def settled() -> bool:
+                """Each slow consumer holds what the broker dispatched to it, three polls in a row."""
+                nonlocal previous, streak
+                mine = [sub.pending for sub in slow.values()]
+                theirs = live.call(lambda: dispatched(live.server.broker, ["/queue/S.1", "/queue/S.2"]))
+                streak = streak + 1 if mine == theirs == previous else 0
+                previous = mine
+                return streak >= 2
 
-            try:
-                producer = await connect()
-                slow: dict[str, tuple[StompClient, Subscription]] = {}
-                for name in ("S.1", "S.2"):
-                    await _send_all(producer, f"/queue/{name}", S_MESSAGES, BODY)
-                for name in ("S.1", "S.2"):
-                    c = await connect()
-                    slow[name] = (c, await c.subscribe(f"/queue/{name}", ack="client-individual", prefetch=S_PREFETCH))
-                previous: list[int] = []
-                streak = 0
+            await _until(settled)
+            live.call(lambda: note_slow_setup(lab, live.server.broker))
 
-                def settled() -> bool:
-                    """Each slow consumer holds what the broker dispatched to it, three polls in a row."""
-                    nonlocal previous, streak
-                    mine = [sub.pending for _, sub in slow.values()]
-                    theirs = live.call(lambda: dispatched(live.server.broker, ["/queue/S.1", "/queue/S.2"]))
-                    streak = streak + 1 if mine == theirs == previous else 0
-                    previous = mine
-                    return streak >= 2
+        sent, received, acked = asyncio.run(_slow_workload(live.port, settle, seconds, grace))
+        return live.call(lambda: slow_outcome(lab, live.server.broker, sent, received, acked, seconds + grace))
 
-                await _until(settled)
-                live.call(lambda: note_slow_setup(lab, live.server.broker))
-                received = 0
 
-                def count(_message: Any) -> None:
-                    nonlocal received
-                    received += 1
+# -- ActiveMQ, the same clients (``lab run 00 --against activemq``) -------------------------
 
-                await (await connect()).subscribe("/queue/F", on_message=count)
-                acked = {name: 0 for name in slow}
 
-                async def slow_acks() -> None:
-                    while True:
-                        await asyncio.sleep(ACK_PERIOD)
-                        for name, (c, sub) in slow.items():
-                            message = sub.get_nowait()
-                            if message is not None:
-                                await c.ack(message)
-                                acked[name] += 1
+def run_activemq(lab: LabRun, broker: Any) -> Outcome:
+    """The live workloads against ActiveMQ (``broker``: ``clients.labs.against.ActiveMQBroker``).
+    The same clients and the same verdict rules; the evidence is what the clients saw."""
+    if lab.name.startswith("restart"):
+        return restart_activemq(lab, broker, backlogs(lab))
+    return slow_activemq(lab, broker)
 
-                acker = asyncio.create_task(slow_acks())
-                loop = asyncio.get_running_loop()
-                sent = 0
-                start = loop.time()
-                while loop.time() - start < seconds:
-                    await producer.send("/queue/F", BODY, {"persistent": "true"})
-                    sent += 1
-                    await asyncio.sleep(max(0.0, start + sent * F_PERIOD - loop.time()))
-                await asyncio.sleep(grace)  # let the last messages reach the fast consumer
-                acker.cancel()
-                return live.call(lambda: slow_outcome(lab, live.server.broker, sent, received, acked, seconds + grace))
-            finally:
-                for c in clients:
-                    c.close()
 
-        return asyncio.run(main())
+async def _fill(client: StompClient, destinations: list[str], written: list[int], held_after: float) -> bool:
+    """Each destination's backlog, a RECEIPT for its last message; False when the broker stopped
+    taking them (no RECEIPT, nothing more written, for ``held_after`` s: producer flow control)."""
+
+    async def send() -> None:
+        for destination in destinations:
+            for i in range(B_MESSAGES):
+                await client.send(destination, BODY, {"persistent": "true"}, receipt=i == B_MESSAGES - 1)
+                written[0] += 1
+
+    task = asyncio.create_task(send())
+    last, still = -1, 0.0
+    while not task.done():
+        await asyncio.sleep(0.1)
+        still = still + 0.1 if written[0] == last else 0.0
+        last = written[0]
+        if still >= held_after:
+            task.cancel()
+            return False
+    task.result()
+    return True
+
+
+def restart_activemq(lab: LabRun, broker: Any, count: int, seconds: float = 3.0) -> Outcome:
+    async def before_restart() -> None:
+        async with await StompClient.connect(port=broker.port) as producer:
+            await _send_all(producer, "/queue/A", A_MESSAGES, "a")
+
+    async def after_restart() -> Outcome:
+        producer = await StompClient.connect(port=broker.port)
+        written = [0]
+        try:
+            done = await _fill(producer, [f"/queue/{n}" for n in b_queues(count)], written, held_after=2.0)
+        finally:
+            producer.close()
+        queues = " and ".join(f"/queue/{n}" for n in b_queues(count))
+        if done:
+            lab.note(f"{queues}: {written[0]} persistent messages, no consumer, all receipted")
+        else:
+            lab.note(
+                f"{queues}: the producer is held after {written[0]} of {count * B_MESSAGES} messages "
+                "(ActiveMQ stopped reading them: producer flow control)"
+            )
+        for line in broker.log("Memory Limit reached")[:1]:
+            lab.note(f"ActiveMQ's log: {line.split(' | ')[2] if line.count(' | ') >= 2 else line}")
+        async with await StompClient.connect(port=broker.port) as consumer:
+            received = await _collect(await consumer.subscribe("/queue/A"), A_MESSAGES, seconds)
+        lab.note(f"consumer on /queue/A received {received} of {A_MESSAGES} in {seconds:.0f} s")
+        starved = received == 0
+        summary = (
+            f"A's consumer starved: 0 of {A_MESSAGES} received"
+            if starved
+            else f"A's consumer received {received} of {A_MESSAGES}"
+        )
+        return Outcome(starved, summary, metrics={"received": received, "backlog_written": written[0]})
+
+    asyncio.run(before_restart())
+    lab.note(
+        f"{A_MESSAGES} persistent messages sent to /queue/A, which has no consumer; then ActiveMQ restarts on its data"
+    )
+    broker.restart()
+    return asyncio.run(after_restart())
+
+
+def slow_activemq(lab: LabRun, broker: Any, seconds: float = 3.0, grace: float = 1.0) -> Outcome:
+    async def settle(slow: dict[str, Subscription]) -> None:
+        loop = asyncio.get_running_loop()
+        previous: list[int] = []
+        since = loop.time()
+
+        def settled() -> bool:
+            """What the slow consumers hold has not changed for half a second."""
+            nonlocal previous, since
+            mine = [sub.pending for sub in slow.values()]
+            if mine != previous:
+                previous, since = mine, loop.time()
+            return loop.time() - since >= 0.5
+
+        await _until(settled)
+        lab.note(
+            f"/queue/S.1 and /queue/S.2: {S_MESSAGES} messages each, slow consumers (prefetch {S_PREFETCH}, one "
+            f"ack per {ACK_PERIOD} s) hold {' and '.join(str(n) for n in previous)}"
+        )
+
+    sent, received, acked = asyncio.run(_slow_workload(broker.port, settle, seconds, grace))
+    share = received / max(1, sent)
+    lab.note(
+        f"/queue/F: {sent} sent at {1 / F_PERIOD:.0f} msg/s, the fast consumer received {received} ({share:.0%}) "
+        f"in {seconds + grace:.0f} s; the slow consumers acked " + ", ".join(f"{n} {k}" for k, n in acked.items())
+    )
+    slowed, summary = slow_verdict(share)
+    return Outcome(slowed, summary, metrics={"sent_f": sent, "received_f": received})

@@ -84,6 +84,11 @@ def run_live(lab: LabRun) -> Outcome:
     return result
 
 
+def run_exclusive_on(lab: LabRun, port: int) -> Outcome:
+    """The appendix (``exclusive``, ``shared``) against any broker on ``port``: what the clients see."""
+    return asyncio.run(_exclusive(lab, port, exclusive=lab.name == "exclusive"))
+
+
 def _read_trace(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []

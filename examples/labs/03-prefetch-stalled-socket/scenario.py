@@ -25,7 +25,8 @@ connection meanwhile.
   the share of the messages each gets.
 
 ``run_live(lab)`` plays the same runs against the real server on real
-sockets with our asyncio client (``live.py``).
+sockets with our asyncio client (``live.py``); ``run_activemq(lab, broker)``
+plays the appendix against ActiveMQ (``lab run 03 --against activemq``).
 """
 
 from __future__ import annotations
@@ -62,6 +63,13 @@ HEART_BEAT_MS = 2000
 def run_live(lab: LabRun) -> Outcome:
     """The same runs against the real server on real sockets: ``live.py``."""
     return sibling_module(__file__, "live").run_live(lab)
+
+
+def run_activemq(lab: LabRun, broker: Any) -> Outcome:
+    """The appendix against ActiveMQ (``lab run 03 --against activemq``): the live run's clients
+    on ActiveMQ's port. The stalled-socket runs need the slow store, which ActiveMQ has no
+    setting for (``activemq_not_run`` in lab.toml)."""
+    return sibling_module(__file__, "live").run_exclusive_on(lab, broker.port)
 
 
 def run(lab: LabRun) -> Outcome:

@@ -1,0 +1,155 @@
+"""Debian's ActiveMQ Classic as a process of ours: started, restarted, stopped.
+
+The benchmarks (``bench/brokers.py``) and ``lab run --against activemq``
+(``clients.labs.against``) both start it through the shared harness's
+scripts, ``bench/harness/activemq-start.sh`` and ``activemq-stop.sh``: the
+JVM flags of Debian's start script, a run directory of our own (data, log,
+pid file), wait until the STOMP port accepts connections, and stop only the
+pid the start wrote. The broker's configuration is any ``activemq.xml``; it
+names the ports (``port`` is the STOMP port to wait for).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+__all__ = [
+    "free_port",
+    "AMQ_HOME",
+    "AMQ_INSTALL",
+    "ActiveMQ",
+    "BrokerStartError",
+    "HARNESS",
+    "installed_problem",
+    "version",
+]
+
+#: The shared benchmark harness, vendored in this checkout.
+HARNESS = Path(__file__).resolve().parents[1] / "bench" / "harness"
+AMQ_HOME = Path("/usr/share/activemq")
+AMQ_JAR = AMQ_HOME / "bin" / "activemq.jar"
+AMQ_INSTALL = "apt-get install -y activemq"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` right now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerStartError(Exception):
+    """A broker could not be started; the message says why and what to do."""
+
+
+def installed_problem() -> str | None:
+    """Why ActiveMQ cannot be started here (with the command that installs it), or None."""
+    missing = [what for what, ok in (("java", shutil.which("java")), (str(AMQ_JAR), AMQ_JAR.exists())) if not ok]
+    if missing:
+        return (
+            f"ActiveMQ is not installed (missing: {', '.join(missing)}). Install Debian's package as root:\n\n"
+            f"    {AMQ_INSTALL}\n"
+        )
+    if not (HARNESS / "activemq-start.sh").exists():
+        return f"the ActiveMQ start script is not here ({HARNESS}): run from a checkout of minibroker"
+    return None
+
+
+def version() -> str | None:
+    """The installed package's version (``5.17.2+dfsg-2``), or None."""
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "activemq"], capture_output=True, text=True)
+        return out.stdout.strip() or None
+    except OSError:
+        return None
+
+
+class ActiveMQ:
+    """One ActiveMQ broker in ``workdir/activemq`` (its data, log and pid file)."""
+
+    kind = "activemq"
+
+    def __init__(
+        self,
+        workdir: Path,
+        name: str = "activemq",
+        conf: Path | None = None,
+        heap: str | None = None,
+        port: int = 61613,
+    ) -> None:
+        """``conf``: an activemq.xml instead of the harness's (which listens on 61613 and
+        61616); ``heap``: JVM heap options; ``port``: the STOMP port ``conf`` names."""
+        self.name = name
+        self.run_dir = workdir / "activemq"
+        self.conf = conf
+        self.heap = heap
+        self.port = port
+        self.pid: int | None = None
+        self.info: dict = {}
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's own log (log4j, INFO and up)."""
+        return self.run_dir / "data" / "activemq.log"
+
+    def _env(self, keep_data: bool = False) -> dict[str, str]:
+        env = dict(os.environ, AMQ_RUN=str(self.run_dir), AMQ_WAIT_PORT=str(self.port))
+        if keep_data:
+            env["AMQ_KEEP_DATA"] = "1"
+        if self.conf is not None:
+            env["AMQ_CONF"] = str(self.conf)
+        if self.heap is not None:
+            env["AMQ_HEAP"] = self.heap
+        return env
+
+    def start(self, keep_data: bool = False) -> None:
+        """Start the broker (on a fresh data directory unless ``keep_data``) and wait for its port."""
+        problem = installed_problem()
+        if problem:
+            raise BrokerStartError(problem)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        p = subprocess.run(
+            ["bash", str(HARNESS / "activemq-start.sh")],
+            env=self._env(keep_data),
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+        pidfile = self.run_dir / "activemq.pid"
+        if pidfile.exists():  # even on failure: stop() must find what the script left running
+            try:
+                self.pid = int(pidfile.read_text().strip())
+            except ValueError:
+                pass
+        if p.returncode != 0:
+            raise BrokerStartError(f"activemq-start.sh failed (status {p.returncode}):\n{p.stderr}{p.stdout}")
+        self.info = json.loads(p.stdout.strip().splitlines()[-1])
+        self.pid = int(self.info["pid"])
+
+    def stop(self) -> str:
+        """Stop the broker the start left running (safe to call twice, and after a failed start)."""
+        if self.pid is None:
+            return ""
+        self.pid = None
+        p = subprocess.run(
+            ["bash", str(HARNESS / "activemq-stop.sh")], env=self._env(), capture_output=True, text=True, timeout=60
+        )
+        return (p.stdout + p.stderr).strip()
+
+    def restart(self) -> None:
+        """Stop, and start again on the same data (persistent messages survive)."""
+        self.stop()
+        self.start(keep_data=True)
+
+    def log(self, contains: str = "") -> list[str]:
+        """The broker's log lines (optionally only those containing ``contains``)."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        return [line for line in lines if contains in line]

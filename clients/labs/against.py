@@ -1,0 +1,257 @@
+"""A lab beside the real ActiveMQ: ``minibroker lab run NAME --against activemq``.
+
+Theory of operation. For every run of the lab, two runs of the same live
+scenario with the same clients (our asyncio ``StompClient`` on real
+sockets): first against our real server (the scenario's ``run_live``), then
+against Debian's ActiveMQ Classic (the scenario's ``run_activemq(lab,
+broker)``), started for that run alone by ``clients.activemq`` with the
+``activemq.xml`` that ``clients.doctor.write_xml`` writes from the run's TOML,
+on free loopback ports and a fresh data directory under the run's temporary
+directory, and stopped when the run ends, whatever happens. The scenario
+measures the same outcome from the clients' side (a broker's internals are
+not there to read) and gives a verdict by the same rule.
+
+The two verdicts are printed side by side. What ``activemq.xml`` cannot say
+(``write_xml``'s departures: the legacy space check of ActiveMQ 5.14 and
+older, a slow store on purpose ...) is printed with the run; where the
+verdicts differ because of it, the output says which ActiveMQ the pathology
+needs. A run whose pathology ActiveMQ cannot be made to show at all says so
+in ``lab.toml`` (``activemq_not_run``) and is not started; ``activemq_expect``
+is the verdict the lab expects of ActiveMQ (default: the run's own).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .. import activemq
+from ..activemq import ActiveMQ, free_port
+from ..doctor.write_xml import ActiveMQXml, write_xml
+from .model import Lab, LabError, RunSpec
+from .runner import LabRun, Outcome, RunResult, run_one
+
+__all__ = ["ActiveMQBroker", "Comparison", "run_against_activemq"]
+
+#: The JVM's heap for a lab's broker: the labs' memory limits are a few megabytes.
+#: C1 only and the serial collector: a JVM that starts in half the time on a busy machine.
+HEAP = "-Xms64M -Xmx256M -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+class ActiveMQBroker:
+    """What a scenario's ``run_activemq(lab, broker)`` gets: the running ActiveMQ."""
+
+    def __init__(self, process: ActiveMQ, xml: ActiveMQXml, on_restart: Callable[[], None] | None = None) -> None:
+        self._process = process
+        self.xml = xml
+        self._on_restart = on_restart
+
+    @property
+    def port(self) -> int:
+        """The STOMP port on 127.0.0.1."""
+        return self._process.port
+
+    def restart(self) -> None:
+        """Stop and start again on the same data (its persistent messages survive)."""
+        self._process.restart()
+        if self._on_restart is not None:
+            self._on_restart()
+
+    def log(self, contains: str = "") -> list[str]:
+        """ActiveMQ's own log lines (log4j's, INFO and up), optionally only those containing ``contains``."""
+        return self._process.log(contains)
+
+
+@dataclass
+class Comparison:
+    """One run of a lab on both brokers."""
+
+    spec: RunSpec
+    ours: RunResult | None  # None with theirs: not run against ActiveMQ (``spec.activemq_not_run`` says why)
+    theirs: Outcome | None
+    departures: tuple[str, ...] = ()
+
+    @property
+    def as_expected(self) -> bool:
+        """Our verdict as the lab promises, and ActiveMQ's as the lab expects of it."""
+        if self.ours is None or self.theirs is None:
+            return True  # not compared: the lab says why
+        return self.ours.as_promised and self.theirs.verdict == self.spec.activemq_expect
+
+
+def version_label() -> str:
+    """``ActiveMQ 5.17.2`` (the Debian package's upstream version)."""
+    full = activemq.version() or ""
+    upstream = full.split(":")[-1].split("+")[0].split("-")[0]
+    return f"ActiveMQ {upstream}" if upstream else "ActiveMQ"
+
+
+class _ActiveMQRun:
+    """One run's ActiveMQ: its activemq.xml and broker in a fresh directory, started in the
+    background (while our server plays the run), played, stopped in the background."""
+
+    def __init__(self, lab: Lab, spec: RunSpec, label: str) -> None:
+        self.lab, self.spec, self.label = lab, spec, label
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-activemq-"))
+        self.port = free_port()
+        self.xml = write_xml(spec.config(), stomp_port=self.port, openwire_port=free_port())
+        conf = self.workdir / "activemq.xml"
+        conf.write_text(self.xml.text, encoding="utf-8")
+        self.process = ActiveMQ(self.workdir, conf=conf, heap=HEAP, port=self.port)
+        self._error: BaseException | None = None
+        self._starting = threading.Thread(target=self._start, name=f"activemq-start-{spec.name}", daemon=True)
+        self._stopping: threading.Thread | None = None
+
+    def _start(self) -> None:
+        try:
+            self.process.start()
+        except BaseException as exc:  # reported by play()
+            self._error = exc
+
+    def start(self) -> None:
+        self._starting.start()
+
+    def play(self, scenario_run: Callable[[LabRun, ActiveMQBroker], Outcome]) -> Outcome:
+        self._starting.join()
+        if self._error is not None:
+            raise LabError(f"{self.label} did not start for run {self.spec.name}: {self._error}")
+        run = LabRun(self.lab, self.spec, self.workdir)
+        run.activemq_xml = self.xml
+        run.phases.add(f"{self.label} started on port {self.port}")
+        broker = ActiveMQBroker(
+            self.process, self.xml, lambda: run.phases.add(f"{self.label} restarted on the same data")
+        )
+        outcome = scenario_run(run, broker)
+        outcome.evidence = run.notes + outcome.evidence
+        return outcome
+
+    def stop(self) -> None:
+        """Stop the broker in the background (``wait`` joins it) and remove its directory."""
+
+        def stop() -> None:
+            self._starting.join()  # a start under way leaves a pid file to stop
+            self.process.stop()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+        self._stopping = threading.Thread(target=stop, name=f"activemq-stop-{self.spec.name}", daemon=True)
+        self._stopping.start()
+
+    def wait(self) -> None:
+        if self._stopping is not None:
+            self._stopping.join()
+
+
+def _lesson(comparison: Comparison, label: str) -> str:
+    """One line on what the two verdicts teach."""
+    assert comparison.ours is not None and comparison.theirs is not None
+    ours, theirs, spec = comparison.ours.outcome, comparison.theirs, comparison.spec
+    legacy = any(d.startswith("space_check") for d in comparison.departures)
+    if ours.verdict == theirs.verdict:
+        agrees = f"{label} agrees" + (", though it has only the current space check" if legacy else "")
+        return agrees + (f": {spec.activemq_note}" if spec.activemq_note else ".")
+    if legacy and ours.pathology and not theirs.pathology:
+        return (
+            f"{label} behaves like `current`, not like `legacy`: its only space check lets the consumer "
+            "through. This pathology needs ActiveMQ 5.14 or older (AMQ-4467 changed the check in 5.15)."
+        )
+    return f"the verdicts differ: {spec.activemq_note or f'the reproduction and {label} disagree on this run.'}"
+
+
+def run_against_activemq(lab: Lab, *, out: Callable[[str], None] = print) -> list[Comparison]:
+    """Every run of ``lab`` on our real server and on ActiveMQ, both verdicts printed side by side."""
+    scenario = lab.scenario()
+    if not hasattr(scenario, "run_live"):
+        raise LabError(
+            f"lab {lab.name} has no live run ({lab.no_live or 'none written'}), so nothing to run against ActiveMQ yet"
+        )
+    if not hasattr(scenario, "run_activemq"):
+        raise LabError(f"lab {lab.name} has no run against ActiveMQ yet ({lab.no_activemq or 'none written'})")
+    problem = activemq.installed_problem()
+    if problem:
+        raise LabError(f"--against activemq needs Debian's ActiveMQ. {problem}")
+    label = version_label()
+    out(f"Lab {lab.directory.name}: {lab.title}")
+    out(f"  source: {lab.citation}")
+    out(f"  minibroker: the live server on real sockets; {label}: Debian's package, one broker per run with the")
+    out("  activemq.xml written from the run's configuration; the same clients measure both")
+    comparisons: list[Comparison] = []
+    brokers: list[_ActiveMQRun] = []
+    try:
+        for spec in lab.runs:
+            if spec.activemq_not_run:
+                comparisons.append(Comparison(spec, None, None))
+                _print_comparison(comparisons[-1], label, out)
+                continue
+            theirs = _ActiveMQRun(lab, spec, label)
+            brokers.append(theirs)
+            theirs.start()  # the JVM starts while our server plays the run
+            try:
+                ours = run_one(lab, spec, scenario.run_live)
+                outcome = theirs.play(scenario.run_activemq)
+            finally:
+                theirs.stop()
+            departures = tuple(dict.fromkeys(d.describe() for d in theirs.xml.departures))
+            comparisons.append(Comparison(spec, ours, outcome, departures))
+            _print_comparison(comparisons[-1], label, out)
+    finally:
+        for broker in brokers:
+            broker.wait()
+    _print_table(comparisons, label, out)
+    return comparisons
+
+
+def _verdict_line(outcome: Outcome, promise: str) -> str:
+    return f"{outcome.verdict.upper()} ({promise}): {outcome.summary}"
+
+
+def _print_comparison(c: Comparison, label: str, out: Callable[[str], None]) -> None:
+    spec = c.spec
+    out("")
+    out(f"  [{spec.name}] {spec.about}")
+    if c.ours is None or c.theirs is None:
+        out(f"    not run against {label}: {spec.activemq_not_run} (`--live` runs it on minibroker)")
+        return
+    ours = c.ours
+    promise = "as promised" if ours.as_promised else f"NOT as promised (expected {spec.expect.upper()})"
+    out(f"    minibroker: {_verdict_line(ours.outcome, promise)}")
+    for line in ours.outcome.evidence:
+        out(f"      - {line}")
+    if ours.loop_lag is not None and ours.too_busy:
+        out(f"      the machine was too busy for a fair run: {ours.loop_lag.summary()}")
+    expected = spec.activemq_expect
+    promise = "as the lab expects" if c.theirs.verdict == expected else f"NOT as the lab expects ({expected.upper()})"
+    out(f"    {label}: {_verdict_line(c.theirs, promise)}")
+    for line in c.theirs.evidence:
+        out(f"      - {line}")
+    for line in c.departures:
+        out(f"    activemq.xml cannot say {line}")
+    out(f"    => {_lesson(c, label)}")
+
+
+def _print_table(comparisons: list[Comparison], label: str, out: Callable[[str], None]) -> None:
+    width = max(len(c.spec.name) for c in comparisons) + 2
+    out("")
+    out("  Side by side:")
+    out(f"    {'run':{width}}{'minibroker':12}{label}")
+    compared = [c for c in comparisons if c.ours is not None and c.theirs is not None]
+    for c in comparisons:
+        if c.ours is None or c.theirs is None:
+            out(f"    {c.spec.name:{width}}{'-':12}not run (see above)")
+            continue
+        note = ""
+        if c.theirs.verdict != c.ours.outcome.verdict:
+            legacy = any(d.startswith("space_check") for d in c.departures)
+            note = "  (needs ActiveMQ <= 5.14)" if legacy else "  (differs: see above)"
+        out(f"    {c.spec.name:{width}}{c.ours.outcome.verdict.upper():12}{c.theirs.verdict.upper()}{note}")
+    ours_kept = sum(c.ours.as_promised for c in compared if c.ours is not None)
+    theirs_kept = sum(c.theirs.verdict == c.spec.activemq_expect for c in compared if c.theirs is not None)
+    skipped = len(comparisons) - len(compared)
+    out(
+        f"Result: {len(compared)} run(s) on both brokers: {ours_kept}/{len(compared)} minibroker verdicts as the "
+        f"lab promises, {theirs_kept}/{len(compared)} {label} verdicts as the lab expects"
+        + (f"; {skipped} not run against ActiveMQ (see above)" if skipped else "")
+    )

@@ -1,0 +1,122 @@
+"""``minibroker lab run N --against activemq``: the labs' live runs on Debian's ActiveMQ too.
+
+The runs start real ActiveMQ brokers (``make test`` installs Debian's package as
+root; without it the slow tests skip and say so). Every JVM a test starts has
+the test's own temporary directory in its command line; the fixture checks that
+none is left running, and ends any that is (a failed run must not leave one).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from clients import activemq
+from clients.cli import main as cli
+from clients.labs import find_labs
+from clients.labs.against import run_against_activemq
+
+LABS = find_labs()
+AGAINST = [lab for lab in LABS if hasattr(lab.scenario(), "run_activemq")]
+NOT_INSTALLED = activemq.installed_problem()
+
+
+def _our_jvms(marker: str) -> list[int]:
+    """Pids of the ActiveMQ JVMs whose command line names ``marker`` (a test's directory)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "activemq.jar" in cmdline and marker in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.fixture
+def own_tempdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The runs' directories (and so their JVMs' command lines) under this test's tmp_path;
+    afterwards no JVM of this test may be running (any left is killed, and the test fails)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    yield tmp_path
+    left = _our_jvms(str(tmp_path))
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"ActiveMQ JVMs left running: {left}"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NOT_INSTALLED is not None, reason=f"ActiveMQ is needed: {NOT_INSTALLED}")
+@pytest.mark.parametrize("lab", AGAINST, ids=lambda lab: lab.directory.name)
+def test_each_live_run_gives_activemqs_verdict_beside_ours(lab, own_tempdir: Path) -> None:
+    lines: list[str] = []
+    comparisons = run_against_activemq(lab, out=lines.append)
+    output = "\n".join(lines)
+    assert [c.spec.name for c in comparisons] == [r.name for r in lab.runs]
+    for c in comparisons:
+        if c.spec.activemq_not_run:
+            assert c.ours is None and c.theirs is None
+            assert "not run against ActiveMQ" in output and c.spec.activemq_not_run in output
+            continue
+        assert c.ours is not None and c.theirs is not None
+        assert c.ours.as_promised or c.ours.too_busy, output
+        assert c.theirs.verdict == c.spec.activemq_expect, output
+    assert "Side by side:" in output
+    if lab.number == "00":
+        # The lesson: 5.17 has only the current space check, so the legacy recipe does not starve there.
+        legacy = next(c for c in comparisons if c.spec.name == "restart-legacy")
+        assert legacy.ours is not None and legacy.ours.outcome.pathology and not legacy.theirs.pathology
+        assert "behaves like `current`, not like `legacy`" in output
+        assert "needs ActiveMQ 5.14 or older" in output
+    assert not _our_jvms(str(own_tempdir))  # stopped by the run itself, not by the fixture
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NOT_INSTALLED is not None, reason=f"ActiveMQ is needed: {NOT_INSTALLED}")
+def test_a_failing_scenario_stops_its_activemq(own_tempdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose scenario raises still stops the JVM it started."""
+    import dataclasses
+
+    lab = next(lab for lab in AGAINST if lab.number == "03")
+    spec = next(s for s in lab.runs if not s.activemq_not_run)
+    scenario = lab.scenario()
+    seen: list[int] = []
+
+    def broken(run, broker):
+        seen.extend(_our_jvms(str(own_tempdir)))
+        raise RuntimeError("the scenario failed")
+
+    monkeypatch.setattr(scenario, "run_activemq", broken)
+    monkeypatch.setattr(type(lab), "scenario", lambda self: scenario)
+    with pytest.raises(RuntimeError, match="the scenario failed"):
+        run_against_activemq(dataclasses.replace(lab, runs=(spec,)), out=lambda line: None)
+    assert seen, "the broker was running while the scenario played"
+    deadline = time.monotonic() + 30
+    while _our_jvms(str(own_tempdir)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _our_jvms(str(own_tempdir))
+
+
+def test_without_activemq_it_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setattr(activemq, "AMQ_JAR", tmp_path / "no-such" / "activemq.jar")
+    assert cli(["lab", "run", "00", "--against", "activemq"]) != 0
+    err = capsys.readouterr().err
+    assert "ActiveMQ is not installed" in err and "apt-get install -y activemq" in err
+
+
+def test_a_lab_without_a_run_against_activemq_says_why(capsys) -> None:
+    for lab in LABS:
+        if lab in AGAINST:
+            continue
+        assert cli(["lab", "run", lab.number, "--against", "activemq"]) != 0
+        err = capsys.readouterr().err
+        assert "nothing to run against ActiveMQ yet" in err or "no run against ActiveMQ yet" in err, err
+        assert (lab.no_live or lab.no_activemq) in err
