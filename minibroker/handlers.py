@@ -9,7 +9,7 @@ it sends the RECEIPT itself (or later: flow control, an fsync).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from storage import StoreFull
 
@@ -25,6 +25,17 @@ from .registry import TEMP_PREFIXES
 from .session import Session
 from .trace import SEND
 from .stats import Scope, is_statistics_address
+
+if TYPE_CHECKING:
+    from .admin import AdminHost
+    from .clock import Clock
+    from .config import BrokerConfig
+    from .flow import ProducerFlowControl
+    from .persistence import MessageStore
+    from .registry import DestinationRegistry
+    from .security import Security
+    from .stats import BrokerView, StatisticsSource
+    from .timers import Timers
 from .admin import is_admin_address, perform
 from .subscription import ACK_MODES, Subscription
 
@@ -40,9 +51,42 @@ _TEMP_STARTS = tuple(TEMP_PREFIXES)
 class FrameHandlers:
     """SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT."""
 
-    # Broker state it sets beside its own (declared for the type checker).
+    # What it uses of the Broker it is mixed into (declared for the type checker).
+    config: "BrokerConfig"
+    clock: "Clock"
+    timers: "Timers"
+    trace: Any
+    security: "Security"
+    store: "MessageStore | None"
+    store_failure: str | None
+    registry: "DestinationRegistry"
+    destinations: dict[str, Destination]
+    sessions: dict[int, Session]
+    flow: "ProducerFlowControl"
+    statistics_source: "StatisticsSource"
     _pending_send: tuple[Any, ...] | None
     _pending_kind: int
+    _full_logged: dict[int, float]
+    _subs_by_key: dict[int, Subscription]
+    _id_prefix: str
+    _id_prefix_wire: bytes
+    _next_message: int
+    _next_sub: int
+    _txid: str | None
+    _emit: Callable[..., None]
+    _write_pending_send: Callable[[], None]
+    _has_room: Callable[[Destination, Message], bool]
+    _after_write: Callable[[Session, str | None, bool], Any]
+    _send_receipt: Callable[[Session, str], None]
+    _close: Callable[..., None]
+    _start_reading: Callable[[Session, str], None]
+    _stop_reading: Callable[[Session, str], None]
+    admit: Callable[[Destination, Message], "list[Subscription] | None"]
+    session_tag: Callable[[int], str]
+    durables_changed: Callable[[], None]
+    begin_storage_transaction: Callable[[Session], str]
+    commit_storage_transaction: Callable[[str], None]
+    end_storage_transaction: Callable[[], None]
 
     def _on_send(self, session: Session, frame: Frame) -> Any:
         address = frame.headers.get("destination")
@@ -194,7 +238,8 @@ class FrameHandlers:
             raise ProtocolError(f"a statistics request to {address} needs a reply-to header")
         self.security.check(session.principal, "write", "queue", address[len("/queue/") :])
         self._mark_tool_reply(session, reply_to)
-        replies = self.statistics_source(self, address, Scope.of(self, session, address))
+        broker = cast("BrokerView", self)  # the Broker this is mixed into (broker.py checks it is one)
+        replies = self.statistics_source(broker, address, Scope.of(broker, session, address))
         if replies is None:
             raise ProtocolError(
                 f"unknown statistics destination {address}: use ActiveMQ.Statistics.Broker, "
@@ -211,7 +256,7 @@ class FrameHandlers:
             self.registry.resolve(session, reply_to, "write")  # refused before anything is done
             self._mark_tool_reply(session, reply_to)
         try:
-            result = perform(self, session, address, frame.headers)
+            result = perform(cast("AdminHost", self), session, address, frame.headers)  # as above
         except Refused:
             raise
         except ProtocolError as exc:  # understood and declined: a refusal, not a broken client
@@ -550,7 +595,7 @@ class FrameHandlers:
         return sub, messages
 
     def _transaction(self, session: Session, txid: str) -> list[tuple[str, Any, Any]]:
-        tx = session.transactions.get(txid)
+        tx: list[tuple[str, Any, Any]] | None = session.transactions.get(txid)
         if tx is None:
             raise ProtocolError(f"unknown transaction {txid!r}: BEGIN it first")
         return tx

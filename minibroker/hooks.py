@@ -7,7 +7,7 @@ topics need not know about the store, the trace or the dead letter queues.
 from __future__ import annotations
 
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from storage import TempStore
 from storage.spill import SpillFile
@@ -33,18 +33,54 @@ from .trace import (
     SEND_ENQUEUE_DISPATCH_AUTO_ACK,
 )
 
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .config import BrokerConfig
+    from .persistence import MessageStore
+    from .registry import DestinationRegistry
+    from .session import Session
+    from .timers import Timers
+    from .usage import Usage
+
 __all__ = ["DestinationHooks"]
 
 
 class DestinationHooks:
     """Callbacks from queues and topics."""
 
-    # Broker state it sets beside its own (declared for the type checker).
+    # What it uses of the Broker it is mixed into (declared for the type checker).
+    config: "BrokerConfig"
+    clock: "Clock"
+    timers: "Timers"
+    trace: Any
+    name: str
+    boot: str
+    store: "MessageStore | None"
+    memory: "Usage"
+    store_usage: "Usage"
+    temp_usage: "Usage"
+    temp_dir: Any
+    registry: "DestinationRegistry"
+    destinations: dict[str, Destination]
     _temp_store: TempStore | None
     _index_spill: SpillFile | None
     _pending_send: tuple[Any, ...] | None
     _pending_kind: int
     _pending_cached: bool
+    _blocked_cursors: dict[Queue, None]
+    _subs_by_key: dict[int, Subscription]
+    _full_logged: dict[int, float]
+    _slow_checks: set[str]
+    _txid: str | None
+    _emit: Callable[..., None]
+    _write_pending_send: Callable[[], None]
+    _fail: Callable[["Session", ProtocolError, Frame | None], None]
+    _remove_subscription: Callable[["Session", Subscription], None]
+    _set_usage: Callable[["Usage", int], None]
+    _payload: Callable[[Message], bytes]
+    _trace_usage: Callable[["Usage", int, int], None]
+    admit: Callable[[Destination, Message], Any]
+    session_tag: Callable[[int], str]
 
     def delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame went to ``sub`` (traced: dispatch, and the ack of auto mode)."""
@@ -319,7 +355,7 @@ class DestinationHooks:
 
     def _abort_slow(self, sub: Subscription) -> None:
         policy = sub.destination.policy
-        session = sub.session
+        session = cast("Session", sub.session)  # every subscription the broker makes is given its Session
         text = (
             f"Consumer was slow too often (>{policy.max_slow_count}) or too long (>{policy.max_slow_duration} ms): "
             f"subscription {sub.id} to {sub.destination.address} aborted ({len(sub.pending)} messages pending)"

@@ -15,7 +15,8 @@ without naming it: the ``Broker`` is a ``DestinationHost``, a ``Session`` is a
 
 This module imports nothing of the core above it. Where a call names a
 destination, subscription or paged reference, the parameter is typed by one of
-the aliases below, not by the class, whose module imports this one.
+the aliases below, not by the class, whose module imports this one: to the type
+checker these are ``Any``, so what such a call passes is checked where it is used.
 """
 
 from __future__ import annotations

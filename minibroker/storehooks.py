@@ -32,7 +32,7 @@ while RECEIPTs wait, and the edge reports back ``store_synced`` or
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from storage import StorageError, StoreFailed, StoreFull, TempStore
 from storage.spill import SpillFile
@@ -50,6 +50,15 @@ from .message import Message
 from .persistence import StoreRef, decode_messages, durable_key, encode_wire_payload
 from .session import Session
 
+if TYPE_CHECKING:
+    from .actions import Action
+    from .clock import Clock
+    from .config import BrokerConfig
+    from .flow import ProducerFlowControl
+    from .persistence import MessageStore
+    from .timers import Timers
+    from .usage import Usage
+
 __all__ = ["STORE_FAILED_EXIT", "SPACE_PROBE_SECONDS", "StoreHooks"]
 
 #: The exit status of ``minibroker serve`` after a storage failure stopped it.
@@ -61,12 +70,33 @@ SPACE_PROBE_SECONDS = 1.0
 class StoreHooks:
     """Journaling, fsync waiting and recovery."""
 
-    # Broker state it sets beside its own (declared for the type checker).
+    # What it uses of the Broker it is mixed into (declared for the type checker).
+    config: "BrokerConfig"
+    clock: "Clock"
+    timers: "Timers"
+    trace: Any
+    boot: str
+    store: "MessageStore | None"
+    store_usage: "Usage"
+    destinations: dict[str, Destination]
+    flow: "ProducerFlowControl"
+    _control: list["Action"]
     _temp_store: "TempStore | None"
     _index_spill: "SpillFile | None"
     store_failure: str | None
     store_full: str | None
     _txid: str | None
+    _next_message: int
+    _next_storage_tx: int
+    _journal_files: dict[int, int]
+    _sync_waiters: list[tuple[int, Session, str]]
+    _space_probe: bool
+    _emit: Callable[..., None]
+    compile_selector: Callable[[str | None], Any]
+    destination: Callable[[str], Destination]
+    space_freed: Callable[[], None]
+    temp_changed: Callable[[], None]
+    temp_store: Callable[[], "TempStore"]
 
     def _after_write(self, session: Session, receipt: str | None, wrote: bool) -> Any:
         """Hold a RECEIPT until the journal is on disk, when the fsync policy says so."""
@@ -105,18 +135,18 @@ class StoreHooks:
             seq = self._next_message
             self._next_message += 1
             if key.startswith("durable:"):
-                state = states.get(key)
-                if state is None:
+                found = states.get(key)
+                if found is None:
                     store.dequeue(ref)  # its subscription was removed
                     orphans += 1
                     continue
                 topic = self.destinations[key[len("durable:") :].split("|", 1)[0]]
                 message = self.load_message(topic, PagedRef(ref, seq, 4, delivered, 0))
-                state.refs[message.seq] = ref
+                found.refs[message.seq] = ref
                 if delivered:
-                    state.redelivered[message.seq] = 1
+                    found.redelivered[message.seq] = 1
                 topic.hold(message)
-                state.pending.append(message)
+                found.pending.append(message)
             else:
                 queue = self.destination(key)
                 assert isinstance(queue, Queue)
