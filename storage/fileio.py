@@ -1,8 +1,8 @@
 """The one seam between ``storage`` and the file system.
 
 Every file operation of this package that can fail in a way the broker must
-answer for (open, write, preallocate, fsync, rename, truncate, unlink, and the
-fsync of a directory) goes through the ``FileOps`` object that ``file_ops()``
+answer for (open, read, write, preallocate, fsync, rename, truncate, unlink,
+and the fsync of a directory) goes through the ``FileOps`` object that ``file_ops()``
 returns. Tests install another one (``using``) to make any call fail with
 EIO or ENOSPC, write short, or fail an fsync, without patching ``os``.
 
@@ -60,6 +60,10 @@ class FileOps:
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
         """Write at ``offset``; may write fewer bytes than given (a short write)."""
         return os.pwrite(fd, data, offset)
+
+    def pread(self, fd: int, length: int, offset: int) -> bytes:
+        """Read up to ``length`` bytes at ``offset``."""
+        return os.pread(fd, length, offset)
 
     def fsync(self, fd: int) -> None:
         os.fsync(fd)

@@ -487,8 +487,16 @@ class Journal:
             raise KeyError(f"no live enqueue with seq {location.seq}")
         seg = self._segments[location.file_id]
         with self._lock:
-            data = seg.pread(location.offset, location.length)
+            data = self._pread(seg, location.offset, location.length)
         return verified_payload(data, location.seq, seg.name, location.offset)
+
+    def _pread(self, seg: Segment, offset: int, length: int) -> bytes:
+        """Read a span of ``seg`` (the lock held). A read error fails the journal: the
+        broker cannot tell one that lost nothing from one that did (fail-stop)."""
+        try:
+            return seg.pread(offset, length)
+        except OSError as exc:
+            raise self._fail(f"reading {seg.path}", exc) from None
 
     def read_seqs(self, seqs: Sequence[int]) -> list[bytes]:
         """The payloads of the live (or transaction-pending) enqueues ``seqs``, in
@@ -542,7 +550,7 @@ class Journal:
                 j += 1
             seg = self._segments[file_id]
             with self._lock:
-                data = seg.pread(start, end - start)
+                data = self._pread(seg, start, end - start)
             out += verified_payloads(data, start, offsets[i:j], lengths[i:j], seqs[i:j], seg.name)
             i = j
         return out

@@ -201,10 +201,11 @@ class Segment:
     # -- reading ----------------------------------------------------------------
 
     def pread(self, offset: int, length: int) -> bytes:
-        """Read ``length`` bytes at ``offset``."""
+        """Read ``length`` bytes at ``offset`` (through the file seam: it may fail)."""
+        ops = file_ops()
         if self._read_fd is None:
-            self._read_fd = os.open(self.path, os.O_RDONLY)
-        return os.pread(self._read_fd, length, offset)
+            self._read_fd = ops.open(self.path, os.O_RDONLY)
+        return ops.pread(self._read_fd, length, offset)
 
     def close(self) -> None:
         self.close_writer()

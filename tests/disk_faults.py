@@ -96,6 +96,13 @@ class FaultyFileOps(FileOps):
             self._raise(fault, path)
         return super().pwrite(fd, data, offset)
 
+    def pread(self, fd: int, length: int, offset: int) -> bytes:
+        path = self._paths.get(fd, "")
+        fault = self._check("pread", path)
+        if fault is not None:
+            self._raise(fault, path)
+        return super().pread(fd, length, offset)
+
     def fsync(self, fd: int) -> None:
         path = self._paths.get(fd, "")
         fault = self._check("fsync", path)

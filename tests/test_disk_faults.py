@@ -42,14 +42,20 @@ def _errors(client: Any) -> dict[str, str]:
 # -- the core, on the virtual network, with real journals ---------------------------------------------
 
 
+def _five_receipted(data_dir: Path) -> tuple[VirtualNetwork, Any]:
+    """A broker on ``data_dir`` and a producer whose five persistent messages were receipted."""
+    net = VirtualNetwork(data_dir=data_dir)
+    producer = net.connected_client("p")
+    for i in range(5):
+        producer.send("/queue/orders", f"durable {i}", persistent="true", receipt=f"ok{i}")
+    assert _receipts(producer) == {f"ok{i}" for i in range(5)}
+    return net, producer
+
+
 def test_a_failed_fsync_gives_no_receipt_for_what_it_covered_and_stops_the_broker(tmp_path: Path) -> None:
     ops = FaultyFileOps()
     with using(ops):
-        net = VirtualNetwork(data_dir=tmp_path)
-        producer = net.connected_client("p")
-        for i in range(5):
-            producer.send("/queue/orders", f"durable {i}", persistent="true", receipt=f"ok{i}")
-        assert _receipts(producer) == {f"ok{i}" for i in range(5)}
+        net, producer = _five_receipted(tmp_path)
         ops.fail("fsync", errno.EIO)  # the next fsync fails, once; the one after would succeed
         producer.send("/queue/orders", "covered", persistent="true", receipt="lost")
         assert "lost" not in _receipts(producer)
@@ -86,6 +92,32 @@ def test_eio_on_a_journal_write_refuses_the_send_and_stops_the_broker(tmp_path: 
     consumer = net.connected_client("c")
     consumer.subscribe("/queue/orders")
     assert consumer.bodies() == [b"before"]
+
+
+def test_eio_reading_a_message_back_from_the_journal_is_an_error_naming_it_and_stops_the_broker(
+    tmp_path: Path,
+) -> None:
+    """A page-in's read fails (EIO): the consumer whose SUBSCRIBE asked for it gets an
+    ERROR naming the store, the file and the error (not "internal error"), and the
+    broker stops (it cannot prove the read lost nothing); a restart without the fault
+    delivers every message."""
+    ops = FaultyFileOps()
+    with using(ops):
+        net, _ = _five_receipted(tmp_path)
+        net.restart()  # the messages are in the journal only: a consumer pages them in
+        ops.fail("pread", errno.EIO)
+        consumer = net.connected_client("c")
+        consumer.subscribe("/queue/orders", receipt="sub")
+        [error] = consumer.frames("ERROR")
+        assert re.search(
+            r'Store "journal" failed: reading .*db-\d+\.log: \[Errno 5\] Input/output error', error.headers["message"]
+        ), error.headers["message"]
+        assert "internal error" not in error.headers["message"] and consumer.bodies() == []
+        assert isinstance(net.shutdown, Shutdown) and net.shutdown.exit_status == STORE_FAILED_EXIT
+        net.restart()
+    consumer = net.connected_client("c2")
+    consumer.subscribe("/queue/orders")
+    assert consumer.bodies() == [f"durable {i}".encode() for i in range(5)]
 
 
 def test_a_failed_write_of_the_durable_subscriptions_stops_the_broker(tmp_path: Path) -> None:
