@@ -506,13 +506,21 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             session.last_write_progress = now
             session.can_write = session.out_bytes < session.write_buffer_limit
             if session.can_write:
-                self._resume_dispatch(session)
+                self._dispatch_or_fail(session)
         else:
             session.can_write = False
             session.write_blocked_since = now
             timeout = self.config.transport.so_write_timeout
             if timeout:
                 self.timers.call_at(now + timeout / 1000, self._check_write_timeout, session, now)
+
+    def _dispatch_or_fail(self, session: Session) -> None:
+        """Dispatch to ``session`` again (its socket drained), outside any frame's handler:
+        a store that fails bringing a message back from disk stops the broker here too."""
+        try:
+            self._resume_dispatch(session)
+        except StoreFailed as exc:
+            self.store_failed(exc)
 
     def _check_write_timeout(self, session: Session, since: float) -> None:
         """``transport.so_write_timeout``: a socket whose writes have not moved is closed."""
@@ -569,7 +577,7 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             refill, self._refill = self._refill, []
             for session in refill:
                 if session.is_open and session.can_write:
-                    self._resume_dispatch(session)
+                    self._dispatch_or_fail(session)
         actions: list[Action] = []
         if self._dirty:
             dirty = self._dirty.copy()  # emptied in place: every session holds its append

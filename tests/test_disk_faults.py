@@ -120,6 +120,28 @@ def test_eio_reading_a_message_back_from_the_journal_is_an_error_naming_it_and_s
     assert consumer.bodies() == [f"durable {i}".encode() for i in range(5)]
 
 
+def test_eio_reading_a_message_back_for_a_consumer_whose_socket_drained_stops_the_broker(tmp_path: Path) -> None:
+    """The page-in that fails is not a frame's (the consumer's socket drained, and
+    dispatch to it resumed): the broker stops all the same, it does not walk past it."""
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(data_dir=tmp_path)
+        producer = net.connected_client("p")
+        for i in range(600):
+            producer.send("/queue/orders", b"%d." % i + b"x" * 1000, persistent="true")
+        net.restart()  # in the journal only: pages of 200 come in as the consumer takes them
+        consumer = net.client("c", recv_buffer=16 * 1024, auto_read=False)
+        consumer.connect()
+        consumer.read()
+        consumer.subscribe("/queue/orders", "s")  # auto: only its socket's buffer bounds what it is sent
+        ops.fail("pread", errno.EIO, times=10**6)  # from now on, every read of a record fails
+        while net.shutdown is None and not consumer.closed:
+            if not consumer.read():
+                break
+        assert isinstance(net.shutdown, Shutdown) and net.shutdown.exit_status == STORE_FAILED_EXIT
+        assert "reading" in net.shutdown.reason and "Input/output error" in net.shutdown.reason
+
+
 def test_a_failed_write_of_the_durable_subscriptions_stops_the_broker(tmp_path: Path) -> None:
     ops = FaultyFileOps()
     with using(ops):
