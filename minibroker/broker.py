@@ -378,12 +378,17 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             frames = session.parser.feed(data)
         except ProtocolError as exc:
             frames, error = exc.frames, exc
-        over_limit = self._charge_partial(session, bool(frames))
-        if any(frame.command == "DISCONNECT" for frame in frames):
-            # Read together with frames before it (a final ACK): an ACK that
-            # frees prefetch room must not send this client messages it will
-            # never read, which its close would hand back flagged redelivered.
-            session.leaving = True
+        # Nothing held now nor before: no partial frame to charge (the common read).
+        over_limit = (
+            self._charge_partial(session, bool(frames)) if session.partial_bytes or session.parser.buffered else None
+        )
+        for frame in frames:
+            if frame.command == "DISCONNECT":
+                # Read together with frames before it (a final ACK): an ACK that
+                # frees prefetch room must not send this client messages it will
+                # never read, which its close would hand back flagged redelivered.
+                session.leaving = True
+                break
         if error is None:
             error = over_limit
         if session.pause_reasons or session.held_frames:  # reading is paused, or was
@@ -588,9 +593,9 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
                     continue
                 throttled = not session.can_write
                 if session.framed:
-                    actions.append(WriteFrames(session.id, session.take_frames()))
-                else:
-                    actions.append(Write(session.id, session.take_output()))
+                    actions.append(tuple.__new__(WriteFrames, (session.id, session.take_frames())))
+                else:  # tuple.__new__: a NamedTuple's own __new__ is a Python call, once per write
+                    actions.append(tuple.__new__(Write, (session.id, session.take_output())))
                 session.last_write = now
                 if not session.transport_paused:
                     session.last_write_progress = now

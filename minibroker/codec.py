@@ -413,7 +413,7 @@ class FrameParser:
             nul = body_start + clen
             if nul >= len(buf) or buf[nul] != 0:
                 return None
-        if nul + 1 - pos > self.frame_limit:
+        if nul + 1 - pos > (self.max_frame_size if self.handshake_complete else self.frame_limit):
             return None
         body = bytes(buf[body_start:nul])
         if body and command not in BODY_COMMANDS:

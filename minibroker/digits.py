@@ -27,6 +27,8 @@ def parse_decimal(text: str, *, signed: bool = False) -> int:
     5,000 zeros are 0); more than ``MAX_DIGITS`` significant digits are refused
     as too large, whatever bounds the caller checks next.
     """
+    if text.isdigit() and text.isascii() and len(text) <= MAX_DIGITS:
+        return int(text)  # the common case, a few plain digits, in one step
     digits = text[1:] if signed and text.startswith("-") else text
     if not digits or not (digits.isascii() and digits.isdigit()):
         kind = "an integer" if signed else "a non-negative integer"

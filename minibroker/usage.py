@@ -116,8 +116,13 @@ class Usage:
         """May a cursor cache one more message? (see the module docstring)"""
         if check == "legacy":
             return not self.is_full(high_water_mark)
-        parent_full = self.parent is not None and self.parent.is_full(100)
-        return not parent_full and self.percent < high_water_mark
+        # Inline (per message): no ancestor at 100%, and floor(usage*100/limit) < mark here.
+        u = self.parent
+        while u is not None:
+            if u.limit > 0 and u.usage >= u.limit:
+                return False
+            u = u.parent
+        return (self.usage * 100 // self.limit if self.limit > 0 else 0) < high_water_mark
 
     def fits(self, amount: int) -> bool:
         """Would ``amount`` more bytes keep this usage and its ancestors within their limits?"""
