@@ -5,9 +5,11 @@ scenario with the same clients (our asyncio ``StompClient`` on real
 sockets): first against our real server (the scenario's ``run_live``), then
 against Debian's ActiveMQ Classic (the scenario's ``run_activemq(lab,
 broker)``), started for that run alone by ``clients.activemq`` with the
-``activemq.xml`` that ``clients.doctor.write_xml`` writes from the run's TOML,
+``activemq.xml`` that ``clients.doctor.write_xml`` writes from the run's TOML
+(as the live run changes it: the scenario's ``activemq_config``, if any),
 on free loopback ports and a fresh data directory under the run's temporary
-directory, and stopped when the run ends, whatever happens. The scenario
+directory once our run is over (the two brokers never share the machine), and
+stopped when the run ends, whatever happens. The scenario
 measures the same outcome from the clients' side (a broker's internals are
 not there to read) and gives a verdict by the same rule.
 
@@ -31,6 +33,8 @@ from typing import Callable
 
 from .. import activemq
 from ..activemq import ActiveMQ, free_port
+from minibroker.config import BrokerConfig
+
 from ..doctor.write_xml import ActiveMQXml, write_xml
 from .model import Lab, LabError, RunSpec
 from .runner import LabRun, Outcome, RunResult, run_one
@@ -91,14 +95,16 @@ def version_label() -> str:
 
 
 class _ActiveMQRun:
-    """One run's ActiveMQ: its activemq.xml and broker in a fresh directory, started in the
-    background (while our server plays the run), played, stopped in the background."""
+    """One run's ActiveMQ: its activemq.xml and broker in a fresh directory, started, played,
+    stopped (in the background while the verdicts print; ``wait`` joins it)."""
 
-    def __init__(self, lab: Lab, spec: RunSpec, label: str) -> None:
+    def __init__(self, lab: Lab, spec: RunSpec, label: str, configure: Callable[[BrokerConfig], BrokerConfig]) -> None:
+        """``configure``: the run's configuration as its live run uses it (the scenario's
+        ``activemq_config``, where the live run changes it)."""
         self.lab, self.spec, self.label = lab, spec, label
         self.workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-activemq-"))
         self.port = free_port()
-        self.xml = write_xml(spec.config(), stomp_port=self.port, openwire_port=free_port())
+        self.xml = write_xml(configure(spec.config()), stomp_port=self.port, openwire_port=free_port())
         conf = self.workdir / "activemq.xml"
         conf.write_text(self.xml.text, encoding="utf-8")
         self.process = ActiveMQ(self.workdir, conf=conf, heap=HEAP, port=self.port)
@@ -186,11 +192,15 @@ def run_against_activemq(lab: Lab, *, out: Callable[[str], None] = print) -> lis
                 comparisons.append(Comparison(spec, None, None))
                 _print_comparison(comparisons[-1], label, out)
                 continue
-            theirs = _ActiveMQRun(lab, spec, label)
+            # One broker at a time: the JVM starts after our run, so neither run shares the
+            # machine with the other broker (lab 02's rates would show it); it stops in the background.
+            for broker in brokers:
+                broker.wait()  # the last run's ActiveMQ is gone before our server starts
+            ours = run_one(lab, spec, scenario.run_live)
+            theirs = _ActiveMQRun(lab, spec, label, getattr(scenario, "activemq_config", lambda config: config))
             brokers.append(theirs)
-            theirs.start()  # the JVM starts while our server plays the run
+            theirs.start()
             try:
-                ours = run_one(lab, spec, scenario.run_live)
                 outcome = theirs.play(scenario.run_activemq)
             finally:
                 theirs.stop()

@@ -58,8 +58,9 @@ STUCK_RCVBUF = 4096
 KB = 1024
 
 
-def live_config(config: BrokerConfig, trace: Path) -> BrokerConfig:
-    """The run's configuration for the wall clock: the policies' durations a ``SPEED``-th."""
+def live_config(config: BrokerConfig, trace: Path | None) -> BrokerConfig:
+    """The run's configuration for the wall clock: the policies' durations a ``SPEED``-th
+    (and the trace written to ``trace``, when given)."""
     policies = tuple(
         dataclasses.replace(
             p,
@@ -70,16 +71,28 @@ def live_config(config: BrokerConfig, trace: Path) -> BrokerConfig:
     )
     timeout = config.transport.so_write_timeout
     return config.replace(
-        broker={"trace": str(trace)},
+        broker={"trace": str(trace)} if trace is not None else {},
         system_usage={"memory_limit": MEMORY},
         transport={"so_write_timeout": timeout // SPEED if timeout else 0},
         destination_policy=policies,
     )
 
 
+def live_pace(pace_type: Any) -> Any:
+    """The live run's ``Pace``: held back means under twice the slow consumer's pace."""
+    return pace_type(RATE, SLOW_RATE, SECONDS, WINDOW_FROM, 2 * SLOW_RATE, len(BODY))
+
+
+def play_on(port: int, stuck: bool) -> dict[str, Any]:
+    """The live workload against any broker on ``port``: what its clients saw (ActiveMQ's
+    side of ``lab run 02 --against activemq``; no broker figures)."""
+    figures, _ = asyncio.run(_Workload(port, stuck, lambda ports: {}).play())
+    return figures
+
+
 def play(lab: LabRun, seen_type: Any, pace_type: Any) -> Any:
     """Play the run live; what it saw, as the scenario's ``Seen`` (with its ``Pace``)."""
-    pace = pace_type(RATE, SLOW_RATE, SECONDS, WINDOW_FROM, 2 * SLOW_RATE, len(BODY))
+    pace = live_pace(pace_type)
     stuck = lab.name.startswith("stuck-socket")
     trace_file = lab.workdir / "trace.jsonl"
     config = live_config(lab.config, trace_file)

@@ -19,6 +19,9 @@ the cost table; the last run prints the whole table.
 ``run_live(lab)`` plays the same workload against the real server on real
 sockets, four times faster (``live.py``); both build a ``Seen`` from their
 clients and broker, and ``verdict`` judges it the same way.
+``run_activemq(lab, broker)`` plays the live workload against ActiveMQ (``lab
+run 02 --against activemq``), started with ``activemq_config``: the live run's
+configuration.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clients.labs import LabRun, Outcome, sibling_module
+from minibroker.config import BrokerConfig
 from minibroker.stats import statistics_replies
 
 TOPIC = "/topic/ticks"
@@ -193,6 +197,50 @@ def run(lab: LabRun) -> Outcome:
 def run_live(lab: LabRun) -> Outcome:
     """The same workload against the real server on real sockets, faster: ``live.py``."""
     return verdict(lab, sibling_module(__file__, "live").play(lab, Seen, Pace), lab.name.startswith("stuck-socket"))
+
+
+def activemq_config(config: BrokerConfig) -> BrokerConfig:
+    """What ActiveMQ is started with (``lab run 02 --against activemq``): the live run's
+    configuration (its durations a quarter, its memory 2 MB), as the live run's broker."""
+    return sibling_module(__file__, "live").live_config(config, None)
+
+
+def run_activemq(lab: LabRun, broker: Any) -> Outcome:
+    """The live workload against ActiveMQ with the same clients; the same rule (the fast
+    consumers held under twice the slow one's pace), from what the clients saw and ActiveMQ's log."""
+    live = sibling_module(__file__, "live")
+    stuck = lab.name.startswith("stuck-socket")
+    pace = live.live_pace(Pace)
+    seen = live.play_on(broker.port, stuck)
+    lab.note(
+        f"the live workload ({live.SPEED} times the virtual run's pace, {pace.seconds:.0f} s, {pace.body}-byte "
+        f"messages), the same clients; ActiveMQ's figures are what they saw and its log"
+    )
+    logged = [
+        next(iter(broker.log(needle)), "")
+        for needle in ("Pending message cursor [", "aborting", "Forced write timeout")
+    ]
+    for line in filter(None, logged):
+        lab.note(f"ActiveMQ's log: {line.split(' | ')[2] if line.count(' | ') >= 2 else line}")
+    for error in seen["slow_errors"]:
+        headers = ", ".join(f"{k}:{v}" for k, v in error.items())
+        lab.note(f"the slow client got ERROR [{headers}]")
+    lab.note(
+        f"the {'stuck' if stuck else 'slow'} consumer's connection is {'closed' if seen['slow_closed'] else 'still open'} at the end"
+    )
+    lab.note(
+        f"from t={pace.window_from:.0f} s to t={pace.seconds:.0f} s: producer {seen['producer_rate']:.1f} msg/s, fast "
+        f"consumers {seen['fast_rate']:.1f} msg/s each, the {'stuck' if stuck else 'slow'} one {seen['slow_rate']:.1f} msg/s"
+    )
+    held = seen["fast_rate"] < pace.held_below
+    summary = (
+        f"the fast consumers get {seen['fast_rate']:.1f} msg/s of the producer's {pace.rate:g}: held back by the "
+        f"{'stuck' if stuck else 'slow'} one"
+        if held
+        else f"the fast consumers keep up ({seen['fast_rate']:.1f} msg/s)"
+    )
+    metrics = {k: round(seen[k], 1) for k in ("producer_rate", "fast_rate", "slow_rate")}
+    return Outcome(held, summary, metrics={**metrics, "sent": seen["sent"], "slow_closed": seen["slow_closed"]})
 
 
 def _seen(
