@@ -73,7 +73,7 @@ from .subscription import Subscription
 from .teardown import ConnectionTeardown
 from .timers import Timers
 from .usage import Usage
-from .trace import SEND, SEND_ENQUEUE
+from .trace import NullTrace, Recorder
 from storage import StorageError, StoreFailed, StoreFull, TempStore
 from storage.tempstore import TEMP_STORE_NAME
 from storage.spill import SpillFile
@@ -87,18 +87,6 @@ SERVER_NAME = "minibroker/0.1.0"
 _CONNECTION_SAMPLE_SECONDS = 1.0
 
 
-class _NoTrace:
-    """Stands in when tracing is off."""
-
-    enabled = False
-
-    def emit(self, event: str, **fields: Any) -> None:  # pragma: no cover - never called
-        pass
-
-    def emit_fixed(self, kind: int, values: tuple[Any, ...]) -> None:  # pragma: no cover - never called
-        pass
-
-
 class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, ConnectionTeardown):
     """The sans-IO broker. See the module docstring for the event protocol."""
 
@@ -108,7 +96,7 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         clock: Clock,
         *,
         seed: int = 0,
-        trace: Any = None,
+        trace: Recorder | None = None,
         store: MessageStore | None = None,
         temp_dir: Any = None,
     ) -> None:
@@ -123,7 +111,9 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         self.store = store
         self.rng = random.Random(seed)
         self.name = config.broker.name
-        self.trace = trace if trace is not None else _NoTrace()
+        self.trace: Recorder = trace if trace is not None else NullTrace()
+        #: Record a traced fact that has no method of its own (call only when tracing).
+        self._emit = self.trace.event
         self.sessions: dict[int, Session] = {}
         limits = config.system_usage
         #: The usage tree's roots (ActiveMQ's SystemUsage).
@@ -193,13 +183,6 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         self._space_probe = False
         #: The storage transaction of the COMMIT being applied, if any.
         self._txid: str | None = None
-        #: A traced SEND held back for a moment, so that the enqueue that usually
-        #: follows at once makes one record with it (SEND_ENQUEUE); any other event
-        #: writes it first, so the trace's order never changes.
-        self._pending_send: tuple[Any, ...] | None = None
-        #: SEND, or SEND_ENQUEUE once its enqueue joined it (a dispatch may still join).
-        self._pending_kind = SEND
-        self._pending_cached = False  # the enqueue's ``cached``, once it joined (SEND_ENQUEUE)
         self._next_storage_tx = 1
         self._store_generation_seen = 0
         self._journal_files: dict[int, int] = {}
@@ -296,21 +279,6 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
     def session_tag(self, sid: int) -> str:
         """The session id of connection ``sid`` as CONNECTED announced it (the trace's ``session``)."""
         return f"{self.name}-{self.boot}-{sid}"
-
-    def _emit(self, event: str, **fields: Any) -> None:
-        """Record a trace event (fields that are None are left out); call only when tracing."""
-        if self._pending_send is not None:
-            self._write_pending_send()
-        self.trace.emit(event, **{k: v for k, v in fields.items() if v is not None})
-
-    def _write_pending_send(self) -> None:
-        """Write the SEND held back for its enqueue, which is not coming first."""
-        pending, self._pending_send = self._pending_send, None
-        if pending is not None:
-            if self._pending_kind == SEND_ENQUEUE:
-                self.trace.emit_fixed(SEND_ENQUEUE, (*pending, self._pending_cached))
-            else:
-                self.trace.emit_fixed(SEND, pending)
 
     def _trace_usage(self, usage: Usage, old: int, new: int) -> None:
         """A usage percent changed: a ``usage`` event with the broker-wide values."""

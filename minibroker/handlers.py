@@ -23,7 +23,6 @@ from .frames import Frame
 from .message import BROKER_SET_HEADERS, MESSAGE_OVERHEAD, Message, send_block
 from .registry import TEMP_PREFIXES
 from .session import Session
-from .trace import SEND
 from .stats import Scope, is_statistics_address
 
 if TYPE_CHECKING:
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from .timers import Timers
 from .admin import is_admin_address, perform
 from .subscription import ACK_MODES, Subscription
+from .trace import Recorder
 
 __all__ = ["FrameHandlers"]
 
@@ -55,7 +55,7 @@ class FrameHandlers:
     config: "BrokerConfig"
     clock: "Clock"
     timers: "Timers"
-    trace: Any
+    trace: Recorder
     security: "Security"
     store: "MessageStore | None"
     store_failure: str | None
@@ -64,8 +64,6 @@ class FrameHandlers:
     sessions: dict[int, Session]
     flow: "ProducerFlowControl"
     statistics_source: "StatisticsSource"
-    _pending_send: tuple[Any, ...] | None
-    _pending_kind: int
     _full_logged: dict[int, float]
     _subs_by_key: dict[int, Subscription]
     _id_prefix: str
@@ -74,7 +72,6 @@ class FrameHandlers:
     _next_sub: int
     _txid: str | None
     _emit: Callable[..., None]
-    _write_pending_send: Callable[[], None]
     _has_room: Callable[[Destination, Message], bool]
     _after_write: Callable[[Session, str | None, bool], Any]
     _send_receipt: Callable[[Session, str], None]
@@ -203,9 +200,9 @@ class FrameHandlers:
         subscription, the subscriptions still to serve."""
         if not self.trace.enabled:
             return self.admit(destination, message)
-        # Hot when traced: the SEND waits for the enqueue to make one record with it (trace.py).
+        # Hot when traced: the recorder holds the send until routed, so that its enqueue and dispatch join it.
         origin = self.sessions.get(message.origin)
-        self._pending_send = (
+        self.trace.send_received(
             origin.tag if origin is not None else self.session_tag(message.origin),
             destination.address,
             message.message_id,
@@ -214,12 +211,10 @@ class FrameHandlers:
             message.priority,
             self._txid,
         )
-        self._pending_kind = SEND
         try:
             return self.admit(destination, message)
         finally:
-            if self._pending_send is not None:  # no enqueue came (a topic, a refusal)
-                self._write_pending_send()
+            self.trace.send_routed()
 
     def destination(self, address: str) -> Destination:
         """The queue or topic at ``address``, created on first use (no rights checked)."""

@@ -23,15 +23,7 @@ from .errors import ResourceLimitError
 from .frames import Frame
 from .message import Message, moved_copy
 from .subscription import Subscription
-from .trace import (
-    DISPATCH,
-    DISPATCH_AUTO_ACK,
-    ENQUEUE,
-    SEND,
-    SEND_ENQUEUE,
-    SEND_ENQUEUE_DISPATCH,
-    SEND_ENQUEUE_DISPATCH_AUTO_ACK,
-)
+from .trace import Recorder
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -52,7 +44,7 @@ class DestinationHooks:
     config: "BrokerConfig"
     clock: "Clock"
     timers: "Timers"
-    trace: Any
+    trace: Recorder
     name: str
     boot: str
     store: "MessageStore | None"
@@ -64,16 +56,12 @@ class DestinationHooks:
     destinations: dict[str, Destination]
     _temp_store: TempStore | None
     _index_spill: SpillFile | None
-    _pending_send: tuple[Any, ...] | None
-    _pending_kind: int
-    _pending_cached: bool
     _blocked_cursors: dict[Queue, None]
     _subs_by_key: dict[int, Subscription]
     _full_logged: dict[int, float]
     _slow_checks: set[str]
     _txid: str | None
     _emit: Callable[..., None]
-    _write_pending_send: Callable[[], None]
     _fail: Callable[["Session", ProtocolError, Frame | None], None]
     _remove_subscription: Callable[["Session", Subscription], None]
     _set_usage: Callable[["Usage", int], None]
@@ -84,28 +72,13 @@ class DestinationHooks:
 
     def delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame went to ``sub`` (traced: dispatch, and the ack of auto mode)."""
-        # The hot path of a traced broker: one fixed-shape record (trace.py).
-        pending = self._pending_send
-        if pending is not None:
-            if self._pending_kind == SEND_ENQUEUE and pending[2] == message.message_id:
-                # A new message went straight to a waiting consumer: send, enqueue and dispatch in one record.
-                self._pending_send = None
-                # (A message sent a moment ago has never been delivered: redelivered is False.)
-                self.trace.emit_fixed(
-                    SEND_ENQUEUE_DISPATCH_AUTO_ACK if sub.auto and not sub.browser else SEND_ENQUEUE_DISPATCH,
-                    (*pending, self._pending_cached, sub.trace_ids, False),
-                )
-                return
-            self._write_pending_send()  # a topic's dispatch, or another message's: the send comes first
-        self.trace.emit_fixed(
-            DISPATCH_AUTO_ACK if sub.auto and not sub.browser else DISPATCH,
-            (
-                sub.trace_ids,
-                message.message_id,
-                message.size,
-                bool(message.redeliveries or message.seq in sub.redelivered),
-                message.priority,
-            ),
+        self.trace.dispatched(
+            sub.trace_ids,
+            message.message_id,
+            message.size,
+            bool(message.redeliveries or message.seq in sub.redelivered),
+            message.priority,
+            sub.auto and not sub.browser,
         )
 
     def redelivering(self, destination: Destination, message: Message, sub: Subscription | None) -> None:
@@ -131,31 +104,16 @@ class DestinationHooks:
 
     def message_enqueued(self, queue: Queue, message: Message, cached: bool) -> None:
         """``message`` entered ``queue``: cached in memory, or store-only."""
-        if self.trace.enabled:  # hot when traced: one fixed-shape record (trace.py)
-            pending = self._pending_send
-            if (
-                pending is not None
-                and pending[2] == message.message_id
-                and pending[1] == queue.address
-                and self._pending_kind == SEND
-            ):
-                # Held until _route ends, so that a dispatch at once can join too.
-                self._pending_cached = cached
-                self._pending_kind = SEND_ENQUEUE
-                return
-            if pending is not None:
-                self._write_pending_send()
-            self.trace.emit_fixed(
-                ENQUEUE,
-                (
-                    queue.address,
-                    message.message_id,
-                    message.size,
-                    cached,
-                    message.priority,
-                    message.persistent,
-                    self.session_tag(message.origin) if message.origin else None,
-                ),
+        if self.trace.enabled:
+            self.trace.enqueued(
+                queue.address,
+                message.message_id,
+                message.size,
+                cached,
+                message.priority,
+                message.persistent,
+                message.origin,
+                self.session_tag,
             )
 
     def page_in_blocked(self, queue: Queue) -> None:

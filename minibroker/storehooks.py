@@ -49,6 +49,7 @@ from .frames import Frame
 from .message import Message
 from .persistence import StoreRef, decode_messages, durable_key, encode_wire_payload
 from .session import Session
+from .trace import Recorder
 
 if TYPE_CHECKING:
     from .actions import Action
@@ -74,7 +75,7 @@ class StoreHooks:
     config: "BrokerConfig"
     clock: "Clock"
     timers: "Timers"
-    trace: Any
+    trace: Recorder
     boot: str
     store: "MessageStore | None"
     store_usage: "Usage"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import io
+import json
 import sys
 import time
 from pathlib import Path
 
-from minibroker.trace import Trace
+from minibroker.trace import MemoryTrace, Trace, dumps_events, encoding
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "minibroker" / "trace"
@@ -56,3 +58,111 @@ def test_the_offloaded_writer_process_runs_the_package_as_a_module(tmp_path: Pat
         trace.close()
     assert trace.error is None
     assert (tmp_path / "t.jsonl").read_text().count('"event":"expire"') == 1
+
+
+# -- the recorder: the broker's facts in, records out, merged inside the package ---------
+
+#: What only the trace package should know: the shapes of its records (the kinds of
+#: ``encoding.py``) and the call that records one.
+RECORD_SHAPES = {name for name in encoding.__all__ if isinstance(getattr(encoding, name), int)} | {"emit_fixed"}
+
+
+def test_no_module_outside_the_trace_package_builds_or_merges_records() -> None:
+    """The broker tells the recorder its facts (``send_received``, ``enqueued``,
+    ``dispatched``, ``event`` ...); which of them share a record is the package's
+    business alone."""
+    found = []
+    for path in sorted((ROOT / "minibroker").rglob("*.py")):
+        if PACKAGE in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.ImportFrom)
+                else [node.attr]
+                if isinstance(node, ast.Attribute)
+                else [node.id]
+                if isinstance(node, ast.Name)
+                else []
+            )
+            found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names if n in RECORD_SHAPES]
+    assert found == []
+
+
+class _Ticks:
+    """A clock that moves one second per reading: lines that share a reading share a record."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def _lines(trace: Trace, out: io.StringIO) -> list[dict[str, object]]:
+    trace.close()
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def _send(trace: Trace, msg: str, dest: str = "/queue/A") -> None:
+    trace.send_received("s-1", dest, msg, 10, False, 4, None)
+
+
+def test_a_send_enqueued_and_dispatched_at_once_is_one_record_of_four_lines() -> None:
+    out = io.StringIO()
+    trace = Trace(out, _Ticks(), broker="b")
+    _send(trace, "m-1")
+    trace.enqueued("/queue/A", "m-1", 10, True, 4, False, 1, lambda sid: f"s-{sid}")
+    trace.dispatched(("s-2", "sub-1", "/queue/A"), "m-1", 10, True, 4, True)
+    trace.send_routed()
+    lines = _lines(trace, out)
+    assert [(e["seq"], e["ts"], e["event"]) for e in lines] == [
+        (1, 1.0, "send"),
+        (2, 1.0, "enqueue"),
+        (3, 1.0, "dispatch"),
+        (4, 1.0, "ack"),
+    ]
+    assert lines[1]["session"] == "s-1" and lines[1]["cached"] is True
+    assert lines[2]["redelivered"] is False  # a message sent a moment ago was never delivered
+    assert lines[3]["mode"] == "auto" and lines[3]["sub"] == "sub-1"
+
+
+def test_any_other_fact_writes_the_held_send_first() -> None:
+    """The trace's order is the order of the facts: a send whose enqueue does not
+    come next is written before what comes instead."""
+    out = io.StringIO()
+    trace = Trace(out, _Ticks(), broker="b")
+    _send(trace, "m-1")
+    trace.event("flow_block", session="s-1", dest="/queue/A", usage="memory", pct=100, msg=None)
+    trace.send_routed()
+    _send(trace, "m-2")
+    trace.enqueued("/queue/B", "m-9", 10, False, 4, True, 0, str)  # another queue's message
+    trace.send_routed()
+    _send(trace, "m-3", "/topic/T")
+    trace.dispatched(("s-2", "sub-1", "/topic/T"), "m-3", 10, False, 4, False)  # a topic: no enqueue
+    trace.send_routed()
+    lines = _lines(trace, out)
+    assert [(e["ts"], e["event"], e.get("msg")) for e in lines] == [
+        (1.0, "send", "m-1"),
+        (2.0, "flow_block", None),
+        (3.0, "send", "m-2"),
+        (4.0, "enqueue", "m-9"),
+        (5.0, "send", "m-3"),
+        (6.0, "dispatch", "m-3"),
+    ]
+    assert "session" not in lines[3]  # no sending connection: no session
+    assert [e["seq"] for e in lines] == list(range(1, 7))
+
+
+def test_a_memory_trace_records_the_same_lines_as_a_file_trace() -> None:
+    """(On a clock that stands still: a memory trace stamps each line of a record on its own.)"""
+    out = io.StringIO()
+    file_trace, memory = Trace(out, lambda: 7.0, broker="b"), MemoryTrace(lambda: 7.0, broker="b")
+    for trace in (file_trace, memory):
+        _send(trace, "m-1")
+        trace.enqueued("/queue/A", "m-1", 10, False, 4, False, 1, lambda sid: f"s-{sid}")
+        trace.send_routed()
+        trace.dispatched(("s-2", "sub-1", "/queue/A"), "m-1", 10, True, 4, False)
+    file_trace.close()
+    assert dumps_events(memory.events(), broker="b") == out.getvalue()

@@ -10,8 +10,10 @@ library and the modules above it; nothing of the broker):
 - ``spool``: the broker's side of an offloaded trace: the spool file of
   marshalled batches and the writer process it feeds.
 - ``writer``: that writer process's work, spool in, trace file out.
-- ``recorder``: what the broker and the replay driver call: ``Trace`` (a
-  buffered file writer, offloaded or not), ``MemoryTrace``, ``NullTrace``.
+- ``recorder``: what the broker and the replay driver call. ``Recorder`` takes
+  the broker's facts, one method per fact, and merges those that come
+  together into one record; ``Trace`` (a buffered file writer, offloaded or
+  not), ``MemoryTrace`` and ``NullTrace`` are where its records go.
 - ``run_writer``: the writer process's entry point, run as
   ``python -m minibroker.trace.run_writer``; the package never imports it.
 
@@ -33,7 +35,7 @@ from .encoding import (
     encode_line,
     expand,
 )
-from .recorder import MemoryTrace, NullTrace, Trace
+from .recorder import MemoryTrace, NullTrace, Recorder, Trace
 from .schema import COMMON, EVENTS, FIELDS, SCHEMA_VERSION, EventSpec, type_ok, validate_event
 from .writer import LOAD_WINDOW
 
@@ -46,6 +48,7 @@ __all__ = [
     "FIELDS",
     "EVENTS",
     "EventSpec",
+    "Recorder",
     "Trace",
     "NullTrace",
     "MemoryTrace",

@@ -65,8 +65,8 @@ def encode_line(seq: int, ts: float, event: str, broker_json: str, fields: dict[
 # the writer process when offloaded), so the lines are exactly what ``emit``
 # would have written. ``DISPATCH_AUTO_ACK`` is two lines: the dispatch, then the
 # ack of auto mode, whose fields are the first four of the dispatch's. The
-# broker holds a send back for a moment so that what usually follows at once
-# joins it in one record: its enqueue (``SEND_ENQUEUE``), and the dispatch of
+# recorder (``recorder.Recorder``) holds a send back for a moment so that what
+# usually follows at once joins it in one record: its enqueue (``SEND_ENQUEUE``), and the dispatch of
 # that message to a waiting consumer (``SEND_ENQUEUE_DISPATCH``: one record, one
 # timestamp, for the four lines a queue message in auto mode makes).
 

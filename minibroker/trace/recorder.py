@@ -33,16 +33,139 @@ from collections.abc import Callable
 from json import encoder as _json_encoder
 from typing import Any, TextIO
 
-from .encoding import EXTRA_LINES, dumps_events, encode_batch, expand
+from .encoding import (
+    DISPATCH,
+    DISPATCH_AUTO_ACK,
+    ENQUEUE,
+    EXTRA_LINES,
+    SEND,
+    SEND_ENQUEUE,
+    SEND_ENQUEUE_DISPATCH,
+    SEND_ENQUEUE_DISPATCH_AUTO_ACK,
+    dumps_events,
+    encode_batch,
+    expand,
+)
 from .schema import SCHEMA_VERSION
 from .spool import SpoolAppender, start_writer
 
-__all__ = ["Trace", "NullTrace", "MemoryTrace"]
+__all__ = ["Recorder", "Trace", "NullTrace", "MemoryTrace"]
 
 log = logging.getLogger("minibroker.trace")
 
 
-class Trace:
+class Recorder:
+    """What the broker calls to trace, one method per fact; subclasses say where records go.
+
+    A subclass implements ``emit`` (one named event) and ``emit_fixed`` (one
+    fixed-shape record, ``encoding.py``); this class turns the broker's facts
+    into records, merging those that come together.
+
+    Theory of operation: routing a SEND is one synchronous call in the broker,
+    framed by ``send_received`` and ``send_routed``. The send is held back
+    until then, so that what usually follows at once joins its record: the
+    enqueue of that message on the send's queue (``SEND_ENQUEUE``), then its
+    dispatch to a waiting consumer (``SEND_ENQUEUE_DISPATCH``, with the ack of
+    auto mode: one record, one timestamp, for four lines). Any other fact writes
+    the held send first, so the trace's order is the order of the facts.
+    """
+
+    #: False when nothing is recorded: callers check it before building a fact's values.
+    enabled = True
+    #: The send held back (``SEND``'s values), until ``send_routed`` or another fact.
+    _held: tuple[Any, ...] | None = None
+    #: SEND, or SEND_ENQUEUE once its enqueue joined it (a dispatch may still join).
+    _held_kind = SEND
+    #: The joined enqueue's ``cached``.
+    _held_cached = False
+
+    def emit(self, event: str, **fields: Any) -> None:
+        """Record one named event now."""
+        raise NotImplementedError
+
+    def emit_fixed(self, kind: int, values: tuple[Any, ...]) -> None:
+        """Record one fixed-shape record now (``encoding.py`` has the kinds)."""
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Hand on what is buffered (nothing to do where nothing is buffered)."""
+
+    def close(self) -> None:
+        """Flush and stop recording."""
+
+    def event(self, event: str, **fields: Any) -> None:
+        """A fact with no record of its own shape: one ``event`` line, the fields
+        that are None left out."""
+        if self._held is not None:
+            self._write_held()
+        self.emit(event, **{k: v for k, v in fields.items() if v is not None})
+
+    def send_received(
+        self, session: str, dest: str, msg: str, size: int, persistent: bool, priority: int, tx: str | None
+    ) -> None:
+        """A SEND is being routed (held until ``send_routed``: its enqueue and dispatch may join it)."""
+        if self._held is not None:
+            self._write_held()
+        self._held = (session, dest, msg, size, persistent, priority, tx)
+        self._held_kind = SEND
+
+    def send_routed(self) -> None:
+        """The SEND of ``send_received`` was routed: write it, with what joined it."""
+        if self._held is not None:
+            self._write_held()
+
+    def enqueued(
+        self,
+        dest: str,
+        msg: str,
+        size: int,
+        cached: bool,
+        priority: int,
+        persistent: bool,
+        origin: int,
+        session_tag: Callable[[int], str],
+    ) -> None:
+        """A message entered a queue (``cached``: in memory, or store-only). ``origin``
+        is the sending connection (0: none), ``session_tag`` names it."""
+        held = self._held
+        if held is not None:
+            if held[2] == msg and held[1] == dest and self._held_kind == SEND:
+                self._held_cached = cached
+                self._held_kind = SEND_ENQUEUE
+                return
+            self._write_held()
+        self.emit_fixed(
+            ENQUEUE, (dest, msg, size, cached, priority, persistent, session_tag(origin) if origin else None)
+        )
+
+    def dispatched(
+        self, ids: tuple[str, str, str], msg: str, size: int, redelivered: bool, priority: int, auto_ack: bool
+    ) -> None:
+        """A MESSAGE went to the subscription ``ids`` (session, sub, dest); with
+        ``auto_ack`` the ack of auto mode follows it."""
+        held = self._held
+        if held is not None:
+            if self._held_kind == SEND_ENQUEUE and held[2] == msg:
+                # A new message went straight to a waiting consumer: never delivered before.
+                self._held = None
+                self.emit_fixed(
+                    SEND_ENQUEUE_DISPATCH_AUTO_ACK if auto_ack else SEND_ENQUEUE_DISPATCH,
+                    (*held, self._held_cached, ids, False),
+                )
+                return
+            self._write_held()  # a topic's dispatch, or another message's: the send comes first
+        self.emit_fixed(DISPATCH_AUTO_ACK if auto_ack else DISPATCH, (ids, msg, size, redelivered, priority))
+
+    def _write_held(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            if self._held_kind == SEND_ENQUEUE:
+                self.emit_fixed(SEND_ENQUEUE, (*held, self._held_cached))
+            else:
+                self.emit_fixed(SEND, held)
+
+
+class Trace(Recorder):
     """A buffered JSON-lines trace writer.
 
     ``sink`` is a path (opened for writing, truncated: ``seq`` restarts at 1
@@ -194,7 +317,7 @@ class Trace:
         self.close()
 
 
-class NullTrace:
+class NullTrace(Recorder):
     """A trace that records nothing; ``enabled`` is False so callers can skip work."""
 
     enabled = False
@@ -220,7 +343,7 @@ class NullTrace:
         pass
 
 
-class MemoryTrace:
+class MemoryTrace(Recorder):
     """A trace kept in memory as decoded dicts, for tests and labs.
 
     ``events(*names)`` returns the stamped events (all, or those named), in the
