@@ -16,6 +16,8 @@ Scenarios:
 
 ``queue``   scenario A's path: SENDs as the shared harness writes them, to a queue
             with one auto-ack consumer (parse, route, dispatch, encode);
+``topic``   scenario C's: the same SENDs to a topic with four auto-ack
+            subscribers (each message encoded and written four times);
 ``ack``     scenario D's: one SEND, its MESSAGE and the consumer's ACK, at
             client-individual with prefetch 1;
 ``page-in`` a recovered journal of persistent messages, all
@@ -45,7 +47,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCENARIOS = ("queue", "ack", "page-in", "through", "through-plain")
+SCENARIOS = ("queue", "topic", "ack", "page-in", "through", "through-plain")
 _CONNECT = b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"
 _BODY = b"x" * 256
 #: SENDs per producer turn in the through scenarios (half the messages make the backlog first).
@@ -98,6 +100,26 @@ def queue(n: int) -> None:
     for _ in range(max(1, n // 50)):
         b.receive_data(p, batch)
         b.take_actions()
+
+
+def topic(n: int) -> int:
+    """Returns the deliveries written (four per message)."""
+    from minibroker.actions import Write
+
+    b = _broker()
+    p = b.open_session("p")
+    b.receive_data(p, _CONNECT)
+    for i in range(4):
+        c = b.open_session(f"c{i}")
+        b.receive_data(c, _CONNECT)
+        b.receive_data(c, b"SUBSCRIBE\nid:1\ndestination:/topic/A\nack:auto\n\n\x00")
+    b.take_actions()
+    batch = b"".join(_send(i).replace(b"/queue/A", b"/topic/A") for i in range(50))
+    delivered = 0
+    for _ in range(max(1, n // 50)):
+        b.receive_data(p, batch)
+        delivered += sum(a.data.count(b"\nsubscription:") for a in b.take_actions() if type(a) is Write)
+    return delivered
 
 
 def ack(n: int) -> None:
@@ -187,6 +209,10 @@ def _run_once(scenario: str, n: int, journal: Path | None) -> float:
     started = time.process_time()
     if scenario == "queue":
         queue(n)
+    elif scenario == "topic":
+        expected = 4 * 50 * max(1, n // 50)
+        if topic(n) != expected:
+            raise SystemExit(f"topic delivered the wrong number of messages (expected {expected})")
     elif scenario == "ack":
         ack(n)
     elif scenario.startswith("through"):

@@ -187,17 +187,17 @@ def test_cost_measures_every_scenario_and_refuses_an_unknown_one() -> None:
     )
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     rows = dict(re.findall(r"^\| ([a-z-]+) \| ([\d.]+) \|$", p.stdout, re.M))
-    assert set(rows) == {"queue", "ack", "page-in", "through", "through-plain"} and all(
+    assert set(rows) == {"queue", "topic", "ack", "page-in", "through", "through-plain"} and all(
         float(v) > 0 for v in rows.values()
     ), p.stdout
     bad = subprocess.run(
-        [sys.executable, str(BENCH / "cost.py"), "--scenarios", "topic"],
+        [sys.executable, str(BENCH / "cost.py"), "--scenarios", "fanout"],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=ROOT,
     )
-    assert bad.returncode == 2 and "unknown scenario 'topic'" in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and "unknown scenario 'fanout'" in bad.stderr, bad.stderr
 
 
 def test_turn_measures_the_broker_and_the_asyncio_floor() -> None:
