@@ -18,7 +18,7 @@ returns: ``Write`` (one joined buffer per connection), ``Close``,
 ``store_synced`` or ``store_failed``), ``Shutdown`` (the store failed) and
 ``CheckLogin`` (hash a password in a thread). It calls ``take_actions()`` again until
 it returns nothing, because draining a session's outbox can let dispatch
-continue for that session (see ``Session.can_write``).
+continue for that session (see ``Writing.can_write`` in ``connection_state.py``).
 
 Frames are handled by a dispatch table keyed by command, after the session's
 state table (``session.TRANSITIONS``) has allowed the command. A
@@ -359,20 +359,21 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
                 break
         if error is None:
             error = over_limit
-        if session.pause_reasons or session.held_frames:  # reading is paused, or was
-            session.held_frames.extend(frames)
+        reading = session.reading
+        if reading.holding:  # reading is paused, or was and held frames are not all handled
+            reading.hold(frames)
             frames = []
         for i, frame in enumerate(frames):
             if not session.is_open:
                 return False
             self._handle(session, frame)
-            if session.pause_reasons:
+            if reading.paused:
                 # Flow control stopped this producer: the rest waits, unread.
-                session.held_frames.extend(frames[i + 1 :])
+                reading.hold(frames[i + 1 :])
                 break
         if error is not None and session.is_open:
-            if session.held_frames:
-                session.held_error = error
+            if reading.held:
+                reading.hold_error(error)
             else:
                 self._fail(session, error, None)
             return False
@@ -414,11 +415,11 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         if not session.is_open or session.partial_since != since or not session.parser.buffered:
             return
         limit = self.config.transport.partial_frame_timeout / 1000
-        started = max(since, session.read_resumed_at)
+        started = max(since, session.reading.resumed_at)
         now = self.clock.now()
-        if session.reading_paused or now - started < limit * 0.999:
+        if session.reading.paused or now - started < limit * 0.999:
             self.timers.call_at(
-                (now if session.reading_paused else started) + limit, self._check_partial_frame, session, since
+                (now if session.reading.paused else started) + limit, self._check_partial_frame, session, since
             )
             return
         self._fail(
@@ -473,16 +474,14 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         session = self.sessions.get(sid)
         if session is None:
             return
-        session.transport_paused = not writable
         now = self.clock.now()
         if writable:
+            session.writing.socket_drained()
             session.last_write_progress = now
-            session.can_write = session.out_bytes < session.write_buffer_limit
-            if session.can_write:
+            if session.writing.can_write:
                 self._dispatch_or_fail(session)
         else:
-            session.can_write = False
-            session.write_blocked_since = now
+            session.writing.socket_blocked(now)
             timeout = self.config.transport.so_write_timeout
             if timeout:
                 self.timers.call_at(now + timeout / 1000, self._check_write_timeout, session, now)
@@ -497,7 +496,7 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
 
     def _check_write_timeout(self, session: Session, since: float) -> None:
         """``transport.so_write_timeout``: a socket whose writes have not moved is closed."""
-        if not session.is_open or not session.transport_paused or session.write_blocked_since != since:
+        if not session.is_open or not session.writing.socket_full or session.writing.blocked_since != since:
             return
         waited = self.clock.now() - since
         log.warning(
@@ -549,7 +548,7 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         if self._refill:
             refill, self._refill = self._refill, []
             for session in refill:
-                if session.is_open and session.can_write:
+                if session.is_open and session.writing.can_write:
                     self._dispatch_or_fail(session)
         actions: list[Action] = []
         if self._dirty:
@@ -559,15 +558,16 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             for session in dirty:
                 if not session.outbox:
                     continue
-                throttled = not session.can_write
+                writing = session.writing
+                throttled = not writing.can_write
                 if session.framed:
                     actions.append(tuple.__new__(WriteFrames, (session.id, session.take_frames())))
                 else:  # tuple.__new__: a NamedTuple's own __new__ is a Python call, once per write
                     actions.append(tuple.__new__(Write, (session.id, session.take_output())))
                 session.last_write = now
-                if not session.transport_paused:
+                if not writing.socket_full:
                     session.last_write_progress = now
-                if throttled and session.can_write and session.is_open:
+                if throttled and writing.can_write and session.is_open:
                     self._refill.append(session)
         if self._sync_waiters and not self._sync_in_flight and self.store_failure is None:
             self._sync_in_flight = True  # one fsync at a time: it covers every write before it
@@ -616,10 +616,10 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
 
     def _send_receipt(self, session: Session, receipt: str) -> None:
         """Write a RECEIPT, or queue it behind earlier ones still waiting for an fsync."""
-        if session.sync_waiting:
+        if session.sync.count:
             generation = max(g for g, s, _ in self._sync_waiters if s is session)
             self._sync_waiters.append((generation, session, receipt))
-            session.sync_waiting += 1
+            session.sync.wait()
             return
         session.write(encode(Frame("RECEIPT", {"receipt-id": receipt}), session.version))
 
@@ -661,7 +661,7 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         if observer is not None:
             observer.closing(self, session)
         session.set_state(State.CLOSED)
-        session.can_write = False
+        session.writing.close()
         self.sessions.pop(session.id, None)
         self.partial_bytes -= session.partial_bytes  # what it held of a frame is let go
         session.partial_bytes = 0
@@ -826,12 +826,12 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             return
         limit = session.hb_recv_ms * self.config.transport.hb_grace_period_multiplier / 1000
         now = self.clock.now()
-        if session.reading_paused:
+        if session.reading.paused:
             # The broker is not reading (a busy store, flow control): the peer's beats wait
             # unread, so its silence is ours. ActiveMQ skips the check while it is busy too.
             self.timers.call_at(now + limit, self._heart_beat_in, session)
             return
-        silent = now - max(session.last_read, session.read_resumed_at)
+        silent = now - max(session.last_read, session.reading.resumed_at)
         if silent >= limit * 0.999:
             self._fail(
                 session,
@@ -841,7 +841,7 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
                 None,
             )
             return
-        self.timers.call_at(max(session.last_read, session.read_resumed_at) + limit, self._heart_beat_in, session)
+        self.timers.call_at(max(session.last_read, session.reading.resumed_at) + limit, self._heart_beat_in, session)
 
 
 _REASON_CODES = (

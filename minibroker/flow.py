@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .actions import Action, PauseReading, ResumeReading
 from .codec import encode
+from .connection_state import ReadState
 from .coreutil import DEFERRED, ParkedSend, header_text, log
 from .destination import Destination
 from .errors import NoSpaceError, ProtocolError, ResourceLimitError
@@ -314,24 +315,22 @@ class ReadingControl:
 
     def _stop_reading(self, session: Session, reason: str) -> None:
         """Stop reading ``session``'s socket for ``reason`` (TCP backpressure on the peer)."""
-        if not session.pause_reasons:
+        if session.reading.pause(reason):
             self._control.append(PauseReading(session.id))
-        session.pause_reasons.add(reason)
 
     def _start_reading(self, session: Session, reason: str) -> None:
         """``reason`` is over; read again (and handle what was held) once no reason is left."""
-        if reason not in session.pause_reasons:
-            return
-        session.pause_reasons.discard(reason)
-        if not session.pause_reasons and session.is_open:
-            session.read_resumed_at = self.clock.now()
+        if session.reading.resume(reason, self.clock.now()) and session.is_open:
             self._control.append(ResumeReading(session.id))
             self._replay_held(session)
 
     def _replay_held(self, session: Session) -> None:
-        held = session.held_frames
-        while held and session.is_open and not session.reading_paused:
+        """Handle the frames held while the socket was not read, until done or paused again."""
+        reading = session.reading
+        held = reading.held
+        while held and session.is_open and reading.state is ReadState.REPLAYING:
             self._handle(session, held.popleft())
-        if not held and session.held_error is not None and session.is_open and not session.reading_paused:
-            error, session.held_error = session.held_error, None
-            self._fail(session, error, None)
+        if session.is_open and reading.state is ReadState.REPLAYING:
+            error = reading.drained()
+            if error is not None:
+                self._fail(session, error, None)

@@ -455,7 +455,7 @@ class FrameHandlers:
 
     def _resume_dispatch(self, session: Session) -> None:
         for sub in list(session.subscriptions.values()):
-            if not session.can_write:
+            if not session.writing.can_write:
                 break
             sub.destination.dispatch_to(sub)
 
@@ -490,13 +490,13 @@ class FrameHandlers:
     def _store_busy(self, session: Session, seconds: float) -> None:
         """The store keeps the broker busy with ``session`` for ``seconds`` more."""
         now = self.clock.now()
-        start = max(now, session.busy_until)
-        session.busy_until = start + seconds
+        reading = session.reading
+        reading.busy_until = max(now, reading.busy_until) + seconds
         self._stop_reading(session, "store")
-        self.timers.call_at(session.busy_until, self._store_done, session)
+        self.timers.call_at(reading.busy_until, self._store_done, session)
 
     def _store_done(self, session: Session) -> None:
-        if session.is_open and self.clock.now() >= session.busy_until - 1e-9:
+        if session.is_open and self.clock.now() >= session.reading.busy_until - 1e-9:
             self._start_reading(session, "store")
 
     def _on_nack(self, session: Session, frame: Frame) -> Any:

@@ -27,6 +27,7 @@ from storage import TempStore
 from storage.spill import SpillFile
 
 from .clock import Clock
+from .connection_state import Writing
 from .message import Message
 from .security import Principal
 from .timers import Timers
@@ -74,8 +75,9 @@ class Connection(Protocol):
         """Who logged in on it."""
 
     @property
-    def can_write(self) -> bool:
-        """The outbound buffer has room (and the connection is open)."""
+    def writing(self) -> Writing:
+        """May output be added now (``writing.can_write``: the outbound buffer has
+        room, the socket is not full, the connection is open)."""
 
     @property
     def leaving(self) -> bool:

@@ -162,7 +162,7 @@ class Queue(Destination):
             message = pending.popleft()
             if sub.accepts(message):
                 sub.deliver(message)
-        if not pending and not sub.browse_done and sub.session.can_write:
+        if not pending and not sub.browse_done and sub.session.writing.can_write:
             sub.browse_done = True
             self.broker.end_of_browse(sub)
 

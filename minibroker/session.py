@@ -17,10 +17,14 @@ handler may move the session itself (CONNECT to AUTHENTICATING, until the
 password check comes back); then the table's move is not applied. CLOSED
 is sticky: whatever arrives after it is ignored.
 
-Output goes to ``outbox`` as encoded bytes. ``can_write`` turns false once the
-outbox holds ``write_buffer_limit`` bytes or the edge reports its socket
-buffer full, and the dispatcher gives such a session nothing more: a client
-that does not read cannot grow the broker's memory.
+Output goes to ``outbox`` as encoded bytes. ``writing.can_write`` turns false
+once the outbox holds ``write_buffer_limit`` bytes or the edge reports its
+socket buffer full, and the dispatcher gives such a session nothing more: a
+client that does not read cannot grow the broker's memory.
+
+Whether the socket is read (and why not), whether output may be added, and
+which RECEIPTs wait for an fsync are three more small tables, in
+``connection_state.py``: ``reading``, ``writing`` and ``sync``.
 
 Negotiation helpers (version, heart-beat) live here too, as pure functions.
 """
@@ -32,6 +36,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .codec import FrameParser
+from .connection_state import Reading, SyncWait, Writing
 from .coreutil import shown
 from .digits import parse_decimal
 from .errors import ProtocolError
@@ -115,8 +120,8 @@ class Session:
         self.outbox: list[bytes] = []
         self.out_bytes = 0
         self.write_buffer_limit = write_buffer_limit
-        #: The edge says the socket's buffer is over its high-water mark.
-        self.transport_paused = False
+        #: May dispatch add output (``writing.can_write``), and what holds it back.
+        self.writing = Writing(now)
         #: Bytes the edge holds for the socket, as last reported.
         self.transport_buffered = 0
         #: Which listener it came through ("tcp", "websocket"), for statistics.
@@ -125,30 +130,18 @@ class Session:
         self.framed = False
         #: When bytes last left for the socket (reported by the edge).
         self.last_write_progress = now
-        #: When the socket last stopped accepting writes (``transport_paused``).
-        self.write_blocked_since = now
         #: When producer flow control last blocked this session, and which usage did.
         self.blocked_since = now
         self.blocked_usage = "memory"
-        #: Dispatch may add output (outbox below its limit, socket not full).
-        self.can_write = True
         #: The client sent DISCONNECT (it may still be handling the frames read
         #: with it): it reads nothing more, so nothing more is dispatched to it.
         self.leaving = False
-        #: Why the broker is not reading this socket now ("flow": producer flow
-        #: control; "store": a slow store busy with its ACK). Empty: reading.
-        self.pause_reasons: set[str] = set()
+        #: Is the socket read, why not, and the frames held meanwhile.
+        self.reading = Reading(now)
         #: SENDs waiting for memory (producer flow control), in order.
         self.parked: deque[Any] = deque()
-        #: Frames read but not handled while reading is paused.
-        self.held_frames: deque[Any] = deque()
-        self.held_error: ProtocolError | None = None
         #: RECEIPTs of this session waiting for an fsync (later ones queue behind).
-        self.sync_waiting = 0
-        #: Until when a slow store keeps the broker busy with this session.
-        self.busy_until = 0.0
-        #: When the broker last started reading this socket again after a pause.
-        self.read_resumed_at = now
+        self.sync = SyncWait()
         #: Subscriptions the broker aborted (key -> id): late ACKs for them are ignored.
         self.aborted: dict[int, str] = {}
         self.frames_in = 0
@@ -162,11 +155,6 @@ class Session:
         #: While AUTHENTICATING: what the CONNECT asked for, until its login is checked.
         self.pending_connect: Any = None
         self._on_output = on_output
-
-    @property
-    def reading_paused(self) -> bool:
-        """Is the broker not reading this socket (frames wait in ``held_frames``)?"""
-        return bool(self.pause_reasons)
 
     def set_state(self, state: State) -> None:
         """Move to ``state``."""
@@ -187,15 +175,16 @@ class Session:
             self._on_output(self)
         self.outbox.append(data)
         self.out_bytes += len(data)
-        if self.out_bytes >= self.write_buffer_limit:
-            self.can_write = False
+        if self.out_bytes >= self.write_buffer_limit and not self.writing.outbox_full:
+            self.writing.outbox_filled()
 
     def take_output(self) -> bytes:
         """Everything queued since the last call, as one buffer."""
         data = b"".join(self.outbox)
         self.outbox.clear()
         self.out_bytes = 0
-        self.can_write = self.is_open and not self.transport_paused  # a closed connection is given nothing more
+        if self.writing.outbox_full:  # (taking an outbox under its limit changes nothing)
+            self.writing.outbox_taken()
         return data
 
     def take_frames(self) -> list[bytes]:
@@ -203,7 +192,8 @@ class Session:
         frames = self.outbox
         self.outbox = []
         self.out_bytes = 0
-        self.can_write = self.is_open and not self.transport_paused  # as take_output: closed stays closed
+        if self.writing.outbox_full:
+            self.writing.outbox_taken()
         return frames
 
     def describe(self) -> dict[str, Any]:

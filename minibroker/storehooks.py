@@ -104,7 +104,7 @@ class StoreHooks:
         if receipt is None or not wrote or self.store is None or self.config.store.fsync != "always":
             return None
         self._sync_waiters.append((self.store.write_generation, session, receipt))
-        session.sync_waiting += 1
+        session.sync.wait()
         return DEFERRED
 
     def recover(self) -> int:
@@ -214,7 +214,7 @@ class StoreHooks:
         refusal = f"{text}; the broker accepts no persistent message and is stopping"
         waiters, self._sync_waiters = self._sync_waiters, []
         for _, session, receipt in waiters:  # none of them is known to be on disk: no RECEIPT, an ERROR
-            session.sync_waiting -= 1
+            session.sync.release()
             if session.is_open:
                 self.flow.refuse_send(session, receipt, refusal)
         for session in list(self.flow.blocked):
@@ -276,7 +276,7 @@ class StoreHooks:
         keep = []
         for gen, session, receipt in waiters:
             if gen <= generation:
-                session.sync_waiting -= 1
+                session.sync.release()
                 if session.is_open:
                     session.write(encode(Frame("RECEIPT", {"receipt-id": receipt}), session.version))
             else:

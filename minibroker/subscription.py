@@ -131,7 +131,7 @@ class Subscription:
     def has_capacity(self) -> bool:
         """Can this consumer take one more message right now?"""
         session = self.session
-        if not session.can_write or session.leaving:
+        if not session.writing.can_write or session.leaving:
             return False
         return self.auto or len(self.dispatched) < self.prefetch
 

@@ -103,9 +103,7 @@ class ConnectionTeardown:
         if session in self.flow.blocked:
             self.flow.blocked.remove(session)
         session.parked.clear()  # never entered a destination: nothing to release
-        session.held_frames.clear()
-        session.held_error = None
-        session.pause_reasons.clear()
-        if session.sync_waiting:
+        session.reading.close()  # its held frames go, and every reason it was not read
+        if session.sync.count:
             self._sync_waiters = [w for w in self._sync_waiters if w[1] is not session]
-            session.sync_waiting = 0
+            session.sync.drop()

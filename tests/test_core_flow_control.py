@@ -163,7 +163,7 @@ class TestProducerFlowControl:
         p = net.connected_client("p")
         self.fill(p, "/queue/full", 40)
         assert p.reading_paused
-        held = net.broker.sessions[p.sid].held_frames
+        held = net.broker.sessions[p.sid].reading.held
         assert len(held) > 0 or net.broker.sessions[p.sid].parked
         c = net.connected_client("c")
         c.subscribe("/queue/full")

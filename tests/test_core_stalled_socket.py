@@ -29,8 +29,8 @@ def test_an_ack_costs_time_for_every_message_in_flight_and_the_broker_stops_read
     c.subscribe("/queue/jobs", "s", "client-individual")  # default prefetch 1000: all 500 in flight
     c.ack(c.messages()[0])
     session = net.broker.sessions[c.sid]
-    assert session.reading_paused and c.reading_paused
-    assert session.busy_until - net.now == pytest.approx(0.002 * 500, rel=0.01)
+    assert session.reading.paused and c.reading_paused
+    assert session.reading.busy_until - net.now == pytest.approx(0.002 * 500, rel=0.01)
     c.ack(c.messages()[1])  # waits, unread, in the socket buffer
     assert net.broker.destinations["/queue/jobs"].size() == 499
     net.advance(1.1)

@@ -350,7 +350,7 @@ def test_a_connection_taken_over_is_released_even_if_its_peer_never_reads(broker
         port = stuck.get_extra_info("sockname")[1]
 
         def stuck_writes() -> bool:  # the broker's writes to it no longer fit its socket
-            return any(s.client_id == "app" and s.transport_paused for s in broker.server.broker.sessions.values())
+            return any(s.client_id == "app" and s.writing.socket_full for s in broker.server.broker.sessions.values())
 
         deadline = time.monotonic() + 30
         while not broker.call(stuck_writes):

@@ -185,7 +185,7 @@ def test_producer_flow_control_blocks_a_websocket_producer(broker_factory) -> No
 
         def blocked() -> bool:
             session = next(iter(broker.server.broker.sessions.values()))
-            return session.reading_paused and session.protocol == "websocket"
+            return session.reading.paused and session.protocol == "websocket"
 
         deadline = time.monotonic() + WAIT
         while not broker.call(blocked):
