@@ -193,7 +193,7 @@ def _delete(broker: "AdminHost", session: "Session", headers: Mapping[str, str])
         raise ProtocolError(
             f"cannot delete {dest.address}: it has {len(users)} consumer(s) on connection(s) {ids}; close them first"
         )
-    blocked = [s for s in broker.sessions.values() if any(p.destination is dest for p in s.parked)]
+    blocked = [s for s in broker.sessions.values() if any(p.destination is dest for p in s.producing.parked)]
     if blocked:
         ids = ", ".join(str(s.id) for s in blocked)
         raise ProtocolError(

@@ -1,8 +1,8 @@
-"""A connection's reading, writing and fsync state: three small state machines.
+"""A connection's reading, writing, producing and fsync state: four small state machines.
 
 Theory of operation
 -------------------
-Besides its STOMP life (``session.TRANSITIONS``), a connection has three
+Besides its STOMP life (``session.TRANSITIONS``), a connection has four
 things going on that the core must never get out of step:
 
 - **reading** (``Reading``): is the broker reading its socket, and if not,
@@ -28,6 +28,12 @@ things going on that the core must never get out of step:
 
   and the same two moves, independently, between SOCKET_FULL and BOTH_FULL.
 
+- **producing** (``Producing``): producer flow control holds its SENDs back
+  (BLOCKED, the SENDs *parked* in order) until there is room; once the last
+  one entered its destination or was refused, it is FLOWING again. (A
+  producer that asked for no RECEIPT is also not read meanwhile: reading's
+  ``"flow"`` reason.)
+
 - **fsync** (``SyncWait``): RECEIPTs of this connection waiting for an fsync
   (``store.fsync = "always"``); later RECEIPTs queue behind them, in order.
 
@@ -50,7 +56,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from typing import TYPE_CHECKING, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
 
 if TYPE_CHECKING:
     from .errors import ProtocolError
@@ -66,6 +72,10 @@ __all__ = [
     "WriteEvent",
     "WRITE_TRANSITIONS",
     "Writing",
+    "ProduceState",
+    "ProduceEvent",
+    "PRODUCE_TRANSITIONS",
+    "Producing",
     "SyncState",
     "SyncEvent",
     "SYNC_TRANSITIONS",
@@ -326,6 +336,78 @@ class Writing:
     def close(self) -> None:
         """The connection closed."""
         self._fire(WriteEvent.CLOSE)
+
+
+# --------------------------------------------------------------- producing
+
+
+class ProduceState(enum.Enum):
+    #: Its SENDs enter their destinations as they come.
+    FLOWING = "FLOWING"
+    #: Producer flow control holds its SENDs back (``Producing.parked``) until there is room.
+    BLOCKED = "BLOCKED"
+    #: The connection is closed: what was parked was dropped.
+    CLOSED = "CLOSED"
+
+
+class ProduceEvent(enum.Enum):
+    #: A SEND was parked while none was.
+    BLOCK = "BLOCK"
+    #: Another SEND was parked behind those already waiting.
+    PARK = "PARK"
+    #: Every parked SEND entered its destination or was refused: the producer goes on.
+    UNBLOCK = "UNBLOCK"
+    #: The connection closed.
+    CLOSE = "CLOSE"
+
+
+_P, _PE = ProduceState, ProduceEvent
+
+#: (state, event) -> next state. Anything else is an ``IllegalTransition``.
+PRODUCE_TRANSITIONS: dict[tuple[ProduceState, ProduceEvent], ProduceState] = {
+    (_P.FLOWING, _PE.BLOCK): _P.BLOCKED,
+    (_P.FLOWING, _PE.CLOSE): _P.CLOSED,
+    (_P.BLOCKED, _PE.PARK): _P.BLOCKED,
+    (_P.BLOCKED, _PE.UNBLOCK): _P.FLOWING,
+    (_P.BLOCKED, _PE.CLOSE): _P.CLOSED,
+}
+
+
+class Producing:
+    """Whether producer flow control holds a connection's SENDs back, and which."""
+
+    __slots__ = ("state", "parked", "blocked_since", "usage")
+
+    def __init__(self, now: float) -> None:
+        self.state = ProduceState.FLOWING
+        #: SENDs waiting for room, in order (empty unless BLOCKED; the broker may
+        #: let some go, or refuse them, before the whole producer is unblocked).
+        self.parked: deque[Any] = deque()
+        #: When the producer was last blocked.
+        self.blocked_since = now
+        #: Which usage blocked it ("memory", "store", "temp"), for the trace.
+        self.usage = "memory"
+
+    def _fire(self, event: ProduceEvent) -> None:
+        self.state = _next(PRODUCE_TRANSITIONS, "producing", self.state, event)
+
+    def park(self, send: Any, now: float) -> bool:
+        """Hold ``send`` back; True if this blocked the producer (it was flowing)."""
+        blocking = self.state is ProduceState.FLOWING
+        self._fire(ProduceEvent.BLOCK if blocking else ProduceEvent.PARK)
+        self.parked.append(send)
+        if blocking:
+            self.blocked_since = now
+        return blocking
+
+    def unblock(self) -> None:
+        """Nothing is parked any more: the producer goes on."""
+        self._fire(ProduceEvent.UNBLOCK)
+
+    def close(self) -> None:
+        """The connection closed: its parked SENDs are dropped (they never entered a destination)."""
+        self._fire(ProduceEvent.CLOSE)
+        self.parked.clear()
 
 
 # ------------------------------------------------------------------- fsync

@@ -182,14 +182,12 @@ class ProducerFlowControl:
         if policy.send_fail_if_no_space_after_timeout:
             deadline = self.clock.now() + policy.send_fail_if_no_space_after_timeout / 1000
             self.timers.call_at(deadline, self._park_timeout, session, message)
-        session.parked.append(ParkedSend(destination, message, receipt, deadline, resume))
-        if len(session.parked) == 1:
+        if session.producing.park(ParkedSend(destination, message, receipt, deadline, resume), self.clock.now()):
             self.blocked.append(session)
             self._warn_blocked(session, destination, text)
-            session.blocked_since = self.clock.now()
             if self.trace.enabled:
                 kind, pct = self._holding_usage(text, resume, usage)
-                session.blocked_usage = kind
+                session.producing.usage = kind
                 self._emit(
                     "flow_block",
                     session=session.tag,
@@ -235,9 +233,9 @@ class ProducerFlowControl:
             self._emit("error", session=session.tag, client_id=session.client_id, message=text, code=code, fatal=False)
 
     def _park_timeout(self, session: Session, message: Message) -> None:
-        for i, parked in enumerate(session.parked):
+        for i, parked in enumerate(session.producing.parked):
             if parked.message is message:
-                del session.parked[i]
+                del session.producing.parked[i]
                 dest = parked.destination
                 self.refuse_send(
                     session,
@@ -256,48 +254,50 @@ class ProducerFlowControl:
     def unblock_producers(self) -> None:
         """Let parked sends in, in order, while there is room."""
         for session in list(self.blocked):
-            parked_dest = session.parked[0].destination.address if session.parked else ""
-            while session.parked:
-                parked = session.parked[0]
+            waiting = session.producing.parked
+            parked_dest = waiting[0].destination.address if waiting else ""
+            while waiting:
+                parked = waiting[0]
                 if parked.resume is not None:
                     # A topic dispatch stopped at a full subscription: go on from there.
                     remaining = parked.destination.accept(parked.message, parked.resume)  # type: ignore[call-arg]
                     if remaining is not None:
-                        session.parked[0] = parked._replace(resume=remaining)
+                        waiting[0] = parked._replace(resume=remaining)
                         break
-                    session.parked.popleft()
+                    waiting.popleft()
                 elif not self.has_room(parked.destination, parked.message):
                     break
                 else:
-                    session.parked.popleft()
+                    waiting.popleft()
                     try:
                         remaining = self._route(parked.destination, parked.message)
                     except NoSpaceError:  # the disk is still full: wait on (at the head)
-                        session.parked.appendleft(parked)
+                        waiting.appendleft(parked)
                         break
                     except ResourceLimitError as exc:
                         self.refuse_send(session, parked.receipt, exc.message)
                         continue
                     if remaining is not None:
-                        session.parked.appendleft(parked._replace(resume=remaining))
+                        waiting.appendleft(parked._replace(resume=remaining))
                         break
                 if (
                     parked.receipt is not None
                     and self._after_write(session, parked.receipt, parked.message.store_ref is not None) is None
                 ):
                     self._send_receipt(session, parked.receipt)
-            if session.parked:
+            if waiting:
                 continue
             self.blocked.remove(session)
+            session.producing.unblock()
             if self.trace.enabled:
-                usage = session.blocked_usage
+                usage = session.producing.usage
                 pct = {"store": self.store_usage, "temp": self.temp_usage}.get(usage, self.memory).percent
                 self._emit(
                     "flow_unblock",
                     session=session.tag,
                     dest=parked_dest,
                     usage=usage,
-                    waited=round(self.clock.now() - session.blocked_since, 6),
+                    waited=round(self.clock.now() - session.producing.blocked_since, 6),
                     pct=pct,
                 )
             self._start_reading(session, "flow")

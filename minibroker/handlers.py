@@ -103,7 +103,7 @@ class FrameHandlers:
             self._transaction(session, txid).append(("send", destination, message))
             return None
         receipt = frame.headers.get("receipt")
-        if session.parked or not self._has_room(destination, message):
+        if session.producing.parked or not self._has_room(destination, message):
             return self.flow.park(session, destination, message, receipt)
         try:
             remaining = self._route(destination, message)

@@ -102,8 +102,8 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
             f"connection {sid} still holds {session.parser.buffered} bytes of an incomplete frame "
             f"({session.partial_bytes} charged to the broker)"
         )
-    if session.parked:
-        found.append(f"connection {sid} still has {len(session.parked)} SENDs parked by flow control")
+    if session.producing.parked:
+        found.append(f"connection {sid} still has {len(session.producing.parked)} SENDs parked by flow control")
     if session in broker.flow.blocked:
         found.append(f"connection {sid} is still among the blocked producers")
     if any(s is session for _, s, _ in broker._sync_waiters):
@@ -127,7 +127,7 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
     waiting = [
         p.destination.address
         for s in broker.flow.blocked
-        for p in s.parked
+        for p in s.producing.parked
         if p.destination.address in departure.temporaries
     ]
     if waiting:

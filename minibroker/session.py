@@ -22,9 +22,10 @@ once the outbox holds ``write_buffer_limit`` bytes or the edge reports its
 socket buffer full, and the dispatcher gives such a session nothing more: a
 client that does not read cannot grow the broker's memory.
 
-Whether the socket is read (and why not), whether output may be added, and
-which RECEIPTs wait for an fsync are three more small tables, in
-``connection_state.py``: ``reading``, ``writing`` and ``sync``.
+Whether the socket is read (and why not), whether output may be added,
+whether flow control holds its SENDs back, and which RECEIPTs wait for an
+fsync are four more small tables, in ``connection_state.py``: ``reading``,
+``writing``, ``producing`` and ``sync``.
 
 Negotiation helpers (version, heart-beat) live here too, as pure functions.
 """
@@ -32,11 +33,10 @@ Negotiation helpers (version, heart-beat) live here too, as pure functions.
 from __future__ import annotations
 
 import enum
-from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .codec import FrameParser
-from .connection_state import Reading, SyncWait, Writing
+from .connection_state import Producing, Reading, SyncWait, Writing
 from .coreutil import shown
 from .digits import parse_decimal
 from .errors import ProtocolError
@@ -130,16 +130,13 @@ class Session:
         self.framed = False
         #: When bytes last left for the socket (reported by the edge).
         self.last_write_progress = now
-        #: When producer flow control last blocked this session, and which usage did.
-        self.blocked_since = now
-        self.blocked_usage = "memory"
         #: The client sent DISCONNECT (it may still be handling the frames read
         #: with it): it reads nothing more, so nothing more is dispatched to it.
         self.leaving = False
         #: Is the socket read, why not, and the frames held meanwhile.
         self.reading = Reading(now)
-        #: SENDs waiting for memory (producer flow control), in order.
-        self.parked: deque[Any] = deque()
+        #: Whether producer flow control holds its SENDs back, and which (``producing.parked``).
+        self.producing = Producing(now)
         #: RECEIPTs of this session waiting for an fsync (later ones queue behind).
         self.sync = SyncWait()
         #: Subscriptions the broker aborted (key -> id): late ACKs for them are ignored.

@@ -207,7 +207,7 @@ def broker_statistics(broker: "BrokerView", scope: Scope | None = None) -> dict[
         "destinationCount": len(dests),
         "connectionCount": len(broker.sessions) if scope.everything else len(scope.sessions()),
         "blockedProducers": sum(
-            len(s.parked) for s in (broker.sessions.values() if scope.everything else scope.sessions())
+            len(s.producing.parked) for s in (broker.sessions.values() if scope.everything else scope.sessions())
         ),
         "diagnosis": scope.diagnosis(),
     }
@@ -324,7 +324,7 @@ def connection_statistics(session: "Session", now: float, wall_ms: int) -> dict[
         "outboundQueuedBytes": session.out_bytes + session.transport_buffered,
         "transportPaused": session.writing.socket_full,
         "readingPaused": session.reading.paused,
-        "blockedSends": len(session.parked),
+        "blockedSends": len(session.producing.parked),
         "secondsSinceLastRead": round(now - session.last_read, 3),
         "secondsSinceLastWrite": round(now - session.last_write_progress, 3),
         "framesIn": session.frames_in,

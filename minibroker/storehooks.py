@@ -218,8 +218,8 @@ class StoreHooks:
             if session.is_open:
                 self.flow.refuse_send(session, receipt, refusal)
         for session in list(self.flow.blocked):
-            for parked in [p for p in session.parked if p.message.persistent]:
-                session.parked.remove(parked)
+            for parked in [p for p in session.producing.parked if p.message.persistent]:
+                session.producing.parked.remove(parked)
                 self.flow.refuse_send(session, parked.receipt, refusal)
             self.flow.retry = True
         if self.trace.enabled:

@@ -23,7 +23,6 @@ messages of the connection behind. ``invariants.py`` checks the result.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .coreutil import log
@@ -88,10 +87,13 @@ class ConnectionTeardown:
         if isinstance(dest, Queue):
             dest.purge()
         for producer in list(self.flow.blocked):
-            bound_here = [p for p in producer.parked if p.destination is dest]
+            waiting = producer.producing.parked
+            bound_here = [p for p in waiting if p.destination is dest]
             if not bound_here:
                 continue
-            producer.parked = deque(p for p in producer.parked if p.destination is not dest)
+            kept = [p for p in waiting if p.destination is not dest]
+            waiting.clear()  # in place: the broker may be walking this very queue
+            waiting.extend(kept)
             for parked in bound_here:
                 self.flow.refuse_send(
                     producer, parked.receipt, f"{dest.address} was deleted: the connection that owned it closed"
@@ -102,7 +104,7 @@ class ConnectionTeardown:
         """Drop what waited on ``session``: parked SENDs, held frames, RECEIPTs owed after an fsync."""
         if session in self.flow.blocked:
             self.flow.blocked.remove(session)
-        session.parked.clear()  # never entered a destination: nothing to release
+        session.producing.close()  # its parked SENDs never entered a destination: nothing to release
         session.reading.close()  # its held frames go, and every reason it was not read
         if session.sync.count:
             self._sync_waiters = [w for w in self._sync_waiters if w[1] is not session]

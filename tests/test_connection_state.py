@@ -1,4 +1,4 @@
-"""A connection's reading, writing and fsync tables (``connection_state.py``), in h11's manner:
+"""A connection's reading, writing, producing and fsync tables (``connection_state.py``), in h11's manner:
 every (state, event) pair, legal ones moving where the table below says, the others raising
 ``IllegalTransition`` and leaving the state as it was; then each machine driven through its
 methods as the core drives it."""
@@ -13,10 +13,14 @@ import pytest
 
 from minibroker.codec import FrameParser
 from minibroker.connection_state import (
+    PRODUCE_TRANSITIONS,
     READ_TRANSITIONS,
     SYNC_TRANSITIONS,
     WRITE_TRANSITIONS,
     IllegalTransition,
+    ProduceEvent,
+    ProduceState,
+    Producing,
     Reading,
     ReadEvent,
     ReadState,
@@ -33,6 +37,7 @@ from minibroker.session import Session
 
 R, RE = ReadState, ReadEvent
 W, WE = WriteState, WriteEvent
+P, PE = ProduceState, ProduceEvent
 Y, YE = SyncState, SyncEvent
 
 # The tables written out again, by hand: a row added, dropped or changed in the module fails here.
@@ -71,6 +76,13 @@ WRITING_LEGAL = {
     (W.CLOSED, WE.OUTBOX_FILLED): W.CLOSED,
     (W.CLOSED, WE.OUTBOX_TAKEN): W.CLOSED,
 }
+PRODUCING_LEGAL = {
+    (P.FLOWING, PE.BLOCK): P.BLOCKED,
+    (P.FLOWING, PE.CLOSE): P.CLOSED,
+    (P.BLOCKED, PE.PARK): P.BLOCKED,
+    (P.BLOCKED, PE.UNBLOCK): P.FLOWING,
+    (P.BLOCKED, PE.CLOSE): P.CLOSED,
+}
 SYNC_LEGAL = {
     (Y.IDLE, YE.AWAIT): Y.AWAITING,
     (Y.AWAITING, YE.AWAIT): Y.AWAITING,
@@ -83,6 +95,7 @@ SYNC_LEGAL = {
 def test_the_module_tables_are_the_tables_written_here() -> None:
     assert READ_TRANSITIONS == READING_LEGAL
     assert WRITE_TRANSITIONS == WRITING_LEGAL
+    assert PRODUCE_TRANSITIONS == PRODUCING_LEGAL
     assert SYNC_TRANSITIONS == SYNC_LEGAL
 
 
@@ -94,6 +107,7 @@ def _every_pair(states: type[enum.Enum], events: type[enum.Enum]) -> list[tuple[
 MACHINES: dict[str, tuple[Callable[[], Any], dict[Any, Any], list[tuple[Any, Any]]]] = {
     "reading": (lambda: Reading(0.0), READING_LEGAL, _every_pair(ReadState, ReadEvent)),
     "writing": (lambda: Writing(0.0), WRITING_LEGAL, _every_pair(WriteState, WriteEvent)),
+    "producing": (lambda: Producing(0.0), PRODUCING_LEGAL, _every_pair(ProduceState, ProduceEvent)),
     "fsync wait": (SyncWait, SYNC_LEGAL, _every_pair(SyncState, SyncEvent)),
 }
 
@@ -113,6 +127,7 @@ def _writing_flags(w: Writing) -> None:
 FLAGS: dict[str, Callable[[Any], None]] = {
     "reading": _reading_flags,
     "writing": _writing_flags,
+    "producing": lambda p: None,
     "fsync wait": lambda s: None,
 }
 CASES = [(name, state, event) for name, (_, _, pairs) in MACHINES.items() for state, event in pairs]
@@ -284,6 +299,42 @@ def test_a_framing_session_takes_its_outbox_frame_by_frame_with_the_same_moves()
     assert session.writing.state is W.BOTH_FULL
     assert session.take_frames() == [b"ab", b"cd"]
     assert session.writing.state is W.SOCKET_FULL
+
+
+# ------------------------------------------------------------------ producing, through its methods
+
+
+def test_the_first_parked_send_blocks_the_producer_and_the_rest_queue_behind_it() -> None:
+    p = Producing(0.0)
+    assert p.park("send 1", 2.0) is True  # blocked now: listed, warned, traced once
+    assert p.park("send 2", 3.0) is False
+    assert p.state is P.BLOCKED and list(p.parked) == ["send 1", "send 2"] and p.blocked_since == 2.0
+    p.parked.clear()  # (the broker lets them in as room comes)
+    p.unblock()
+    assert p.state is P.FLOWING
+    with pytest.raises(IllegalTransition):
+        p.unblock()  # a producer that was not blocked cannot be let go
+
+
+def test_a_producer_whose_parked_sends_all_went_stays_blocked_until_let_go() -> None:
+    # A parked SEND refused after its timeout empties the queue before the broker's next pass:
+    # a SEND parked then joins the same block (not a second one).
+    p = Producing(0.0)
+    p.park("send 1", 1.0)
+    p.parked.clear()
+    assert p.park("send 2", 2.0) is False
+    assert p.state is P.BLOCKED and p.blocked_since == 1.0
+
+
+def test_the_close_drops_the_parked_sends_and_nothing_parks_after_it() -> None:
+    p = Producing(0.0)
+    p.park("send 1", 1.0)
+    p.close()
+    assert p.state is P.CLOSED and not p.parked
+    with pytest.raises(IllegalTransition):
+        p.park("send 2", 2.0)
+    with pytest.raises(IllegalTransition):
+        p.close()
 
 
 # ------------------------------------------------------------------ fsync wait, through its methods

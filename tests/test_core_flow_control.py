@@ -164,7 +164,7 @@ class TestProducerFlowControl:
         self.fill(p, "/queue/full", 40)
         assert p.reading_paused
         held = net.broker.sessions[p.sid].reading.held
-        assert len(held) > 0 or net.broker.sessions[p.sid].parked
+        assert len(held) > 0 or net.broker.sessions[p.sid].producing.parked
         c = net.connected_client("c")
         c.subscribe("/queue/full")
         assert not p.reading_paused

@@ -193,12 +193,12 @@ def test_a_send_parked_on_its_way_to_a_temporary_queue_is_answered_when_the_owne
     producer = net.connected_client("producer")
     for i in range(6):
         producer.send(address, b"x" * 1500, receipt=f"a{i}")  # the queue fills: the last ones park
-    assert len(producer.frames("RECEIPT")) < 6 and net.broker.sessions[producer.sid].parked
+    assert len(producer.frames("RECEIPT")) < 6 and net.broker.sessions[producer.sid].producing.parked
     owner.disconnect()
     errors = [f.headers["message"] for f in producer.frames("ERROR")]
     assert errors and all(m == f"{address} was deleted: the connection that owned it closed" for m in errors)
     assert len(producer.frames("RECEIPT")) + len(errors) == 6
-    assert not net.broker.sessions[producer.sid].parked and not net.broker.flow.blocked
+    assert not net.broker.sessions[producer.sid].producing.parked and not net.broker.flow.blocked
     producer.send("/queue/elsewhere", b"on", receipt="later")
     assert producer.frames("RECEIPT")[-1].headers["receipt-id"] == "later"
     assert net.teardown is not None and net.teardown.violations == []

@@ -190,7 +190,7 @@ def test_stomp_py_producer_hangs_after_the_subscribers_drained(tmp_path: Path, c
         assert drain_slow()
         got_receipt = send(10_000, 1.5)
         temp_pct = rb.call(lambda: broker.temp_usage.percent)
-        blocked = rb.call(lambda: sum(len(s.parked) for s in broker.sessions.values()))
+        blocked = rb.call(lambda: sum(len(s.producing.parked) for s in broker.sessions.values()))
         if hangs:
             assert sent < 300  # held once the subscriptions swapped
             assert not got_receipt and blocked == 1 and pending() == 0
