@@ -12,6 +12,7 @@ from typing import Any, Callable
 import pytest
 
 from minibroker.codec import FrameParser
+from minibroker.config import parse_config
 from minibroker.connection_state import (
     PRODUCE_TRANSITIONS,
     READ_TRANSITIONS,
@@ -34,6 +35,7 @@ from minibroker.connection_state import (
 from minibroker.errors import ProtocolError
 from minibroker.frames import Frame
 from minibroker.session import Session
+from minibroker.sim import VirtualNetwork
 
 R, RE = ReadState, ReadEvent
 W, WE = WriteState, WriteEvent
@@ -362,3 +364,37 @@ def test_the_close_drops_the_waiting_receipts() -> None:
     s.wait()
     s.drop()
     assert s.state is Y.IDLE and s.count == 0
+
+
+# ------------------------------------------------------------------ the broker, driven by the edge
+
+
+def test_a_producer_blocked_without_receipts_is_paused_then_read_again_when_memory_frees() -> None:
+    doc = {
+        "system_usage": {"memory_limit": "64 kb"},
+        "destination_policy": [{"queue": ">", "pending_cursor": "vm"}],
+    }
+    net = VirtualNetwork(parse_config(doc))
+    p = net.connected_client("p")
+    for _ in range(40):  # about 80 KiB for a 64 KiB broker: memory fills part way
+        p.send("/queue/full", "x" * 976)
+    session = net.broker.sessions[p.sid]
+    assert session.reading.state is R.PAUSED and session.reading.reasons == {"flow"}
+    assert session.producing.state is P.BLOCKED and session.producing.parked
+    assert p.reading_paused  # the edge was told: the SENDs after the one that blocked it wait, unread
+    c = net.connected_client("c")
+    c.subscribe("/queue/full")  # takes them all, freeing the memory
+    assert session.reading.state is R.READING and not session.reading.held
+    assert session.producing.state is P.FLOWING
+    assert len(c.messages()) == 40
+
+
+def test_an_edge_reporting_a_socket_drained_that_was_never_full_is_a_bug_that_raises() -> None:
+    net = VirtualNetwork(parse_config({}))
+    c = net.connected_client("c")
+    with pytest.raises(IllegalTransition, match="SOCKET_DRAINED is not allowed in state OPEN"):
+        net.broker.set_writable(c.sid, True)
+    net.broker.set_writable(c.sid, False)
+    assert net.broker.sessions[c.sid].writing.state is W.SOCKET_FULL
+    net.broker.set_writable(c.sid, True)
+    assert net.broker.sessions[c.sid].writing.state is W.OPEN
