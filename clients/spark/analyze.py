@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import math
 import shutil
 import sys
@@ -117,7 +118,6 @@ def _series(tb: Tables, findings: list[dict[str, Any]]) -> tuple[dict[str, list[
         ),
         "consumer_rates": rows,
         "subscriptions": [s for s in subs if (s["session"], s["sub"]) in keep],
-        "names": _names(tb.events.filter(F.col("event") == "connect").select("session", "client_id", "addr").collect()),
         "usage": coarse(tb.usage, [], [], ["mem_pct", "store_pct", "temp_pct"]),
         "blocked": [r.asDict() for r in tb.blocked.orderBy("start").limit(10_000).collect()],
         "swaps": [r.asDict() for r in tb.swaps.orderBy("t").limit(20_000).collect()],
@@ -137,6 +137,18 @@ def _names(rows: list[Any]) -> dict[str, str]:
         if name and r.get("session"):
             names[r["session"]] = name
     return names
+
+
+def named(finding: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """``finding`` with its summary naming its client as the client names itself (a lab's
+    ``consumer-a``, a client-id) instead of by its broker session (``localhost-2265b1-2``);
+    the ``session`` field keeps the id, which the tables join on."""
+    session, summary = finding.get("session"), finding.get("summary")
+    name = names.get(session or "")
+    if not name or not summary:
+        return finding
+    summary = re.sub(rf"(?<![\w-]){re.escape(session or '')}(?![\w-])", name, summary)
+    return {**finding, "summary": summary.replace(f"{name} (client-id {name})", name)}
 
 
 def analyze(
@@ -168,6 +180,7 @@ def analyze(
         _write(findings_df, out, "findings")
     info.update(engine="spark")
     series, step = _series(tb, findings) if plots else ({}, params.bucket)
+    names = _names(tb.events.filter(F.col("event") == "connect").select("session", "client_id", "addr").collect())
     result = _finish(
         Path(out.removeprefix("file:")),
         info,
@@ -177,6 +190,7 @@ def analyze(
         series,
         step,
         [*tb.outputs(), "findings"] if tables else [],
+        names,
     )
     for df in (findings_df, *tb.outputs().values(), raw):
         df.unpersist()
@@ -192,8 +206,11 @@ def _finish(
     series: dict[str, Any],
     step: float,
     tables: list[str],
+    names: dict[str, str],
 ) -> dict[str, Any]:
-    """What both engines write: plots, report.md, findings.json, info.json."""
+    """What both engines write: plots, report.md, findings.json, info.json. ``names``
+    (session -> the client's name) name the clients in the findings' summaries and plots."""
+    findings = [named(f, names) for f in findings]
     info.update(
         inputs=list(inputs),
         span=info["t1"] - info["t0"],
@@ -204,6 +221,7 @@ def _finish(
     local.mkdir(parents=True, exist_ok=True)
     if series:
         series["hwm"] = params.hwm
+        series["names"] = names
     made = plot_all(local, series, step, params.hwm, findings) if series else {}
     (local / "report.md").write_text(render_report(info, findings, made, tables))
     (local / "findings.json").write_text(json.dumps(findings, indent=1) + "\n")
@@ -236,10 +254,9 @@ def analyze_inprocess(
         inprocess.write_csv(tb, findings, local / "csv")
     info.update(engine="inprocess")
     series = inprocess.series(tb, findings, TOP_CONSUMERS) if plots else {}
-    if series:
-        series["names"] = _names([e for e in tb.events if e["event"] == "connect"])
+    names = _names([e for e in tb.events if e["event"] == "connect"])
     return _finish(
-        local, info, inputs, params, findings, series, tb.bucket, [*tb.outputs(), "findings"] if tables else []
+        local, info, inputs, params, findings, series, tb.bucket, [*tb.outputs(), "findings"] if tables else [], names
     )
 
 

@@ -114,6 +114,10 @@ def test_the_findings_are_what_the_lab_expects_with_its_numbers(lab_results, lab
     result = lab_results[(lab.number, spec.name)]
     assert {f["detector"] for f in result.findings} == set(spec.findings), [f["summary"] for f in result.findings]
     check_numbers(lab.number, spec.name, result)
+    names = {e["session"]: e.get("client_id") or e["addr"] for e in _trace(result) if e["event"] == "connect"}
+    for f in result.findings:  # a finding names its client as the lab does, not by its broker session
+        if f["session"]:
+            assert f["session"] not in f["summary"] and names[f["session"]] in f["summary"], f["summary"]
 
 
 @pytest.mark.spark
