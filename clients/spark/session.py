@@ -7,13 +7,23 @@ other way (``python -m clients.spark.analyze``, ``minibroker analyze``), the
 job starts a local JVM: ``local[*]`` unless ``--master`` or
 ``MINIBROKER_SPARK_MASTER`` says otherwise, bound to 127.0.0.1, with no UI
 and a quiet log.
+
+A quiet start too: Spark's launcher always starts the JVM with
+``--add-modules=jdk.incubator.vector``, and the JVM then prints ``WARNING: Using
+incubator modules: jdk.incubator.vector`` on the stderr it inherits, a line no
+JVM option turns off. So a local JVM is started with its stderr on a pipe
+(``_jvm_stderr_filtered``), whose reader thread passes every line on to this
+process's stderr except that one, for as long as the JVM lives.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,9 +78,47 @@ def get_session(app_name: str, master: str | None = None, conf: dict[str, str] |
         builder = builder.master(master or os.environ.get("MINIBROKER_SPARK_MASTER") or "local[*]")
         for key, value in settings.items():
             builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+        with _jvm_stderr_filtered():
+            spark = builder.getOrCreate()
+    else:
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+#: What the JVM prints on stderr that says nothing to a reader of ours (see the module doc).
+JVM_NOISE = (b"WARNING: Using incubator modules:",)
+
+
+def _forward(read_fd: int, write_fd: int) -> None:
+    """Copy lines from ``read_fd`` to ``write_fd`` until EOF, leaving out ``JVM_NOISE``."""
+    with open(read_fd, "rb", buffering=0) as pipe:
+        for line in pipe:
+            if not line.startswith(JVM_NOISE):
+                os.write(write_fd, line)
+
+
+@contextlib.contextmanager
+def _jvm_stderr_filtered() -> Iterator[threading.Thread | None]:
+    """While the body runs, file descriptor 2 is a pipe: what is started then (the JVM)
+    inherits it, and a daemon thread (yielded) passes its lines on to the real stderr
+    until the last process holding the pipe has closed it."""
+    try:
+        sys.stderr.flush()
+        real = os.dup(2)
+    except (OSError, ValueError):  # no usable stderr: nothing to filter
+        yield None
+        return
+    read_fd, write_fd = os.pipe()
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    forwarder = threading.Thread(target=_forward, args=(read_fd, real), name="jvm-stderr", daemon=True)
+    forwarder.start()
+    try:
+        yield forwarder
+    finally:
+        sys.stderr.flush()
+        os.dup2(real, 2)  # ours again; the JVM keeps the pipe (and the thread its copy of stderr)
 
 
 def spark_errors() -> tuple[type[BaseException], ...]:
