@@ -229,6 +229,7 @@ LIVE_EVIDENCE = {("03", "heart-beats"): _heart_beats_drop_in_time} | {
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # lab 02's eight runs are 10 s of wall clock each, more on a loaded machine
 @pytest.mark.parametrize("lab", [lab for lab in LABS if not lab.no_live], ids=lambda lab: lab.directory.name)
 def test_every_live_run_keeps_its_promise(lab) -> None:
     """Every run of every lab that runs live, against the real server on real sockets. A run
