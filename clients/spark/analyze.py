@@ -145,9 +145,9 @@ def named(finding: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     the ``session`` field keeps the id, which the tables join on."""
     session, summary = finding.get("session"), finding.get("summary")
     name = names.get(session or "")
-    if not name or not summary:
+    if not name or not summary or not session or session.isdigit():  # a bare number could be any figure
         return finding
-    summary = re.sub(rf"(?<![\w-]){re.escape(session or '')}(?![\w-])", name, summary)
+    summary = re.sub(rf"(?<![\w-]){re.escape(session)}(?![\w-])", name, summary)
     return {**finding, "summary": summary.replace(f"{name} (client-id {name})", name)}
 
 
