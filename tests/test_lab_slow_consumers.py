@@ -226,3 +226,39 @@ def test_stomp_py_slow_subscriber_gets_the_abort_error_while_a_fast_one_keeps_re
         for conn in conns:
             close(conn)
         rb.stop()
+
+
+def test_rates_a_busy_machine_set_are_no_verdict(tmp_path: Path) -> None:
+    """Live, the fast consumers under twice the slow one's pace mean "held back" only if flow
+    control held the producer. A spool run whose producer a loaded machine kept at 34 msg/s,
+    never blocked, is no pathology: the run says the machine was too busy for a fair run. A
+    producer held by flow control since before the window, to the end (the stuck socket), is."""
+    from clients.labs import load_lab
+    from clients.labs.runner import RunResult, _print_result
+
+    lab = load_lab(LAB)
+    scenario = lab.scenario()
+    pace = scenario.Pace(200, 40, 10.0, 5.0, 80, 8000)
+
+    def judged(name: str, flow: list[dict[str, Any]]) -> tuple[Any, list[str]]:
+        spec = next(s for s in lab.runs if s.name == name)
+        run = LabRun(lab, spec, tmp_path / name)
+        events = [{"event": e, "ts": ts, "session": "p", "usage": "memory", "pct": 100} for e, ts in flow]
+        seen = scenario.Seen(
+            pace, 34.0, 34.0, 33.0, 7.0, 340, False, [], 0, 9216, 14, 1068, events, "s", "p", [], None, None, 2048
+        )
+        outcome = scenario.verdict(run, seen, name.startswith("stuck"))
+        lines: list[str] = []
+        _print_result(RunResult(spec, outcome), lines.append)
+        return outcome, lines
+
+    spool, lines = judged("spool", [])
+    assert spool.unfair and "flow control never held the producer from t=5 s" in spool.unfair
+    assert RunResult(lab.runs[1], spool).too_busy
+    assert any(
+        line.startswith("    the machine was too busy for a fair run: the fast consumers got 34.0") for line in lines
+    )
+    stuck, _ = judged("stuck-socket", [("flow_block", 3.2)])
+    assert stuck.pathology and not stuck.unfair
+    block, _ = judged("block", [("flow_block", 6.0), ("flow_unblock", 6.1)])
+    assert block.pathology and not block.unfair

@@ -230,8 +230,9 @@ def _print_comparison(c: Comparison, label: str, out: Callable[[str], None]) -> 
     out(f"    minibroker: {_verdict_line(ours.outcome, promise)}")
     for line in ours.outcome.evidence:
         out(f"      - {line}")
-    if ours.loop_lag is not None and ours.too_busy:
-        out(f"      the machine was too busy for a fair run: {ours.loop_lag.summary()}")
+    if ours.too_busy:
+        why = ours.outcome.unfair or (ours.loop_lag.summary() if ours.loop_lag is not None else "")
+        out(f"      the machine was too busy for a fair run: {why}")
     expected = spec.activemq_expect
     promise = "as the lab expects" if c.theirs.verdict == expected else f"NOT as the lab expects ({expected.upper()})"
     out(f"    {label}: {_verdict_line(c.theirs, promise)}")

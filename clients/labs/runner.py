@@ -44,6 +44,9 @@ class Outcome:
     summary: str
     evidence: list[str] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: A live run whose own figures show the machine, not the configuration, set the pace:
+    #: why ("" for a fair run). The verdict is then no evidence either way.
+    unfair: str = ""
 
     @property
     def verdict(self) -> str:
@@ -68,8 +71,9 @@ class RunResult:
 
     @property
     def too_busy(self) -> bool:
-        """A live run on a machine too busy for its timings to be fair."""
-        return self.loop_lag is not None and self.loop_lag.busy()
+        """A live run on a machine too busy for its timings to be fair: its broker's loop ran
+        late, or the run's own figures say so (``Outcome.unfair``)."""
+        return bool(self.outcome.unfair) or (self.loop_lag is not None and self.loop_lag.busy())
 
     @property
     def as_promised(self) -> bool:
@@ -291,8 +295,10 @@ def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
         out(f"      - {line}")
     if outcome.metrics:
         out("      numbers: " + ", ".join(f"{k}={v}" for k, v in outcome.metrics.items()))
+    if outcome.unfair:
+        out(f"    the machine was too busy for a fair run: {outcome.unfair}")
     if result.loop_lag is not None:
-        fair = "the machine was too busy for a fair run: " if result.too_busy else "machine load: "
+        fair = "the machine was too busy for a fair run: " if result.loop_lag.busy() else "machine load: "
         out(f"    {fair}{result.loop_lag.summary()}")
     if result.findings is not None:
         expected = ", ".join(spec.findings) or "none"

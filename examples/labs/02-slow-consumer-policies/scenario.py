@@ -378,6 +378,20 @@ def verdict(lab: LabRun, seen: Seen, stuck: bool) -> Outcome:
     )
 
     held = seen.fast_rate < pace.held_below
+    # Held back by whom? A slow (or stuck) consumer holds the fast ones back through the
+    # producer, which flow control blocks (in the window, or since before it and to the end).
+    # Rates that low with the producer never blocked were set by a machine too busy to go faster.
+    before = [e for e in flow if e["ts"] < pace.window_from]
+    blocked_in_window = any(e["event"] == "flow_block" for e in flow if e["ts"] >= pace.window_from) or bool(
+        before and before[-1]["event"] == "flow_block"
+    )
+    unfair = (
+        f"the fast consumers got {seen.fast_rate:.1f} msg/s, under {pace.held_below:g}, while flow control never "
+        f"held the producer from t={pace.window_from:.0f} s: the machine set that pace, not the "
+        f"{'stuck' if stuck else 'slow'} consumer"
+        if held and not blocked_in_window
+        else ""
+    )
     row = {
         "run": lab.name,
         "producer": f"{seen.producer_rate:.1f}",
@@ -427,7 +441,7 @@ def verdict(lab: LabRun, seen: Seen, stuck: bool) -> Outcome:
         "flow_blocks": len(blocks),
         "sent": seen.sent,
     }
-    return Outcome(held, summary, metrics=metrics)
+    return Outcome(held, summary, metrics=metrics, unfair=unfair)
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
