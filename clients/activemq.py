@@ -113,19 +113,21 @@ class ActiveMQ:
         if problem:
             raise BrokerStartError(problem)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        p = subprocess.run(
-            ["bash", str(HARNESS / "activemq-start.sh")],
-            env=self._env(keep_data),
-            capture_output=True,
-            text=True,
-            timeout=150,
-        )
-        pidfile = self.run_dir / "activemq.pid"
-        if pidfile.exists():  # even on failure: stop() must find what the script left running
-            try:
-                self.pid = int(pidfile.read_text().strip())
-            except ValueError:
-                pass
+        try:
+            p = subprocess.run(
+                ["bash", str(HARNESS / "activemq-start.sh")],
+                env=self._env(keep_data),
+                capture_output=True,
+                text=True,
+                timeout=150,
+            )
+        finally:  # even on failure or interruption: stop() must find what the script left running
+            pidfile = self.run_dir / "activemq.pid"
+            if pidfile.exists():
+                try:
+                    self.pid = int(pidfile.read_text().strip())
+                except ValueError:
+                    pass
         if p.returncode != 0:
             raise BrokerStartError(f"activemq-start.sh failed (status {p.returncode}):\n{p.stderr}{p.stdout}")
         self.info = json.loads(p.stdout.strip().splitlines()[-1])

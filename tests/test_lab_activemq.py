@@ -123,9 +123,42 @@ def test_without_activemq_it_says_how_to_install_it(monkeypatch: pytest.MonkeyPa
 
 def test_a_lab_without_a_run_against_activemq_says_why(capsys) -> None:
     for lab in LABS:
+        assert hasattr(lab.scenario(), "run_activemq") != bool(lab.no_activemq), lab.directory.name
         if lab in AGAINST:
             continue
         assert cli(["lab", "run", lab.number, "--against", "activemq"]) != 0
         err = capsys.readouterr().err
-        assert "nothing to run against ActiveMQ yet" in err or "no run against ActiveMQ yet" in err, err
-        assert (lab.no_live or lab.no_activemq) in err
+        assert f"has no run against ActiveMQ: {lab.no_activemq}" in err, err
+    assert cli(["lab", "list"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("against ActiveMQ: yes (--against activemq)") == len(AGAINST)
+    assert out.count("against ActiveMQ: no: ") == len(LABS) - len(AGAINST)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NOT_INSTALLED is not None, reason=f"ActiveMQ is needed: {NOT_INSTALLED}")
+def test_a_terminated_command_stops_its_activemq(tmp_path: Path) -> None:
+    """SIGTERM to `lab run --against activemq` while its ActiveMQ runs: the JVM goes too."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clients.cli", "lab", "run", "03", "--against", "activemq"],
+        env=dict(os.environ, TMPDIR=str(tmp_path)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not _our_jvms(str(tmp_path)):
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "no ActiveMQ started"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 128 + signal.SIGTERM
+        assert not _our_jvms(str(tmp_path)), proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _our_jvms(str(tmp_path)):
+            os.kill(pid, signal.SIGKILL)

@@ -110,6 +110,9 @@ def _list(args: argparse.Namespace) -> int:
         print(f"{lab.directory.name:32s} {lab.title}")
         print(f"{'':32s} source: {lab.citation}")
         print(f"{'':32s} live: {'no: ' + lab.no_live if lab.no_live else 'yes (--live)'}")
+        print(
+            f"{'':32s} against ActiveMQ: {'no: ' + lab.no_activemq if lab.no_activemq else 'yes (--against activemq)'}"
+        )
     return 0
 
 
@@ -183,10 +186,18 @@ def _against(args: argparse.Namespace, lab) -> int:
     ]
     if others:
         raise CommandError(f"--against activemq runs alone (not with {', '.join(others)})")
+    import signal
+
+    def terminated(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds through the runs' finally blocks: every JVM is stopped
+
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
         comparisons = run_against_activemq(lab)
     except LabError as exc:
         raise CommandError(str(exc)) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0 if all(c.as_expected for c in comparisons) else 1
 
 

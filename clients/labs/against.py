@@ -96,7 +96,7 @@ def version_label() -> str:
 
 class _ActiveMQRun:
     """One run's ActiveMQ: its activemq.xml and broker in a fresh directory, started, played,
-    stopped (in the background while the verdicts print; ``wait`` joins it)."""
+    stopped (in the background while the verdicts print; ``wait`` waits for it)."""
 
     def __init__(self, lab: Lab, spec: RunSpec, label: str, configure: Callable[[BrokerConfig], BrokerConfig]) -> None:
         """``configure``: the run's configuration as its live run uses it (the scenario's
@@ -109,20 +109,26 @@ class _ActiveMQRun:
         conf.write_text(self.xml.text, encoding="utf-8")
         self.process = ActiveMQ(self.workdir, conf=conf, heap=HEAP, port=self.port)
         self._error: BaseException | None = None
-        self._starting = threading.Thread(target=self._start, name=f"activemq-start-{spec.name}", daemon=True)
-        self._stopping: threading.Thread | None = None
+        # Events, not Thread.join: a join that a signal interrupts (SIGTERM, Ctrl-C) marks a live
+        # thread as ended (CPython's bpo-45274 handling), and a later join would not wait for it.
+        self._launched = self._stop_requested = False
+        self._started = threading.Event()
+        self._stopped = threading.Event()
 
     def _start(self) -> None:
         try:
             self.process.start()
         except BaseException as exc:  # reported by play()
             self._error = exc
+        finally:
+            self._started.set()
 
     def start(self) -> None:
-        self._starting.start()
+        self._launched = True
+        threading.Thread(target=self._start, name=f"activemq-start-{self.spec.name}", daemon=True).start()
 
     def play(self, scenario_run: Callable[[LabRun, ActiveMQBroker], Outcome]) -> Outcome:
-        self._starting.join()
+        self._started.wait()
         if self._error is not None:
             raise LabError(f"{self.label} did not start for run {self.spec.name}: {self._error}")
         run = LabRun(self.lab, self.spec, self.workdir)
@@ -136,19 +142,24 @@ class _ActiveMQRun:
         return outcome
 
     def stop(self) -> None:
-        """Stop the broker in the background (``wait`` joins it) and remove its directory."""
+        """Stop the broker in the background (``wait`` waits for it) and remove its directory."""
+        self._stop_requested = True
 
         def stop() -> None:
-            self._starting.join()  # a start under way leaves a pid file to stop
-            self.process.stop()
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            try:
+                if self._launched:
+                    self._started.wait()  # a start under way leaves a pid file to stop
+                self.process.stop()
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            finally:
+                self._stopped.set()
 
-        self._stopping = threading.Thread(target=stop, name=f"activemq-stop-{self.spec.name}", daemon=True)
-        self._stopping.start()
+        threading.Thread(target=stop, name=f"activemq-stop-{self.spec.name}", daemon=True).start()
 
     def wait(self) -> None:
-        if self._stopping is not None:
-            self._stopping.join()
+        """Until ``stop`` has stopped the broker (at once if it was never asked to)."""
+        if self._stop_requested:
+            self._stopped.wait()
 
 
 def _lesson(comparison: Comparison, label: str) -> str:
@@ -170,6 +181,8 @@ def _lesson(comparison: Comparison, label: str) -> str:
 def run_against_activemq(lab: Lab, *, out: Callable[[str], None] = print) -> list[Comparison]:
     """Every run of ``lab`` on our real server and on ActiveMQ, both verdicts printed side by side."""
     scenario = lab.scenario()
+    if lab.no_activemq:
+        raise LabError(f"lab {lab.name} has no run against ActiveMQ: {lab.no_activemq}")
     if not hasattr(scenario, "run_live"):
         raise LabError(
             f"lab {lab.name} has no live run ({lab.no_live or 'none written'}), so nothing to run against ActiveMQ yet"
