@@ -75,7 +75,7 @@ def note_backlogs(lab: LabRun, broker: Any, count: int) -> None:
 
 def blocked_sends(broker: Any) -> int:
     """SENDs held by producer flow control right now (the statistics' blockedProducers)."""
-    return sum(len(s.parked) for s in broker.sessions.values())
+    return sum(len(s.producing.parked) for s in broker.sessions.values())
 
 
 def dispatched(broker: Any, addresses: list[str]) -> list[int]:
