@@ -39,8 +39,8 @@ things going on that the core must never get out of step:
 
 Each machine is a table in h11's manner (``h11/_state.py``): ``(state, event)
 -> next state``; an event the table does not hold raises ``IllegalTransition``,
-which is a bug in the core (never the peer's fault: the peer cannot cause an
-event directly), so it propagates. The methods turn what happened into an
+which is a bug in the core or its edge (never the peer's fault: the peer
+cannot cause an event directly), so it propagates. The methods turn what happened into an
 event (``resume("flow")`` is RESUME, RESUME_LAST or RESUME_UNPAUSED after the
 reasons held) and keep plain attributes (``Reading.paused``,
 ``Writing.can_write``) that the per-message paths read without a lookup.
