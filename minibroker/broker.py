@@ -31,8 +31,10 @@ exactly repeatable.
 
 No client can hurt another, before or after it logs in: at most
 ``max_connections`` connections, of which at most
-``max_unauthenticated_per_address`` from one address before they log in (so
-sockets held open without a CONNECT cannot take every slot); until its CONNECT
+``max_unauthenticated_per_address`` from one address before they log in once
+more than half the slots are taken (so sockets held open without a CONNECT
+cannot take every slot, and a burst of honest clients from one host still gets
+in); until its CONNECT
 is accepted a connection's
 frames are held to ``max_connect_frame_size`` (the parser's handshake limit);
 the bytes of incomplete frames are charged to one broker-wide total
@@ -245,7 +247,14 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
                 None,
             )
             return sid
-        waiting = self._unauthenticated_from(peer)
+        # The cap per address bites only once the connections take more than half of
+        # max_connections: a burst of honest clients from one host (a load test, a NAT)
+        # still gets in, and sockets one address holds open leave half the slots free.
+        waiting = (
+            self._unauthenticated_from(peer)
+            if t.max_unauthenticated_per_address and 2 * len(self.sessions) > t.max_connections
+            else 0
+        )
         if t.max_unauthenticated_per_address and waiting > t.max_unauthenticated_per_address:
             log.warning(
                 "connection %d from %s refused: %d connections from that address have not logged in",

@@ -302,8 +302,9 @@ class TransportConfig:
     max_unauthenticated_per_address: int = option(
         100,
         integer(0),
-        "connections from one address that have not logged in yet (no CONNECT accepted); the one over gets an "
-        "ERROR and is closed, so one address holding sockets open cannot take every max_connections slot; "
+        "connections from one address that have not logged in yet (no CONNECT accepted), applied once more than "
+        "half of max_connections are taken; the one over gets an ERROR and is closed, so one address holding "
+        "sockets open cannot take every max_connections slot while a burst of honest clients still gets in; "
         "0 = no limit",
     )
     max_connect_frame_size: int = option(

@@ -96,6 +96,21 @@ class TestBeforeLogin:
         assert net.client("10.0.0.66:4100").closed is False
         assert net.client("10.0.0.66:4101").closed is True
 
+    def test_a_burst_from_one_address_gets_in_while_half_the_slots_are_free(self) -> None:
+        """The cap per address bites only once the connections take more than half of
+        max_connections: many honest clients connecting at once from one host (a load
+        test, a NAT) are all accepted until then."""
+        config = parse_config({"transport": {"max_connections": 20, "max_unauthenticated_per_address": 3}})
+        net = VirtualNetwork(config, check_teardown=True)
+        burst = [net.client(f"10.0.0.66:{4000 + i}") for i in range(12)]
+        assert [c.closed for c in burst] == [False] * 10 + [True] * 2
+        for client in burst[:10]:
+            client.connect()
+            assert client.frames("CONNECTED")
+        honest = net.connected_client("10.0.0.7:5000")
+        honest.send("/queue/q", "served", receipt="r")
+        assert honest.last().command == "RECEIPT"
+
 
 def small_limits(**transport: Any) -> VirtualNetwork:
     limits = {"partial_frame_memory_limit": "1 mb", "max_frame_size": "1 mb", "max_data_length": "1 mb", **transport}
