@@ -12,6 +12,10 @@ The edge (``server.py``, or the virtual network in ``sim.py``) feeds events:
 - ``login_checked(sid, principal)``: the password check it was asked for is done;
 - ``tick()``: time passed; run due timers (heart-beats, connect timeout).
 
+Every entry point the edge calls is wrapped in ``failstop.fail_stop``: a store
+that fails bringing a message back from disk in any of them stops the broker
+(``store_failed``), as a frame's handler does for its own frame.
+
 After each event the edge calls ``take_actions()`` and carries out what it
 returns: ``Write`` (one joined buffer per connection), ``Close``,
 ``PauseReading`` / ``ResumeReading``, ``Sync`` (fsync the store, then report
@@ -59,6 +63,7 @@ from .config import BrokerConfig
 from .coreutil import DEFERRED, ParkedSend, header_text, log
 from .queue import Queue
 from .errors import ProtocolError, Refused
+from .failstop import fail_stop
 from .flow import ProducerFlowControl, ReadingControl
 from .frames import Frame
 from .handlers import FrameHandlers
@@ -324,12 +329,14 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         self.rates.sample(now, [(d.address, d.enqueued, d.dequeued) for d in self.destinations.values()])
         self.timers.call_at(now + SAMPLE_PERIOD, self._sample_rates)
 
+    @fail_stop
     def report_buffered(self, sid: int, buffered: int) -> None:
         """The edge holds ``buffered`` bytes for ``sid``'s socket (for statistics)."""
         session = self.sessions.get(sid)
         if session is not None:
             session.transport_buffered = buffered
 
+    @fail_stop
     def receive_data(self, sid: int, data: bytes) -> None:
         """Bytes arrived on connection ``sid``."""
         session = self.sessions.get(sid)
@@ -440,6 +447,7 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             None,
         )
 
+    @fail_stop
     def internal_error(self, sid: int) -> None:
         """Handling what ``sid`` sent raised (a bug): tell its client with an ERROR,
         as for a protocol error, and close it. Its messages go back to their
@@ -460,24 +468,25 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             if session.is_open:
                 self._close(session, "internal error")
 
+    @fail_stop
     def close_connection(self, session: Session, reason: str) -> None:
         """Close ``session`` for ``reason`` (an administrator's close): its teardown, then ``Close``."""
         self._close(session, reason)
 
+    @fail_stop
     def shutdown(self) -> None:
         """Close every connection (the broker is stopping): each is traced as a shutdown."""
         for session in list(self.sessions.values()):
             self._close(session, "broker shutdown")
 
+    @fail_stop
     def connection_lost(self, sid: int) -> None:
         """The socket of ``sid`` is gone (closed by the peer or by us)."""
         session = self.sessions.get(sid)
         if session is not None:
-            try:
-                self._close(session, "connection lost", notify_edge=False)
-            except StoreFailed as exc:
-                self.store_failed(exc)
+            self._close(session, "connection lost", notify_edge=False)
 
+    @fail_stop
     def set_writable(self, sid: int, writable: bool) -> None:
         """The edge's socket buffer for ``sid`` is full (False) or drained (True)."""
         session = self.sessions.get(sid)
@@ -488,20 +497,12 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             session.writing.socket_drained()
             session.last_write_progress = now
             if session.writing.can_write:
-                self._dispatch_or_fail(session)
+                self._resume_dispatch(session)
         else:
             session.writing.socket_blocked(now)
             timeout = self.config.transport.so_write_timeout
             if timeout:
                 self.timers.call_at(now + timeout / 1000, self._check_write_timeout, session, now)
-
-    def _dispatch_or_fail(self, session: Session) -> None:
-        """Dispatch to ``session`` again (its socket drained), outside any frame's handler:
-        a store that fails bringing a message back from disk stops the broker here too."""
-        try:
-            self._resume_dispatch(session)
-        except StoreFailed as exc:
-            self.store_failed(exc)
 
     def _check_write_timeout(self, session: Session, since: float) -> None:
         """``transport.so_write_timeout``: a socket whose writes have not moved is closed."""
@@ -522,12 +523,10 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             )
         self._close(session, "write timeout", abort=True)
 
+    @fail_stop
     def tick(self) -> None:
         """Run every timer due now."""
-        try:
-            self.timers.run_due(self.clock.now())
-        except StoreFailed as exc:
-            self.store_failed(exc)
+        self.timers.run_due(self.clock.now())
 
     def next_deadline(self) -> float | None:
         """When ``tick()`` next has work, on the clock's ``now()`` scale."""
@@ -535,6 +534,14 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
 
     def take_actions(self) -> list[Action]:
         """What the edge must do now: writes first, then closes and pauses."""
+        self._after_event()
+        return self._drain()
+
+    @fail_stop
+    def _after_event(self) -> None:
+        """The work left for after an event (producers and cursors that waited for space,
+        the store's deferred writes, dispatch to sessions whose outbox drained): it can
+        bring messages back from disk, so it is an entry point of its own."""
         flow = self.flow
         if flow.retry:
             flow.retry = False
@@ -558,7 +565,10 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             refill, self._refill = self._refill, []
             for session in refill:
                 if session.is_open and session.writing.can_write:
-                    self._dispatch_or_fail(session)
+                    self._resume_dispatch(session)
+
+    def _drain(self) -> list[Action]:
+        """The sessions' output and the control actions, taken out for the edge."""
         actions: list[Action] = []
         if self._dirty:
             dirty = self._dirty.copy()  # emptied in place: every session holds its append
@@ -715,6 +725,7 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         )
         return DEFERRED  # CONNECT has no receipt
 
+    @fail_stop
     def login_checked(self, sid: int, principal: Principal | None) -> None:
         """The password check of ``sid``'s CONNECT is done: ``principal`` if it passed, None if not."""
         session = self.sessions.get(sid)

@@ -45,6 +45,7 @@ from .queue import Queue
 from .topic import DurableState, Topic
 from .actions import Shutdown
 from .errors import NoSpaceError, ResourceLimitError
+from .failstop import fail_stop
 from .frames import Frame
 from .message import Message
 from .persistence import StoreRef, decode_messages, durable_key, encode_wire_payload
@@ -186,6 +187,7 @@ class StoreHooks:
             self._index_spill.close()
             self._index_spill = None
 
+    @fail_stop
     def store_synced(self, generation: int) -> None:
         """The edge's fsync covered every write up to ``generation``: release RECEIPTs."""
         self._sync_in_flight = False
@@ -198,6 +200,7 @@ class StoreHooks:
         return bool(self._sync_waiters)
 
     # -- storage failures (see the module docstring)
+    @fail_stop
     def store_failed(self, error: BaseException) -> None:
         """The store failed (a ``Sync`` the edge carried out raised, or a write did):
         stop promising durability at once, and ask the edge to stop the broker."""

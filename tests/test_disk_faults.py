@@ -142,6 +142,45 @@ def test_eio_reading_a_message_back_for_a_consumer_whose_socket_drained_stops_th
         assert "reading" in net.shutdown.reason and "Input/output error" in net.shutdown.reason
 
 
+def test_eio_reading_a_message_back_for_a_cursor_that_waited_for_memory_stops_the_broker(tmp_path: Path) -> None:
+    """The page-in that fails runs after an event, not in a frame: a queue's cursor
+    waited for broker memory, and another consumer's messages freed it. The broker
+    stops with the read error (it does not let ``StoreFailed`` escape to the edge)."""
+    config = parse_config(
+        {
+            "system_usage": {"memory_limit": "200 kb"},
+            "destination_policy": [{"queue": "hold", "pending_cursor": "vm", "producer_flow_control": False}],
+        }
+    )
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(config, data_dir=tmp_path)
+        producer = net.connected_client("p")
+        for i in range(5):
+            producer.send("/queue/orders", f"durable {i}", persistent="true", receipt=f"ok{i}")
+        net.restart()  # the orders are in the journal only
+        producer = net.connected_client("p")
+        sent = 0
+        while net.broker.memory.percent < 100:  # non-persistent messages fill the broker's memory
+            producer.send("/queue/hold", b"h" * 4000, receipt=f"h{sent}")
+            sent += 1
+            assert sent < 1000
+        consumer = net.connected_client("c")
+        consumer.subscribe("/queue/orders", receipt="sub")
+        assert "sub" in _receipts(consumer) and consumer.bodies() == []  # its cursor waits for memory
+        ops.fail("pread", errno.EIO, times=10**6)  # from now on, every read of a record fails
+        drain = net.connected_client("d")
+        drain.subscribe("/queue/hold")  # frees the memory: the orders' cursor pages in after this frame
+        assert len(drain.bodies()) == sent
+        assert isinstance(net.shutdown, Shutdown) and net.shutdown.exit_status == STORE_FAILED_EXIT
+        assert re.search(r"reading .*db-\d+\.log: \[Errno 5\] Input/output error", net.shutdown.reason)
+        assert net.broker.store_state == "failed"
+        net.restart()
+    consumer = net.connected_client("c2")
+    consumer.subscribe("/queue/orders")
+    assert consumer.bodies() == [f"durable {i}".encode() for i in range(5)]
+
+
 def test_a_failed_write_of_the_durable_subscriptions_stops_the_broker(tmp_path: Path) -> None:
     ops = FaultyFileOps()
     with using(ops):
