@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from functools import partial
 
@@ -81,9 +81,8 @@ from .teardown import ConnectionTeardown
 from .timers import Timers
 from .usage import Usage
 from .trace import NullTrace, Recorder
-from storage import StorageError, StoreFailed, StoreFull, TempStore
+from storage import StorageError, StoreFailed, StoreFull
 from storage.tempstore import TEMP_STORE_NAME
-from storage.spill import SpillFile
 
 __all__ = ["Broker", "SERVER_NAME", "ParkedSend"]
 
@@ -94,7 +93,7 @@ SERVER_NAME = "minibroker/0.1.0"
 _CONNECTION_SAMPLE_SECONDS = 1.0
 
 
-class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, ConnectionTeardown):
+class Broker(FrameHandlers, ReadingControl, DestinationHooks, ConnectionTeardown):
     """The sans-IO broker. See the module docstring for the event protocol."""
 
     def __init__(
@@ -111,9 +110,6 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         self.clock = clock
         #: Where the temp store for file cursors lives (wiped when first opened).
         self.temp_dir = temp_dir
-        self._temp_store: TempStore | None = None
-        #: Where store cursors put the store-only lists they do not keep in memory (``index_spill``).
-        self._index_spill: SpillFile | None = None
         #: The journals for persistent messages, or None (a non-persistent broker).
         self.store = store
         self.rng = random.Random(seed)
@@ -165,6 +161,33 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         #: Queues whose cursor could not page in for lack of memory, in the order
         #: they blocked (a dict used as an ordered set: retries are first come, first served).
         self._blocked_cursors: dict[Queue, None] = {}
+        #: Journaling, fsync waiting, recovery, the temp store (``storehooks.py``).
+        self.storehooks = StoreHooks(self, emit=self._emit, request=self._control_append)
+        storehooks = self.storehooks
+        # Bound once (no extra hop): every persistent SEND and every RECEIPT pass
+        # through them, and the destinations call them as a ``ports.DestinationHost``.
+        self.admit = storehooks.admit
+        self._after_write = storehooks.after_write
+        self._send_receipt = storehooks.send_receipt
+        self.mark_delivered = storehooks.mark_delivered
+        self.persist_durable = storehooks.persist_durable
+        self.mark_durable_delivered = storehooks.mark_durable_delivered
+        self.settle_durable = storehooks.settle_durable
+        self.durables_changed = storehooks.durables_changed
+        self.discard_stored = storehooks.discard_stored
+        self.spill = storehooks.spill
+        self.read_ahead = storehooks.read_ahead
+        self.load_run = storehooks.load_run
+        self.load_message = storehooks.load_message
+        self.took = storehooks.took
+        self.payload_of = storehooks.payload_of
+        self.temp_store = storehooks.temp_store
+        self.temp_changed = storehooks.temp_changed
+        self.index_spill = storehooks.index_spill
+        self.index_spilled_bytes = storehooks.index_spilled_bytes
+        self.begin_storage_transaction = storehooks.begin_storage_transaction
+        self.commit_storage_transaction = storehooks.commit_storage_transaction
+        self.end_storage_transaction = storehooks.end_storage_transaction
         #: Producer flow control (``flow.py``): parked SENDs, blocked producers, the disk-full gate.
         self.flow = ProducerFlowControl(
             self,
@@ -179,20 +202,6 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         # Bound once: every SEND asks ``_has_room``, every message released calls ``space_freed``.
         self._has_room = self.flow.has_room
         self.space_freed = self.flow.space_freed
-        #: RECEIPTs waiting for an fsync: (store write generation, session, receipt id).
-        self._sync_waiters: list[tuple[int, Session, str]] = []
-        #: A ``Sync`` was asked for and its outcome is not reported yet.
-        self._sync_in_flight = False
-        #: Why the store failed (the broker is stopping), or None.
-        self.store_failure: str | None = None
-        #: Why the store is full (no space on disk), or None.
-        self.store_full: str | None = None
-        self._space_probe = False
-        #: The storage transaction of the COMMIT being applied, if any.
-        self._txid: str | None = None
-        self._next_storage_tx = 1
-        self._store_generation_seen = 0
-        self._journal_files: dict[int, int] = {}
         #: subscription key -> when its "cursor is full" line was last logged.
         self._full_logged: dict[int, float] = {}
         #: destinations with an abort-slow-consumer check scheduled.
@@ -289,6 +298,57 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             if s.state is State.CONNECTING or s.state is State.AUTHENTICATING
             if host_of(s.peer) == host
         )
+
+    # -- the edge's calls on the store (``storehooks.py`` does the work)
+    def recover(self) -> int:
+        """Bring back what the journals hold; returns the number of messages (``StoreHooks.recover``)."""
+        return self.storehooks.recover()
+
+    @fail_stop
+    def store_synced(self, generation: int) -> None:
+        """The edge's fsync covered every write up to ``generation``: release RECEIPTs."""
+        self.storehooks.store_synced(generation)
+
+    @fail_stop
+    def store_failed(self, error: BaseException) -> None:
+        """The store failed (a ``Sync`` the edge carried out raised, or a write did): fail-stop."""
+        self.storehooks.store_failed(error)
+
+    def close(self) -> None:
+        """Stop: make everything written durable and close the journals (and the temp store)."""
+        self.storehooks.close()
+
+    def _control_append(self, action: Action) -> None:
+        """Hand the edge a control action (``Close``, ``Shutdown`` ...) at the end of the turn."""
+        self._control.append(action)
+
+    def next_seqs(self) -> Iterator[int]:
+        """Message sequence numbers from the next one on (recovery takes them in journal order)."""
+        while True:
+            seq = self._next_message
+            self._next_message += 1
+            yield seq
+
+    # -- the store's state, as statistics and the edge read it (``storehooks.py`` keeps it)
+    @property
+    def store_failure(self) -> str | None:
+        """Why the store failed (the broker is stopping), or None."""
+        return self.storehooks.failure
+
+    @property
+    def store_full(self) -> str | None:
+        """Why the store is full (no space on disk), or None."""
+        return self.storehooks.full
+
+    @property
+    def store_state(self) -> str:
+        """``ok``, ``full`` or ``failed`` (``StoreHooks.store_state``)."""
+        return self.storehooks.store_state
+
+    @property
+    def sync_wanted(self) -> bool:
+        """Are RECEIPTs waiting for an fsync?"""
+        return bool(self.storehooks.waiters)
 
     def session_tag(self, sid: int) -> str:
         """The session id of connection ``sid`` as CONNECTED announced it (the trace's ``session``)."""
@@ -549,18 +609,8 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
             for queue in list(self._blocked_cursors):
                 del self._blocked_cursors[queue]
                 queue.dispatch()
-        store = self.store
-        if store is not None and (store.write_generation != self._store_generation_seen or store.deferred):
-            try:
-                store.flush()  # writes the deferred dequeues first (a new generation)
-            except StoreFailed as exc:
-                self.store_failed(exc)
-            self._store_generation_seen = store.write_generation
-            self._set_store_usage(store.disk_usage())
-            if self.trace.enabled:
-                self.trace_journal_rolls()
-            if self.config.store.fsync != "always" and self.store_failure is None:
-                self._release_sync_waiters(store.write_generation)
+        if self.store is not None:
+            self.storehooks.flush()
         if self._refill:
             refill, self._refill = self._refill, []
             for session in refill:
@@ -588,8 +638,8 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
                     session.last_write_progress = now
                 if throttled and writing.can_write and session.is_open:
                     self._refill.append(session)
-        if self._sync_waiters and not self._sync_in_flight and self.store_failure is None:
-            self._sync_in_flight = True  # one fsync at a time: it covers every write before it
+        storehooks = self.storehooks
+        if storehooks.waiters and storehooks.sync_due():
             actions.append(Sync())
         if self._control:
             actions.extend(self._control)
@@ -625,22 +675,13 @@ class Broker(FrameHandlers, ReadingControl, StoreHooks, DestinationHooks, Connec
         open); a failed store stops the broker, a full one is marked full."""
         if isinstance(exc, StoreFailed):
             self.store_failed(exc)
-            text = f"{self.store_failure}; the broker accepts no persistent message and is stopping"
+            text = f"{self.storehooks.failure}; the broker accepts no persistent message and is stopping"
         else:
             if isinstance(exc, StoreFull) and exc.store != TEMP_STORE_NAME:  # the journals' disk, not the temp store's
-                self._store_full(exc)
+                self.storehooks.found_full(exc)
             text = f"{frame.command} refused: {exc}"
         if session.is_open:
             self.flow.refuse_send(session, frame.headers.get("receipt"), text)
-
-    def _send_receipt(self, session: Session, receipt: str) -> None:
-        """Write a RECEIPT, or queue it behind earlier ones still waiting for an fsync."""
-        if session.sync.count:
-            generation = max(g for g, s, _ in self._sync_waiters if s is session)
-            self._sync_waiters.append((generation, session, receipt))
-            session.sync.wait()
-            return
-        session.write(encode(Frame("RECEIPT", {"receipt-id": receipt}), session.version))
 
     def _fail(self, session: Session, exc: ProtocolError, frame: Frame | None) -> None:
         """Answer a protocol error with an ERROR frame, then close."""

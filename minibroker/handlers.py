@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .flow import ProducerFlowControl
     from .persistence import MessageStore
     from .registry import DestinationRegistry
+    from .storehooks import StoreHooks
     from .security import Security
     from .stats import BrokerView, StatisticsSource
     from .timers import Timers
@@ -58,7 +59,6 @@ class FrameHandlers:
     trace: Recorder
     security: "Security"
     store: "MessageStore | None"
-    store_failure: str | None
     registry: "DestinationRegistry"
     destinations: dict[str, Destination]
     sessions: dict[int, Session]
@@ -70,7 +70,7 @@ class FrameHandlers:
     _id_prefix_wire: bytes
     _next_message: int
     _next_sub: int
-    _txid: str | None
+    storehooks: "StoreHooks"
     _emit: Callable[..., None]
     _has_room: Callable[[Destination, Message], bool]
     _after_write: Callable[[Session, str | None, bool], Any]
@@ -209,7 +209,7 @@ class FrameHandlers:
             message.size,
             message.persistent,
             message.priority,
-            self._txid,
+            self.storehooks.txid,
         )
         try:
             return self.admit(destination, message)
@@ -628,12 +628,12 @@ class FrameHandlers:
                 else:
                     self._nack(target, payload)
             if durable:
-                assert self._txid is not None
-                self.commit_storage_transaction(self._txid)
+                assert self.storehooks.txid is not None
+                self.commit_storage_transaction(self.storehooks.txid)
         except ResourceLimitError as exc:
-            if durable and store is not None and self._txid is not None and self.store_failure is None:
+            if durable and store is not None and self.storehooks.txid is not None and self.storehooks.failure is None:
                 try:
-                    store.abort(self._txid)
+                    store.abort(self.storehooks.txid)
                 except StoreFull:  # not written: recovery aborts a transaction left without an outcome
                     pass
             self.end_storage_transaction()

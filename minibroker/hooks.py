@@ -6,11 +6,7 @@ topics need not know about the store, the trace or the dead letter queues.
 
 from __future__ import annotations
 
-import tempfile
 from typing import TYPE_CHECKING, Any, Callable, cast
-
-from storage import TempStore
-from storage.spill import SpillFile
 
 from .codec import encode
 from .coreutil import header_text, log
@@ -31,6 +27,7 @@ if TYPE_CHECKING:
     from .persistence import MessageStore
     from .registry import DestinationRegistry
     from .session import Session
+    from .storehooks import StoreHooks
     from .timers import Timers
     from .usage import Usage
 
@@ -51,21 +48,16 @@ class DestinationHooks:
     memory: "Usage"
     store_usage: "Usage"
     temp_usage: "Usage"
-    temp_dir: Any
     registry: "DestinationRegistry"
     destinations: dict[str, Destination]
-    _temp_store: TempStore | None
-    _index_spill: SpillFile | None
     _blocked_cursors: dict[Queue, None]
     _subs_by_key: dict[int, Subscription]
     _full_logged: dict[int, float]
     _slow_checks: set[str]
-    _txid: str | None
+    storehooks: "StoreHooks"
     _emit: Callable[..., None]
     _fail: Callable[["Session", ProtocolError, Frame | None], None]
     _remove_subscription: Callable[["Session", Subscription], None]
-    _set_usage: Callable[["Usage", int], None]
-    _payload: Callable[[Message], bytes]
     _trace_usage: Callable[["Usage", int, int], None]
     admit: Callable[[Destination, Message], Any]
     session_tag: Callable[[int], str]
@@ -99,7 +91,7 @@ class DestinationHooks:
         """``message`` left ``destination`` for good (acknowledged or dropped)."""
         destination.release(message)
         if message.store_ref is not None and isinstance(destination, Queue) and self.store is not None:
-            self.store.dequeue(message.store_ref, self._txid)
+            self.store.dequeue(message.store_ref, self.storehooks.txid)
             message.store_ref = None
 
     def message_enqueued(self, queue: Queue, message: Message, cached: bool) -> None:
@@ -360,39 +352,6 @@ class DestinationHooks:
         if event == "swap_out":
             fields["mem_pct"] = self.memory.percent
         self._emit(event, **fields)
-
-    def temp_store(self) -> TempStore:
-        """The temp store for file cursors, wiped and opened on first use."""
-        if self._temp_store is None:
-            directory = self.temp_dir or tempfile.mkdtemp(prefix="minibroker-tmp-")
-            self._temp_store = TempStore(
-                directory, self.config.store.temp_journal_max_file_length, self.config.store.index_cache_rows
-            )
-        return self._temp_store
-
-    def index_spill(self) -> SpillFile:
-        """The scratch file for store cursors' lists of store-only messages
-        (``seqfifo.py``), opened on first use: in the data directory, or the temp
-        store's, or the system's temporary directory."""
-        if self._index_spill is None:
-            directory = self.store.root if self.store is not None else self.temp_dir
-            self._index_spill = SpillFile(directory)
-        return self._index_spill
-
-    def index_spilled_bytes(self) -> int:
-        """Bytes the store cursors keep in ``index_spill``'s file."""
-        spill = self._index_spill
-        return 0 if spill is None else spill.size - spill.waste
-
-    def temp_changed(self) -> None:
-        """The temp store grew or shrank: account it (``temp_usage``)."""
-        store = self._temp_store
-        if store is None:
-            return
-        self._set_usage(self.temp_usage, store.disk_usage())
-
-    def payload_of(self, message: Message) -> bytes:
-        return self._payload(message)
 
     def _swap_file_cursors(self, usage: Any, old: int, new: int) -> None:
         """Memory crossed a high-water mark upward: every file cursor under it swaps."""

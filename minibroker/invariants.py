@@ -106,7 +106,7 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
         found.append(f"connection {sid} still has {len(session.producing.parked)} SENDs parked by flow control")
     if session in broker.flow.blocked:
         found.append(f"connection {sid} is still among the blocked producers")
-    if any(s is session for _, s, _ in broker._sync_waiters):
+    if any(s is session for _, s, _ in broker.storehooks.waiters):
         found.append(f"connection {sid} still has RECEIPTs waiting for an fsync")
     if any(s.session is session for s in broker._subs_by_key.values()):
         found.append(f"connection {sid} still has subscriptions in the ack-id index")

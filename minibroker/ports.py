@@ -88,9 +88,10 @@ class Connection(Protocol):
 
 
 class DestinationHost(Protocol):
-    """The broker, as a destination and its cursors see it (``hooks.py`` and
-    ``storehooks.py`` implement it): the clock and timers it is given, the
-    memory it is charged to, and the events it reports back."""
+    """The broker, as a destination and its cursors see it (the ``Broker``
+    implements it: ``hooks.py``, and the store hooks' calls bound on it): the
+    clock and timers it is given, the memory it is charged to, and the events
+    it reports back."""
 
     @property
     def clock(self) -> Clock: ...

@@ -1,6 +1,7 @@
 """The broker core's side of persistence: journaling, group commit, recovery.
 
-A mixin of ``Broker``. Persistent queue messages are journaled before they
+A part the ``Broker`` holds (``broker.storehooks``; ``StoreHost`` is what it uses of
+the broker). Persistent queue messages are journaled before they
 enter the queue (``admit``); a RECEIPT for them waits, under fsync policy
 ``always``, until the edge reports an fsync that covers them
 (``store_synced``): one fsync releases every producer that wrote before it.
@@ -32,7 +33,8 @@ while RECEIPTs wait, and the edge reports back ``store_synced`` or
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+import tempfile
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from storage import StorageError, StoreFailed, StoreFull, TempStore
 from storage.spill import SpillFile
@@ -45,7 +47,6 @@ from .queue import Queue
 from .topic import DurableState, Topic
 from .actions import Shutdown
 from .errors import NoSpaceError, ResourceLimitError
-from .failstop import fail_stop
 from .frames import Frame
 from .message import Message
 from .persistence import StoreRef, decode_messages, durable_key, encode_wire_payload
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from .timers import Timers
     from .usage import Usage
 
-__all__ = ["STORE_FAILED_EXIT", "SPACE_PROBE_SECONDS", "StoreHooks"]
+__all__ = ["STORE_FAILED_EXIT", "SPACE_PROBE_SECONDS", "StoreHooks", "StoreHost"]
 
 #: The exit status of ``minibroker serve`` after a storage failure stopped it.
 STORE_FAILED_EXIT = 3
@@ -69,42 +70,107 @@ STORE_FAILED_EXIT = 3
 SPACE_PROBE_SECONDS = 1.0
 
 
+class StoreHost(Protocol):
+    """What the store hooks use of the broker: the configuration, clock, timers,
+    trace, journals and usages it is given, the destinations it recovers into,
+    and producer flow control (which a full or failed store holds or refuses)."""
+
+    @property
+    def config(self) -> "BrokerConfig": ...
+
+    @property
+    def clock(self) -> "Clock": ...
+
+    @property
+    def timers(self) -> "Timers": ...
+
+    @property
+    def trace(self) -> Recorder: ...
+
+    @property
+    def boot(self) -> str:
+        """This broker run's token (storage transaction ids are unique across restarts)."""
+
+    @property
+    def store(self) -> "MessageStore | None": ...
+
+    @property
+    def store_usage(self) -> "Usage": ...
+
+    @property
+    def temp_usage(self) -> "Usage": ...
+
+    @property
+    def temp_dir(self) -> Any:
+        """Where the temp store lives (None: a new temporary directory)."""
+
+    @property
+    def destinations(self) -> dict[str, Destination]: ...
+
+    @property
+    def flow(self) -> "ProducerFlowControl": ...
+
+    def destination(self, address: str) -> Destination:
+        """The destination at ``address``, created on first use."""
+
+    def compile_selector(self, text: str | None) -> Any: ...
+
+    def next_seqs(self) -> Iterator[int]:
+        """The broker's message sequence numbers, from the next one on (recovery takes them in journal order)."""
+
+    def space_freed(self) -> None:
+        """Space was released: producers held by flow control may go on."""
+
+
 class StoreHooks:
-    """Journaling, fsync waiting and recovery."""
+    """Journaling, fsync waiting and recovery: a part the broker holds (``broker.storehooks``).
 
-    # What it uses of the Broker it is mixed into (declared for the type checker).
-    config: "BrokerConfig"
-    clock: "Clock"
-    timers: "Timers"
-    trace: Recorder
-    boot: str
-    store: "MessageStore | None"
-    store_usage: "Usage"
-    destinations: dict[str, Destination]
-    flow: "ProducerFlowControl"
-    _control: list["Action"]
-    _temp_store: "TempStore | None"
-    _index_spill: "SpillFile | None"
-    store_failure: str | None
-    store_full: str | None
-    _txid: str | None
-    _next_message: int
-    _next_storage_tx: int
-    _journal_files: dict[int, int]
-    _sync_waiters: list[tuple[int, Session, str]]
-    _space_probe: bool
-    _emit: Callable[..., None]
-    compile_selector: Callable[[str | None], Any]
-    destination: Callable[[str], Destination]
-    space_freed: Callable[[], None]
-    temp_changed: Callable[[], None]
-    temp_store: Callable[[], "TempStore"]
+    Its own state: the RECEIPTs waiting for an fsync (``waiters``), whether a
+    ``Sync`` is out (``sync_in_flight``), why the store failed or is full
+    (``failure``, ``full``), the storage transaction being written (``txid``),
+    the temp store and the store cursors' scratch file. The broker binds the
+    calls made per message once (``admit``, ``after_write``, ``send_receipt``
+    and the ``ports.DestinationHost`` calls), so they cost no extra hop."""
 
-    def _after_write(self, session: Session, receipt: str | None, wrote: bool) -> Any:
+    def __init__(self, host: StoreHost, *, emit: Callable[..., None], request: Callable[["Action"], None]) -> None:
+        """``emit`` records a trace event; ``request`` hands the edge a control action (``Shutdown``)."""
+        self.host = host
+        # Bound once: these never change for the broker's life.
+        self.config = host.config
+        self.clock = host.clock
+        self.timers = host.timers
+        self.trace = host.trace
+        self.store = host.store
+        self.store_usage = host.store_usage
+        self.temp_usage = host.temp_usage
+        self.destinations = host.destinations
+        self._emit = emit
+        self._request = request
+        #: RECEIPTs waiting for an fsync: (store write generation, session, receipt id).
+        self.waiters: list[tuple[int, Session, str]] = []
+        #: A ``Sync`` was asked for and its outcome is not reported yet.
+        self.sync_in_flight = False
+        #: Why the store failed (the broker is stopping), or None.
+        self.failure: str | None = None
+        #: Why the store is full (no space on disk), or None.
+        self.full: str | None = None
+        self._space_probe = False
+        #: The storage transaction of the COMMIT being applied, if any.
+        self.txid: str | None = None
+        self._next_storage_tx = 1
+        #: The store's write generation at the end of the last turn (``flush``).
+        self._generation_seen = 0
+        #: id(journal) -> its current file, for ``journal_roll`` trace events.
+        self._journal_files: dict[int, int] = {}
+        self._temp_store: TempStore | None = None
+        #: Where store cursors put the store-only lists they do not keep in memory (``index_spill``).
+        self._index_spill: SpillFile | None = None
+
+    def after_write(self, session: Session, receipt: str | None, wrote: bool) -> Any:
         """Hold a RECEIPT until the journal is on disk, when the fsync policy says so."""
         if receipt is None or not wrote or self.store is None or self.config.store.fsync != "always":
             return None
-        self._sync_waiters.append((self.store.write_generation, session, receipt))
+        self.waiters.append((self.store.write_generation, session, receipt))
         session.sync.wait()
         return DEFERRED
 
@@ -122,20 +188,20 @@ class StoreHooks:
             return 0
         states: dict[str, DurableState] = {}
         for d in store.load_durables():
-            topic = self.destination(d["topic"])
+            topic = self.host.destination(d["topic"])
             assert isinstance(topic, Topic)
             state = DurableState(d["client_id"], d["name"], d.get("selector"), bool(d.get("no_local")), d.get("owner"))
-            state.selector = self.compile_selector(state.selector_text)
+            state.selector = self.host.compile_selector(state.selector_text)
             topic.durables[(state.client_id, state.name)] = state
             states[durable_key(topic.address, state.client_id, state.name)] = state
         count = 0
         orphans = 0
+        seqs = self.host.next_seqs()
         for key, location, delivered, journal in store.recover():
             ref = StoreRef(journal, location.seq, key)
             # Journal order is the order the messages were sent in: recovered
             # messages take new broker seqs in that order, before any new one.
-            seq = self._next_message
-            self._next_message += 1
+            seq = next(seqs)
             if key.startswith("durable:"):
                 found = states.get(key)
                 if found is None:
@@ -150,7 +216,7 @@ class StoreHooks:
                 topic.hold(message)
                 found.pending.append(message)
             else:
-                queue = self.destination(key)
+                queue = self.host.destination(key)
                 assert isinstance(queue, Queue)
                 priority, expires = 4, 0
                 if queue.policy.prioritized_messages:  # the only case where order needs the payload
@@ -187,53 +253,92 @@ class StoreHooks:
             self._index_spill.close()
             self._index_spill = None
 
-    @fail_stop
     def store_synced(self, generation: int) -> None:
         """The edge's fsync covered every write up to ``generation``: release RECEIPTs."""
-        self._sync_in_flight = False
-        if self.store_failure is None:
+        self.sync_in_flight = False
+        if self.failure is None:
             self._release_sync_waiters(generation)
+
+    def send_receipt(self, session: Session, receipt: str) -> None:
+        """Write a RECEIPT, or queue it behind earlier ones still waiting for an fsync."""
+        if session.sync.count:
+            generation = max(g for g, s, _ in self.waiters if s is session)
+            self.waiters.append((generation, session, receipt))
+            session.sync.wait()
+            return
+        session.write(encode(Frame("RECEIPT", {"receipt-id": receipt}), session.version))
+
+    def forget_session(self, session: Session) -> None:
+        """``session`` closed: the RECEIPTs it was owed after an fsync are dropped."""
+        if session.sync.count:
+            self.waiters = [w for w in self.waiters if w[1] is not session]
+            session.sync.drop()
+
+    def flush(self) -> None:
+        """The end of a turn: write what the journals hold back (the turn's dequeues),
+        account their size, and release RECEIPTs that wait for no fsync. Does nothing
+        when nothing was written since the last turn."""
+        store = self.store
+        if store is None or (store.write_generation == self._generation_seen and not store.deferred):
+            return
+        try:
+            store.flush()  # writes the deferred dequeues first (a new generation)
+        except StoreFailed as exc:
+            self.store_failed(exc)
+        self._generation_seen = store.write_generation
+        self._set_store_usage(store.disk_usage())
+        if self.trace.enabled:
+            self.trace_journal_rolls()
+        if self.config.store.fsync != "always" and self.failure is None:
+            self._release_sync_waiters(store.write_generation)
+
+    def sync_due(self) -> bool:
+        """Should the edge fsync now? RECEIPTs wait and no ``Sync`` is out (one at a time:
+        it covers every write before it). Answering yes counts the ``Sync`` as out."""
+        if self.waiters and not self.sync_in_flight and self.failure is None:
+            self.sync_in_flight = True
+            return True
+        return False
 
     @property
     def sync_wanted(self) -> bool:
         """Are RECEIPTs waiting for an fsync?"""
-        return bool(self._sync_waiters)
+        return bool(self.waiters)
 
     # -- storage failures (see the module docstring)
-    @fail_stop
     def store_failed(self, error: BaseException) -> None:
         """The store failed (a ``Sync`` the edge carried out raised, or a write did):
         stop promising durability at once, and ask the edge to stop the broker."""
-        self._sync_in_flight = False
-        if self.store_failure is not None:
+        self.sync_in_flight = False
+        if self.failure is not None:
             return
         text = str(error) if isinstance(error, StorageError) else f"Store failed: {error}"
-        self.store_failure = text
+        self.failure = text
         log.critical(
             "%s; nothing more is receipted as durable: the broker stops (restart it once the disk is "
             "checked: what was receipted before is recovered)",
             text,
         )
         refusal = f"{text}; the broker accepts no persistent message and is stopping"
-        waiters, self._sync_waiters = self._sync_waiters, []
+        waiters, self.waiters = self.waiters, []
         for _, session, receipt in waiters:  # none of them is known to be on disk: no RECEIPT, an ERROR
             session.sync.release()
             if session.is_open:
-                self.flow.refuse_send(session, receipt, refusal)
-        for session in list(self.flow.blocked):
+                self.host.flow.refuse_send(session, receipt, refusal)
+        for session in list(self.host.flow.blocked):
             for parked in [p for p in session.producing.parked if p.message.persistent]:
                 session.producing.parked.remove(parked)
-                self.flow.refuse_send(session, parked.receipt, refusal)
-            self.flow.retry = True
+                self.host.flow.refuse_send(session, parked.receipt, refusal)
+            self.host.flow.retry = True
         if self.trace.enabled:
             self._emit("error", message=text, code="store_failed", fatal=True)
-        self._control.append(Shutdown(text, STORE_FAILED_EXIT))
+        self._request(Shutdown(text, STORE_FAILED_EXIT))
 
-    def _store_full(self, error: StoreFull) -> None:
+    def found_full(self, error: StoreFull) -> None:
         """A write found the disk full: the store is full (logged once) until a write succeeds,
         and persistent messages wait or are refused without trying the disk until it may
         have room (``_probe_space``, ``_space_returned``)."""
-        if self.store_full is None:
+        if self.full is None:
             log.error(
                 "%s: the store is full; persistent messages are refused (or their producers wait) until "
                 "space returns, while consumers and non-persistent messages go on",
@@ -241,8 +346,8 @@ class StoreHooks:
             )
             if self.trace.enabled:
                 self._emit("error", message=str(error), code="store_full", fatal=False)
-        self.store_full = str(error)
-        self.flow.disk_full = True
+        self.full = str(error)
+        self.host.flow.disk_full = True
         if not self._space_probe:
             self._space_probe = True
             self.timers.call_at(self.clock.now() + SPACE_PROBE_SECONDS, self._probe_space)
@@ -254,26 +359,26 @@ class StoreHooks:
 
     def _space_returned(self) -> None:
         """The disk may have room (a second passed, or journal files were deleted)."""
-        if self.flow.disk_full:
-            self.flow.disk_full = False
-            self.space_freed()
+        if self.host.flow.disk_full:
+            self.host.flow.disk_full = False
+            self.host.space_freed()
 
     def store_writable(self) -> None:
         """A persistent message was written, or journal files deleted: if the store was
         full, it has space again."""
-        if self.store_full is not None:
+        if self.full is not None:
             log.info("the store has space again: persistent messages are accepted")
-            self.store_full = None
+            self.full = None
             self._space_returned()
 
     @property
     def store_state(self) -> str:
         """``ok``, ``full`` (no space on disk: persistent messages wait or are refused) or
         ``failed`` (the broker is stopping)."""
-        return "failed" if self.store_failure is not None else "full" if self.store_full is not None else "ok"
+        return "failed" if self.failure is not None else "full" if self.full is not None else "ok"
 
     def _release_sync_waiters(self, generation: int) -> None:
-        waiters = self._sync_waiters
+        waiters = self.waiters
         if not waiters:
             return
         keep = []
@@ -284,7 +389,7 @@ class StoreHooks:
                     session.write(encode(Frame("RECEIPT", {"receipt-id": receipt}), session.version))
             else:
                 keep.append((gen, session, receipt))
-        self._sync_waiters = keep
+        self.waiters = keep
 
     def _set_store_usage(self, used: int) -> None:
         if used < self.store_usage.usage:  # journal files were deleted: the disk has room again
@@ -298,9 +403,9 @@ class StoreHooks:
             usage.increase(delta)
         elif delta < 0:
             usage.decrease(-delta)
-            self.space_freed()
+            self.host.space_freed()
 
-    def _payload(self, message: Message) -> bytes:
+    def payload_of(self, message: Message) -> bytes:
         return encode_wire_payload(
             message.seq,
             message.message_id_wire("1.2"),
@@ -315,15 +420,15 @@ class StoreHooks:
     def _storage_call(self, fn: Callable[[], Any]) -> Any:
         """Run a journal write for a frame: a refusal becomes a ``ResourceLimitError``
         (the frame's ERROR), a full disk a ``NoSpaceError``, a failure ``store_failed``."""
-        if self.store_failure is not None:
-            raise ResourceLimitError(f"{self.store_failure}; the broker accepts no persistent message and is stopping")
+        if self.failure is not None:
+            raise ResourceLimitError(f"{self.failure}; the broker accepts no persistent message and is stopping")
         try:
             result = fn()
         except StoreFailed as exc:
             self.store_failed(exc)
             raise ResourceLimitError(f"{exc}; the broker accepts no persistent message and is stopping") from None
         except StoreFull as exc:
-            self._store_full(exc)
+            self.found_full(exc)
             raise NoSpaceError(f"{exc}. Persistent messages are refused until space returns.") from None
         except StorageError as exc:
             raise ResourceLimitError(str(exc)) from None
@@ -335,7 +440,7 @@ class StoreHooks:
         move): every journal record until ``end_storage_transaction`` carries its id
         and takes effect at its TX_COMMIT. Unique across restarts too (the boot
         token): a storage transaction id is never reused."""
-        self._txid = txid = f"{self.boot}.{session.id}.{self._next_storage_tx}"
+        self.txid = txid = f"{self.host.boot}.{session.id}.{self._next_storage_tx}"
         self._next_storage_tx += 1
         return txid
 
@@ -347,19 +452,19 @@ class StoreHooks:
 
     def end_storage_transaction(self) -> None:
         """Journal records no longer belong to a storage transaction."""
-        self._txid = None
+        self.txid = None
 
     def admit(self, destination: Destination, message: Message) -> Any:
         """Journal a persistent queue message, then hand it to the destination."""
         if message.persistent and self.store is not None and isinstance(destination, Queue):
             store = self.store
-            payload = self._payload(message)
+            payload = self.payload_of(message)
             try:
-                message.store_ref = self._storage_call(lambda: store.enqueue(destination.address, payload, self._txid))
+                message.store_ref = self._storage_call(lambda: store.enqueue(destination.address, payload, self.txid))
             except NoSpaceError:
                 raise
             except ResourceLimitError:
-                if self.trace.enabled and self.store_failure is None:
+                if self.trace.enabled and self.failure is None:
                     self._trace_journal(
                         "journal_full", store.journal_for(destination.address), dest=destination.address
                     )
@@ -376,9 +481,9 @@ class StoreHooks:
             return
         key = durable_key(topic.address, state.client_id, state.name)
         store = self.store
-        payload = self._payload(message)
+        payload = self.payload_of(message)
         try:
-            state.refs[message.seq] = self._storage_call(lambda: store.enqueue(key, payload, self._txid))
+            state.refs[message.seq] = self._storage_call(lambda: store.enqueue(key, payload, self.txid))
         except ResourceLimitError as exc:
             log.error(
                 "%s: could not journal %s for durable subscription %s: %s",
@@ -399,7 +504,7 @@ class StoreHooks:
     def settle_durable(self, state: DurableState, message: Message) -> None:
         ref = state.refs.pop(message.seq, None)
         if ref is not None and self.store is not None:
-            self.store.dequeue(ref, self._txid)
+            self.store.dequeue(ref, self.txid)
 
     def _trace_journal(self, event: str, journal: Any, **extra: Any) -> None:
         """A ``journal_roll``, ``journal_full`` or ``journal_state`` event for ``journal``."""
@@ -453,14 +558,14 @@ class StoreHooks:
         """Drop a store-only message unread (a purge): its journal record or temp entry."""
         if isinstance(ref, StoreRef):
             if self.store is not None:
-                self.store.dequeue(ref, self._txid)
+                self.store.dequeue(ref, self.txid)
         else:
             self.temp_store().release(ref)
             self.temp_changed()
 
     def spill(self, queue: Destination, message: Message) -> int:
         """Write a non-persistent queue message to the temp store (a file cursor); returns its temp seq."""
-        entry = self.temp_store().append(queue.address, self._payload(message))
+        entry = self.temp_store().append(queue.address, self.payload_of(message))
         self.temp_changed()
         return entry
 
@@ -514,3 +619,34 @@ class StoreHooks:
         if type(paged.ref) is not StoreRef:
             self.temp_store().release(paged.ref)
             self.temp_changed()
+
+    # -- the temp store (file cursors) and the store cursors' scratch file
+    def temp_store(self) -> TempStore:
+        """The temp store for file cursors, wiped and opened on first use."""
+        if self._temp_store is None:
+            directory = self.host.temp_dir or tempfile.mkdtemp(prefix="minibroker-tmp-")
+            self._temp_store = TempStore(
+                directory, self.config.store.temp_journal_max_file_length, self.config.store.index_cache_rows
+            )
+        return self._temp_store
+
+    def index_spill(self) -> SpillFile:
+        """The scratch file for store cursors' lists of store-only messages
+        (``seqfifo.py``), opened on first use: in the data directory, or the temp
+        store's, or the system's temporary directory."""
+        if self._index_spill is None:
+            directory = self.store.root if self.store is not None else self.host.temp_dir
+            self._index_spill = SpillFile(directory)
+        return self._index_spill
+
+    def index_spilled_bytes(self) -> int:
+        """Bytes the store cursors keep in ``index_spill``'s file."""
+        spill = self._index_spill
+        return 0 if spill is None else spill.size - spill.waste
+
+    def temp_changed(self) -> None:
+        """The temp store grew or shrank: account it (``temp_usage``)."""
+        store = self._temp_store
+        if store is None:
+            return
+        self._set_usage(self.temp_usage, store.disk_usage())

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .flow import ProducerFlowControl
     from .registry import DestinationRegistry
     from .session import Session
+    from .storehooks import StoreHooks
     from .subscription import Subscription
 
 __all__ = ["ConnectionTeardown"]
@@ -45,7 +46,7 @@ class ConnectionTeardown:
     registry: "DestinationRegistry"
     flow: "ProducerFlowControl"
     client_ids: dict[str, "Session"]
-    _sync_waiters: list[tuple[int, "Session", str]]
+    storehooks: "StoreHooks"
     _roll_back: Callable[[list[tuple[str, Any, Any]]], None]
     _remove_subscription: Callable[["Session", "Subscription"], None]
 
@@ -106,6 +107,4 @@ class ConnectionTeardown:
             self.flow.blocked.remove(session)
         session.producing.close()  # its parked SENDs never entered a destination: nothing to release
         session.reading.close()  # its held frames go, and every reason it was not read
-        if session.sync.count:
-            self._sync_waiters = [w for w in self._sync_waiters if w[1] is not session]
-            session.sync.drop()
+        self.storehooks.forget_session(session)
