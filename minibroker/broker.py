@@ -93,7 +93,7 @@ SERVER_NAME = "minibroker/0.1.0"
 _CONNECTION_SAMPLE_SECONDS = 1.0
 
 
-class Broker(FrameHandlers, ReadingControl, DestinationHooks, ConnectionTeardown):
+class Broker(ReadingControl, DestinationHooks, ConnectionTeardown):
     """The sans-IO broker. See the module docstring for the event protocol."""
 
     def __init__(
@@ -152,8 +152,6 @@ class Broker(FrameHandlers, ReadingControl, DestinationHooks, ConnectionTeardown
         self._id_prefix = f"ID:{self.name}-{self.boot}-"
         self._id_prefix_wire = escape(self._id_prefix, "1.2").encode("utf-8")
         self._next_session = 1
-        self._next_sub = 1
-        self._next_message = 1
         self._dirty: list[Session] = []
         self._control: list[Action] = []
         self._refill: list[Session] = []
@@ -188,6 +186,27 @@ class Broker(FrameHandlers, ReadingControl, DestinationHooks, ConnectionTeardown
         self.begin_storage_transaction = storehooks.begin_storage_transaction
         self.commit_storage_transaction = storehooks.commit_storage_transaction
         self.end_storage_transaction = storehooks.end_storage_transaction
+        #: subscription key -> when its "cursor is full" line was last logged.
+        self._full_logged: dict[int, float] = {}
+        #: Frame handling (``handlers.py``): one method per command.
+        self.handlers = handlers = FrameHandlers(
+            self,
+            emit=self._emit,
+            close=self._close,
+            start_reading=self._start_reading,
+            stop_reading=self._stop_reading,
+            subs_by_key=self._subs_by_key,
+            full_logged=self._full_logged,
+            id_prefix=self._id_prefix,
+            id_prefix_wire=self._id_prefix_wire,
+        )
+        # Bound once: what the other parts and the destinations call of frame handling.
+        self._route = handlers._route
+        self._roll_back = handlers._roll_back
+        self._remove_subscription = handlers._remove_subscription
+        self._resume_dispatch = handlers._resume_dispatch
+        self.destination = handlers.destination
+        self.compile_selector = handlers.compile_selector
         #: Producer flow control (``flow.py``): parked SENDs, blocked producers, the disk-full gate.
         self.flow = ProducerFlowControl(
             self,
@@ -202,8 +221,7 @@ class Broker(FrameHandlers, ReadingControl, DestinationHooks, ConnectionTeardown
         # Bound once: every SEND asks ``_has_room``, every message released calls ``space_freed``.
         self._has_room = self.flow.has_room
         self.space_freed = self.flow.space_freed
-        #: subscription key -> when its "cursor is full" line was last logged.
-        self._full_logged: dict[int, float] = {}
+        handlers.wire_flow(self.flow)
         #: destinations with an abort-slow-consumer check scheduled.
         self._slow_checks: set[str] = set()
         #: Told just before and just after each connection's teardown (``invariants.TeardownChecker``), or None.
@@ -211,15 +229,15 @@ class Broker(FrameHandlers, ReadingControl, DestinationHooks, ConnectionTeardown
         self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
             "CONNECT": self._on_connect,
             "STOMP": self._on_connect,
-            "SEND": self._on_send,
-            "SUBSCRIBE": self._on_subscribe,
-            "UNSUBSCRIBE": self._on_unsubscribe,
-            "ACK": self._on_ack,
-            "NACK": self._on_nack,
-            "BEGIN": self._on_begin,
-            "COMMIT": self._on_commit,
-            "ABORT": self._on_abort,
-            "DISCONNECT": self._on_disconnect,
+            "SEND": handlers._on_send,
+            "SUBSCRIBE": handlers._on_subscribe,
+            "UNSUBSCRIBE": handlers._on_unsubscribe,
+            "ACK": handlers._on_ack,
+            "NACK": handlers._on_nack,
+            "BEGIN": handlers._on_begin,
+            "COMMIT": handlers._on_commit,
+            "ABORT": handlers._on_abort,
+            "DISCONNECT": handlers._on_disconnect,
         }
 
     # ================================================================== edge API
@@ -325,8 +343,8 @@ class Broker(FrameHandlers, ReadingControl, DestinationHooks, ConnectionTeardown
     def next_seqs(self) -> Iterator[int]:
         """Message sequence numbers from the next one on (recovery takes them in journal order)."""
         while True:
-            seq = self._next_message
-            self._next_message += 1
+            seq = self.handlers.next_message
+            self.handlers.next_message += 1
             yield seq
 
     # -- the store's state, as statistics and the edge read it (``storehooks.py`` keeps it)

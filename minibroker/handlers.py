@@ -1,6 +1,7 @@
 """Frame handlers of the broker core: SEND, SUBSCRIBE, ACK, transactions.
 
-A mixin of ``Broker`` (see ``broker.py`` for the event protocol): each
+A part the ``Broker`` holds (``HandlerHost`` is what it uses of it; see ``broker.py``
+for the event protocol): each
 ``_on_<command>`` takes the session and the frame, may raise
 ``ProtocolError`` (an ERROR frame, then close), and returns ``DEFERRED`` when
 it sends the RECEIPT itself (or later: flow control, an fsync).
@@ -9,7 +10,7 @@ it sends the RECEIPT itself (or later: flow control, an fsync).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from storage import StoreFull
 
@@ -40,7 +41,7 @@ from .admin import is_admin_address, perform
 from .subscription import ACK_MODES, Subscription
 from .trace import Recorder
 
-__all__ = ["FrameHandlers"]
+__all__ = ["FrameHandlers", "HandlerHost"]
 
 _MAX_PREFETCH = 32767
 #: The latest expiry a message may carry: ms since the epoch in a signed 64-bit number,
@@ -49,41 +50,113 @@ MAX_EXPIRES = 2**63 - 1
 _TEMP_STARTS = tuple(TEMP_PREFIXES)
 
 
-class FrameHandlers:
-    """SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT."""
+class HandlerHost(Protocol):
+    """What frame handling uses of the broker: the configuration, clock, timers,
+    trace, security, journals, destinations and sessions it is given, the store
+    hooks it journals through, and what statistics requests are answered from."""
 
-    # What it uses of the Broker it is mixed into (declared for the type checker).
-    config: "BrokerConfig"
-    clock: "Clock"
-    timers: "Timers"
-    trace: Recorder
-    security: "Security"
-    store: "MessageStore | None"
-    registry: "DestinationRegistry"
-    destinations: dict[str, Destination]
-    sessions: dict[int, Session]
+    @property
+    def config(self) -> "BrokerConfig": ...
+
+    @property
+    def clock(self) -> "Clock": ...
+
+    @property
+    def timers(self) -> "Timers": ...
+
+    @property
+    def trace(self) -> Recorder: ...
+
+    @property
+    def security(self) -> "Security": ...
+
+    @property
+    def store(self) -> "MessageStore | None": ...
+
+    @property
+    def registry(self) -> "DestinationRegistry": ...
+
+    @property
+    def destinations(self) -> dict[str, Destination]: ...
+
+    @property
+    def sessions(self) -> dict[int, Session]: ...
+
+    @property
+    def storehooks(self) -> "StoreHooks": ...
+
+    @property
+    def statistics_source(self) -> "StatisticsSource":
+        """What answers statistics requests (it may be replaced after the broker is made)."""
+
+    def session_tag(self, sid: int) -> str: ...
+
+
+class FrameHandlers:
+    """SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT:
+    one method per command, a part the broker holds (``broker.handlers``).
+
+    Its own state: the message and subscription sequence numbers. The broker's
+    dispatch table holds the bound ``_on_*`` methods, so a frame costs no extra hop."""
+
     flow: "ProducerFlowControl"
-    statistics_source: "StatisticsSource"
-    _full_logged: dict[int, float]
-    _subs_by_key: dict[int, Subscription]
-    _id_prefix: str
-    _id_prefix_wire: bytes
-    _next_message: int
-    _next_sub: int
-    storehooks: "StoreHooks"
-    _emit: Callable[..., None]
     _has_room: Callable[[Destination, Message], bool]
-    _after_write: Callable[[Session, str | None, bool], Any]
-    _send_receipt: Callable[[Session, str], None]
-    _close: Callable[..., None]
-    _start_reading: Callable[[Session, str], None]
-    _stop_reading: Callable[[Session, str], None]
-    admit: Callable[[Destination, Message], "list[Subscription] | None"]
-    session_tag: Callable[[int], str]
-    durables_changed: Callable[[], None]
-    begin_storage_transaction: Callable[[Session], str]
-    commit_storage_transaction: Callable[[str], None]
-    end_storage_transaction: Callable[[], None]
+
+    def __init__(
+        self,
+        host: HandlerHost,
+        *,
+        emit: Callable[..., None],
+        close: Callable[..., None],
+        start_reading: Callable[[Session, str], None],
+        stop_reading: Callable[[Session, str], None],
+        subs_by_key: dict[int, Subscription],
+        full_logged: dict[int, float],
+        id_prefix: str,
+        id_prefix_wire: bytes,
+    ) -> None:
+        """``emit`` records a trace event, ``close`` ends a connection (``Broker._close``),
+        ``start_reading``/``stop_reading`` resume or pause a socket's reading for a reason;
+        ``subs_by_key`` (subscriptions by key: ack ids name them) and ``full_logged`` are
+        the broker's, shared; message ids start with ``id_prefix``. Producer flow control
+        is wired in after it is made (``wire_flow``): it routes through this part."""
+        self.host = host
+        # Bound once: the handlers read these for every frame.
+        self.config = host.config
+        self.clock = host.clock
+        self.timers = host.timers
+        self.trace = host.trace
+        self.security = host.security
+        self.store = host.store
+        self.registry = host.registry
+        self.destinations = host.destinations
+        self.sessions = host.sessions
+        self.storehooks = storehooks = host.storehooks
+        self.admit: Callable[[Destination, Message], list[Subscription] | None] = storehooks.admit
+        self._after_write = storehooks.after_write
+        self._send_receipt = storehooks.send_receipt
+        self.durables_changed = storehooks.durables_changed
+        self.begin_storage_transaction = storehooks.begin_storage_transaction
+        self.commit_storage_transaction = storehooks.commit_storage_transaction
+        self.end_storage_transaction = storehooks.end_storage_transaction
+        self.session_tag = host.session_tag
+        self._emit = emit
+        self._close = close
+        self._start_reading = start_reading
+        self._stop_reading = stop_reading
+        self._subs_by_key = subs_by_key
+        self._full_logged = full_logged
+        self._id_prefix = id_prefix
+        self._id_prefix_wire = id_prefix_wire
+        #: The broker's message sequence numbers (``Message.seq``), the next one to give.
+        self.next_message = 1
+        #: The next subscription key (``Subscription.key``, in ack ids).
+        self.next_sub = 1
+
+    def wire_flow(self, flow: "ProducerFlowControl") -> None:
+        """Producer flow control, made after this part (it routes SENDs through ``_route``)."""
+        self.flow = flow
+        self._has_room = flow.has_room  # bound once: every SEND asks it
 
     def _on_send(self, session: Session, frame: Frame) -> Any:
         address = frame.headers.get("destination")
@@ -143,12 +216,12 @@ class FrameHandlers:
         persistent_text = h.get("persistent")
         persistent = persistent_text is not None and persistent_text.lower() == "true"
         timestamp = self.clock.wall_ms()
-        seq = self._next_message
+        seq = self.next_message
         head = getattr(h, "head", None)
         if head is not None and session.version != "1.0":
             passed = send_block(head, h, address, timestamp, expires, priority)
             if passed is not None:  # the SEND's lines go out as they came (message.send_block)
-                self._next_message += 1
+                self.next_message += 1
                 # By position (see Message.__init__): persistent, priority, expires, timestamp,
                 # origin, message_id_wire, wire_headers, header_chars.
                 return Message(
@@ -179,7 +252,7 @@ class FrameHandlers:
             headers["persistent"] = "true"
         else:
             headers.pop("persistent", None)
-        self._next_message += 1
+        self.next_message += 1
         # By position (see Message.__init__): persistent, priority, expires, timestamp, origin, message_id_wire.
         return Message(
             seq,
@@ -233,8 +306,8 @@ class FrameHandlers:
             raise ProtocolError(f"a statistics request to {address} needs a reply-to header")
         self.security.check(session.principal, "write", "queue", address[len("/queue/") :])
         self._mark_tool_reply(session, reply_to)
-        broker = cast("BrokerView", self)  # the Broker this is mixed into (broker.py checks it is one)
-        replies = self.statistics_source(broker, address, Scope.of(broker, session, address))
+        broker = cast("BrokerView", self.host)  # the Broker (broker.py checks it is one)
+        replies = self.host.statistics_source(broker, address, Scope.of(broker, session, address))
         if replies is None:
             raise ProtocolError(
                 f"unknown statistics destination {address}: use ActiveMQ.Statistics.Broker, "
@@ -251,7 +324,7 @@ class FrameHandlers:
             self.registry.resolve(session, reply_to, "write")  # refused before anything is done
             self._mark_tool_reply(session, reply_to)
         try:
-            result = perform(cast("AdminHost", self), session, address, frame.headers)  # as above
+            result = perform(cast("AdminHost", self.host), session, address, frame.headers)  # as above
         except Refused:
             raise
         except ProtocolError as exc:  # understood and declined: a refusal, not a broken client
@@ -326,7 +399,7 @@ class FrameHandlers:
         selector_text = h.get("selector") or None
         no_local = h.get("activemq.noLocal", "false").lower() == "true"
         sub = Subscription(
-            self._next_sub,
+            self.next_sub,
             sub_id,
             session,
             destination,
@@ -357,7 +430,7 @@ class FrameHandlers:
             sub.durable = state
             sub.pending = state.pending
             sub.redelivered = state.redelivered
-        self._next_sub += 1
+        self.next_sub += 1
         session.subscriptions[sub_id] = sub
         self._subs_by_key[sub.key] = sub
         receipt = h.get("receipt")

@@ -58,11 +58,11 @@ def _both_ways(version: str, headers: list[tuple[str, str]], body: bytes = b"hel
     )
     parser = FrameParser(role="server", version=version)
     (frame,) = parser.feed(wire)
-    broker = net.broker
-    first = broker._next_message
-    fast = broker._make_message(session, frame, "/queue/q")
-    broker._next_message = first
-    slow = broker._make_message(session, Frame("SEND", dict(frame.headers), frame.body), "/queue/q")
+    handlers = net.broker.handlers
+    first = handlers.next_message
+    fast = handlers._make_message(session, frame, "/queue/q")
+    handlers.next_message = first
+    slow = handlers._make_message(session, Frame("SEND", dict(frame.headers), frame.body), "/queue/q")
     return frame, fast, slow
 
 
