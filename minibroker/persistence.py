@@ -672,7 +672,11 @@ class MessageStore:
     def load_durables(self) -> list[dict[str, Any]]:
         if not self._durables_file.exists():
             return []
-        data = json.loads(self._durables_file.read_text(encoding="utf-8"))
+        try:
+            raw = file_ops().read_file(self._durables_file)
+        except OSError as exc:
+            raise StoreFailed(self._durables_file.name, f"reading {self._durables_file}", exc) from None
+        data = json.loads(raw.decode("utf-8"))
         return list(data.get("subscriptions", []))
 
     def save_durables(self, subscriptions: list[dict[str, Any]]) -> None:

@@ -292,7 +292,10 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
     )
     stop = stop or asyncio.Event()
     try:
-        broker.recover()
+        try:
+            broker.recover()
+        except StorageError as exc:  # a read at start that failed: nothing half-recovered is served
+            raise StoreOpenError(f"cannot recover the store in {config.broker.data_dir}: {exc}") from None
         server = BrokerServer(broker, stop)
         await server.start(
             config.transport.host,

@@ -20,6 +20,19 @@ while RECEIPTs wait, and the edge reports back ``store_synced`` or
   persistent SEND and transaction after it the same way, and asks the edge to
   shut the broker down (``Shutdown``, exit status ``STORE_FAILED_EXIT``). Nothing
   is retried: after a failed fsync no later one proves anything.
+- **A temp store that fails** (a non-persistent message spilled to disk by a file
+  cursor cannot be read back) is a store that failed too, not a message quietly
+  skipped. Non-persistent messages carry no promise of being on disk, but one
+  the broker accepted and now cannot deliver is lost, and the broker cannot
+  tell which consumer it would have gone to, nor whether the disk under the
+  temp store (``data_dir/tmp_storage``, beside the journals) has lost
+  receipted records too: the read error is evidence against the whole disk.
+  Skipping it would leave a gap no one is told of; stopping tells every client
+  (the one whose frame needed the message gets an ERROR naming the temp store,
+  the file and the error; the log has it CRITICAL), and a restart loses only
+  what a restart always loses: non-persistent messages.
+- **A read at start that fails** (recovery): the broker refuses to start, naming
+  the file and the error; it never serves what it recovered only in part.
 - **The disk is full** (``StoreFull``): nothing was written, nothing is lost.
   The store is full (``store_full``, in the statistics and the log, until a
   persistent message is written again or journal files are deleted) and persistent SENDs are refused with

@@ -116,6 +116,24 @@ class FileOps:
             exc.written = done  # type: ignore[attr-defined]
             raise
 
+    def read_file(self, path: PathLike, length: int | None = None) -> bytes:
+        """The first ``length`` bytes of ``path`` (None: all of it; fewer if it is shorter)."""
+        fd = self.open(path, os.O_RDONLY)
+        try:
+            if length is None:
+                length = os.fstat(fd).st_size
+            parts: list[bytes] = []
+            done = 0
+            while done < length:
+                chunk = self.pread(fd, length - done, done)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                done += len(chunk)
+            return b"".join(parts)
+        finally:
+            self.close(fd)
+
     def replace_file(self, path: PathLike, data: bytes) -> None:
         """Write ``path`` atomically: a temporary file, fsynced, renamed over it, then
         the directory fsynced, so the new content (or the old) survives a crash."""

@@ -24,12 +24,13 @@ of each damaged file and truncates it at the last good record.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import os
 import shutil
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from storage.bodies import (
     decode_file_header,
     decode_ref,
 )
-from storage.errors import CorruptRecord, StorageError, TornWrite
+from storage.errors import CorruptRecord, StorageError, StoreFailed, TornWrite
 from storage.fileio import file_ops
 from storage.growing import GrowingLayout
 from storage.index import JournalIndex
@@ -186,12 +187,12 @@ def _replay(
     expected = header_seq + 1
     fid = seg.file_id
     enqueue = _APPLY[RecordType.ENQUEUE]
-    with open(seg.path, "rb") as file:
-        fd = file.fileno()
+    ops = file_ops()
+    with _descriptor(seg) as fd:
         size = os.fstat(fd).st_size
         pos, want = header_end, _WINDOW
         while True:
-            data = os.pread(fd, min(want, max(size - pos, 0)), pos)
+            data = ops.pread(fd, min(want, max(size - pos, 0)), pos)
             records = scan(data, 0)
             off = 0
             try:
@@ -222,6 +223,27 @@ def _replay(
     return expected - 1, expected - header_seq, damage
 
 
+@contextlib.contextmanager
+def _descriptor(seg: Segment) -> Iterator[int]:
+    """A descriptor to read ``seg`` with, opened and closed through the file seam."""
+    ops = file_ops()
+    fd = ops.open(seg.path, os.O_RDONLY)
+    try:
+        yield fd
+    finally:
+        ops.close(fd)
+
+
+@contextlib.contextmanager
+def _reading(store: str, seg: Segment) -> Iterator[None]:
+    """A read of ``seg`` that fails is a store that failed, naming the file: the
+    broker refuses to start rather than recover what it could not read."""
+    try:
+        yield
+    except OSError as exc:
+        raise StoreFailed(store, f"reading {seg.path}", exc) from None
+
+
 def _record_length(data: bytes, offset: int) -> int:
     """How long the record at ``offset`` says it is (its header's length, if whole)."""
     if len(data) - offset < HEADER_SIZE:
@@ -247,7 +269,7 @@ def _zeros(fd: int, start: int, size: int) -> bool:
                 raise
         if start >= size:
             return True
-        chunk = os.pread(fd, min(_WINDOW, size - start), start)
+        chunk = file_ops().pread(fd, min(_WINDOW, size - start), start)
         if not chunk or chunk.count(0) != len(chunk):
             return not chunk
         start += len(chunk)
@@ -288,8 +310,7 @@ def _read_header(layout: LayoutPolicy, seg: Segment) -> tuple[str, int, int]:
     probe = seg.read_head(_PROBE)
     status, rtype, seq, end, _ = check(probe, memoryview(probe), 0)
     if status is Status.END:  # starts with zeros: blank only if zeros to the end (read in windows)
-        with open(seg.path, "rb") as file:
-            fd = file.fileno()
+        with _descriptor(seg) as fd:
             blank = _zeros(fd, 0, os.fstat(fd).st_size)
         return ("blank" if blank else "damaged"), 0, 0
     header = decode_file_header(probe, 0, end) if status is Status.OK else None
@@ -322,7 +343,8 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
     headed: list[tuple[int, int, int]] = []  # (header seq, file id, header end)
     loose: dict[int, str] = {}  # blank or damaged files
     for fid in sorted(segments):
-        state, seq, header_end = _read_header(layout, segments[fid])
+        with _reading(config.queue_name, segments[fid]):
+            state, seq, header_end = _read_header(layout, segments[fid])
         if state == "ok":
             headed.append((seq, fid, header_end))
         elif not (state == "blank" and layout.fixed_files):  # an unused ring file is fine
@@ -353,7 +375,8 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
             if seq <= last_seq:
                 raise CorruptRecord(segments[fid].name, 0, f"header seq {seq} is not after {last_seq}")
             is_last = position == len(headed) - 1 and rolling not in loose
-            last_seq, count, damage = _replay(index, segments[fid], seq, header_end, keys, is_last)
+            with _reading(config.queue_name, segments[fid]):
+                last_seq, count, damage = _replay(index, segments[fid], seq, header_end, keys, is_last)
             records += count
     finally:
         if collecting:
@@ -363,7 +386,8 @@ def scan_directory(config: JournalConfig, layout: LayoutPolicy | None = None) ->
         if loose[rolling] == "blank":
             damage = TornWrite(name, 0, "file created but its header never written")
         else:
-            data = segments[rolling].read_all()
+            with _reading(config.queue_name, segments[rolling]):
+                data = segments[rolling].read_all()
             status, _, _, bad_end, reason = check(data, memoryview(data), 0)
             if status is Status.OK:
                 raise CorruptRecord(name, 0, "the first record is not a file header")

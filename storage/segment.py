@@ -100,13 +100,12 @@ class Segment:
             file_ops().truncate(self.path, self.capacity)
 
     def read_all(self) -> bytes:
-        with open(self.path, "rb") as f:
-            return f.read()
+        """The whole file (through the file seam: it may fail)."""
+        return file_ops().read_file(self.path)
 
     def read_head(self, length: int) -> bytes:
         """The first ``length`` bytes (fewer if the file is shorter)."""
-        with open(self.path, "rb") as f:
-            return f.read(length)
+        return file_ops().read_file(self.path, length)
 
     def disk_size(self) -> int:
         return os.path.getsize(self.path)

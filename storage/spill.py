@@ -20,9 +20,10 @@ when waste is more than half the file (and over ``_REPACK_MIN``),
 ``needs_repack`` tells an owner that holds all the file's slots to copy them
 into a fresh file (``repacked``).
 
-Writes and truncations go through the ``fileio`` seam. A full disk refuses a
+Writes, reads and truncations go through the ``fileio`` seam. A full disk refuses a
 ``write`` with ``StoreFull`` and changes nothing (the caller keeps its block
-in memory); any other error is ``StoreFailed``.
+in memory); any other error, a failed read included, is ``StoreFailed``: the
+file holds the broker's only list of store-only messages past the cache.
 """
 
 from __future__ import annotations
@@ -120,9 +121,16 @@ class SpillFile:
     def read(self, slot: Slot) -> bytes:
         """The blob last written to ``slot``."""
         offset, _, length = slot
-        data = os.pread(self._fd, length, offset)
+        try:
+            data = file_ops().pread(self._fd, length, offset)
+        except OSError as exc:
+            raise StoreFailed("index spill file", "reading a block", exc) from None
         if len(data) != length:
-            raise OSError(f"index spill file: short read at {offset} ({len(data)} of {length} bytes)")
+            raise StoreFailed(
+                "index spill file",
+                "reading a block",
+                OSError(f"short read at {offset} ({len(data)} of {length} bytes)"),
+            )
         return data
 
     def free(self, slot: Slot) -> None:

@@ -26,7 +26,9 @@ the usage never falls below one file: with a temp limit below
 waiting for temp space never wakes (the temp-storage deadlock).
 
 File system errors: a full disk refuses an append with ``StoreFull`` and
-leaves the store as it was; anything else is ``StoreFailed`` (``fileio.py``).
+leaves the store as it was; anything else is ``StoreFailed`` (``fileio.py``),
+a read that fails included: the broker stops (its reasons are in
+``minibroker/storehooks.py``, "A temp store that fails").
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import NamedTuple
 
 from storage.bodies import ENQUEUE_FIXED, Layout, as_bytes, encode_enqueue, encode_file_header, verified_payload
 from storage.entries import DEFAULT_CACHE_ROWS, LIVE, EntryTable
-from storage.errors import StoreFailed, StoreFull
+from storage.errors import CorruptRecord, StoreFailed, StoreFull
 from storage.fileio import file_ops, is_no_space
 from storage.record import HEADER_SIZE, RecordType, encode
 from storage.segment import Segment, numbered_files
@@ -176,11 +178,14 @@ class TempStore:
         return TempHandle(*self._live.location(self._find(seq)))
 
     def read(self, seq: int) -> bytes:
-        """The payload of a spilled entry that has not been released."""
+        """The payload of a spilled entry that has not been released. A read that
+        fails, or bytes that are not what was written, are ``StoreFailed``."""
         _, file_id, offset, length = self.locate(seq)
         seg = self._segments[file_id]
-        data = seg.pread(offset, length)
-        return verified_payload(data, seq, seg.name, offset)
+        try:
+            return verified_payload(seg.pread(offset, length), seq, seg.name, offset)
+        except (OSError, CorruptRecord) as exc:
+            raise StoreFailed(TEMP_STORE_NAME, f"reading {seg.path}", exc) from None
 
     def release(self, seq: int) -> None:
         """Drop an entry; its file goes when nothing in it is referenced (unless current)."""

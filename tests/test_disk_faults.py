@@ -25,7 +25,8 @@ from clients.stomp import StompClient, StompError
 from disk_faults import FaultyFileOps
 from minibroker.actions import Shutdown
 from minibroker.config import BrokerConfig, parse_config
-from minibroker.errors import StoreFailure
+from minibroker.errors import StoreFailure, StoreOpenError
+from minibroker.server import serve
 from minibroker.sim import VirtualNetwork
 from minibroker.storehooks import STORE_FAILED_EXIT
 from storage.fileio import using
@@ -175,7 +176,7 @@ def test_eio_reading_a_message_back_for_a_cursor_that_waited_for_memory_stops_th
         assert isinstance(net.shutdown, Shutdown) and net.shutdown.exit_status == STORE_FAILED_EXIT
         assert re.search(r"reading .*db-\d+\.log: \[Errno 5\] Input/output error", net.shutdown.reason)
         assert net.broker.store_state == "failed"
-        net.restart()
+    net.restart()  # on a healthy disk
     consumer = net.connected_client("c2")
     consumer.subscribe("/queue/orders")
     assert consumer.bodies() == [f"durable {i}".encode() for i in range(5)]
@@ -498,6 +499,122 @@ def test_non_persistent_messages_stay_in_memory_when_the_temp_store_has_no_space
             received.append(message.body[:3])
             subscriber.ack(message)
         assert received == [f"t{i:02d}".encode() for i in range(60)]
+
+
+def _spilling_config() -> BrokerConfig:
+    """Non-persistent messages past a small part of memory spill to the temp store."""
+    return parse_config(
+        {
+            "system_usage": {"memory_limit": "1 mb"},
+            "destination_policy": [
+                {"queue": ">", "pending_cursor": "file", "cursor_memory_high_water_mark": 5},
+                {"topic": ">", "pending_cursor": "file", "cursor_memory_high_water_mark": 5},
+            ],
+        }
+    )
+
+
+def test_a_temp_store_read_that_fails_tells_the_consumer_and_stops_the_broker(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A non-persistent message spilled to the temp store cannot be read back: it is
+    not skipped in silence. The consumer whose SUBSCRIBE needed it gets an ERROR
+    naming the temp store, the file and the error, the log says it CRITICAL, and
+    the broker stops (the disk under it is failing)."""
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(_spilling_config(), data_dir=tmp_path)
+        producer = net.connected_client("p")
+        for i in range(60):
+            producer.send("/queue/orders", f"q{i:02d}" + "x" * 1000, receipt=f"q{i}")
+        assert _receipts(producer) == {f"q{i}" for i in range(60)}
+        assert net.broker.temp_usage.usage > 0  # spilled
+        ops.fail("pread", errno.EIO, path="tmp-", times=10**6)
+        consumer = net.connected_client("c")
+        with caplog.at_level(logging.CRITICAL, logger="minibroker"):
+            consumer.subscribe("/queue/orders", receipt="sub")
+        [error] = consumer.frames("ERROR")
+        assert re.search(
+            r'Store "temp store" failed: reading .*tmp-\d+\.data: \[Errno 5\] Input/output error',
+            error.headers["message"],
+        ), error.headers["message"]
+        assert any(
+            'Store "temp store" failed' in r.getMessage() for r in caplog.records if r.levelno == logging.CRITICAL
+        )
+        assert isinstance(net.shutdown, Shutdown) and net.shutdown.exit_status == STORE_FAILED_EXIT
+        net.restart()
+
+
+def test_a_topic_subscription_spool_read_that_fails_stops_the_broker(tmp_path: Path) -> None:
+    """The same for a topic subscription's messages spooled to the temp store, read back
+    as the subscriber acks (after its frame: the broker stops all the same)."""
+    ops = FaultyFileOps()
+    with using(ops):
+        net = VirtualNetwork(_spilling_config(), data_dir=tmp_path)
+        subscriber = net.connected_client("s")
+        subscriber.subscribe("/topic/news", ack="client-individual", **{"activemq.prefetchSize": "1"})
+        producer = net.connected_client("p")
+        for i in range(60):
+            producer.send("/topic/news", f"t{i:02d}" + "x" * 1000, receipt=f"t{i}")
+        assert net.broker.temp_usage.usage > 0  # spooled
+        ops.fail("pread", errno.EIO, path="tmp-", times=10**6)
+        for _ in range(60):
+            messages = subscriber.messages()
+            if net.shutdown is not None or not messages:
+                break
+            subscriber.ack(messages[-1])
+        assert isinstance(net.shutdown, Shutdown) and net.shutdown.exit_status == STORE_FAILED_EXIT
+        assert 'Store "temp store" failed: reading' in net.shutdown.reason
+        net.restart()
+
+
+def _refused_start(data_dir: Path, ops: FaultyFileOps, capsys: pytest.CaptureFixture[str]) -> str:
+    """Start a broker on ``data_dir`` through ``ops``: it must refuse (``StoreOpenError``,
+    which ``minibroker serve`` reports on one line with exit status 2). Returns that line."""
+    config = parse_config(
+        {"broker": {"data_dir": str(data_dir)}, "transport": {"port": 0, "websocket_port": 0}, "console": {"port": 0}}
+    )
+    with using(ops):
+        with pytest.raises(StoreOpenError):  # a start that went ahead is stopped at once: no hang
+            _run(serve(config, ready=lambda server: server.stop.set()))
+        ports = ["--port", "0", "--websocket-port", "0", "--console-port", "0"]
+        assert cli(["serve", "--data-dir", str(data_dir), *ports]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+def test_a_read_that_fails_at_start_refuses_to_start_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Recovery reads through the seam: an EIO reading a journal file at start is no
+    half-recovered broker but a refusal naming the file and the error (exit 2); the
+    next start on a healthy disk recovers everything."""
+    net, _ = _five_receipted(tmp_path)
+    net.broker.close()
+    ops = FaultyFileOps()
+    ops.fail("pread", errno.EIO, path="db-", times=10**6)
+    err = _refused_start(tmp_path, ops, capsys)
+    assert re.search(r"reading .*db-\d+\.log: \[Errno 5\] Input/output error", err), err
+    again = VirtualNetwork(data_dir=tmp_path)
+    consumer = again.connected_client("c")
+    consumer.subscribe("/queue/orders")
+    assert consumer.bodies() == [f"durable {i}".encode() for i in range(5)]
+
+
+def test_a_durable_subscriptions_file_that_cannot_be_read_at_start_refuses_to_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    net = VirtualNetwork(data_dir=tmp_path)
+    client = net.client("c")
+    client.connect(client_id="alice")
+    client.subscribe("/topic/news", "s1", **{"activemq.subscriptionName": "news", "receipt": "sub"})
+    assert "sub" in _receipts(client)
+    net.broker.close()
+    ops = FaultyFileOps()
+    ops.fail("pread", errno.EIO, path="durable", times=10**6)
+    err = _refused_start(tmp_path, ops, capsys)
+    assert re.search(r"reading .*durable\S*: \[Errno 5\] Input/output error", err), err
 
 
 def test_no_receipt_for_a_durable_subscription_copy_the_full_disk_refused(tmp_path: Path) -> None:

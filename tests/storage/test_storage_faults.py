@@ -15,6 +15,7 @@ import pytest
 from disk_faults import FaultyFileOps
 from storage import Journal, StoreFailed, StoreFull, TempStore
 from storage.fileio import using
+from storage.spill import SpillFile
 from storage_helpers import small_config
 
 LAYOUTS = ["growing", "ring"]
@@ -184,3 +185,48 @@ def test_the_temp_store_refuses_a_spill_on_a_full_disk_and_goes_on(tmp_path: Pat
         assert store.read(kept) == b"kept"
         assert store.read(later) == b"later"
         store.close()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_read_that_fails_while_a_journal_is_recovered_names_the_file(tmp_path: Path, layout: str) -> None:
+    config = small_config(tmp_path / "j", layout)
+    journal = Journal.open(config)
+    journal.enqueue("q", b"kept")
+    journal.sync()
+    journal.close()
+    ops = FaultyFileOps()
+    ops.fail("pread", errno.EIO, times=10**6)
+    with using(ops):
+        with pytest.raises(
+            StoreFailed, match=r'Store "orders" failed: reading .*/j/\S+: \[Errno 5\] Input/output error'
+        ):
+            Journal.open(config)
+    assert any(op == "pread" for op, _ in ops.calls)  # recovery reads through the seam
+    assert _keys(Journal.open(config)) == [b"kept"]  # nothing was changed by the failed start
+
+
+def test_a_temp_store_read_that_fails_is_a_store_failure_naming_the_file(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    with using(ops):
+        store = TempStore(tmp_path / "tmp", max_file_length=64 * 1024)
+        entry = store.append("q", b"spilled")
+        ops.fail("pread", errno.EIO)
+        with pytest.raises(
+            StoreFailed,
+            match=r'Store "temp store" failed: reading .*tmp-00000001\.data: \[Errno 5\] Input/output error',
+        ):
+            store.read(entry)
+        assert store.read(entry) == b"spilled"  # the fault was once; the entry is still there
+        store.close()
+
+
+def test_an_index_spill_file_read_that_fails_is_a_store_failure(tmp_path: Path) -> None:
+    ops = FaultyFileOps()
+    with using(ops):
+        spill = SpillFile(tmp_path)
+        slot = spill.write(b"block")
+        ops.fail("pread", errno.EIO)
+        with pytest.raises(StoreFailed, match=r'Store "index spill file" failed: reading a block: \[Errno 5\]'):
+            spill.read(slot)
+        assert spill.read(slot) == b"block"
+        spill.close()
