@@ -34,7 +34,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from storage import StorageError, file_ops
+from storage import StorageError, StoreFailed, file_ops
 from storage.segment import fsync_directory
 
 __all__ = ["NAME_FILE", "check_keys", "claim", "directory_name", "scan"]
@@ -70,10 +70,14 @@ def directory_name(key: str) -> str:
 
 
 def _read_name(directory: Path) -> str | None:
+    """``directory``'s NAME file, read through the file seam (None: it has none)."""
+    path = directory / NAME_FILE
     try:
-        return (directory / NAME_FILE).read_text(encoding="utf-8")
+        return file_ops().read_file(path).decode("utf-8")
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise StoreFailed("journal", f"reading {path}", exc) from None
 
 
 def _write_name(directory: Path, key: str) -> None:

@@ -14,6 +14,7 @@ import logging
 import re
 import threading
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -568,17 +569,19 @@ def test_a_topic_subscription_spool_read_that_fails_stops_the_broker(tmp_path: P
         net.restart()
 
 
-def _refused_start(data_dir: Path, ops: FaultyFileOps, capsys: pytest.CaptureFixture[str]) -> str:
-    """Start a broker on ``data_dir`` through ``ops``: it must refuse (``StoreOpenError``,
-    which ``minibroker serve`` reports on one line with exit status 2). Returns that line."""
-    config = parse_config(
-        {"broker": {"data_dir": str(data_dir)}, "transport": {"port": 0, "websocket_port": 0}, "console": {"port": 0}}
-    )
+def _refused_start(data_dir: Path, ops: FaultyFileOps, capsys: pytest.CaptureFixture[str], toml: str = "") -> str:
+    """Start a broker on ``data_dir`` (with the ``toml`` config) through ``ops``: it must
+    refuse (``StoreOpenError``, which ``minibroker serve`` reports on one line with exit
+    status 2). Returns that line."""
+    config_file = data_dir.parent / "refused.toml"
+    config_file.write_text(f'{toml}\n[broker]\ndata_dir = "{data_dir}"\n')
+    doc = tomllib.loads(config_file.read_text())
+    config = parse_config({**doc, "transport": {"port": 0, "websocket_port": 0}, "console": {"port": 0}})
     with using(ops):
         with pytest.raises(StoreOpenError):  # a start that went ahead is stopped at once: no hang
             _run(serve(config, ready=lambda server: server.stop.set()))
         ports = ["--port", "0", "--websocket-port", "0", "--console-port", "0"]
-        assert cli(["serve", "--data-dir", str(data_dir), *ports]) == 2
+        assert cli(["serve", "--config", str(config_file), *ports]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
     return err
@@ -615,6 +618,24 @@ def test_a_durable_subscriptions_file_that_cannot_be_read_at_start_refuses_to_st
     ops.fail("pread", errno.EIO, path="durable", times=10**6)
     err = _refused_start(tmp_path, ops, capsys)
     assert re.search(r"reading .*durable\S*: \[Errno 5\] Input/output error", err), err
+
+
+def test_a_ring_journal_name_file_that_cannot_be_read_at_start_refuses_to_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    net = VirtualNetwork(
+        parse_config({"store": {"layout": "ring", "file_count": 4, "file_size": "64 kb"}}), data_dir=data_dir
+    )
+    producer = net.connected_client("p")
+    producer.send("/queue/orders", "kept", persistent="true", receipt="r")
+    assert "r" in _receipts(producer)
+    net.broker.close()
+    ops = FaultyFileOps()
+    ops.fail("pread", errno.EIO, path="NAME", times=10**6)
+    toml = '[store]\nlayout = "ring"\nfile_count = 4\nfile_size = "64 kb"\n'
+    err = _refused_start(data_dir, ops, capsys, toml)
+    assert re.search(r"reading .*NAME\S*: \[Errno 5\] Input/output error", err), err
 
 
 def test_no_receipt_for_a_durable_subscription_copy_the_full_disk_refused(tmp_path: Path) -> None:
