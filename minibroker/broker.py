@@ -93,7 +93,7 @@ SERVER_NAME = "minibroker/0.1.0"
 _CONNECTION_SAMPLE_SECONDS = 1.0
 
 
-class Broker(ReadingControl, DestinationHooks, ConnectionTeardown):
+class Broker(ReadingControl, DestinationHooks):
     """The sans-IO broker. See the module docstring for the event protocol."""
 
     def __init__(
@@ -222,6 +222,11 @@ class Broker(ReadingControl, DestinationHooks, ConnectionTeardown):
         self._has_room = self.flow.has_room
         self.space_freed = self.flow.space_freed
         handlers.wire_flow(self.flow)
+        #: A connection's end (``teardown.py``): one routine, every step taken.
+        self.teardown = ConnectionTeardown(
+            self, roll_back=handlers._roll_back, remove_subscription=handlers._remove_subscription
+        )
+        self._tear_down = self.teardown.tear_down
         #: destinations with an abort-slow-consumer check scheduled.
         self._slow_checks: set[str] = set()
         #: Told just before and just after each connection's teardown (``invariants.TeardownChecker``), or None.

@@ -1,8 +1,9 @@
 """Tearing a connection down: one routine, every step taken.
 
-A mixin of ``Broker``. However a connection ends (DISCONNECT, a protocol
+A part the ``Broker`` holds (``broker.teardown``; ``TeardownHost`` is what it
+uses of the broker). However a connection ends (DISCONNECT, a protocol
 error, a dropped socket, a heart-beat or write timeout, the broker stopping),
-``_tear_down`` releases everything it held, in this order:
+``tear_down`` releases everything it held, in this order:
 
 1. its open transactions are rolled back: messages it acknowledged or
    rejected inside one become deliverable again (first, so that they go back
@@ -23,7 +24,7 @@ messages of the connection behind. ``invariants.py`` checks the result.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .coreutil import log
 from .queue import Queue
@@ -36,21 +37,48 @@ if TYPE_CHECKING:
     from .storehooks import StoreHooks
     from .subscription import Subscription
 
-__all__ = ["ConnectionTeardown"]
+__all__ = ["ConnectionTeardown", "TeardownHost"]
+
+
+class TeardownHost(Protocol):
+    """What a connection's teardown uses of the broker: the registry (temporary
+    destinations), producer flow control (parked SENDs), the client-ids taken,
+    and the store hooks (RECEIPTs waiting for an fsync)."""
+
+    @property
+    def registry(self) -> "DestinationRegistry": ...
+
+    @property
+    def flow(self) -> "ProducerFlowControl": ...
+
+    @property
+    def client_ids(self) -> dict[str, "Session"]: ...
+
+    @property
+    def storehooks(self) -> "StoreHooks": ...
 
 
 class ConnectionTeardown:
-    """``_tear_down``: release all a closed connection held."""
+    """``tear_down``: release all a closed connection held. A part the broker holds
+    (``broker.teardown``); it keeps no state of its own between closes."""
 
-    # What it uses of the Broker it is mixed into.
-    registry: "DestinationRegistry"
-    flow: "ProducerFlowControl"
-    client_ids: dict[str, "Session"]
-    storehooks: "StoreHooks"
-    _roll_back: Callable[[list[tuple[str, Any, Any]]], None]
-    _remove_subscription: Callable[["Session", "Subscription"], None]
+    def __init__(
+        self,
+        host: TeardownHost,
+        *,
+        roll_back: Callable[[list[tuple[str, Any, Any]]], None],
+        remove_subscription: Callable[["Session", "Subscription"], None],
+    ) -> None:
+        """``roll_back`` undoes a transaction's operations and ``remove_subscription``
+        removes one subscription (both frame handling's)."""
+        self.registry = host.registry
+        self.flow = host.flow
+        self.client_ids = host.client_ids
+        self.storehooks = host.storehooks
+        self._roll_back = roll_back
+        self._remove_subscription = remove_subscription
 
-    def _tear_down(self, session: "Session") -> None:
+    def tear_down(self, session: "Session") -> None:
         """Release everything ``session`` holds (it is already CLOSED and unlisted)."""
         step = self._teardown_step
         for txid, ops in list(session.transactions.items()):
