@@ -1,0 +1,65 @@
+"""bench/spark_scale.py at a small size: it runs the three jobs and reports their ratios.
+
+No speed is asserted: the figures are the benchmark's business (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clients.spark.workload import summarize
+from clients.spark.workload_spec import load_workload
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "examples" / "workloads" / "tiny.toml"
+
+
+def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "spark_scale.py"),
+            "--events",
+            "20000",
+            "--workload",
+            str(TINY),
+            "--scale",
+            "1",
+            "--dir",
+            str(tmp_path / "work"),
+            "--json",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    r = json.loads(report.read_text())
+    # the synthetic trace's four events per message, plus its few control lines
+    assert 20_000 <= r["events"] < 20_100
+    assert r["actions"] == summarize(load_workload(TINY))["rows"]
+    assert set(r["jobs"]) == {"parse", "analyze", "workload"}
+    for job in r["jobs"].values():
+        assert job["seconds"] > 0 and job["cpu"] > 0 and len(job["reps"]) == 1
+    parse = r["jobs"]["parse"]["seconds"]
+    assert r["ratios"]["analyze"] == pytest.approx(r["jobs"]["analyze"]["seconds"] / parse)
+    assert r["ratios"]["workload"] == pytest.approx(r["jobs"]["workload"]["seconds"] / parse)
+    assert r["goals"] == {"analyze": 1.0, "workload": 0.5}
+    # the printed table carries the same ratios
+    rows = {c[0]: c for c in (line.strip("| ").split(" | ") for line in p.stdout.splitlines()) if len(c) == 5}
+    assert rows["analyze"][1].startswith(f"{r['jobs']['analyze']['seconds']:.1f} [")
+    assert rows["workload"][3].strip() == f"**{r['ratios']['workload']:.2f}**"
+    assert r["bench"] == "spark_scale" and "--events 20000" in r["command"]
+    assert "load average" in p.stdout and "goals met:" in p.stdout
+    # the working directory keeps the trace, not the jobs' outputs
+    assert sorted(x.name for x in (tmp_path / "work").iterdir()) == ["trace.jsonl"]
