@@ -4,8 +4,9 @@ The Spark job ``clients.spark.workload`` does the work, in local mode (a JVM
 started for the run, local[*]) unless --master or MINIBROKER_SPARK_MASTER
 says otherwise; on a cluster run the same job with spark-submit (README,
 docs/spark.md). The file is checked first, without Spark, so a bad file
-costs no JVM start. Output: OUT/actions.parquet/, OUT/actions.jsonl/ (what
-minibroker replay plays) and OUT/summary.json. The format of the file and of
+costs no JVM start. Output: OUT/actions.parquet/ (what minibroker replay
+plays), OUT/summary.json, and with --format parquet,jsonl OUT/actions.jsonl/
+too (the same rows as JSON lines). The format of the file and of
 the table: docs/workloads.md.
 """
 
@@ -30,7 +31,7 @@ Option = tuple[str, str, str | None, str]
 OPTIONS: list[Option] = [
     ("--scale", "pos", "N", "multiply every group's client count (default 1)"),
     ("--seed", "int", "S", "override [workload].seed"),
-    ("--format", "str", "F", "comma-separated: parquet, jsonl (default both; replay reads jsonl)"),
+    ("--format", "str", "F", "comma-separated: parquet, jsonl (default parquet; replay reads either)"),
     ("--partitions", "int+", "N", "Spark partitions for the expansion"),
     ("--chunk", "int+", "N", "messages per task chunk (default 100000)"),
     ("--master", "str", "M", "Spark master (default local[*] or $MINIBROKER_SPARK_MASTER)"),

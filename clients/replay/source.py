@@ -7,10 +7,12 @@ it starts at once and holds a line per part file in memory. Accepted paths:
 
 - ``OUT`` (the job's output directory), ``OUT/actions.jsonl`` or one JSON-lines
   file (a hand-written table, sorted by ``t``);
-- ``OUT/actions.parquet``, or a directory holding only Parquet: the JSON-lines
-  twin beside it is used when there is one; otherwise Spark (the ``spark``
-  extra) converts the Parquet to sorted JSON lines in a temporary directory
-  first, which costs a JVM start.
+- ``OUT/actions.parquet``, or a directory holding only Parquet (what the job
+  writes unless asked for JSON lines too): the JSON-lines twin beside it is
+  used when there is one; otherwise the Parquet part files are streamed
+  directly with pyarrow (the ``spark`` extra), or, without pyarrow, Spark
+  converts them to sorted JSON lines in a temporary directory first, which
+  costs a JVM start.
 
 ``checked`` wraps the stream: it refuses a row whose ``t`` goes backwards (a
 hand-made table out of order would silently run late) and rows the replay
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from clients.spark.actions import ACTIONS, Action, iter_actions, parquet_to_jsonl
+from clients.spark.actions import ACTIONS, Action, iter_actions, parquet_readable, parquet_to_jsonl
 
 __all__ = ["ReplayError", "ActionTable", "open_table", "checked", "shard", "parse_shard"]
 
@@ -93,7 +95,10 @@ def open_table(path: str | Path, *, log: Callable[[str], None] = print) -> Actio
         return table
     parquet = path if _has(path, ".parquet") else home / "actions.parquet"
     if parquet.is_dir() and _has(parquet, ".parquet"):
-        table.path, table.cleanup = _convert(parquet, log)
+        if parquet_readable():
+            table.path = parquet
+        else:
+            table.path, table.cleanup = _convert(parquet, log)
         return table
     raise ReplayError(
         f"no action table under {path}: expected actions.jsonl/ or actions.parquet/ "
@@ -104,8 +109,8 @@ def open_table(path: str | Path, *, log: Callable[[str], None] = print) -> Actio
 def _convert(parquet: Path, log: Callable[[str], None]) -> tuple[Path, Callable[[], None]]:
     """Parquet -> sorted JSON lines in a temporary directory, with Spark."""
     log(
-        f"converting {parquet} to JSON lines with Spark (a JVM start; "
-        "the workload job writes JSON lines too unless --format parquet)"
+        f"converting {parquet} to JSON lines with Spark (a JVM start; pyarrow would "
+        "read it directly, and the workload job writes JSON lines too with --format parquet,jsonl)"
     )
     tmp = Path(tempfile.mkdtemp(prefix="minibroker-replay-"))
     out = tmp / "actions.jsonl"
@@ -114,8 +119,8 @@ def _convert(parquet: Path, log: Callable[[str], None]) -> tuple[Path, Callable[
     except ImportError:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ReplayError(
-            f"{parquet} holds only Parquet, which needs Spark to read (pip install "
-            "-e '.[spark]'), or regenerate with --format jsonl"
+            f"{parquet} holds only Parquet, which needs pyarrow or Spark to read (pip install "
+            "-e '.[spark]'), or regenerate with --format parquet,jsonl"
         ) from None
     except ValueError as exc:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,9 +1,12 @@
 """Stream an action table in time order, without Spark.
 
-The workload job writes ``DIR/actions.jsonl/part-*.json``: each part file is
-sorted by ``(t, client, seq)`` (and, from a global sort, the parts are in
-order too). ``iter_actions`` merges the parts lazily, so a replay driver can
-start at once and hold one line per part file in memory.
+The workload job writes ``DIR/actions.parquet/part-*.parquet`` (and, when
+asked, ``DIR/actions.jsonl/part-*.json``): each part file is sorted by ``(t,
+client, seq)``. ``iter_actions`` merges the parts lazily, so a replay driver
+can start at once and hold one line (JSON) or one row group's batch
+(Parquet) per part file in memory. The JSON lines are read with the standard
+library; Parquet with pyarrow (part of the ``spark`` extra), which is also
+the faster of the two (about 3x: no text to parse).
 
     from clients.spark.actions import iter_actions
     for action in iter_actions("out/"):
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Action", "ACTIONS", "iter_actions", "read_summary", "part_files"]
+__all__ = ["Action", "ACTIONS", "iter_actions", "read_summary", "part_files", "parquet_readable"]
 
 # The kinds of action, in the order a client's actions can appear.
 ACTIONS = ("connect", "subscribe", "send", "pace", "unsubscribe", "disconnect")
@@ -51,26 +54,58 @@ class Action:
         return (self.t, self.client, self.seq)
 
 
+def _parts(directory: Path, suffix: str) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.name.startswith("part-") and p.name.endswith(suffix))
+
+
 def part_files(path: str | Path) -> list[Path]:
-    """The JSON part files of an action table: ``path`` is the output
-    directory, its ``actions.jsonl`` directory, or a single file."""
+    """The part files of an action table: ``path`` is the output directory, its
+    ``actions.jsonl`` or ``actions.parquet`` directory, or a single file. An output
+    directory's JSON lines are preferred when both are there (no pyarrow needed)."""
     path = Path(path)
     if path.is_file():
         return [path]
-    if (path / "actions.jsonl").is_dir():
-        path = path / "actions.jsonl"
-    parts = sorted(p for p in path.iterdir() if p.name.startswith("part-") and p.suffix == ".json")
+    for name, suffix in (("actions.jsonl", ".json"), ("actions.parquet", ".parquet")):
+        if (path / name).is_dir() and _parts(path / name, suffix):
+            return _parts(path / name, suffix)
+    parts = _parts(path, ".json") or _parts(path, ".parquet")
     if not parts:
-        raise FileNotFoundError(f"no actions.jsonl part files under {path}")
+        raise FileNotFoundError(f"no actions.jsonl or actions.parquet part files under {path}")
     return parts
 
 
 def _read(path: Path) -> Iterator[tuple[tuple[float, str, int], Action]]:
+    if path.name.endswith(".parquet"):
+        yield from _read_parquet(path)
+        return
     with open(path, encoding="utf-8") as f:
         for line in f:
             row: dict[str, Any] = json.loads(line)
             action = Action(**row)
             yield (action.t, action.client, action.seq), action
+
+
+def _read_parquet(path: Path, batch_rows: int = 65_536) -> Iterator[tuple[tuple[float, str, int], Action]]:
+    """One Parquet part file's rows, in file order, a batch at a time (pyarrow)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as f:
+        for batch in f.iter_batches(batch_size=batch_rows):
+            for row in batch.to_pylist():
+                headers = row["headers"]
+                if headers is not None:  # a Parquet map reads back as (key, value) pairs
+                    row["headers"] = dict(headers)
+                action = Action(**row)
+                yield (action.t, action.client, action.seq), action
+
+
+def parquet_readable() -> bool:
+    """Whether this Python can read Parquet without Spark (pyarrow is installed)."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def iter_actions(path: str | Path) -> Iterator[Action]:

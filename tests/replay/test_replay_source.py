@@ -49,20 +49,52 @@ def test_a_single_file_is_a_table(tmp_path) -> None:
     assert table.rows is None
 
 
-def test_parquet_only_needs_spark_or_says_how(tmp_path, monkeypatch) -> None:
-    out, _ = job_output(tmp_path, formats=("parquet",))
+def _without(monkeypatch, *modules: str) -> None:
+    """Make ``modules`` (and their submodules) fail to import, as on a machine without them."""
     import builtins
 
     real_import = builtins.__import__
 
-    def no_pyspark(name, *args, **kw):
-        if name == "pyspark" or name.startswith("pyspark."):
-            raise ImportError("No module named 'pyspark'")
+    def guarded(name, *args, **kw):
+        if any(name == m or name.startswith(m + ".") for m in modules):
+            raise ImportError(f"No module named {name!r}")
         return real_import(name, *args, **kw)
 
-    monkeypatch.setattr(builtins, "__import__", no_pyspark)
-    with pytest.raises(ReplayError, match="only Parquet.*--format jsonl"):
+    monkeypatch.setattr(builtins, "__import__", guarded)
+
+
+def test_parquet_only_needs_pyarrow_or_spark_or_says_how(tmp_path, monkeypatch) -> None:
+    out, _ = job_output(tmp_path, formats=("parquet",))
+    _without(monkeypatch, "pyspark", "pyarrow")
+    with pytest.raises(ReplayError, match="only Parquet.*pyarrow or Spark.*--format parquet,jsonl"):
         open_table(out)
+
+
+def test_parquet_only_is_streamed_directly_without_spark(tmp_path, monkeypatch) -> None:
+    """The job's default output (Parquet alone) plays without a JVM: pyarrow reads the
+    sorted part files and they are merged in time order, headers as a dict."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    s, i64, f64, i32 = pa.string(), pa.int64(), pa.float64(), pa.int32()
+    schema = pa.schema(  # as the workload job writes it
+        [("t", f64), ("client", s), ("seq", i64), ("action", s), ("group", s), ("dest", s), ("sub", s)]
+        + [("size", i64), ("priority", i32), ("persistent", pa.bool_()), ("headers", pa.map_(s, s))]
+        + [("selector", s), ("ack", s), ("prefetch", i32), ("process", f64), ("client_id", s)]
+    )
+    out = tmp_path / "out"
+    d = out / "actions.parquet"
+    d.mkdir(parents=True)
+    rows = producer("p-0", "/queue/A", [0.1, 0.3], headers={"k": "v"}) + producer("p-1", "/queue/A", [0.2])
+    for i, client in enumerate(("p-0", "p-1")):
+        mine = [{c: r.get(c) for c in schema.names} for r in rows if r["client"] == client]
+        pq.write_table(pa.Table.from_pylist(mine, schema=schema), d / f"part-0000{i}-x-c000.snappy.parquet")
+    _without(monkeypatch, "pyspark")
+    table = open_table(out)
+    assert table.path == d and table.cleanup is None  # no conversion
+    got = list(table.actions())
+    assert [(a.t, a.client, a.seq) for a in got] == sorted((r["t"], r["client"], r["seq"]) for r in rows)
+    assert [a.headers for a in got if a.action == "send"] == [{"k": "v"}, None, {"k": "v"}]
 
 
 @pytest.mark.parametrize(

@@ -108,7 +108,7 @@ def tiny_out(spark, tmp_path_factory):
     from clients.spark.workload import generate
 
     out = tmp_path_factory.mktemp("tiny")
-    generate(spark, load_workload(TINY), out, partitions=3, chunk=3)
+    generate(spark, load_workload(TINY), out, formats=("parquet", "jsonl"), partitions=3, chunk=3)
     return out
 
 
@@ -172,6 +172,27 @@ def test_tiny_action_table_rows(spark, tiny_out):
     summary = read_summary(tiny_out)
     assert summary["rows"] == 50 and summary["actions"]["send"] == 40
     assert {c["client"]: c["sends"] for c in summary["clients"]} == {"p-0": 20, "p-1": 20, "c-0": 0}
+
+
+@pytest.mark.spark
+def test_the_parquet_table_streams_the_same_actions_as_the_json_lines(tiny_out):
+    """``iter_actions`` reads the Parquet table (pyarrow, no Spark) action for action
+    as it reads the JSON lines: the same values, types and order."""
+    from_json = list(iter_actions(tiny_out / "actions.jsonl"))
+    from_parquet = list(iter_actions(tiny_out / "actions.parquet"))
+    assert len(from_parquet) == 50 and from_parquet == from_json
+    assert all(isinstance(a.headers, dict) for a in from_parquet if a.action == "send")
+
+
+@pytest.mark.spark
+def test_by_default_only_parquet_is_written_and_it_is_what_is_read(spark, tmp_path):
+    from clients.spark.workload import main
+
+    assert main([str(TINY), "--out", str(tmp_path / "out")]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["actions.parquet", "summary.json"]
+    actions = list(iter_actions(tmp_path / "out"))
+    assert len(actions) == 50 and [a.key for a in actions] == sorted(a.key for a in actions)
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["formats"] == ["parquet"]
 
 
 @pytest.mark.spark
