@@ -192,7 +192,8 @@ def analyze(
         [*tb.outputs(), "findings"] if tables else [],
         names,
     )
-    for df in (findings_df, *tb.outputs().values(), raw):
+    tb.unpersist()
+    for df in (findings_df, raw):
         df.unpersist()
     return result
 

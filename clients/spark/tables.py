@@ -73,7 +73,8 @@ class Tables:
     t1: float
     bucket: float
     buckets: int
-    events: DataFrame  # pruned events with t and b (derived from the caller's cached scan)
+    events: DataFrame  # the events that are not per message (HOT), pruned, with t and b (cached)
+    sends: DataFrame  # every send: t, dest, msg (not cached: read only when a detector needs it)
     dest_rates: DataFrame  # dest, b, t, counts (broker and client_*), backlog(_start), dest_mem_pct (dense)
     consumer_rates: DataFrame  # consumer, sub, dest, b, t, received, acked, source
     usage: DataFrame  # b, t, mem_pct, store_pct, temp_pct (dense, carried forward)
@@ -82,6 +83,12 @@ class Tables:
     swaps: DataFrame  # t, event, dest, sub, session, count, bytes, temp_pct, mem_pct
     journal: DataFrame  # t, event, store, layout, file, files, live, live_bytes, capacity, dest
     journal_files: DataFrame  # store, file, live, t (from each store's latest file_live)
+    counts: DataFrame  # events per (event, dest, session, client, sub, b, epoch): n, count, dest_mem_pct (cached)
+
+    def unpersist(self) -> None:
+        """Free every cached table (the caller's scan is the caller's)."""
+        for df in (self.events, self.counts, *self.outputs().values()):
+            df.unpersist()
 
     def outputs(self) -> dict[str, DataFrame]:
         return {
@@ -96,14 +103,16 @@ class Tables:
         }
 
 
+# The per-message events: all but a few thousand of a busy trace's lines. They are
+# read once, into per-bucket counts (``build_tables``); every other question is
+# asked of the remaining events, cached apart (``Tables.events``).
+HOT = ("send", "enqueue", "dispatch", "ack", "sent", "received", "acked")
+
+
 def islands(df: DataFrame, keys: list[str], b: str = "b") -> DataFrame:
     """Label runs of consecutive buckets per ``keys`` with ``island`` (gaps-and-islands)."""
     w = Window.partitionBy(*keys).orderBy(b)
     return df.withColumn("island", F.col(b) - F.row_number().over(w))
-
-
-def _count_if(cond: Column) -> Column:
-    return F.sum(F.when(cond, 1).otherwise(0))
 
 
 def _bucket_t(bucket: float) -> Column:
@@ -137,33 +146,56 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
         "acked",
         *REMOVALS,
     )
+    # Theory of operation: the input is scanned twice after the caller's cached parse. Once
+    # for the events that are not per message (cached: every later question about
+    # subscriptions, usage, flow control, swaps, journals and connections reads only them),
+    # and once for ``counts_df``: events per (event, dest, session, client, sub, bucket,
+    # epoch), of which the destination and consumer tables are sums. A busy trace's
+    # millions of lines become thousands of rows in each.
+    rare = ev.filter(~e.isin(*HOT)).cache()
     # A backlog starts again at each `start` (a restart): the queue holds what its `recover`
     # says, not that plus what was enqueued before. The starts are few: collected, they
     # number each event's epoch and each bucket's last epoch.
-    starts = [(r["t"], r["seq"] or 0) for r in ev.filter(e == "start").select("t", "seq").collect()]
+    starts = [(r["t"], r["seq"] or 0) for r in rare.filter(e == "start").select("t", "seq").collect()]
     epoch = (
         sum(((F.col("t") > t) | ((F.col("t") == t) & (F.col("seq") > q))).cast("int") for t, q in starts)
         if starts
         else F.lit(0)
     )
     last_epoch = sum((F.col("b") >= math.floor(t / bucket)).cast("int") for t, _ in starts) if starts else F.lit(0)
-    change = F.when(e == "enqueue", 1).when(e == "recover", F.col("count")).when(e.isin(*REMOVALS), -1).otherwise(0)
-    dev = ev.filter(F.col("dest").isNotNull() & e.isin(*dest_events))
+    counts_df = (
+        ev.filter(e.isin(*dest_events))
+        .withColumn("epoch", epoch)
+        .groupBy("event", "dest", "session", "client", "sub", "b", "epoch")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.sum("count").alias("count"),
+            F.max("dest_mem_pct").alias("dest_mem_pct"),
+        )
+        .cache()
+    )
+    n = F.col("n")
+
+    def n_if(cond: Column) -> Column:
+        return F.sum(F.when(cond, n).otherwise(0))
+
+    change = F.when(e == "enqueue", n).when(e == "recover", F.col("count")).when(e.isin(*REMOVALS), -n).otherwise(0)
+    dev = counts_df.filter(F.col("dest").isNotNull())
     per_dest = dev.groupBy("dest", "b").agg(
-        _count_if(e == "enqueue").alias("enqueued"),
-        _count_if(e == "send").alias("sent"),
-        _count_if(e == "dispatch").alias("dispatched"),
-        _count_if(e == "ack").alias("acked"),
-        _count_if(e.isin(*REMOVALS)).alias("removed"),
+        n_if(e == "enqueue").alias("enqueued"),
+        n_if(e == "send").alias("sent"),
+        n_if(e == "dispatch").alias("dispatched"),
+        n_if(e == "ack").alias("acked"),
+        n_if(e.isin(*REMOVALS)).alias("removed"),
         F.sum(F.when(e == "recover", F.col("count")).otherwise(0)).alias("recovered"),
         F.sum(F.when(e == "swap_out", F.col("count")).otherwise(0)).alias("spooled"),
-        _count_if(e == "page_in_blocked").alias("page_in_blocked"),
-        _count_if(e == "sent").alias("client_sent"),
-        _count_if(e == "received").alias("client_received"),
-        _count_if(e == "acked").alias("client_acked"),
+        n_if(e == "page_in_blocked").alias("page_in_blocked"),
+        n_if(e == "sent").alias("client_sent"),
+        n_if(e == "received").alias("client_received"),
+        n_if(e == "acked").alias("client_acked"),
         F.max(F.when(e == "usage", F.col("dest_mem_pct"))).alias("mem"),
     )
-    changes = dev.withColumn("epoch", epoch).groupBy("dest", "b", "epoch").agg(F.sum(change).alias("change"))
+    changes = dev.groupBy("dest", "b", "epoch").agg(F.sum(change).alias("change"))
     dests = per_dest.select("dest").distinct()
     counts = [
         "enqueued",
@@ -199,13 +231,13 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
 
     # per consumer and bucket: broker dispatches (session) or client receipts (client)
     consumer_rates = (
-        ev.filter(e.isin("dispatch", "ack", "received", "acked"))
+        counts_df.filter(e.isin("dispatch", "ack", "received", "acked"))
         .withColumn("consumer", F.coalesce("session", "client"))
         .withColumn("source", F.when(e.isin("dispatch", "ack"), "broker").otherwise("client"))
         .groupBy("consumer", "sub", "dest", "source", "b")
         .agg(
-            _count_if(e.isin("dispatch", "received")).alias("received"),
-            _count_if(e.isin("ack", "acked")).alias("acked"),
+            n_if(e.isin("dispatch", "received")).alias("received"),
+            n_if(e.isin("ack", "acked")).alias("acked"),
         )
         .select("consumer", "sub", "dest", "source", "b", _bucket_t(bucket), "received", "acked")
         .cache()
@@ -213,7 +245,7 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
 
     # broker-wide usage: the highest value in a bucket, else the last one known
     pcts = ["mem_pct", "store_pct", "temp_pct"]
-    per_b = ev.filter(e == "usage").groupBy("b").agg(*[F.max(c).alias(c) for c in pcts])
+    per_b = rare.filter(e == "usage").groupBy("b").agg(*[F.max(c).alias(c) for c in pcts])
     wf = Window.orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
     usage = (
         grid.join(per_b, "b", "left")
@@ -222,14 +254,14 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
         )
         .cache()
     )
-    subscriptions = _subscriptions(ev, t1 - t0).cache()
-    blocked = _blocked(ev, t1 - t0).cache()
+    subscriptions = _subscriptions(rare, t1 - t0).cache()
+    blocked = _blocked(rare, t1 - t0).cache()
     swaps = (
-        ev.filter(e.isin("swap_out", "swap_in"))
+        rare.filter(e.isin("swap_out", "swap_in"))
         .select("t", "event", "dest", "sub", "session", "count", "bytes", "temp_pct", "mem_pct")
         .cache()
     )
-    jev = ev.filter(e.isin("journal_roll", "journal_full", "journal_state"))
+    jev = rare.filter(e.isin("journal_roll", "journal_full", "journal_state"))
     journal = jev.select(
         "t",
         "event",
@@ -251,8 +283,23 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
     journal_files = latest.select(
         "store", F.col("last.t").alias("t"), F.explode("last.file_live").alias("file", "live")
     ).cache()
+    sends = ev.filter(e == "send").select("t", "dest", "msg")
     return Tables(
-        t0, t1, bucket, nb, ev, dest_rates, consumer_rates, usage, subscriptions, blocked, swaps, journal, journal_files
+        t0,
+        t1,
+        bucket,
+        nb,
+        rare,
+        sends,
+        dest_rates,
+        consumer_rates,
+        usage,
+        subscriptions,
+        blocked,
+        swaps,
+        journal,
+        journal_files,
+        counts_df,
     )
 
 
