@@ -5,8 +5,7 @@ asked, ``DIR/actions.jsonl/part-*.json``): each part file is sorted by ``(t,
 client, seq)``. ``iter_actions`` merges the parts lazily, so a replay driver
 can start at once and hold one line (JSON) or one row group's batch
 (Parquet) per part file in memory. The JSON lines are read with the standard
-library; Parquet with pyarrow (part of the ``spark`` extra), which is also
-the faster of the two (about 3x: no text to parse).
+library; Parquet with pyarrow (part of the ``spark`` extra).
 
     from clients.spark.actions import iter_actions
     for action in iter_actions("out/"):
