@@ -56,7 +56,8 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
     assert r["ratios"]["workload"] == pytest.approx(r["jobs"]["workload"]["seconds"] / parse)
     assert r["goals"] == {"analyze": 1.0, "workload": 0.5}
     # the printed table carries the same ratios
-    rows = {c[0]: c for c in (line.strip("| ").split(" | ") for line in p.stdout.splitlines()) if len(c) == 5}
+    cells = ([x.strip() for x in line.strip().strip("|").split("|")] for line in p.stdout.splitlines())
+    rows = {c[0]: c for c in cells if len(c) == 5}
     assert rows["analyze"][1].startswith(f"{r['jobs']['analyze']['seconds']:.1f} [")
     assert rows["workload"][3].strip() == f"**{r['ratios']['workload']:.2f}**"
     assert r["bench"] == "spark_scale" and "--events 20000" in r["command"]
