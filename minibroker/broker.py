@@ -93,7 +93,7 @@ SERVER_NAME = "minibroker/0.1.0"
 _CONNECTION_SAMPLE_SECONDS = 1.0
 
 
-class Broker(ReadingControl, DestinationHooks):
+class Broker(ReadingControl):
     """The sans-IO broker. See the module docstring for the event protocol."""
 
     def __init__(
@@ -227,8 +227,36 @@ class Broker(ReadingControl, DestinationHooks):
             self, roll_back=handlers._roll_back, remove_subscription=handlers._remove_subscription
         )
         self._tear_down = self.teardown.tear_down
-        #: destinations with an abort-slow-consumer check scheduled.
-        self._slow_checks: set[str] = set()
+        #: What destinations report back (``hooks.py``): consumption, expiry, dead letters, page-in.
+        self.hooks = hooks = DestinationHooks(
+            self,
+            emit=self._emit,
+            fail=self._fail,
+            remove_subscription=handlers._remove_subscription,
+            blocked_cursors=self._blocked_cursors,
+            subs_by_key=self._subs_by_key,
+            full_logged=self._full_logged,
+            trace_usage=self._trace_usage,
+        )
+        # Bound once (no extra hop): the destinations call these as a ``ports.DestinationHost``.
+        self.delivered = hooks.delivered
+        self.redelivering = hooks.redelivering
+        self.message_consumed = hooks.message_consumed
+        self.message_enqueued = hooks.message_enqueued
+        self.page_in_blocked = hooks.page_in_blocked
+        self.paged_in = hooks.paged_in
+        self.message_expired = hooks.message_expired
+        self.dead_letter = hooks.dead_letter
+        self.end_of_browse = hooks.end_of_browse
+        self.max_page_size = hooks.max_page_size
+        self.subscription_full = hooks.subscription_full
+        self.slow_consumer = hooks.slow_consumer
+        self.live_subscription = hooks.live_subscription
+        self.discarded = hooks.discarded
+        self.swapped = hooks.swapped
+        # The registry's and operations' calls.
+        self.destination_created = hooks.destination_created
+        self.forget_destination = hooks.forget_destination
         #: Told just before and just after each connection's teardown (``invariants.TeardownChecker``), or None.
         self.close_observer: Any = None
         self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
@@ -376,6 +404,16 @@ class Broker(ReadingControl, DestinationHooks):
     def session_tag(self, sid: int) -> str:
         """The session id of connection ``sid`` as CONNECTED announced it (the trace's ``session``)."""
         return f"{self.name}-{self.boot}-{sid}"
+
+    def _swap_file_cursors(self, usage: Usage, old: int, new: int) -> None:
+        """Memory crossed a high-water mark upward: every file cursor under it swaps (``hooks.py``)."""
+        self.hooks.swap_file_cursors(usage, old, new)
+
+    def diagnose(self) -> list[dict[str, Any]]:
+        """Known pathologies visible right now (see ``diagnosis.py``)."""
+        from .diagnosis import diagnose
+
+        return diagnose(self)
 
     def _trace_usage(self, usage: Usage, old: int, new: int) -> None:
         """A usage percent changed: a ``usage`` event with the broker-wide values."""

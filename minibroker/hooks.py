@@ -1,12 +1,13 @@
 """What destinations tell the broker: consumption, expiry, dead letters, page-in.
 
-A mixin of ``Broker``; ``destination.py`` calls these so that queues and
+A part the ``Broker`` holds (``broker.hooks``; ``HooksHost`` is what it uses of the
+broker); ``destination.py`` calls these so that queues and
 topics need not know about the store, the trace or the dead letter queues.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from .codec import encode
 from .coreutil import header_text, log
@@ -31,36 +32,100 @@ if TYPE_CHECKING:
     from .timers import Timers
     from .usage import Usage
 
-__all__ = ["DestinationHooks"]
+__all__ = ["DestinationHooks", "HooksHost"]
+
+
+class HooksHost(Protocol):
+    """What the destination hooks use of the broker: the configuration, clock,
+    timers, trace, journals, memory, registry and destinations it is given, the
+    store hooks (dead letters are admitted through them) and ``session_tag``."""
+
+    @property
+    def config(self) -> "BrokerConfig": ...
+
+    @property
+    def clock(self) -> "Clock": ...
+
+    @property
+    def timers(self) -> "Timers": ...
+
+    @property
+    def trace(self) -> Recorder: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def boot(self) -> str: ...
+
+    @property
+    def store(self) -> "MessageStore | None": ...
+
+    @property
+    def memory(self) -> "Usage": ...
+
+    @property
+    def temp_usage(self) -> "Usage": ...
+
+    @property
+    def registry(self) -> "DestinationRegistry": ...
+
+    @property
+    def destinations(self) -> dict[str, Destination]: ...
+
+    @property
+    def storehooks(self) -> "StoreHooks": ...
+
+    def session_tag(self, sid: int) -> str: ...
+
+    def diagnose(self) -> list[dict[str, Any]]:
+        """Known pathologies visible right now (``diagnosis.py``)."""
 
 
 class DestinationHooks:
-    """Callbacks from queues and topics."""
+    """Callbacks from queues and topics: a part the broker holds (``broker.hooks``).
+    The broker binds each hook once (it is a ``ports.DestinationHost`` through them)."""
 
-    # What it uses of the Broker it is mixed into (declared for the type checker).
-    config: "BrokerConfig"
-    clock: "Clock"
-    timers: "Timers"
-    trace: Recorder
-    name: str
-    boot: str
-    store: "MessageStore | None"
-    memory: "Usage"
-    store_usage: "Usage"
-    temp_usage: "Usage"
-    registry: "DestinationRegistry"
-    destinations: dict[str, Destination]
-    _blocked_cursors: dict[Queue, None]
-    _subs_by_key: dict[int, Subscription]
-    _full_logged: dict[int, float]
-    _slow_checks: set[str]
-    storehooks: "StoreHooks"
-    _emit: Callable[..., None]
-    _fail: Callable[["Session", ProtocolError, Frame | None], None]
-    _remove_subscription: Callable[["Session", Subscription], None]
-    _trace_usage: Callable[["Usage", int, int], None]
-    admit: Callable[[Destination, Message], Any]
-    session_tag: Callable[[int], str]
+    def __init__(
+        self,
+        host: HooksHost,
+        *,
+        emit: Callable[..., None],
+        fail: Callable[["Session", ProtocolError, Frame | None], None],
+        remove_subscription: Callable[["Session", Subscription], None],
+        blocked_cursors: dict[Queue, None],
+        subs_by_key: dict[int, Subscription],
+        full_logged: dict[int, float],
+        trace_usage: Callable[["Usage", int, int], None],
+    ) -> None:
+        """``emit`` records a trace event, ``fail`` answers a protocol error and closes,
+        ``remove_subscription`` removes one subscription (frame handling's); the
+        dict arguments are the broker's, shared with its other parts."""
+        self.host = host
+        # Bound once: destinations call these hooks for every message.
+        self.config = host.config
+        self.clock = host.clock
+        self.timers = host.timers
+        self.trace = host.trace
+        self.name = host.name
+        self.boot = host.boot
+        self.store = host.store
+        self.memory = host.memory
+        self.temp_usage = host.temp_usage
+        self.registry = host.registry
+        self.destinations = host.destinations
+        self.storehooks = host.storehooks
+        self.admit = host.storehooks.admit
+        self.session_tag = host.session_tag
+        self._emit = emit
+        self._fail = fail
+        self._remove_subscription = remove_subscription
+        self._blocked_cursors = blocked_cursors
+        self._subs_by_key = subs_by_key
+        self._full_logged = full_logged
+        self._trace_usage = trace_usage
+        #: destinations with an abort-slow-consumer check scheduled.
+        self._slow_checks: set[str] = set()
 
     def delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame went to ``sub`` (traced: dispatch, and the ack of auto mode)."""
@@ -122,7 +187,7 @@ class DestinationHooks:
                 dest_mem_pct=queue.memory.percent,
                 mem_pct=self.memory.percent,
             )
-        for finding in self.diagnose():
+        for finding in self.host.diagnose():
             if finding["destination"] == queue.address:
                 log.warning("DIAGNOSIS %s: %s; cure: %s", finding["pathology"], finding["summary"], finding["cure"])
 
@@ -216,12 +281,6 @@ class DestinationHooks:
     def max_page_size(self, destination: Destination) -> int:
         """How many undeliverable messages a dispatch pass may step over."""
         return destination.policy.max_page_size
-
-    def diagnose(self) -> list[dict[str, Any]]:
-        """Known pathologies visible right now (see ``diagnosis.py``)."""
-        from .diagnosis import diagnose
-
-        return diagnose(self)
 
     # -- topics: full subscriptions, slow consumers, discards, swapping
     def subscription_full(self, topic: Topic, sub: Subscription) -> None:
@@ -353,7 +412,7 @@ class DestinationHooks:
             fields["mem_pct"] = self.memory.percent
         self._emit(event, **fields)
 
-    def _swap_file_cursors(self, usage: Any, old: int, new: int) -> None:
+    def swap_file_cursors(self, usage: Any, old: int, new: int) -> None:
         """Memory crossed a high-water mark upward: every file cursor under it swaps."""
         if new <= old:
             return

@@ -89,7 +89,7 @@ class Connection(Protocol):
 
 class DestinationHost(Protocol):
     """The broker, as a destination and its cursors see it (the ``Broker``
-    implements it: ``hooks.py``, and the store hooks' calls bound on it): the
+    implements it by binding the calls of its parts ``hooks.py`` and ``storehooks.py``): the
     clock and timers it is given, the memory it is charged to, and the events
     it reports back."""
 
