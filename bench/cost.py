@@ -91,6 +91,7 @@ def _producer_and_consumer(subscribe_headers: bytes):  # type: ignore[no-untyped
     b.receive_data(c, _CONNECT)
     b.receive_data(c, b"SUBSCRIBE\nid:1\ndestination:/queue/A\n" + subscribe_headers + b"\n\x00")
     b.take_actions()
+    b.actions_done()
     return b, p, c
 
 
@@ -100,6 +101,7 @@ def queue(n: int) -> None:
     for _ in range(max(1, n // 50)):
         b.receive_data(p, batch)
         b.take_actions()
+        b.actions_done()
 
 
 def topic(n: int) -> int:
@@ -114,11 +116,13 @@ def topic(n: int) -> int:
         b.receive_data(c, _CONNECT)
         b.receive_data(c, b"SUBSCRIBE\nid:1\ndestination:/topic/A\nack:auto\n\n\x00")
     b.take_actions()
+    b.actions_done()
     batch = b"".join(_send(i).replace(b"/queue/A", b"/topic/A") for i in range(50))
     delivered = 0
     for _ in range(max(1, n // 50)):
         b.receive_data(p, batch)
         delivered += sum(a.data.count(b"\nsubscription:") for a in b.take_actions() if type(a) is Write)
+        b.actions_done()
     return delivered
 
 
@@ -128,11 +132,15 @@ def ack(n: int) -> None:
     b, p, c = _producer_and_consumer(b"ack:client-individual\nactivemq.prefetchSize:1\n")
     for i in range(n):
         b.receive_data(p, _send(i))
+        ack = b""
         for action in b.take_actions():
             if type(action) is Write and action.session == c:
                 at = action.data.index(b"\nack:") + 5
-                b.receive_data(c, b"ACK\nid:" + action.data[at : action.data.index(b"\n", at)] + b"\n\n\x00")
-                b.take_actions()
+                ack = b"ACK\nid:" + action.data[at : action.data.index(b"\n", at)] + b"\n\n\x00"
+        b.actions_done()
+        b.receive_data(c, ack)
+        if b.take_actions():  # as the server: actions_done once they are carried out, if there were any
+            b.actions_done()
 
 
 def _page_in_config(memory_limit: str = "4 mb"):  # type: ignore[no-untyped-def]
@@ -167,10 +175,11 @@ def page_in(directory: Path) -> int:
     queue = broker.destinations["/queue/A"]
     drained = 0
     while queue.cursor.page_in():
-        while queue.pending:
-            broker.message_consumed(queue, queue.pending.popleft())
-            drained += 1
-        broker.take_actions()  # a turn ends: its dequeues are written (MessageStore.flush)
+        with broker.turn():  # a turn ends: its dequeues are written (MessageStore.flush)
+            while queue.pending:
+                broker.message_consumed(queue, queue.pending.popleft())
+                drained += 1
+        broker.take_actions()
     return drained
 
 
@@ -187,10 +196,12 @@ def through(n: int, memory_limit: str) -> int:
         b.receive_data(p, _CONNECT)
         b.receive_data(c, _CONNECT)
         b.take_actions()
+        b.actions_done()
         turns = n // (2 * _THROUGH_BATCH)
         for _ in range(turns):  # the standing backlog
             b.receive_data(p, batch)
             b.take_actions()
+            b.actions_done()
         b.receive_data(c, b"SUBSCRIBE\nid:1\ndestination:/queue/A\nack:auto\n\n\x00")
         received = 0
         for turn in itertools.count():
@@ -198,6 +209,7 @@ def through(n: int, memory_limit: str) -> int:
                 b.receive_data(p, batch)
             actions = b.take_actions()
             received += sum(a.data.count(b"\nsubscription:") for a in actions if type(a) is Write and a.session == c)
+            b.actions_done()
             if turn >= turns and not actions:
                 break
         b.close()

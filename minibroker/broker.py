@@ -16,13 +16,27 @@ Every entry point the edge calls is wrapped in ``failstop.fail_stop``: a store
 that fails bringing a message back from disk in any of them stops the broker
 (``store_failed``), as a frame's handler does for its own frame.
 
-After each event the edge calls ``take_actions()`` and carries out what it
-returns: ``Write`` (one joined buffer per connection), ``Close``,
-``PauseReading`` / ``ResumeReading``, ``Sync`` (fsync the store, then report
-``store_synced`` or ``store_failed``), ``Shutdown`` (the store failed) and
-``CheckLogin`` (hash a password in a thread). It calls ``take_actions()`` again until
-it returns nothing, because draining a session's outbox can let dispatch
-continue for that session (see ``Writing.can_write`` in ``connection_state.py``).
+- ``store_synced(generation)`` / ``store_failed(error)``: the ``Sync`` it was
+  asked for is done, or raised.
+
+Each event does its work before it returns, down to what its frames leave for
+the end of the batch (``_end_event``, see ``outbox.py``): blocked producers
+retried, the store's deferred dequeues written, RECEIPTs released, the output
+joined. Then the edge drains the outbox (``take_actions()``, which does nothing
+else) and carries out what it returns: ``Write`` (one joined buffer per
+connection), ``Close``, ``PauseReading`` / ``ResumeReading``, ``Sync`` (fsync
+the store, then report ``store_synced`` or ``store_failed``), ``Shutdown`` (the
+store failed) and ``CheckLogin`` (hash a password in a thread). Then it says
+so (``actions_done()``, or the end of a ``turn()`` it carried them out in) and
+drains again, until the outbox is empty: a connection whose full outbox held
+back its dispatch gets more once its output is in the socket's buffer (see
+``Writing.can_write`` in ``connection_state.py``), unless the socket said
+meanwhile that it is full.
+
+The core touches no file itself: the journals are the ``store`` it is given,
+and the temp store and its scratch files live in the ``temp_dir`` it is given
+(without one, and without a store, the scratch file is an anonymous one in the
+system's temporary directory, which ``storage.spill`` opens).
 
 Frames are handled by a dispatch table keyed by command, after the session's
 state table (``session.TRANSITIONS``) has allowed the command. A
@@ -57,6 +71,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from functools import partial
 
 from .actions import Action, CheckLogin, Close, Sync, Write, WriteFrames
+from .outbox import Turn, event
 from .clock import Clock
 from .codec import FrameParser, encode, escape
 from .config import BrokerConfig
@@ -108,7 +123,8 @@ class Broker(ReadingControl):
     ) -> None:
         self.config = config
         self.clock = clock
-        #: Where the temp store for file cursors lives (wiped when first opened).
+        #: Where the temp store for file cursors lives (wiped when first opened), chosen
+        #: by the edge (the data directory's ``tmp_storage``); None: no temp store.
         self.temp_dir = temp_dir
         #: The journals for persistent messages, or None (a non-persistent broker).
         self.store = store
@@ -152,9 +168,21 @@ class Broker(ReadingControl):
         self._id_prefix = f"ID:{self.name}-{self.boot}-"
         self._id_prefix_wire = escape(self._id_prefix, "1.2").encode("utf-8")
         self._next_session = 1
+        #: Sessions with output not yet in the outbox (each holds this list's append).
         self._dirty: list[Session] = []
+        #: Closes, pauses and such of the event running now: after its writes in the outbox.
         self._control: list[Action] = []
+        #: The actions ready for the edge (``take_actions`` drains it).
+        self._outbox: list[Action] = []
+        #: Events (or turns) running now: the outermost settles (``outbox.py``).
+        self._depth = 0
+        self._turn = Turn(self)
+        #: Sessions whose full outbox went to the edge: given more once it says it carried it out.
+        self._freed: list[Session] = []
+        #: ... and the edge said so: refilled at the next event's end.
         self._refill: list[Session] = []
+        #: The last event's end left work for the next (``actions_done`` does it).
+        self._unfinished = False
         self._subs_by_key: dict[int, Subscription] = {}
         #: Queues whose cursor could not page in for lack of memory, in the order
         #: they blocked (a dict used as an ordered set: retries are first come, first served).
@@ -274,6 +302,7 @@ class Broker(ReadingControl):
         }
 
     # ================================================================== edge API
+    @event
     def open_session(self, peer: str = "", protocol: str = "tcp") -> int:
         """A connection arrived from ``peer`` through the ``protocol`` listener
         ("tcp", "websocket": statistics show it, and a WebSocket session's output
@@ -356,11 +385,13 @@ class Broker(ReadingControl):
         return self.storehooks.recover()
 
     @fail_stop
+    @event
     def store_synced(self, generation: int) -> None:
         """The edge's fsync covered every write up to ``generation``: release RECEIPTs."""
         self.storehooks.store_synced(generation)
 
     @fail_stop
+    @event
     def store_failed(self, error: BaseException) -> None:
         """The store failed (a ``Sync`` the edge carried out raised, or a write did): fail-stop."""
         self.storehooks.store_failed(error)
@@ -459,12 +490,33 @@ class Broker(ReadingControl):
 
     @fail_stop
     def receive_data(self, sid: int, data: bytes) -> None:
-        """Bytes arrived on connection ``sid``."""
+        """Bytes arrived on connection ``sid``. (An event: ``outbox.event`` written
+        out, for it runs once per read.)"""
         session = self.sessions.get(sid)
         if session is None or not session.is_open:
             return
         session.last_read = self.clock.now()
-        self._read_on(session, data)
+        self._depth += 1
+        try:
+            # ``_read_on``'s first round, written out: the usual read is one round.
+            if (
+                self._receive(session, data)
+                and session.parser.awaiting_version
+                and session.state is not State.AUTHENTICATING
+            ):
+                self._read_on(session, b"")  # CONNECT set the version: parse the rest of the chunk with it
+        finally:
+            self._depth -= 1
+        # ``_end_event`` unless none of its steps has work (a read of ACKs, say): a call saved per read.
+        if not self._depth and (
+            self._dirty
+            or self._control
+            or self._refill
+            or self.flow.retry
+            or self.storehooks.waiters
+            or self.store is not None
+        ):
+            self._end_event()
 
     def _read_on(self, session: Session, data: bytes) -> None:
         """Parse and handle ``data`` and what the parser still holds."""
@@ -569,6 +621,7 @@ class Broker(ReadingControl):
         )
 
     @fail_stop
+    @event
     def internal_error(self, sid: int) -> None:
         """Handling what ``sid`` sent raised (a bug): tell its client with an ERROR,
         as for a protocol error, and close it. Its messages go back to their
@@ -595,12 +648,14 @@ class Broker(ReadingControl):
         self._close(session, reason)
 
     @fail_stop
+    @event
     def shutdown(self) -> None:
         """Close every connection (the broker is stopping): each is traced as a shutdown."""
         for session in list(self.sessions.values()):
             self._close(session, "broker shutdown")
 
     @fail_stop
+    @event
     def connection_lost(self, sid: int) -> None:
         """The socket of ``sid`` is gone (closed by the peer or by us)."""
         session = self.sessions.get(sid)
@@ -608,6 +663,7 @@ class Broker(ReadingControl):
             self._close(session, "connection lost", notify_edge=False)
 
     @fail_stop
+    @event
     def set_writable(self, sid: int, writable: bool) -> None:
         """The edge's socket buffer for ``sid`` is full (False) or drained (True)."""
         session = self.sessions.get(sid)
@@ -645,6 +701,7 @@ class Broker(ReadingControl):
         self._close(session, "write timeout", abort=True)
 
     @fail_stop
+    @event
     def tick(self) -> None:
         """Run every timer due now."""
         self.timers.run_due(self.clock.now())
@@ -653,16 +710,58 @@ class Broker(ReadingControl):
         """When ``tick()`` next has work, on the clock's ``now()`` scale."""
         return self.timers.next_deadline()
 
+    # ================================================================== the outbox
     def take_actions(self) -> list[Action]:
-        """What the edge must do now: writes first, then closes and pauses."""
-        self._after_event()
-        return self._drain()
+        """What the edge must do now, in order: each connection's writes, then the
+        closes, pauses and requests that came after them. A pure drain: the work that
+        made these was done when the events arrived (``_end_event``), so a second call
+        with no event between returns nothing and touches nothing."""
+        actions = self._outbox
+        if actions:
+            self._outbox = []
+        return actions
 
     @fail_stop
-    def _after_event(self) -> None:
-        """The work left for after an event (producers and cursors that waited for space,
-        the store's deferred writes, dispatch to sessions whose outbox drained): it can
-        bring messages back from disk, so it is an entry point of its own."""
+    def actions_done(self) -> None:
+        """The edge carried out what ``take_actions`` returned (its writes are in the
+        sockets' buffers): an event. A connection whose full outbox held its dispatch
+        back gets more now, unless its socket said meanwhile that it is full."""
+        if self._freed or self._unfinished:  # else the last event's end finished everything
+            self._end_turn()
+
+    def _end_turn(self) -> None:
+        """The edge's turn is over: what it drained is carried out, the events it fed end."""
+        if self._freed:
+            self._refill.extend(self._freed)
+            self._freed.clear()
+        if not self._depth:
+            self._end_event()
+
+    def turn(self) -> Turn:
+        """``with broker.turn():`` the events fed inside settle once, at its end
+        (one write of the store's deferred dequeues for all of them), which also
+        counts as ``actions_done``. For an edge that feeds several events before
+        it drains, or feeds events while it carries out actions."""
+        return self._turn
+
+    def _end_event(self) -> None:
+        """The end of an event (or of a turn): finish what its frames left for the
+        end of the batch (``_finish``), and put the actions it leaves in the outbox
+        (see ``outbox.py``). Runs as an event itself, so that what it calls (a failed
+        store reported) does not settle again inside it. (``receive_data`` skips
+        the call when none of the steps has work: a new step goes in its test too.)"""
+        self._depth = 1
+        try:
+            self._finish()
+            self._collect()
+        finally:
+            self._depth = 0
+
+    @fail_stop
+    def _finish(self) -> None:
+        """Producers and cursors that waited for space, the store's deferred writes,
+        dispatch to sessions whose outbox the edge carried out: it can bring messages
+        back from disk, so a store that fails there stops the broker (``fail_stop``)."""
         flow = self.flow
         if flow.retry:
             flow.retry = False
@@ -672,40 +771,43 @@ class Broker(ReadingControl):
                 queue.dispatch()
         if self.store is not None:
             self.storehooks.flush()
-        if self._refill:
-            refill, self._refill = self._refill, []
+        refill = self._refill
+        if refill:
+            self._refill = []
             for session in refill:
                 if session.is_open and session.writing.can_write:
                     self._resume_dispatch(session)
+        # What the refill dispatched (an auto-ack dequeue) waits for the next event's end,
+        # which actions_done is; and so does what retries the store's flush made possible.
+        self._unfinished = True if refill else flow.retry
 
-    def _drain(self) -> list[Action]:
-        """The sessions' output and the control actions, taken out for the edge."""
-        actions: list[Action] = []
-        if self._dirty:
-            dirty = self._dirty.copy()  # emptied in place: every session holds its append
-            self._dirty.clear()
+    def _collect(self) -> None:
+        """The sessions' output and the control actions, into the outbox for the edge."""
+        outbox = self._outbox
+        dirty = self._dirty
+        if dirty:
             now = self.clock.now()
-            for session in dirty:
+            for session in dirty:  # nothing here writes: emptied in place after (sessions hold its append)
                 if not session.outbox:
                     continue
                 writing = session.writing
                 throttled = not writing.can_write
                 if session.framed:
-                    actions.append(tuple.__new__(WriteFrames, (session.id, session.take_frames())))
+                    outbox.append(tuple.__new__(WriteFrames, (session.id, session.take_frames())))
                 else:  # tuple.__new__: a NamedTuple's own __new__ is a Python call, once per write
-                    actions.append(tuple.__new__(Write, (session.id, session.take_output())))
+                    outbox.append(tuple.__new__(Write, (session.id, session.take_output())))
                 session.last_write = now
                 if not writing.socket_full:
                     session.last_write_progress = now
                 if throttled and writing.can_write and session.is_open:
-                    self._refill.append(session)
+                    self._freed.append(session)
+            dirty.clear()
         storehooks = self.storehooks
         if storehooks.waiters and storehooks.sync_due():
-            actions.append(Sync())
+            outbox.append(Sync())
         if self._control:
-            actions.extend(self._control)
+            outbox.extend(self._control)
             self._control = []
-        return actions
 
     # ================================================================== frames
     def _handle(self, session: Session, frame: Frame) -> None:
@@ -828,6 +930,7 @@ class Broker(ReadingControl):
         return DEFERRED  # CONNECT has no receipt
 
     @fail_stop
+    @event
     def login_checked(self, sid: int, principal: Principal | None) -> None:
         """The password check of ``sid``'s CONNECT is done: ``principal`` if it passed, None if not."""
         session = self.sessions.get(sid)

@@ -156,7 +156,12 @@ class StoreIndex:
         return sum(f.nbytes() for f in self._fifos)
 
     def __bool__(self) -> bool:
-        return any(self._fifos)
+        # Each FIFO's count read directly: any(self._fifos) calls a Python __len__ per FIFO,
+        # and a queue's dispatch asks this once per message.
+        for fifo in self._fifos:
+            if fifo._len:
+                return True
+        return False
 
     def _ordered(self) -> list[tuple[int, SeqFifo]]:
         """(priority, FIFO) in dispatch order, the empty ones left out."""

@@ -16,8 +16,8 @@ their producers wait, or with ``send_fail_if_no_space`` get an ERROR that
 names the store and "no space".
 
 Its own state: the sessions with parked sends (``blocked``, in blocking order),
-whether freed space should let them retry (``retry``, acted on by the broker's
-``take_actions``), the disk-full gate, and when each destination last warned
+whether freed space should let them retry (``retry``, acted on at the end of
+the broker's event), the disk-full gate, and when each destination last warned
 of a blocked producer. What it needs of the broker is ``FlowHost`` (state it
 reads) and the callables it is given when it is made (routing a SEND, its
 RECEIPT, pausing and resuming a socket, the trace).

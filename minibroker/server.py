@@ -10,8 +10,11 @@ streams are built on: a callback per read means no coroutine switch per frame,
 which matters at 50k msg/s.
 
 - A connection passes the STOMP bytes it reads straight to
-  ``Broker.receive_data``; then ``flush`` carries out the actions the core
-  returns, through the connection (``write``, ``write_frames``, ``close``).
+  ``Broker.receive_data`` (an event: the core does all its work there); then
+  ``flush`` drains the actions the core has ready and carries them out,
+  through the connection (``write``, ``write_frames``, ``close``), inside the
+  core's ``turn`` (so what the sockets say meanwhile settles once, after), and
+  drains again until nothing is left.
 - The transport's high-water mark is the connection's ``write_buffer_limit``
   (``edge.py``): crossing it tells the core the connection is not writable,
   so dispatch to it stops (the bounded outbound buffer). This is ``drain()``
@@ -43,7 +46,7 @@ from typing import Any, cast
 
 from storage import CorruptRecord, StorageError
 
-from .actions import CheckLogin, Close, PauseReading, ResumeReading, Shutdown, Sync, Write, WriteFrames
+from .actions import Action, CheckLogin, Close, PauseReading, ResumeReading, Shutdown, Sync, Write, WriteFrames
 from .broker import Broker
 from .clock import SystemClock
 from .config import BrokerConfig
@@ -162,38 +165,43 @@ class BrokerServer:
         self._flushing = True
         try:
             broker = self.broker
-            connections = self.connections
             while True:
                 actions = broker.take_actions()
                 if not actions:
                     break
-                for action in actions:
-                    conn = connections.get(action.session)
-                    if conn is None:
-                        if type(action) is Sync:
-                            self._start_sync()
-                        elif type(action) is Shutdown:
-                            self._shutdown(action)
-                        continue
-                    transport = conn.transport
-                    if transport is None or transport.is_closing():
-                        continue
-                    kind = type(action)
-                    if kind is Write:
-                        conn.write(action.data)  # type: ignore[union-attr]
-                    elif kind is WriteFrames:
-                        conn.write_frames(action.frames)  # type: ignore[union-attr]
-                    elif kind is Close:
-                        conn.close(action.abort)  # type: ignore[union-attr]
-                    elif kind is PauseReading:
-                        transport.pause_reading()
-                    elif kind is ResumeReading:
-                        transport.resume_reading()
-                    elif kind is CheckLogin:
-                        self._check_login(cast(CheckLogin, action))
+                with broker.turn():  # then the writes are in the sockets' buffers: actions_done
+                    self._carry_out(actions)
         finally:
             self._flushing = False
         self._arm_timer()
+
+    def _carry_out(self, actions: list[Action]) -> None:
+        """Do what the core asked, in its order."""
+        connections = self.connections
+        for action in actions:
+            conn = connections.get(action.session)
+            if conn is None:
+                if type(action) is Sync:
+                    self._start_sync()
+                elif type(action) is Shutdown:
+                    self._shutdown(action)
+                continue
+            transport = conn.transport
+            if transport is None or transport.is_closing():
+                continue
+            kind = type(action)
+            if kind is Write:
+                conn.write(action.data)  # type: ignore[union-attr]
+            elif kind is WriteFrames:
+                conn.write_frames(action.frames)  # type: ignore[union-attr]
+            elif kind is Close:
+                conn.close(action.abort)  # type: ignore[union-attr]
+            elif kind is PauseReading:
+                transport.pause_reading()
+            elif kind is ResumeReading:
+                transport.resume_reading()
+            elif kind is CheckLogin:
+                self._check_login(cast(CheckLogin, action))
 
     def _shutdown(self, action: Shutdown) -> None:
         """The core cannot go on (its store failed): stop as SIGTERM would."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -241,6 +242,15 @@ class VirtualNetwork:
             self.teardown = TeardownChecker() if check_teardown else None
         #: The ``Shutdown`` the broker asked for (its store failed), or None.
         self.shutdown: Shutdown | None = None
+        #: Where the broker's temp store goes, as the server chooses it: the data
+        #: directory's ``tmp_storage``; without a data directory, a directory of
+        #: the system's, removed with the network.
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        if data_dir is not None:
+            self.temp_dir = Path(data_dir) / "tmp_storage"
+        else:
+            self._scratch = tempfile.TemporaryDirectory(prefix="minibroker-sim-")
+            self.temp_dir = Path(self._scratch.name) / "tmp_storage"
         self.broker = self._start_broker()
         self.clients: dict[int, VirtualClient] = {}
         self._agenda: list[tuple[float, int, Callable[[], Any]]] = []
@@ -250,8 +260,7 @@ class VirtualNetwork:
         store = None
         if self.data_dir is not None and self.config.broker.persistent:
             store = MessageStore(self.config.store, self.data_dir)
-        temp_dir = Path(self.data_dir) / "tmp_storage" if self.data_dir is not None else None
-        broker = Broker(self.config, self.clock, seed=self.seed, trace=self.trace, store=store, temp_dir=temp_dir)
+        broker = Broker(self.config, self.clock, seed=self.seed, trace=self.trace, store=store, temp_dir=self.temp_dir)
         broker.recover()
         broker.close_observer = self.teardown
         return broker
@@ -312,29 +321,32 @@ class VirtualNetwork:
             if not actions:
                 return
             resumed: list[VirtualClient] = []
-            for action in actions:
-                if type(action) is Sync:
-                    self._sync()
-                    continue
-                if type(action) is Shutdown:
-                    self.shutdown = action
-                    continue
-                c = self.clients.get(action.session)
-                if c is None or c.closed:
-                    continue
-                if type(action) is Write:
-                    c._arrive(action.data)
-                elif type(action) is Close:
-                    c.closed = True
-                    c.close_reason = action.reason
-                    broker.connection_lost(c.sid)
-                elif type(action) is PauseReading:
-                    c.reading_paused = True
-                elif type(action) is ResumeReading:
-                    c.reading_paused = False
-                    resumed.append(c)
-                elif type(action) is CheckLogin:
-                    broker.login_checked(action.session, action.check())  # the hash takes no virtual time
+            # The events carrying them out feeds (a close's connection_lost ...) settle
+            # together at the turn's end, as they did when the next drain did that work.
+            with broker.turn():
+                for action in actions:
+                    if type(action) is Sync:
+                        self._sync()
+                        continue
+                    if type(action) is Shutdown:
+                        self.shutdown = action
+                        continue
+                    c = self.clients.get(action.session)
+                    if c is None or c.closed:
+                        continue
+                    if type(action) is Write:
+                        c._arrive(action.data)
+                    elif type(action) is Close:
+                        c.closed = True
+                        c.close_reason = action.reason
+                        broker.connection_lost(c.sid)
+                    elif type(action) is PauseReading:
+                        c.reading_paused = True
+                    elif type(action) is ResumeReading:
+                        c.reading_paused = False
+                        resumed.append(c)
+                    elif type(action) is CheckLogin:
+                        broker.login_checked(action.session, action.check())  # the hash takes no virtual time
             # As the asyncio edge: a resume and a pause in one batch read nothing.
             for c in resumed:
                 c.flush_outbound()

@@ -10,9 +10,12 @@ message. ``recover`` brings it all back at start.
 
 Storage failures (theory of operation)
 --------------------------------------
-The fsync is an action: ``take_actions`` asks the edge for one (``Sync``)
-while RECEIPTs wait, and the edge reports back ``store_synced`` or
-``store_failed``. Writes happen in the core's own calls and raise there.
+The fsync is an action: the outbox holds one (``Sync``) while RECEIPTs
+wait, and the edge reports back ``store_synced`` or ``store_failed``, both
+events. Writes happen in the core's own calls, through the store it was
+given, and raise there: the core reports a failure to itself (``store_failed``
+inside the event that met it, including the write of the deferred dequeues
+at the event's end), so it reaches the same place as a failed fsync.
 
 - **The store failed** (``StoreFailed``: a failed fsync, an I/O error): fail-stop.
   ``store_failed`` logs it CRITICAL, answers every RECEIPT still waiting for
@@ -46,11 +49,12 @@ while RECEIPTs wait, and the edge reports back ``store_synced`` or
 
 from __future__ import annotations
 
-import tempfile
+import errno
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from storage import StorageError, StoreFailed, StoreFull, TempStore
 from storage.spill import SpillFile
+from storage.tempstore import TEMP_STORE_NAME
 
 from .codec import encode
 from .cursor import PagedRef, StoreRun
@@ -635,9 +639,16 @@ class StoreHooks:
 
     # -- the temp store (file cursors) and the store cursors' scratch file
     def temp_store(self) -> TempStore:
-        """The temp store for file cursors, wiped and opened on first use."""
+        """The temp store for file cursors, wiped and opened on first use in the
+        directory the edge chose (``temp_dir``). A broker given none has no temp
+        store: needing one is a store failure (only an in-process benchmark makes
+        such a broker, and none of its messages spill)."""
         if self._temp_store is None:
-            directory = self.host.temp_dir or tempfile.mkdtemp(prefix="minibroker-tmp-")
+            directory = self.host.temp_dir
+            if directory is None:
+                raise StoreFailed(
+                    TEMP_STORE_NAME, "opening", OSError(errno.ENOENT, "the broker was given no temp directory")
+                )
             self._temp_store = TempStore(
                 directory, self.config.store.temp_journal_max_file_length, self.config.store.index_cache_rows
             )

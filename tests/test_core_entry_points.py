@@ -23,7 +23,8 @@ _EDGES = ("edge.py", "server.py", "websocket.py", "sim.py")
 #: Methods the edges call that are not wrapped, and why none of them can meet a failing store.
 _NOT_WRAPPED = {
     "open_session": "returns the new session's id; a new connection holds nothing the store could be asked for",
-    "take_actions": "a drain: the work it does first is _after_event, which is wrapped (checked below)",
+    "take_actions": "a pure drain: the work is done at each event's end, in _finish, which is wrapped (checked below)",
+    "turn": "returns the turn; its end's work is _finish, which is wrapped (checked below)",
     "next_deadline": "reads the timers",
     "session_tag": "formats a name",
     "recover": "at start: a failure refuses to start the broker (serve exits non-zero)",
@@ -59,4 +60,4 @@ def test_the_edges_call_the_entry_points_this_test_knows() -> None:
 def test_every_entry_point_the_edges_call_turns_a_failed_store_into_fail_stop() -> None:
     unwrapped = {name for name in _entry_points() if not is_fail_stop(getattr(Broker, name))}
     assert unwrapped <= set(_NOT_WRAPPED), f"wrap these in failstop.fail_stop: {sorted(unwrapped - set(_NOT_WRAPPED))}"
-    assert is_fail_stop(Broker._after_event)
+    assert is_fail_stop(Broker._finish)

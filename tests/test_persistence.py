@@ -439,7 +439,8 @@ class TestStoreLimits:
         assert p.last().headers.get("receipt-id") != "2"
         p.send("/queue/q", "not persistent", receipt="3")
         net.broker.store_usage.decrease(10 * 1024 * 1024)
-        net.broker.space_freed()
+        with net.broker.turn():  # as if a dequeue had freed it, in an event
+            net.broker.space_freed()
         net.pump()
         assert [f.headers["receipt-id"] for f in p.frames("RECEIPT")] == ["1", "2", "3"]
 
@@ -742,14 +743,17 @@ class TestDeferredDequeues:
             p.send("/queue/e", f"n{i}", persistent="true")
         broker = net.broker
         late = broker.open_session("late")
-        broker.receive_data(
-            late, b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00SUBSCRIBE\nid:1\ndestination:/queue/e\nack:auto\n\n\x00"
-        )
-        # Consumed (auto ack) in this turn, not yet written: a crash now loses the
-        # MESSAGE frames and the dequeues together, and the messages come back.
-        assert broker.store.deferred == 3 and journal.live_count == 3
-        actions = broker.take_actions()
+        with broker.turn():
+            broker.receive_data(
+                late,
+                b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00SUBSCRIBE\nid:1\ndestination:/queue/e\nack:auto\n\n\x00",
+            )
+            # Consumed (auto ack) in this turn, not yet written: a crash now loses the
+            # MESSAGE frames and the dequeues together, and the messages come back.
+            assert broker.store.deferred == 3 and journal.live_count == 3
+            assert broker.take_actions() == []  # the frames wait for the turn's end too
         assert broker.store.deferred == 0 and journal.live_count == 0
+        actions = broker.take_actions()
         assert sum(a.data.count(b"MESSAGE\n") for a in actions if hasattr(a, "data")) == 3
         net.restart()
         again = net.connected_client()
