@@ -29,6 +29,8 @@ import functools
 from types import TracebackType
 from typing import Any, Callable, Protocol, TypeVar
 
+from .failstop import fixed_arity
+
 __all__ = ["Settling", "Turn", "event"]
 
 
@@ -51,17 +53,58 @@ def event(method: F) -> F:
     has returned, the core settles (``Broker._end_event``). A bug that raises skips
     the settle; the edge then reports it (``internal_error``), which settles."""
 
-    @functools.wraps(method)
-    def entry(self: Settling, *args: Any, **kwargs: Any) -> Any:
-        self._depth += 1
-        try:
-            result = method(self, *args, **kwargs)
-        finally:
-            self._depth -= 1
-        if not self._depth:
-            self._end_event()
-        return result
+    arity = fixed_arity(method)
+    entry: Callable[..., Any]
+    # Of the method's own arity where it has one: no argument packing per event.
+    if arity == 1:
 
+        def entry(self: Settling) -> Any:
+            self._depth += 1
+            try:
+                result = method(self)
+            finally:
+                self._depth -= 1
+            if not self._depth:
+                self._end_event()
+            return result
+
+    elif arity == 2:
+
+        def entry(self: Settling, a: Any) -> Any:
+            self._depth += 1
+            try:
+                result = method(self, a)
+            finally:
+                self._depth -= 1
+            if not self._depth:
+                self._end_event()
+            return result
+
+    elif arity == 3:
+
+        def entry(self: Settling, a: Any, b: Any) -> Any:
+            self._depth += 1
+            try:
+                result = method(self, a, b)
+            finally:
+                self._depth -= 1
+            if not self._depth:
+                self._end_event()
+            return result
+
+    else:
+
+        def entry(self: Settling, *args: Any, **kwargs: Any) -> Any:
+            self._depth += 1
+            try:
+                result = method(self, *args, **kwargs)
+            finally:
+                self._depth -= 1
+            if not self._depth:
+                self._end_event()
+            return result
+
+    functools.update_wrapper(entry, method)
     return entry  # type: ignore[return-value]
 
 
