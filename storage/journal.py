@@ -42,7 +42,7 @@ from storage.bodies import (
     verified_payload,
     verified_payloads,
 )
-from storage.errors import JournalFull, StoreFailed, StoreFull, TornWrite
+from storage.errors import CorruptRecord, JournalFull, StoreFailed, StoreFull, TornWrite
 from storage.fileio import file_ops, is_no_space
 from storage.index import JournalIndex
 from storage.model import FileInfo, JournalConfig, Location, RecoveredRecord
@@ -488,7 +488,10 @@ class Journal:
         seg = self._segments[location.file_id]
         with self._lock:
             data = self._pread(seg, location.offset, location.length)
-        return verified_payload(data, location.seq, seg.name, location.offset)
+        try:
+            return verified_payload(data, location.seq, seg.name, location.offset)
+        except CorruptRecord as exc:
+            raise self._fail(f"reading {seg.path}", exc) from None
 
     def _pread(self, seg: Segment, offset: int, length: int) -> bytes:
         """Read a span of ``seg`` (the lock held). A read error fails the journal: the
@@ -551,7 +554,10 @@ class Journal:
             seg = self._segments[file_id]
             with self._lock:
                 data = self._pread(seg, start, end - start)
-            out += verified_payloads(data, start, offsets[i:j], lengths[i:j], seqs[i:j], seg.name)
+            try:
+                out += verified_payloads(data, start, offsets[i:j], lengths[i:j], seqs[i:j], seg.name)
+            except CorruptRecord as exc:  # read back damaged: as a read error, fail-stop
+                raise self._fail(f"reading {seg.path}", exc) from None
             i = j
         return out
 

@@ -122,6 +122,44 @@ def test_eio_reading_a_message_back_from_the_journal_is_an_error_naming_it_and_s
     assert consumer.bodies() == [f"durable {i}".encode() for i in range(5)]
 
 
+class RottenReads(FaultyFileOps):
+    """Reads of the journal's files that come back with one byte changed, once ``rot`` is set."""
+
+    rot = False
+
+    def pread(self, fd: int, length: int, offset: int) -> bytes:
+        data = super().pread(fd, length, offset)
+        if self.rot and self._paths.get(fd, "").endswith(".log") and data:
+            return data[:-1] + bytes([data[-1] ^ 0xFF])
+        return data
+
+
+def test_a_message_read_back_damaged_from_the_journal_is_an_error_naming_it_and_stops_the_broker(
+    tmp_path: Path,
+) -> None:
+    """A page-in reads a record whose bytes fail its checksum: as for a read error, the
+    consumer gets an ERROR naming the store, the file and what is wrong (not "internal
+    error") and the broker stops; a restart, reading the intact file, delivers all."""
+    ops = RottenReads()
+    with using(ops):
+        net, _ = _five_receipted(tmp_path)
+        net.restart()  # the messages are in the journal only: a consumer pages them in
+        ops.rot = True
+        consumer = net.connected_client("c")
+        consumer.subscribe("/queue/orders", receipt="sub")
+        [error] = consumer.frames("ERROR")
+        assert re.search(r'Store "journal" failed: reading .*db-\d+\.log: ', error.headers["message"]), error.headers[
+            "message"
+        ]
+        assert "internal error" not in error.headers["message"] and consumer.bodies() == []
+        assert isinstance(net.shutdown, Shutdown) and net.shutdown.exit_status == STORE_FAILED_EXIT
+        ops.rot = False
+        net.restart()
+    consumer = net.connected_client("c2")
+    consumer.subscribe("/queue/orders")
+    assert consumer.bodies() == [f"durable {i}".encode() for i in range(5)]
+
+
 def test_eio_reading_a_message_back_for_a_consumer_whose_socket_drained_stops_the_broker(tmp_path: Path) -> None:
     """The page-in that fails is not a frame's (the consumer's socket drained, and
     dispatch to it resumed): the broker stops all the same, it does not walk past it."""

@@ -75,19 +75,24 @@ class JournalContract:
         with pytest.raises(KeyError):  # ... but not past a dead one among them
             j.read_seqs([locs[n].seq for n in (3, 4, 5)])
 
-    def test_read_seqs_names_a_damaged_record(self, open_journal: Opener, config: JournalConfig) -> None:
-        from storage.errors import CorruptRecord
+    def test_read_seqs_names_a_damaged_record_and_fails_the_journal(
+        self, open_journal: Opener, config: JournalConfig
+    ) -> None:
+        """A record read back damaged is a store failure (fail-stop, as a read error):
+        it names the record, and the journal refuses every operation after it."""
+        from storage.errors import CorruptRecord, StoreFailed
         from storage_helpers import flip
 
         j = open_journal()
         locs = [j.enqueue(b"q", body(n)) for n in range(4)]
         j.flush()
+        assert j.read_seqs([locs[3].seq, locs[0].seq]) == [body(3), body(0)]
         name = next(f.name for f in j.files() if f.file_id == locs[2].file_id)
         flip(config.directory / name, locs[2].offset + locs[2].length - 3)
-        with pytest.raises(CorruptRecord, match=f"at offset {locs[2].offset}.*crc"):
+        with pytest.raises(StoreFailed, match=f"at offset {locs[2].offset}.*crc") as failed:
             j.read_seqs([loc.seq for loc in locs])
-        assert j.read_seqs([locs[0].seq, locs[1].seq, locs[3].seq]) == [body(0), body(1), body(3)]
-        assert j.read_seqs([locs[3].seq, locs[0].seq]) == [body(3), body(0)]
+        assert isinstance(failed.value.error, CorruptRecord)
+        assert j.failed is failed.value
 
     def test_reopen_recovers_live_messages_in_order_with_keys(self, open_journal: Opener) -> None:
         j = open_journal()
