@@ -95,7 +95,7 @@ EDGE_TESTS := tests/test_server.py tests/test_server_hostile_clients.py tests/te
 
 test: lint $(STAMP) $(VENDORED) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
-	MINIBROKER_LOOP=asyncio $(PY) -m pytest -q
+	MINIBROKER_LOOP=asyncio $(PY) -m pytest -q --durations=25
 	MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(EDGE_TESTS)
 
 # Each lab README ends with its run's output, verbatim (tests/test_labs.py compares them):
