@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -34,6 +35,8 @@ from test_stomp_py import WAIT, Collector, close, connect
 LAB_DIR = Path(__file__).resolve().parents[1] / "examples" / "labs" / "03-prefetch-stalled-socket"
 CLIENT_ID = "perl-consumer"
 BODY = "x" * 16_000
+#: The stalled consumer's socket receive buffer, bytes (the kernel doubles it).
+_CONSUMER_RCVBUF = 64 * 1024
 
 
 def _lab() -> Lab:
@@ -194,6 +197,9 @@ def _slow_consumer(broker: Any, prefetch: int | None = None) -> tuple[Any, _Slow
     consumer = _SlowConsumer(conn)
     conn.set_listener("slow", consumer)
     conn.connect(wait=True, headers={"client-id": CLIENT_ID})
+    # A small receive buffer, fixed (Linux grows an unset one up to tcp_rmem's maximum, 32 MB
+    # here): once the consumer hangs, what the kernel cannot hold waits in the broker.
+    conn.transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _CONSUMER_RCVBUF)
     headers = {"activemq.exclusive": "true"}
     if prefetch is not None:
         headers["activemq.prefetchSize"] = str(prefetch)
@@ -226,6 +232,13 @@ def _stalled(broker: Any) -> Iterator[tuple[Any, Collector, _SlowConsumer]]:
         acked = consumer.acked
         consumer.hang()
         assert acked < 400
+        # The hung consumer reads no more: the broker's output to it piles up in its buffer.
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            c = _consumer_connection(monitor, listener)
+            if c and c["outboundQueuedBytes"] > 0:
+                break
+            time.sleep(0.1)
         yield monitor, listener, consumer
     finally:
         consumer.release.set()
