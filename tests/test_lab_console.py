@@ -136,6 +136,31 @@ def test_a_live_lab_run_serves_the_console_and_keeps_it_until_ctrl_c() -> None:
             child.wait()
 
 
+def test_ctrl_c_as_the_invitation_shows_stops_the_kept_broker_as_later(tmp_path: Path) -> None:
+    """A Ctrl-C that lands the moment "Ctrl-C to stop" is printed is the stop it invites:
+    the kept broker is stopped and its run's directory removed, and no KeyboardInterrupt
+    escapes (the command would exit 130 instead of 0)."""
+    from clients.labs.console import LabConsole
+
+    class Kept:
+        stopped = False
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    def out(line: str) -> None:
+        if "Ctrl-C to stop" in line:
+            raise KeyboardInterrupt  # the signal, delivered as the line is written
+
+    console = LabConsole(0, out=out)
+    console.port = 8161
+    kept, workdir = Kept(), tmp_path / "run"
+    workdir.mkdir()
+    console.keep(kept, workdir)
+    console.hold(None)
+    assert kept.stopped and not workdir.exists()
+
+
 def test_console_options_are_checked() -> None:
     for args, words in (
         (["01", "--live", "--console", "--speed", "2"], "--speed is for the replay"),

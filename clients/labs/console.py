@@ -162,13 +162,15 @@ class LabConsole:
     def hold(self, seconds: float | None) -> None:
         """Keep the last broker serving: ``seconds``, or until Ctrl-C when None; then stop it."""
         try:
-            if self._kept is not None:
-                self._out(
-                    f"  console: {self.url} keeps serving the {self._showing}; "
-                    + (f"for {seconds:g} s" if seconds is not None else "Ctrl-C to stop")
-                )
-                deadline = None if seconds is None else time.monotonic() + seconds
-                with contextlib.suppress(KeyboardInterrupt):
+            # Ctrl-C is taken from before the line that invites it: one pressed as soon as it shows
+            # stops the broker as one pressed later does (not as an interrupted command, exit 130).
+            with contextlib.suppress(KeyboardInterrupt):
+                if self._kept is not None:
+                    self._out(
+                        f"  console: {self.url} keeps serving the {self._showing}; "
+                        + (f"for {seconds:g} s" if seconds is not None else "Ctrl-C to stop")
+                    )
+                    deadline = None if seconds is None else time.monotonic() + seconds
                     while deadline is None or time.monotonic() < deadline:
                         time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
         finally:
