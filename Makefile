@@ -3,7 +3,8 @@
 #               web console on http://127.0.0.1:8161/ (data in ./data); ARGS adds or
 #               overrides serve's options: make run ARGS="--port 61623 --console-port 0"
 #   make test   run the linters, then the whole test suite on asyncio's own event loop,
-#               then the edge's tests again on uvloop (the loop `make run` uses)
+#               then the edge's tests again on uvloop (the loop `make run` uses), each on
+#               TEST_WORKERS processes (3; TEST_WORKERS=0: one)
 #   make lint   ruff (lint and format check) and mypy, as configured in pyproject.toml
 PYTHON ?= python3
 VENV   := .venv
@@ -93,10 +94,16 @@ lint: $(STAMP)
 EDGE_TESTS := tests/test_server.py tests/test_server_hostile_clients.py tests/test_websocket.py \
               tests/test_lab_stalled_socket.py tests/test_stomp_py.py tests/test_metrics.py tests/test_eventloop.py
 
+# Most of the suite's time is waiting (live labs paced by the clock, brokers and JVMs
+# starting), so it runs on TEST_WORKERS processes (pytest-xdist); the tests that share the
+# SparkSession stay on one of them (tests/conftest.py). TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 3
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 test: lint $(STAMP) $(VENDORED) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
-	MINIBROKER_LOOP=asyncio $(PY) -m pytest -q --durations=25
-	MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(EDGE_TESTS)
+	MINIBROKER_LOOP=asyncio $(PY) -m pytest -q $(XDIST) --durations=25
+	MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(XDIST) $(EDGE_TESTS)
 
 # Each lab README ends with its run's output, verbatim (tests/test_labs.py compares them):
 # rewrite those blocks after changing a lab.

@@ -32,18 +32,33 @@ LABS = find_labs()
 RUNS = [(lab, spec) for lab in LABS for spec in lab.runs]
 
 
+class LabResults:
+    """Each lab run once with its traces analysed in process, when a test first asks for one
+    of its runs: ``[number]`` -> that lab's RunResults, ``[(number, run)]`` -> one RunResult.
+    A lab's tests share one xdist group (``tests/conftest.py``), so under ``make test`` every
+    lab still runs once, on the worker that has its tests."""
+
+    def __init__(self, tmp_path_factory: Any) -> None:
+        self._tmp = tmp_path_factory
+        self._done: dict[Any, Any] = {}
+
+    def __getitem__(self, key: str | tuple[str, str]) -> Any:
+        number = key if isinstance(key, str) else key[0]
+        if number not in self._done:
+            lab = next(lab for lab in LABS if lab.number == number)
+            lines: list[str] = []
+            results = run_lab(lab, plot_dir=self._tmp.mktemp(lab.number), out=lines.append)
+            assert all(r.as_promised for r in results), "\n".join(lines)
+            self._done[number] = results
+            for r in results:
+                self._done[(number, r.spec.name)] = r
+        return self._done[key]
+
+
 @pytest.fixture(scope="module")
-def lab_results(tmp_path_factory) -> dict[tuple[str, str], Any]:
-    """Every lab, run once with its traces analysed in process: (lab number, run) -> RunResult."""
-    out: dict[tuple[str, str], Any] = {}
-    for lab in LABS:
-        lines: list[str] = []
-        results = run_lab(lab, plot_dir=tmp_path_factory.mktemp(lab.number), out=lines.append)
-        assert all(r.as_promised for r in results), "\n".join(lines)
-        out[lab.number] = results
-        for r in results:
-            out[(lab.number, r.spec.name)] = r
-    return out
+def lab_results(tmp_path_factory) -> LabResults:
+    """Every lab's runs, each lab run (and analysed in process) once, when first needed."""
+    return LabResults(tmp_path_factory)
 
 
 def _parsed(findings: list[dict]) -> list[dict]:
