@@ -247,6 +247,12 @@ class BrokerSection:
         size,
         "how much trace may wait (spooled beside the file) while the broker is busy; 0 = write at once",
     )
+    trace_format: str = option(
+        "jsonl",
+        choice("jsonl", "parquet", "both"),
+        "the trace as JSON lines (the file), Parquet segments in the directory <trace>.parquet/ "
+        "(needs pyarrow), or both",
+    )
 
 
 @dataclass(frozen=True)

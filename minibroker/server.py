@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib.util
 import logging
 import os
 import signal
@@ -57,6 +58,7 @@ from .eventloop import describe
 from .persistence import MessageStore
 from .storehooks import STORE_FAILED_EXIT
 from .trace import Trace
+from .trace.segments import twin_dir
 from .websocket import WebSocketConnection
 
 __all__ = ["BrokerServer", "serve", "open_store"]
@@ -361,12 +363,25 @@ def open_store(config: BrokerConfig) -> MessageStore | None:
 
 
 def open_trace(config: BrokerConfig) -> "Trace | None":
-    """The trace writer for ``broker.trace`` (encoding in a child process), or None."""
+    """The trace writer for ``broker.trace`` (encoding in a child process), or None.
+
+    Parquet (``broker.trace_format``) is written by that child alone: this
+    process only checks that pyarrow is there to import, and never imports it.
+    """
     path = config.broker.trace
     if not path:
         return None
+    form = config.broker.trace_format
+    if form != "jsonl" and importlib.util.find_spec("pyarrow") is None:
+        raise ConfigError(
+            f"broker.trace_format = {form!r} needs pyarrow, which is not installed "
+            "(pip install pyarrow, or the spark extra); trace_format = 'jsonl' needs nothing"
+        )
     try:
-        open(path, "a").close()
+        if form != "parquet":
+            open(path, "a").close()
+        if form != "jsonl":
+            os.makedirs(twin_dir(path), exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"bad value for 'broker.trace': {path!r} ({exc.strerror or exc})") from None
     return Trace(
@@ -376,4 +391,5 @@ def open_trace(config: BrokerConfig) -> "Trace | None":
         offload=True,
         writer_nice=config.broker.trace_writer_nice,
         lag_limit=config.broker.trace_lag_limit,
+        format=form,
     )

@@ -113,9 +113,9 @@ def test_usage_events_carry_broker_wide_values_and_change_only_on_percent_change
     assert any(e.get("dest") == "/queue/np" and e["dest_mem_pct"] >= 90 for e in usage)
 
 
-def test_serve_writes_a_trace_file(broker_factory, tmp_path: Path) -> None:
-    trace_file = tmp_path / "broker-trace.jsonl"
-    rb = broker_factory(broker={"trace": str(trace_file)})
+def _serve_one_message(broker_factory, trace_file: Path, **options: str) -> None:
+    """A real server with a trace: one persistent message sent and received."""
+    rb = broker_factory(broker={"trace": str(trace_file), **options})
     conn, listener = connect(rb)
     try:
         conn.subscribe("/queue/traced", id="s", ack="auto")
@@ -124,6 +124,11 @@ def test_serve_writes_a_trace_file(broker_factory, tmp_path: Path) -> None:
     finally:
         close(conn)
     rb.stop()  # closing the broker closes (and completes) the trace
+
+
+def test_serve_writes_a_trace_file(broker_factory, tmp_path: Path) -> None:
+    trace_file = tmp_path / "broker-trace.jsonl"
+    _serve_one_message(broker_factory, trace_file)
     lines = [json.loads(line) for line in trace_file.read_text().splitlines()]
     assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))
     assert all(not validate_event(e) for e in lines)
@@ -131,3 +136,15 @@ def test_serve_writes_a_trace_file(broker_factory, tmp_path: Path) -> None:
     for event in ("connect", "subscribe", "send", "enqueue", "dispatch", "ack", "disconnect"):
         assert event in kinds
     assert abs(lines[0]["ts"] - time.time()) < 600  # epoch seconds on a real server
+
+
+def test_serve_writes_the_parquet_twin_of_its_trace(broker_factory, tmp_path: Path) -> None:
+    """broker.trace_format = "both": the segments hold the same events as the file."""
+    from minibroker.trace.parquet import read_events
+    from minibroker.trace.segments import twin_dir
+
+    trace_file = tmp_path / "broker-trace.jsonl"
+    _serve_one_message(broker_factory, trace_file, trace_format="both")
+    lines = [json.loads(line) for line in trace_file.read_text().splitlines()]
+    assert "dispatch" in [e["event"] for e in lines]
+    assert list(read_events(twin_dir(trace_file))) == lines

@@ -44,6 +44,12 @@ def register(subparsers: Any) -> None:
         "(overrides MINIBROKER_LOOP and transport.event_loop)",
     )
     p.add_argument("--trace", metavar="FILE", help="write the JSON-lines trace to FILE (overrides broker.trace)")
+    p.add_argument(
+        "--trace-format",
+        choices=("jsonl", "parquet", "both"),
+        help="the trace as JSON lines, Parquet segments in FILE.parquet/ (needs pyarrow), or both "
+        "(overrides broker.trace_format)",
+    )
     p.set_defaults(func=run)
 
 
@@ -85,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         broker_section["data_dir"] = args.data_dir
     if args.trace is not None:
         broker_section["trace"] = args.trace
+    if args.trace_format is not None:
+        broker_section["trace_format"] = args.trace_format
     config = config.replace(transport=transport, console=console, broker=broker_section)
     from minibroker.server import serve
 

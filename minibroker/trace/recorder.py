@@ -48,6 +48,7 @@ from .encoding import (
 )
 from .schema import SCHEMA_VERSION
 from .spool import SpoolAppender, start_writer
+from .writer import FORMATS
 
 __all__ = ["Recorder", "Trace", "NullTrace", "MemoryTrace"]
 
@@ -185,6 +186,10 @@ class Trace(Recorder):
     ``/proc/<pid>/stat`` file whose CPU time counts as the broker's (default:
     this process). The file is complete
     after ``close()``, which waits for the child to convert what is left.
+
+    ``format`` (offload only): ``"jsonl"`` (the file), ``"parquet"`` (Parquet
+    segments in the twin directory ``<path>.parquet/`` instead, ``segments.py``)
+    or ``"both"``. Only the writer process imports pyarrow.
     """
 
     enabled = True
@@ -201,9 +206,14 @@ class Trace(Recorder):
         lag_limit: int = 256 * 1024 * 1024,
         load_stat: str | None = None,
         spool_segment_bytes: int = 64 * 1024 * 1024,
+        format: str = "jsonl",
     ) -> None:
         if buffer_events < 1:
             raise ValueError("buffer_events must be at least 1")
+        if format not in FORMATS:
+            raise ValueError(f"trace format {format!r}: expected one of {', '.join(FORMATS)}")
+        if format != "jsonl" and not offload:
+            raise ValueError(f"format={format!r} needs offload=True (the writer process writes Parquet)")
         self._child: subprocess.Popen[bytes] | None = None
         self._spool: SpoolAppender | None = None
         self._file: TextIO | None = None
@@ -213,7 +223,13 @@ class Trace(Recorder):
                 raise ValueError("offload=True needs a path to write to")
             path = os.path.abspath(os.fspath(sink))
             self._child, self._spool = start_writer(
-                path, broker, writer_nice, lag_limit, load_stat or f"/proc/{os.getpid()}/stat", spool_segment_bytes
+                path,
+                broker,
+                writer_nice,
+                lag_limit,
+                load_stat or f"/proc/{os.getpid()}/stat",
+                spool_segment_bytes,
+                format,
             )
         elif isinstance(sink, (str, os.PathLike)):
             self._file = open(sink, "w", encoding="utf-8")  # noqa: SIM115

@@ -86,9 +86,16 @@ class SpoolAppender:
 
 
 def start_writer(
-    path: str, broker: str, writer_nice: int, lag_limit: int, load_stat: str, segment_bytes: int
+    path: str,
+    broker: str,
+    writer_nice: int,
+    lag_limit: int,
+    load_stat: str,
+    segment_bytes: int,
+    format: str = "jsonl",
 ) -> tuple[subprocess.Popen[bytes], SpoolAppender]:
-    """Start the writer process for the trace at ``path`` (absolute) and open its spool.
+    """Start the writer process for the trace at ``path`` (absolute) and open its spool;
+    ``format`` is what the writer writes (``writer.FORMATS``).
 
     The child is started as a module (``-m``) of the package this one was loaded
     from: its directory goes first on the child's ``PYTHONPATH``, so the writer
@@ -112,6 +119,7 @@ def start_writer(
             str(writer_nice),
             str(lag_limit),
             load_stat,
+            format,
         ],
         stdin=subprocess.PIPE,
         env=env,

@@ -1,13 +1,16 @@
-"""The writer process of an offloaded trace: spool batches in, JSON lines out.
+"""The writer process of an offloaded trace: spool batches in, JSON lines (or Parquet) out.
 
 Run by ``spool.start_writer`` as ``python -m minibroker.trace.run_writer``; the
-format of the spool is in ``spool.py``. The process runs at low priority and
+format of the spool is in ``spool.py``. ``format`` says what it writes: the
+JSON-lines file (``jsonl``), Parquet segments beside it (``parquet``, see
+``parquet.py``: only then is pyarrow imported), or both. The process runs at low priority and
 defers its work while the broker is busy (``BrokerLoad``), so that on a small
 machine the trace lags the broker rather than slowing it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import marshal
 import os
 import select
@@ -15,9 +18,13 @@ import time
 from json import encoder as _json_encoder
 
 from .encoding import encode_batch
+from .segments import clear_segments, twin_dir
 from .spool import NEXT_SEGMENT, segment_path
 
-__all__ = ["LOAD_WINDOW", "BUSY_FRACTION", "BrokerLoad", "write_from_spool"]
+__all__ = ["LOAD_WINDOW", "BUSY_FRACTION", "FORMATS", "BrokerLoad", "write_from_spool"]
+
+#: What a trace can be written as: the JSON-lines file, its Parquet twin, or both.
+FORMATS = ("jsonl", "parquet", "both")
 
 #: The writer samples the broker's CPU over windows this long (seconds)...
 LOAD_WINDOW = 0.1
@@ -61,13 +68,19 @@ class BrokerLoad:
         return self._busy
 
 
-def write_from_spool(path: str, broker: str, nice: int, lag_limit: int, load_stat: str) -> int:
-    """The offload writer: spool batches (see above) -> JSON lines in ``path``.
+def write_from_spool(path: str, broker: str, nice: int, lag_limit: int, load_stat: str, format: str = "jsonl") -> int:
+    """The offload writer: spool batches (see above) -> JSON lines in ``path``, and/or
+    Parquet segments in its twin directory (``format``, one of ``FORMATS``).
 
     It converts while the broker is not busy (``BrokerLoad``), or when more
     than ``lag_limit`` bytes of spool wait (0: never wait), and everything once
-    the broker closes the trace or dies.
+    the broker closes the trace or dies. A new trace replaces the old one in
+    every form: the file is truncated and the twin's segments removed, and the
+    form not written is removed too, so that no reader takes an earlier run's
+    trace for this one.
     """
+    if format not in FORMATS:
+        raise ValueError(f"trace format {format!r}: expected one of {', '.join(FORMATS)}")
     if nice:
         os.nice(nice)
     if nice >= 19 and hasattr(os, "SCHED_IDLE"):
@@ -93,7 +106,20 @@ def write_from_spool(path: str, broker: str, nice: int, lag_limit: int, load_sta
     def may_wait() -> bool:
         return load is not None and load.busy() and backlog() <= lag_limit
 
-    with open(path, "w", encoding="utf-8") as out:
+    segments = None
+    if format == "jsonl":
+        clear_segments(twin_dir(path))
+    else:
+        from .parquet import SegmentWriter  # pyarrow: in this process only, and only when asked
+
+        segments = SegmentWriter(twin_dir(path))
+        if format == "parquet":
+            try:
+                os.unlink(path)
+            except (FileNotFoundError, IsADirectoryError):
+                pass
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(open(path, "w", encoding="utf-8")) if format != "parquet" else None
 
         def convert(finish: bool) -> None:
             nonlocal seq, k, offset, fd
@@ -118,8 +144,12 @@ def write_from_spool(path: str, broker: str, nice: int, lag_limit: int, load_sta
                     return
                 offset += 8 + size
                 text = encode_batch(seq, marshal.loads(blob), broker_json)
-                out.write(text)
-                seq += text.count("\n")  # one per line (JSON escapes newlines in strings); a pair is two
+                lines = text.count("\n")  # one per line (JSON escapes newlines in strings); a pair is two
+                if out is not None:
+                    out.write(text)
+                if segments is not None:
+                    segments.write(text.encode(), lines)
+                seq += lines
 
         while True:
             ready, _, _ = select.select([0], [], [], LOAD_WINDOW)
@@ -128,7 +158,12 @@ def write_from_spool(path: str, broker: str, nice: int, lag_limit: int, load_sta
                 break
             if not may_wait():
                 convert(finish=False)
-                out.flush()
+                if out is not None:
+                    out.flush()
+                if segments is not None:
+                    segments.poll()
+        if segments is not None:
+            segments.close()
     os.close(fd)
     os.unlink(segment_path(path, k))
     return 0
