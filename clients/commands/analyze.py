@@ -8,14 +8,17 @@ Inputs up to about a million events (200 MB) are analysed in this process,
 in seconds and without a JVM; larger ones on Spark, in local mode
 (local[*]) unless --master or MINIBROKER_SPARK_MASTER says otherwise (on a
 cluster run the same job with spark-submit: README, docs/spark.md). The two
-engines run the same detectors. A file with no trace line is refused before
-either starts. The trace format: docs/trace-schema.md.
+engines run the same detectors. A trace file whose Parquet twin (FILE.parquet/,
+broker.trace_format) holds segments is read from the twin, and a segments
+directory may be named itself; each trace's line says which form was read
+(--input-format jsonl reads the JSON lines even then). A file with no trace
+line is refused before either engine starts. The trace format:
+docs/trace-schema.md.
 """
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ..cli import CommandError
 from ._common import USAGE
@@ -44,6 +47,13 @@ OPTIONS: list[Option] = [
         "auto, spark or inprocess: where to analyse (default auto: in this "
         "process up to about a million events, 200 MB of trace; on Spark above)",
     ),
+    (
+        "--input-format",
+        "str",
+        "F",
+        "auto, jsonl or parquet: auto reads a trace's Parquet twin (FILE.parquet/) when it has "
+        "segments, jsonl the file even then, parquet the segments or an error (default auto)",
+    ),
 ]
 
 
@@ -55,7 +65,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         description=__doc__.split("\n\n", 1)[1].replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (JSON lines) or directories of them")
+    parser.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="trace files (JSON lines), directories of them, or Parquet segments directories",
+    )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     add_options(parser, OPTIONS)
     parser.set_defaults(func=main)
@@ -63,18 +78,22 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``minibroker analyze``."""
+    from clients.spark.findings import TraceFormatError
+    from clients.spark.inputs import INPUT_FORMATS, missing_inputs, resolve_inputs
+
     argv = job_argv(args, OPTIONS)
-    missing = [t for t in args.traces if "://" not in t and not Path(t).exists()]
+    missing = missing_inputs(args.traces)
     if missing:
         raise CommandError(f"no such trace: {', '.join(missing)}", USAGE)
+    if args.input_format not in (None, *INPUT_FORMATS):
+        raise CommandError(f"--input-format takes {', '.join(INPUT_FORMATS)}, not {args.input_format!r}", USAGE)
     check_out(args.out)
-    local = [t for t in args.traces if "://" not in t]
-    if local:  # a file with no trace line: said here, as every command says what is wrong
-        from clients.spark.findings import TraceFormatError
-        from clients.spark.inprocess_tables import check_inputs
+    try:
+        local = [i.path for i in resolve_inputs(args.traces, args.input_format or "auto") if "://" not in i.path]
+        if local:  # a file with no trace line: said here, as every command says what is wrong
+            from clients.spark.inprocess_tables import check_inputs
 
-        try:
             check_inputs(local)
-        except TraceFormatError as exc:
-            raise CommandError(str(exc), USAGE) from None
+    except TraceFormatError as exc:
+        raise CommandError(str(exc), USAGE) from None
     return run_spark_job("clients.spark.analyze", [*args.traces, "--out", args.out, *argv])

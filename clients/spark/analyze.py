@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from clients.spark import inprocess
 from clients.spark.findings import Params, TraceFormatError
+from clients.spark.inputs import INPUT_FORMATS, describe_inputs, missing_inputs, resolve_inputs
 from clients.spark.plots import plot_all
 from clients.spark.report import render_report
 
@@ -159,12 +160,12 @@ def analyze(
     from pyspark.sql import functions as F
 
     from clients.spark.detectors import FINDING_COLUMNS, find_all
-    from clients.spark.schema import CORRUPT, check_trace, read_trace
+    from clients.spark.schema import CORRUPT, check_trace, read_inputs
     from clients.spark.tables import USED, build_tables
 
     out = str(out).rstrip("/")
     # parse once: cache only the columns the analysis reads (plus what the check needs)
-    raw = read_trace(spark, inputs).select(*USED, "v", CORRUPT).cache()
+    raw = read_inputs(spark, inputs).select(*USED, "v", CORRUPT).cache()
     info = check_trace(raw)
     if not info["lines"] or info["t0"] is None:
         raise TraceFormatError(f"no trace events in {', '.join(inputs)}")
@@ -269,7 +270,7 @@ def choose_engine(inputs: list[str], engine: str = "auto", master: str | None = 
 
     if master or launched_by_spark_submit() or any("://" in i for i in inputs):
         return "spark"
-    return "inprocess" if inprocess.total_bytes(inputs) <= inprocess.INPROCESS_MAX_BYTES else "spark"
+    return "inprocess" if inprocess.fits_in_process(inputs) else "spark"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="minibroker analyze",
         description="Analyse trace files: tables, plots, pathology findings and a report.",
     )
-    parser.add_argument("traces", nargs="+", help="trace files (JSON lines) or directories")
+    parser.add_argument(
+        "traces", nargs="+", help="trace files (JSON lines), directories of them, or Parquet segments directories"
+    )
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--bucket", type=float, default=d.bucket, help="seconds per time bucket")
     parser.add_argument(
@@ -300,6 +303,13 @@ def main(argv: list[str] | None = None) -> int:
         help="where to analyse: in this process (small inputs) or on Spark "
         "(default auto: in process up to about a million events)",
     )
+    parser.add_argument(
+        "--input-format",
+        choices=INPUT_FORMATS,
+        default="auto",
+        help="auto: a trace file's Parquet twin (FILE.parquet/) when it has segments, else the file; "
+        "jsonl: the file even then; parquet: the segments or an error",
+    )
     args = parser.parse_args(argv)
     if args.bucket <= 0:
         parser.error("--bucket must be > 0")
@@ -311,21 +321,25 @@ def main(argv: list[str] | None = None) -> int:
         swap_min=args.swap_min,
         few_live_fraction=args.few_live_fraction,
     )
-    missing = [p for p in args.traces if "://" not in p and not Path(p).exists()]
+    missing = missing_inputs(args.traces)
     if missing:
         print(f"error: no such trace: {', '.join(missing)}", file=sys.stderr)
         return 2
-    engine = choose_engine(args.traces, args.engine, args.master)
     try:
-        if all("://" not in p for p in args.traces):
-            inprocess.check_inputs(args.traces)  # refused before a JVM starts
+        resolved = resolve_inputs(args.traces, args.input_format)
+        paths = [i.path for i in resolved]
+        for line in describe_inputs(resolved):
+            print(line, flush=True)
+        engine = choose_engine(paths, args.engine, args.master)
+        if all("://" not in p for p in paths):
+            inprocess.check_inputs(paths)  # refused before a JVM starts
         if engine == "inprocess":
-            result = analyze_inprocess(args.traces, args.out, params, plots=not args.no_plots)
+            result = analyze_inprocess(paths, args.out, params, plots=not args.no_plots)
         else:
             from clients.spark.session import get_session
 
             spark = get_session("minibroker-analyze", master=args.master)
-            result = analyze(spark, args.traces, args.out, params, plots=not args.no_plots)
+            result = analyze(spark, paths, args.out, params, plots=not args.no_plots)
     except TraceFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

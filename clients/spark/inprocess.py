@@ -23,10 +23,12 @@ from .findings import CURED_BY, SUMMARY, Params, java_format
 from .findings import DETECTORS as NAMES
 from .inprocess_tables import (
     INPROCESS_MAX_BYTES,
+    INPROCESS_MAX_EVENTS,
     Row,
     Tables,
     build_tables,
     check_inputs,
+    fits_in_process,
     read_events,
     series,
     total_bytes,
@@ -45,7 +47,9 @@ __all__ = [
     "series",
     "write_csv",
     "total_bytes",
+    "fits_in_process",
     "INPROCESS_MAX_BYTES",
+    "INPROCESS_MAX_EVENTS",
 ]
 
 

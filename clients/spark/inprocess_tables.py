@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from minibroker.trace import FIELDS, SCHEMA_VERSION, type_ok
+from minibroker.trace.segments import is_segments_dir
 
 from .findings import REMOVALS, TraceFormatError
 
@@ -39,11 +40,15 @@ __all__ = [
     "write_csv",
     "series",
     "total_bytes",
+    "fits_in_process",
     "INPROCESS_MAX_BYTES",
+    "INPROCESS_MAX_EVENTS",
 ]
 
-#: Inputs up to this size are analysed in this process (about a million events).
+#: Inputs up to this size are analysed in this process (about a million events)...
 INPROCESS_MAX_BYTES = 200 * 1024 * 1024
+#: ...or up to this many events of Parquet segments.
+INPROCESS_MAX_EVENTS = 1_000_000
 #: Events kept one by one (everything else is only counted).
 _KEPT = {
     "connect",
@@ -72,11 +77,14 @@ Row = dict[str, Any]
 
 
 def input_files(inputs: list[str]) -> list[Path]:
-    """The files named, and the files inside the directories named (as Spark reads them)."""
+    """The files named, and the files inside the directories named (as Spark reads them);
+    a Parquet segments directory stays one input (read by ``minibroker.trace.parquet``)."""
     files: list[Path] = []
     for name in inputs:
         p = Path(name)
-        if p.is_dir():
+        if is_segments_dir(p):
+            files.append(p)
+        elif p.is_dir():
             files += sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith((".", "_")))
         else:
             files.append(p)
@@ -106,6 +114,11 @@ def check_inputs(inputs: list[str], probe_lines: int = 1000) -> None:
         raise TraceFormatError(f"no trace events in {', '.join(inputs)}")
     good = False
     for path in files:
+        if is_segments_dir(path):
+            from minibroker.trace.parquet import count_rows
+
+            good = good or count_rows(path) > 0  # typed columns: no line to probe
+            continue
         with open(path, encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(f):
                 if n >= probe_lines:
@@ -122,6 +135,15 @@ def check_inputs(inputs: list[str], probe_lines: int = 1000) -> None:
 
 
 def _one_file(path: Path, index: int, bad: list[int]) -> Iterator[tuple[float, int, int, Row]]:
+    if is_segments_dir(path):
+        from minibroker.trace.parquet import read_events as read_segments
+
+        for n, e in enumerate(read_segments(path), 1):
+            if e.get("event") is None or e.get("ts") is None:
+                bad[0] += 1
+                continue
+            yield float(e["ts"]), index, int(e.get("seq") or n), e
+        return
     with open(path, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -464,4 +486,17 @@ def series(tb: Tables, findings: list[Row], top: int) -> dict[str, Any]:
 
 
 def total_bytes(inputs: list[str]) -> int:
-    return sum(os.path.getsize(p) for p in input_files(inputs) if p.exists())
+    """Bytes of the JSON-lines inputs (Parquet segments count by ``fits_in_process``)."""
+    return sum(os.path.getsize(p) for p in input_files(inputs) if p.is_file())
+
+
+def fits_in_process(inputs: list[str]) -> bool:
+    """Whether ``inputs`` are small enough for this engine: up to ``INPROCESS_MAX_BYTES``
+    of JSON lines, or ``INPROCESS_MAX_EVENTS`` rows of Parquet, or a mix in proportion."""
+    dirs = [p for p in input_files(inputs) if is_segments_dir(p)]
+    rows = 0
+    if dirs:
+        from minibroker.trace.parquet import count_rows
+
+        rows = sum(count_rows(d) for d in dirs)
+    return total_bytes(inputs) / INPROCESS_MAX_BYTES + rows / INPROCESS_MAX_EVENTS <= 1

@@ -4,6 +4,8 @@ The schema is derived from ``minibroker.trace.FIELDS`` (one type per field
 name), so the broker's table is the single source. Fields the table does not
 know are dropped on read, as the contract promises. Lines that are not JSON,
 or whose values do not fit the types, land in ``_corrupt`` and are counted.
+A trace's Parquet segments (``minibroker.trace.parquet``: the same columns,
+typed alike) are read with the same schema; they have no corrupt lines.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ from pyspark.sql import types as T
 from clients.spark.findings import TraceFormatError
 from minibroker.trace import COMMON, FIELDS, SCHEMA_VERSION
 
-__all__ = ["trace_schema", "read_trace", "check_trace", "TraceFormatError", "CORRUPT", "SOURCE"]
+__all__ = [
+    "trace_schema",
+    "read_trace",
+    "read_parquet_trace",
+    "read_inputs",
+    "check_trace",
+    "TraceFormatError",
+    "CORRUPT",
+    "SOURCE",
+]
 
 CORRUPT = "_corrupt"
 SOURCE = "_source"  # the input file of each line
@@ -54,6 +65,31 @@ def read_trace(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
         .json(list(paths))
         .withColumn(SOURCE, F.input_file_name())
     )
+
+
+def read_parquet_trace(spark: SparkSession, directories: Sequence[str]) -> DataFrame:
+    """Read Parquet segments directories with the explicit schema: the columns of
+    ``read_trace`` (``_corrupt`` always null), nothing inferred."""
+    return (
+        spark.read.schema(trace_schema())
+        .parquet(*[str(d) for d in directories])
+        .withColumn(CORRUPT, F.lit(None).cast(T.StringType()))
+        .withColumn(SOURCE, F.input_file_name())
+    )
+
+
+def read_inputs(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """Read traces in either form (``clients.spark.inputs.is_parquet`` tells them
+    apart): JSON lines with ``read_trace``, segments with ``read_parquet_trace``."""
+    from clients.spark.inputs import is_parquet
+
+    parquet = [p for p in paths if is_parquet(p)]
+    jsonl = [p for p in paths if not is_parquet(p)]
+    frames = ([read_trace(spark, jsonl)] if jsonl else []) + ([read_parquet_trace(spark, parquet)] if parquet else [])
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    return df
 
 
 def check_trace(df: DataFrame) -> dict[str, float | int | None]:

@@ -50,3 +50,47 @@ def pathology_inprocess(pathology_traces, tmp_path_factory):
     out = tmp_path_factory.mktemp("analysis-inprocess")
     assert main([*pathology_traces, "--out", str(out), *ANALYSIS_ARGS, "--engine", "inprocess"]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def pathology_twins(pathology_traces, tmp_path_factory):
+    """The pathologies traces again, each with its Parquet twin beside it (FILE.parquet/)."""
+    import shutil
+
+    from minibroker.trace.parquet import convert_file
+    from minibroker.trace.segments import twin_dir
+
+    d = tmp_path_factory.mktemp("twins")
+    copies = []
+    for trace in pathology_traces:
+        copy = d / trace.rsplit("/", 1)[-1]
+        shutil.copy(trace, copy)
+        convert_file(copy, twin_dir(copy), segment_events=100, group_lines=40)  # several segments each
+        copies.append(str(copy))
+    return copies
+
+
+def _analysed(traces, tmp_path_factory, name, *args):
+    """``main`` over ``traces``: (its output directory, what it printed)."""
+    import contextlib
+    import io
+
+    from clients.spark.analyze import main
+
+    out = tmp_path_factory.mktemp(name)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main([*traces, "--out", str(out), *ANALYSIS_ARGS, *args]) == 0
+    return out, printed.getvalue()
+
+
+@pytest.fixture(scope="session")
+def pathology_analysis_parquet(spark, pathology_twins, tmp_path_factory):
+    """The analysis on Spark of the pathologies traces read from their Parquet twins."""
+    return _analysed(pathology_twins, tmp_path_factory, "analysis-parquet", "--engine", "spark")
+
+
+@pytest.fixture(scope="session")
+def pathology_inprocess_parquet(pathology_twins, tmp_path_factory):
+    """The same in this process."""
+    return _analysed(pathology_twins, tmp_path_factory, "analysis-inprocess-parquet", "--engine", "inprocess")

@@ -126,3 +126,51 @@ def test_missing_empty_garbage_or_future_traces_are_refused_before_spark_starts(
     future.write_text('{"v":2,"seq":1,"ts":0.0,"event":"expire","broker":"b"}\n')
     assert main([str(future), "--out", str(tmp_path / "o"), "--engine", "spark"]) == 2
     assert "schema version other than 1" in capsys.readouterr().err
+
+
+def _tables(out: Path) -> dict[str, list[tuple]]:
+    """Every CSV table of an analysis, rows sorted."""
+    tables = {}
+    for path in sorted((out / "csv").glob("*.csv")):
+        with open(path) as f:
+            rows = list(csv.reader(f))
+        tables[path.stem] = [tuple(rows[0]), *sorted(tuple(r) for r in rows[1:])]
+    return tables
+
+
+@pytest.mark.parametrize("engine", ["spark", "inprocess"])
+def test_the_parquet_form_of_a_trace_gives_the_same_tables_and_findings(
+    engine, pathology_analysis, pathology_inprocess, pathology_analysis_parquet, pathology_inprocess_parquet
+):
+    """The same traces read from their Parquet twins: each engine's tables and findings are
+    those it makes from the JSON lines, and it says which form it read."""
+    from_jsonl = pathology_analysis if engine == "spark" else pathology_inprocess
+    from_parquet, printed = pathology_analysis_parquet if engine == "spark" else pathology_inprocess_parquet
+    assert _findings(from_parquet) == _findings(from_jsonl)
+    assert len(_findings(from_parquet)) == len(EXPECTED)
+    assert _tables(from_parquet) == _tables(from_jsonl)
+    lines = [line for line in printed.splitlines() if line.startswith("reading ")]
+    assert len(lines) == 2 and all(
+        "trace-" in line and ".jsonl.parquet: Parquet, " in line and "(the Parquet twin of " in line for line in lines
+    ), lines
+    info = json.loads((from_parquet / "info.json").read_text())
+    assert all(i.endswith(".jsonl.parquet") for i in info["inputs"])
+
+
+def test_input_format_chooses_the_form_and_a_segments_directory_can_be_named(pathology_twins, tmp_path, capsys):
+    from clients.spark.analyze import main
+    from minibroker.trace.segments import twin_dir
+
+    args = [*ANALYSIS_ARGS, "--engine", "inprocess", "--no-plots"]
+    assert main([*pathology_twins, "--out", str(tmp_path / "j"), "--input-format", "jsonl", *args]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": JSON lines") == 2 and "Parquet" not in out
+    twins = [twin_dir(t) for t in pathology_twins]
+    assert main([*twins, "--out", str(tmp_path / "p"), *args]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": Parquet, ") == 2 and "twin of" not in out
+    assert _findings(tmp_path / "p") == _findings(tmp_path / "j")
+    lone = tmp_path / "lone.jsonl"
+    lone.write_text(Path(pathology_twins[0]).read_text())
+    assert main([str(lone), "--out", str(tmp_path / "x"), "--input-format", "parquet", *args]) == 2
+    assert "no Parquet segments there, nor in" in capsys.readouterr().err

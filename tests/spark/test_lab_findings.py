@@ -135,6 +135,24 @@ def test_the_findings_are_what_the_lab_expects_with_its_numbers(lab_results, lab
             assert f["session"] not in f["summary"] and names[f["session"]] in f["summary"], f["summary"]
 
 
+@pytest.mark.parametrize("lab, spec", RUNS, ids=IDS)
+def test_the_parquet_form_of_each_runs_trace_reads_and_finds_the_same(lab_results, tmp_path, lab, spec):
+    """Every lab run's trace as Parquet segments: the same events, the same findings."""
+    from clients.spark.analyze import analyze_inprocess
+    from minibroker.trace import FIELDS
+    from minibroker.trace.parquet import convert_file
+
+    result = lab_results[(lab.number, spec.name)]
+    segments = tmp_path / "trace.jsonl.parquet"
+    convert_file(result.trace_file, segments, segment_events=1000)
+    events, info = inprocess.read_events([str(segments)])
+    want, want_info = inprocess.read_events([str(result.trace_file)])
+    assert events == [{k: v for k, v in e.items() if k in FIELDS and v is not None} for e in want]
+    assert info == want_info
+    found = analyze_inprocess([str(segments)], tmp_path / "out", Params(), plots=False, tables=False)
+    assert _parsed(found["findings"]) == _parsed(result.findings)
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("lab, spec", RUNS, ids=IDS)
