@@ -18,8 +18,14 @@ well under a second; tables as CSV only), larger ones (or ``--engine spark``,
 a ``--master``, spark-submit) on Spark. Inputs are checked before either
 starts: a file with no trace line is refused at once.
 
+Inputs: JSON-lines files (or directories of them) and Parquet segments
+directories (``minibroker.trace.parquet``); a trace file whose Parquet twin
+holds segments is read from the twin unless ``--input-format jsonl``
+(``clients.spark.inputs``), and each trace's line says which form was read.
+Both forms give the same tables and findings (a test holds them equal).
+
 Theory of operation (Spark): one pass reads the traces with the explicit
-schema (``clients.spark.schema``) and caches the columns the analysis uses;
+schema (``clients.spark.schema``: JSON parsed, or Parquet columns pruned) and caches the columns the analysis uses;
 the tables module buckets them by time; the detectors work on the buckets;
 the driver collects only small series (coarsened to at most ``MAX_POINTS``
 per line) for matplotlib.
