@@ -166,13 +166,18 @@ def analyze(
     from pyspark.sql import functions as F
 
     from clients.spark.detectors import FINDING_COLUMNS, find_all
-    from clients.spark.schema import CORRUPT, check_trace, read_inputs
+    from clients.spark.inputs import is_parquet
+    from clients.spark.schema import CORRUPT, check_trace, footer_check, read_inputs
     from clients.spark.tables import USED, build_tables
 
     out = str(out).rstrip("/")
-    # parse once: cache only the columns the analysis reads (plus what the check needs)
-    raw = read_inputs(spark, inputs).select(*USED, "v", CORRUPT).cache()
-    info = check_trace(raw)
+    # JSON lines: parse once, and cache only the columns the analysis reads (plus what the
+    # check needs). Parquet: no cache, each scan reads just its columns (cheaper than
+    # building the cache); local segments are checked from their footers, without a job.
+    raw = read_inputs(spark, inputs).select(*USED, "v", CORRUPT)
+    if not all(is_parquet(p) for p in inputs):
+        raw = raw.cache()
+    info = footer_check(inputs) or check_trace(raw)
     if not info["lines"] or info["t0"] is None:
         raise TraceFormatError(f"no trace events in {', '.join(inputs)}")
     tb = build_tables(spark, raw, info["t0"], info["t1"], params.bucket)
@@ -342,9 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         if engine == "inprocess":
             result = analyze_inprocess(paths, args.out, params, plots=not args.no_plots)
         else:
-            from clients.spark.session import get_session
+            from clients.spark.session import QUICK_JVM, get_session
 
-            spark = get_session("minibroker-analyze", master=args.master)
+            quick = all(i.form == "parquet" for i in resolved)  # no JSON to parse: the quick JIT pays
+            spark = get_session("minibroker-analyze", master=args.master, conf=QUICK_JVM if quick else None)
             result = analyze(spark, paths, args.out, params, plots=not args.no_plots)
     except TraceFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)

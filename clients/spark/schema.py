@@ -20,6 +20,7 @@ from clients.spark.findings import TraceFormatError
 from minibroker.trace import COMMON, FIELDS, SCHEMA_VERSION
 
 __all__ = [
+    "footer_check",
     "trace_schema",
     "read_trace",
     "read_parquet_trace",
@@ -90,6 +91,30 @@ def read_inputs(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     for other in frames[1:]:
         df = df.unionByName(other)
     return df
+
+
+def footer_check(paths: Sequence[str]) -> dict[str, float | int | None] | None:
+    """``check_trace``'s answer for local Parquet segments, from their footers (row counts
+    and statistics) without a Spark job; None when it cannot tell (not all local
+    segments, a statistic missing, versions other than ours: then ``check_trace``)."""
+    from clients.spark.inputs import is_parquet
+
+    if not paths or any("://" in p or not is_parquet(p) for p in paths):
+        return None
+    from minibroker.trace.parquet import footer_summary
+
+    lines = corrupt = 0
+    t0 = t1 = None
+    for p in paths:
+        s = footer_summary(p)
+        if s is None or s["versions"] not in ((SCHEMA_VERSION, SCHEMA_VERSION), (None, None)):
+            return None
+        lines += s["rows"]
+        corrupt += s["no_event"]
+        if s["t0"] is not None:
+            t0 = s["t0"] if t0 is None else min(t0, s["t0"])
+            t1 = s["t1"] if t1 is None else max(t1, s["t1"])
+    return {"lines": lines, "corrupt": corrupt, "t0": t0, "t1": t1}
 
 
 def check_trace(df: DataFrame) -> dict[str, float | int | None]:

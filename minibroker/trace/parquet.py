@@ -51,6 +51,7 @@ __all__ = [
     "convert_file",
     "read_events",
     "count_rows",
+    "footer_summary",
 ]
 
 #: A segment is closed after this many lines (give or take one row group)...
@@ -225,6 +226,36 @@ def convert_file(
 def count_rows(directory: str | os.PathLike[str]) -> int:
     """Rows in a segments directory, from the files' footers."""
     return sum(pq.ParquetFile(p).metadata.num_rows for p in segment_files(directory))
+
+
+def footer_summary(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """What the segments' footers tell without reading a row: ``rows``, ``no_event``
+    (rows whose ``event`` is null), ``t0`` and ``t1`` (the least and greatest ``ts``)
+    and ``versions`` (the least and greatest ``v``); None when a footer lacks a statistic."""
+    rows = no_event = 0
+    t0: float | None = None
+    t1: float | None = None
+    v0: int | None = None
+    v1: int | None = None
+    index = {name: i for i, name in enumerate(SCHEMA.names)}
+    for path in segment_files(directory):
+        meta = pq.ParquetFile(path).metadata
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            rows += group.num_rows
+            ts, v, event = (group.column(index[n]).statistics for n in ("ts", "v", "event"))
+            if event is None or ts is None or v is None or not event.has_null_count:
+                return None
+            no_event += event.null_count
+            if ts.has_min_max:
+                t0 = ts.min if t0 is None else min(t0, ts.min)
+                t1 = ts.max if t1 is None else max(t1, ts.max)
+            if v.has_min_max:
+                v0 = v.min if v0 is None else min(v0, v.min)
+                v1 = v.max if v1 is None else max(v1, v.max)
+    if t0 is not None:
+        t0 += 0.0  # a zero minimum is stored as -0.0 (the Parquet rule for float statistics)
+    return {"rows": rows, "no_event": no_event, "t0": t0, "t1": t1, "versions": (v0, v1)}
 
 
 def read_events(directory: str | os.PathLike[str], columns: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:

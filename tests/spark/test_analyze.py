@@ -174,3 +174,16 @@ def test_input_format_chooses_the_form_and_a_segments_directory_can_be_named(pat
     lone.write_text(Path(pathology_twins[0]).read_text())
     assert main([str(lone), "--out", str(tmp_path / "x"), "--input-format", "parquet", *args]) == 2
     assert "no Parquet segments there, nor in" in capsys.readouterr().err
+
+
+def test_the_footers_of_local_segments_tell_what_a_scan_would(spark, pathology_twins):
+    """Lines, corrupt lines and the time span, from the segments' footers: what ``check_trace``
+    finds by scanning them (a minimum of 0.0 is stored as -0.0, and read back as 0.0)."""
+    from clients.spark.schema import check_trace, footer_check, read_inputs
+    from minibroker.trace.segments import twin_dir
+
+    twins = [twin_dir(t) for t in pathology_twins]
+    told = footer_check(twins)
+    assert told == check_trace(read_inputs(spark, twins).cache())
+    assert told["t0"] == 0.0 and str(told["t0"]) == "0.0" and told["lines"] > 0
+    assert footer_check(pathology_twins) is None  # JSON lines: only a scan can tell
