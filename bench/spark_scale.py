@@ -7,12 +7,18 @@ plain single-process loop that only parses the trace's JSON lines, and
 measures the three in the same minutes, one after the other, and prints the
 ratios to the parse:
 
-1. make the trace (``python -m clients.spark.synth --events N``), unless
-   ``--trace FILE`` names one already made;
-2. ``parse``: a fresh Python process runs ``json.loads`` on every line;
-3. ``analyze``: ``minibroker analyze TRACE --out DIR --engine spark``;
+1. make the trace, JSON lines and its Parquet twin (``python -m
+   clients.spark.synth --events N --parquet``), unless ``--trace FILE`` names
+   one already made (its twin, ``FILE.parquet/``, is made when missing);
+2. ``parse``: a fresh Python process runs ``json.loads`` on every line of the
+   JSON lines: the yardstick;
+3. ``analyze``: ``minibroker analyze TWIN --out DIR --engine spark``, the same
+   events read from the Parquet segments (``--analyze-from jsonl``: from the
+   JSON lines, as before the trace had a Parquet form);
 4. ``workload``: ``minibroker workload generate WORKLOAD.toml --scale S --out DIR``
    (``examples/workloads/load-1m.toml``: 1M actions per unit of scale).
+
+The table's ``input`` column says what each job read.
 
 Each is a whole process (the JVM's start is the user's cost too), timed by
 the wall clock, with its CPU seconds (user + system of the process tree, the
@@ -22,7 +28,8 @@ average is printed with the table: on a shared machine absolute times move
 by 20-40%, the ratios measured in the same minutes much less.
 
     .venv/bin/python bench/spark_scale.py                       # 10M events, 10M actions, one rep
-    .venv/bin/python bench/spark_scale.py --trace /tmp/t.jsonl --reps 3
+    .venv/bin/python -m clients.spark.synth --events 10000000 --out /tmp/spark-bench/trace-10m.jsonl --parquet
+    .venv/bin/python bench/spark_scale.py --trace /tmp/spark-bench/trace-10m.jsonl --reps 3
     .venv/bin/python bench/spark_scale.py --events 20000 --scale 0.02 --json out.json   # smoke
 
 The table goes to stdout, the record (every rep, the medians, the ratios, the
@@ -47,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from report import print_table, save
+
+from minibroker.trace.segments import segment_files, twin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = ROOT / "examples" / "workloads" / "load-1m.toml"
@@ -129,18 +138,41 @@ def minibroker(*args: str) -> list[str]:
 
 
 def synthesize(path: Path, events: int) -> dict[str, Any]:
-    return timed("synth", [sys.executable, "-m", "clients.spark.synth", "--events", str(events), "--out", str(path)])
+    argv = [sys.executable, "-m", "clients.spark.synth", "--events", str(events), "--out", str(path), "--parquet"]
+    return timed("synth", argv)
+
+
+def make_twin(trace: Path) -> dict[str, Any]:
+    """Write the Parquet twin of a JSON-lines trace (what synth --parquet does)."""
+    code = "import sys; from minibroker.trace.parquet import convert_file as c; print(c(sys.argv[1], sys.argv[2]))"
+    return timed("twin", [sys.executable, "-c", code, str(trace), twin_dir(trace)])
+
+
+def inputs(trace: Path, analyze_from: str) -> dict[str, str]:
+    """What each job reads, as the table says it."""
+    twin = Path(twin_dir(trace))
+    segments = segment_files(twin)
+    mb = sum(p.stat().st_size for p in segments) / 1e6
+    parquet = f"Parquet, {len(segments)} segment(s), {mb:,.0f} MB"
+    jsonl = f"JSON lines, {trace.stat().st_size / 1e6:,.0f} MB"
+    return {"parse": jsonl, "analyze": parquet if analyze_from == "parquet" else jsonl, "workload": "workload file"}
 
 
 def one_rep(
-    trace: Path, work: Path, workload: Path, scale: float, analyze_args: list[str], workload_args: list[str]
+    trace: Path,
+    work: Path,
+    workload: Path,
+    scale: float,
+    analyze_args: list[str],
+    workload_args: list[str],
+    analyze_from: str = "parquet",
 ) -> list[dict[str, Any]]:
     """parse, analyze, workload: one after the other, outputs removed after each."""
     results = [timed("parse", [sys.executable, "-c", PARSE, str(trace)])]
     out = work / "analysis"
-    results.append(
-        timed("analyze", minibroker("analyze", str(trace), "--out", str(out), "--engine", "spark", *analyze_args))
-    )
+    source = twin_dir(trace) if analyze_from == "parquet" else str(trace)
+    argv = ["analyze", source, "--out", str(out), "--engine", "spark", "--input-format", analyze_from]
+    results.append(timed("analyze", minibroker(*argv, *analyze_args)))
     shutil.rmtree(out, ignore_errors=True)
     out = work / "workload"
     results.append(
@@ -157,13 +189,16 @@ def one_rep(
     return results
 
 
-def report(reps: list[list[dict[str, Any]]], lines: int, actions: int, loads: list[float]) -> dict[str, Any]:
-    """Medians per job and the ratios to the parse."""
+def report(
+    reps: list[list[dict[str, Any]]], lines: int, actions: int, loads: list[float], read: dict[str, str]
+) -> dict[str, Any]:
+    """Medians per job and the ratios to the parse; ``read``: each job's input."""
     med = {
         job: {
             "seconds": statistics.median(r["seconds"] for rep in reps for r in rep if r["job"] == job),
             "cpu": statistics.median(r["cpu"] for rep in reps for r in rep if r["job"] == job),
             "reps": [round(r["seconds"], 2) for rep in reps for r in rep if r["job"] == job],
+            "input": read[job],
         }
         for job in JOBS
     }
@@ -193,8 +228,8 @@ def print_report(r: dict[str, Any]) -> None:
         j = r["jobs"][job]
         ratio = "1.00" if job == "parse" else f"**{r['ratios'][job]:.2f}**"
         goal = f"<= {r['goals'][job]}" if job in r["goals"] else ""
-        rows.append([job, f"{j['seconds']:.1f} {j['reps']}", f"{j['cpu']:.1f}", ratio, goal])
-    print_table(["job", "seconds (median) [reps]", "CPU seconds", "/ parse", "goal"], rows)
+        rows.append([job, j["input"], f"{j['seconds']:.1f} {j['reps']}", f"{j['cpu']:.1f}", ratio, goal])
+    print_table(["job", "input", "seconds (median) [reps]", "CPU seconds", "/ parse", "goal"], rows)
     met = [job for job in r["goals"] if r["ratios"][job] <= r["goals"][job]]
     print(f"\ngoals met: {', '.join(met) or 'none'} (of {', '.join(r['goals'])})", flush=True)
 
@@ -206,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workload", type=Path, default=WORKLOAD, help="workload file (default load-1m.toml)")
     parser.add_argument("--scale", type=float, default=10.0, help="workload --scale (default 10: 10M actions)")
     parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument(
+        "--analyze-from",
+        choices=("parquet", "jsonl"),
+        default="parquet",
+        help="the trace's form analyze reads (default parquet; the parse always reads the JSON lines)",
+    )
     parser.add_argument("--dir", type=Path, help="working directory (default a temporary one, removed)")
     parser.add_argument("--json", type=Path, help="the JSON record's file (default bench/results/spark_scale-*.json)")
     parser.add_argument("--analyze-arg", action="append", default=[], help="an extra argument for analyze (repeatable)")
@@ -226,11 +267,17 @@ def main(argv: list[str] | None = None) -> int:
             trace = work / "trace.jsonl"
             made = synthesize(trace, args.events)
             print(f"synth: {made['output'][0]} ({made['seconds']:.1f} s)", flush=True)
+        elif args.analyze_from == "parquet" and not segment_files(twin_dir(trace)):
+            made = make_twin(trace)
+            print(f"twin: {made['output'][0]} events -> {twin_dir(trace)} ({made['seconds']:.1f} s)", flush=True)
+        read = inputs(trace, args.analyze_from)
         with open(trace, "rb") as f:
             lines = sum(1 for _ in f)
         reps, loads, actions = [], [os.getloadavg()[0]], 0
         for i in range(args.reps):
-            rep = one_rep(trace, work, args.workload, args.scale, args.analyze_arg, args.workload_arg)
+            rep = one_rep(
+                trace, work, args.workload, args.scale, args.analyze_arg, args.workload_arg, args.analyze_from
+            )
             loads.append(os.getloadavg()[0])
             actions = rep[-1]["actions"]
             print(
@@ -244,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
-    r = report(reps, lines, actions, loads)
+    r = report(reps, lines, actions, loads, read)
     print()
     print_report(r)
     save("spark_scale", r, str(args.json) if args.json else None)

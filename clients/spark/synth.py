@@ -1,13 +1,17 @@
 """Write a synthetic broker trace of N events, for benchmarks of the analysis.
 
     python -m clients.spark.synth --events 1000000 --out /tmp/trace-1m.jsonl
+    python -m clients.spark.synth --events 1000000 --out /tmp/trace-1m.jsonl --parquet   # and its twin
 
 Round-robin producers send to a few queues at a steady rate; each message is
 sent, enqueued, dispatched and acked (four events), with usage events on
 change. Halfway through, one queue loses its consumer for a while and memory
 climbs to the high-water mark while another queue's consumer starves, so the
 detectors have work to do. Uses the real writer (``minibroker.trace.Trace``)
-on a virtual clock, and reports the writer's cost per event.
+on a virtual clock, and reports the writer's cost per event. ``--parquet``
+also writes the trace's Parquet twin (``OUT.parquet/``, the segments the
+broker's writer process makes with ``broker.trace_format = "both"``) from the
+JSON lines, with ``minibroker.trace.parquet.convert_file``.
 """
 
 from __future__ import annotations
@@ -70,12 +74,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--rate", type=float, default=1000.0, help="messages per virtual second")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--parquet", action="store_true", help="also write the Parquet twin, OUT.parquet/")
     args = parser.parse_args(argv)
     r = synthesize(args.out, args.events, rate=args.rate)
     print(
         f"{r['events']} events in {r['seconds']:.1f} s "
         f"({r['us_per_event']:.2f} us per event, writer included) -> {args.out}"
     )
+    if args.parquet:
+        from minibroker.trace.parquet import convert_file
+        from minibroker.trace.segments import segment_files, twin_dir
+
+        started = time.perf_counter()
+        rows = convert_file(args.out, twin_dir(args.out))
+        print(
+            f"{rows} events as {len(segment_files(twin_dir(args.out)))} Parquet segment(s) "
+            f"in {time.perf_counter() - started:.1f} s -> {twin_dir(args.out)}"
+        )
     return 0
 
 
