@@ -1,7 +1,7 @@
 """The broker's trace: one JSON object per line, one event per line.
 
 The package, one job per module, lowest first (each imports only the standard
-library and the modules above it; nothing of the broker):
+library and the modules above it, and ``parquet`` pyarrow; nothing of the broker):
 
 - ``schema``: the contract with the readers: event names, their fields, one
   type per field, the schema version, and ``validate_event``.
@@ -9,7 +9,13 @@ library and the modules above it; nothing of the broker):
   and the JSON lines they make, the same in any process.
 - ``spool``: the broker's side of an offloaded trace: the spool file of
   marshalled batches and the writer process it feeds.
-- ``writer``: that writer process's work, spool in, trace file out.
+- ``segments``: where a trace's Parquet form lives (the twin directory
+  ``<trace>.parquet/`` and its segment names); standard library only.
+- ``writer``: that writer process's work, spool in, trace file out (JSON
+  lines, Parquet segments, or both).
+- ``parquet``: the Parquet form (pyarrow): JSON lines in, rolling segments
+  out, and their readers. Imported by the writer process when asked for
+  Parquet and by tools, never by the broker's process nor by this package.
 - ``recorder``: what the broker and the replay driver call. ``Recorder`` takes
   the broker's facts, one method per fact, and merges those that come
   together into one record; ``Trace`` (a buffered file writer, offloaded or
