@@ -78,7 +78,7 @@ from .config import BrokerConfig
 from .coreutil import DEFERRED, ParkedSend, header_text, log
 from .queue import Queue
 from .errors import ProtocolError, Refused
-from .failstop import fail_stop
+from .failstop import fail_stop, fail_stop_written_out
 from .flow import ProducerFlowControl, ReadingControl
 from .frames import Frame
 from .handlers import FrameHandlers
@@ -488,35 +488,30 @@ class Broker(ReadingControl):
         if session is not None:
             session.transport_buffered = buffered
 
-    @fail_stop
+    @fail_stop_written_out
     def receive_data(self, sid: int, data: bytes) -> None:
-        """Bytes arrived on connection ``sid``. (An event: ``outbox.event`` written
-        out, for it runs once per read.)"""
+        """Bytes arrived on connection ``sid``. (An event: ``outbox.event`` and
+        ``failstop.fail_stop`` written out, for it runs once per read.)"""
         session = self.sessions.get(sid)
         if session is None or not session.is_open:
             return
         session.last_read = self.clock.now()
-        self._depth += 1
         try:
-            # ``_read_on``'s first round, written out: the usual read is one round.
-            if (
-                self._receive(session, data)
-                and session.parser.awaiting_version
-                and session.state is not State.AUTHENTICATING
-            ):
-                self._read_on(session, b"")  # CONNECT set the version: parse the rest of the chunk with it
-        finally:
-            self._depth -= 1
-        # ``_end_event`` unless none of its steps has work (a read of ACKs, say): a call saved per read.
-        if not self._depth and (
-            self._dirty
-            or self._control
-            or self._refill
-            or self.flow.retry
-            or self.storehooks.waiters
-            or self.store is not None
-        ):
-            self._end_event()
+            self._depth += 1
+            try:
+                # ``_read_on``'s first round, written out: the usual read is one round.
+                if (
+                    self._receive(session, data)
+                    and session.parser.awaiting_version
+                    and session.state is not State.AUTHENTICATING
+                ):
+                    self._read_on(session, b"")  # CONNECT set the version: parse the rest of the chunk with it
+            finally:
+                self._depth -= 1
+            if not self._depth:
+                self._end_event()
+        except StoreFailed as exc:
+            self.store_failed(exc)
 
     def _read_on(self, session: Session, data: bytes) -> None:
         """Parse and handle ``data`` and what the parser still holds."""
@@ -721,13 +716,17 @@ class Broker(ReadingControl):
             self._outbox = []
         return actions
 
-    @fail_stop
+    @fail_stop_written_out
     def actions_done(self) -> None:
         """The edge carried out what ``take_actions`` returned (its writes are in the
         sockets' buffers): an event. A connection whose full outbox held its dispatch
-        back gets more now, unless its socket said meanwhile that it is full."""
+        back gets more now, unless its socket said meanwhile that it is full.
+        (``fail_stop`` written out: once per turn.)"""
         if self._freed or self._unfinished:  # else the last event's end finished everything
-            self._end_turn()
+            try:
+                self._end_turn()
+            except StoreFailed as exc:
+                self.store_failed(exc)
 
     def _end_turn(self) -> None:
         """The edge's turn is over: what it drained is carried out, the events it fed end."""
@@ -747,13 +746,60 @@ class Broker(ReadingControl):
     def _end_event(self) -> None:
         """The end of an event (or of a turn): finish what its frames left for the
         end of the batch (``_finish``), and put the actions it leaves in the outbox
-        (see ``outbox.py``). Runs as an event itself, so that what it calls (a failed
-        store reported) does not settle again inside it. (``receive_data`` skips
-        the call when none of the steps has work: a new step goes in its test too.)"""
+        (see ``outbox.py``): each session's output as one ``Write``, then a ``Sync``
+        if RECEIPTs wait for one, then the closes, pauses and requests. Runs as an
+        event itself, so that what it calls (a failed store reported) does not
+        settle again inside it.
+
+        Each step runs only when it has work, and most ends have none for most of
+        them: a read of ACKs leaves nothing at all; the usual read leaves output and
+        nothing for ``_finish`` (nobody waits for space, the store wrote nothing,
+        no connection waits for a refill)."""
+        store = self.store
+        storehooks = self.storehooks
+        finish = (
+            self.flow.retry
+            or self._refill
+            or (store is not None and (store.deferred_dequeues or store.write_generation != storehooks.generation_seen))
+        )
+        if not finish:
+            self._unfinished = False  # what ``_finish`` would say
+            if not (self._dirty or self._control or storehooks.waiters):
+                return
         self._depth = 1
         try:
-            self._finish()
-            self._collect()
+            if finish:
+                self._finish()
+            outbox = self._outbox
+            dirty = self._dirty
+            if dirty:
+                now = self.clock.now()
+                for session in dirty:  # nothing here writes: emptied in place after (sessions hold its append)
+                    if not session.outbox:
+                        continue
+                    writing = session.writing
+                    throttled = not writing.can_write
+                    if session.framed:
+                        outbox.append(tuple.__new__(WriteFrames, (session.id, session.take_frames())))
+                    else:  # ``session.take_output()`` written out, once per write; and tuple.__new__:
+                        # a NamedTuple's own __new__ is a Python call
+                        chunks = session.outbox
+                        outbox.append(tuple.__new__(Write, (session.id, b"".join(chunks))))
+                        chunks.clear()
+                        session.out_bytes = 0
+                        if writing.outbox_full:
+                            writing.outbox_taken()
+                    session.last_write = now
+                    if not writing.socket_full:
+                        session.last_write_progress = now
+                    if throttled and writing.can_write and session.is_open:
+                        self._freed.append(session)
+                dirty.clear()
+            if storehooks.waiters and storehooks.sync_due():
+                outbox.append(Sync())
+            if self._control:
+                outbox.extend(self._control)
+                self._control = []
         finally:
             self._depth = 0
 
@@ -769,8 +815,7 @@ class Broker(ReadingControl):
             for queue in list(self._blocked_cursors):
                 del self._blocked_cursors[queue]
                 queue.dispatch()
-        if self.store is not None:
-            self.storehooks.flush()
+        self.storehooks.flush()  # (nothing, unless the store wrote or deferred since the last)
         refill = self._refill
         if refill:
             self._refill = []
@@ -781,41 +826,14 @@ class Broker(ReadingControl):
         # which actions_done is; and so does what retries the store's flush made possible.
         self._unfinished = True if refill else flow.retry
 
-    def _collect(self) -> None:
-        """The sessions' output and the control actions, into the outbox for the edge."""
-        outbox = self._outbox
-        dirty = self._dirty
-        if dirty:
-            now = self.clock.now()
-            for session in dirty:  # nothing here writes: emptied in place after (sessions hold its append)
-                if not session.outbox:
-                    continue
-                writing = session.writing
-                throttled = not writing.can_write
-                if session.framed:
-                    outbox.append(tuple.__new__(WriteFrames, (session.id, session.take_frames())))
-                else:  # tuple.__new__: a NamedTuple's own __new__ is a Python call, once per write
-                    outbox.append(tuple.__new__(Write, (session.id, session.take_output())))
-                session.last_write = now
-                if not writing.socket_full:
-                    session.last_write_progress = now
-                if throttled and writing.can_write and session.is_open:
-                    self._freed.append(session)
-            dirty.clear()
-        storehooks = self.storehooks
-        if storehooks.waiters and storehooks.sync_due():
-            outbox.append(Sync())
-        if self._control:
-            outbox.extend(self._control)
-            self._control = []
-
     # ================================================================== frames
     def _handle(self, session: Session, frame: Frame) -> None:
         session.frames_in += 1
         command = frame.command
         before = session.state
         try:
-            next_state = session.next_state(command)
+            # ``session.next_state(command)``, written out: once per frame.
+            next_state = session.transitions.get(command) or session.next_state(command)
             if session.version == "1.0" and "\r" in frame.headers.get("receipt", ""):
                 # STOMP 1.0 escapes nothing: the RECEIPT could not carry it back.
                 raise ProtocolError("a receipt header cannot hold a carriage return in STOMP 1.0")

@@ -119,9 +119,14 @@ class EdgeConnection(asyncio.Protocol):
     # -- the core's actions, carried out (``BrokerServer.flush``)
     def write(self, data: bytes) -> None:
         """Send the core's output (``Write``)."""
-        assert self.transport is not None
-        self.transport.write(data)
-        self._report_buffered()
+        transport = self.transport
+        assert transport is not None
+        transport.write(data)
+        # ``_report_buffered``, written out: once per write. The usual write leaves nothing.
+        buffered = transport.get_write_buffer_size()
+        if buffered or self.reported_buffered:
+            self.reported_buffered = buffered
+            self.server.broker.report_buffered(self.sid, buffered)
 
     def write_frames(self, frames: list[bytes]) -> None:
         """Send the core's output frame by frame (``WriteFrames``): a framing edge's."""
@@ -164,5 +169,5 @@ class EdgeConnection(asyncio.Protocol):
 class TcpConnection(EdgeConnection):
     """STOMP straight over TCP: every byte read is STOMP."""
 
-    def data_received(self, data: bytes) -> None:
-        self.deliver(data)
+    #: Every byte read goes to the core as it is (``deliver`` itself: no call between).
+    data_received = EdgeConnection.deliver

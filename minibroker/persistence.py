@@ -329,8 +329,9 @@ class MessageStore:
         self.layout = config.layout
         self._journals: dict[str, Journal] = {}
         self._dirty: set[Journal] = set()
-        #: journal -> seqs of dequeues written at the next ``flush`` (``dequeue``)
-        self._deferred: dict[Journal, list[int]] = {}
+        #: journal -> seqs of dequeues written at the next ``flush`` (``dequeue``); empty
+        #: when none wait (the broker reads it at every event's end: is a flush due?)
+        self.deferred_dequeues: dict[Journal, list[int]] = {}
         #: storage txid -> journals written under it (a ring transaction may span queues)
         self._tx_journals: dict[str, set[Journal]] = {}
         #: ring layout: the log of decisions of transactions across queues
@@ -342,7 +343,7 @@ class MessageStore:
         self.synced_generation = 0
         #: The first failure nothing can undo (``StoreFailed``): once set, final.
         self.failure: StoreFailed | None = None
-        #: Dequeues wait in ``_deferred`` for space on a full disk.
+        #: Dequeues wait in ``deferred_dequeues`` for space on a full disk.
         self._dequeues_waiting = False
         self._durables_file = self.root / "durable-subscriptions.json"
         try:
@@ -458,7 +459,7 @@ class MessageStore:
         except StoreFailed as exc:
             raise self._failed(exc) from None
         except StorageError:
-            if journal not in self._deferred:
+            if journal not in self.deferred_dequeues:
                 raise
             # A full ring may have room once this turn's dequeues are written.
             self._write_deferred(journal)
@@ -484,9 +485,9 @@ class MessageStore:
             ref.journal.dequeue(ref.seq, txid)
             self._wrote(ref.journal, txid)
             return
-        seqs = self._deferred.get(ref.journal)
+        seqs = self.deferred_dequeues.get(ref.journal)
         if seqs is None:
-            seqs = self._deferred[ref.journal] = []
+            seqs = self.deferred_dequeues[ref.journal] = []
         seqs.append(ref.seq)
         if len(seqs) >= _DEFERRED_MAX:  # a purge of a deep backlog: written as it goes, not all held
             self._write_deferred(ref.journal)
@@ -494,16 +495,16 @@ class MessageStore:
     @property
     def deferred(self) -> int:
         """Dequeues waiting for the next ``flush``."""
-        return sum(map(len, self._deferred.values()))
+        return sum(map(len, self.deferred_dequeues.values()))
 
     def _write_deferred(self, journal: Journal | None = None) -> None:
         """Write the deferred dequeues (of ``journal`` only, if given), then count
         them as one write generation: a concurrent ``sync`` that claims it has
         them all on its journals."""
         if journal is None:
-            deferred, self._deferred = self._deferred, {}
+            deferred, self.deferred_dequeues = self.deferred_dequeues, {}
         else:
-            seqs = self._deferred.pop(journal, None)
+            seqs = self.deferred_dequeues.pop(journal, None)
             deferred = {journal: seqs} if seqs is not None else {}
         for target, seqs in deferred.items():
             try:
@@ -512,7 +513,7 @@ class MessageStore:
                 raise self._failed(exc) from None
             except StoreFull as exc:  # a full disk: written when space returns (a crash meanwhile redelivers them)
                 left = seqs[getattr(exc, "done", 0) :]
-                self._deferred.setdefault(target, [])[:0] = left
+                self.deferred_dequeues.setdefault(target, [])[:0] = left
                 if not self._dequeues_waiting:
                     log.warning("%s; acknowledged messages stay in the journal until space returns", exc)
                 self._dequeues_waiting = True
@@ -524,7 +525,7 @@ class MessageStore:
                     target.config.name,
                     exc,
                 )
-            if self._dequeues_waiting and not self._deferred:
+            if self._dequeues_waiting and not self.deferred_dequeues:
                 log.info("the acknowledgements that waited for space are written")
                 self._dequeues_waiting = False
         if deferred:
@@ -581,7 +582,7 @@ class MessageStore:
 
     def flush(self) -> None:
         """Write the deferred dequeues, and hand buffered writes to the operating system."""
-        if self._deferred:
+        if self.deferred_dequeues:
             self._write_deferred()
         for journal in self._dirty:
             journal.flush()

@@ -11,10 +11,13 @@ which matters at 50k msg/s.
 
 - A connection passes the STOMP bytes it reads straight to
   ``Broker.receive_data`` (an event: the core does all its work there); then
-  ``flush`` drains the actions the core has ready and carries them out,
-  through the connection (``write``, ``write_frames``, ``close``), inside the
-  core's ``turn`` (so what the sockets say meanwhile settles once, after), and
-  drains again until nothing is left.
+  ``flush`` drains the actions the core has ready, carries them out through
+  the connection (``write``, ``write_frames``, ``close``), says so
+  (``actions_done``: a connection whose full outbox held its dispatch back
+  gets more), and drains again until nothing is left. Nothing it carries out
+  feeds the core another event but a socket whose buffer filled
+  (``pause_writing``), an event of its own; the sockets' closes arrive later,
+  from the loop.
 - The transport's high-water mark is the connection's ``write_buffer_limit``
   (``edge.py``): crossing it tells the core the connection is not writable,
   so dispatch to it stops (the bounded outbound buffer). This is ``drain()``
@@ -25,7 +28,8 @@ which matters at 50k msg/s.
 - ``CheckLogin`` runs a password hash (slow on purpose) in a thread of its
   own pool, never on the event loop, and hands the result back to the core.
 - One timer handle is kept for the core's earliest deadline (heart-beats,
-  connect timeouts); it is re-armed after every batch of events.
+  connect timeouts); after every batch of events it is re-armed if the core
+  scheduled something earlier, or when it fired.
 - ``Sync`` runs the store's fsync in a worker thread (group commit: one fsync
   for every RECEIPT waiting on it) and reports the outcome to the core:
   ``store_synced``, or ``store_failed`` if it raised. ``Shutdown`` (the store
@@ -91,6 +95,8 @@ class BrokerServer:
         self._console_server: asyncio.Server | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        #: ``broker.timers.scheduled`` when the timer was last armed (-1: look again).
+        self._timers_seen = -1
         self._flushing = False
         self._syncing = False
         self._sync_executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsync")
@@ -161,49 +167,50 @@ class BrokerServer:
 
     # -- carrying out the core's actions
     def flush(self) -> None:
-        """Apply every action the core has for us, then re-arm the timer."""
+        """Carry out every action the core has for us, in its order, then re-arm the timer."""
         if self._flushing:
             return
-        self._flushing = True
-        try:
-            broker = self.broker
-            while True:
-                actions = broker.take_actions()
-                if not actions:
-                    break
-                with broker.turn():  # then the writes are in the sockets' buffers: actions_done
-                    self._carry_out(actions)
-        finally:
-            self._flushing = False
-        self._arm_timer()
+        broker = self.broker
+        actions = broker.take_actions()
+        if actions:
+            self._flushing = True
+            try:
+                connections = self.connections
+                while actions:
+                    for action in actions:
+                        conn = connections.get(action.session)
+                        if conn is None:
+                            self._carry_out_for_broker(action)
+                            continue
+                        transport = conn.transport
+                        if transport is None or transport.is_closing():
+                            continue
+                        kind = type(action)
+                        if kind is Write:
+                            conn.write(action.data)  # type: ignore[union-attr]
+                        elif kind is WriteFrames:
+                            conn.write_frames(action.frames)  # type: ignore[union-attr]
+                        elif kind is Close:
+                            conn.close(action.abort)  # type: ignore[union-attr]
+                        elif kind is PauseReading:
+                            transport.pause_reading()
+                        elif kind is ResumeReading:
+                            transport.resume_reading()
+                        elif kind is CheckLogin:
+                            self._check_login(cast(CheckLogin, action))
+                    broker.actions_done()  # the writes are in the sockets' buffers
+                    actions = broker.take_actions()
+            finally:
+                self._flushing = False
+        if broker.timers.scheduled != self._timers_seen:  # else the armed timer is still the earliest
+            self._arm_timer()
 
-    def _carry_out(self, actions: list[Action]) -> None:
-        """Do what the core asked, in its order."""
-        connections = self.connections
-        for action in actions:
-            conn = connections.get(action.session)
-            if conn is None:
-                if type(action) is Sync:
-                    self._start_sync()
-                elif type(action) is Shutdown:
-                    self._shutdown(action)
-                continue
-            transport = conn.transport
-            if transport is None or transport.is_closing():
-                continue
-            kind = type(action)
-            if kind is Write:
-                conn.write(action.data)  # type: ignore[union-attr]
-            elif kind is WriteFrames:
-                conn.write_frames(action.frames)  # type: ignore[union-attr]
-            elif kind is Close:
-                conn.close(action.abort)  # type: ignore[union-attr]
-            elif kind is PauseReading:
-                transport.pause_reading()
-            elif kind is ResumeReading:
-                transport.resume_reading()
-            elif kind is CheckLogin:
-                self._check_login(cast(CheckLogin, action))
+    def _carry_out_for_broker(self, action: Action) -> None:
+        """An action about the broker, not a connection (or for a connection already gone)."""
+        if type(action) is Sync:
+            self._start_sync()
+        elif type(action) is Shutdown:
+            self._shutdown(action)
 
     def _shutdown(self, action: Shutdown) -> None:
         """The core cannot go on (its store failed): stop as SIGTERM would."""
@@ -258,6 +265,10 @@ class BrokerServer:
         self._batch_timer = asyncio.get_running_loop().call_later(_BATCH_SYNC_SECONDS, self._batch_sync)
 
     def _arm_timer(self) -> None:
+        """Arm the one timer handle for the core's earliest deadline, unless it is armed
+        for that or an earlier one. Looked at only when the core scheduled something
+        since the last look (``Timers.scheduled``), or a tick ran."""
+        self._timers_seen = self.broker.timers.scheduled
         deadline = self.broker.next_deadline()
         if deadline is None or (self._timer_at is not None and self._timer_at <= deadline):
             return
@@ -270,6 +281,7 @@ class BrokerServer:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
+        self._timers_seen = -1  # the earliest deadline ran: look for the next one
         self.broker.tick()
         self.flush()
 

@@ -102,7 +102,8 @@ class Session:
         self.state = State.CONNECTING
         #: False once CLOSED (kept beside ``state``: the hot paths ask it per frame).
         self.is_open = True
-        self._transitions = TRANSITIONS[State.CONNECTING]
+        #: ``TRANSITIONS[state]``: what each command allowed now leads to.
+        self.transitions = TRANSITIONS[State.CONNECTING]
         #: Negotiated STOMP version ("1.0" until CONNECT says otherwise).
         self.version = "1.0"
         self.client_id: str | None = None
@@ -157,11 +158,11 @@ class Session:
         """Move to ``state``."""
         self.state = state
         self.is_open = state is not State.CLOSED
-        self._transitions = TRANSITIONS[state]
+        self.transitions = TRANSITIONS[state]
 
     def next_state(self, command: str) -> State:
         """The state after ``command``, or ``ProtocolError`` if not allowed now."""
-        nxt = self._transitions.get(command)
+        nxt = self.transitions.get(command)
         if nxt is None:
             raise ProtocolError(_WRONG_STATE.get(self.state, "{command} after close").format(command=command))
         return nxt

@@ -175,8 +175,9 @@ class StoreHooks:
         #: The storage transaction of the COMMIT being applied, if any.
         self.txid: str | None = None
         self._next_storage_tx = 1
-        #: The store's write generation at the end of the last turn (``flush``).
-        self._generation_seen = 0
+        #: The store's write generation at the end of the last turn (``flush``): a
+        #: flush is due when the store's differs or it holds deferred dequeues.
+        self.generation_seen = 0
         #: id(journal) -> its current file, for ``journal_roll`` trace events.
         self._journal_files: dict[int, int] = {}
         self._temp_store: TempStore | None = None
@@ -296,13 +297,13 @@ class StoreHooks:
         account their size, and release RECEIPTs that wait for no fsync. Does nothing
         when nothing was written since the last turn."""
         store = self.store
-        if store is None or (store.write_generation == self._generation_seen and not store.deferred):
+        if store is None or (store.write_generation == self.generation_seen and not store.deferred_dequeues):
             return
         try:
             store.flush()  # writes the deferred dequeues first (a new generation)
         except StoreFailed as exc:
             self.store_failed(exc)
-        self._generation_seen = store.write_generation
+        self.generation_seen = store.write_generation
         self._set_store_usage(store.disk_usage())
         if self.trace.enabled:
             self.trace_journal_rolls()

@@ -10,7 +10,6 @@ bookkeeping on the hot path.
 from __future__ import annotations
 
 import heapq
-import itertools
 from typing import Any, Callable
 
 __all__ = ["Timers"]
@@ -21,14 +20,17 @@ class Timers:
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Callable[..., Any], tuple[Any, ...]]] = []
-        self._order = itertools.count()
+        #: How many callbacks were ever scheduled: an edge that armed its own timer for
+        #: ``next_deadline`` need not ask again until this moves, or its timer fires.
+        self.scheduled = 0
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def call_at(self, when: float, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` once ``run_due`` is called with ``now >= when``."""
-        heapq.heappush(self._heap, (when, next(self._order), fn, args))
+        self.scheduled += 1  # (also the order of callbacks due at the same time)
+        heapq.heappush(self._heap, (when, self.scheduled, fn, args))
 
     def next_deadline(self) -> float | None:
         """When the earliest callback is due, or None."""
