@@ -4,8 +4,8 @@ The core never touches a socket. The events it handles leave these in its
 outbox; the edge drains it (``Broker.take_actions()``) and carries them out, in
 order: writes first (one joined buffer per connection, or its frames one by
 one for an edge that frames them, such as WebSocket), then closes and reading
-pauses; then it says so (``Broker.actions_done()``) and drains again until
-nothing is left.
+pauses; then it says so (``Broker.actions_done()``, which tells whether the
+outbox has more) and drains again until nothing is left.
 
 Two actions are about the broker, not a connection (their ``session`` is 0,
 which no connection has, so an edge that skips unknown sessions skips them):

@@ -717,16 +717,19 @@ class Broker(ReadingControl):
         return actions
 
     @fail_stop_written_out
-    def actions_done(self) -> None:
+    def actions_done(self) -> bool:
         """The edge carried out what ``take_actions`` returned (its writes are in the
         sockets' buffers): an event. A connection whose full outbox held its dispatch
         back gets more now, unless its socket said meanwhile that it is full.
+        Returns whether the outbox has actions again (this, or an event the edge fed
+        while it carried them out, left some): else the edge need not drain it.
         (``fail_stop`` written out: once per turn.)"""
         if self._freed or self._unfinished:  # else the last event's end finished everything
             try:
                 self._end_turn()
             except StoreFailed as exc:
                 self.store_failed(exc)
+        return bool(self._outbox)
 
     def _end_turn(self) -> None:
         """The edge's turn is over: what it drained is carried out, the events it fed end."""

@@ -198,8 +198,8 @@ class BrokerServer:
                             transport.resume_reading()
                         elif kind is CheckLogin:
                             self._check_login(cast(CheckLogin, action))
-                    broker.actions_done()  # the writes are in the sockets' buffers
-                    actions = broker.take_actions()
+                    # The writes are in the sockets' buffers: a refill may follow.
+                    actions = broker.take_actions() if broker.actions_done() else []
             finally:
                 self._flushing = False
         if broker.timers.scheduled != self._timers_seen:  # else the armed timer is still the earliest

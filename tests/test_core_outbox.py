@@ -79,8 +79,9 @@ def test_a_second_drain_with_no_event_between_gives_nothing(tmp_path: Path) -> N
     assert broker.take_actions() == []
     received = first
     for _ in range(20):
-        broker.actions_done()
+        more = broker.actions_done()
         actions = broker.take_actions()
+        assert more == bool(actions)  # it says whether there is anything to drain
         if not actions:
             break
         received += _messages(actions, consumer)
