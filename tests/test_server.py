@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,3 +166,27 @@ def test_a_bug_in_the_core_ends_only_that_connection_with_an_error(broker, monke
         good_writer.close()
 
     asyncio.run(main())
+
+
+def test_serve_freezes_the_start_up_heap_before_its_loop_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``minibroker serve`` takes the modules' objects out of the garbage collector's
+    generations (``gc.freeze``) before the broker starts: full collections walk only
+    what the broker makes."""
+    import gc
+
+    import clients.cli
+    from clients.commands import serve as serve_command
+
+    frozen: list[int] = []
+
+    def run_loop(main: Any, loop: str) -> None:
+        frozen.append(gc.get_freeze_count())
+        main.close()  # the broker itself is not started
+
+    monkeypatch.setattr(serve_command, "run_loop", run_loop)
+    gc.unfreeze()
+    try:
+        assert clients.cli.main(["serve", "--port", "0", "--data-dir", str(tmp_path), "--log-level", "warning"]) == 0
+    finally:
+        gc.unfreeze()  # this test process's objects go back to the collector
+    assert frozen and frozen[0] > 10_000
