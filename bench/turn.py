@@ -1,4 +1,4 @@
-"""Scenario D's round trip through the real server: the broker's cost per turn.
+"""Scenario D's round trip (or E's message) through the real server: the broker's cost per turn.
 
 Scenario D (ack client-individual, prefetch 1) is a ping-pong: each ACK lets
 the broker send the next MESSAGE, so D's rate is one round trip per message,
@@ -16,13 +16,20 @@ event loop (bench/cost.py measures the core without them):
    server can be compared to the percent. System time is the kernel's
    sending, receiving, sleeping and waking; no change to our Python reaches it.
 
+``--scenario E`` measures E's path instead (E is paced, so nothing queues and
+each message crosses the broker alone): a producer's SEND in (256 bytes and
+E's three headers), its MESSAGE out to another connection's auto-ack
+subscription, one message at a time. What the broker spends per message there
+is what it adds to every message's latency.
+
 ``--floor`` runs the same exchange against a trivial asyncio server that
-answers every read with one 400-byte frame: what asyncio and the kernel cost
-per turn with no broker at all.
+answers every read with one 400-byte frame (for E: writes it to the
+subscriber's connection): what asyncio and the kernel cost per turn with no
+broker at all.
 
 ``--loop asyncio --loop uvloop`` measures both on each event loop (``serve --loop``).
 
-    python bench/turn.py [--messages 20000] [--callgrind] [--floor] [--loop L ...]
+    python bench/turn.py [--messages 20000] [--scenario D|E] [--callgrind] [--floor] [--loop L ...]
 """
 
 from __future__ import annotations
@@ -47,13 +54,19 @@ _BODY = b"x" * 256
 _FLOOR_SERVER = r"""
 import asyncio, socket, sys
 FRAME = b"MESSAGE\nack:1-1\n" + b"x" * 380 + b"\n\n\x00"
+SUBSCRIBER = []
 class Echo(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport = transport
         transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     def data_received(self, data):
-        if data.startswith(b"ACK") or data.startswith(b"SUBSCRIBE"):
+        if data.startswith(b"ACK"):
             self.transport.write(FRAME)
+        elif data.startswith(b"SEND"):
+            SUBSCRIBER[0].write(FRAME)
+        elif data.startswith(b"SUBSCRIBE"):
+            SUBSCRIBER[:] = [self.transport]
+            self.transport.write(b"RECEIPT\nreceipt-id:subscribed\n\n\x00" if b"\nreceipt:" in data else FRAME)
         elif data.startswith(b"CONNECT"):
             self.transport.write(b"CONNECTED\nversion:1.2\n\n\x00")
 async def main():
@@ -120,30 +133,73 @@ class Consumer:
         return message
 
 
+class Relay:
+    """E's path: a producer's SEND in, its MESSAGE out on another connection's
+    auto-ack subscription, one message at a time."""
+
+    def __init__(self, port: int, dest: str) -> None:
+        self.consumer = Consumer(port, dest)
+        self.consumer.sock.sendall(
+            b"SUBSCRIBE\nid:turn\ndestination:%s\nack:auto\nreceipt:subscribed\n\n\x00" % dest.encode()
+        )
+        if not self.consumer.frame().startswith(b"RECEIPT"):
+            raise SystemExit("the broker did not confirm the subscription")
+        self.producer = Consumer(port, dest)
+        self.dest = dest.encode()
+        self.sent = 0
+
+    def turns(self, n: int) -> None:
+        """Send n messages, each once the one before it arrived."""
+        for _ in range(n):
+            self.sent += 1
+            self.producer.sock.sendall(
+                b"SEND\ndestination:%s\ncontent-length:%d\nbench-run:turn\nbench-seq:%d\nbench-ts:%d\n\n%s\x00"
+                % (self.dest, len(_BODY), self.sent, time.monotonic_ns(), _BODY)
+            )
+            message = self.consumer.frame()
+            if not message.startswith(b"MESSAGE\n"):
+                raise SystemExit(f"expected a MESSAGE, got: {message[:200]!r}")
+
+
 def callgrind(pid: int, command: str) -> None:
     subprocess.run(["callgrind_control", command, str(pid)], check=True, capture_output=True, timeout=300)
 
 
-def measure(port: int, pid: int, n: int, dump_dir: Path | None, fill: bool = True) -> dict[str, float]:
+def measure(
+    port: int, pid: int, n: int, dump_dir: Path | None, fill: bool = True, scenario: str = "D"
+) -> dict[str, float]:
     """Fill, warm up, then time ``n`` turns (counting instructions when ``dump_dir`` is given)."""
-    client = Consumer(port, "/queue/turn")
-    if fill:
-        client.fill(n + _WARMUP + 1)
+    if scenario == "E":
+        relay = Relay(port, "/queue/turn")
+        turns = relay.turns
+        sockets = [relay.consumer.sock, relay.producer.sock]
+    else:
+        consumer = Consumer(port, "/queue/turn")
+        sockets = [consumer.sock]
+        if fill:
+            consumer.fill(n + _WARMUP + 1)
+        message = consumer.subscribe()
+
+        def turns(count: int) -> None:
+            nonlocal message
+            message = consumer.turns(message, count)
+
     if dump_dir is not None:
         callgrind(pid, "--instr=on")
-    message = client.turns(client.subscribe(), _WARMUP)
+    turns(_WARMUP)
     if dump_dir is not None:
         callgrind(pid, "--zero")
     user0, sys0 = cpu_seconds(pid)
     started = time.perf_counter()
-    client.turns(message, n)
+    turns(n)
     elapsed = time.perf_counter() - started
     user1, sys1 = cpu_seconds(pid)
     result = {"rate": n / elapsed, "user_us": (user1 - user0) / n * 1e6, "sys_us": (sys1 - sys0) / n * 1e6}
     if dump_dir is not None:
         callgrind(pid, "--dump")
         result["instructions"] = _dumped_instructions(dump_dir) / n
-    client.sock.close()
+    for sock in sockets:
+        sock.close()
     return result
 
 
@@ -171,7 +227,7 @@ def _measure_server(
             if proc.poll() is not None or time.monotonic() - t0 > 120:
                 raise SystemExit(f"{name} did not start: see {dump_dir / 'server.log'}")
             time.sleep(0.1)
-        return measure(port, proc.pid, args.messages, dump_dir if args.callgrind else None, fill)
+        return measure(port, proc.pid, args.messages, dump_dir if args.callgrind else None, fill, args.scenario)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -216,6 +272,12 @@ def run(args: argparse.Namespace, tmp: Path) -> list[tuple[str, dict[str, float]
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=20_000, help="measured turns (default %(default)s)")
+    ap.add_argument(
+        "--scenario",
+        choices=("D", "E"),
+        default="D",
+        help="D: an ACK in, the next MESSAGE out (default); E: a SEND in, its MESSAGE out to another connection",
+    )
     ap.add_argument("--callgrind", action="store_true", help="count the broker's instructions with valgrind")
     ap.add_argument("--floor", action="store_true", help="also measure a trivial asyncio server")
     ap.add_argument(
@@ -232,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--callgrind needs valgrind (apt-get install -y valgrind)")
     with tempfile.TemporaryDirectory(prefix="minibroker-turn-") as tmp:
         results = run(a, Path(tmp))
-    print(f"# scenario D's turn (ACK in, next MESSAGE out), {a.messages:,} turns, one raw-socket consumer")
+    if a.scenario == "E":
+        print(f"# scenario E's message (SEND in, its MESSAGE out, ack auto), {a.messages:,} messages, one at a time")
+    else:
+        print(f"# scenario D's turn (ACK in, next MESSAGE out), {a.messages:,} turns, one raw-socket consumer")
     print(
         "| server | turns/s | user CPU us/turn | system CPU us/turn |" + (" instructions/turn |" if a.callgrind else "")
     )

@@ -223,6 +223,22 @@ def test_turn_measures_the_broker_and_the_asyncio_floor() -> None:
     assert bad.returncode == 2 and "--messages must be at least 1, not 0" in bad.stderr, bad.stderr
 
 
+def test_turn_measures_e_s_message_through_the_broker_and_the_floor() -> None:
+    """``--scenario E``: a SEND in on one connection, its MESSAGE out on another's auto-ack subscription."""
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "turn.py"), "--scenario", "E", "--messages", "300", "--floor"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    assert "scenario E's message (SEND in, its MESSAGE out, ack auto), 300 messages" in p.stdout, p.stdout
+    rows = dict(re.findall(r"^\| (minibroker|asyncio floor) \| ([\d,]+) \| [\d.]+ \| [\d.]+ \|$", p.stdout, re.M))
+    assert set(rows) == {"minibroker", "asyncio floor"}, p.stdout
+    assert all(int(rate.replace(",", "")) > 0 for rate in rows.values()), p.stdout
+
+
 def test_turn_measures_the_broker_on_each_event_loop_asked_for() -> None:
     """``--loop asyncio --loop uvloop``: one row per server and loop, the broker started with ``serve --loop``."""
     pytest.importorskip("uvloop", reason="the fast extra (uvloop) is installed by make test")
