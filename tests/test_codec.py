@@ -342,7 +342,8 @@ def _frame_bytes(draw: st.DrawFn) -> bytes:
     messy_line = st.lists(_LINE_PIECES, max_size=4).map("".join)
     lines = [draw(_COMMANDS)] + draw(st.lists(st.one_of(plain_line, plain_line, plain_line, messy_line), max_size=4))
     body = draw(st.one_of(st.just(b""), st.just(b"abc"), st.binary(max_size=6)))
-    return draw(st.sampled_from([b"", b"\n"])) + eol.join(line.encode() for line in lines) + eol + eol + body + b"\x00"
+    between = draw(st.sampled_from([b"", b"", b"\n", b"\n\n", b"\r\n", b"\x00"]))  # a frame's end, heart-beats
+    return between + eol.join(line.encode() for line in lines) + eol + eol + body + b"\x00"
 
 
 @given(
@@ -360,17 +361,19 @@ def _frame_bytes(draw: st.DrawFn) -> bytes:
 )
 @settings(max_examples=400, deadline=None)
 def test_a_whole_frame_reads_exactly_as_the_two_phases_read_it(frames: list[bytes], version: str, limits: dict) -> None:
-    """Fed whole, a plain frame takes the one-step read (``_whole_frame``); fed a byte at a
+    """Fed whole, plain frames take the one-step read (``_whole_frames``); fed a byte at a
     time, every frame takes the two phases. Frames and kept heads must agree, and both
     must fail or neither (fed a byte at a time, a frame over two limits may cross the
     other one first: both messages are right)."""
     wire = b"".join(frames)
-    whole, whole_error = _outcome(FrameParser(version=version, **limits), [wire])
-    bytewise, bytewise_error = _outcome(
-        FrameParser(version=version, **limits), [wire[i : i + 1] for i in range(len(wire))]
-    )
+    whole_parser, bytewise_parser = FrameParser(version=version, **limits), FrameParser(version=version, **limits)
+    whole, whole_error = _outcome(whole_parser, [wire])
+    bytewise, bytewise_error = _outcome(bytewise_parser, [wire[i : i + 1] for i in range(len(wire))])
     assert whole == bytewise
     assert (whole_error is None) == (bytewise_error is None), (whole_error, bytewise_error)
+    if whole_error is None:  # the EOLs between frames: each frame's own, and heart-beats
+        assert whole_parser.heartbeats == bytewise_parser.heartbeats
+        assert whole_parser.buffered == bytewise_parser.buffered
 
 
 def test_large_body_fed_in_chunks_is_scanned_once() -> None:
