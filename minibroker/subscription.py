@@ -145,7 +145,15 @@ class Subscription:
 
     # -- delivery
     def deliver(self, message: "Message") -> None:
-        """Write ``message`` to the consumer as a MESSAGE frame."""
+        """Write ``message`` to the consumer as a MESSAGE frame, then let the destination
+        account for it (``on_delivered``)."""
+        self.write_message(message)
+        self.destination.on_delivered(self, message)
+
+    def write_message(self, message: "Message") -> None:
+        """``message``'s MESSAGE frame to the consumer, counted as delivered: ``deliver``
+        without the destination's accounting (a destination's straight-through path
+        does its own)."""
         session = self.session
         version = session.version
         if self._head_version != version:
@@ -162,7 +170,6 @@ class Subscription:
         parts.append(message.tail(version))
         session.write(b"".join(parts))
         self.delivered_count += 1
-        self.destination.on_delivered(self, message)
 
     # -- acknowledgement
     def ack_id_of(self, message: "Message") -> str:

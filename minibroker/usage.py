@@ -84,6 +84,31 @@ class Usage:
                 u._changed()
             u = u.parent
 
+    def passes(self, amount: int) -> bool:
+        """Charge ``amount`` bytes and release them again at once, if that changes nothing
+        but the peaks: True, with every peak raised as the charge would raise it, when no
+        usage of the chain would leave its band (no percent changes, no listener is
+        called, and the release brings each back to where it was); False, with nothing
+        changed, otherwise (the caller then charges and releases as usual).
+
+        Theory of operation: ``increase`` calls ``_changed`` only when a usage reaches
+        ``_high``, and ``decrease`` only when one falls below ``_low``, which is at most
+        the usage before the charge. So a charge that stays under every ``_high`` and is
+        released at once leaves usages, bands and percents as they were: only ``peak``
+        remembers it. A message that goes straight to a consumer that acknowledges it
+        on delivery (auto ack) is such a charge."""
+        u: Usage | None = self
+        while u is not None:
+            if u.usage + amount >= u._high:
+                return False
+            u = u.parent
+        u = self
+        while u is not None:
+            if u.usage + amount > u.peak:
+                u.peak = u.usage + amount
+            u = u.parent
+        return True
+
     def _changed(self) -> None:
         old = self._percent
         new = self.percent
