@@ -37,7 +37,11 @@ if TYPE_CHECKING:
     from .ports import DestinationHost
     from .subscription import Subscription
 
-__all__ = ["Topic", "DurableState"]
+__all__ = ["Topic", "DurableState", "STRAIGHT_THROUGH"]
+
+#: Deliver straight through where it applies (see ``Topic.accept``); the tests turn it
+#: off to hold it to the general path.
+STRAIGHT_THROUGH = True
 
 
 class Topic(Destination):
@@ -117,6 +121,20 @@ class Topic(Destination):
 
         Returns None when done, or the subscriptions still to serve when one
         of them is full: the producer must wait (``targets`` resumes there).
+
+        Theory of operation of the straight-through path: a subscription without a
+        selector, noLocal or durable state that acknowledges on delivery (auto) and
+        has room and nothing pending gets the message at once, and the general path
+        holds it for that subscription (charging its memory if nothing held it yet)
+        only to release it in the same call, once delivered. Where the message is
+        already held (an earlier subscription keeps it pending, or unacknowledged)
+        that hold and release only count a reference up and down; where it is not,
+        and the charge moves no usage out of its percent band (``Usage.passes``,
+        which raises the peaks as the charge would), they change nothing else either.
+        So the frame is written and counted without them. Such deliveries leave the
+        usage where it was, so one ``passes`` answers for those that follow it,
+        until a subscription takes the general path (which may move the usage).
+        The suite holds this path to the general one (``tests/test_core_fast_paths.py``).
         """
         broker = self.broker
         if targets is None:
@@ -126,10 +144,29 @@ class Topic(Destination):
             live = broker.live_subscription
             targets = [s for s in targets if live(s)]
         limit = self.policy.pending_message_limit
+        tracing = broker.trace.enabled
+        passing = False  # a Usage.passes for this message's size said yes, and the usage has not moved since
         for i, sub in enumerate(targets):
-            if not sub.accepts(message):
+            if (sub.selector is not None or sub.no_local) and not sub.accepts(message):
                 continue
             direct = not sub.pending and sub.has_capacity()
+            if (
+                direct
+                and sub.auto
+                and sub.durable is None
+                and STRAIGHT_THROUGH
+                and (message.refs or passing or self.memory.passes(message.size))
+            ):
+                sub.write_message(message)
+                if tracing:
+                    broker.delivered(sub, message)
+                self.dispatched += 1
+                self.dequeued += 1
+                if not message.refs:  # (held by another subscription, the hold and release only count)
+                    passing = True
+                    broker.space_freed()  # as the release would
+                continue
+            passing = False
             if not direct and self.cursor_full(sub):
                 if limit == 0:
                     self._discard(sub, message, "subscription full, pending_message_limit is 0")

@@ -23,18 +23,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minibroker import queue as queue_module
+from minibroker import topic as topic_module
 from minibroker.config import parse_config
 from minibroker.sim import VirtualClient, VirtualNetwork
 from minibroker.topic import Topic
 
-_DESTINATIONS = ["/queue/a", "/queue/a", "/queue/b", "/topic/t"]
+#: The destinations of one example: queues, a topic, or both.
+_DESTINATIONS = st.sampled_from([["/queue/a", "/queue/b"], ["/topic/t"], ["/queue/a", "/queue/a", "/topic/t"]])
+#: Actions name a destination by a number: its place in the example's list (modulo its length).
+_DESTINATION = st.integers(0, 2)
 _PRODUCERS = 2
 _CONSUMERS = 3
 
 _SEND = st.tuples(
     st.just("send"),
     st.integers(0, _PRODUCERS - 1),
-    st.sampled_from(_DESTINATIONS),
+    _DESTINATION,
     st.booleans(),  # persistent
     st.sampled_from([0, 0, 0, 1500]),  # time to live, ms
     st.sampled_from([0, 10, 300, 3000]),  # body bytes
@@ -45,14 +49,14 @@ _SEND = st.tuples(
 _SUBSCRIBE = st.tuples(
     st.just("subscribe"),
     st.integers(0, _CONSUMERS - 1),
-    st.sampled_from(_DESTINATIONS),
+    _DESTINATION,
     st.sampled_from(["auto", "auto", "client", "client-individual"]),
     st.sampled_from(["1", "2", "1000"]),  # prefetch
     st.sampled_from([None, None, None, "kind = 'a'"]),
 )
 _OTHERS = {
     "subscribe": _SUBSCRIBE,
-    "unsubscribe": st.tuples(st.just("unsubscribe"), st.integers(0, _CONSUMERS - 1), st.sampled_from(_DESTINATIONS)),
+    "unsubscribe": st.tuples(st.just("unsubscribe"), st.integers(0, _CONSUMERS - 1), _DESTINATION),
     "ack": st.tuples(st.just("ack"), st.integers(0, _CONSUMERS - 1)),
     "read": st.tuples(st.just("read"), st.integers(0, _CONSUMERS - 1)),
     "advance": st.tuples(st.just("advance"), st.sampled_from([0.2, 2.0])),
@@ -66,19 +70,22 @@ _ACTION = st.sampled_from(["send"] * 6 + ["read", "read", "ack", "ack", "advance
 
 @contextlib.contextmanager
 def _general_paths_only() -> Iterator[None]:
-    saved = queue_module.STRAIGHT_THROUGH
-    queue_module.STRAIGHT_THROUGH = False
+    saved = queue_module.STRAIGHT_THROUGH, topic_module.STRAIGHT_THROUGH
+    queue_module.STRAIGHT_THROUGH = topic_module.STRAIGHT_THROUGH = False
     try:
         yield
     finally:
-        queue_module.STRAIGHT_THROUGH = saved
+        queue_module.STRAIGHT_THROUGH, topic_module.STRAIGHT_THROUGH = saved
 
 
 class _World:
     """One broker on the virtual network, its producers and consumers, and what each
     consumer has received but not yet acknowledged."""
 
-    def __init__(self, config: Any, data_dir: str | None, traced: bool, small_buffers: bool) -> None:
+    def __init__(
+        self, config: Any, data_dir: str | None, traced: bool, small_buffers: bool, destinations: list[str]
+    ) -> None:
+        self.destinations = destinations
         self.net = VirtualNetwork(config, trace=True if traced else None, data_dir=data_dir)
         self.producers = [self.net.connected_client(f"p{i}") for i in range(_PRODUCERS)]
         self.small_buffers = small_buffers
@@ -97,7 +104,8 @@ class _World:
     def apply(self, action: tuple[Any, ...]) -> None:
         kind = action[0]
         if kind == "send":
-            _, p, dest, persistent, ttl, size, sort, receipt, count = action
+            _, p, d, persistent, ttl, size, sort, receipt, count = action
+            dest = self.destinations[d % len(self.destinations)]
             headers = {}
             if persistent:
                 headers["persistent"] = "true"
@@ -112,7 +120,8 @@ class _World:
                 if not producer.closed and not producer.reading_paused:
                     producer.send(dest, b"x" * size, **headers)
         elif kind == "subscribe":
-            _, c, dest, ack, prefetch, selector = action
+            _, c, d, ack, prefetch, selector = action
+            dest = self.destinations[d % len(self.destinations)]
             headers = {"activemq.prefetchSize": prefetch}
             if selector is not None:
                 headers["selector"] = selector
@@ -120,7 +129,8 @@ class _World:
                 self.subscribed[c].add(dest)
                 self._consumer_frame(c, lambda client: client.subscribe(dest, dest, ack, **headers))
         elif kind == "unsubscribe":
-            _, c, dest = action
+            _, c, d = action
+            dest = self.destinations[d % len(self.destinations)]
             if dest in self.subscribed[c]:
                 self.subscribed[c].discard(dest)
                 self._consumer_frame(c, lambda client: client.send_frame("UNSUBSCRIBE", {"id": dest}))
@@ -188,6 +198,7 @@ class _World:
 @given(
     subscriptions=st.lists(_SUBSCRIBE, max_size=4),
     actions=st.lists(_ACTION, min_size=10, max_size=40),
+    destinations=_DESTINATIONS,
     memory=st.sampled_from(["24 kb", "200 kb", "64 mb"]),
     cursor=st.sampled_from(["vm", "file"]),
     journal=st.booleans(),
@@ -197,6 +208,7 @@ class _World:
 def test_the_straight_through_paths_do_what_the_general_paths_do(
     subscriptions: list[tuple[Any, ...]],
     actions: list[tuple[Any, ...]],
+    destinations: list[str],
     memory: str,
     cursor: str,
     journal: bool,
@@ -214,9 +226,9 @@ def test_the_straight_through_paths_do_what_the_general_paths_do(
     )
     dirs = [tempfile.mkdtemp(prefix="minibroker-fast-") for _ in range(2)] if journal else [None, None]
     try:
-        fast = _World(config, dirs[0], traced, small_buffers)
+        fast = _World(config, dirs[0], traced, small_buffers, destinations)
         with _general_paths_only():
-            general = _World(config, dirs[1], traced, small_buffers)
+            general = _World(config, dirs[1], traced, small_buffers, destinations)
         assert fast.observed() == general.observed()
         for action in [*subscriptions, *actions]:
             fast.apply(action)
