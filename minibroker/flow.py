@@ -123,11 +123,13 @@ class ProducerFlowControl:
 
     def has_room(self, destination: Destination, message: Message) -> bool:
         """May ``message`` enter ``destination`` now? (ActiveMQ ``Queue.send``'s checks)"""
-        if not destination.policy.producer_flow_control and not destination.policy.send_fail_if_no_space:
+        policy = destination.policy
+        if not policy.producer_flow_control and not policy.send_fail_if_no_space:
             return True
-        if message.persistent and self.store is not None and (self.store_usage.is_full() or self.disk_full):
-            return False
-        if not message.persistent and self.temp_usage.is_full():
+        if message.persistent:
+            if self.store is not None and (self.store_usage.is_full() or self.disk_full):
+                return False
+        elif self.temp_usage.is_full():
             return False  # ActiveMQ Queue.checkUsage / Topic.send: "Temp Store is Full"
         if destination.kind == "topic":
             return True  # each subscription's pending cursor decides (Topic.accept), as TopicSubscription.add

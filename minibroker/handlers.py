@@ -24,7 +24,7 @@ from .frames import Frame
 from .message import BROKER_SET_HEADERS, MESSAGE_OVERHEAD, Message, send_block
 from .registry import TEMP_PREFIXES
 from .session import Session
-from .stats import Scope, is_statistics_address
+from .stats import STATISTICS_PREFIX, Scope, is_statistics_address
 
 if TYPE_CHECKING:
     from .admin import AdminHost
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .security import Security
     from .stats import BrokerView, StatisticsSource
     from .timers import Timers
-from .admin import is_admin_address, perform
+from .admin import ADMIN_PREFIX, is_admin_address, perform
 from .subscription import ACK_MODES, Subscription
 from .trace import Recorder
 
@@ -48,6 +48,9 @@ _MAX_PREFETCH = 32767
 #: as the journal keeps it (and as JMS's long).
 MAX_EXPIRES = 2**63 - 1
 _TEMP_STARTS = tuple(TEMP_PREFIXES)
+#: What statistics and admin requests' addresses start with: one test of a SEND's address for both.
+_TOOL_PREFIX = "/queue/ActiveMQ."
+assert STATISTICS_PREFIX.startswith(_TOOL_PREFIX) and ADMIN_PREFIX.startswith(_TOOL_PREFIX)
 
 
 class HandlerHost(Protocol):
@@ -159,23 +162,24 @@ class FrameHandlers:
         self._has_room = flow.has_room  # bound once: every SEND asks it
 
     def _on_send(self, session: Session, frame: Frame) -> Any:
-        address = frame.headers.get("destination")
+        h = frame.headers
+        address = h.get("destination")
         if not address:
             raise ProtocolError("SEND frame has no destination header")
-        if is_statistics_address(address):
-            return self._answer_statistics(session, frame, address)
-        if is_admin_address(address):
-            return self._answer_admin(session, frame, address)
+        if address.startswith(_TOOL_PREFIX):
+            if is_statistics_address(address):
+                return self._answer_statistics(session, frame, address)
+            if is_admin_address(address):
+                return self._answer_admin(session, frame, address)
         destination = self.registry.resolve(session, address, "write")
         message = self._make_message(session, frame, destination.address)
         if message.persistent and self.store is not None:
             self._check_fits_journal(message)
         session.messages_in += 1
-        txid = frame.headers.get("transaction")
-        if txid is not None:
-            self._transaction(session, txid).append(("send", destination, message))
+        if "transaction" in h:
+            self._transaction(session, h["transaction"]).append(("send", destination, message))
             return None
-        receipt = frame.headers.get("receipt")
+        receipt = h.get("receipt")
         if session.producing.parked or not self._has_room(destination, message):
             return self.flow.park(session, destination, message, receipt)
         try:
@@ -193,6 +197,8 @@ class FrameHandlers:
             return DEFERRED
         if remaining is not None:  # a topic subscription is full: the producer waits there
             return self.flow.park(session, destination, message, receipt, resume=remaining)
+        if receipt is None:
+            return None
         return self._after_write(session, receipt, message.store_ref is not None)
 
     def _check_fits_journal(self, message: Message) -> None:
@@ -223,10 +229,11 @@ class FrameHandlers:
             if passed is not None:  # the SEND's lines go out as they came (message.send_block)
                 self.next_message += 1
                 # By position (see Message.__init__): persistent, priority, expires, timestamp,
-                # origin, message_id_wire, wire_headers, header_chars.
+                # origin, message_id_wire, wire_headers, header_chars. The message-id is made
+                # from its wire form if something asks for it (a MESSAGE to a 1.2 consumer does not).
                 return Message(
                     seq,
-                    f"{self._id_prefix}{seq}",
+                    None,
                     address,
                     None,
                     frame.body,
@@ -235,7 +242,7 @@ class FrameHandlers:
                     expires,
                     timestamp,
                     session.id,
-                    self._id_prefix_wire + str(seq).encode(),
+                    b"%b%d" % (self._id_prefix_wire, seq),
                     passed[0],
                     passed[1],
                 )

@@ -16,6 +16,7 @@ changes is delivery bookkeeping (``redeliveries``) and two caches:
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 from .codec import FRAME_END, decode_header_block, encode_headers, escape, unescape
@@ -30,6 +31,11 @@ BROKER_SET_HEADERS = frozenset(
     {"message-id", "subscription", "ack", "redelivered", "destination", "receipt", "transaction", "content-length"}
 )
 
+
+#: A line of a broker-set header in a SEND's head, with the EOL before it (``send_block`` drops them).
+_BROKER_SET_LINE = re.compile("\n(?:" + "|".join(sorted(map(re.escape, BROKER_SET_HEADERS))) + "):[^\n]*")
+#: The end of a MESSAGE's header block for a message that never expires, of the default priority.
+_DEFAULT_END = "\nexpires:0\npriority:4\n"
 
 #: SEND headers the broker rewrites in place (``handlers._make_message``): a SEND naming one
 #: takes the general path (``persistent:true`` excepted: it stays as it is).
@@ -64,13 +70,22 @@ def send_block(
         "\\" in address or ":" in address or "\n" in address or "\r" in address
     ):
         return None
-    kept = head[head.find("\n") :] if lines else ""  # "\nname:value" lines, after the command
-    for name in BROKER_SET_HEADERS.intersection(headers):
-        at = kept.index("\n" + name + ":")
-        end = kept.find("\n", at + 1)
-        kept = kept[:at] + kept[end:] if end >= 0 else kept[:at]
-    text = f"destination:{address}{kept}\ntimestamp:{timestamp}\nexpires:{expires}\npriority:{priority}\n"
-    return text.encode("utf-8"), len(text) - 2 * text.count("\n")
+    # The command line and the "\nname:value" lines the broker does not set (one regular
+    # expression: the cheapest way here to drop a few named lines from a string).
+    kept, dropped = _BROKER_SET_LINE.subn("", head)
+    end = _DEFAULT_END if expires == 0 and priority == 4 else f"\nexpires:{expires}\npriority:{priority}\n"
+    text = "".join(
+        (
+            "destination:",
+            address,
+            kept[kept.find("\n") :] if lines > dropped else "",
+            "\ntimestamp:",
+            str(timestamp),
+            end,
+        )
+    )
+    # Every line is one name, one colon, one value and its EOL: 4 lines of the broker's own.
+    return text.encode("utf-8"), len(text) - 2 * (lines - dropped + 4)
 
 
 def message_id_from_wire(wire_id: bytes) -> str:

@@ -64,6 +64,9 @@ class DestinationRegistry:
         self.broker = broker
         self.by_address: dict[str, Destination] = {}
         self._temporaries: dict[int, list[Destination]] = {}
+        #: No ``[[authorization]]`` entries: a known queue or topic needs no rights checked
+        #: (the configuration does not change while the broker runs).
+        self._open = not broker.security.authorizes
 
     def __len__(self) -> int:
         return len(self.by_address)
@@ -101,7 +104,7 @@ class DestinationRegistry:
         ``right`` is "read" (consume) or "write" (send).
         """
         found = self.by_address.get(address)
-        if found is not None and found.owner is None and not self.broker.security.authorizes:
+        if found is not None and found.owner is None and self._open:
             return found  # the hot path: a known queue or topic, no rights to check
         temp = self._temp_address(session, address)
         if temp is not None:

@@ -131,8 +131,8 @@ class Usage:
         """At or over ``mark`` percent here, or in any ancestor (ActiveMQ ``isFull``)."""
         u: Usage | None = self
         while u is not None:
-            # percent >= mark, without the division: floor(usage*100/limit) >= mark
-            if u.limit > 0 and u.usage * 100 >= mark * u.limit:
+            # ``_percent`` is ``percent``: it is recomputed whenever the usage leaves its band.
+            if u._percent >= mark and u.limit > 0:
                 return True
             u = u.parent
         return False
@@ -141,13 +141,14 @@ class Usage:
         """May a cursor cache one more message? (see the module docstring)"""
         if check == "legacy":
             return not self.is_full(high_water_mark)
-        # Inline (per message): no ancestor at 100%, and floor(usage*100/limit) < mark here.
+        # Inline (per message): no ancestor at 100%, and the percent here under the mark
+        # (``_percent`` is ``percent``, 0 without a limit).
         u = self.parent
         while u is not None:
-            if u.limit > 0 and u.usage >= u.limit:
+            if u._percent >= 100 and u.limit > 0:
                 return False
             u = u.parent
-        return (self.usage * 100 // self.limit if self.limit > 0 else 0) < high_water_mark
+        return self._percent < high_water_mark
 
     def fits(self, amount: int) -> bool:
         """Would ``amount`` more bytes keep this usage and its ancestors within their limits?"""

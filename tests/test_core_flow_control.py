@@ -271,3 +271,50 @@ def test_usage_percent_listeners_and_fullness_match_the_arithmetic(limit: int, s
         for mark in (50, 70, 100):
             assert usage.is_full(mark) == (now >= mark or root.usage * 100 // root.limit >= mark)
     assert heard == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limits=st.tuples(st.sampled_from([0, 1000, 4096]), st.sampled_from([0, 700, 1000, 3000])),
+    steps=st.lists(st.tuples(st.booleans(), st.integers(0, 2500), st.integers(0, 1300)), max_size=30),
+)
+def test_the_questions_answer_as_their_definitions(limits: tuple[int, int], steps: list) -> None:
+    """``is_full``, ``has_space`` and ``passes`` read the percent kept in each usage's band:
+    they must answer as floor(usage * 100 / limit) says, and ``passes`` must say yes exactly
+    when a charge and its release call no listener, raising the peaks as the charge would."""
+    root = Usage("memory", limits[0])
+    child = Usage("q", limits[1], root)
+    heard: list[int] = []
+    for u in (root, child):
+        u.add_listener(lambda usage, old, new: heard.append(new))
+
+    def percent(u: Usage) -> int:
+        return u.usage * 100 // u.limit if u.limit > 0 else 0
+
+    for charge, amount, size in steps:
+        if charge:
+            child.increase(amount)
+        else:
+            child.decrease(min(amount, child.usage))
+        for mark in (1, 70, 100):
+            assert child.is_full(mark) == any(percent(u) >= mark and u.limit > 0 for u in (root, child))
+            legacy = not any(percent(u) >= mark and u.limit > 0 for u in (root, child))
+            assert child.has_space(mark, "legacy") == legacy
+            assert child.has_space(mark, "current") == (
+                (root.limit <= 0 or root.usage < root.limit) and percent(child) < mark
+            )
+        before = [(u.usage, u.peak, u.percent) for u in (root, child)]
+        count = len(heard)
+        child.increase(size)
+        child.decrease(size)
+        quiet = len(heard) == count
+        charged = [(u.usage, u.peak, u.percent) for u in (root, child)]
+        for u, (_, peak, _) in zip((root, child), before):  # forget that pair's peaks: passes must raise them
+            u.peak = peak
+        del heard[count:]
+        assert child.passes(size) == quiet
+        if quiet:
+            assert [(u.usage, u.peak, u.percent) for u in (root, child)] == charged
+            assert len(heard) == count
+        else:
+            assert [(u.usage, u.peak, u.percent) for u in (root, child)] == before
