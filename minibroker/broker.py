@@ -835,8 +835,9 @@ class Broker(ReadingControl):
         command = frame.command
         before = session.state
         try:
-            # ``session.next_state(command)``, written out: once per frame.
-            next_state = session.transitions.get(command) or session.next_state(command)
+            next_state = session.transitions.get(command)
+            if next_state is None:
+                next_state = session.next_state(command)  # not allowed now: raises, saying what is
             if session.version == "1.0" and "\r" in frame.headers.get("receipt", ""):
                 # STOMP 1.0 escapes nothing: the RECEIPT could not carry it back.
                 raise ProtocolError("a receipt header cannot hold a carriage return in STOMP 1.0")

@@ -284,13 +284,23 @@ class FrameParser:
             raise self._error
         self.awaiting_version = False
         buf = self._buf
-        # The whole-frame read slices ``data`` itself when it is all there is (the usual read
-        # ends at a frame's end): its slices are bytes at once, not bytearrays copied again.
-        source: bytes | bytearray = data if not buf and type(data) is bytes else buf
-        buf += data
         frames: list[Frame] = []
         pos = 0
         whole_frames = self.version != "1.0"  # 1.0 trims values: only the general path does
+        refused = -1  # where the whole-frame read stopped at a frame it did not take
+        if whole_frames and not buf and type(data) is bytes and data and data[0] not in _BETWEEN_FRAMES:
+            # The usual read: nothing held, and whole plain frames up to its end. Read from
+            # ``data`` itself (its slices are bytes at once); the buffer is not touched
+            # unless something is left for the two phases.
+            pos = self._whole_frames(data, 0, frames)
+            if pos == len(data):
+                self._scan = self._line_start = 0
+                return frames
+            refused = pos
+        # The whole-frame read slices ``data`` itself when it is all there is (a read that ends
+        # at a frame's end): its slices are bytes at once, not bytearrays copied again.
+        source: bytes | bytearray = data if not buf and type(data) is bytes else buf
+        buf += data
         try:
             while True:
                 if self._head is None:
@@ -299,7 +309,7 @@ class FrameParser:
                     if pos >= len(buf) or buf[pos] == 13:  # (13: a CR the skip left, that may start a CR LF)
                         break
                     self._after_nul = False
-                    if whole_frames:
+                    if whole_frames and pos != refused:
                         start = pos
                         pos = self._whole_frames(source, pos, frames)
                         if pos != start:

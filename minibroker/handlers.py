@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 from storage import StoreFull
 
 from .coreutil import DEFERRED, Ignored, int_header, seq_of, shown
-from .digits import parse_decimal
+from .digits import MAX_DIGITS, parse_decimal
 from .destination import Destination
 from .queue import Queue
 from .topic import Topic
@@ -612,7 +612,16 @@ class FrameHandlers:
         if ack_id is not None:
             key_text, _, seq_text = ack_id.partition("-")
             try:
-                key, seq = parse_decimal(key_text), parse_decimal(seq_text)
+                if (  # parse_decimal's own fast case, for both at once
+                    key_text.isdigit()
+                    and seq_text.isdigit()
+                    and ack_id.isascii()
+                    and len(key_text) <= MAX_DIGITS
+                    and len(seq_text) <= MAX_DIGITS
+                ):
+                    key, seq = int(key_text), int(seq_text)
+                else:
+                    key, seq = parse_decimal(key_text), parse_decimal(seq_text)
             except ValueError:
                 raise ProtocolError(
                     f"{command} for unknown ack id {shown(ack_id)}: an ack id is two numbers "
@@ -662,7 +671,7 @@ class FrameHandlers:
                 raise ProtocolError(f"{command} for message {message_id!r}, which is not awaiting acknowledgement")
         if sub.auto:
             raise ProtocolError(f"{command} on subscription {sub.id!r}, which uses ack mode auto")
-        messages = sub.take_acked(seq, cumulative=sub.ack_mode == "client")
+        messages = sub.take_acked(seq, sub.ack_mode == "client")  # (cumulative in client mode)
         if not messages:
             raise ProtocolError(
                 f"{command} for a message that is not awaiting acknowledgement (ack id {ack_id or seq!r})"

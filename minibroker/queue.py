@@ -224,7 +224,7 @@ class Queue(Destination):
         if self._dispatching or not self._groups:
             return
         cursor = self.cursor
-        if not self.pending and not cursor.store_only:
+        if not self.pending and (cursor.cache_enabled or not cursor.store_only):  # (enabled: none store-only)
             return
         self._dispatching = True
         try:

@@ -102,7 +102,7 @@ class Session:
         self.state = State.CONNECTING
         #: False once CLOSED (kept beside ``state``: the hot paths ask it per frame).
         self.is_open = True
-        #: ``TRANSITIONS[state]``: what each command allowed now leads to.
+        #: ``TRANSITIONS[state]``: command -> the state after it (the broker reads it per frame).
         self.transitions = TRANSITIONS[State.CONNECTING]
         #: Negotiated STOMP version ("1.0" until CONNECT says otherwise).
         self.version = "1.0"
