@@ -117,6 +117,7 @@ class Message:
         "refs",
         "_tail",
         "_tail10",
+        "_rest",
         "_mid_wire",
     )
 
@@ -174,6 +175,7 @@ class Message:
         # hold its body twice meanwhile.
         self._tail: bytes | None = None
         self._tail10: bytes | None = None
+        self._rest: bytes | None = None  # ``rest("1.2")``, made at the first delivery that needs it
         #: The message-id as escaped on the wire (1.1, 1.2), when the creator knows it.
         self._mid_wire: bytes | None = message_id_wire
 
@@ -209,10 +211,26 @@ class Message:
                 self._tail10 = self._build_tail("1.0")
             return self._tail10
         if self._tail is None:
-            self._tail = b"".join((self.wire_headers, b"content-length:%d\n\n" % len(self.body), self.body, FRAME_END))
+            self._tail = self._after(b"")
         if version == "1.1" and b"\\r" in self._tail:
             return self._build_tail("1.1")  # 1.1 has no \\r escape: rare, not cached
         return self._tail
+
+    def rest(self, version: str) -> bytes:
+        """What follows the ``message-id:`` of a MESSAGE frame where nothing more is per
+        delivery (an auto-ack delivery, not a redelivery): the message-id, its EOL and
+        ``tail``. Kept for 1.2, as the tail is: a topic writes the same to each such
+        subscriber, after the subscriber's own first lines."""
+        if version != "1.2":
+            return b"".join((self.message_id_wire(version), b"\n", self.tail(version)))
+        rest = self._rest
+        if rest is None:
+            rest = self._rest = self._after(self.message_id_wire("1.2") + b"\n")
+        return rest
+
+    def _after(self, lead: bytes) -> bytes:
+        """``lead``, then the 1.2 tail: headers, content-length, blank line, body, end."""
+        return b"".join((lead, self.wire_headers, b"content-length:%d\n\n" % len(self.body), self.body, FRAME_END))
 
     def _build_tail(self, version: str) -> bytes:
         return b"".join(

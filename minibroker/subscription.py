@@ -159,6 +159,10 @@ class Subscription:
         if self._head_version != version:
             self._head = b"MESSAGE\nsubscription:" + escape(self.id, version).encode("utf-8") + b"\nmessage-id:"
             self._head_version = version
+        if self.auto and not message.redeliveries and message.seq not in self.redelivered:
+            session.write(self._head + message.rest(version))  # nothing of this delivery's own after the head
+            self.delivered_count += 1
+            return
         parts = [self._head, message.message_id_wire(version)]
         if not self.auto:
             if version == "1.2":
