@@ -427,6 +427,7 @@ class FrameParser:
             if len(headers) != len(lines) - 1 or "" in headers:  # a repeated or empty name
                 return pos
             headers.head = text
+            headers.lines = lines
             body_start = end + 2
             clen_text = headers.get("content-length")
             if clen_text is None:
@@ -543,6 +544,7 @@ class FrameParser:
         trim = version == "1.0"
         headers = ParsedHeaders()
         headers.head = head
+        headers.lines = lines if head is not None else None
         for i in range(1, len(lines)):
             line = lines[i]
             name, colon, value = line.partition(":")

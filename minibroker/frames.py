@@ -48,13 +48,16 @@ class ParsedHeaders(dict[str, str]):
 
     ``head`` is the frame's command line and header lines exactly as received
     (LF line ends, nothing unescaped), or None where the codec did not keep it
-    (CRLF line ends). The broker passes a SEND's header lines through to the
-    MESSAGE as they are when nothing in them changes (``message.send_block``)
-    instead of encoding its dict again. Compares equal to a plain dict.
+    (CRLF line ends); ``lines`` is the same split at its line ends (the list the
+    codec read it by), or None with it. The broker passes a SEND's header lines
+    through to the MESSAGE as they are when nothing in them changes
+    (``message.send_block``) instead of encoding its dict again. Compares equal
+    to a plain dict.
     """
 
-    __slots__ = ("head",)
+    __slots__ = ("head", "lines")
     head: str | None
+    lines: list[str] | None
 
 
 class Frame(NamedTuple):

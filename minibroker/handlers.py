@@ -183,7 +183,10 @@ class FrameHandlers:
         if session.producing.parked or not self._has_room(destination, message):
             return self.flow.park(session, destination, message, receipt)
         try:
-            remaining = self._route(destination, message)
+            if message.persistent or self.trace.enabled:
+                remaining = self._route(destination, message)
+            else:  # what _route and admit come down to for it: nothing to journal, nothing to trace
+                remaining = destination.accept(message)
         except NoSpaceError as exc:  # a full disk: as a full store, wait (flow control) or refuse
             policy = destination.policy
             if isinstance(destination, Queue) and (policy.producer_flow_control or policy.send_fail_if_no_space):
@@ -225,7 +228,7 @@ class FrameHandlers:
         seq = self.next_message
         head = getattr(h, "head", None)
         if head is not None and session.version != "1.0":
-            passed = send_block(head, h, address, timestamp, expires, priority)
+            passed = send_block(head, h, address, timestamp, expires, priority, h.lines)  # type: ignore[attr-defined]
             if passed is not None:  # the SEND's lines go out as they came (message.send_block)
                 self.next_message += 1
                 # By position (see Message.__init__): persistent, priority, expires, timestamp,

@@ -16,7 +16,6 @@ changes is delivery bookkeeping (``redeliveries``) and two caches:
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 from .codec import FRAME_END, decode_header_block, encode_headers, escape, unescape
@@ -32,18 +31,41 @@ BROKER_SET_HEADERS = frozenset(
 )
 
 
-#: A line of a broker-set header in a SEND's head, with the EOL before it (``send_block`` drops them).
-_BROKER_SET_LINE = re.compile("\n(?:" + "|".join(sorted(map(re.escape, BROKER_SET_HEADERS))) + "):[^\n]*")
-#: The end of a MESSAGE's header block for a message that never expires, of the default priority.
-_DEFAULT_END = "\nexpires:0\npriority:4\n"
+#: The last lines of a MESSAGE's header block for a message that never expires, of the default priority.
+_DEFAULT_END = "expires:0\npriority:4\n"
 
 #: SEND headers the broker rewrites in place (``handlers._make_message``): a SEND naming one
 #: takes the general path (``persistent:true`` excepted: it stays as it is).
 _REWRITTEN_HEADERS = frozenset({"timestamp", "expires", "priority", "reply-to", "persistent"})
 
 
+#: SEND layouts (their header names, in order) -> (where the lines a MESSAGE keeps are
+#: among the head's lines, how many of the names the broker rewrites): what ``send_block``
+#: works out once per layout, for a producer sends the same layout again and again.
+_LAYOUTS: dict[tuple[str, ...], tuple[tuple[int, ...], int]] = {}
+#: The most layouts kept (then forgotten all at once: a client cannot grow the broker with them).
+_LAYOUTS_KEPT = 256
+
+
+def _layout(names: tuple[str, ...]) -> tuple[tuple[int, ...], int]:
+    """``_LAYOUTS[names]``, worked out and kept."""
+    if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+        _LAYOUTS.clear()
+    layout = _LAYOUTS[names] = (
+        tuple(i for i, name in enumerate(names, 1) if name not in BROKER_SET_HEADERS),
+        len(_REWRITTEN_HEADERS.intersection(names)),
+    )
+    return layout
+
+
 def send_block(
-    head: str, headers: Mapping[str, str], address: str, timestamp: int, expires: int, priority: int
+    head: str,
+    headers: Mapping[str, str],
+    address: str,
+    timestamp: int,
+    expires: int,
+    priority: int,
+    lines: list[str] | None = None,
 ) -> tuple[bytes, int] | None:
     """A MESSAGE's STOMP 1.2 header block made from a SEND's head as received.
 
@@ -55,37 +77,33 @@ def send_block(
     escape, one colon per line and no repeated name, its lines already are
     their own 1.2 encoding, so the block is those lines minus the broker-set
     ones, with the broker's lines around them: the bytes ``encode_headers``
-    would give for the dict, without building or encoding it. Returns
-    (block, characters of its names and values), or None where the head does
-    not qualify (the caller builds the dict instead).
+    would give for the dict, without building or encoding it. Which lines those
+    are depends only on the names, in order (the dict's order is the lines', as no
+    name repeats): it is worked out once per layout (``_LAYOUTS``). ``lines`` is
+    ``head`` split at its line ends, if the caller has it (``ParsedHeaders.lines``).
+    Returns (block, characters of its names and values), or None where the head
+    does not qualify (the caller builds the dict instead).
     """
-    lines = head.count("\n")
-    if len(headers) != lines or head.count(":") != lines or "\\" in head:
+    if lines is None:
+        lines = head.split("\n")
+    count = len(lines) - 1
+    if len(headers) != count or head.count(":") != count or "\\" in head:
         return None
-    if not _REWRITTEN_HEADERS.isdisjoint(headers) and (
-        headers.get("persistent") != "true" or len(_REWRITTEN_HEADERS.intersection(headers)) > 1
-    ):
+    names = tuple(headers)
+    kept, rewritten = _LAYOUTS.get(names) or _layout(names)
+    if rewritten and (rewritten > 1 or headers.get("persistent") != "true"):
         return None
     if address != headers.get("destination") and (
         "\\" in address or ":" in address or "\n" in address or "\r" in address
     ):
         return None
-    # The command line and the "\nname:value" lines the broker does not set (one regular
-    # expression: the cheapest way here to drop a few named lines from a string).
-    kept, dropped = _BROKER_SET_LINE.subn("", head)
-    end = _DEFAULT_END if expires == 0 and priority == 4 else f"\nexpires:{expires}\npriority:{priority}\n"
-    text = "".join(
-        (
-            "destination:",
-            address,
-            kept[kept.find("\n") :] if lines > dropped else "",
-            "\ntimestamp:",
-            str(timestamp),
-            end,
-        )
-    )
+    block = ["destination:" + address]
+    block += map(lines.__getitem__, kept)
+    block.append(f"timestamp:{timestamp}")
+    block.append(_DEFAULT_END if expires == 0 and priority == 4 else f"expires:{expires}\npriority:{priority}\n")
+    text = "\n".join(block)
     # Every line is one name, one colon, one value and its EOL: 4 lines of the broker's own.
-    return text.encode("utf-8"), len(text) - 2 * (lines - dropped + 4)
+    return text.encode("utf-8"), len(text) - 2 * (len(kept) + 4)
 
 
 def message_id_from_wire(wire_id: bytes) -> str:

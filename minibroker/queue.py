@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Queue", "STRAIGHT_THROUGH"]
 
-#: Take the straight-through path where it applies (``Queue._straight_through``); the
-#: tests turn it off to hold it to the general path.
+#: Take the straight-through path where it applies (``Queue.accept``); the tests turn it
+#: off to hold it to the general path.
 STRAIGHT_THROUGH = True
 
 
@@ -120,6 +120,23 @@ class Queue(Destination):
 
     # -- messages in
     def accept(self, message: "Message") -> None:
+        """Take a newly sent message: cache it (or leave it in the store) and dispatch.
+
+        Theory of operation of the straight-through path: with one consumer and no
+        selector (``_single``), nothing cached (``pending``) nor in the store (the
+        cache is enabled only while nothing is store-only: ``cursor.py``), a consumer
+        with room, no dispatch running and a message that cannot expire, the general
+        path caches the message (the cursor's space check passes: a persistent one is
+        tested here, and a non-persistent one leaves at once, so even a file cursor
+        keeps it), charges its memory (``hold``), reports it enqueued, and dispatch
+        takes it straight back out and delivers it, and finds nothing more to do.
+        This does the same without the round trip through the cache. When the
+        consumer acknowledges on delivery (auto) and the message is not in the
+        journal, the charge is released at once: where that moves no usage out of
+        its band (``Usage.passes``, which raises the peaks as the charge would) it is
+        not made at all, and neither is the release. The suite holds this path to
+        the general one (``tests/test_core_fast_paths.py``).
+        """
         sub = self._single
         cursor = self.cursor
         if (
@@ -132,7 +149,22 @@ class Queue(Destination):
             and sub.has_capacity()
             and (message.store_ref is None or cursor.has_space())
         ):
-            self._straight_through(sub, message)
+            self.enqueued += 1
+            broker = self.broker
+            if sub.auto and message.store_ref is None and not message.refs and self.memory.passes(message.size):
+                tracing = broker.trace.enabled
+                if tracing:
+                    broker.message_enqueued(self, message, True)
+                sub.write_message(message)
+                if tracing:
+                    broker.delivered(sub, message)
+                self.dispatched += 1
+                self.dequeued += 1
+                broker.space_freed()  # as the release would
+                return
+            self.hold(message)
+            broker.message_enqueued(self, message, True)
+            sub.deliver(message)
             return
         self.enqueued += 1
         cached = cursor.add(message)
@@ -141,39 +173,6 @@ class Queue(Destination):
             self._schedule_sweep()
         if self.consumers:
             self.dispatch()
-
-    def _straight_through(self, sub: "Subscription", message: "Message") -> None:
-        """``accept`` for a message that goes straight to the queue's one consumer.
-
-        Theory of operation: with one consumer and no selector (``_single``), nothing
-        cached (``pending``) nor in the store (the cache is enabled only while nothing is
-        store-only: ``cursor.py``), a consumer with room, no dispatch running and a
-        message that cannot expire, the general path caches the message (the cursor's
-        space check passes: a persistent one is tested here, and a non-persistent one
-        leaves at once, so even a file cursor keeps it), charges its memory (``hold``),
-        reports it enqueued, and dispatch takes it straight back out and delivers it,
-        and finds nothing more to do. This does the same without the round trip
-        through the cache. When the consumer acknowledges on delivery (auto) and the
-        message is not in the journal, the charge is released at once: where that moves
-        no usage out of its band (``Usage.passes``, which raises the peaks as the charge
-        would) it is not made at all, and neither is the release. The suite holds this
-        path to the general one (``tests/test_core_fast_paths.py``)."""
-        self.enqueued += 1
-        broker = self.broker
-        if sub.auto and message.store_ref is None and not message.refs and self.memory.passes(message.size):
-            tracing = broker.trace.enabled
-            if tracing:
-                broker.message_enqueued(self, message, True)
-            sub.write_message(message)
-            if tracing:
-                broker.delivered(sub, message)
-            self.dispatched += 1
-            self.dequeued += 1
-            broker.space_freed()  # as the release would
-            return
-        self.hold(message)
-        broker.message_enqueued(self, message, True)
-        sub.deliver(message)
 
     def dispatch_to(self, sub: "Subscription") -> None:
         if sub.browser:

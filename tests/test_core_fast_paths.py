@@ -2,7 +2,7 @@
 
 A message that goes straight to a consumer with room skips the round trip through
 its destination's cache, and, acknowledged on delivery, the memory charge that
-would be released in the same call (``Queue._straight_through``,
+would be released in the same call (``Queue.accept``, ``Topic.accept``,
 ``Usage.passes``). Here the same generated workload (producers, consumers of
 every ack mode with small prefetches and sockets that fill, selectors,
 persistent and expiring messages, memory limits small enough to cross a percent

@@ -170,3 +170,16 @@ def test_a_passed_through_message_is_stored_and_paged_back_unchanged() -> None:
     assert stored.message_id == fast.message_id
     assert stored.headers == dict(fast.headers)
     assert stored.body == b"hello"
+
+
+def test_the_layouts_worked_out_are_bounded_and_each_gives_its_own_lines() -> None:
+    """A client that sends ever new header names cannot grow what send_block keeps; each
+    layout still gives its own block, before and after the cache is emptied."""
+    from minibroker import message
+
+    for i in range(message._LAYOUTS_KEPT + 50):
+        head = f"SEND\ndestination:/queue/q\nname{i}:v\ncontent-length:1"
+        headers = {"destination": "/queue/q", f"name{i}": "v", "content-length": "1"}
+        block, _ = send_block(head, headers, "/queue/q", 1, 0, 4)  # type: ignore[misc]
+        assert block == f"destination:/queue/q\nname{i}:v\ntimestamp:1\nexpires:0\npriority:4\n".encode()
+        assert len(message._LAYOUTS) <= message._LAYOUTS_KEPT
