@@ -133,7 +133,9 @@ class Topic(Destination):
         which raises the peaks as the charge would), they change nothing else either.
         So the frame is written and counted without them. Such deliveries leave the
         usage where it was, so one ``passes`` answers for those that follow it,
-        until a subscription takes the general path (which may move the usage).
+        until a subscription takes the general path (which may move the usage); and
+        one ``space_freed`` (the release's) stands for the run's: it only flags a
+        retry if producers or cursors wait, which nothing in the run changes.
         The suite holds this path to the general one (``tests/test_core_fast_paths.py``).
         """
         broker = self.broker
@@ -162,9 +164,9 @@ class Topic(Destination):
                     broker.delivered(sub, message)
                 self.dispatched += 1
                 self.dequeued += 1
-                if not message.refs:  # (held by another subscription, the hold and release only count)
+                if not message.refs and not passing:  # (held by another subscription, the hold and release only count)
                     passing = True
-                    broker.space_freed()  # as the release would
+                    broker.space_freed()  # as the release would (once a run: see above)
                 continue
             passing = False
             if not direct and self.cursor_full(sub):
