@@ -229,7 +229,8 @@ class Message:
                 self._tail10 = self._build_tail("1.0")
             return self._tail10
         if self._tail is None:
-            self._tail = self._after(b"")
+            body = self.body
+            self._tail = b"".join((self.wire_headers, b"content-length:%d\n\n" % len(body), body, FRAME_END))
         if version == "1.1" and b"\\r" in self._tail:
             return self._build_tail("1.1")  # 1.1 has no \\r escape: rare, not cached
         return self._tail
@@ -238,17 +239,18 @@ class Message:
         """What follows the ``message-id:`` of a MESSAGE frame where nothing more is per
         delivery (an auto-ack delivery, not a redelivery): the message-id, its EOL and
         ``tail``. Kept for 1.2, as the tail is: a topic writes the same to each such
-        subscriber, after the subscriber's own first lines."""
+        subscriber, after the subscriber's own first lines. Made in one join, not from
+        a kept tail (a single delivery would copy the body once more for nothing)."""
+        rest = self._rest
+        if rest is not None and version == "1.2":
+            return rest
         if version != "1.2":
             return b"".join((self.message_id_wire(version), b"\n", self.tail(version)))
-        rest = self._rest
-        if rest is None:
-            rest = self._rest = self._after(self.message_id_wire("1.2") + b"\n")
+        mid, wire, body = self._mid_wire, self._wire_headers, self.body
+        if mid is None or wire is None:  # made on first use (the usual SEND and page-in have both)
+            mid, wire = self.message_id_wire("1.2"), self.wire_headers
+        rest = self._rest = b"".join((mid, b"\n", wire, b"content-length:%d\n\n" % len(body), body, FRAME_END))
         return rest
-
-    def _after(self, lead: bytes) -> bytes:
-        """``lead``, then the 1.2 tail: headers, content-length, blank line, body, end."""
-        return b"".join((lead, self.wire_headers, b"content-length:%d\n\n" % len(self.body), self.body, FRAME_END))
 
     def _build_tail(self, version: str) -> bytes:
         return b"".join(
