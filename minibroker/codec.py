@@ -226,7 +226,7 @@ class FrameParser:
         if role not in ("server", "client"):
             raise ValueError(f"role must be 'server' or 'client', not {role!r}")
         self.commands = CLIENT_COMMANDS if role == "server" else SERVER_COMMANDS
-        # The commands ``_whole_frame`` may take: never a handshake frame (never escaped, and the
+        # The commands ``_whole_frames`` may take: never a handshake frame (never escaped, and the
         # parser stops or switches version after one).
         self._plain_commands = self.commands - _UNESCAPED_COMMANDS
         self._handshake = _SERVER_HANDSHAKE if role == "server" else _CLIENT_HANDSHAKE
