@@ -4,7 +4,7 @@
 The goals: ``minibroker analyze`` of a 10M-event trace takes no longer than a
 plain single-process loop that only parses the trace's JSON lines, and
 ``minibroker workload generate`` of 10M actions at most half that. This
-measures the three in the same minutes, one after the other, and prints the
+measures them in the same minutes, one after the other, and prints the
 ratios to the parse:
 
 1. make the trace, JSON lines and its Parquet twin (``python -m
@@ -16,13 +16,17 @@ ratios to the parse:
    events read from the Parquet segments (``--analyze-from jsonl``: from the
    JSON lines, as before the trace had a Parquet form);
 4. ``workload``: ``minibroker workload generate WORKLOAD.toml --scale S --out DIR``
-   (``examples/workloads/load-1m.toml``: 1M actions per unit of scale).
+   (``examples/workloads/load-1m.toml``: 1M actions per unit of scale), as a
+   user runs it: ``--engine auto``, on one machine the in-process engine
+   (numpy and pyarrow, no JVM);
+5. ``workload-spark``: the same with ``--engine spark``, the Spark job (the
+   engine of a cluster), for the record: the same table, no goal of its own.
 
 The table's ``input`` column says what each job read.
 
 Each is a whole process (the JVM's start is the user's cost too), timed by
 the wall clock, with its CPU seconds (user + system of the process tree, the
-JVM included) beside. ``--reps N`` runs the three N times, interleaved, and
+JVM included) beside. ``--reps N`` runs them all N times, interleaved, and
 takes the medians; the ratios are those of the medians. The machine's load
 average is printed with the table: on a shared machine absolute times move
 by 20-40%, the ratios measured in the same minutes much less.
@@ -59,7 +63,7 @@ from minibroker.trace.segments import segment_files, twin_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = ROOT / "examples" / "workloads" / "load-1m.toml"
-JOBS = ("parse", "analyze", "workload")
+JOBS = ("parse", "analyze", "workload", "workload-spark")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SAMPLE = 0.5  # seconds between samples of a job's CPU
 
@@ -155,7 +159,12 @@ def inputs(trace: Path, analyze_from: str) -> dict[str, str]:
     mb = sum(p.stat().st_size for p in segments) / 1e6
     parquet = f"Parquet, {len(segments)} segment(s), {mb:,.0f} MB"
     jsonl = f"JSON lines, {trace.stat().st_size / 1e6:,.0f} MB"
-    return {"parse": jsonl, "analyze": parquet if analyze_from == "parquet" else jsonl, "workload": "workload file"}
+    return {
+        "parse": jsonl,
+        "analyze": parquet if analyze_from == "parquet" else jsonl,
+        "workload": "workload file (engine auto: {engine})",
+        "workload-spark": "workload file (engine {engine})",
+    }
 
 
 def one_rep(
@@ -167,25 +176,21 @@ def one_rep(
     workload_args: list[str],
     analyze_from: str = "parquet",
 ) -> list[dict[str, Any]]:
-    """parse, analyze, workload: one after the other, outputs removed after each."""
+    """parse, analyze, workload, workload-spark: one after the other, outputs removed after each."""
     results = [timed("parse", [sys.executable, "-c", PARSE, str(trace)])]
     out = work / "analysis"
     source = twin_dir(trace) if analyze_from == "parquet" else str(trace)
     argv = ["analyze", source, "--out", str(out), "--engine", "spark", "--input-format", analyze_from]
     results.append(timed("analyze", minibroker(*argv, *analyze_args)))
     shutil.rmtree(out, ignore_errors=True)
-    out = work / "workload"
-    results.append(
-        timed(
-            "workload",
-            minibroker(
-                "workload", "generate", str(workload), "--scale", f"{scale:g}", "--out", str(out), *workload_args
-            ),
-        )
-    )
-    summary = json.loads((out / "summary.json").read_text())
-    results[-1]["actions"] = summary["rows"]
-    shutil.rmtree(out, ignore_errors=True)
+    for job, engine in (("workload", []), ("workload-spark", ["--engine", "spark"])):
+        out = work / job
+        argv = ["workload", "generate", str(workload), "--scale", f"{scale:g}", "--out", str(out)]
+        results.append(timed(job, minibroker(*argv, *engine, *workload_args)))
+        summary = json.loads((out / "summary.json").read_text())
+        results[-1]["actions"] = summary["rows"]
+        results[-1]["engine"] = summary["engine"]
+        shutil.rmtree(out, ignore_errors=True)
     return results
 
 
@@ -208,10 +213,7 @@ def report(
         "actions": actions,
         "reps": len(reps),
         "jobs": med,
-        "ratios": {
-            "analyze": med["analyze"]["seconds"] / parse,
-            "workload": med["workload"]["seconds"] / parse,
-        },
+        "ratios": {job: med[job]["seconds"] / parse for job in JOBS if job != "parse"},
         "goals": {"analyze": 1.0, "workload": 0.5},
         "load": {"min": min(loads), "max": max(loads)},
     }
@@ -291,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
+    for job in ("workload", "workload-spark"):  # the engine each one's summary.json names
+        read[job] = read[job].format(engine=next(r["engine"] for r in reps[0] if r["job"] == job))
     r = report(reps, lines, actions, loads, read)
     print()
     print_report(r)

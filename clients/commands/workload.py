@@ -1,10 +1,11 @@
 """``minibroker workload generate``: expand a workload file into an action table.
 
-The Spark job ``clients.spark.workload`` does the work, in local mode (a JVM
-started for the run, local[*]) unless --master or MINIBROKER_SPARK_MASTER
-says otherwise; on a cluster run the same job with spark-submit (README,
-docs/spark.md). The file is checked first, without Spark, so a bad file
-costs no JVM start. Output: OUT/actions.parquet/ (what minibroker replay
+Two engines write the same table: in this process (numpy and pyarrow, no
+JVM; the default on one machine) or the Spark job ``clients.spark.workload``
+(--engine spark, or when --master or MINIBROKER_SPARK_MASTER names a Spark
+master; on a cluster run the same job with spark-submit: README,
+docs/spark.md). The file is checked first, so a bad file costs no JVM
+start. Output: OUT/actions.parquet/ (what minibroker replay
 plays), OUT/summary.json, and with --format parquet,jsonl OUT/actions.jsonl/
 too (the same rows as JSON lines). The format of the file and of
 the table: docs/workloads.md.
@@ -32,18 +33,21 @@ OPTIONS: list[Option] = [
     ("--scale", "pos", "N", "multiply every group's client count (default 1)"),
     ("--seed", "int", "S", "override [workload].seed"),
     ("--format", "str", "F", "comma-separated: parquet, jsonl (default parquet; replay reads either)"),
+    ("--engine", "engine", "E", "auto (default), inprocess or spark: where the table is made; the same table"),
     ("--partitions", "int+", "N", "Spark partitions for the expansion"),
     ("--chunk", "int+", "N", "messages per task chunk (default 100000)"),
+    ("--part-rows", "int+", "N", "in process: at most N rows per part file (default 1000000)"),
     ("--master", "str", "M", "Spark master (default local[*] or $MINIBROKER_SPARK_MASTER)"),
 ]
 FORMATS = ("parquet", "jsonl")
+ENGINES = ("auto", "inprocess", "spark")
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Add the ``workload`` subcommand and its ``generate`` action."""
     parser = subparsers.add_parser(
         "workload",
-        help="generate a workload's action table (Spark)",
+        help="generate a workload's action table (in process, or on Spark)",
         description=__doc__.split("\n\n", 1)[1].replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -82,6 +86,10 @@ KINDS: dict[str, tuple[str, Callable[[str], float], Callable[[float], bool]]] = 
 
 def _check(flag: str, kind: str, value: str) -> None:
     """A one-line ``CommandError`` when ``value`` is not what ``kind`` wants."""
+    if kind == "engine":
+        if value not in ENGINES:
+            raise CommandError(f"bad {flag} {value!r}: expected {', '.join(ENGINES)}", USAGE)
+        return
     if kind not in KINDS:
         return
     wanted, read, test = KINDS[kind]

@@ -73,9 +73,9 @@ def part_files(path: str | Path) -> list[Path]:
     return parts
 
 
-def _read(path: Path) -> Iterator[tuple[tuple[float, str, int], Action]]:
+def _read(path: Path, batch_rows: int = 65_536) -> Iterator[tuple[tuple[float, str, int], Action]]:
     if path.name.endswith(".parquet"):
-        yield from _read_parquet(path)
+        yield from _read_parquet(path, batch_rows)
         return
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -109,7 +109,10 @@ def parquet_readable() -> bool:
 
 def iter_actions(path: str | Path) -> Iterator[Action]:
     """Every action in ``(t, client, seq)`` order."""
-    streams = [_read(p) for p in part_files(path)]
+    parts = part_files(path)
+    # one batch per part file is held at once: keep their sum near 256k rows
+    batch_rows = max(4_096, 262_144 // len(parts))
+    streams = [_read(p, batch_rows) for p in parts]
     if len(streams) == 1:
         for _, action in streams[0]:
             yield action

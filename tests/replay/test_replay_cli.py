@@ -123,6 +123,8 @@ def _bad_cases(tmp_path: Path, actions: str, trace: str) -> list[tuple[list[str]
         (["workload", "generate", str(bad_toml), "--out", out], "producers[0].dest"),
         (["workload", "generate", str(TINY), "--out", out, "--scale", "0"], "bad --scale '0'"),
         (["workload", "generate", str(TINY), "--out", out, "--format", "csv"], "bad --format 'csv'"),
+        (["workload", "generate", str(TINY), "--out", out, "--engine", "jvm"], "bad --engine 'jvm'"),
+        (["workload", "generate", str(TINY), "--out", out, "--part-rows", "0"], "bad --part-rows '0'"),
         (["workload", "generate", str(TINY), "--out", str(a_file)], "is a file"),
         (["analyze", str(tmp_path / "missing.jsonl"), "--out", out], "no such trace"),
         (["analyze", trace, "--out", out, "--bucket", "-1"], "bad --bucket '-1'"),

@@ -1,4 +1,4 @@
-"""bench/spark_scale.py at a small size: it runs the three jobs and reports their ratios.
+"""bench/spark_scale.py at a small size: it runs its jobs and reports their ratios.
 
 No speed is asserted: the figures are the benchmark's business (docs/benchmarks.md).
 """
@@ -49,12 +49,13 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
     # the synthetic trace's four events per message, plus its few control lines
     assert 20_000 <= r["events"] < 20_100
     assert r["actions"] == summarize(load_workload(TINY))["rows"]
-    assert set(r["jobs"]) == {"parse", "analyze", "workload"}
+    assert set(r["jobs"]) == {"parse", "analyze", "workload", "workload-spark"}
     for job in r["jobs"].values():
         assert job["seconds"] > 0 and job["cpu"] > 0 and len(job["reps"]) == 1
     parse = r["jobs"]["parse"]["seconds"]
     assert r["ratios"]["analyze"] == pytest.approx(r["jobs"]["analyze"]["seconds"] / parse)
     assert r["ratios"]["workload"] == pytest.approx(r["jobs"]["workload"]["seconds"] / parse)
+    assert r["ratios"]["workload-spark"] == pytest.approx(r["jobs"]["workload-spark"]["seconds"] / parse)
     assert r["goals"] == {"analyze": 1.0, "workload": 0.5}
     # the printed table carries the same ratios, and what each job read: the parse the JSON
     # lines, the analysis their Parquet twin
@@ -64,6 +65,9 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
     assert rows["workload"][4].strip() == f"**{r['ratios']['workload']:.2f}**"
     assert rows["parse"][1].startswith("JSON lines, ") and r["jobs"]["parse"]["input"] == rows["parse"][1]
     assert rows["analyze"][1].startswith("Parquet, 1 segment(s), ")
+    # the workload as a user runs it (in process), and the Spark job beside it
+    assert rows["workload"][1] == "workload file (engine auto: inprocess)"
+    assert rows["workload-spark"][1] == "workload file (engine spark)" and rows["workload-spark"][5] == ""
     assert r["bench"] == "spark_scale" and "--events 20000" in r["command"]
     assert "load average" in p.stdout and "goals met:" in p.stdout
     # the working directory keeps the trace in both forms, not the jobs' outputs

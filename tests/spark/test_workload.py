@@ -236,3 +236,132 @@ def test_main_refuses_a_bad_file(tmp_path, capsys):
     path.write_text("[workload]\nduration = 1\n")
     assert main([str(path), "--out", str(tmp_path / "o")]) == 2
     assert "no producers and no consumers" in capsys.readouterr().err
+
+
+# --- the in-process engine: the Spark job's table without a JVM ----------------------
+
+RANDOM_LOGNORMAL = """\
+[workload]
+seed = 3
+duration = 5.0
+[[producers]]
+name = "r"
+count = 3
+dest = "/topic/T"
+rate = 400.0
+arrival = "random"
+start = 1.0
+stop = 3.0
+persistent = 0.3
+size = { dist = "lognormal", median = 1000, sigma = 1.5, min = 1, max = 50000 }
+priority = { dist = "uniform", min = 0, max = 9 }
+headers = { a = { dist = "choice", values = ["x", "y"], weights = [1, 3] }, b = "fixed", c = { dist = "choice", values = [1, 2, 3] } }
+[[producers]]
+name = "even"
+count = 2
+dest = "/queue/Q"
+rate = 150.0
+size = 512
+priority = { dist = "choice", values = [4, 9], weights = [19, 1] }
+persistent = true
+"""
+
+
+def _inprocess_rows(workload, **kwargs):
+    import pyarrow as pa
+
+    from clients.spark.workload_inprocess import part_tables
+
+    order = [("t", "ascending"), ("client", "ascending"), ("seq", "ascending")]
+    rows = pa.concat_tables(list(part_tables(workload, **kwargs))).sort_by(order).to_pylist()
+    for row in rows:
+        if row["headers"] is not None:
+            row["headers"] = dict(row["headers"])
+    return rows
+
+
+@pytest.mark.spark
+def test_the_xxhash64_reproduced_is_sparks(spark):
+    from pyspark.sql import functions as F
+
+    from clients.spark.workload_inprocess import spark_xxhash64
+
+    cases = [
+        (1, "orders/size", "orders-0", 5),
+        (7, "s" * 40, "a-client-name-long-enough-for-four-lanes-0", 123_456_789),
+        (0, "", "", 0),
+        (2**40, "abc", "\u00e9t\u00e9-1", -5),
+        (-3, "r/h/kind", "r-12", 2**62),
+    ]
+    for seed, salt, client, k in cases:
+        expr = F.xxhash64(F.lit(seed), F.lit(salt), F.lit(client), F.lit(k).cast("long"))
+        assert spark.range(1).select(expr).first()[0] == spark_xxhash64(seed, salt, client, k), (seed, salt)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("source", ["tiny", "random-lognormal"])
+def test_the_inprocess_engine_writes_the_spark_jobs_table(spark, source, tmp_path):
+    """Row for row and value for value: times, sizes (Box-Muller and half-up
+    rounding included), priorities, persistence and headers; and Spark reads
+    the Parquet it writes as its own."""
+    from clients.spark.workload import build_actions
+    from clients.spark.workload_inprocess import generate_inprocess
+
+    workload = load_workload(TINY) if source == "tiny" else parse_workload(tomllib.loads(RANDOM_LOGNORMAL))
+    from_spark = _rows(build_actions(spark, workload, partitions=2, chunk=500))
+    assert len(from_spark) > (40 if source == "tiny" else 2_000)
+    assert _inprocess_rows(workload, part_rows=700, chunk=300) == from_spark
+    generate_inprocess(workload, tmp_path, part_rows=900)
+    assert _rows(spark.read.parquet(str(tmp_path / "actions.parquet"))) == from_spark
+
+
+def test_inprocess_parts_are_sorted_bounded_and_merge_to_the_whole_table(tmp_path):
+    import pyarrow.parquet as pq
+
+    from clients.spark.workload import main
+
+    assert main([str(TINY), "--out", str(tmp_path), "--part-rows", "7", "--chunk", "3"]) == 0
+    parts = sorted((tmp_path / "actions.parquet").iterdir())
+    assert len(parts) > 3
+    for part in parts:
+        rows = pq.read_table(part).to_pylist()
+        keys = [(r["t"], r["client"], r["seq"]) for r in rows]
+        assert keys == sorted(keys)
+        assert len(rows) <= 7 or {r["action"] for r in rows} != {"send"}  # the control rows are one part
+    actions = list(iter_actions(tmp_path))
+    assert len(actions) == 50 and [a.key for a in actions] == sorted(a.key for a in actions)
+    assert json.loads((tmp_path / "summary.json").read_text())["engine"] == "inprocess"
+
+
+def test_inprocess_json_lines_hold_the_parquet_rows(tmp_path):
+    from clients.spark.workload import main
+
+    assert main([str(TINY), "--out", str(tmp_path), "--format", "parquet,jsonl", "--part-rows", "10"]) == 0
+    from_json = list(iter_actions(tmp_path / "actions.jsonl"))
+    assert from_json == list(iter_actions(tmp_path / "actions.parquet")) and len(from_json) == 50
+    line = (tmp_path / "actions.jsonl" / "part-00000.json").read_text().splitlines()[0]
+    assert "null" not in line  # null fields left out, as Spark's JSON writer does
+
+
+def test_a_new_table_replaces_an_earlier_one_in_the_other_format(tmp_path):
+    """The reader prefers JSON lines: an earlier run's must not shadow a new Parquet table."""
+    from clients.spark.workload import main
+
+    assert main([str(TINY), "--out", str(tmp_path), "--format", "jsonl"]) == 0
+    assert main([str(TINY), "--out", str(tmp_path), "--seed", "8"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["actions.parquet", "summary.json"]
+
+
+def test_auto_runs_in_process_unless_spark_is_asked_for(monkeypatch):
+    from clients.spark.workload import choose_engine
+
+    monkeypatch.delenv("MINIBROKER_SPARK_MASTER", raising=False)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert choose_engine("auto", None, "out/dir") == "inprocess"
+    assert choose_engine("auto", None, "file:/tmp/out") == "inprocess"
+    assert choose_engine("auto", "spark://h:7077", "out") == "spark"
+    assert choose_engine("auto", None, "hdfs://nn/out") == "spark"
+    assert choose_engine("spark", None, "out") == "spark"
+    monkeypatch.setenv("MINIBROKER_SPARK_MASTER", "local[2]")
+    assert choose_engine("auto", None, "out") == "spark"
+    assert choose_engine("inprocess", None, "out") == "inprocess"
