@@ -10,7 +10,7 @@ files under ``actions.parquet/`` (and ``actions.jsonl/`` when asked), with
 
 Theory of operation
 -------------------
-The plan is the Spark job's: control rows from ``workload.control_rows`` and,
+The plan is the Spark job's: control rows from ``workload_table.control_rows`` and,
 for each producer client, rate segments cut into chunks. Each chunk becomes
 numpy columns at once, with no per-row Python. What makes the values equal to
 Spark's is the random draw: the Spark job draws ``u = (xxhash64(seed, salt,
@@ -43,16 +43,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pyspark.sql import types as T
+
 from clients.spark.workload_spec import Dist, ProducerGroup, Workload, producer_segments
+from clients.spark.workload_table import ACTION_SCHEMA, control_rows, remove_stale_formats, summarize
 
 __all__ = ["ARROW_SCHEMA", "spark_xxhash64", "generate_inprocess", "part_tables"]
 
 
 def _arrow_schema() -> pa.Schema:
-    """``workload.ACTION_SCHEMA`` in Arrow's types, column for column."""
-    from pyspark.sql import types as T
-
-    from clients.spark.workload import ACTION_SCHEMA
+    """``ACTION_SCHEMA`` in Arrow's types, column for column."""
 
     def arrow(kind: T.DataType) -> pa.DataType:
         if isinstance(kind, T.MapType):
@@ -299,8 +299,6 @@ def _chunks(workload: Workload, chunk: int) -> Iterator[tuple[ProducerGroup, str
 def part_tables(workload: Workload, *, part_rows: int = 1_000_000, chunk: int = 100_000) -> Iterator[pa.Table]:
     """The action table as sorted parts: the control rows, then sends, at most
     ``part_rows`` rows a part (a chunk is never split)."""
-    from clients.spark.workload import control_rows
-
     control = control_rows(workload)
     if control:
         yield pa.Table.from_pylist(control, schema=ARROW_SCHEMA).sort_by(_ORDER)
@@ -338,8 +336,6 @@ def generate_inprocess(
     chunk: int = 100_000,
 ) -> dict[str, Any]:
     """Write the sorted action table under ``out`` without Spark; return the summary."""
-    from clients.spark.workload import remove_stale_formats, summarize
-
     out = Path(str(out).removeprefix("file:"))
     dirs = {name: out / f"actions.{name}" for name in formats}
     for directory in dirs.values():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.spark.workload import summarize
+from clients.spark.workload_table import summarize
 from clients.spark.workload_spec import load_workload
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
