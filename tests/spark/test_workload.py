@@ -266,6 +266,37 @@ priority = { dist = "choice", values = [4, 9], weights = [19, 1] }
 persistent = true
 """
 
+# a seed past 2**31 (Spark hashes it as a long), phases, a cap, client ids, non-ASCII values
+PHASES_CAPS = """\
+[workload]
+seed = 2147483648
+duration = 20.0
+[[producers]]
+name = "ph"
+count = 3
+dest = "/queue/P"
+rate = 50.0
+start = 0.5
+messages = 700
+client_id = true
+size = { dist = "choice", values = [100, 2000, 5], weights = [1, 2, 3] }
+priority = 7
+persistent = false
+headers = { h = { dist = "choice", values = ["\u00e9", "\u65e5\u672c"] } }
+  [[producers.phases]]
+  start = 2.0
+  stop = 4.0
+  rate = 0.0
+  [[producers.phases]]
+  start = 5.0
+  stop = 6.0
+  rate = 400.0
+[[consumers]]
+name = "only"
+count = 2
+dest = "/queue/P"
+"""
+
 
 def _inprocess_rows(workload, **kwargs):
     import pyarrow as pa
@@ -299,7 +330,7 @@ def test_the_xxhash64_reproduced_is_sparks(spark):
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("source", ["tiny", "random-lognormal"])
+@pytest.mark.parametrize("source", ["tiny", "random-lognormal", "phases-caps"])
 def test_the_inprocess_engine_writes_the_spark_jobs_table(spark, source, tmp_path):
     """Row for row and value for value: times, sizes (Box-Muller and half-up
     rounding included), priorities, persistence and headers; and Spark reads
@@ -307,7 +338,8 @@ def test_the_inprocess_engine_writes_the_spark_jobs_table(spark, source, tmp_pat
     from clients.spark.workload import build_actions
     from clients.spark.workload_inprocess import generate_inprocess
 
-    workload = load_workload(TINY) if source == "tiny" else parse_workload(tomllib.loads(RANDOM_LOGNORMAL))
+    docs = {"random-lognormal": RANDOM_LOGNORMAL, "phases-caps": PHASES_CAPS}
+    workload = load_workload(TINY) if source == "tiny" else parse_workload(tomllib.loads(docs[source]))
     from_spark = _rows(build_actions(spark, workload, partitions=2, chunk=500))
     assert len(from_spark) > (40 if source == "tiny" else 2_000)
     assert _inprocess_rows(workload, part_rows=700, chunk=300) == from_spark
