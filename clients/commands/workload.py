@@ -36,7 +36,7 @@ OPTIONS: list[Option] = [
     ("--engine", "engine", "E", "auto (default), inprocess or spark: where the table is made; the same table"),
     ("--partitions", "int+", "N", "Spark partitions for the expansion"),
     ("--chunk", "int+", "N", "messages per task chunk (default 100000)"),
-    ("--part-rows", "int+", "N", "in process: at most N rows per part file (default 1000000)"),
+    ("--part-rows", "int+", "N", "in process: about N rows per part file (default 1000000)"),
     ("--master", "str", "M", "Spark master (default local[*] or $MINIBROKER_SPARK_MASTER)"),
 ]
 FORMATS = ("parquet", "jsonl")
@@ -116,8 +116,15 @@ def job_argv(args: argparse.Namespace, options: Sequence[Option]) -> list[str]:
 
 
 def check_out(out: str) -> None:
-    if "://" not in out and Path(out).exists() and not Path(out).is_dir():
-        raise CommandError(f"--out {out!r} is a file, not a directory", USAGE)
+    """Refuse an output directory that is a file, or lies under one."""
+    if "://" in out:
+        return
+    for place in (Path(out), *Path(out).parents):
+        if place.exists():
+            if not place.is_dir():
+                what = "" if place == Path(out) else f": {str(place)!r}"
+                raise CommandError(f"--out {out!r} is a file, not a directory{what}", USAGE)
+            return
 
 
 def run_spark_job(module: str, argv: list[str]) -> int:
@@ -150,8 +157,14 @@ def generate(args: argparse.Namespace) -> int:
     if args.format is not None:
         formats = {f.strip() for f in args.format.split(",") if f.strip()}
         if not formats or formats - set(FORMATS):
-            raise CommandError(f"bad --format {args.format!r}: expected parquet, jsonl or both", USAGE)
+            raise CommandError(f"bad --format {args.format!r}: expected parquet, jsonl or parquet,jsonl", USAGE)
     check_out(args.out)
+    if args.engine == "inprocess":
+        from clients.spark.workload_engine import inprocess_refusal
+
+        refusal = inprocess_refusal(args.out, args.master)
+        if refusal:
+            raise CommandError(refusal, USAGE)
     try:  # check the file without starting a JVM
         load_workload(args.workload, scale=float(args.scale or 1))
     except FileNotFoundError:

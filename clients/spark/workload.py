@@ -33,7 +33,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import sys
 from functools import reduce
 from pathlib import Path
@@ -52,9 +51,10 @@ from clients.spark.workload_spec import (
     load_workload,
     producer_segments,
 )
+from clients.spark.workload_engine import choose_engine, inprocess_refusal
 from clients.spark.workload_table import ACTION_SCHEMA, control_rows, remove_stale_formats, summarize
 
-__all__ = ["build_actions", "choose_engine", "generate", "main"]
+__all__ = ["build_actions", "generate", "main"]
 
 _CHUNK_SCHEMA = T.StructType(
     [
@@ -233,16 +233,6 @@ def generate(
     return summary
 
 
-def choose_engine(engine: str, master: str | None, out: str) -> str:
-    """ "inprocess" or "spark": what ``--engine auto`` picks."""
-    if engine != "auto":
-        return engine
-    from clients.spark.session import launched_by_spark_submit
-
-    wants_spark = master or os.environ.get("MINIBROKER_SPARK_MASTER") or launched_by_spark_submit()
-    return "spark" if wants_spark or ("://" in out and not out.startswith("file:")) else "inprocess"
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point for ``python -m clients.spark.workload`` and ``minibroker workload generate``."""
     parser = argparse.ArgumentParser(
@@ -269,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         "--part-rows",
         type=int,
         default=1_000_000,
-        help="inprocess: at most this many rows per part file (memory grows with it; default %(default)s)",
+        help="inprocess: about this many rows per part file (a chunk is never split; the control rows are a"
+        " part of their own; memory grows with it; default %(default)s)",
     )
     parser.add_argument(
         "--master", help="Spark master when not run by spark-submit (default local[*] or $MINIBROKER_SPARK_MASTER)"
@@ -277,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     if not formats or set(formats) - {"parquet", "jsonl"}:
-        parser.error("--format takes parquet, jsonl or both")
+        parser.error("--format takes parquet, jsonl or parquet,jsonl")
     try:
         workload = load_workload(args.workload, scale=args.scale)
     except (OSError, WorkloadError) as exc:
@@ -287,15 +278,27 @@ def main(argv: list[str] | None = None) -> int:
         workload = dataclasses.replace(workload, seed=args.seed)
     if args.chunk < 1 or args.part_rows < 1:
         parser.error("--chunk and --part-rows take a positive number")
-    if choose_engine(args.engine, args.master, args.out) == "inprocess":
+    engine = choose_engine(args.engine, args.master, args.out)
+    if engine == "inprocess":
+        refusal = inprocess_refusal(args.out, args.master)
+        if refusal:
+            parser.error(refusal)
         from clients.spark.workload_inprocess import generate_inprocess
 
-        summary = generate_inprocess(workload, args.out, formats=formats, part_rows=args.part_rows, chunk=args.chunk)
+        try:
+            summary = generate_inprocess(
+                workload, args.out, formats=formats, part_rows=args.part_rows, chunk=args.chunk
+            )
+        except OSError as exc:
+            print(f"error: cannot write the table under {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
     else:
         spark = get_session("minibroker-workload", master=args.master)
         summary = generate(spark, workload, args.out, formats=formats, partitions=args.partitions, chunk=args.chunk)
+    where = "in process" if engine == "inprocess" else "on Spark"
     print(
-        f"{summary['rows']} actions for {len(summary['clients'])} clients over {summary['duration']:g} s -> {args.out}"
+        f"{summary['rows']} actions for {len(summary['clients'])} clients over {summary['duration']:g} s "
+        f"-> {args.out} ({where})"
     )
     return 0
 

@@ -124,6 +124,12 @@ def _bad_cases(tmp_path: Path, actions: str, trace: str) -> list[tuple[list[str]
         (["workload", "generate", str(TINY), "--out", out, "--scale", "0"], "bad --scale '0'"),
         (["workload", "generate", str(TINY), "--out", out, "--format", "csv"], "bad --format 'csv'"),
         (["workload", "generate", str(TINY), "--out", out, "--engine", "jvm"], "bad --engine 'jvm'"),
+        (["workload", "generate", str(TINY), "--out", "s3a://b/x", "--engine", "inprocess"], "is a URL"),
+        (
+            ["workload", "generate", str(TINY), "--out", out, "--engine", "inprocess", "--master", "local[2]"],
+            "--master",
+        ),
+        (["workload", "generate", str(TINY), "--out", str(a_file / "sub")], "is a file, not a directory: "),
         (["workload", "generate", str(TINY), "--out", out, "--part-rows", "0"], "bad --part-rows '0'"),
         (["workload", "generate", str(TINY), "--out", str(a_file)], "is a file"),
         (["analyze", str(tmp_path / "missing.jsonl"), "--out", out], "no such trace"),
@@ -155,20 +161,28 @@ def test_help(argv, capsys) -> None:
     assert capsys.readouterr().out.startswith("usage: minibroker ")
 
 
-def test_the_cli_and_its_refusals_never_import_pyspark(tmp_path) -> None:
+@pytest.mark.parametrize(
+    "args, refusal",
+    [
+        (["nope.toml"], "no such workload file: nope.toml"),
+        ([str(TINY), "--engine", "inprocess", "--out", "hdfs://nn/x"], "--out 'hdfs://nn/x' is a URL"),
+    ],
+)
+def test_the_cli_and_its_refusals_never_import_pyspark(tmp_path, args, refusal) -> None:
     code = (
         "import sys, clients.cli as c; s = c.main(sys.argv[1:]); "
         "print(s, [m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'matplotlib')])"
     )
     run = subprocess.run(
-        [sys.executable, "-c", code, "workload", "generate", "nope.toml", "--out", str(tmp_path)],
+        [sys.executable, "-c", code, "workload", "generate", "--out", str(tmp_path), *args],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=tmp_path,
         timeout=60,
     )
     assert run.stdout == "2 []\n"
-    assert run.stderr == "minibroker workload: no such workload file: nope.toml\n"
+    assert run.stderr.startswith(f"minibroker workload: {refusal}") and run.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # nothing made, not even a local directory named like the URL
 
 
 @pytest.mark.parametrize("command, job", [("workload", "clients.spark.workload"), ("analyze", "clients.spark.analyze")])

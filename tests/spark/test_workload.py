@@ -385,7 +385,7 @@ def test_a_new_table_replaces_an_earlier_one_in_the_other_format(tmp_path):
 
 
 def test_auto_runs_in_process_unless_spark_is_asked_for(monkeypatch):
-    from clients.spark.workload import choose_engine
+    from clients.spark.workload_engine import choose_engine
 
     monkeypatch.delenv("MINIBROKER_SPARK_MASTER", raising=False)
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
@@ -397,3 +397,24 @@ def test_auto_runs_in_process_unless_spark_is_asked_for(monkeypatch):
     monkeypatch.setenv("MINIBROKER_SPARK_MASTER", "local[2]")
     assert choose_engine("auto", None, "out") == "spark"
     assert choose_engine("inprocess", None, "out") == "inprocess"
+
+
+def test_the_inprocess_engine_refuses_what_it_cannot_do_in_one_line(tmp_path, capsys, monkeypatch):
+    from clients.spark.workload import main
+
+    monkeypatch.chdir(tmp_path)
+    for argv in (
+        ["--out", "s3a://bucket/x", "--engine", "inprocess"],
+        ["--out", "o", "--master", "local[2]", "--engine", "inprocess"],
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main([str(TINY), *argv])
+        assert stop.value.code == 2
+    assert "is a URL" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no local directory named like the URL
+    (tmp_path / "a-file").write_text("")
+    assert main([str(TINY), "--out", str(tmp_path / "a-file" / "sub")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write the table under ") and err.count("\n") == 1
+    assert main([str(TINY), "--out", str(tmp_path / "ok")]) == 0
+    assert capsys.readouterr().out.endswith("(in process)\n")
