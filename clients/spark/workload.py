@@ -48,8 +48,8 @@ from clients.spark.workload_spec import (
     ProducerGroup,
     Workload,
     WorkloadError,
+    chunk_plan,
     load_workload,
-    producer_segments,
 )
 from clients.spark.workload_engine import choose_engine, inprocess_refusal
 from clients.spark.workload_table import ACTION_SCHEMA, control_rows, remove_stale_formats, summarize
@@ -157,23 +157,16 @@ def _by_group(groups: list[ProducerGroup], exprs: list[dict[str, Column]], name:
     return col
 
 
-def _chunks(workload: Workload, chunk: int) -> list[tuple]:
-    rows = []
-    for gidx, g in enumerate(workload.producers):
-        for s in producer_segments(g):
-            for j0 in range(0, s.count, chunk):
-                n = min(chunk, s.count - j0)
-                rows.append((gidx, s.client, s.start, s.stop, s.rate, s.offset, j0, s.first + j0, n))
-    return rows
-
-
 def build_actions(
     spark: SparkSession, workload: Workload, *, partitions: int | None = None, chunk: int = 100_000
 ) -> DataFrame:
     """The unsorted action table for ``workload``."""
     partitions = partitions or spark.sparkContext.defaultParallelism
     control = spark.createDataFrame(control_rows(workload), ACTION_SCHEMA)
-    chunks = _chunks(workload, chunk)
+    chunks = [
+        (gidx, s.client, s.start, s.stop, s.rate, s.offset, j0, s.first + j0, n)
+        for gidx, s, j0, n in chunk_plan(workload, chunk)
+    ]
     if not chunks:
         return control
     groups = list(workload.producers)

@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 
 from pyspark.sql import types as T
 
-from clients.spark.workload_spec import Dist, ProducerGroup, Workload, producer_segments
+from clients.spark.workload_spec import Dist, ProducerGroup, Segment, Workload, chunk_plan
 from clients.spark.workload_table import ACTION_SCHEMA, control_rows, remove_stale_formats, summarize
 
 __all__ = ["ARROW_SCHEMA", "spark_xxhash64", "generate_inprocess", "part_tables"]
@@ -217,11 +217,11 @@ def _dist(dist: Dist, draw: Any, n: int, dtype: type) -> np.ndarray:
     raise AssertionError(dist.kind)
 
 
-def _sends(g: ProducerGroup, seed: int, client: str, chunk: tuple) -> dict[str, Any]:
-    """The send rows of one chunk: ``(start, stop, rate, offset, j0, k0, n)``."""
-    a, b, rate, offset, j0, k0, n = chunk
+def _sends(g: ProducerGroup, seed: int, segment: Segment, j0: int, n: int) -> dict[str, Any]:
+    """The send rows of the segment's messages ``j0`` to ``j0 + n - 1``."""
+    client, a, b, rate, offset = segment.client, segment.start, segment.stop, segment.rate, segment.offset
     j = np.arange(j0, j0 + n, dtype=np.int64)
-    k = np.arange(k0, k0 + n, dtype=np.int64)
+    k = j + segment.first  # the client's message index
 
     def draw(salt: str) -> Any:
         return lambda suffix: _uniform(seed, salt + suffix, client, k)
@@ -289,13 +289,6 @@ def _table(parts: list[dict[str, Any]]) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def _chunks(workload: Workload, chunk: int) -> Iterator[tuple[ProducerGroup, str, tuple]]:
-    for g in workload.producers:
-        for s in producer_segments(g):
-            for j0 in range(0, s.count, chunk):
-                yield g, s.client, (s.start, s.stop, s.rate, s.offset, j0, s.first + j0, min(chunk, s.count - j0))
-
-
 def part_tables(workload: Workload, *, part_rows: int = 1_000_000, chunk: int = 100_000) -> Iterator[pa.Table]:
     """The action table as sorted parts: the control rows, then sends, at most
     ``part_rows`` rows a part (a chunk is never split)."""
@@ -304,12 +297,12 @@ def part_tables(workload: Workload, *, part_rows: int = 1_000_000, chunk: int = 
         yield pa.Table.from_pylist(control, schema=ARROW_SCHEMA).sort_by(_ORDER)
     batch: list[dict[str, Any]] = []
     rows = 0
-    for g, client, c in _chunks(workload, chunk):
-        if batch and rows + c[-1] > part_rows:
+    for gidx, segment, j0, n in chunk_plan(workload, chunk):
+        if batch and rows + n > part_rows:
             yield _table(batch).sort_by(_ORDER)
             batch, rows = [], 0
-        batch.append(_sends(g, workload.seed, client, c))
-        rows += c[-1]
+        batch.append(_sends(workload.producers[gidx], workload.seed, segment, j0, n))
+        rows += n
     if batch:
         yield _table(batch).sort_by(_ORDER)
 

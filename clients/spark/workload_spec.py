@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -461,6 +461,16 @@ def producer_segments(group: ProducerGroup) -> list[Segment]:
                 out.append(Segment(client, a, b, rate, first, n, offset))
                 first += n
     return out
+
+
+def chunk_plan(workload: Workload, chunk: int) -> Iterator[tuple[int, Segment, int, int]]:
+    """Every producer segment cut into pieces of at most ``chunk`` messages:
+    ``(group index, segment, first index within the segment, messages)``. Both
+    workload engines expand these pieces, one row per message."""
+    for gidx, g in enumerate(workload.producers):
+        for s in producer_segments(g):
+            for j0 in range(0, s.count, chunk):
+                yield gidx, s, j0, min(chunk, s.count - j0)
 
 
 def send_counts(workload: Workload) -> dict[str, int]:
