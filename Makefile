@@ -3,7 +3,7 @@
 #               web console on http://127.0.0.1:8161/ (data in ./data); ARGS adds or
 #               overrides serve's options: make run ARGS="--port 61623 --console-port 0"
 #   make test   run the linters, then the whole test suite on asyncio's own event loop,
-#               then the edge's tests again on uvloop (the loop `make run` uses), each on
+#               then the edge's tests and the labs again on uvloop (the loop `make run` uses), each on
 #               TEST_WORKERS processes (3; TEST_WORKERS=0: one)
 #   make lint   ruff (lint and format check) and mypy, as configured in pyproject.toml
 PYTHON ?= python3
@@ -90,9 +90,11 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # The suite runs on asyncio's own loop; then the tests of the edge (sockets, WebSocket, the
-# console, stalled sockets, third-party clients) run again on uvloop, the loop `make run` uses.
+# console, stalled sockets, third-party clients) and the labs' live runs run again on uvloop,
+# the loop `make run` and `minibroker lab run` use.
 EDGE_TESTS := tests/test_server.py tests/test_server_hostile_clients.py tests/test_websocket.py \
-              tests/test_lab_stalled_socket.py tests/test_stomp_py.py tests/test_metrics.py tests/test_eventloop.py
+              tests/test_lab_stalled_socket.py tests/test_stomp_py.py tests/test_metrics.py tests/test_eventloop.py \
+              tests/test_labs.py
 
 # Most of the suite's time is waiting (live labs paced by the clock, brokers and JVMs
 # starting), so it runs on TEST_WORKERS processes (pytest-xdist); the tests that share the
