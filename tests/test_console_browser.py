@@ -348,3 +348,61 @@ def test_the_console_asks_for_a_login_when_the_broker_needs_one(browser: Any, br
     assert browser.execute_script("return document.getElementById('page-login').hidden")
     assert "connected as alice" in browser.execute_script("return document.getElementById('status').textContent")
     browser.save_screenshot(str(tmp_path / "logged-in.png"))
+
+
+def test_the_loading_state_says_what_it_waits_for(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Connected, the broker's statistics late: the page names the request it waits for and counts the seconds."""
+    broker = broker_factory(console={"port": ANY_PORT})
+    hold_frames(browser, "(text) => text.includes('\"brokerName\"')")
+    browser.get(f"http://127.0.0.1:{broker.server.console_port}/")
+    wait_for(browser, _shown("loading"), "the loading state", timeout=WAIT)
+    text = wait_for(
+        browser,
+        "const t = document.getElementById('loading-what').textContent; return /asked \\d+ s ago/.test(t) && t;",
+        "the seconds waited",
+        timeout=WAIT,
+    )
+    assert text.startswith("Connected; waiting for the broker's answer to ActiveMQ.Statistics.Broker (asked ")
+    browser.save_screenshot(str(tmp_path / "waiting-for-the-broker.png"))
+    browser.execute_script("window.releaseFrames();")
+    wait_for(browser, _shown("overview"), "the overview once the statistics came")
+
+
+def test_the_overview_comes_with_the_brokers_figures_before_the_destinations(
+    browser: Any, broker_factory, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    broker = broker_factory(console={"port": ANY_PORT})
+    client = Client(broker)
+    client.send("/queue/orders", 2)
+    client.close()
+    hold_frames(browser, "(text) => text.includes('\"destinationName\"')")
+    browser.get(f"http://127.0.0.1:{broker.server.console_port}/")
+    wait_for(browser, _shown("overview"), "the overview, the destinations not yet answered", timeout=WAIT)
+    assert "Waiting for the broker's answer to ActiveMQ.Statistics.Destination.>" in browser.execute_script(
+        "return document.querySelector('#destinations tbody').textContent"
+    )
+    assert (
+        browser.execute_script("return document.querySelector('[data-figure=\"messages held\"] .v').textContent") == "3"
+    )
+    browser.save_screenshot(str(tmp_path / "overview-before-the-destinations.png"))
+    browser.execute_script("window.releaseFrames();")
+    wait_for(browser, _cell_is("/queue/orders", "size", "3"), "the destinations once they came")
+
+
+def test_the_overview_counts_one_thing_in_the_singular(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    broker = broker_factory(console={"port": ANY_PORT})
+    client = Client(broker)
+    client.send("/queue/one", 0)
+    client.close()
+    open_console(browser, broker)
+    wait_for(browser, _cell_is("/queue/one", "size", "1"), "the queue")
+    labels = browser.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#figures .figure')]"
+        ".map(f => [f.dataset.figure, f.querySelector('.v').textContent + ' ' + f.querySelector('.k').textContent]))"
+    )
+    # The page's own connection, one queue holding one message, nobody consuming.
+    assert labels["connections"] == "1 connection"
+    assert labels["destinations"] == "1 destination"
+    assert labels["messages held"] == "1 message held"
+    assert labels["consumers"] == "0 consumers"
+    assert labels["blocked producers"] == "0 blocked producers"

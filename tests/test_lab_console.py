@@ -178,25 +178,31 @@ def test_console_options_are_checked() -> None:
         assert words in result.stderr + result.stdout
 
 
-def test_a_virtual_lab_run_replays_its_traces_in_the_console(tmp_path: Path) -> None:
+def test_a_virtual_lab_run_replays_its_runs_in_the_console(tmp_path: Path) -> None:
     with lab_in_browser(tmp_path, "01", "--console", "0", "--speed", "4") as (child, lines, driver):
+        # Said at once, before the runs (which take a while).
+        assert lines.wait_for(r"^running the lab: ", timeout=30).string.startswith(
+            "running the lab: 3 runs on the virtual clock (deadlock, limit-above-file, vm-cursor); then the console"
+        )
+        assert not any("verdict" in line for line in lines.seen)
         lines.wait_for(r"Result: 3/3 verdicts as the lab promises")
         url = lines.wait_for(r"console: (http://127\.0\.0\.1:\d+/) \(open it now")[1]
         lines.wait_for(r"now showing the replay \(3 runs")
         driver.get(url)
-        # The phase track: the lab's three runs, in order, above the charts.
+        # The player above the charts: the lab's three runs, in order, each with its verdict.
         phases = wait_for(
             driver,
-            "const t = document.getElementById('timeline');"
-            "return t && !t.hidden && [...t.querySelectorAll('.phase.run')].map(p => p.dataset.phase)",
-            "the phase track",
+            "const t = document.getElementById('player');"
+            "return t && !t.hidden && [...t.querySelectorAll('.phase.run')].map(p => [p.dataset.phase, p.dataset.verdict])",
+            "the player's track",
         )
-        assert phases == ["deadlock", "limit-above-file", "vm-cursor"]
+        assert phases == [["deadlock", "pathology"], ["limit-above-file", "healthy"], ["vm-cursor", "healthy"]]
         assert driver.execute_script(
-            "const t = document.getElementById('timeline'), c = document.querySelector('.charts');"
+            "const t = document.getElementById('player'), c = document.querySelector('.charts');"
             "return t.getBoundingClientRect().bottom <= c.getBoundingClientRect().top"
         )
-        # The same statistics path as a live broker: the page's depth figure moves as the replay plays.
+        assert driver.execute_script("return document.getElementById('replay-speed').value") == "4"
+        # The page plays: the depth figure moves; no operation offered on a recording.
         held = "return document.querySelector('[data-figure=\"messages held\"] .v')?.textContent"
         first = wait_for(driver, held, "the messages held")
         wait_for(driver, held + f" !== {first!r} && " + held[len("return ") :], "a depth that changes")
@@ -205,77 +211,9 @@ def test_a_virtual_lab_run_replays_its_traces_in_the_console(tmp_path: Path) -> 
             "return document.querySelector('#destinations tr[data-destination=\"/topic/prices\"]')",
             "the lab's topic in the destinations table",
         )
+        assert not driver.execute_script("return document.querySelectorAll('#destinations button').length")
+        assert driver.execute_script("return document.getElementById('nav-connections').hidden")
         driver.save_screenshot(str(tmp_path / "replay.png"))
-
-
-def test_the_replay_rebuilds_the_statistics_from_a_trace() -> None:
-    """A hand-made trace: a queue filled and half drained, a topic fanned out to two
-    subscriptions, a producer held twice in a row; the answers at chosen moments."""
-    from clients.labs.replay import ReplayedRun, TraceReplay
-    from minibroker.config import BrokerConfig
-
-    def ev(ts: float, event: str, **fields: object) -> dict:
-        return {"ts": ts, "event": event, **fields}
-
-    first = [
-        ev(0, "connect", session="1"),
-        *[
-            ev(1 + i / 10, "enqueue", dest="/queue/A", msg=f"m{i}", size=100, persistent=True, priority=4, cached=i < 6)
-            for i in range(10)
-        ],
-        ev(2.5, "usage", mem_pct=40, store_pct=1, temp_pct=0),
-        ev(3, "flow_block", session="1", dest="/queue/A", usage="memory", pct=100),
-        ev(3.5, "flow_unblock", session="1", dest="/queue/A", usage="memory", pct=60),
-        ev(3.6, "flow_block", session="1", dest="/queue/A", usage="memory", pct=100),
-        ev(4, "flow_unblock", session="1", dest="/queue/A", usage="memory", pct=60),
-        *[ev(5, "dispatch", session="1", sub="s", dest="/queue/A", msg=f"m{i}", size=100) for i in range(5)],
-        *[ev(6, "ack", session="1", sub="s", dest="/queue/A", msg=f"m{i}") for i in range(4)],
-        ev(10, "disconnect", session="1", reason="client"),
-    ]
-    second = [
-        ev(100, "subscribe", session="2", sub="a", dest="/topic/T", ack="auto", prefetch=1),
-        ev(100, "subscribe", session="3", sub="b", dest="/topic/T", ack="auto", prefetch=1),
-        ev(101, "send", session="4", dest="/topic/T", msg="t1", size=10, persistent=False, priority=4),
-        ev(102, "dispatch", session="2", sub="a", dest="/topic/T", msg="t1", size=10),
-        ev(104, "ack", session="2", sub="a", dest="/topic/T", msg="t1"),
-    ]
-    now = [0.0]
-    replay = TraceReplay(
-        [
-            ReplayedRun("legacy", "pathology", first, BrokerConfig()),
-            ReplayedRun("cure", "healthy", second, BrokerConfig()),
-        ],
-        2.0,
-        clock=lambda: now[0],
-    )
-
-    def at(seconds: float, what: str) -> list[dict]:
-        now[0] = 7.0 + seconds / 2.0  # the page opens 7 s after the replay is made; speed 2
-        return replay.answer(None, "/queue/ActiveMQ.Statistics." + what) or []
-
-    assert at(0, "Broker")[0]["replay"]["position"] == 0.0  # the replay starts with the first request
-    (a,) = at(2.5, "Destination.>")
-    assert (a["size"], a["inflightCount"], a["storeOnlyCount"], a["enqueueRate"]) == (10, 0, 4, 2.0)
-    (broker,) = at(3.2, "Broker")
-    assert (broker["memoryPercentUsage"], broker["blockedProducers"], broker["connectionCount"]) == (40, 1, 1)
-    assert broker["replay"]["run"] == "legacy"
-    (a,) = at(6.5, "Destination.A")
-    assert (a["size"], a["readyCount"], a["inflightCount"], a["dequeueCount"]) == (6, 5, 1, 4)
-    # The second run starts a second after the first's end, on a fresh broker.
-    (t,) = at(10 + 1 + 1.5, "Destination.>")
-    assert (t["destinationName"], t["size"], t["pendingCount"], t["consumerCount"]) == ("/topic/T", 2, 2, 2)
-    (t,) = at(10 + 1 + 4.5, "Destination.>")
-    assert (t["size"], t["pendingCount"], t["inflightCount"]) == (1, 1, 0)
-    assert at(10 + 1 + 4.5, "Connection") == []
-    # The phases: the runs end to end, the two holds of the producer 0.1 s apart drawn as one window.
-    phases = [(p["kind"], p["name"], p["start"], p["end"]) for p in replay.phases]
-    assert phases == [
-        ("run", "legacy", 0.0, 10.0),
-        ("blocked", "producer blocked", 3.0, 4.0),
-        ("run", "cure", 11.0, 15.0),
-    ]
-    # It stops at the end.
-    assert at(1000, "Broker")[0]["replay"]["position"] == 15.0
 
 
 def test_the_console_of_a_live_run_draws_the_runs_timeline(tmp_path: Path) -> None:

@@ -11,7 +11,9 @@ import pytest
 
 from clients.cli import main as cli
 from clients.labs import find_labs, run_lab
+from clients.labs.export import write_export
 from clients.labs.readme import quoted_block, run_sections
+from clients.labs.replay import replay_document
 from clients.sources import SOURCES
 
 LABS = find_labs()
@@ -38,10 +40,15 @@ def test_lab_list_names_them_all(capsys) -> None:
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.directory.name for lab in LABS])
-def test_lab_verdicts_are_as_promised_and_its_readme_quotes_them(lab) -> None:
+def test_lab_verdicts_are_as_promised_and_its_readme_quotes_them(lab, tmp_path: Path) -> None:
+    """Recorded for the console's player as it runs (which changes no verdict), and exported
+    as the one file to hand out: under 2 MB."""
     lines: list[str] = []
-    results = run_lab(lab, out=lines.append)
+    results = run_lab(lab, out=lines.append, record=True)
     assert results and all(r.as_promised for r in results), "\n".join(lines)
+    recordings = [r.recording for r in results if r.recording is not None and r.recording.times]
+    assert len(recordings) == len(results)
+    assert write_export(replay_document(lab, recordings, 1.0), tmp_path / "lab.html") < 2 * 1024 * 1024
     assert {r.outcome.verdict for r in results} == {"pathology", "healthy"}  # both sides shown
     assert lines[-1].startswith(f"Result: {len(results)}/{len(results)}")
 

@@ -13,8 +13,10 @@ lab against the real server with real sockets, where the lab supports it;
 free, else a free port; the address is printed) so a class watches the run,
 and keeps the last one serving until Ctrl-C (or ``--console-hold SECONDS``);
 without ``--live``, ``--console`` replays the runs' traces in the console after
-the verdicts, ``--speed`` lab seconds per second (default 1), with the lab's
-phases as a track above the charts. ``--against activemq`` plays each live run
+the verdicts, ``--speed`` lab seconds per second to start with (default 1): each
+page plays the runs with its own controls (play, pause, step from one event to
+the next, scrub, speed). ``--export FILE.html`` writes the same replay as one
+self-contained file, which plays offline with no broker. ``--against activemq`` plays each live run
 on our server and on Debian's ActiveMQ, started with the run's configuration
 written as activemq.xml, and prints both verdicts side by side (and what
 activemq.xml cannot say, such as the space check of ActiveMQ 5.14 and older).
@@ -32,7 +34,8 @@ from typing import Callable
 from ..cli import CommandError
 from ..labs import LabError, find_labs, run_lab
 from ..labs.console import LabConsole
-from ..labs.replay import ReplayedRun
+from ..labs.export import ExportError, write_export
+from ..labs.replay import RecordedReplay, replay_document
 
 __all__ = ["register"]
 
@@ -77,6 +80,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         type=float,
         default=None,
         help="with --console on the virtual clock: lab seconds replayed per second (default 1)",
+    )
+    # The replay and its export.
+    run.add_argument(
+        "--export",
+        metavar="FILE.html",
+        help="also write the runs' replay as one self-contained HTML file that plays offline (no broker, no network)",
     )
     run.add_argument(
         "--against",
@@ -139,6 +148,10 @@ def _run(args: argparse.Namespace) -> int:
         raise CommandError("--console-hold and --speed need --console")
     if args.watch and not args.live:
         raise CommandError("--watch needs --live (it watches the real server)")
+    export = _export_path(args)
+    replaying = not args.live and (console is not None or export is not None)
+    if replaying:
+        _say_what_runs(matches[0], console is not None, export)
     watch = _terminal_writer() if args.watch else None
     try:
         results = run_lab(
@@ -146,7 +159,7 @@ def _run(args: argparse.Namespace) -> int:
             live=args.live,
             plot_dir=plot_dir,
             console=console if args.live else None,
-            keep_events=console is not None and not args.live,
+            record=replaying,
             watch=watch,
         )
     except LabError as exc:
@@ -163,16 +176,46 @@ def _run(args: argparse.Namespace) -> int:
         drawn = lab_figure(matches[0], results, plot_dir)
         if drawn is not None:
             print(f"The lab's figure, {' and '.join(drawn.runs)} side by side: {drawn.path}")
+    recordings = [r.recording for r in results if r.recording is not None and r.recording.times]
+    if export is not None:
+        try:
+            size = write_export(replay_document(matches[0], recordings, args.speed or 1.0), export)
+        except (ExportError, OSError) as exc:
+            if console is not None:
+                console.release()
+            raise CommandError(f"cannot write {export}: {exc}") from None
+        print(f"The replay, one file that plays offline: {export} ({size / 1024:.0f} KiB)", flush=True)
     if console is not None:
         if not args.live:
-            runs = [
-                ReplayedRun(r.spec.name, r.outcome.verdict, r.events or [], r.config)
-                for r in results
-                if r.config is not None
-            ]
-            console.replay(runs, args.speed or 1.0, Path(tempfile.mkdtemp(prefix="minibroker-lab-replay-")))
+            replay = RecordedReplay(matches[0], recordings, args.speed or 1.0)
+            console.replay(replay, Path(tempfile.mkdtemp(prefix="minibroker-lab-replay-")))
         console.hold(args.console_hold)
     return 0 if all(r.as_promised for r in results) else 1
+
+
+def _export_path(args: argparse.Namespace) -> Path | None:
+    """Where ``--export`` writes, checked before the lab runs."""
+    if args.export is None:
+        return None
+    if args.live:
+        raise CommandError("--export replays the runs on the virtual clock; run it without --live")
+    path = Path(args.export)
+    if not path.parent.is_dir():
+        raise CommandError(f"--export {args.export}: no directory {str(path.parent)!r} to write it in")
+    return path
+
+
+def _say_what_runs(lab, console: bool, export: Path | None) -> None:
+    """Before the runs (which take a while): what the command does, and what comes after."""
+    runs = len(lab.runs)
+    then = [
+        w for w, on in (("the console replays them", console), (f"the replay is written to {export}", export)) if on
+    ]
+    print(
+        f"running the lab: {runs} run{'s' if runs != 1 else ''} on the virtual clock "
+        f"({', '.join(spec.name for spec in lab.runs)}); then {' and '.join(then)}",
+        flush=True,
+    )
 
 
 def _against(args: argparse.Namespace, lab) -> int:
@@ -181,7 +224,12 @@ def _against(args: argparse.Namespace, lab) -> int:
 
     others = [
         opt
-        for opt, on in (("--plot", args.plot), ("--console", args.console is not None), ("--watch", args.watch))
+        for opt, on in (
+            ("--plot", args.plot),
+            ("--console", args.console is not None),
+            ("--watch", args.watch),
+            ("--export", args.export),
+        )
         if on
     ]
     if others:

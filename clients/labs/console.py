@@ -17,8 +17,9 @@ SECONDS``. So the class can look at what the run left behind after the
 verdicts are printed.
 
 On the virtual clock a lab runs in seconds, too fast to watch: ``replay``
-starts one broker that serves the console with the runs' traces played back
-as its statistics (``clients.labs.replay``), at a chosen speed.
+starts one broker that serves the console with the runs' recordings, which the
+page plays with its own clock and controls (``clients.labs.replay``); then
+``hold`` counts from the end of the replay as the first page plays it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from minibroker.config import ANY_PORT, BrokerConfig
 from minibroker.stats import STATISTICS_PREFIX
 
 from .live import LiveBroker
-from .replay import ReplayedRun, TraceReplay
+from .replay import RecordedReplay
 
 __all__ = ["ACTIVEMQ_CONSOLE_PORT", "LabConsole", "console_port_free"]
 
@@ -73,6 +74,7 @@ class LabConsole:
         self._kept: Any = None
         self._kept_workdir: Path | None = None
         self._showing = ""
+        self._replay: RecordedReplay | None = None
 
     @property
     def url(self) -> str | None:
@@ -140,9 +142,9 @@ class LabConsole:
         if workdir is not None and workdir != unless:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def replay(self, runs: list[ReplayedRun], speed: float, workdir: Path) -> TraceReplay:
-        """Serve the console with ``runs`` replayed at ``speed`` (lab seconds per second)."""
-        replay = TraceReplay(runs, speed)
+    def replay(self, replay: RecordedReplay, workdir: Path) -> RecordedReplay:
+        """Serve the console with ``replay``'s recordings, for each page to play."""
+        self._replay = replay
         config = self.configure(
             BrokerConfig()
             .on_free_ports()
@@ -155,7 +157,11 @@ class LabConsole:
             live.server.broker.statistics_source = replay.answer
 
         live.call(install)
-        self.started(live, f"replay ({len(runs)} runs, {replay.end:.0f} lab seconds at {speed:g}x)")
+        runs = len(replay.recordings)
+        self.started(
+            live,
+            f"replay ({runs} run{'s' if runs != 1 else ''}, {replay.duration:.0f} lab seconds at {replay.speed:g}x)",
+        )
         self.keep(live, workdir)
         return replay
 
@@ -166,12 +172,22 @@ class LabConsole:
             # stops the broker as one pressed later does (not as an interrupted command, exit 130).
             with contextlib.suppress(KeyboardInterrupt):
                 if self._kept is not None:
+                    replay, since = self._replay, time.monotonic()
+                    after = " after the replay's end (as the first page plays it)" if replay is not None else ""
                     self._out(
                         f"  console: {self.url} keeps serving the {self._showing}; "
-                        + (f"for {seconds:g} s" if seconds is not None else "Ctrl-C to stop")
+                        + (f"for {seconds:g} s{after}" if seconds is not None else "Ctrl-C to stop")
                     )
-                    deadline = None if seconds is None else time.monotonic() + seconds
-                    while deadline is None or time.monotonic() < deadline:
-                        time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+                    while seconds is None or time.monotonic() < (deadline := self._deadline(seconds, since)):
+                        time.sleep(0.2 if seconds is None else max(0.0, min(0.2, deadline - time.monotonic())))
         finally:
             self.release()
+
+    def _deadline(self, seconds: float, since: float) -> float:
+        """When ``hold(seconds)`` ends: ``seconds`` after the replay's end as the first page
+        plays it at the speed asked for (before any page opens: as if one opened at ``since``),
+        or after ``since`` for a live run's broker."""
+        replay = self._replay
+        if replay is None:
+            return since + seconds
+        return (replay.ends() or since + replay.duration / replay.speed) + seconds

@@ -31,6 +31,7 @@ from .console import LabConsole
 from .live import LiveBroker
 from .looplag import LoopLag
 from .model import Lab, LabError, RunSpec
+from .recording import RunRecorder, RunRecording
 from .watch import Phases, Watcher
 
 __all__ = ["LabRun", "Outcome", "RunResult", "run_lab", "run_one"]
@@ -64,9 +65,9 @@ class RunResult:
     series: dict[str, Any] | None = None
     #: A live run: how late the broker's event loop ran (the machine's load), else None.
     loop_lag: LoopLag | None = None
-    #: The run's trace events on the virtual clock (``run_lab(keep_events=True)``; None for a
-    #: live run), and its configuration: what ``lab run --console`` replays (``clients.labs.replay``).
-    events: list[dict[str, Any]] | None = None
+    #: The run's broker, sampled as it ran (``run_lab(record=True)``), else None: what
+    #: ``lab run --console`` and ``--export`` play (``clients.labs.recording``); and its configuration.
+    recording: RunRecording | None = None
     config: BrokerConfig | None = None
 
     @property
@@ -95,8 +96,11 @@ class LabRun:
         workdir: Path,
         console: LabConsole | None = None,
         watch: Callable[[str], None] | None = None,
+        recorder: RunRecorder | None = None,
     ) -> None:
         self.lab = lab
+        #: Samples the run's virtual broker for the console's player, or None (off).
+        self.recorder = recorder
         #: Where ``--watch`` frames go while a live broker runs, or None (off).
         self.watch = watch
         #: The run's timeline: brokers started, notes, what the statistics showed.
@@ -119,6 +123,8 @@ class LabRun:
 
     def finish(self) -> None:
         """The run is over: stop its brokers, so the trace ends where the run did."""
+        if self.recorder is not None:
+            self.recorder.sample()  # the state the run leaves behind, before its broker stops
         for net in self._networks:
             net.stop()
         self._networks.clear()
@@ -133,12 +139,16 @@ class LabRun:
         net = VirtualNetwork(config or self.config, seed=seed, data_dir=self.data_dir, trace=True)
         self.trace = net.trace
         self._networks.append(net)
+        if self.recorder is not None:
+            self.recorder.attach(net)
         return net
 
     def note(self, text: str) -> None:
         """An evidence line shown under the verdict (and a phase of the watched timeline)."""
         self.notes.append(text)
         self.phases.add(text)
+        if self.recorder is not None:
+            self.recorder.note(text)
 
     @contextlib.contextmanager
     def live_broker(self, config: BrokerConfig | None = None) -> Iterator["LiveBroker"]:
@@ -215,13 +225,13 @@ def run_lab(
     out: Callable[[str], None] = print,
     console: LabConsole | None = None,
     watch: Callable[[str], None] | None = None,
-    keep_events: bool = False,
+    record: bool = False,
 ) -> list[RunResult]:
     """Run every configuration of ``lab``, print verdicts, return the results.
 
     With ``console`` the live brokers serve the web console there, and the last
-    one is kept serving (the caller's ``console.hold()`` ends it); ``keep_events`` keeps
-    each virtual run's trace events on its result (for the console's replay)."""
+    one is kept serving (the caller's ``console.hold()`` ends it); ``record`` samples
+    each virtual run's broker into its result's ``recording`` (for the console's player)."""
     scenario = lab.scenario()
     if live and not hasattr(scenario, "run_live"):
         raise LabError(f"lab {lab.name} has no live run ({lab.no_live or 'none written'}); run it without --live")
@@ -232,7 +242,7 @@ def run_lab(
     results = []
     for spec in lab.runs:
         result = run_one(
-            lab, spec, entry, console=console, watch=watch if live else None, keep_events=keep_events, plot_dir=plot_dir
+            lab, spec, entry, console=console, watch=watch if live else None, record=record, plot_dir=plot_dir
         )
         results.append(result)
         _print_result(result, out)
@@ -256,25 +266,28 @@ def run_one(
     *,
     console: LabConsole | None = None,
     watch: Callable[[str], None] | None = None,
-    keep_events: bool = False,
+    record: bool = False,
     plot_dir: Path | None = None,
 ) -> RunResult:
     """One run of ``lab``: ``entry`` (the scenario's ``run``, ``run_live`` ...) in a fresh
     working directory, which is removed afterwards (unless the console still serves it)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))
     try:
-        run = LabRun(lab, spec, workdir, console, watch)
+        recording = RunRecording(spec.name, spec.about, spec.expect) if record else None
+        run = LabRun(lab, spec, workdir, console, watch, RunRecorder(recording) if recording is not None else None)
         with run._log:
             try:
                 outcome: Outcome = entry(run)
             finally:
                 run.finish()
         outcome.evidence = run.notes + outcome.evidence
+        if recording is not None:
+            recording.verdict, recording.summary = outcome.verdict, outcome.summary
         result = RunResult(
             spec,
             outcome,
             loop_lag=run.loop_lag,
-            events=run.trace.events() if keep_events and run.trace is not None else None,
+            recording=recording,
             config=run.config,
         )
         if plot_dir is not None and run.trace is not None:

@@ -3,6 +3,8 @@
 // statistics are requests to /queue/ActiveMQ.Statistics.* and operations to
 // /queue/ActiveMQ.Admin.* (docs/admin.md), answered in JSON on this page's
 // temporary queue. It polls every second and keeps the last minutes for the charts.
+// A lab's replay (lab run --console, or the file lab run --export writes) is played
+// by the page itself (player.js): the recorded statistics, drawn as a live broker's.
 'use strict';
 
 const POLL_MS = 1000;
@@ -21,6 +23,10 @@ const state = {
   history: { t: [], in: [], out: [], ready: [], unacked: [], memory: [] },
   destHistory: new Map(),                 // address -> {t, memory, size}
   charts: {}, route: { page: 'overview' }, messages: null,
+  asked: new Map(),                       // statistics asked for and not answered yet -> when asked
+  listsLoaded: false,                     // the destinations and connections answered at least once
+  player: null, view: null,               // a lab's replay: its player and what it shows now
+  loadingReplay: null,                    // how many recorded runs are on their way
 };
 window.minibrokerConsole = state;         // for the browser tests (and curious users)
 
@@ -44,7 +50,10 @@ function bytes(n) {
 }
 const num = (n) => (n === undefined || n === null ? '–' : Number(n).toLocaleString('en'));
 const rate = (n) => (n === undefined || n === null ? '–' : Number(n).toFixed(1));
-const can = (op) => state.operations.includes(op);
+// A replay shows a recording: no operation acts on it.
+const can = (op) => !state.player && state.operations.includes(op);
+// "1 connection", "2 connections": the word for n things (its plural given when not word + s).
+const counted = (n, word, words) => (n === 1 ? word : words || `${word}s`);
 const pctOf = (d) => d.memoryPercentUsage ?? 0;
 
 // ---------------------------------------------------------------- notices
@@ -68,7 +77,10 @@ function connect() {
     reconnectDelay: 2000,
     debug: () => {},
   });
+  // A client replaced (a new login) may still report its end: only the current one speaks.
+  const current = () => state.client === client;
   client.onConnect = () => {
+    if (!current()) return;
     state.connected = true;
     state.needLogin = false;
     setStatus(true, `connected${state.credentials.login ? ` as ${state.credentials.login}` : ''}`);
@@ -78,6 +90,7 @@ function connect() {
     poll();
   };
   client.onStompError = (frame) => {
+    if (!current()) return;
     const message = frame.headers.message || 'the broker refused';
     if (!state.connected) {  // CONNECT refused: a login is needed (or a wrong one was given)
       state.needLogin = true;
@@ -91,6 +104,7 @@ function connect() {
     failPending(message);
   };
   client.onWebSocketClose = () => {
+    if (!current()) return;
     state.connected = false;
     setStatus(false, state.needLogin ? 'log in to see the broker' : 'disconnected, reconnecting…');
     failPending('the connection closed');
@@ -135,7 +149,13 @@ function request(destination, headers, statistics) {
     state.client.publish({ destination, body: '', headers: { 'reply-to': REPLY_TO, 'correlation-id': id, ...headers } });
   });
 }
-const statistics = (what) => request(`/queue/ActiveMQ.Statistics.${what}`, {}, true);
+function statistics(what) {
+  state.asked.set(what, Date.now());      // the loading state says what it waits for, and since when
+  const answered = request(`/queue/ActiveMQ.Statistics.${what}`, {}, true);
+  const settled = () => { state.asked.delete(what); };
+  answered.then(settled, settled);
+  return answered;
+}
 
 // An admin operation (docs/admin.md). A refusal is an ERROR, which closes the
 // connection: the page says so and reconnects.
@@ -159,14 +179,19 @@ async function whoami() {
 }
 
 async function poll() {
-  if (!state.connected || state.polling) return;
+  if (!state.connected || state.polling || state.player) return;
   state.polling = true;
   try {
-    const [[broker], destinations, connections] = await Promise.all(
-      [statistics('Broker'), statistics('Destination.>'), statistics('Connection')]);
+    const lists = Promise.all([statistics('Destination.>'), statistics('Connection')]);
+    lists.catch(() => {});                // its failure is the one awaited below
+    const [broker] = await statistics('Broker');
+    if (broker.replay) { await loadReplay(broker.replay); return; }
     state.broker = broker;
+    render();                             // the overview as soon as the broker answers
+    const [destinations, connections] = await lists;
     state.destinations = destinations;
     state.connections = connections;
+    state.listsLoaded = true;
     remember(broker, destinations);
     render();
   } catch (e) {
@@ -176,6 +201,122 @@ async function poll() {
   }
 }
 setInterval(poll, POLL_MS);
+setInterval(() => { if (!state.broker) route(); }, 1000);  // the loading state counts the seconds waited
+
+// ---------------------------------------------------------------- a lab's replay
+// The broker serving a replay says so in its statistics; the page then asks for the
+// recorded runs once and plays them itself (player.js): its own clock, its own position.
+async function loadReplay(meta) {
+  if (state.loadingReplay) return;
+  state.loadingReplay = meta.runs;
+  route();
+  try {
+    startPlayer({ lab: meta.lab, speed: meta.speed, runs: await statistics('Replay') });
+  } finally {
+    state.loadingReplay = null;
+  }
+}
+
+let lastTick = performance.now();
+function startPlayer(doc) {
+  state.player = new window.MinibrokerPlayer.Player(doc);
+  document.title = `minibroker: lab ${doc.lab.name}`;
+  $('footer').textContent = `Lab ${doc.lab.name}: ${doc.lab.title}. Source: ${doc.lab.source}. `
+    + "Every figure is the broker's own statistics, recorded while the lab ran and played back in this page.";
+  buildPlayer();
+  state.player.play();
+  lastTick = performance.now();
+  showPlayer();
+}
+setInterval(() => {
+  const now = performance.now();
+  const seconds = (now - lastTick) / 1000;
+  lastTick = now;
+  if (state.player && state.player.advance(seconds)) showPlayer();
+}, 100);
+
+function showPlayer() {
+  const p = state.player, v = p.view();
+  state.view = v;
+  state.broker = { ...v.broker, brokerName: `replay of lab ${p.lab.name}` };
+  state.destinations = v.destinations;
+  state.connections = [];
+  state.listsLoaded = true;
+  state.history = v.history;
+  state.destHistory = v.destHistory;
+  render();
+}
+
+const percentOf = (t) => `${(100 * t) / state.player.total}%`;
+const cssName = (text) => String(text || 'none').toLowerCase().replace(/[^a-z0-9]+/g, '-');
+
+function buildPlayer() {
+  const p = state.player;
+  const control = (name, symbol, action) => el('button', {
+    type: 'button', 'aria-label': name, title: name, 'data-control': name,
+    onclick: () => { action(); lastTick = performance.now(); showPlayer(); },
+  }, el('span', { class: 'symbol', 'aria-hidden': 'true' }, symbol), ` ${name}`);
+  const speeds = [...new Set([...window.MinibrokerPlayer.SPEEDS, p.speed])].sort((a, b) => a - b);
+  const runs = p.runs.map((run) => el('div', {
+    class: `phase run verdict-${cssName(run.verdict)}`, 'data-phase': run.name, 'data-run': run.index, 'data-verdict': run.verdict,
+    style: `left:${percentOf(run.start)};width:${percentOf(run.span)}`,
+    title: `run ${run.index + 1}: ${run.name}: ${run.verdict} (${run.duration.toFixed(1)} lab seconds)`,
+    onclick: (event) => { event.stopPropagation(); p.seek(run.start); showPlayer(); },
+  }, el('span', { class: 'name' }, run.name), el('span', { class: 'grade' }, String(run.verdict).toUpperCase())));
+  const blocked = p.runs.flatMap((run) => window.MinibrokerPlayer.blockedWindows(run).map(([a, b]) => el('div', {
+    class: 'phase blocked', style: `left:${percentOf(run.start + a)};width:${percentOf(Math.max(b - a, 0.05))}`,
+    title: `${run.name}: producer blocked ${a.toFixed(1)}–${b.toFixed(1)} s`,
+  })));
+  const ticks = p.events.filter((e) => e.kind !== 'run').map((e) => el('div', {
+    class: `tick ${e.kind}`, style: `left:${percentOf(e.at)}`, title: `${e.t.toFixed(1)} s: ${e.text}`,
+  }));
+  $('player').replaceChildren(
+    el('div', { class: 'controls' },
+      control('Restart', '|◀', () => p.restart()), control('Step back', '◀|', () => p.stepBack()),
+      control('Play', '▶', () => p.play()), control('Pause', '❚❚', () => p.pause()),
+      control('Step', '▶|', () => p.step()),
+      el('input', { type: 'range', id: 'replay-slider', 'aria-label': 'Position', min: 0, max: p.total, step: 0.01, value: 0,
+        oninput: (event) => { p.seek(Number(event.target.value)); showPlayer(); } }),
+      el('label', { class: 'speed' }, 'Speed ', el('select', { id: 'replay-speed', 'aria-label': 'Speed',
+        onchange: (event) => { p.speed = Number(event.target.value); showPlayer(); } },
+        ...speeds.map((x) => el('option', { value: x, selected: x === p.speed }, `${x}×`))))),
+    el('div', { class: 'label' }, el('b', { id: 'replay-run' }), el('span', { id: 'replay-position' })),
+    el('div', { class: 'track', id: 'replay-track',
+      onclick: (event) => {
+        const box = event.currentTarget.getBoundingClientRect();
+        p.seek((p.total * (event.clientX - box.left)) / box.width);
+        showPlayer();
+      } }, ...runs, ...blocked, ...ticks, el('div', { class: 'cursor', id: 'replay-cursor' })),
+    el('div', { id: 'replay-about', class: 'about' }),
+    el('ol', { class: 'events', id: 'replay-events' }));
+  $('player').hidden = false;
+  $('nav-connections').hidden = true;     // a recording keeps no connection
+}
+
+function updatePlayer(v) {
+  const p = state.player, run = v.run;
+  const box = $('player');
+  box.dataset.position = p.position.toFixed(3);
+  box.dataset.run = run.name;
+  box.dataset.sample = v.sample;
+  box.dataset.playing = p.playing;
+  $('replay-slider').value = p.position;
+  $('replay-cursor').style.left = percentOf(p.position);
+  for (const seg of box.querySelectorAll('.phase.run')) seg.classList.toggle('current', Number(seg.dataset.run) === run.index);
+  box.querySelector('[data-control="Play"]').disabled = p.playing;
+  box.querySelector('[data-control="Pause"]').disabled = !p.playing;
+  $('replay-run').textContent = `Run ${run.index + 1} of ${p.runs.length}: ${run.name}`;
+  $('replay-position').textContent = `${v.local.toFixed(1)} of ${run.duration.toFixed(1)} lab seconds`
+    + ` · ${p.speed}× · ${p.playing ? 'playing' : p.position >= p.total ? 'ended' : 'paused'}`;
+  const ended = v.local >= run.duration && v.sample === run.t.length - 1;
+  $('replay-about').replaceChildren(el('span', {}, run.about),
+    el('span', { class: `grade verdict-${cssName(run.verdict)}`, 'data-verdict': run.verdict },
+      ended ? `verdict: ${String(run.verdict).toUpperCase()}: ${run.summary}` : `expected: ${String(run.expect).toUpperCase()}`));
+  const current = p.events[p.passed];
+  $('replay-events').replaceChildren(...v.events.slice(-5).map((e) => el('li', {
+    class: `${e.kind} ${e === current && p.pinned ? 'current' : ''}`, 'data-kind': e.kind,
+  }, el('span', { class: 'at' }, `${e.t.toFixed(1)} s`), ` ${e.text}`)));
+}
 
 function push(series, value) {
   series.push(value);
@@ -215,11 +356,23 @@ function renderBanners(findings) {
     el('b', {}, f.summary), el('div', { class: 'cure' }, `Cure: ${f.cure}`))));
 }
 
-function usageBar(target, title, used, limit, pct, mark) {
+// A usage can pass 100%: the broker's own figure, which a class should read as it is meant.
+const OVER_LIMIT = {
+  memory: 'over its limit: a cursor below its high-water mark pages in a whole batch (max_page_size messages) '
+    + 'at once, as ActiveMQ does, and memory already held is not given back',
+  store: 'over its limit: the journal counts each of its files at their preallocated size, '
+    + 'so the first message of a new file takes a whole file',
+  temp: 'over its limit: the temp store counts each of its files whole and never deletes the one it writes, '
+    + 'so a limit below one file is passed by the first message swapped',
+};
+const pctText = (pct) => (pct > 100 ? `${pct}% (over its limit)` : `${pct}%`);
+
+function usageBar(target, title, used, limit, pct, mark, meaning = OVER_LIMIT.memory) {
   const fill = el('div', { class: `fill ${pct >= 100 ? 'full' : pct >= (mark || 101) ? 'high' : ''}`, style: `width:${Math.min(pct, 100)}%` });
   const bar = el('div', { class: 'bar', role: 'meter', 'aria-valuenow': pct, 'aria-valuemin': 0, 'aria-valuemax': 100 }, fill);
   if (mark) bar.append(el('div', { class: 'mark', style: `left:${mark}%`, title: 'the cursor high-water mark' }, el('span', {}, `high-water ${mark}%`)));
-  target.replaceChildren(el('div', { class: 'label' }, el('b', {}, title), el('span', {}, `${bytes(used)} of ${bytes(limit)} (${pct}%)`)), bar);
+  target.replaceChildren(el('div', { class: 'label' }, el('b', {}, title), el('span', {}, `${bytes(used)} of ${bytes(limit)} (${pctText(pct)})`)), bar,
+    ...(pct > 100 ? [el('div', { class: 'over', 'data-over': pct }, `${pct}%: ${meaning}.`)] : []));
 }
 
 function figures(target, pairs) {
@@ -229,41 +382,23 @@ function figures(target, pairs) {
 
 function renderOverview(b) {
   usageBar($('usage-memory'), 'Memory', b.memoryUsage, b.memoryLimit, b.memoryPercentUsage, highWaterMark());
-  usageBar($('usage-store'), 'Store', b.storeUsage, b.storeLimit, b.storePercentUsage);
-  usageBar($('usage-temp'), 'Temp', b.tempUsage, b.tempLimit, b.tempPercentUsage);
+  usageBar($('usage-store'), 'Store', b.storeUsage, b.storeLimit, b.storePercentUsage, undefined, OVER_LIMIT.store);
+  usageBar($('usage-temp'), 'Temp', b.tempUsage, b.tempLimit, b.tempPercentUsage, undefined, OVER_LIMIT.temp);
   figures($('figures'), [
-    ['connections', num(b.connectionCount)], ['blocked producers', num(b.blockedProducers)],
-    ['destinations', num(b.destinationCount)], ['consumers', num(b.consumerCount)],
-    ['messages held', num(b.size)], ['in / s', rate(b.enqueueRate)], ['out / s', rate(b.dequeueRate)],
+    [counted(b.connectionCount, 'connection'), num(b.connectionCount), 'connections'],
+    [counted(b.blockedProducers, 'blocked producer'), num(b.blockedProducers), 'blocked producers'],
+    [counted(b.destinationCount, 'destination'), num(b.destinationCount), 'destinations'],
+    [counted(b.consumerCount, 'consumer'), num(b.consumerCount), 'consumers'],
+    [counted(b.size, 'message held', 'messages held'), num(b.size), 'messages held'],
+    ['in / s (last 5 s)', rate(b.enqueueRate), 'in / s'], ['out / s (last 5 s)', rate(b.dequeueRate), 'out / s'],
   ]);
-  renderTimeline(b.replay);
+  if (state.player) updatePlayer(state.view);
   renderLabTimeline(b.lab);
   const h = state.history;
   chart('chart-rates', [h.t, h.in, h.out], ['in', 'out'], ['#38c', '#4a8']);
   chart('chart-depth', [h.t, h.ready, h.unacked], ['ready', 'unacknowledged'], ['#38c', '#d80']);
   chart('chart-memory', [h.t, h.memory], ['memory %'], ['#d33'], [0, 100]);
   renderDestinations();
-}
-
-// A lab replayed from its traces (lab run --console on the virtual clock): its
-// phases as a track (each run, and inside it the windows a producer was
-// blocked), with a cursor where the replay is.
-function renderTimeline(replay) {
-  const track = $('timeline');
-  track.hidden = !replay;
-  if (!replay) return;
-  const span = replay.end || 1;
-  const at = (t) => `${(100 * t) / span}%`;
-  const width = (p) => `${(100 * Math.max(p.end - p.start, 0)) / span}%`;
-  const phases = replay.phases.map((p) => el('div', {
-    class: `phase ${p.kind} ${p.verdict || ''} ${p.kind === 'run' && p.name === replay.run ? 'current' : ''}`,
-    'data-phase': p.name, style: `left:${at(p.start)};width:${width(p)}`,
-    title: `${p.name}${p.verdict ? ` (${p.verdict})` : ''}: ${p.start.toFixed(1)}–${p.end.toFixed(1)} s`,
-  }, p.kind === 'run' ? p.name : ''));
-  track.replaceChildren(
-    el('div', { class: 'label' }, el('b', {}, `Replay of the lab: ${replay.run}`),
-      el('span', { id: 'replay-position' }, `${replay.position.toFixed(1)} of ${replay.end.toFixed(1)} lab seconds, ${replay.speed}× speed`)),
-    el('div', { class: 'track' }, ...phases, el('div', { class: 'cursor', style: `left:${at(replay.position)}` })));
 }
 
 // A live lab run (lab run --live --console): what happened so far in the run
@@ -293,20 +428,27 @@ function highWaterMark() {
 function chart(id, data, labels, colors, range) {
   const target = $(id);
   if (!data[0].length) return;  // no sample yet: the chart comes with the first
+  // A replay draws the run shown, on its own seconds: a new run, a new chart from 0.
+  const run = state.view ? state.view.run : null;
   let c = state.charts[id];
-  if (!c || !target.contains(c.root)) {
-    c = new uPlot({
-      width: 360, height: 150, legend: { show: true, live: false },
-      // the last minutes, whatever the samples so far
-      scales: { x: { time: true, range: (u, min, max) => {
+  if (c && (!target.contains(c.root) || c.run !== run)) { c.destroy(); c = null; }
+  if (!c) {
+    const x = run
+      ? { time: false, range: () => [0, Math.max(run.duration, 1)] }
+      : { time: true, range: (u, min, max) => {  // the last minutes, whatever the samples so far
         const end = Number.isFinite(max) ? max : Date.now() / 1000;  // no sample yet: end now
         return [end - HISTORY_POINTS * POLL_MS / 1000, end];
-      } },
-                y: range ? { range: () => range } : {} },
+      } };
+    c = new uPlot({
+      width: 360, height: 150, legend: { show: true, live: false },
+      scales: { x, y: range ? { range: (u, min, max) => [range[0], Math.max(range[1], Number.isFinite(max) ? max : 0)] } : {} },
       series: [{}, ...labels.map((label, i) => ({ label, stroke: colors[i], width: 1.5 }))],
-      // the clock time of each tick (the window is minutes: no date)
-      axes: [{ space: 70, values: (u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString()) }, { size: 50 }],
+      axes: [run
+        ? { space: 50, label: `lab seconds of run ${run.name}`, labelSize: 18, values: (u, ticks) => ticks.map((t) => `${t} s`) }
+        // the clock time of each tick (the window is minutes: no date)
+        : { space: 70, values: (u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString()) }, { size: 50 }],
     }, data, target);
+    c.run = run;
     state.charts[id] = c;
   } else {
     c.setData(data);
@@ -318,12 +460,12 @@ const DEST_COLUMNS = [
   ['size', 'Size', (d) => num(d.size)],
   ['readyCount', 'Ready', (d) => num(d.readyCount)],
   ['inflightCount', 'Unacked', (d) => num(d.inflightCount)],
-  ['enqueueRate', 'In/s', (d) => rate(d.enqueueRate)],
-  ['dequeueRate', 'Out/s', (d) => rate(d.dequeueRate)],
+  ['enqueueRate', 'In/s (5 s)', (d) => rate(d.enqueueRate)],
+  ['dequeueRate', 'Out/s (5 s)', (d) => rate(d.dequeueRate)],
   ['consumerCount', 'Consumers', (d) => num(d.consumerCount)],
   ['cachedCount', 'Cached', (d) => num(d.cachedCount)],
   ['storeOnlyCount', 'Store only', (d) => num(d.storeOnlyCount)],
-  ['memoryPercentUsage', 'Memory %', (d) => `${pctOf(d)}%`],
+  ['memoryPercentUsage', 'Memory %', (d) => el('span', { title: pctOf(d) > 100 ? OVER_LIMIT.memory : '' }, pctText(pctOf(d)))],
   ['pendingCount', 'Pending', (d) => (d.kind === 'topic' ? num(d.pendingCount) : '')],
   ['swapped', 'Swapped', (d) => num(swapped(d))],
 ];
@@ -343,6 +485,11 @@ function renderDestinations() {
     const x = sortValue(a, key), y = sortValue(b, key);
     return (x < y ? -1 : x > y ? 1 : 0) * dir;
   });
+  if (!state.listsLoaded) {
+    table.tBodies[0].replaceChildren(el('tr', {}, el('td', { class: 'text muted', colspan: DEST_COLUMNS.length + 1 },
+      "Waiting for the broker's answer to ActiveMQ.Statistics.Destination.>…")));
+    return;
+  }
   table.tBodies[0].replaceChildren(...rows.map((d) => el('tr', { 'data-destination': d.destinationName },
     ...DEST_COLUMNS.map(([k, , cell, cls]) => el('td', { class: cls || '', 'data-key': k }, cell(d))),
     el('td', { class: 'text' }, destinationActions(d)))));
@@ -406,6 +553,7 @@ function renderDestination(name) {
     el('td', { class: c.slowConsumer ? 'slow' : '' }, c.slowConsumer ? 'slow' : 'no'), el('td', {}, c.selector ?? ''))));
   if (state.messages === null && can('Browse') && d.kind === 'queue') { state.messages = []; browse(name); }
   if (!state.whoamiDone) $('messages').replaceChildren(el('p', { class: 'muted' }, 'Loading…'));  // may this user browse?
+  else if (state.player) $('messages').replaceChildren(el('p', { class: 'muted' }, 'A recording keeps the figures, not the messages.'));
   else if (!can('Browse')) $('messages').replaceChildren(el('p', { class: 'muted' }, 'Browsing messages needs the admin right.'));
 }
 
@@ -433,12 +581,23 @@ function route() {
   // Before the broker's first statistics the page says what it waits for; a refused CONNECT asks for a login.
   const shown = state.needLogin ? 'login' : !state.broker ? 'loading' : r.page;
   for (const page of ['loading', 'login', 'overview', 'connections', 'destination']) $(`page-${page}`).hidden = page !== shown;
-  if (shown === 'loading') $('loading-what').textContent = state.connected ? "Loading the broker's statistics…" : 'Connecting to the broker…';
+  if (shown === 'loading') $('loading-what').textContent = loadingText();
   if (shown === 'login') {
     $('login-reason').textContent = state.credentials.login ? `The broker refused: ${state.loginRefused}` : 'This broker needs a user name and password.';
   }
 }
 window.addEventListener('hashchange', render);
+
+// What the page waits for before it can show the broker, and for how long.
+function loadingText() {
+  if (!state.connected) return `Connecting to the broker (STOMP over WebSocket at ${location.host}/stomp)…`;
+  if (state.loadingReplay) return `Loading the lab's ${state.loadingReplay} recorded ${counted(state.loadingReplay, 'run')}…`;
+  const waited = state.asked.get('Broker');
+  if (waited === undefined) return 'Connected; asking the broker for its statistics…';
+  const seconds = Math.floor((Date.now() - waited) / 1000);
+  return "Connected; waiting for the broker's answer to ActiveMQ.Statistics.Broker"
+    + (seconds >= 1 ? ` (asked ${seconds} s ago: a busy broker answers late)…` : '…');
+}
 
 $('login').addEventListener('submit', (event) => {
   event.preventDefault();
@@ -446,4 +605,11 @@ $('login').addEventListener('submit', (event) => {
   state.credentials = { login: form.get('login'), passcode: form.get('passcode') };
   connect();
 });
-connect();
+// A file written by lab run --export carries its recording: it plays without a broker.
+const recorded = document.getElementById('minibroker-recording');
+if (recorded) {
+  setStatus(true, 'a copy for offline use: no broker needed');
+  startPlayer(JSON.parse(recorded.textContent));
+} else {
+  connect();
+}
