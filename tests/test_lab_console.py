@@ -8,6 +8,7 @@ stops the command as a teacher does, with Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import re
@@ -80,6 +81,15 @@ def depth(samples: dict, destination: str) -> float | None:
     return None
 
 
+def _recording(page: Path) -> dict[str, Any]:
+    """The replay document written into an exported page."""
+    found = re.search(
+        r'<script type="application/json" id="minibroker-recording">(.*?)</script>', page.read_text(), re.S
+    )
+    assert found is not None, "no recording in the exported page"
+    return dict(json.loads(found[1]))
+
+
 def start_lab(*args: str) -> tuple[subprocess.Popen[str], Lines]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     child = subprocess.Popen(
@@ -113,8 +123,10 @@ def lab_in_browser(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Pope
             child.wait()
 
 
-def test_a_live_lab_run_serves_the_console_and_keeps_it_until_ctrl_c() -> None:
-    child, lines = start_lab("01", "--live", "--console", "0")
+def test_a_live_lab_run_serves_the_console_and_keeps_it_until_ctrl_c(tmp_path: Path) -> None:
+    """... and exports its runs as the broker's statistics showed them, to replay offline."""
+    export = tmp_path / "live.html"
+    child, lines = start_lab("01", "--live", "--console", "0", "--export", str(export))
     try:
         url = lines.wait_for(r"console: (http://127\.0\.0\.1:\d+/) \(open it now")[1]
         # While the lab runs, the console's /metrics shows the lab's own topic.
@@ -124,6 +136,14 @@ def test_a_live_lab_run_serves_the_console_and_keeps_it_until_ctrl_c() -> None:
             assert child.poll() is None, "\n".join(lines.seen)
             time.sleep(0.05)
         lines.wait_for(r"Result: 3/3 verdicts as the lab promises")
+        lines.wait_for(r"The replay, one file that plays offline: .*live\.html \(\d+ KiB\)")
+        assert lines.seen[0].startswith("running the lab: 3 runs live (deadlock, limit-above-file, vm-cursor)")
+        runs = _recording(export)["runs"]
+        assert [r["name"] for r in runs] == ["deadlock", "limit-above-file", "vm-cursor"]
+        for run in runs:  # sampled as it ran, the lab's evidence lines at their moments
+            assert len(run["t"]) > 5 and run["duration"] > 1.0, run["name"]
+            assert any(e["kind"] == "evidence" for e in run["events"]), run["name"]
+            assert "/topic/prices" in run["destinations"], run["name"]
         lines.wait_for(r"keeps serving the vm-cursor run; Ctrl-C to stop")
         # After the verdicts the last run's broker still serves the console, as the run left it.
         assert depth(scrape(url), "/topic/prices") is not None

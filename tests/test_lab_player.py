@@ -98,6 +98,10 @@ def position(driver: Any) -> float:
 def test_pause_freezes_the_position(page: Any, served: str, tmp_path: Path) -> None:
     page.get(served)
     wait_until(lambda: position(page) > 0.5, "the replay playing")
+    speeds = page.execute_script(
+        "return [...document.querySelector('select[aria-label=Speed]').options].map(o => o.textContent)"
+    )
+    assert speeds == ["0.25×", "0.5×", "1×", "2×", "4×", "8×", "16×"]
     control(page, "Pause")
     wait_for(page, PAUSED, "the pause")
     first = position(page)

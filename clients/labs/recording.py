@@ -9,8 +9,9 @@ Theory of operation
   the console asks a live broker for: ``broker_statistics`` (with the diagnosis) and
   each destination's ``destination_statistics``, so a replayed figure is the broker's
   own figure at that moment, not one rebuilt afterwards.
-- A live run is sampled from outside, over STOMP (``Watcher``): the same statistics, on
-  the run's own seconds.
+- A live run is sampled from outside, over STOMP (the ``Watcher`` of ``--watch``, which
+  hands each snapshot to ``RunRecorder.statistics``): the same statistics, on the run's
+  own seconds (``live_clock``, the seconds since the run started).
 - Between samples the recorder notes the moments worth stopping on (``EVENT_KINDS``):
   the run starting, each evidence line, a diagnosis made or cleared, a producer blocked
   or released, a usage crossing a mark.
@@ -21,7 +22,7 @@ Theory of operation
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from minibroker.stats import Scope, broker_statistics, destination_statistics
 
@@ -195,6 +196,8 @@ class RunRecorder:
     def __init__(self, recording: RunRecording, period: float = SAMPLE_PERIOD) -> None:
         self.recording = recording
         self.period = period
+        #: A live run's clock (its seconds so far), for a run with no virtual network.
+        self.live_clock: Callable[[], float] = lambda: 0.0
         self._net: Any = None
         #: Run seconds before the current network's clock started (a run may use several).
         self._offset = 0.0
@@ -207,7 +210,7 @@ class RunRecorder:
         net.every(self.period, self.sample)
 
     def now(self) -> float:
-        return self._offset + (self._net.now if self._net is not None else 0.0)
+        return self._offset + self._net.now if self._net is not None else self.live_clock()
 
     def sample(self) -> None:
         """Take the broker's statistics now (the network's current broker: after a restart, the new one)."""
@@ -220,6 +223,10 @@ class RunRecorder:
             broker_statistics(broker, scope),
             [destination_statistics(broker, d, scope) for d in scope.destinations()],
         )
+
+    def statistics(self, snapshot: dict[str, Any]) -> None:
+        """A live broker's statistics as ``fetch_statistics`` returns them, taken now."""
+        self.recording.add(self.now(), snapshot["broker"], snapshot["destinations"])
 
     def note(self, text: str) -> None:
         """An evidence line of the run, at this moment (with a sample of what it speaks of)."""

@@ -99,12 +99,14 @@ class LabRun:
         recorder: RunRecorder | None = None,
     ) -> None:
         self.lab = lab
-        #: Samples the run's virtual broker for the console's player, or None (off).
+        #: Samples the run's broker for the console's player, or None (off).
         self.recorder = recorder
         #: Where ``--watch`` frames go while a live broker runs, or None (off).
         self.watch = watch
         #: The run's timeline: brokers started, notes, what the statistics showed.
         self.phases = Phases()
+        if recorder is not None:
+            recorder.live_clock = self.phases.elapsed
         #: Where the live brokers serve the web console, or None (off).
         self.console = console
         self.spec = spec
@@ -177,8 +179,14 @@ class LabRun:
         if self.console is not None:
             self.console.show_timeline(live, self.name, self.phases)
         watcher = None
-        if self.watch is not None:
-            watcher = Watcher(live, f"Lab {self.lab.directory.name}: run {self.name} (live)", self.phases, self.watch)
+        if self.watch is not None or self.recorder is not None:
+            watcher = Watcher(
+                live,
+                f"Lab {self.lab.directory.name}: run {self.name} (live)",
+                self.phases,
+                self.watch,
+                on_statistics=self.recorder.statistics if self.recorder is not None else None,
+            )
             watcher.start()
         try:
             yield live

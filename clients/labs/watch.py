@@ -98,15 +98,25 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
 
 
 class Watcher:
-    """Asks a live broker for its statistics every ``interval`` s and writes a frame each time.
+    """Asks a live broker for its statistics every ``interval`` s and writes a frame each time
+    (``write``; None: none) and hands the snapshot to ``on_statistics``.
 
     ``broker`` is the run's ``LiveBroker`` (its port changes when it restarts: the
     watcher reconnects to wherever it is now)."""
 
     def __init__(
-        self, broker: Any, title: str, phases: Phases, write: Callable[[str], None], interval: float = 0.3
+        self,
+        broker: Any,
+        title: str,
+        phases: Phases,
+        write: Callable[[str], None] | None,
+        interval: float = 0.3,
+        *,
+        on_statistics: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.broker = broker
+        #: Also given each snapshot (a live run's recording: ``clients.labs.recording``), or None.
+        self.on_statistics = on_statistics
         self.title = title
         self.phases = phases
         self.write = write
@@ -147,8 +157,11 @@ class Watcher:
                 for text in changes(previous, stats):
                     self.phases.add(text)
                 previous = stats
-            self.write(CLEAR + render(self.title, stats, self.phases.items(), self.phases.elapsed()) + "\n")
-            self.frames += 1
+                if self.on_statistics is not None:
+                    self.on_statistics(stats)
+            if self.write is not None:
+                self.write(CLEAR + render(self.title, stats, self.phases.items(), self.phases.elapsed()) + "\n")
+                self.frames += 1
             await asyncio.sleep(self.interval)
         if client is not None:
             client.close()
