@@ -8,11 +8,13 @@ Screenshots stay in the tests' temporary directory.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from selenium.webdriver.common.keys import Keys
 
 from browser_support import console_messages, start_chromium, wait_for, wait_until
 from clients.labs import RunResult, find_labs, run_lab
@@ -154,10 +156,17 @@ def test_step_goes_to_the_next_event_and_shows_its_evidence(
         if event["kind"] == "evidence":
             page.save_screenshot(str(tmp_path / "stepped-to-evidence.png"))
     assert "evidence" in [e["kind"] for e in run["events"][:6]]
-    # Step back returns to the one before.
+    # Step back returns to the one before; the keys do as the buttons.
     control(page, "Step back")
     shown = page.execute_script("return document.querySelector('#replay-events li.current').textContent")
     assert run["events"][4]["text"] in shown
+    page.find_element("css selector", "body").send_keys(Keys.ARROW_RIGHT)
+    wait_for(
+        page,
+        "return (document.querySelector('#replay-events li.current')?.textContent || '')"
+        f".includes({json.dumps(run['events'][5]['text'])})",
+        "the next event, by its key",
+    )
 
 
 def _at(column: Any, i: int) -> Any:

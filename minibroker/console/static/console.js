@@ -212,6 +212,12 @@ async function loadReplay(meta) {
   route();
   try {
     startPlayer({ lab: meta.lab, speed: meta.speed, runs: await statistics('Replay') });
+    // The page has all it plays: it needs the broker no more (which may stop when the class is done).
+    const client = state.client;
+    state.client = null;
+    state.connected = false;
+    client.deactivate();
+    setStatus(true, 'the replay is in this page');
   } finally {
     state.loadingReplay = null;
   }
@@ -252,8 +258,8 @@ const cssName = (text) => String(text || 'none').toLowerCase().replace(/[^a-z0-9
 
 function buildPlayer() {
   const p = state.player;
-  const control = (name, symbol, action) => el('button', {
-    type: 'button', 'aria-label': name, title: name, 'data-control': name,
+  const control = (name, symbol, action, key) => el('button', {
+    type: 'button', 'aria-label': name, title: `${name} (key: ${key})`, 'data-control': name,
     onclick: () => { action(); lastTick = performance.now(); showPlayer(); },
   }, el('span', { class: 'symbol', 'aria-hidden': 'true' }, symbol), ` ${name}`);
   const speeds = [...new Set([...window.MinibrokerPlayer.SPEEDS, p.speed])].sort((a, b) => a - b);
@@ -272,9 +278,9 @@ function buildPlayer() {
   }));
   $('player').replaceChildren(
     el('div', { class: 'controls' },
-      control('Restart', '|◀', () => p.restart()), control('Step back', '◀|', () => p.stepBack()),
-      control('Play', '▶', () => p.play()), control('Pause', '❚❚', () => p.pause()),
-      control('Step', '▶|', () => p.step()),
+      control('Restart', '|◀', () => p.restart(), 'Home'), control('Step back', '◀|', () => p.stepBack(), '←'),
+      control('Play', '▶', () => p.play(), 'space'), control('Pause', '❚❚', () => p.pause(), 'space'),
+      control('Step', '▶|', () => p.step(), '→'),
       el('input', { type: 'range', id: 'replay-slider', 'aria-label': 'Position', min: 0, max: p.total, step: 0.01, value: 0,
         oninput: (event) => { p.seek(Number(event.target.value)); showPlayer(); } }),
       el('label', { class: 'speed' }, 'Speed ', el('select', { id: 'replay-speed', 'aria-label': 'Speed',
@@ -292,6 +298,19 @@ function buildPlayer() {
   $('player').hidden = false;
   $('nav-connections').hidden = true;     // a recording keeps no connection
 }
+
+// The keys a teacher reaches for: space plays or pauses, the arrows step, Home restarts.
+document.addEventListener('keydown', (event) => {
+  const p = state.player;
+  if (!p || event.ctrlKey || event.metaKey || event.altKey || /^(INPUT|SELECT|TEXTAREA)$/.test(event.target.tagName)) return;
+  const action = { ' ': () => (p.playing ? p.pause() : p.play()), ArrowRight: () => p.step(),
+    ArrowLeft: () => p.stepBack(), Home: () => p.restart() }[event.key];
+  if (!action) return;
+  event.preventDefault();
+  action();
+  lastTick = performance.now();
+  showPlayer();
+});
 
 function updatePlayer(v) {
   const p = state.player, run = v.run;
