@@ -364,6 +364,7 @@ function render() {
   const b = state.broker;
   if (!b) return;
   $('broker-name').textContent = b.brokerName;
+  if (state.player) updatePlayer(state.view);  // on every page: the player is above them all
   renderBanners(b.diagnosis || []);
   if (state.route.page === 'overview') renderOverview(b);
   else if (state.route.page === 'connections') renderConnections();
@@ -411,7 +412,6 @@ function renderOverview(b) {
     [counted(b.size, 'message held', 'messages held'), num(b.size), 'messages held'],
     ['in / s (last 5 s)', rate(b.enqueueRate), 'in / s'], ['out / s (last 5 s)', rate(b.dequeueRate), 'out / s'],
   ]);
-  if (state.player) updatePlayer(state.view);
   renderLabTimeline(b.lab);
   const h = state.history;
   chart('chart-rates', [h.t, h.in, h.out], ['in', 'out'], ['#38c', '#4a8']);
@@ -550,7 +550,11 @@ function renderConnections() {
 function renderDestination(name) {
   const d = state.destinations.find((x) => x.destinationName === name);
   $('dest-title').textContent = name;
-  if (!d) { figures($('dest-figures'), [['gone', 'this destination does not exist (any more)']]); return; }
+  if (!d) {
+    const where = state.player ? `not in run ${state.view.run.name} at this moment` : 'this destination does not exist (any more)';
+    figures($('dest-figures'), [['gone', where]]);
+    return;
+  }
   figures($('dest-figures'), [
     ['kind', d.kind], ['size', num(d.size)], ['ready', num(d.readyCount)], ['unacked', num(d.inflightCount)],
     ['in / s', rate(d.enqueueRate)], ['out / s', rate(d.dequeueRate)], ['consumers', num(d.consumerCount)],
@@ -571,8 +575,8 @@ function renderDestination(name) {
     el('td', {}, c.ack), el('td', {}, num(c.prefetchSize)), el('td', {}, num(c.outstanding)), el('td', {}, num(c.pending)), el('td', {}, num(c.swapped ?? 0)),
     el('td', { class: c.slowConsumer ? 'slow' : '' }, c.slowConsumer ? 'slow' : 'no'), el('td', {}, c.selector ?? ''))));
   if (state.messages === null && can('Browse') && d.kind === 'queue') { state.messages = []; browse(name); }
-  if (!state.whoamiDone) $('messages').replaceChildren(el('p', { class: 'muted' }, 'Loading…'));  // may this user browse?
-  else if (state.player) $('messages').replaceChildren(el('p', { class: 'muted' }, 'A recording keeps the figures, not the messages.'));
+  if (state.player) $('messages').replaceChildren(el('p', { class: 'muted' }, 'A recording keeps the figures, not the messages.'));
+  else if (!state.whoamiDone) $('messages').replaceChildren(el('p', { class: 'muted' }, 'Loading…'));  // may this user browse?
   else if (!can('Browse')) $('messages').replaceChildren(el('p', { class: 'muted' }, 'Browsing messages needs the admin right.'));
 }
 
