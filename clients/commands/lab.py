@@ -179,10 +179,10 @@ def _run(args: argparse.Namespace) -> int:
         if drawn is not None:
             print(f"The lab's figure, {' and '.join(drawn.runs)} side by side: {drawn.path}")
     recordings = [r.recording for r in results if r.recording is not None and r.recording.times]
-    if export is not None and not recordings:
+    if (export is not None or replaying) and not recordings:
         if console is not None:
             console.release()
-        raise CommandError(f"no run of the lab was recorded: nothing to write to {export}")
+        raise CommandError("no run of the lab was recorded: there is nothing to replay")
     if export is not None:
         try:
             size = write_export(replay_document(matches[0], recordings, args.speed or 1.0), export)
