@@ -238,3 +238,36 @@ def test_the_exported_file_plays_offline_with_the_same_destinations_and_grades(
         verdict = page.execute_script("return document.querySelector('#replay-about .grade').textContent")
         assert verdict.startswith(f"verdict: {run['verdict'].upper()}")
         page.save_screenshot(str(tmp_path / f"export-{run['name']}.png"))
+
+
+def test_the_state_a_run_leaves_is_taken_before_its_broker_stops(results: list[RunResult]) -> None:
+    """The last sample is the run's end, its subscribers still there (a broker that stopped
+    has none, while its rates still count the last five seconds)."""
+    for result in results:
+        recording = result.recording
+        assert recording is not None
+        (prices,) = [d for d in recording.destinations[-1] if d["destinationName"] == "/topic/prices"]
+        assert prices["consumerCount"] == 4, result.spec.name
+        assert recording.brokers[-1]["connectionCount"] >= 5, result.spec.name
+
+
+def test_a_verdict_of_another_name_is_shown_as_it_is(page: Any, document: dict[str, Any], tmp_path: Path) -> None:
+    """A run's verdict is shown as the run gives it: a third one, neither red nor green."""
+    graded = {
+        **document,
+        "runs": [{**run, "verdict": "mitigated"} if i == 1 else run for i, run in enumerate(document["runs"])],
+    }
+    path = tmp_path / "graded.html"
+    write_export(graded, path)
+    page.get(path.as_uri())
+    shown = wait_for(
+        page,
+        "const p = document.querySelector('#replay-track [data-phase=\"limit-above-file\"]');"
+        "return p && [p.dataset.verdict, p.querySelector('.grade').textContent, getComputedStyle(p).backgroundColor];",
+        "the second run's grade",
+    )
+    assert shown[:2] == ["mitigated", "MITIGATED"]
+    colours = page.execute_script(
+        "return [...document.querySelectorAll('#replay-track .phase.run')].map(p => getComputedStyle(p).backgroundColor)"
+    )
+    assert shown[2] not in (colours[0], colours[2])  # not the pathology's red, not the healthy run's green
