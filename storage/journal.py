@@ -104,7 +104,7 @@ class Journal:
         Raises ``CorruptRecord`` on damage before the tail of the log, and
         ``StorageError`` if the files do not match the config.
         """
-        config.path.mkdir(parents=True, exist_ok=True)
+        file_ops().make_directory(config.path)
         result = scan_directory(config)
         journal = cls(config, result)
         journal._start(result, {as_bytes(t, "txid") for t in committed})
