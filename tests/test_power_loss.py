@@ -43,6 +43,48 @@ def receipts(c: VirtualClient) -> set[str]:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_receipted_send_to_a_topic_with_a_durable_subscriber_survives(tmp_path: Path, layout: str) -> None:
+    disk = PowerLossDisk(tmp_path / "data")
+    with using(disk):
+        net = network(disk, layout)
+        sub = client(net, "reader")
+        durable = {"activemq.subscriptionName": "keep", "receipt": "sub"}
+        sub.subscribe("/topic/news", "s", "client-individual", **durable)
+        assert receipts(sub) == {"sub"}
+        sub.send_frame("UNSUBSCRIBE", {"id": "s"})  # inactive: the topic keeps its messages
+        producer = client(net)
+        for i in range(100):
+            producer.send("/topic/news", f"n{i}", persistent="true", receipt=f"r{i}")
+        assert receipts(producer) == {f"r{i}" for i in range(100)}
+        power_loss(net, disk)
+        again = client(net, "reader")
+        again.subscribe("/topic/news", "s", "client-individual", **{"activemq.subscriptionName": "keep"})
+        assert again.bodies() == [f"n{i}".encode() for i in range(100)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_receipted_ack_is_not_undone(tmp_path: Path, layout: str) -> None:
+    disk = PowerLossDisk(tmp_path / "data")
+    with using(disk):
+        net = network(disk, layout)
+        producer = client(net)
+        for i in range(20):
+            producer.send("/queue/work", f"m{i}", persistent="true", receipt=f"r{i}")
+        assert len(receipts(producer)) == 20
+        consumer = client(net)
+        consumer.subscribe("/queue/work", "s", "client-individual", **{"activemq.prefetchSize": "20"})
+        delivered = consumer.messages()
+        assert len(delivered) == 20
+        for n, message in enumerate(delivered[:15]):
+            consumer.ack(message, receipt=f"a{n}")
+        assert receipts(consumer) == {f"a{n}" for n in range(15)}
+        power_loss(net, disk)
+        again = client(net)
+        again.subscribe("/queue/work", "s", "client-individual", **{"activemq.prefetchSize": "100"})
+        assert again.bodies() == [f"m{i}".encode() for i in range(15, 20)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_directories_the_store_makes_survive(tmp_path: Path, layout: str) -> None:
     """The journal's directory is made durable (its parent fsynced) before anything is promised in it."""
     disk = PowerLossDisk(tmp_path / "data")
