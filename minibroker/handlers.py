@@ -370,6 +370,7 @@ class FrameHandlers:
 
     def _on_subscribe(self, session: Session, frame: Frame) -> Any:
         h = frame.headers
+        mark = self.storehooks.write_mark() if "receipt" in h else None
         address = h.get("destination")
         if not address:
             raise ProtocolError("SUBSCRIBE frame has no destination header")
@@ -439,8 +440,11 @@ class FrameHandlers:
         session.subscriptions[sub_id] = sub
         self._subs_by_key[sub.key] = sub
         receipt = h.get("receipt")
-        if receipt is not None:  # the RECEIPT goes before the first MESSAGE, as ActiveMQ does
-            self._send_receipt(session, receipt)
+        if receipt is not None:
+            # The RECEIPT goes before the first MESSAGE, as ActiveMQ does, unless the journal
+            # was written (a durable subscription replaced: its messages' dequeues): then
+            # it waits for their fsync (storehooks.receipt).
+            self.storehooks.receipt(session, receipt, mark)
         if self.trace.enabled:
             self._emit(
                 "subscribe",

@@ -97,3 +97,30 @@ def test_the_directories_the_store_makes_survive(tmp_path: Path, layout: str) ->
         again = client(net)
         again.subscribe("/queue/one")
         assert again.bodies() == [b"kept"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_receipted_durable_subscription_that_replaces_one_does_not_inherit_its_messages(
+    tmp_path: Path, layout: str
+) -> None:
+    """Subscribing again with another selector replaces the subscription and drops what
+    it held (as in ActiveMQ): its RECEIPT waits for those dequeues' fsync."""
+    disk = PowerLossDisk(tmp_path / "data")
+    with using(disk):
+        net = network(disk, layout)
+        sub = client(net, "reader")
+        sub.subscribe("/topic/news", "s", "client-individual", **{"activemq.subscriptionName": "keep"})
+        sub.send_frame("UNSUBSCRIBE", {"id": "s"})
+        producer = client(net)
+        for i in range(10):
+            producer.send("/topic/news", f"old{i}", persistent="true", receipt=f"r{i}")
+        assert len(receipts(producer)) == 10
+        replaced = {"activemq.subscriptionName": "keep", "selector": "kind = 'new'", "receipt": "again"}
+        sub.subscribe("/topic/news", "s2", "client-individual", **replaced)
+        assert receipts(sub) == {"again"}
+        power_loss(net, disk)
+        again = client(net, "reader")
+        again.subscribe(
+            "/topic/news", "s", "client-individual", **{"activemq.subscriptionName": "keep", "selector": "kind = 'new'"}
+        )
+        assert again.bodies() == []
