@@ -84,10 +84,10 @@ def _track(tasks: set[asyncio.Task], task: asyncio.Task) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _connected(port: int, tasks: set[asyncio.Task]) -> AsyncIterator[StompClient]:
+async def _connected(port: int, tasks: set[asyncio.Task], client_id: str | None = None) -> AsyncIterator[StompClient]:
     """A client for the body; the broker dying under it ends the body quietly, and
     the requests still in ``tasks`` are collected before the client is closed."""
-    client = await StompClient.connect(port=port, connect_timeout=10)
+    client = await StompClient.connect(port=port, connect_timeout=10, client_id=client_id)
     try:
         yield client
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -99,14 +99,14 @@ async def _connected(port: int, tasks: set[asyncio.Task]) -> AsyncIterator[Stomp
         client.close()
 
 
-async def produce(port: int, ledger: Ledger, window: int, count: int | None = None) -> None:
+async def produce(port: int, ledger: Ledger, window: int, count: int | None = None, destination: str = QUEUE) -> None:
     """Persistent SENDs with a receipt each until the broker dies (or ``count`` are receipted)."""
     in_flight: set[asyncio.Task] = set()
     with contextlib.suppress(*GONE):  # the broker died before the connection was made
         async with _connected(port, in_flight) as client:
 
             async def one(n: int) -> None:
-                await client.send(QUEUE, f"m{n}", headers={"persistent": "true"}, receipt=True, timeout=30)
+                await client.send(destination, f"m{n}", headers={"persistent": "true"}, receipt=True, timeout=30)
                 ledger.receipted.add(n)
 
             while (count is None or ledger.next_id < count) and not client.is_closed:
@@ -118,12 +118,21 @@ async def produce(port: int, ledger: Ledger, window: int, count: int | None = No
                     await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
 
 
-async def consume(port: int, ledger: Ledger, prefetch: int, idle: float | None) -> None:
-    """Receive and ACK with a receipt each until the broker dies (or nothing comes for ``idle`` s)."""
+async def consume(
+    port: int,
+    ledger: Ledger,
+    prefetch: int,
+    idle: float | None,
+    destination: str = QUEUE,
+    client_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Receive and ACK with a receipt each until the broker dies (or nothing comes for ``idle`` s).
+    ``client_id`` and ``headers`` (of the SUBSCRIBE): for a durable subscription."""
     seen_here: set[int] = set()
     acks: set[asyncio.Task] = set()
     with contextlib.suppress(*GONE):
-        async with _connected(port, acks) as client:
+        async with _connected(port, acks, client_id) as client:
 
             async def ack(message: object, n: int) -> None:
                 if client.is_closed:
@@ -132,7 +141,7 @@ async def consume(port: int, ledger: Ledger, prefetch: int, idle: float | None) 
                 await client.ack(message, receipt=True, timeout=30)  # type: ignore[arg-type]
                 ledger.confirmed.add(n)
 
-            sub = await client.subscribe(QUEUE, ack="client-individual", prefetch=prefetch)
+            sub = await client.subscribe(destination, ack="client-individual", prefetch=prefetch, headers=headers)
             while True:
                 try:
                     message = await sub.get(timeout=idle)

@@ -101,11 +101,10 @@ class AdminHost(Protocol):
 
 @dataclass
 class AdminResult:
-    """What an operation did: its answer, whether it wrote to the journal (a
-    RECEIPT then waits for the disk), and what to do once the answer is sent."""
+    """What an operation did: its answer, and what to do once the answer is sent.
+    (Its RECEIPT waits for the fsync of what it wrote: ``StoreHooks.receipt``.)"""
 
     answer: dict[str, Any]
-    wrote: bool = False
     then: Callable[[], None] | None = None
 
 
@@ -177,10 +176,7 @@ def _purge(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) 
     queue = _queue(broker, session, headers, "target", "purge")
     purged = queue.purge()
     log.info("%s purged by %s: %d messages", queue.address, session.principal.name, purged)
-    return AdminResult(
-        {"operation": "purge", "destination": queue.address, "purged": purged, "size": queue.size()},
-        wrote=purged > 0 and broker.store is not None,
-    )
+    return AdminResult({"operation": "purge", "destination": queue.address, "purged": purged, "size": queue.size()})
 
 
 def _delete(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
@@ -209,9 +205,7 @@ def _delete(broker: "AdminHost", session: "Session", headers: Mapping[str, str])
             dest.delete_durable(client_id, name)
     broker.forget_destination(dest)
     log.info("%s deleted by %s (%d messages dropped)", dest.address, session.principal.name, purged)
-    return AdminResult(
-        {"operation": "delete", "destination": dest.address, "purged": purged}, wrote=broker.store is not None
-    )
+    return AdminResult({"operation": "delete", "destination": dest.address, "purged": purged})
 
 
 # ---------------------------------------------------------------- close
@@ -338,7 +332,6 @@ def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -
     if store is not None:
         txid = broker.begin_storage_transaction(session)
     failure: str | None = None
-    wrote = False
 
     waiting = len(source.pending) + len(source.cursor.store_only)  # before the move
     chosen = 0  # messages the selector and the count let through so far
@@ -354,7 +347,7 @@ def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -
 
     def carry(message: Message) -> bool:
         """Hand one message to its target; False if it stays (skipped, or the store refused)."""
-        nonlocal failure, wrote
+        nonlocal failure
         target = target_of(message)
         if isinstance(target, str):
             skipped[target] = skipped.get(target, 0) + 1
@@ -365,7 +358,6 @@ def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -
         except ResourceLimitError as exc:
             failure = exc.message
             return False
-        wrote = wrote or copy.store_ref is not None
         moved[target.address] = moved.get(target.address, 0) + 1
         return True
 
@@ -419,7 +411,7 @@ def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -
         "selected": chosen,
     }
     source.dispatch()
-    return AdminResult(answer, wrote=wrote or bool(gone))
+    return AdminResult(answer)
 
 
 def _target_queue(broker: "AdminHost", session: "Session", address: str, source: Queue) -> Queue:

@@ -193,7 +193,8 @@ class Broker(ReadingControl):
         # Bound once (no extra hop): every persistent SEND and every RECEIPT pass
         # through them, and the destinations call them as a ``ports.DestinationHost``.
         self.admit = storehooks.admit
-        self._after_write = storehooks.after_write
+        self._write_mark = storehooks.write_mark
+        self._receipt = storehooks.receipt
         self._send_receipt = storehooks.send_receipt
         self.mark_delivered = storehooks.mark_delivered
         self.persist_durable = storehooks.persist_durable
@@ -240,8 +241,8 @@ class Broker(ReadingControl):
             self,
             blocked_cursors=self._blocked_cursors,
             route=self._route,
-            after_write=self._after_write,
-            send_receipt=self._send_receipt,
+            write_mark=self._write_mark,
+            receipt=self._receipt,
             stop_reading=self._stop_reading,
             start_reading=self._start_reading,
             emit=self._emit,
@@ -834,11 +835,13 @@ class Broker(ReadingControl):
         session.frames_in += 1
         command = frame.command
         before = session.state
+        receipt = frame.headers.get("receipt")
+        mark = None if receipt is None else self._write_mark()  # (the one rule of durability: storehooks.receipt)
         try:
             next_state = session.transitions.get(command)
             if next_state is None:
                 next_state = session.next_state(command)  # not allowed now: raises, saying what is
-            if session.version == "1.0" and "\r" in frame.headers.get("receipt", ""):
+            if receipt is not None and session.version == "1.0" and "\r" in receipt:
                 # STOMP 1.0 escapes nothing: the RECEIPT could not carry it back.
                 raise ProtocolError("a receipt header cannot hold a carriage return in STOMP 1.0")
             result = self._handlers[command](session, frame)
@@ -850,10 +853,8 @@ class Broker(ReadingControl):
             return
         if next_state is not session.state and session.state is before and session.is_open:
             session.set_state(next_state)  # unless the handler moved it itself
-        if result is not DEFERRED:
-            receipt = frame.headers.get("receipt")
-            if receipt is not None:
-                self._send_receipt(session, receipt)
+        if receipt is not None and result is not DEFERRED:
+            self._receipt(session, receipt, mark)
 
     def _storage_refused(self, session: Session, frame: Frame, exc: StorageError) -> None:
         """Answer a frame the store could not write with an ERROR (the connection stays

@@ -88,8 +88,8 @@ class ProducerFlowControl:
         *,
         blocked_cursors: dict[Any, None],
         route: Callable[[Destination, Message], list[Any] | None],
-        after_write: Callable[[Session, str | None, bool], Any],
-        send_receipt: Callable[[Session, str], None],
+        write_mark: Callable[[], Any],
+        receipt: Callable[[Session, str, Any], None],
         stop_reading: Callable[[Session, str], None],
         start_reading: Callable[[Session, str], None],
         emit: Callable[..., None],
@@ -107,8 +107,8 @@ class ProducerFlowControl:
         #: Queues whose cursor could not page in for lack of memory (the broker's, shared).
         self._blocked_cursors = blocked_cursors
         self._route = route
-        self._after_write = after_write
-        self._send_receipt = send_receipt
+        self._write_mark = write_mark
+        self._receipt = receipt
         self._stop_reading = stop_reading
         self._start_reading = start_reading
         self._emit = emit
@@ -282,11 +282,10 @@ class ProducerFlowControl:
                     if remaining is not None:
                         waiting.appendleft(parked._replace(resume=remaining))
                         break
-                if (
-                    parked.receipt is not None
-                    and self._after_write(session, parked.receipt, parked.message.store_ref is not None) is None
-                ):
-                    self._send_receipt(session, parked.receipt)
+                if parked.receipt is not None:
+                    # Parts of a parked message may have been written in earlier turns (a
+                    # topic's durable copies before it parked): a persistent one waits for an fsync.
+                    self._receipt(session, parked.receipt, None if parked.message.persistent else self._write_mark())
             if waiting:
                 continue
             self.blocked.remove(session)

@@ -136,7 +136,6 @@ class FrameHandlers:
         self.sessions = host.sessions
         self.storehooks = storehooks = host.storehooks
         self.admit: Callable[[Destination, Message], list[Subscription] | None] = storehooks.admit
-        self._after_write = storehooks.after_write
         self._send_receipt = storehooks.send_receipt
         self.durables_changed = storehooks.durables_changed
         self.begin_storage_transaction = storehooks.begin_storage_transaction
@@ -200,9 +199,7 @@ class FrameHandlers:
             return DEFERRED
         if remaining is not None:  # a topic subscription is full: the producer waits there
             return self.flow.park(session, destination, message, receipt, resume=remaining)
-        if receipt is None:
-            return None
-        return self._after_write(session, receipt, message.store_ref is not None)
+        return None  # (a RECEIPT waits for the fsync of what was written: storehooks.receipt)
 
     def _check_fits_journal(self, message: Message) -> None:
         """Refuse a persistent message too large for one journal file, before it goes anywhere.
@@ -328,7 +325,7 @@ class FrameHandlers:
 
     def _answer_admin(self, session: Session, frame: Frame, address: str) -> Any:
         """A request to an admin operation (``admin.py``): done, then one JSON reply
-        to ``reply-to`` if given; the RECEIPT waits for the disk if the journal was written."""
+        to ``reply-to`` if given (the RECEIPT waits for the disk if the journal was written)."""
         reply_to = frame.headers.get("reply-to")
         if reply_to:
             self.registry.resolve(session, reply_to, "write")  # refused before anything is done
@@ -345,9 +342,7 @@ class FrameHandlers:
             result.then()
         if not session.is_open:
             return DEFERRED
-        if result.wrote and self.store is not None:
-            self.store.flush()  # a purge's dequeues are deferred: written now, so the RECEIPT waits for them
-        return self._after_write(session, frame.headers.get("receipt"), result.wrote)
+        return None  # (its RECEIPT waits for the fsync of a move's or a purge's records: storehooks.receipt)
 
     def _mark_tool_reply(self, session: Session, reply_to: str) -> None:
         """A temporary queue named as a statistics or admin request's reply-to is the
@@ -375,6 +370,7 @@ class FrameHandlers:
 
     def _on_subscribe(self, session: Session, frame: Frame) -> Any:
         h = frame.headers
+        mark = self.storehooks.write_mark() if "receipt" in h else None
         address = h.get("destination")
         if not address:
             raise ProtocolError("SUBSCRIBE frame has no destination header")
@@ -444,8 +440,11 @@ class FrameHandlers:
         session.subscriptions[sub_id] = sub
         self._subs_by_key[sub.key] = sub
         receipt = h.get("receipt")
-        if receipt is not None:  # the RECEIPT goes before the first MESSAGE, as ActiveMQ does
-            self._send_receipt(session, receipt)
+        if receipt is not None:
+            # The RECEIPT goes before the first MESSAGE, as ActiveMQ does, unless the journal
+            # was written (a durable subscription replaced: its messages' dequeues): then
+            # it waits for their fsync (storehooks.receipt).
+            self.storehooks.receipt(session, receipt, mark)
         if self.trace.enabled:
             self._emit(
                 "subscribe",
@@ -733,7 +732,7 @@ class FrameHandlers:
             return DEFERRED
         finally:
             self.end_storage_transaction()
-        return self._after_write(session, frame.headers.get("receipt"), durable)
+        return None  # (its RECEIPT waits for the fsync of its TX_COMMIT: storehooks.receipt)
 
     def _on_abort(self, session: Session, frame: Frame) -> Any:
         txid = frame.headers.get("transaction")

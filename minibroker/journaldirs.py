@@ -141,7 +141,7 @@ def claim(base: Path, key: str) -> Path:
     another key (a case-insensitive filesystem maps ``A`` and ``a`` to one name).
     """
     directory = base / directory_name(key)
-    directory.mkdir(parents=True, exist_ok=True)
+    file_ops().make_directory(directory)
     owner = _read_name(directory)
     if owner is None:
         _write_name(directory, key)

@@ -316,7 +316,7 @@ class MessageStore:
     def __init__(self, config: StoreConfig, data_dir: str | os.PathLike[str]) -> None:
         self.config = config
         self.root = Path(data_dir)
-        self.root.mkdir(parents=True, exist_ok=True)
+        file_ops().make_directory(self.root)
         # One broker per data directory (ActiveMQ's lock file): offline tools check it too.
         self._lock_file: TextIO | None = open(self.root / "lock", "a")
         try:
@@ -380,7 +380,7 @@ class MessageStore:
             self._txlog = TransactionLog(self.root / "txlog")
             decided = self._txlog.decided()
             base = self.root / "journal"
-            base.mkdir(exist_ok=True)
+            file_ops().make_directory(base)
             for key, sub in sorted(journaldirs.scan(base).items()):
                 journal = self._journals[key] = self._open_ring(sub, key, decided)
                 journaldirs.check_keys(sub, key, (rec.key for rec in journal.recovered(payloads=False)))

@@ -2,9 +2,10 @@
 
 A part the ``Broker`` holds (``broker.storehooks``; ``StoreHost`` is what it uses of
 the broker). Persistent queue messages are journaled before they
-enter the queue (``admit``); a RECEIPT for them waits, under fsync policy
-``always``, until the edge reports an fsync that covers them
-(``store_synced``): one fsync releases every producer that wrote before it.
+enter the queue (``admit``). The RECEIPT of any frame that wrote to the
+journal waits, under fsync policy ``always``, until the edge reports an
+fsync that covers its records (``receipt``, ``store_synced``): one fsync
+releases every frame that wrote before it.
 Durable topic subscriptions journal their own copy of each persistent
 message. ``recover`` brings it all back at start.
 
@@ -50,6 +51,7 @@ at the event's end), so it reaches the same place as a failed fsync.
 from __future__ import annotations
 
 import errno
+import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from storage import StorageError, StoreFailed, StoreFull, TempStore
@@ -58,7 +60,7 @@ from storage.tempstore import TEMP_STORE_NAME
 
 from .codec import encode
 from .cursor import PagedRef, StoreRun
-from .coreutil import DEFERRED, log
+from .coreutil import log
 from .destination import Destination
 from .queue import Queue
 from .topic import DurableState, Topic
@@ -85,6 +87,8 @@ __all__ = ["STORE_FAILED_EXIT", "SPACE_PROBE_SECONDS", "StoreHooks", "StoreHost"
 STORE_FAILED_EXIT = 3
 #: While the disk is full, how often a persistent message may try it again.
 SPACE_PROBE_SECONDS = 1.0
+#: The generation of a waiting RECEIPT until its turn's ``flush`` gives it the one it reached.
+AT_FLUSH = sys.maxsize
 
 
 class StoreHost(Protocol):
@@ -146,7 +150,7 @@ class StoreHooks:
     ``Sync`` is out (``sync_in_flight``), why the store failed or is full
     (``failure``, ``full``), the storage transaction being written (``txid``),
     the temp store and the store cursors' scratch file. The broker binds the
-    calls made per message once (``admit``, ``after_write``, ``send_receipt``
+    calls made per message once (``admit``, ``receipt``, ``send_receipt``
     and the ``ports.DestinationHost`` calls), so they cost no extra hop."""
 
     def __init__(self, host: StoreHost, *, emit: Callable[..., None], request: Callable[["Action"], None]) -> None:
@@ -163,8 +167,11 @@ class StoreHooks:
         self.destinations = host.destinations
         self._emit = emit
         self._request = request
-        #: RECEIPTs waiting for an fsync: (store write generation, session, receipt id).
+        #: RECEIPTs waiting for an fsync: (store write generation, session, receipt id);
+        #: ``AT_FLUSH`` until the end of the turn (``receipt``).
         self.waiters: list[tuple[int, Session, str]] = []
+        #: Some waiter's generation is ``AT_FLUSH``.
+        self._at_flush = False
         #: A ``Sync`` was asked for and its outcome is not reported yet.
         self.sync_in_flight = False
         #: Why the store failed (the broker is stopping), or None.
@@ -184,13 +191,41 @@ class StoreHooks:
         #: Where store cursors put the store-only lists they do not keep in memory (``index_spill``).
         self._index_spill: SpillFile | None = None
 
-    def after_write(self, session: Session, receipt: str | None, wrote: bool) -> Any:
-        """Hold a RECEIPT until the journal is on disk, when the fsync policy says so."""
-        if receipt is None or not wrote or self.store is None or self.config.store.fsync != "always":
-            return None
-        self.waiters.append((self.store.write_generation, session, receipt))
-        session.sync.wait()
-        return DEFERRED
+    def write_mark(self) -> tuple[int, int] | None:
+        """Where the journal's writes stand now (None: no store), for ``receipt``:
+        its write generation and the dequeues deferred to the end of the turn."""
+        store = self.store
+        return None if store is None else (store.write_generation, store.deferred)
+
+    def receipt(self, session: Session, receipt: str, mark: tuple[int, int] | None) -> None:
+        """The RECEIPT of a frame handled since ``write_mark`` gave ``mark``.
+
+        The one rule of durability: a frame that wrote to the journal (a
+        persistent SEND to a queue or to a durable subscription's copy, an ACK or
+        NACK of a persistent message, a COMMIT, an admin move or purge, a durable
+        subscription removed) gets its RECEIPT only after the fsync that covers
+        its records. Theory of operation:
+
+        - What it wrote shows as a changed mark: a new write generation, or more
+          dequeues deferred to the turn's end (``MessageStore.dequeue``).
+        - Its waiter takes ``AT_FLUSH`` for a generation: the end of the turn
+          writes the deferred dequeues (``flush``) and gives every such waiter the
+          generation it reached; the ``Sync`` goes out after that, so one fsync
+          covers every frame of the turn (group commit).
+        - Under fsync ``batch`` or ``never`` nothing waits: a RECEIPT then means
+          handed to the operating system (a power loss may take it).
+        """
+        store = self.store
+        if (
+            store is not None
+            and self.config.store.fsync == "always"
+            and (store.write_generation, store.deferred) != mark
+        ):
+            self.waiters.append((AT_FLUSH, session, receipt))
+            self._at_flush = True
+            session.sync.wait()
+            return
+        self.send_receipt(session, receipt)
 
     def recover(self) -> int:
         """Bring back what the journals hold; returns the number of messages.
@@ -294,8 +329,9 @@ class StoreHooks:
 
     def flush(self) -> None:
         """The end of a turn: write what the journals hold back (the turn's dequeues),
-        account their size, and release RECEIPTs that wait for no fsync. Does nothing
-        when nothing was written since the last turn."""
+        give this turn's waiting RECEIPTs the generation that covers them (``receipt``),
+        account the journals' size, and release RECEIPTs that wait for no fsync. Does
+        nothing when nothing was written since the last turn."""
         store = self.store
         if store is None or (store.write_generation == self.generation_seen and not store.deferred_dequeues):
             return
@@ -303,7 +339,10 @@ class StoreHooks:
             store.flush()  # writes the deferred dequeues first (a new generation)
         except StoreFailed as exc:
             self.store_failed(exc)
-        self.generation_seen = store.write_generation
+        self.generation_seen = generation = store.write_generation
+        if self._at_flush:  # the RECEIPTs of this turn's writes wait for an fsync of all of them
+            self._at_flush = False
+            self.waiters = [(generation if g == AT_FLUSH else g, s, r) for g, s, r in self.waiters]
         self._set_store_usage(store.disk_usage())
         if self.trace.enabled:
             self.trace_journal_rolls()

@@ -2,7 +2,7 @@
 
 Every file operation of this package that can fail in a way the broker must
 answer for (open, read, write, preallocate, fsync, rename, truncate, unlink,
-and the fsync of a directory) goes through the ``FileOps`` object that ``file_ops()``
+making a directory, and the fsync of a directory) goes through the ``FileOps`` object that ``file_ops()``
 returns. Tests install another one (``using``) to make any call fail with
 EIO or ENOSPC, write short, or fail an fsync, without patching ``os``.
 
@@ -90,6 +90,10 @@ class FileOps:
     def unlink(self, path: PathLike) -> None:
         os.unlink(path)
 
+    def mkdir(self, path: PathLike) -> None:
+        """Make one directory (its parent exists)."""
+        os.mkdir(path)
+
     def fsync_directory(self, directory: PathLike) -> None:
         """Make a created, renamed or deleted entry of ``directory`` durable."""
         fd = self.open(directory, os.O_RDONLY)
@@ -133,6 +137,26 @@ class FileOps:
             return b"".join(parts)
         finally:
             self.close(fd)
+
+    def make_directory(self, path: PathLike) -> None:
+        """Make ``path`` and its missing parents, each made durable (its parent
+        fsynced after it), so a power loss cannot take a directory the store
+        wrote into. Nothing happens to a directory that exists."""
+        target = Path(path)
+        missing: list[Path] = []
+        while not target.is_dir():
+            missing.append(target)
+            if target.parent == target:
+                break
+            target = target.parent
+        for directory in reversed(missing):
+            try:
+                self.mkdir(directory)
+            except FileExistsError:
+                if not directory.is_dir():
+                    raise
+                continue  # made meanwhile by another: its maker fsyncs the parent
+            self.fsync_directory(directory.parent)
 
     def replace_file(self, path: PathLike, data: bytes) -> None:
         """Write ``path`` atomically: a temporary file, fsynced, renamed over it, then

@@ -26,13 +26,15 @@ The last two rules are computed in log order in one pass, since a dequeue,
 commit or abort always follows the records it refers to
 (``JournalIndex.retained``). Markers
 (DELIVERED) do not keep a file: before a file goes, the journal writes the
-markers of its still-live messages again.
+markers of its still-live messages again, into the room the current file has
+left; a file whose markers do not fit there stays for a later collection
+(``Journal._collect``), so a collection never makes a file it could reclaim.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from storage.bodies import Layout
@@ -82,7 +84,7 @@ class GrowingLayout:
         """Unbounded: a growing journal adds files."""
         return 1 << 62
 
-    def reclaimable(self, index: JournalIndex, current: int) -> list[int]:
-        """Files that may be deleted now, oldest first."""
-        keep = index.retained(current)
+    def reclaimable(self, index: JournalIndex, current: int, pinned: Collection[int] = ()) -> list[int]:
+        """Files that may be deleted now, oldest first, keeping ``pinned`` (and what they keep)."""
+        keep = index.retained(current, pinned)
         return sorted(file_id for file_id in index.files if file_id not in keep)

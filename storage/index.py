@@ -31,7 +31,7 @@ state.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from storage.entries import LIVE, PENDING, EntryTable
 from storage.model import FileInfo, Location, Pin
 
@@ -281,11 +281,18 @@ class JournalIndex:
 
     # -- questions -------------------------------------------------------------
 
-    def retained(self, current: int) -> set[int]:
-        """Files the growing layout must keep (see the module docstring)."""
+    def retained(self, current: int, pinned: Collection[int] = ()) -> set[int]:
+        """Files the growing layout must keep (see the module docstring), with
+        ``pinned`` (files kept for a reason of the caller's) and what they keep."""
         keep: set[int] = set()
         for stats in self.log_order():
-            if stats.file_id == current or stats.live or stats.tx_records or any(dep in keep for dep in stats.deps):
+            if (
+                stats.file_id == current
+                or stats.live
+                or stats.tx_records
+                or stats.file_id in pinned
+                or any(dep in keep for dep in stats.deps)
+            ):
                 keep.add(stats.file_id)
         return keep
 
@@ -316,10 +323,14 @@ class JournalIndex:
                 result.setdefault(file_id, []).append(txid)
         return {file_id: tuple(sorted(txids)) for file_id, txids in result.items()}
 
-    def markers_in(self, file_ids: Iterable[int]) -> list[int]:
-        """Delivered enqueue seqs whose latest marker sits in one of ``file_ids``."""
+    def markers_by_file(self, file_ids: Iterable[int]) -> dict[int, list[int]]:
+        """For each of ``file_ids`` holding any, the delivered enqueue seqs whose latest marker sits there."""
         wanted = set(file_ids)
-        return sorted(seq for seq, file_id in self.markers.items() if file_id in wanted)
+        found: dict[int, list[int]] = {}
+        for seq, file_id in self.markers.items():
+            if file_id in wanted:
+                found.setdefault(file_id, []).append(seq)
+        return found
 
     def file_infos(self, files: Mapping[int, tuple[str, int]], current: int | None, transitive: bool) -> list[FileInfo]:
         """``FileInfo`` for each of ``files`` (file id -> (name, size)), by file id."""

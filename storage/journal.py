@@ -56,6 +56,8 @@ __all__ = ["ENQUEUE_KEEP", "Journal", "TxId"]
 TxId = bytes | str
 _HEADER_RECORD = HEADER_SIZE + len(encode_file_header(0, 0, 0)[0])
 _DEQUEUE_FIXED = HEADER_SIZE + 10
+#: A DELIVERED record: the header and the enqueue's seq.
+_MARKER_SIZE = HEADER_SIZE + 8
 #: dequeue_many: at most this many seqs in one DEQUEUE_MANY record (32 KB).
 _MANY_MAX = 4096
 #: read_seqs: neighbouring records are read in one pread spanning at most this many bytes...
@@ -104,7 +106,7 @@ class Journal:
         Raises ``CorruptRecord`` on damage before the tail of the log, and
         ``StorageError`` if the files do not match the config.
         """
-        config.path.mkdir(parents=True, exist_ok=True)
+        file_ops().make_directory(config.path)
         result = scan_directory(config)
         journal = cls(config, result)
         journal._start(result, {as_bytes(t, "txid") for t in committed})
@@ -385,8 +387,8 @@ class Journal:
         return seq
 
     def _mark(self, enqueue_seq: int, keep: int = 0) -> int:
-        seq, fid, offset = self._append(RecordType.DELIVERED, encode_ref(enqueue_seq), HEADER_SIZE + 8, keep)
-        self._index.delivered(seq, enqueue_seq, fid, offset + HEADER_SIZE + 8)
+        seq, fid, offset = self._append(RecordType.DELIVERED, encode_ref(enqueue_seq), _MARKER_SIZE, keep)
+        self._index.delivered(seq, enqueue_seq, fid, offset + _MARKER_SIZE)
         return seq
 
     def _end_tx(self, rtype: RecordType, txid: TxId) -> int:
@@ -415,35 +417,58 @@ class Journal:
         """Delete the files the layout says are garbage (growing only).
 
         Runs in the owner thread after an operation that may have emptied a
-        file; it fsyncs the current file before deleting anything.
+        file; it fsyncs the current file before deleting anything. It ends by
+        construction:
+
+        - a file goes with the markers of its live messages written again into
+          the room the current file has left: the collection never rolls, so it
+          never makes a file (one of markers only would be garbage in turn);
+        - a garbage file whose markers do not fit stays (pinned, with every file
+          that must stay with it) until its messages are acknowledged or a later
+          current file has room for them;
+        - each pass pins one more file or deletes, once.
         """
         if not self._index.emptied:
             return
         with self._lock:
+            self._index.emptied = False
+            pinned: set[int] = set()
             while True:
-                self._index.emptied = False
-                victims = self._layout.reclaimable(self._index, self._current.file_id)
+                victims = self._layout.reclaimable(self._index, self._current.file_id, pinned)
                 if not victims:
                     return
-                for seq in self._index.markers_in(victims):
-                    try:
-                        self._mark(seq)  # markers do not pin files: write them again
-                    except StoreFull:  # a full disk: the message loses its redelivered flag, nothing more
-                        pass
-                # The records that made these files garbage (a dequeue, a commit)
-                # must be durable before the files go, or a crash could lose both
-                # copies of a message that a transaction moved.
-                self._fsync(self._current)
-                self._durable_seq = self._next_seq - 1
+                room = (self._current.capacity - self._current.offset) // _MARKER_SIZE
+                markers = self._index.markers_by_file(victims)
+                moving: list[int] = []
                 for fid in victims:
-                    if fid != self._current.file_id:
-                        seg = self._segments.pop(fid)
-                        try:
-                            seg.unlink()
-                        except OSError as exc:
-                            raise self._fail(f"deleting {seg.path}", exc) from None
-                        self._index.forget_file(fid)
-                self._fsync_directory()
+                    seqs = markers.get(fid, [])
+                    if len(seqs) > room:
+                        pinned.add(fid)
+                    else:
+                        room -= len(seqs)
+                        moving.extend(seqs)
+                if not pinned.isdisjoint(victims):
+                    continue  # what the pinned files keep is no longer garbage: ask again
+                break
+            for seq in sorted(moving):
+                try:
+                    self._mark(seq)  # markers do not pin files: write them again
+                except StoreFull:  # a full disk: the message loses its redelivered flag, nothing more
+                    pass
+            # The records that made these files garbage (a dequeue, a commit)
+            # must be durable before the files go, or a crash could lose both
+            # copies of a message that a transaction moved.
+            self._fsync(self._current)
+            self._durable_seq = self._next_seq - 1
+            for fid in victims:
+                if fid != self._current.file_id:
+                    seg = self._segments.pop(fid)
+                    try:
+                        seg.unlink()
+                    except OSError as exc:
+                        raise self._fail(f"deleting {seg.path}", exc) from None
+                    self._index.forget_file(fid)
+            self._fsync_directory()
 
     # -- durability ----------------------------------------------------------------
 

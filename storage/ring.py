@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from storage.bodies import Layout
@@ -119,6 +119,6 @@ class RingLayout:
             room += self.size - header_size
         return room
 
-    def reclaimable(self, index: JournalIndex, current: int) -> list[int]:
+    def reclaimable(self, index: JournalIndex, current: int, pinned: Collection[int] = ()) -> list[int]:
         """Ring files are reused when the writer comes round to them, never deleted."""
         return []

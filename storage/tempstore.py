@@ -84,7 +84,7 @@ class TempStore:
         """``cache_rows``: the rows of the table of live entries kept in memory (``EntryTable``)."""
         self.directory = Path(directory)
         self.max_file_length = max_file_length
-        self.directory.mkdir(parents=True, exist_ok=True)
+        file_ops().make_directory(self.directory)
         for path in numbered_files(self.directory, _NAME).values():  # wiped at open
             file_ops().unlink(path)
         self._segments: dict[int, Segment] = {}
