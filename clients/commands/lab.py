@@ -18,7 +18,8 @@ phases as a track above the charts. ``--against activemq`` plays each live run
 on our server and on Debian's ActiveMQ, started with the run's configuration
 written as activemq.xml, and prints both verdicts side by side (and what
 activemq.xml cannot say, such as the space check of ActiveMQ 5.14 and older).
-NAME is the lab's name, its directory name, or its number.
+Every run is graded pathology, mitigated or healthy (the thresholds in the lab's
+lab.toml; docs/labs.md). NAME is the lab's name, its directory name, or its number.
 """
 
 from __future__ import annotations
@@ -166,9 +167,7 @@ def _run(args: argparse.Namespace) -> int:
     if console is not None:
         if not args.live:
             runs = [
-                ReplayedRun(r.spec.name, r.outcome.verdict, r.events or [], r.config)
-                for r in results
-                if r.config is not None
+                ReplayedRun(r.spec.name, r.grade, r.events or [], r.config) for r in results if r.config is not None
             ]
             console.replay(runs, args.speed or 1.0, Path(tempfile.mkdtemp(prefix="minibroker-lab-replay-")))
         console.hold(args.console_hold)

@@ -10,10 +10,15 @@
     figure = ["legacy", "cure"]       # the runs the lab's figure compares (default: the first
                                       # pathology run and the first healthy one)
 
+    [healthy]                         # a run that shows no pathology is "healthy" only when
+    received = ">= 50"                # every threshold its numbers name holds, else "mitigated"
+    received_f = ">= 95% of sent_f"   # OP NUMBER, or OP PERCENT% of ANOTHER_METRIC
+
     [[run]]
     name = "legacy"                   # passed to the scenario as run.name
     config = "legacy.toml"            # broker configuration, beside lab.toml
-    expect = "pathology"              # or "healthy"
+    expect = "pathology"              # or "mitigated" or "healthy": the grade the run promises
+    healthy = { received = ">= 40" }  # this run's own thresholds (over the lab's, same metric wins)
     about = "ActiveMQ <= 5.14 space check, no destination limits"
     findings = ["starved_consumer"]   # what the trace analysis must find (default: nothing)
     activemq_expect = "healthy"       # the verdict expected of ActiveMQ 5.17 (--against activemq;
@@ -22,29 +27,106 @@
     activemq_note = "what"            # what the comparison with ActiveMQ showed, printed with it
 
 A lab whose scenario has no ``run_activemq`` says why with ``no_activemq = "why"``.
+
+The three grades (``GRADES``), every run gets one:
+
+- **pathology**: the scenario saw the symptom (``Outcome.pathology``);
+- **mitigated**: no symptom, but a number of the run (``Outcome.metrics``) misses a
+  ``[healthy]`` threshold: the cure helps, it does not cure (lab 03's link stealing:
+  the reconnect gets in, 154 of 1,000 messages are processed);
+- **healthy**: no symptom and every threshold that names one of the run's numbers holds
+  (a threshold on a number the run does not report does not apply to it).
+
+A threshold is ``OP NUMBER`` or ``OP PERCENT% of METRIC`` with OP one of ``>= <= > < ==``.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import operator
 import os
+import re
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Callable, Mapping
 
 from minibroker.config import BrokerConfig, load_config
 
 from ..sources import SOURCES
 
-__all__ = ["Lab", "RunSpec", "LabError", "find_labs", "labs_directory", "load_lab", "sibling_module"]
+__all__ = [
+    "GRADES",
+    "Lab",
+    "RunSpec",
+    "LabError",
+    "Threshold",
+    "find_labs",
+    "labs_directory",
+    "load_lab",
+    "sibling_module",
+]
 
+#: What a scenario decides (``Outcome.verdict``), and what ActiveMQ is expected to show.
 VERDICTS = ("pathology", "healthy")
+#: What a run is graded, worst first (``RunSpec.grade``).
+GRADES = ("pathology", "mitigated", "healthy")
+
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "==": operator.eq,
+}
+_THRESHOLD = re.compile(r"^\s*(>=|<=|==|>|<)\s*(-?\d+(?:\.\d+)?)\s*(?:%\s+of\s+([A-Za-z_]\w*))?\s*$")
 
 
 class LabError(Exception):
     """A lab that cannot be found or is badly defined."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One number a healthy run must reach: ``processed >= 1000``, ``received_f >= 95% of sent_f``."""
+
+    metric: str
+    op: str
+    value: float
+    #: ``value`` is a percentage of this metric ("" for a plain number).
+    of: str = ""
+
+    @classmethod
+    def parse(cls, metric: str, text: object) -> "Threshold":
+        """``Threshold.parse("processed", ">= 1000")``; ValueError says what is wrong."""
+        match = _THRESHOLD.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise ValueError(f"threshold {metric} = {text!r} is not 'OP NUMBER' or 'OP PERCENT% of METRIC'")
+        return cls(metric, match.group(1), float(match.group(2)), match.group(3) or "")
+
+    def applies(self, metrics: Mapping[str, Any]) -> bool:
+        """The run reports the numbers this threshold names."""
+        return _number(metrics.get(self.metric)) and (not self.of or _number(metrics.get(self.of)))
+
+    def failure(self, metrics: Mapping[str, Any]) -> str:
+        """Why ``metrics`` miss this threshold, or "" when they reach it (or it does not apply)."""
+        if not self.applies(metrics):
+            return ""
+        actual = metrics[self.metric]
+        bound = self.value * metrics[self.of] / 100 if self.of else self.value
+        if _OPERATORS[self.op](actual, bound):
+            return ""
+        return f"{self.metric} {actual:g}, healthy needs {self}"
+
+    def __str__(self) -> str:
+        value = f"{self.value:g}"
+        return f"{self.op} {value}% of {self.of}" if self.of else f"{self.op} {value}"
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -63,9 +145,18 @@ class RunSpec:
     activemq_not_run: str = ""
     #: What the comparison with ActiveMQ showed (printed with it).
     activemq_note: str = ""
+    #: The numbers a run without the pathology must reach to be healthy (else mitigated).
+    healthy: tuple[Threshold, ...] = ()
 
     def config(self) -> BrokerConfig:
         return load_config(self.config_path)
+
+    def grade(self, pathology: bool, metrics: Mapping[str, Any]) -> tuple[str, list[str]]:
+        """The run's grade (one of ``GRADES``) and, when mitigated, the thresholds it missed."""
+        if pathology:
+            return "pathology", []
+        missed = [why for t in self.healthy if (why := t.failure(metrics))]
+        return ("mitigated" if missed else "healthy"), missed
 
 
 @dataclass(frozen=True)
@@ -144,17 +235,20 @@ def load_lab(directory: Path) -> Lab:
         raise LabError(f"{path} lacks {', '.join(missing)}")
     if data["source"] not in SOURCES:
         raise LabError(f"{path}: source must be one of {sorted(SOURCES)}, not {data['source']!r}")
+    lab_healthy = _thresholds(path, "[healthy]", data.get("healthy", {}))
     runs = []
     for i, run in enumerate(data["run"]):
-        if run.get("expect") not in VERDICTS:
-            raise LabError(f"{path}: run[{i}].expect must be one of {VERDICTS}, not {run.get('expect')!r}")
+        if run.get("expect") not in GRADES:
+            raise LabError(f"{path}: run[{i}].expect must be one of {GRADES}, not {run.get('expect')!r}")
+        own = _thresholds(path, f"run[{i}].healthy", run.get("healthy", {}))
+        healthy = {t.metric: t for t in lab_healthy} | {t.metric: t for t in own}
         config = directory / run["config"]
         if not config.exists():
             raise LabError(f"{path}: run[{i}].config {config.name} does not exist")
         findings = run.get("findings", [])
         if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
             raise LabError(f"{path}: run[{i}].findings must be a list of detector names")
-        amq_expect = run.get("activemq_expect", run["expect"])
+        amq_expect = run.get("activemq_expect", "healthy" if run["expect"] == "mitigated" else run["expect"])
         if amq_expect not in VERDICTS:
             raise LabError(f"{path}: run[{i}].activemq_expect must be one of {VERDICTS}, not {amq_expect!r}")
         runs.append(
@@ -167,6 +261,7 @@ def load_lab(directory: Path) -> Lab:
                 amq_expect,
                 str(run.get("activemq_not_run", "")),
                 str(run.get("activemq_note", "")),
+                tuple(healthy.values()),
             )
         )
     figure = tuple(data.get("figure", ()))
@@ -184,6 +279,15 @@ def load_lab(directory: Path) -> Lab:
         str(data.get("no_live", "")),
         str(data.get("no_activemq", "")),
     )
+
+
+def _thresholds(path: Path, where: str, table: object) -> list[Threshold]:
+    if not isinstance(table, dict):
+        raise LabError(f'{path}: {where} must be a table of METRIC = "OP NUMBER"')
+    try:
+        return [Threshold.parse(metric, text) for metric, text in table.items()]
+    except ValueError as exc:
+        raise LabError(f"{path}: {where}: {exc}") from None
 
 
 def find_labs(root: Path | None = None) -> list[Lab]:

@@ -30,7 +30,7 @@ from minibroker.sim import VirtualNetwork
 from .console import LabConsole
 from .live import LiveBroker
 from .looplag import LoopLag
-from .model import Lab, LabError, RunSpec
+from .model import GRADES, Lab, LabError, RunSpec
 from .watch import Phases, Watcher
 
 __all__ = ["LabRun", "Outcome", "RunResult", "run_lab", "run_one"]
@@ -76,8 +76,19 @@ class RunResult:
         return bool(self.outcome.unfair) or (self.loop_lag is not None and self.loop_lag.busy())
 
     @property
+    def grade(self) -> str:
+        """pathology, mitigated or healthy: the scenario's verdict and the lab's ``[healthy]``
+        thresholds (``RunSpec.grade``)."""
+        return self.spec.grade(self.outcome.pathology, self.outcome.metrics)[0]
+
+    @property
+    def missed(self) -> list[str]:
+        """The thresholds a mitigated run missed, each as 'metric value, healthy needs OP N'."""
+        return self.spec.grade(self.outcome.pathology, self.outcome.metrics)[1]
+
+    @property
     def as_promised(self) -> bool:
-        return self.outcome.verdict == self.spec.expect
+        return self.grade == self.spec.expect
 
     @property
     def findings_as_expected(self) -> bool:
@@ -238,8 +249,9 @@ def run_lab(
         _print_result(result, out)
     kept = sum(r.as_promised for r in results)
     busy = sum(r.too_busy for r in results)
+    counts = ", ".join(f"{sum(r.grade == g for r in results)} {g}" for g in GRADES)
     out(
-        f"Result: {kept}/{len(results)} verdicts as the lab promises"
+        f"Result: {kept}/{len(results)} verdicts as the lab promises ({counts})"
         + (f" ({busy} run(s) on a machine too busy for a fair run: see above)" if busy else "")
     )
     if plot_dir is not None:
@@ -290,7 +302,9 @@ def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
     promise = "as promised" if result.as_promised else f"NOT as promised (expected {spec.expect.upper()})"
     out("")
     out(f"  [{spec.name}] {spec.about}")
-    out(f"    verdict: {outcome.verdict.upper()} ({promise}): {outcome.summary}")
+    out(f"    verdict: {result.grade.upper()} ({promise}): {outcome.summary}")
+    if result.missed:
+        out(f"      not healthy: {'; '.join(result.missed)}")
     for line in outcome.evidence:
         out(f"      - {line}")
     if outcome.metrics:
