@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..cli import CommandError
-from ..labs import LabError, find_labs, run_lab
+from ..labs import Lab, LabError, find_labs, run_lab
+from . import lab_class
 from ..labs.console import LabConsole
 from ..labs.replay import ReplayedRun
 
@@ -87,6 +88,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     run.add_argument("--labs", metavar="DIR", help="labs directory (default: examples/labs)")
     run.set_defaults(func=_run)
+    # A class's options and actions (--run, --set, --sweep, --brief; exercises, check): lab_class.py
+    lab_class.add_run_options(run)
+    lab_class.register_actions(actions)
 
 
 def _port(text: str) -> int:
@@ -117,7 +121,8 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
+def find_lab(args: argparse.Namespace) -> Lab:
+    """The lab ``args.name`` names: its name, its directory name or its number."""
     labs = _labs(args)
     wanted = args.name
     matches = [
@@ -126,6 +131,14 @@ def _run(args: argparse.Namespace) -> int:
     if not matches:
         names = ", ".join(lab.directory.name for lab in labs)
         raise CommandError(f"no lab {wanted!r}; the labs are: {names}")
+    return matches[0]
+
+
+def _run(args: argparse.Namespace) -> int:
+    matches = [find_lab(args)]
+    if lab_class.wants_sweep(args):
+        return lab_class.run_sweep(args, matches[0])
+    specs = lab_class.chosen_specs(args, matches[0])
     if args.against is not None:
         return _against(args, matches[0])
     plot_dir = Path(args.plot) if args.plot else None
@@ -149,6 +162,8 @@ def _run(args: argparse.Namespace) -> int:
             console=console if args.live else None,
             keep_events=console is not None and not args.live,
             watch=watch,
+            specs=specs,
+            brief=args.brief,
         )
     except LabError as exc:
         if console is not None:
@@ -171,6 +186,8 @@ def _run(args: argparse.Namespace) -> int:
             ]
             console.replay(runs, args.speed or 1.0, Path(tempfile.mkdtemp(prefix="minibroker-lab-replay-")))
         console.hold(args.console_hold)
+    if args.settings:
+        return 0  # a changed configuration: the grades are the answer, not the lab's promises
     return 0 if all(r.as_promised for r in results) else 1
 
 

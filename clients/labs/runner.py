@@ -17,12 +17,13 @@ one: the real server on real sockets (``lab.live_broker()``); with a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from minibroker.config import BrokerConfig
 from minibroker.sim import VirtualNetwork
@@ -227,8 +228,11 @@ def run_lab(
     console: LabConsole | None = None,
     watch: Callable[[str], None] | None = None,
     keep_events: bool = False,
+    specs: Sequence[RunSpec] | None = None,
+    brief: bool = False,
 ) -> list[RunResult]:
-    """Run every configuration of ``lab``, print verdicts, return the results.
+    """Run every configuration of ``lab`` (or ``specs``: ``--run``, ``--set``), print verdicts
+    (``brief``: each run's grade and its three most telling lines), return the results.
 
     With ``console`` the live brokers serve the web console there, and the last
     one is kept serving (the caller's ``console.hold()`` ends it); ``keep_events`` keeps
@@ -240,13 +244,22 @@ def run_lab(
     out(f"Lab {lab.directory.name}: {lab.title}")
     out(f"  source: {lab.citation}")
     out(f"  {'live server, real sockets' if live else 'virtual clock'}")
+    for line in student_pages(lab):
+        out(f"  {line}")
     results = []
-    for spec in lab.runs:
+    for spec in lab.runs if specs is None else specs:
         result = run_one(
-            lab, spec, entry, console=console, watch=watch if live else None, keep_events=keep_events, plot_dir=plot_dir
+            lab,
+            spec,
+            entry,
+            console=console,
+            watch=watch if live else None,
+            keep_events=keep_events,
+            plot_dir=plot_dir,
+            virtual=not live,
         )
         results.append(result)
-        _print_result(result, out)
+        (_print_brief if brief else _print_result)(result, out)
     kept = sum(r.as_promised for r in results)
     busy = sum(r.too_busy for r in results)
     counts = ", ".join(f"{sum(r.grade == g for r in results)} {g}" for g in GRADES)
@@ -270,9 +283,14 @@ def run_one(
     watch: Callable[[str], None] | None = None,
     keep_events: bool = False,
     plot_dir: Path | None = None,
+    virtual: bool = False,
 ) -> RunResult:
     """One run of ``lab``: ``entry`` (the scenario's ``run``, ``run_live`` ...) in a fresh
-    working directory, which is removed afterwards (unless the console still serves it)."""
+    working directory, which is removed afterwards (unless the console still serves it).
+    ``virtual``: the run is on the virtual clock, where a lab that does not teach durability
+    does not fsync (``on_virtual_clock``)."""
+    if virtual:
+        spec = on_virtual_clock(lab, spec)
     workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))
     try:
         run = LabRun(lab, spec, workdir, console, watch)
@@ -295,6 +313,42 @@ def run_one(
         if console is None or not console.holds(workdir):
             shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def on_virtual_clock(lab: Lab, spec: RunSpec) -> RunSpec:
+    """``spec`` as the virtual clock plays it: a lab that declares ``virtual_fsync = false``
+    (it does not teach durability) gets ``store.fsync = "never"``, unless the run sets it itself:
+    its journals are still real files, but a run costs CPU, not thousands of fsyncs."""
+    if lab.virtual_fsync or any(key == "store.fsync" for key, _ in spec.settings):
+        return spec
+    if spec.given is not None:
+        return dataclasses.replace(spec, given=spec.given.replace(store={"fsync": "never"}))
+    return dataclasses.replace(spec, settings=(("store.fsync", "never"), *spec.settings))
+
+
+def student_pages(lab: Lab) -> list[str]:
+    """Where a student reads first: the lab's handout and the glossary of every lab."""
+    root = lab.directory.parents[2]
+    pages = [("handout", lab.directory / "handout.md"), ("glossary", root / "docs" / "glossary.md")]
+    shown = []
+    for what, path in pages:
+        if path.exists():
+            shown.append(f"{what}: {path.relative_to(root) if path.is_relative_to(root) else path}")
+    return ["; ".join(shown)] if shown else []
+
+
+def telling_lines(result: RunResult, count: int = 3) -> list[str]:
+    """A run's most telling evidence: what a mitigated run missed, then its last evidence lines
+    (a scenario notes the setup first and what came of it last)."""
+    lines = [f"not healthy: {why}" for why in result.missed] + result.outcome.evidence[::-1]
+    return lines[:count]
+
+
+def _print_brief(result: RunResult, out: Callable[[str], None]) -> None:
+    promise = "as promised" if result.as_promised else f"NOT as promised (expected {result.spec.expect.upper()})"
+    out(f"  [{result.spec.name}] {result.grade.upper()} ({promise}): {result.outcome.summary}")
+    for line in telling_lines(result):
+        out(f"      - {line}")
 
 
 def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
