@@ -263,8 +263,13 @@ def run_lab(
     kept = sum(r.as_promised for r in results)
     busy = sum(r.too_busy for r in results)
     counts = ", ".join(f"{sum(r.grade == g for r in results)} {g}" for g in GRADES)
+    changed = any(r.spec.settings for r in results)
     out(
-        f"Result: {kept}/{len(results)} verdicts as the lab promises ({counts})"
+        (
+            f"Result: {len(results)} run(s) with settings changed: {counts}"
+            if changed
+            else f"Result: {kept}/{len(results)} verdicts as the lab promises ({counts})"
+        )
         + (f" ({busy} run(s) on a machine too busy for a fair run: see above)" if busy else "")
     )
     if plot_dir is not None:
@@ -289,11 +294,9 @@ def run_one(
     working directory, which is removed afterwards (unless the console still serves it).
     ``virtual``: the run is on the virtual clock, where a lab that does not teach durability
     does not fsync (``on_virtual_clock``)."""
-    if virtual:
-        spec = on_virtual_clock(lab, spec)
     workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))
     try:
-        run = LabRun(lab, spec, workdir, console, watch)
+        run = LabRun(lab, on_virtual_clock(lab, spec) if virtual else spec, workdir, console, watch)
         with run._log:
             try:
                 outcome: Outcome = entry(run)
@@ -344,8 +347,18 @@ def telling_lines(result: RunResult, count: int = 3) -> list[str]:
     return lines[:count]
 
 
+def _promise(result: RunResult) -> str:
+    """Whether the run kept the lab's promise; with settings changed (``--set``), what the lab
+    promises of its own configuration."""
+    spec = result.spec
+    if spec.settings or spec.given is not None:
+        changed = ", ".join(f"{key}={value}" for key, value in spec.settings) or "a configuration of yours"
+        return f"with {changed}; the lab's own configuration: {spec.expect.upper()}"
+    return "as promised" if result.as_promised else f"NOT as promised (expected {spec.expect.upper()})"
+
+
 def _print_brief(result: RunResult, out: Callable[[str], None]) -> None:
-    promise = "as promised" if result.as_promised else f"NOT as promised (expected {result.spec.expect.upper()})"
+    promise = _promise(result)
     out(f"  [{result.spec.name}] {result.grade.upper()} ({promise}): {result.outcome.summary}")
     for line in telling_lines(result):
         out(f"      - {line}")
@@ -353,7 +366,7 @@ def _print_brief(result: RunResult, out: Callable[[str], None]) -> None:
 
 def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
     spec, outcome = result.spec, result.outcome
-    promise = "as promised" if result.as_promised else f"NOT as promised (expected {spec.expect.upper()})"
+    promise = _promise(result)
     out("")
     out(f"  [{spec.name}] {spec.about}")
     out(f"    verdict: {result.grade.upper()} ({promise}): {outcome.summary}")
