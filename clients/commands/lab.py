@@ -18,8 +18,12 @@ phases as a track above the charts. ``--against activemq`` plays each live run
 on our server and on Debian's ActiveMQ, started with the run's configuration
 written as activemq.xml, and prints both verdicts side by side (and what
 activemq.xml cannot say, such as the space check of ActiveMQ 5.14 and older).
-Every run is graded pathology, mitigated or healthy (the thresholds in the lab's
-lab.toml; docs/labs.md). NAME is the lab's name, its directory name, or its number.
+``lab run NN --run NAME`` plays one run, ``--set KEY=VALUE`` changes a configuration key,
+``--sweep KEY=V1,V2,...`` plays a run once per value and tabulates the outcome, ``--brief``
+prints each run's grade and three lines of evidence; ``lab exercises NN`` lists a lab's
+exercises and ``lab check NN --config FILE | --client FILE.py | --answer FILE`` grades an
+answer (exit 0 only when it passes). Every run is graded pathology, mitigated or healthy
+(the thresholds in the lab's lab.toml; docs/labs.md). NAME is the lab's name, its directory name, or its number.
 """
 
 from __future__ import annotations
