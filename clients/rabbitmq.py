@@ -33,6 +33,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -351,13 +352,26 @@ class RabbitMQ:
         self.stop()
         self.start(keep_data=True)
 
-    def api(self, path: str, timeout: float = 10.0) -> object:
-        """GET ``/api/PATH`` of the management API as ``user``: the decoded JSON."""
-        request = urllib.request.Request(f"{self.management_url}/{path.lstrip('/')}")
+    def api(self, path: str, timeout: float = 10.0, *, method: str = "GET", body: object = None) -> object:
+        """``/api/PATH`` of the management API as ``user`` (GET unless ``method``; ``body``
+        sent as JSON): the decoded JSON answer, or None when it has none."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.management_url}/{path.lstrip('/')}", data=data, method=method)
         token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
+        request.add_header("Content-Type", "application/json")
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
+            answer = response.read()
+        return json.loads(answer) if answer else None
+
+    def add_vhost(self, name: str) -> None:
+        """A virtual host ``name`` that ``user`` may use fully (a STOMP CONNECT's ``host``
+        names the virtual host on RabbitMQ: ``/`` is there from the start)."""
+        quoted = urllib.parse.quote(name, safe="")
+        self.api(f"vhosts/{quoted}", method="PUT", body={})
+        self.api(
+            f"permissions/{quoted}/{self.user}", method="PUT", body={"configure": ".*", "write": ".*", "read": ".*"}
+        )
 
     def log(self, contains: str = "") -> list[str]:
         """The node's log lines (optionally only those containing ``contains``)."""

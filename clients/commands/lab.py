@@ -17,7 +17,8 @@ the verdicts, ``--speed`` lab seconds per second (default 1), with the lab's
 phases as a track above the charts. ``--against activemq`` plays each live run
 on our server and on Debian's ActiveMQ, started with the run's configuration
 written as activemq.xml, and prints both verdicts side by side (and what
-activemq.xml cannot say, such as the space check of ActiveMQ 5.14 and older).
+activemq.xml cannot say, such as the space check of ActiveMQ 5.14 and older);
+``--against rabbitmq`` does the same with a RabbitMQ 3.10 node of our own (Debian's).
 NAME is the lab's name, its directory name, or its number.
 """
 
@@ -80,12 +81,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     run.add_argument(
         "--against",
-        choices=["activemq"],
-        help="also run each live run against Debian's ActiveMQ, started with the run's configuration as "
-        "activemq.xml, and print both verdicts side by side",
+        choices=AGAINST,
+        help="also run each live run against Debian's ActiveMQ (started with the run's configuration as "
+        "activemq.xml) or RabbitMQ (a node of our own), and print both verdicts side by side",
     )
     run.add_argument("--labs", metavar="DIR", help="labs directory (default: examples/labs)")
     run.set_defaults(func=_run)
+
+
+#: The brokers ``lab run --against`` compares with.
+AGAINST = ("activemq", "rabbitmq")
 
 
 def _port(text: str) -> int:
@@ -113,6 +118,8 @@ def _list(args: argparse.Namespace) -> int:
         print(
             f"{'':32s} against ActiveMQ: {'no: ' + lab.no_activemq if lab.no_activemq else 'yes (--against activemq)'}"
         )
+        rabbit = "no: " + lab.no_rabbitmq if lab.no_rabbitmq else "yes (--against rabbitmq)"
+        print(f"{'':32s} against RabbitMQ: {rabbit}")
     return 0
 
 
@@ -176,8 +183,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _against(args: argparse.Namespace, lab) -> int:
-    """``--against activemq``: both brokers, the verdicts side by side."""
-    from ..labs.against import run_against_activemq
+    """``--against activemq`` or ``rabbitmq``: both brokers, the verdicts side by side."""
+    from ..labs.against import run_against_activemq, run_against_rabbitmq
 
     others = [
         opt
@@ -185,15 +192,15 @@ def _against(args: argparse.Namespace, lab) -> int:
         if on
     ]
     if others:
-        raise CommandError(f"--against activemq runs alone (not with {', '.join(others)})")
+        raise CommandError(f"--against {args.against} runs alone (not with {', '.join(others)})")
     import signal
 
     def terminated(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)  # unwinds through the runs' finally blocks: every JVM is stopped
+        raise SystemExit(128 + signum)  # unwinds through the runs' finally blocks: every broker is stopped
 
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
-        comparisons = run_against_activemq(lab)
+        comparisons = (run_against_rabbitmq if args.against == "rabbitmq" else run_against_activemq)(lab)
     except LabError as exc:
         raise CommandError(str(exc)) from None
     finally:

@@ -20,8 +20,10 @@
                                       # default: the run's own expect)
     activemq_not_run = "why"          # a run ActiveMQ cannot be made to show: not started
     activemq_note = "what"            # what the comparison with ActiveMQ showed, printed with it
+    rabbitmq_expect, rabbitmq_not_run, rabbitmq_note   # the same for RabbitMQ 3.10 (--against rabbitmq)
 
-A lab whose scenario has no ``run_activemq`` says why with ``no_activemq = "why"``.
+A lab whose scenario has no ``run_activemq`` says why with ``no_activemq = "why"``;
+one without ``run_rabbitmq``, with ``no_rabbitmq = "why"``.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class RunSpec:
     activemq_not_run: str = ""
     #: What the comparison with ActiveMQ showed (printed with it).
     activemq_note: str = ""
+    #: The same three for RabbitMQ (``--against rabbitmq``).
+    rabbitmq_expect: str = ""
+    rabbitmq_not_run: str = ""
+    rabbitmq_note: str = ""
 
     def config(self) -> BrokerConfig:
         return load_config(self.config_path)
@@ -84,6 +90,8 @@ class Lab:
     no_live: str = ""
     #: Why ``--against activemq`` cannot run this lab ("" when its scenario has ``run_activemq``).
     no_activemq: str = ""
+    #: Why ``--against rabbitmq`` cannot run this lab ("" when its scenario has ``run_rabbitmq``).
+    no_rabbitmq: str = ""
 
     @property
     def citation(self) -> str:
@@ -157,6 +165,9 @@ def load_lab(directory: Path) -> Lab:
         amq_expect = run.get("activemq_expect", run["expect"])
         if amq_expect not in VERDICTS:
             raise LabError(f"{path}: run[{i}].activemq_expect must be one of {VERDICTS}, not {amq_expect!r}")
+        rabbit_expect = run.get("rabbitmq_expect", run["expect"])
+        if rabbit_expect not in VERDICTS:
+            raise LabError(f"{path}: run[{i}].rabbitmq_expect must be one of {VERDICTS}, not {rabbit_expect!r}")
         runs.append(
             RunSpec(
                 run["name"],
@@ -167,6 +178,9 @@ def load_lab(directory: Path) -> Lab:
                 amq_expect,
                 str(run.get("activemq_not_run", "")),
                 str(run.get("activemq_note", "")),
+                rabbitmq_expect=rabbit_expect,
+                rabbitmq_not_run=str(run.get("rabbitmq_not_run", "")),
+                rabbitmq_note=str(run.get("rabbitmq_note", "")),
             )
         )
     figure = tuple(data.get("figure", ()))
@@ -183,6 +197,7 @@ def load_lab(directory: Path) -> Lab:
         figure,
         str(data.get("no_live", "")),
         str(data.get("no_activemq", "")),
+        no_rabbitmq=str(data.get("no_rabbitmq", "")),
     )
 
 
