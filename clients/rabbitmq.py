@@ -364,6 +364,34 @@ class RabbitMQ:
             answer = response.read()
         return json.loads(answer) if answer else None
 
+    def ctl(self, *args: str, timeout: float = 60.0) -> str:
+        """Run ``rabbitmqctl ARGS`` against this node (its own epmd and cookie; the CLI's own
+        distribution port a free loopback one); its output. Raises BrokerStartError if it fails."""
+        port = str(free_port())
+        env = dict(
+            self._env(),
+            RABBITMQ_CTL_DIST_PORT_MIN=port,
+            RABBITMQ_CTL_DIST_PORT_MAX=port,
+            RABBITMQ_CTL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
+        )
+        ctl = RABBITMQ_SERVER.with_name("rabbitmqctl")
+        done = subprocess.run(
+            [str(ctl), "-n", self.node, *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
+        if done.returncode != 0:
+            raise BrokerStartError(f"rabbitmqctl {' '.join(args)} failed (status {done.returncode}): {done.stderr}")
+        return done.stdout
+
+    def set_memory_high_watermark(self, limit_bytes: int) -> None:
+        """Move the memory alarm's threshold while the node runs (``vm_memory_high_watermark``,
+        absolute): above it, RabbitMQ blocks every connection that publishes."""
+        self.ctl("set_vm_memory_high_watermark", "absolute", str(limit_bytes))
+
+    def memory_used(self) -> int:
+        """The node's memory use now, in bytes, as its memory alarm counts it."""
+        answer = self.ctl("eval", "vm_memory_monitor:get_process_memory().")
+        return int(answer.strip())
+
     def add_vhost(self, name: str) -> None:
         """A virtual host ``name`` that ``user`` may use fully (a STOMP CONNECT's ``host``
         names the virtual host on RabbitMQ: ``/`` is there from the start)."""

@@ -320,7 +320,10 @@ def run_against_rabbitmq(lab: Lab, *, out: Callable[[str], None] = print) -> lis
     scenario's ``rabbitmq_settings(config)`` as ``rabbitmq.conf`` lines, if it has them)
     on which the scenario's ``run_rabbitmq(lab, node)`` plays the same clients; the node
     is stopped by pid when the run ends, whatever happens. Runs whose mechanism RabbitMQ
-    lacks say so in lab.toml (``rabbitmq_not_run``)."""
+    lacks say so in lab.toml (``rabbitmq_not_run``). A scenario whose pathology is the
+    memory alarm (a connection that publishes and consumes, blocked) moves the alarm's
+    threshold within reach of its workload: ``node.set_memory_high_watermark(
+    node.memory_used() + margin)``; the node logs "memory resource limit alarm set"."""
     scenario = lab.scenario()
     _check_runnable(lab, scenario, "rabbitmq", "RabbitMQ", lab.no_rabbitmq, rabbitmq.installed_problem)
     label = rabbitmq_label()
