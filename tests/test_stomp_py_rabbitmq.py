@@ -155,6 +155,34 @@ def test_two_consumers_with_one_durable_id_share_its_messages(server: Any) -> No
             close(conn)
 
 
+def test_when_one_consumer_of_a_durable_subscription_leaves_another_gets_its_messages(server: Any) -> None:
+    topic, name = f"/topic/{unique('shifts')}", unique("crew")
+    headers = {"durable": "true", "auto-delete": "false", "ack": "client-individual", "prefetch-count": "2"}
+    (a, la), (b, lb) = connect(server), connect(server)
+    producer, sent = connect(server)
+    try:
+        subscribe(a, la, topic, name, **headers)
+        subscribe(b, lb, topic, name, **headers)
+        send(producer, sent, topic, *"123456")
+        held_by_a = sorted(f.body for f in la.take(2))
+        taken_by_b = lb.take(2)
+        close(a)  # leaves two unacknowledged
+        for frame in taken_by_b:
+            b.ack(frame.headers["ack"])
+        rest = []
+        for _ in range(2):  # at prefetch 2: two, acknowledged, then two more
+            rest += lb.take(2)
+            for frame in rest[-2:]:
+                b.ack(frame.headers["ack"])
+        assert sorted(f.body for f in taken_by_b + rest) == list("123456")
+        assert held_by_a == sorted(f.body for f in rest if f.headers.get("redelivered") == "true")
+        b.send_frame("UNSUBSCRIBE", {"id": name, "durable": "true", "auto-delete": "false"})
+        assert wait_for(lambda: not lb.errors)
+    finally:
+        for conn in (b, producer):
+            close(conn)
+
+
 def test_a_durable_subscription_without_auto_delete_false_ends_with_its_last_consumer(server: Any) -> None:
     topic, name = f"/topic/{unique('brief')}", unique("brief-reader")
     conn, listener = connect(server)
