@@ -437,6 +437,7 @@ class FrameHandlers:
                 )
             state.selector = sub.selector
             state.active = sub
+            state.offline_since = None
             sub.durable = state
             sub.pending = state.pending
             sub.redelivered = state.redelivered

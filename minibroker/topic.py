@@ -79,6 +79,7 @@ class Topic(Destination):
                 sub.redelivered[m.seq] = sub.redelivered.get(m.seq, 0) + 1
             sub.pending.extendleft(reversed(sorted(returned, key=lambda m: m.seq)))
             sub.durable.active = None
+            sub.durable.offline_since = self.broker.clock.now()
             return
         in_memory = list(sub.pending.memory) if isinstance(sub.pending, FilePending) else list(sub.pending)
         sub.pending.clear()  # a file cursor also releases what it holds on disk
@@ -286,6 +287,7 @@ class DurableState:
         "pending",
         "redelivered",
         "active",
+        "offline_since",
         "refs",
         "owner",
     )
@@ -307,6 +309,8 @@ class DurableState:
         self.redelivered: dict[int, int] = {}
         #: The subscription consuming it now, or None while offline.
         self.active: "Subscription | None" = None
+        #: Since when it is offline (broker clock), or None: online, or not seen offline yet.
+        self.offline_since: float | None = None
         #: message seq -> its stored copy for this subscription (persistent messages).
         self.refs: dict[int, Any] = {}
 
