@@ -458,6 +458,7 @@ class FrameHandlers:
             state.selector = sub.selector
             if state.active is None:
                 state.active = sub
+                state.offline_since = None
             elif client_id == RABBITMQ_CLIENT_ID:  # one more consumer of its messages
                 destination.add_sharer(state, sub)
             else:

@@ -101,6 +101,8 @@ class Topic(Destination):
                 state.active = state.sharers.pop(0) if state.sharers else None
                 if state.active is not None:
                     self.subs.append(state.active)
+                else:
+                    state.offline_since = self.broker.clock.now()
             if shared and not state.sharers:
                 self.shared -= 1
             for member in state.members():
@@ -316,6 +318,7 @@ class DurableState:
         "pending",
         "redelivered",
         "active",
+        "offline_since",
         "refs",
         "owner",
         "sharers",
@@ -339,6 +342,8 @@ class DurableState:
         self.redelivered: dict[int, int] = {}
         #: The subscription consuming it now, or None while offline.
         self.active: "Subscription | None" = None
+        #: Since when it is offline (broker clock), or None: online, or not seen offline yet.
+        self.offline_since: float | None = None
         #: message seq -> its stored copy for this subscription (persistent messages).
         self.refs: dict[int, Any] = {}
         #: More consumers of it besides ``active`` (RabbitMQ's durable subscriptions: one
