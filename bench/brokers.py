@@ -29,7 +29,7 @@ if str(HARNESS) not in sys.path:
 
 from stomp_bench import proc_mem  # noqa: E402  (vendored harness)
 
-from clients import activemq  # noqa: E402
+from clients import activemq, rabbitmq  # noqa: E402
 from clients.activemq import AMQ_INSTALL, BrokerStartError, free_port  # noqa: E402,F401  (bench's callers import them here)
 
 AMQ_STOMP_PORT = 61613
@@ -264,6 +264,27 @@ class ActiveMQ(activemq.ActiveMQ):
     def start(self, keep_data: bool = False) -> None:
         self.check_installed()
         super().start(keep_data)
+
+
+class RabbitMQ(rabbitmq.RabbitMQ):
+    """Debian's RabbitMQ 3.10: a node of our own (``clients/rabbitmq.py``) on free loopback
+    ports, with the virtual host the harness's CONNECT names (``host:localhost``)."""
+
+    def __init__(self, workdir: Path, name: str = "rabbitmq") -> None:
+        super().__init__(workdir, name)
+
+    @staticmethod
+    def check_installed() -> None:
+        problem = rabbitmq.installed_problem()
+        if problem:
+            raise BrokerStartError(f"{problem}\nthen run again, or run without --with-rabbitmq.")
+
+    version = staticmethod(rabbitmq.version)
+
+    def start(self, keep_data: bool = False, timeout: float = 120.0) -> None:
+        self.check_installed()
+        super().start(keep_data, timeout)
+        self.add_vhost("localhost")
 
 
 class RssSampler(threading.Thread):

@@ -3,6 +3,7 @@
 
     make bench                                       # ours only, reference numbers beside
     .venv/bin/python bench/compare.py --with-activemq --reps 3
+    .venv/bin/python bench/compare.py --with-activemq --with-rabbitmq --reps 3   # three columns
     .venv/bin/python bench/compare.py --quick --scenarios A,C        # smoke run, seconds
     .venv/bin/python bench/compare.py --loop asyncio --variant uvloop=bench/configs/uvloop.toml \
         --scenarios A,C,D,E                          # asyncio's loop and uvloop side by side
@@ -10,7 +11,9 @@
 
 Starts our broker (``minibroker serve``, free port, fresh data directory in a
 temporary directory) and, with --with-activemq, Debian's ActiveMQ through the
-vendored harness/activemq-start.sh (STOMP on 61613). Each rep is one
+vendored harness/activemq-start.sh (STOMP on 61613) and, with --with-rabbitmq, a
+RabbitMQ 3.10 node of our own (clients/rabbitmq.py, free loopback ports; the
+ratio rows add ours / RabbitMQ). Each rep is one
 harness/stomp_bench.py process with its own destination name. Scenarios and
 their arguments come from the vendored harness/run_matrix.py (A, B, C, D, S, E;
 D2 too on request).
@@ -53,7 +56,7 @@ sys.path.insert(0, str(HERE))
 
 import run_matrix  # noqa: E402  (vendored: SCENARIOS, wait_quiet)
 import summary  # noqa: E402
-from brokers import ActiveMQ, BrokerStartError, Ours, RssSampler, proc_status_mb  # noqa: E402
+from brokers import ActiveMQ, BrokerStartError, Ours, RabbitMQ, RssSampler, proc_status_mb  # noqa: E402
 
 DEFAULT_SCENARIOS = "A,B,C,D,S,E"
 # --quick: messages per scenario, small enough for a test (the rest of the arguments unchanged)
@@ -71,6 +74,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--with-activemq",
         action="store_true",
         help="also start Debian's ActiveMQ (apt-get install -y activemq) and alternate with it",
+    )
+    ap.add_argument(
+        "--with-rabbitmq",
+        action="store_true",
+        help="also start a RabbitMQ 3.10 node of our own (apt-get install -y rabbitmq-server) and alternate with it",
     )
     ap.add_argument(
         "--scenarios",
@@ -305,12 +313,17 @@ def print_report(records: list[dict], scenarios: list[str], brokers: list[str], 
     ours = "ours"
     theirs = "activemq" if "activemq" in brokers else None
     pairs = [(b, "activemq") for b in brokers if b.startswith("ours") and theirs]
+    pairs += [(b, "rabbitmq") for b in brokers if b.startswith("ours") and "rabbitmq" in brokers]
     pairs += [(b, "ours") for b in brokers if b.startswith("ours:")]
+    others = (
+        " and ".join(n for n, on in (("ActiveMQ", theirs), ("RabbitMQ", "rabbitmq" in brokers)) if on) or "ActiveMQ"
+    )
     if meta:
         print(
-            f"# minibroker vs ActiveMQ, {meta.get('date')} on {meta.get('host')} "
+            f"# minibroker vs {others}, {meta.get('date')} on {meta.get('host')} "
             f"({meta.get('cpus')} CPUs), minibroker {meta.get('git')}"
             + (f", ActiveMQ {meta.get('activemq_version')}" if theirs else "")
+            + (f", RabbitMQ {meta.get('rabbitmq_version')}" if "rabbitmq" in brokers else "")
         )
         print(f"# command: {meta.get('command')}")
     print()
@@ -318,7 +331,7 @@ def print_report(records: list[dict], scenarios: list[str], brokers: list[str], 
     print()
     print(
         "msg/s: end-to-end (first send to last expected delivery); C counts deliveries (4 consumers); "
-        "E is paced at 500 msg/s, read its latency. Ratio rows: ours / ActiveMQ of the medians (the figure to "
+        "E is paced at 500 msg/s, read its latency. Ratio rows: ours / the other broker's medians (the figure to "
         "quote), per-rep paired ratios in brackets; for latency, CPU and RSS lower is better. RSS peak: VmRSS "
         "sampled every 0.1 s during the reps. A '(noisy)' count > 0 means other processes used "
         "more CPU than --noisy-cpu during those reps even after retries."
@@ -381,12 +394,14 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     if a.summarize:
         return summarize(a.summarize)
-    if a.with_activemq:
-        try:
+    try:
+        if a.with_activemq:
             ActiveMQ.check_installed()
-        except BrokerStartError as exc:
-            log(f"compare.py: {exc}")
-            return 2
+        if a.with_rabbitmq:
+            RabbitMQ.check_installed()
+    except BrokerStartError as exc:
+        log(f"compare.py: {exc}")
+        return 2
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(a.out) if a.out else ROOT / "bench" / "results" / f"{stamp}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -401,6 +416,8 @@ def main(argv=None) -> int:
         brokers.append(Ours("ours:console", workdir, a.config, console_page=True, loop=a.loop))
     if a.with_activemq:
         brokers.append(ActiveMQ(workdir))
+    if a.with_rabbitmq:
+        brokers.append(RabbitMQ(workdir))
     sampler = RssSampler()
     status = 1
     runner = None
@@ -423,6 +440,7 @@ def main(argv=None) -> int:
             "python": platform.python_version(),
             "git": git_commit(),
             "activemq_version": ActiveMQ.version() if a.with_activemq else None,
+            "rabbitmq_version": RabbitMQ.version() if a.with_rabbitmq else None,
             "scenarios": a.scenario_list,
             "reps": a.reps,
             "warmups": a.warmups,

@@ -56,6 +56,18 @@ SOURCES: dict[str, Source] = {
         "Red Hat knowledge base, MRG Messaging 2",
         "ring journal: enqueue capacity threshold exceeded",
     ),
+    "producer-flow-control": Source(
+        "Producer Flow Control",
+        None,
+        "Apache ActiveMQ Classic documentation",
+        "one connection that publishes and consumes deadlocks under flow control",
+    ),
+    "redelivery-dlq": Source(
+        "Message Redelivery and DLQ Handling",
+        None,
+        "Apache ActiveMQ Classic documentation",
+        "a poison message redelivered in a loop, then lost in one shared dead letter queue",
+    ),
 }
 
 

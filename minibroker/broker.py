@@ -76,6 +76,7 @@ from .clock import Clock
 from .codec import FrameParser, encode, escape
 from .config import BrokerConfig
 from .coreutil import DEFERRED, ParkedSend, header_text, log
+from .durables import OfflineDurables
 from .queue import Queue
 from .errors import ProtocolError, Refused
 from .failstop import fail_stop, fail_stop_written_out
@@ -163,6 +164,8 @@ class Broker(ReadingControl):
         #: Enqueue and dequeue rates per destination (statistics), sampled every second.
         self.rates = RateMeter()
         self.timers.call_at(clock.now() + SAMPLE_PERIOD, self._sample_rates)
+        if config.broker.offline_durable_subscriber_timeout >= 0:
+            OfflineDurables(config.broker, self.registry, clock, self.timers)
         #: A token for this broker run, in message ids and temporary names.
         self.boot = "%06x" % self.rng.getrandbits(24)
         self._id_prefix = f"ID:{self.name}-{self.boot}-"

@@ -236,6 +236,18 @@ class BrokerSection:
     persistent: bool = option(
         True, boolean, "journal persistent messages (ActiveMQ persistent); false keeps everything in memory"
     )
+    offline_durable_subscriber_timeout: int = option(
+        -1,
+        integer(-1),
+        "ms a durable topic subscription may stay offline before the broker removes it and the messages it "
+        "holds; -1 = never (ActiveMQ offlineDurableSubscriberTimeout)",
+    )
+    offline_durable_subscriber_task_schedule: int = option(
+        300000,
+        integer(1),
+        "ms between the checks for offline durable subscriptions past the timeout "
+        "(ActiveMQ offlineDurableSubscriberTaskSchedule)",
+    )
     trace: str = option("", text, "write the trace (JSON lines, docs/trace-schema.md) to this file; empty = off")
     trace_writer_nice: int = option(
         19,
@@ -399,6 +411,17 @@ class PolicyEntry:
     maximum_redeliveries: int = option(
         6, integer(-1), "deliveries after the first before a message is dead-lettered; -1 = never"
     )
+    initial_redelivery_delay: int = option(
+        0, integer(0), "ms a NACKed or rolled-back queue message waits before its first redelivery; 0 = at once"
+    )
+    redelivery_delay: int = option(0, integer(0), "ms before each later redelivery (without back-off)")
+    use_exponential_back_off: bool = option(
+        False, boolean, "each redelivery waits back_off_multiplier times as long as the one before"
+    )
+    back_off_multiplier: float = option(5.0, number(1.0, 1000.0), "the back-off's factor (ActiveMQ's default 5)")
+    maximum_redelivery_delay: int = option(
+        -1, integer(-1), "ms no redelivery waits longer than (with back-off); -1 = no cap"
+    )
     dead_letter_on_nack: bool = option(False, boolean, "a NACK dead-letters at once, as ActiveMQ's STOMP NACK does")
     dead_letter_strategy: str = option(
         "shared",
@@ -451,6 +474,20 @@ class PolicyEntry:
     @property
     def kind(self) -> str:
         return "queue" if self.queue is not None else "topic"
+
+    def redelivery_delay_ms(self, redeliveries: int) -> int:
+        """How long (ms) a message waits before its ``redeliveries``-th redelivery (1, 2 ...),
+        as ActiveMQ's ``RedeliveryPolicy.getNextRedeliveryDelay`` counts it: the first waits
+        ``initial_redelivery_delay``; each later one ``redelivery_delay``, or with back-off the
+        one before times ``back_off_multiplier``, capped at ``maximum_redelivery_delay``."""
+        delay = self.initial_redelivery_delay
+        for _ in range(redeliveries - 1):
+            previous, delay = delay, self.redelivery_delay
+            if previous > 0 and self.use_exponential_back_off and self.back_off_multiplier > 1:
+                delay = int(previous * self.back_off_multiplier)
+                if self.maximum_redelivery_delay != -1 and delay > self.maximum_redelivery_delay:
+                    delay = max(self.maximum_redelivery_delay, self.redelivery_delay)
+        return delay
 
     def applies_to(self, kind: str, name: str) -> bool:
         """Does this entry apply to the ``kind`` ("queue"/"topic") destination ``name``?"""

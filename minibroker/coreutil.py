@@ -12,12 +12,16 @@ if TYPE_CHECKING:
     from .destination import Destination
     from .message import Message
 
-__all__ = ["DEFERRED", "ParkedSend", "Ignored", "int_header", "seq_of", "shown", "header_text", "log"]
+__all__ = ["DEFERRED", "SETTLING_OPS", "ParkedSend", "Ignored", "int_header", "seq_of", "shown", "header_text", "log"]
 
 log = logging.getLogger("minibroker.broker")
 
 #: A handler's return value meaning "I will send (or have sent) the RECEIPT myself".
 DEFERRED = object()
+
+#: A transaction's operations that settle delivered messages (the rest are sends);
+#: "reject" is a NACK with RabbitMQ's ``requeue:false``.
+SETTLING_OPS = ("ack", "nack", "reject")
 
 
 class Ignored(Exception):

@@ -181,7 +181,8 @@ class Destination:
     def redeliver(self, sub: SubscriptionRef, messages: list["Message"], cause: str) -> None:
         """``sub``'s consumer refused ``messages`` (``cause``: "nack" or
         "rollback"): deliver them again, or dead-letter those that have had
-        too many deliveries."""
+        too many deliveries; "reject" (a NACK with ``requeue:false``): dead-letter
+        them (or drop them, as the dead letter policy says)."""
         raise NotImplementedError
 
     def _survivors(self, messages: list["Message"], cause: str, count: Any) -> list["Message"]:
@@ -191,7 +192,9 @@ class Destination:
         kept = []
         for m in sorted(messages, key=lambda m: m.seq):
             n = count(m)
-            if cause == "nack" and policy.dead_letter_on_nack:
+            if cause == "reject":
+                self.broker.dead_letter(self, m, f"NACK with requeue:false (delivery {n})")
+            elif cause == "nack" and policy.dead_letter_on_nack:
                 self.broker.dead_letter(self, m, f"NACK (delivery {n})")
             elif limit >= 0 and n > limit:
                 self.broker.dead_letter(

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from storage import StoreFull
 
-from .coreutil import DEFERRED, Ignored, int_header, seq_of, shown
+from .coreutil import DEFERRED, SETTLING_OPS, Ignored, int_header, seq_of, shown
+from .dialects import (
+    QUEUE_SUBSCRIBE_HONOURED,
+    RABBITMQ_CLIENT_ID,
+    SUBSCRIBE_HONOURED,
+    Unhonoured,
+    rabbitmq_durable,
+    rabbitmq_prefetch,
+)
 from .digits import MAX_DIGITS, parse_decimal
 from .destination import Destination
 from .queue import Queue
@@ -154,6 +162,8 @@ class FrameHandlers:
         self.next_message = 1
         #: The next subscription key (``Subscription.key``, in ack ids).
         self.next_sub = 1
+        #: Names the headers of other dialects that frames carry and the broker ignores.
+        self.unhonoured = Unhonoured()
 
     def wire_flow(self, flow: "ProducerFlowControl") -> None:
         """Producer flow control, made after this part (it routes SENDs through ``_route``)."""
@@ -386,13 +396,24 @@ class FrameHandlers:
             raise ProtocolError(f"unknown ack mode {ack_mode!r}: use auto, client or client-individual")
         destination = self.registry.resolve(session, address, "read")
         policy = destination.policy
+        is_topic = destination.kind == "topic"
+        if not h.keys() <= SUBSCRIBE_HONOURED or (not is_topic and not h.keys() <= QUEUE_SUBSCRIBE_HONOURED):
+            self.unhonoured.check("SUBSCRIBE", h, SUBSCRIBE_HONOURED if is_topic else QUEUE_SUBSCRIBE_HONOURED)
         browser = h.get("browser", "false").lower() == "true"
         durable_name = h.get("activemq.subscriptionName") or None
+        client_id = session.client_id
+        auto_delete = False
+        if durable_name is None and is_topic and ("durable" in h or "persistent" in h):
+            durable, auto_delete = rabbitmq_durable(h)  # RabbitMQ's: named by its id, shared by its consumers
+            if durable:
+                if h.get("id") is None:
+                    raise ProtocolError("Header 'id' is required for durable subscriptions (durable:true names it)")
+                durable_name, client_id = sub_id, RABBITMQ_CLIENT_ID
         if browser and destination.kind != "queue":
             raise ProtocolError(f"browser:true needs a queue, not {address}")
         if durable_name is not None and destination.kind != "topic":
             raise ProtocolError(f"activemq.subscriptionName (a durable subscription) needs a topic, not {address}")
-        if durable_name is not None and session.client_id is None:
+        if durable_name is not None and client_id is None:
             raise ProtocolError("a durable subscription (activemq.subscriptionName) needs a client-id on CONNECT")
         if browser:
             default_prefetch = policy.queue_browser_prefetch
@@ -400,7 +421,10 @@ class FrameHandlers:
             default_prefetch = policy.durable_topic_prefetch
         else:
             default_prefetch = policy.queue_prefetch if destination.kind == "queue" else policy.topic_prefetch
-        prefetch = int_header(h, "activemq.prefetchSize", default_prefetch, 1, _MAX_PREFETCH, clamp=False)
+        if "prefetch-count" in h and "activemq.prefetchSize" not in h:  # RabbitMQ's name for it
+            prefetch = rabbitmq_prefetch(h["prefetch-count"])
+        else:
+            prefetch = int_header(h, "activemq.prefetchSize", default_prefetch, 1, _MAX_PREFETCH, clamp=False)
         priority = int_header(h, "activemq.priority", 0, -128, 127, clamp=False)
         selector_text = h.get("selector") or None
         no_local = h.get("activemq.noLocal", "false").lower() == "true"
@@ -418,21 +442,26 @@ class FrameHandlers:
             browser=browser,
         )
         if durable_name is not None:
-            assert isinstance(destination, Topic) and session.client_id is not None
-            existing = destination.durables.get((session.client_id, durable_name))
+            assert isinstance(destination, Topic) and client_id is not None
+            existing = destination.durables.get((client_id, durable_name))
             if existing is not None:
                 self._check_durable_owner(session, existing)
             owner = self._durable_owner(session)
-            state = destination.durable_state(session.client_id, durable_name, selector_text, no_local, owner)
+            state = destination.durable_state(client_id, durable_name, selector_text, no_local, owner)
             if state.owner is None and owner is not None:  # made before users were configured: claimed now
                 state.owner = owner
                 self.durables_changed()
-            if state.active is not None:
-                raise ProtocolError(
-                    f"durable subscription {durable_name!r} of client {session.client_id} is already active"
-                )
             state.selector = sub.selector
-            state.active = sub
+            if state.active is None:
+                state.active = sub
+                state.offline_since = None
+            elif client_id == RABBITMQ_CLIENT_ID:  # one more consumer of its messages
+                destination.add_sharer(state, sub)
+            else:
+                raise ProtocolError(f"durable subscription {durable_name!r} of client {client_id} is already active")
+            if state.auto_delete != auto_delete:
+                state.auto_delete = auto_delete
+                self.durables_changed()
             sub.durable = state
             sub.pending = state.pending
             sub.redelivered = state.redelivered
@@ -460,7 +489,7 @@ class FrameHandlers:
         if browser:
             assert isinstance(destination, Queue)
             sub.pending.extend(destination.browse_snapshot())
-        else:
+        elif sub.durable is None or sub.durable.active is sub:  # (a sharer is its state's)
             destination.add_subscription(sub)
         destination.dispatch_to(sub)
         return DEFERRED
@@ -488,24 +517,35 @@ class FrameHandlers:
             if sub is None:
                 raise ProtocolError(f"no subscription with id {sub_id!r} on this connection")
             self._remove_subscription(session, sub)
+            durable = sub.durable
+            if durable is not None and durable.client_id == RABBITMQ_CLIENT_ID and rabbitmq_durable(h)[0]:
+                # RabbitMQ's: UNSUBSCRIBE with durable:true removes the subscription (once its last consumer
+                # left; an auto-delete one went with it)
+                topic = sub.destination
+                assert isinstance(topic, Topic)
+                name = durable.name
+                if topic.durables.get((RABBITMQ_CLIENT_ID, name)) is durable:
+                    self._delete_durable(session, name, topic.address, RABBITMQ_CLIENT_ID)
         if durable_name is not None:
             self._delete_durable(session, durable_name, h.get("destination"))
         return None
 
-    def _delete_durable(self, session: Session, name: str, address: str | None) -> None:
-        if session.client_id is None:
+    def _delete_durable(self, session: Session, name: str, address: str | None, client_id: str | None = None) -> None:
+        """Remove durable subscription ``name`` of ``client_id`` (the connection's, unless given)."""
+        client_id = client_id or session.client_id
+        if client_id is None:
             raise ProtocolError("removing a durable subscription needs a client-id on CONNECT")
         topics = [
             d for d in self.destinations.values() if isinstance(d, Topic) and (address is None or d.address == address)
         ]
         for topic in topics:
-            state = topic.durables.get((session.client_id, name))
+            state = topic.durables.get((client_id, name))
             if state is not None:
                 self._check_durable_owner(session, state)
             if state is not None and state.active is not None:
                 raise ProtocolError(f"durable subscription {name!r} is in use: unsubscribe its consumer first")
-        if not any(t.delete_durable(session.client_id, name) for t in topics):
-            raise ProtocolError(f"no durable subscription {name!r} for client {session.client_id}")
+        if not any(t.delete_durable(client_id, name) for t in topics):
+            raise ProtocolError(f"no durable subscription {name!r} for client {client_id}")
 
     def _durable_owner(self, session: Session) -> str | None:
         """Who a durable subscription made by ``session`` belongs to (None with no users configured)."""
@@ -526,6 +566,10 @@ class FrameHandlers:
         self._subs_by_key.pop(sub.key, None)
         self._full_logged.pop(sub.key, None)
         sub.destination.remove_subscription(sub)
+        state = sub.durable
+        if state is not None and state.auto_delete and state.active is None:  # RabbitMQ's auto-delete
+            assert isinstance(sub.destination, Topic)
+            sub.destination.delete_durable(state.client_id, state.name)
         if self.trace.enabled:
             self._emit(
                 "unsubscribe",
@@ -588,18 +632,22 @@ class FrameHandlers:
             sub, messages = self._settle(session, frame, "NACK")
         except Ignored:
             return None
-        txid = frame.headers.get("transaction")
+        h = frame.headers
+        # RabbitMQ's requeue:false: not redelivered, but dropped or dead-lettered (a "reject")
+        op = "reject" if "requeue" in h and h["requeue"].lower() == "false" else "nack"
+        txid = h.get("transaction")
         if txid is not None:
-            self._transaction(session, txid).append(("nack", sub, messages))
+            self._transaction(session, txid).append((op, sub, messages))
             return None
-        self._nack(sub, messages)
+        self._nack(sub, messages, op)
         return None
 
-    def _nack(self, sub: Subscription, messages: list[Message]) -> None:
+    def _nack(self, sub: Subscription, messages: list[Message], cause: str = "nack") -> None:
+        """Deliver ``messages`` again (``cause`` "nack"), or drop or dead-letter them ("reject")."""
         if self.trace.enabled:
             for m in messages:
                 self._emit("nack", session=sub.session.tag, sub=sub.id, dest=sub.destination.address, msg=m.message_id)
-        sub.destination.redeliver(sub, messages, "nack")
+        sub.destination.redeliver(sub, messages, cause)
 
     def _settle(self, session: Session, frame: Frame, command: str) -> tuple[Subscription, list[Message]]:
         """Find the subscription and messages an ACK or NACK refers to."""
@@ -717,7 +765,7 @@ class FrameHandlers:
                 elif op == "ack":
                     target.destination.acknowledge(target, payload)
                 else:
-                    self._nack(target, payload)
+                    self._nack(target, payload, op)
             if durable:
                 assert self.storehooks.txid is not None
                 self.commit_storage_transaction(self.storehooks.txid)
@@ -746,7 +794,7 @@ class FrameHandlers:
     def _roll_back(self, ops: list[tuple[str, Any, Any]]) -> None:
         """Undo a transaction: sends vanish, acked messages become deliverable again."""
         for op, target, payload in ops:
-            if op in ("ack", "nack"):
+            if op in SETTLING_OPS:
                 target.destination.redeliver(target, payload, "rollback")
 
     def _on_disconnect(self, session: Session, frame: Frame) -> Any:

@@ -33,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .coreutil import SETTLING_OPS
+
 if TYPE_CHECKING:
     from .broker import Broker
     from .message import Message
@@ -64,7 +66,7 @@ def departure_of(broker: "Broker", session: "Session") -> Departure:
         (sub.destination, list(sub.dispatched.values())) for sub in session.subscriptions.values() if not sub.browser
     ]
     for ops in session.transactions.values():
-        held += [(sub.destination, list(messages)) for op, sub, messages in ops if op in ("ack", "nack")]
+        held += [(sub.destination, list(messages)) for op, sub, messages in ops if op in SETTLING_OPS]
     for destination, messages in held:
         if isinstance(destination, Queue) and messages:
             departure.unacked.setdefault(destination, []).extend(messages)
@@ -120,7 +122,7 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
         if ghosts:
             found.append(f"{destination.address} still lists subscriptions {ghosts} of connection {sid}")
         for state in getattr(destination, "durables", {}).values():
-            if state.active is not None and state.active.session is session:
+            if any(member.session is session for member in state.members()):
                 found.append(
                     f"durable subscription {state.name!r} on {destination.address} is still active for connection {sid}"
                 )

@@ -61,13 +61,20 @@ class Queue(Destination):
         #: The one eligible consumer, when there is exactly one and it has no selector (the fast dispatch).
         self._single: "Subscription | None" = None
         self._dispatching = False
+        #: Messages waiting out a redelivery delay (``redeliver``), by seq: still on the queue.
+        self.delayed: dict[int, "Message"] = {}
 
     @property
     def subscriptions(self) -> list["Subscription"]:
         return self.consumers
 
     def size(self) -> int:
-        return len(self.pending) + len(self.cursor.store_only) + sum(len(s.dispatched) for s in self.consumers)
+        return (
+            len(self.pending)
+            + len(self.cursor.store_only)
+            + sum(len(s.dispatched) for s in self.consumers)
+            + len(self.delayed)
+        )
 
     def cursor_statistics(self) -> dict[str, Any]:
         return self.cursor.statistics()
@@ -309,12 +316,32 @@ class Queue(Destination):
         if self.broker.trace.enabled:
             for m in kept:
                 self.broker.redelivering(self, m, sub)
-        self.pending.push_front(kept)
+        # A redelivery delay (ActiveMQ's redelivery policy) keeps a message aside on the broker's
+        # timers; it goes back to the head when its time comes (``_redelivery_due``).
+        now, policy = self.broker.clock.now(), self.policy
+        at_once = []
+        for m in kept:
+            delay = policy.redelivery_delay_ms(m.redeliveries)
+            if delay > 0:
+                self.delayed[m.seq] = m
+                self.broker.timers.call_at(now + delay / 1000, self._redelivery_due, m)
+            else:
+                at_once.append(m)
+        self.pending.push_front(at_once)
+        self.dispatch()
+
+    def _redelivery_due(self, message: "Message") -> None:
+        """A delayed redelivery's time has come: the message goes back to the head (unless it
+        left the queue meanwhile: a purge)."""
+        if self.delayed.pop(message.seq, None) is None:
+            return
+        self.pending.push_front([message])
         self.dispatch()
 
     def purge(self) -> int:
         """Drop every pending message, cached or store-only; returns how many."""
-        dropped = self.pending.remove_where(lambda m: True)
+        dropped = self.pending.remove_where(lambda m: True) + list(self.delayed.values())
+        self.delayed.clear()
         store_only = self.cursor.store_only
         stored = 0
         for ref in store_only:  # a chunk at a time, not the whole index at once

@@ -4,6 +4,9 @@ Addresses a client may use:
 
 - ``/queue/NAME`` and ``/topic/NAME``: created on first use, with the policy
   of the most specific matching ``[[destination_policy]]`` entry;
+- RabbitMQ's ``/amq/queue/NAME`` (the queue NAME, which must exist),
+  ``/exchange/amq.topic/KEY`` (the topic KEY) and ``/exchange/amq.fanout``
+  (the topic ``amq.fanout``): see ``dialects.py``;
 - ``/temp-queue/NAME`` and ``/temp-topic/NAME``: private to the connection
   that uses them, removed when it closes. Another connection cannot name
   them directly: when the owner sends a message with ``reply-to`` set to one
@@ -21,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from .destination import Destination, parse_address
+from .dialects import RABBITMQ_PREFIXES, rabbitmq_address
 from .queue import Queue
 from .topic import Topic
 from .errors import ProtocolError
@@ -106,6 +110,14 @@ class DestinationRegistry:
         found = self.by_address.get(address)
         if found is not None and found.owner is None and self._open:
             return found  # the hot path: a known queue or topic, no rights to check
+        if address.startswith(RABBITMQ_PREFIXES):
+            ours, must_exist = rabbitmq_address(address)
+            if must_exist and ours not in self.by_address:
+                name = ours[len("/queue/") :]
+                raise ProtocolError(
+                    f"NOT_FOUND - no queue {name!r}: {address} names an existing queue (/queue/{name} makes it)"
+                )
+            return self.resolve(session, ours, right)
         temp = self._temp_address(session, address)
         if temp is not None:
             kind, name, canonical = temp

@@ -276,7 +276,9 @@ def destination_statistics(broker: "BrokerView", dest: "Destination", scope: Sco
     }
     stats.update(dest.cursor_statistics())
     if dest.kind == "topic":  # what its subscriptions hold for their consumers, and how much of it is on disk
-        stats["pendingCount"] = sum(len(s.pending) for s in dest.subscriptions)
+        stats["pendingCount"] = sum(
+            len(s.pending) for s in dest.subscriptions if s.durable is None or s.durable.active is s
+        )
         stats["swappedCount"] = sum(_swapped(s) for s in dest.subscriptions)
     return stats
 

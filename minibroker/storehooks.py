@@ -603,6 +603,7 @@ class StoreHooks:
             for t in self.destinations.values()
             if isinstance(t, Topic)
             for s in t.durables.values()
+            if not s.auto_delete  # (its consumers do not outlive the broker: nor does it)
         ]
         self.store.save_durables(subs)
 

@@ -54,14 +54,27 @@ class Topic(Destination):
         self.subs: list["Subscription"] = []
         #: Durable subscriptions by (client-id, subscription name), online or not.
         self.durables: dict[tuple[str, str], DurableState] = {}
+        #: How many durable subscriptions have sharers (none: ``subscriptions`` is ``subs``).
+        self.shared = 0
 
     @property
     def subscriptions(self) -> list["Subscription"]:
-        return self.subs
+        """Every consumer: the topic's list and the sharers of its durable subscriptions."""
+        if not self.shared:
+            return self.subs
+        return self.subs + [s for d in self.durables.values() for s in d.sharers]
 
     def size(self) -> int:
         online = sum(len(s.pending) + len(s.dispatched) for s in self.subs)
-        return online + sum(len(d.pending) for d in self.durables.values() if d.active is None)
+        offline = sum(len(d.pending) for d in self.durables.values() if d.active is None)
+        if self.shared:
+            online += sum(len(s.dispatched) for d in self.durables.values() for s in d.sharers)
+        return online + offline
+
+    def add_sharer(self, state: "DurableState", sub: "Subscription") -> None:
+        """``sub`` consumes durable subscription ``state`` beside its active consumer."""
+        self.shared += not state.sharers
+        state.sharers.append(sub)
 
     def add_subscription(self, sub: "Subscription") -> None:
         if sub.durable is None and self.policy.pending_cursor == "file":
@@ -71,14 +84,29 @@ class Topic(Destination):
     def remove_subscription(self, sub: "Subscription") -> None:
         """Detach ``sub``. A non-durable subscription's messages are dropped; a
         durable one keeps them (unacknowledged ones back at the head) for its
-        next connection."""
-        self.subs.remove(sub)
+        next connection, or for the consumers that share it (one of them takes
+        ``sub``'s place in the topic's list)."""
+        state = sub.durable
+        shared = state is not None and bool(state.sharers)
+        if state is not None and sub in state.sharers:
+            state.sharers.remove(sub)
+        else:
+            self.subs.remove(sub)
         returned = sub.take_all_dispatched()
-        if sub.durable is not None:
+        if state is not None:
             for m in returned:
                 sub.redelivered[m.seq] = sub.redelivered.get(m.seq, 0) + 1
             sub.pending.extendleft(reversed(sorted(returned, key=lambda m: m.seq)))
-            sub.durable.active = None
+            if state.active is sub:
+                state.active = state.sharers.pop(0) if state.sharers else None
+                if state.active is not None:
+                    self.subs.append(state.active)
+                else:
+                    state.offline_since = self.broker.clock.now()
+            if shared and not state.sharers:
+                self.shared -= 1
+            for member in state.members():
+                self.dispatch_to(member)
             return
         in_memory = list(sub.pending.memory) if isinstance(sub.pending, FilePending) else list(sub.pending)
         sub.pending.clear()  # a file cursor also releases what it holds on disk
@@ -175,8 +203,9 @@ class Topic(Destination):
                     continue
                 broker.subscription_full(self, sub)
                 return targets[i:]
-            if sub.durable is not None:
-                broker.persist_durable(self, sub.durable, message)
+            state = sub.durable
+            if state is not None:
+                broker.persist_durable(self, state, message)
             self.hold(message)  # one reference per subscription until it is done with it
             if direct:
                 sub.deliver(message)
@@ -186,6 +215,9 @@ class Topic(Destination):
                     self._evict(sub)
                 if not sub.slow and len(sub.pending) > sub.prefetch:
                     broker.slow_consumer(sub, True)
+                if state is not None and state.sharers:  # its other consumers take what sub cannot
+                    for sharer in state.sharers:
+                        self.dispatch_to(sharer)
         for state in self.durables.values():
             if state.active is None and state.accepts(message):
                 broker.persist_durable(self, state, message)
@@ -286,8 +318,11 @@ class DurableState:
         "pending",
         "redelivered",
         "active",
+        "offline_since",
         "refs",
         "owner",
+        "sharers",
+        "auto_delete",
     )
 
     def __init__(
@@ -307,8 +342,20 @@ class DurableState:
         self.redelivered: dict[int, int] = {}
         #: The subscription consuming it now, or None while offline.
         self.active: "Subscription | None" = None
+        #: Since when it is offline (broker clock), or None: online, or not seen offline yet.
+        self.offline_since: float | None = None
         #: message seq -> its stored copy for this subscription (persistent messages).
         self.refs: dict[int, Any] = {}
+        #: More consumers of it besides ``active`` (RabbitMQ's durable subscriptions: one
+        #: queue, its consumers share its messages). Only ``active`` is in the topic's list;
+        #: the others share its pending messages and take what it has no room for.
+        self.sharers: list["Subscription"] = []
+        #: Removed when its last consumer leaves (RabbitMQ's ``auto-delete``, not kept over a restart).
+        self.auto_delete = False
+
+    def members(self) -> list["Subscription"]:
+        """The consumers of it now: ``active`` and its sharers."""
+        return ([self.active] if self.active is not None else []) + self.sharers
 
     def accepts(self, message: "Message") -> bool:
         if self.selector is None:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from clients import rabbitmq
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -85,6 +88,35 @@ def test_missing_activemq_names_the_install_command(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(activemq, "AMQ_JAR", tmp_path / "no-such" / "activemq.jar")
     with pytest.raises(brokers.BrokerStartError, match=re.escape("apt-get install -y activemq")):
         brokers.ActiveMQ.check_installed()
+
+
+def test_missing_rabbitmq_names_the_install_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))
+    import brokers
+
+    monkeypatch.setattr(rabbitmq, "RABBITMQ_SERVER", tmp_path / "no-such" / "rabbitmq-server")
+    with pytest.raises(brokers.BrokerStartError, match=re.escape("apt-get install -y rabbitmq-server")):
+        brokers.RabbitMQ.check_installed()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(rabbitmq.installed_problem() is not None, reason="RabbitMQ is needed")
+def test_quick_compare_with_rabbitmq_adds_its_column_and_ratio(tmp_path: Path) -> None:
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "compare.py"), "--quick", "--with-rabbitmq", "--scenarios", "A"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    table = [[c.strip() for c in line.strip().strip("|").split("|")] for line in p.stdout.splitlines()]
+    rows = {cells[1]: cells for cells in table if len(cells) == 9}
+    assert rows["rabbitmq"][2].startswith("1/1") and rows["rabbitmq"][8] == "0 / 0", p.stdout
+    assert "*ours / rabbitmq*" in rows, p.stdout
+    assert "RabbitMQ 3." in p.stdout.splitlines()[0]
+    assert not rabbitmq.processes_under(str(tmp_path))  # the node is stopped, by pid
 
 
 @pytest.mark.slow

@@ -545,3 +545,122 @@ class TestSelectors:
         back.connect(client_id="app")
         back.subscribe("/topic/t", "d", selector="kind = 'keep'", **{"activemq.subscriptionName": "n"})
         assert back.bodies() == [b"kept"]
+
+
+class TestRedeliveryDelay:
+    """A redelivery policy's delay and back-off (ActiveMQ's RedeliveryPolicy), on the virtual clock."""
+
+    def test_a_nacked_message_waits_out_the_delay_and_counts_as_queued(self) -> None:
+        net = policy_net(initial_redelivery_delay=1000)
+        c = net.connected_client()
+        c.subscribe("/queue/orders", "s", "client-individual")
+        net.connected_client().send("/queue/orders", "poison", persistent="true")
+        c.nack(c.messages()[0])
+        queue = net.broker.destinations["/queue/orders"]
+        net.advance(0.9)
+        assert len(c.messages()) == 1 and queue.size() == 1  # waiting, still on the queue
+        net.advance(0.2)
+        assert len(c.messages()) == 2 and c.messages()[1].headers["redelivered"] == "true"
+
+    def test_exponential_back_off_multiplies_each_wait_up_to_the_cap(self) -> None:
+        net = policy_net(
+            initial_redelivery_delay=100,
+            use_exponential_back_off=True,
+            back_off_multiplier=2.0,
+            maximum_redelivery_delay=500,
+            maximum_redeliveries=-1,
+        )
+        c = net.connected_client()
+        c.subscribe("/queue/orders", "s", "client-individual")
+        net.connected_client().send("/queue/orders", "poison")
+        arrived = [net.now]
+        for _ in range(5):
+            c.nack(c.messages()[-1])
+            seen = len(c.messages())
+            while len(c.messages()) == seen:
+                net.advance(0.001)
+            arrived.append(net.now)
+        waits = [round(b - a, 2) for a, b in zip(arrived, arrived[1:])]
+        assert waits == [0.1, 0.2, 0.4, 0.5, 0.5]
+
+    def test_the_delays_count_as_activemq_counts_them(self) -> None:
+        policy = parse_config(
+            {
+                "destination_policy": [
+                    {"queue": ">", "initial_redelivery_delay": 1000, "redelivery_delay": 3000},
+                    {"queue": "b", "initial_redelivery_delay": 1000, "use_exponential_back_off": True},
+                ]
+            }
+        )
+        plain, backoff = policy.policy_for("queue", "a"), policy.policy_for("queue", "b")
+        assert [plain.redelivery_delay_ms(n) for n in (1, 2, 3)] == [1000, 3000, 3000]
+        assert [backoff.redelivery_delay_ms(n) for n in (1, 2, 3)] == [1000, 5000, 25000]  # multiplier 5
+
+    def test_a_purge_drops_a_message_waiting_for_its_redelivery(self) -> None:
+        net = policy_net(initial_redelivery_delay=1000)
+        c = net.connected_client()
+        c.subscribe("/queue/orders", "s", "client-individual")
+        net.connected_client().send("/queue/orders", "poison")
+        c.nack(c.messages()[0])
+        queue = net.broker.destinations["/queue/orders"]
+        assert queue.purge() == 1 and queue.size() == 0
+        net.advance(2.0)
+        assert len(c.messages()) == 1  # it does not come back
+
+    def test_a_bad_multiplier_is_refused(self) -> None:
+        with pytest.raises(Exception, match="back_off_multiplier"):
+            parse_config({"destination_policy": [{"queue": ">", "back_off_multiplier": 0.5}]})
+
+
+class TestOfflineDurableSubscriberTimeout:
+    """``offline_durable_subscriber_timeout``: an abandoned durable subscription goes, with its messages."""
+
+    @staticmethod
+    def durable_net(timeout: int) -> VirtualNetwork:
+        return VirtualNetwork(
+            parse_config(
+                {
+                    "broker": {
+                        "offline_durable_subscriber_timeout": timeout,
+                        "offline_durable_subscriber_task_schedule": 1000,
+                    }
+                }
+            )
+        )
+
+    @staticmethod
+    def reporting(net: VirtualNetwork):
+        c = net.client("reporting")
+        assert c.connect(client_id="reporting").command == "CONNECTED"
+        return c
+
+    def subscribe_and_leave(self, net: VirtualNetwork) -> None:
+        sub = self.reporting(net)
+        sub.subscribe("/topic/events", "r", "auto", **{"activemq.subscriptionName": "daily"})
+        sub.disconnect()
+
+    def test_an_offline_subscription_is_removed_after_the_timeout_with_what_it_held(self) -> None:
+        net = self.durable_net(5000)
+        self.subscribe_and_leave(net)
+        net.connected_client().send("/topic/events", "e1", persistent="true")
+        topic = net.broker.destinations["/topic/events"]
+        net.advance(4.0)
+        assert list(topic.durables) == [("reporting", "daily")] and topic.size() == 1
+        net.advance(2.5)
+        assert topic.durables == {} and topic.size() == 0
+
+    def test_a_subscriber_that_comes_back_in_time_keeps_it(self) -> None:
+        net = self.durable_net(5000)
+        self.subscribe_and_leave(net)
+        net.connected_client().send("/topic/events", "e1", persistent="true")
+        net.advance(3.0)
+        back = self.reporting(net)
+        back.subscribe("/topic/events", "r", "auto", **{"activemq.subscriptionName": "daily"})
+        net.advance(10.0)
+        assert back.bodies() == [b"e1"] and ("reporting", "daily") in net.broker.destinations["/topic/events"].durables
+
+    def test_by_default_an_offline_subscription_is_kept_for_ever(self) -> None:
+        net = VirtualNetwork()
+        self.subscribe_and_leave(net)
+        net.advance(3600.0)
+        assert ("reporting", "daily") in net.broker.destinations["/topic/events"].durables

@@ -21,7 +21,8 @@ live runs, as the broker's statistics showed them every 0.3 s.
 ``--against activemq`` plays each live run
 on our server and on Debian's ActiveMQ, started with the run's configuration
 written as activemq.xml, and prints both verdicts side by side (and what
-activemq.xml cannot say, such as the space check of ActiveMQ 5.14 and older).
+activemq.xml cannot say, such as the space check of ActiveMQ 5.14 and older);
+``--against rabbitmq`` does the same with a RabbitMQ 3.10 node of our own (Debian's).
 ``lab run NN --run NAME`` plays one run, ``--set KEY=VALUE`` changes a configuration key,
 ``--sweep KEY=V1,V2,...`` plays a run once per value and tabulates the outcome, ``--brief``
 prints each run's grade and three lines of evidence; ``lab exercises NN`` lists a lab's
@@ -97,15 +98,19 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     run.add_argument(
         "--against",
-        choices=["activemq"],
-        help="also run each live run against Debian's ActiveMQ, started with the run's configuration as "
-        "activemq.xml, and print both verdicts side by side",
+        choices=AGAINST,
+        help="also run each live run against Debian's ActiveMQ (started with the run's configuration as "
+        "activemq.xml) or RabbitMQ (a node of our own), and print both verdicts side by side",
     )
     run.add_argument("--labs", metavar="DIR", help="labs directory (default: examples/labs)")
     run.set_defaults(func=_run)
     # A class's options and actions (--run, --set, --sweep, --brief; exercises, check): lab_class.py
     lab_class.add_run_options(run)
     lab_class.register_actions(actions)
+
+
+#: The brokers ``lab run --against`` compares with.
+AGAINST = ("activemq", "rabbitmq")
 
 
 def _port(text: str) -> int:
@@ -133,6 +138,8 @@ def _list(args: argparse.Namespace) -> int:
         print(
             f"{'':32s} against ActiveMQ: {'no: ' + lab.no_activemq if lab.no_activemq else 'yes (--against activemq)'}"
         )
+        rabbit = "no: " + lab.no_rabbitmq if lab.no_rabbitmq else "yes (--against rabbitmq)"
+        print(f"{'':32s} against RabbitMQ: {rabbit}")
     return 0
 
 
@@ -245,8 +252,8 @@ def _say_what_runs(lab, live: bool, console: bool, export: Path | None) -> None:
 
 
 def _against(args: argparse.Namespace, lab) -> int:
-    """``--against activemq``: both brokers, the verdicts side by side."""
-    from ..labs.against import run_against_activemq
+    """``--against activemq`` or ``rabbitmq``: both brokers, the verdicts side by side."""
+    from ..labs.against import run_against_activemq, run_against_rabbitmq
 
     others = [
         opt
@@ -259,15 +266,15 @@ def _against(args: argparse.Namespace, lab) -> int:
         if on
     ]
     if others:
-        raise CommandError(f"--against activemq runs alone (not with {', '.join(others)})")
+        raise CommandError(f"--against {args.against} runs alone (not with {', '.join(others)})")
     import signal
 
     def terminated(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)  # unwinds through the runs' finally blocks: every JVM is stopped
+        raise SystemExit(128 + signum)  # unwinds through the runs' finally blocks: every broker is stopped
 
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
-        comparisons = run_against_activemq(lab)
+        comparisons = (run_against_rabbitmq if args.against == "rabbitmq" else run_against_activemq)(lab)
     except LabError as exc:
         raise CommandError(str(exc)) from None
     finally:

@@ -3,7 +3,7 @@
 What is read (element names without their namespace, wherever the
 ``<broker>`` element sits, usually inside Spring's ``<beans>``):
 
-- ``<broker persistent brokerName>``;
+- ``<broker persistent brokerName offlineDurableSubscriberTimeout offlineDurableSubscriberTaskSchedule>``;
 - ``<systemUsage>``: ``memoryUsage`` ``limit`` or ``percentOfJvmHeap``,
   ``storeUsage`` and ``tempUsage`` ``limit`` (``percentLimit`` is noted, not
   checked); sizes in ActiveMQ's syntax (``"64 mb"``, ``"1gb"``, ``65536``);
@@ -345,7 +345,12 @@ def read_xml(path: str | Path, data: bytes, heap: int | None = None) -> Setup:
         default_policy = reader.policy(default_element, None, persistent) or default_policy
     listeners = [reader.listener(e) for e in _descendants(_first(broker, "transportConnectors"), "transportConnector")]
     config = BrokerConfig(
-        broker=BrokerSection(name=broker.get("brokerName", "localhost"), persistent=persistent),
+        broker=BrokerSection(
+            name=broker.get("brokerName", "localhost"),
+            persistent=persistent,
+            offline_durable_subscriber_timeout=int(broker.get("offlineDurableSubscriberTimeout", "-1")),
+            offline_durable_subscriber_task_schedule=int(broker.get("offlineDurableSubscriberTaskSchedule", "300000")),
+        ),
         system_usage=reader.system_usage(broker),
         store=reader.store(broker, persistent),
         destination_policy=tuple(entries),

@@ -29,9 +29,9 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from .. import activemq
+from .. import activemq, rabbitmq
 from ..activemq import ActiveMQ, free_port
 from minibroker.config import BrokerConfig
 
@@ -39,7 +39,7 @@ from ..doctor.write_xml import ActiveMQXml, write_xml
 from .model import Lab, LabError, RunSpec
 from .runner import LabRun, Outcome, RunResult, run_one
 
-__all__ = ["ActiveMQBroker", "Comparison", "run_against_activemq"]
+__all__ = ["ActiveMQBroker", "Comparison", "run_against_activemq", "run_against_rabbitmq"]
 
 #: The JVM's heap for a lab's broker: the labs' memory limits are a few megabytes.
 #: C1 only and the serial collector: a JVM that starts in half the time on a busy machine.
@@ -78,6 +78,12 @@ class Comparison:
     ours: RunResult | None  # None with theirs: not run against ActiveMQ (``spec.activemq_not_run`` says why)
     theirs: Outcome | None
     departures: tuple[str, ...] = ()
+    #: The other broker: "activemq" or "rabbitmq" (its keys in lab.toml: ``activemq_expect`` ...).
+    against: str = "activemq"
+
+    def key(self, what: str) -> str:
+        """The run's ``<against>_<what>`` key of lab.toml (``expect``, ``not_run``, ``note``)."""
+        return str(getattr(self.spec, f"{self.against}_{what}"))
 
     @property
     def as_expected(self) -> bool:
@@ -89,9 +95,7 @@ class Comparison:
     @property
     def theirs_as_expected(self) -> bool:
         """ActiveMQ's verdict is the one the lab expects, or its run was not fair (the machine)."""
-        return self.theirs is not None and (
-            self.theirs.verdict == self.spec.activemq_expect or bool(self.theirs.unfair)
-        )
+        return self.theirs is not None and (self.theirs.verdict == self.key("expect") or bool(self.theirs.unfair))
 
 
 def version_label() -> str:
@@ -172,33 +176,40 @@ class _ActiveMQRun:
 def _lesson(comparison: Comparison, label: str) -> str:
     """One line on what the two verdicts teach."""
     assert comparison.ours is not None and comparison.theirs is not None
-    ours, theirs, spec = comparison.ours.outcome, comparison.theirs, comparison.spec
+    ours, theirs = comparison.ours.outcome, comparison.theirs
     legacy = any(d.startswith("space_check") for d in comparison.departures)
     if ours.verdict == theirs.verdict:
         agrees = f"{label} agrees" + (", though it has only the current space check" if legacy else "")
-        return agrees + (f": {spec.activemq_note}" if spec.activemq_note else ".")
+        return agrees + (f": {comparison.key('note')}" if comparison.key("note") else ".")
     if legacy and ours.pathology and not theirs.pathology:
         return (
             f"{label} behaves like `current`, not like `legacy`: its only space check lets the consumer "
             "through. This pathology needs ActiveMQ 5.14 or older (AMQ-4467 changed the check in 5.15)."
         )
-    return f"the verdicts differ: {spec.activemq_note or f'the reproduction and {label} disagree on this run.'}"
+    return f"the verdicts differ: {comparison.key('note') or f'the reproduction and {label} disagree on this run.'}"
+
+
+def _check_runnable(
+    lab: Lab, scenario: Any, name: str, label: str, no_run: str, installed_problem: Callable[[], str | None]
+) -> None:
+    """Refuse, saying why, a lab that cannot run against broker ``name`` (``run_<name>``)."""
+    if no_run:
+        raise LabError(f"lab {lab.name} has no run against {label}: {no_run}")
+    if not hasattr(scenario, "run_live"):
+        raise LabError(
+            f"lab {lab.name} has no live run ({lab.no_live or 'none written'}), so nothing to run against {label} yet"
+        )
+    if not hasattr(scenario, f"run_{name}"):
+        raise LabError(f"lab {lab.name} has no run against {label} yet (none written)")
+    problem = installed_problem()
+    if problem:
+        raise LabError(f"--against {name} needs Debian's {label}. {problem}")
 
 
 def run_against_activemq(lab: Lab, *, out: Callable[[str], None] = print) -> list[Comparison]:
     """Every run of ``lab`` on our real server and on ActiveMQ, both verdicts printed side by side."""
     scenario = lab.scenario()
-    if lab.no_activemq:
-        raise LabError(f"lab {lab.name} has no run against ActiveMQ: {lab.no_activemq}")
-    if not hasattr(scenario, "run_live"):
-        raise LabError(
-            f"lab {lab.name} has no live run ({lab.no_live or 'none written'}), so nothing to run against ActiveMQ yet"
-        )
-    if not hasattr(scenario, "run_activemq"):
-        raise LabError(f"lab {lab.name} has no run against ActiveMQ yet ({lab.no_activemq or 'none written'})")
-    problem = activemq.installed_problem()
-    if problem:
-        raise LabError(f"--against activemq needs Debian's ActiveMQ. {problem}")
+    _check_runnable(lab, scenario, "activemq", "ActiveMQ", lab.no_activemq, activemq.installed_problem)
     label = version_label()
     out(f"Lab {lab.directory.name}: {lab.title}")
     out(f"  source: {lab.citation}")
@@ -243,7 +254,7 @@ def _print_comparison(c: Comparison, label: str, out: Callable[[str], None]) -> 
     out("")
     out(f"  [{spec.name}] {spec.about}")
     if c.ours is None or c.theirs is None:
-        out(f"    not run against {label}: {spec.activemq_not_run} (`--live` runs it on minibroker)")
+        out(f"    not run against {label}: {c.key('not_run')} (`--live` runs it on minibroker)")
         return
     ours = c.ours
     promise = "as promised" if ours.as_promised else f"NOT as promised (expected {spec.expect.upper()})"
@@ -253,7 +264,7 @@ def _print_comparison(c: Comparison, label: str, out: Callable[[str], None]) -> 
     if ours.too_busy:
         why = ours.outcome.unfair or (ours.loop_lag.summary() if ours.loop_lag is not None else "")
         out(f"      the machine was too busy for a fair run: {why}")
-    expected = spec.activemq_expect
+    expected = c.key("expect")
     promise = "as the lab expects" if c.theirs.verdict == expected else f"NOT as the lab expects ({expected.upper()})"
     out(f"    {label}: {_verdict_line(c.theirs, promise)}")
     for line in c.theirs.evidence:
@@ -286,5 +297,64 @@ def _print_table(comparisons: list[Comparison], label: str, out: Callable[[str],
     out(
         f"Result: {len(compared)} run(s) on both brokers: {ours_kept}/{len(compared)} minibroker verdicts as the "
         f"lab promises, {theirs_kept}/{len(compared)} {label} verdicts as the lab expects"
-        + (f"; {skipped} not run against ActiveMQ (see above)" if skipped else "")
+        + (f"; {skipped} not run against {label.split()[0]} (see above)" if skipped else "")
     )
+
+
+def rabbitmq_label() -> str:
+    """``RabbitMQ 3.10.8`` (the Debian package's upstream version)."""
+    upstream = (rabbitmq.version() or "").split(":")[-1].split("-")[0]
+    return f"RabbitMQ {upstream}" if upstream else "RabbitMQ"
+
+
+#: The virtual host the labs' clients name (our StompClient's CONNECT says ``host:localhost``;
+#: ActiveMQ and minibroker ignore it, RabbitMQ connects the client to that virtual host).
+LAB_VHOST = "localhost"
+
+
+def run_against_rabbitmq(lab: Lab, *, out: Callable[[str], None] = print) -> list[Comparison]:
+    """Every run of ``lab`` on our real server and on RabbitMQ, both verdicts printed side by side.
+
+    As ``run_against_activemq``: per run, our live run first, then a RabbitMQ node of
+    our own (``clients.rabbitmq``, started for that run alone once ours is over, with the
+    scenario's ``rabbitmq_settings(config)`` as ``rabbitmq.conf`` lines, if it has them)
+    on which the scenario's ``run_rabbitmq(lab, node)`` plays the same clients; the node
+    is stopped by pid when the run ends, whatever happens. Runs whose mechanism RabbitMQ
+    lacks say so in lab.toml (``rabbitmq_not_run``). A scenario whose pathology is the
+    memory alarm (a connection that publishes and consumes, blocked) moves the alarm's
+    threshold within reach of its workload: ``node.set_memory_high_watermark(
+    node.memory_used() + margin)``; the node logs "memory resource limit alarm set"."""
+    scenario = lab.scenario()
+    _check_runnable(lab, scenario, "rabbitmq", "RabbitMQ", lab.no_rabbitmq, rabbitmq.installed_problem)
+    label = rabbitmq_label()
+    settings: Callable[[BrokerConfig], dict[str, str]] = getattr(scenario, "rabbitmq_settings", lambda config: {})
+    out(f"Lab {lab.directory.name}: {lab.title}")
+    out(f"  source: {lab.citation}")
+    out(f"  minibroker: the live server on real sockets; {label}: Debian's package, one node of our own per run")
+    out("  (its STOMP plugin, its defaults unless the run says otherwise); the same clients measure both")
+    comparisons: list[Comparison] = []
+    for spec in lab.runs:
+        if spec.rabbitmq_not_run:
+            comparisons.append(Comparison(spec, None, None, against="rabbitmq"))
+            _print_comparison(comparisons[-1], label, out)
+            continue
+        ours = run_one(lab, spec, scenario.run_live)
+        workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-rabbitmq-"))
+        node = rabbitmq.RabbitMQ(workdir, name=f"lab-{lab.number}", settings=settings(spec.config()))
+        try:
+            try:
+                node.start()
+                node.add_vhost(LAB_VHOST)
+            except rabbitmq.BrokerStartError as exc:
+                raise LabError(f"{label} did not start for run {spec.name}: {exc}") from None
+            run = LabRun(lab, spec, workdir)
+            run.phases.add(f"{label} started on port {node.port}")
+            outcome = scenario.run_rabbitmq(run, node)
+            outcome.evidence = run.notes + outcome.evidence
+        finally:
+            node.stop()
+            shutil.rmtree(workdir, ignore_errors=True)
+        comparisons.append(Comparison(spec, ours, outcome, against="rabbitmq"))
+        _print_comparison(comparisons[-1], label, out)
+    _print_table(comparisons, label, out)
+    return comparisons

@@ -27,8 +27,10 @@
                                       # default: the run's own expect)
     activemq_not_run = "why"          # a run ActiveMQ cannot be made to show: not started
     activemq_note = "what"            # what the comparison with ActiveMQ showed, printed with it
+    rabbitmq_expect, rabbitmq_not_run, rabbitmq_note   # the same for RabbitMQ 3.10 (--against rabbitmq)
 
-A lab whose scenario has no ``run_activemq`` says why with ``no_activemq = "why"``.
+A lab whose scenario has no ``run_activemq`` says why with ``no_activemq = "why"``;
+one without ``run_rabbitmq``, with ``no_rabbitmq = "why"``.
 
 The three grades (``GRADES``), every run gets one:
 
@@ -191,6 +193,10 @@ class RunSpec:
     settings: tuple[Setting, ...] = ()
     #: A configuration given whole (a student's activemq.xml, read), in place of ``config_path``'s.
     given: BrokerConfig | None = None
+    #: The same three for RabbitMQ (``--against rabbitmq``).
+    rabbitmq_expect: str = ""
+    rabbitmq_not_run: str = ""
+    rabbitmq_note: str = ""
 
     def config(self) -> BrokerConfig:
         """The run's broker configuration: its file's, or the one given, with its settings."""
@@ -274,6 +280,9 @@ class Lab:
         match = re.search(rf"^## {re.escape(exercise.id)}:.*?(?=^## |\Z)", text, flags=re.M | re.S)
         return match.group(0).rstrip() if match else ""
 
+    #: Why ``--against rabbitmq`` cannot run this lab ("" when its scenario has ``run_rabbitmq``).
+    no_rabbitmq: str = ""
+
     @property
     def citation(self) -> str:
         """The public document the lab reproduces, by title and date."""
@@ -349,6 +358,9 @@ def load_lab(directory: Path) -> Lab:
         amq_expect = run.get("activemq_expect", "healthy" if run["expect"] == "mitigated" else run["expect"])
         if amq_expect not in VERDICTS:
             raise LabError(f"{path}: run[{i}].activemq_expect must be one of {VERDICTS}, not {amq_expect!r}")
+        rabbit_expect = run.get("rabbitmq_expect", "healthy" if run["expect"] == "mitigated" else run["expect"])
+        if rabbit_expect not in VERDICTS:
+            raise LabError(f"{path}: run[{i}].rabbitmq_expect must be one of {VERDICTS}, not {rabbit_expect!r}")
         runs.append(
             RunSpec(
                 run["name"],
@@ -360,6 +372,9 @@ def load_lab(directory: Path) -> Lab:
                 str(run.get("activemq_not_run", "")),
                 str(run.get("activemq_note", "")),
                 tuple(healthy.values()),
+                rabbitmq_expect=rabbit_expect,
+                rabbitmq_not_run=str(run.get("rabbitmq_not_run", "")),
+                rabbitmq_note=str(run.get("rabbitmq_note", "")),
             )
         )
     figure = tuple(data.get("figure", ()))
@@ -378,6 +393,7 @@ def load_lab(directory: Path) -> Lab:
         str(data.get("no_activemq", "")),
         tuple(_exercise(path, i, e, {r.name: r for r in runs}) for i, e in enumerate(data.get("exercise", []))),
         bool(data.get("virtual_fsync", True)),
+        no_rabbitmq=str(data.get("no_rabbitmq", "")),
     )
 
 

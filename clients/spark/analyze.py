@@ -305,6 +305,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--swap-gap", type=float, default=d.swap_gap)
     parser.add_argument("--swap-min", type=int, default=d.swap_min)
     parser.add_argument("--few-live-fraction", type=float, default=d.few_live_fraction)
+    parser.add_argument(
+        "--poison-deliveries",
+        type=int,
+        default=d.poison_deliveries,
+        help="redeliveries of one message within --poison-window that make a redelivery loop (more than this)",
+    )
+    parser.add_argument("--poison-window", type=float, default=d.poison_window, help="seconds")
     parser.add_argument("--no-plots", action="store_true", help="tables and report only")
     parser.add_argument(
         "--master", help="Spark master when not run by spark-submit (default local[*] or $MINIBROKER_SPARK_MASTER)"
@@ -333,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         swap_gap=args.swap_gap,
         swap_min=args.swap_min,
         few_live_fraction=args.few_live_fraction,
+        poison_deliveries=args.poison_deliveries,
+        poison_window=args.poison_window,
     )
     missing = missing_inputs(args.traces)
     if missing:

@@ -180,8 +180,31 @@ def starved_consumer(tb: Tables, p: Params) -> DataFrame:
     )
 
 
+def _holding_blocks(tb: Tables) -> DataFrame:
+    """The blocks of connections that held unacknowledged messages in every sample inside
+    the block: session, dest, start, held_min, held_max, samples."""
+    samples = tb.events.filter((F.col("event") == "connection") & F.col("pending").isNotNull()).select(
+        F.col("session").alias("csession"), F.col("t").alias("ct"), "pending"
+    )
+    joined = tb.blocked.join(
+        samples,
+        (F.col("csession") == F.col("session")) & (F.col("ct") >= F.col("start")) & (F.col("ct") <= F.col("end")),
+    )
+    return (
+        joined.groupBy("session", "dest", "start")
+        .agg(
+            F.min("pending").alias("held_min"),
+            F.max("pending").alias("held_max"),
+            F.count(F.lit(1)).alias("samples"),
+        )
+        .filter(F.col("held_min") > 0)
+    )
+
+
 def blocked_producer_idle_consumers(tb: Tables, p: Params) -> DataFrame:
-    blk = tb.blocked.filter(_nonempty(F.col("start"), F.col("end"), p.bucket))
+    blk = tb.blocked.filter(_nonempty(F.col("start"), F.col("end"), p.bucket)).join(
+        _holding_blocks(tb), ["session", "dest", "start"], "left_anti"
+    )  # a connection holding its own ACKs back: blocked_holding_unacked
     keys = ["session", "dest", "start"]
     grid = blk.select(
         *keys,
@@ -589,6 +612,80 @@ def journal_full_few_live(tb: Tables, p: Params) -> DataFrame:
             F.col("live_at_end"),
         ],
         dest=F.coalesce("dest", "store"),
+    )
+
+
+def blocked_holding_unacked(tb: Tables, p: Params) -> DataFrame:
+    out = tb.blocked.filter(F.col("end") - F.col("start") >= p.min_window).join(
+        _holding_blocks(tb), ["session", "dest", "start"]
+    )
+    return _finding(
+        out,
+        "blocked_holding_unacked",
+        F.format_string(
+            SUMMARY["blocked_holding_unacked"],
+            "session",
+            "usage",
+            "dest",
+            F.col("end") - F.col("start"),
+            "held_min",
+            "held_max",
+            F.when(F.col("open"), F.lit("; never unblocked")).otherwise(F.lit("")),
+        ),
+        [
+            F.col("usage"),
+            F.col("held_min"),
+            F.col("held_max"),
+            F.col("samples"),
+            F.col("open").alias("never_unblocked"),
+            F.col("start").alias("blocked_start"),
+            F.col("end").alias("blocked_end"),
+        ],
+        dest=F.col("dest"),
+        session=F.col("session"),
+    )
+
+
+def redelivery_loop(tb: Tables, p: Params) -> DataFrame:
+    # each redelivery with how many of its message's redeliveries fall in the window ending at it
+    # (a range frame takes whole numbers: the times in microseconds)
+    w = Window.partitionBy("dest", "msg").orderBy("us").rangeBetween(-round(p.poison_window * 1e6), 0)
+    redeliveries = (
+        tb.events.filter(F.col("event") == "redeliver")
+        .withColumn("us", F.round(F.col("t") * 1e6).cast("long"))
+        .select("dest", "msg", "t", F.count(F.lit(1)).over(w).alias("n"), F.min("t").over(w).alias("first"))
+    )
+    out = (
+        redeliveries.groupBy("dest", "msg")
+        .agg(
+            F.count(F.lit(1)).alias("total"),
+            F.max_by(F.struct("n", "first", "t"), F.struct("n", -F.col("t"))).alias("x"),
+        )
+        .select(
+            "dest",
+            "msg",
+            "total",
+            F.col("x.n").alias("redeliveries"),
+            F.col("x.first").alias("first"),
+            F.col("x.t").alias("last"),
+        )
+        .filter(F.col("redeliveries") > p.poison_deliveries)
+        .withColumn("start", F.col("first"))
+        .withColumn("end", F.col("last") + p.bucket)
+    )
+    return _finding(
+        out,
+        "redelivery_loop",
+        F.format_string(
+            SUMMARY["redelivery_loop"],
+            "msg",
+            "dest",
+            "redeliveries",
+            F.col("last") - F.col("first"),
+            "total",
+        ),
+        [F.col("redeliveries"), F.col("total"), F.col("first"), F.col("last")],
+        dest=F.col("dest"),
     )
 
 

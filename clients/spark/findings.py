@@ -54,6 +54,8 @@ class Params:
     few_live_fraction: float = 0.2  # "few": live bytes at most this share of capacity
     few_live_per_file: float = 10.0  # ... or, without sizes, live messages per journal file
     reconnect_window: float = 60.0  # refused reconnects this soon after a stall
+    poison_deliveries: int = 10  # one message redelivered more than this often ...
+    poison_window: float = 60.0  # ... within this many seconds is a poison message in a loop
 
 
 #: Every detector, in report order, with what its finding means.
@@ -71,6 +73,12 @@ WHAT: dict[str, str] = {
     "bytes queued for it, and no write timeout ended it (with the reconnects refused meanwhile)",
     "journal_full_few_live": "the journal refused enqueues as full while holding few live "
     "messages, each pinning a file",
+    "blocked_holding_unacked": "a connection stayed blocked by producer flow control while it held "
+    "unacknowledged messages: its ACKs wait behind the held SEND, and only they would free the "
+    "memory (cures: separate connections to produce and consume, send_fail_if_no_space, a "
+    "per-destination limit)",
+    "redelivery_loop": "one message was redelivered again and again within a short time: a poison "
+    "message no consumer can process, in a loop (cure: a redelivery limit with a delay and back-off)",
 }
 DETECTORS = tuple(WHAT)
 
@@ -89,6 +97,9 @@ SUMMARY: dict[str, str] = {
     "%d messages dispatched, %d acked meanwhile; %d reconnect(s) refused",
     "journal_full_few_live": "journal %s (%s) refused %d enqueue(s) as full while it held only "
     "%d live message(s), pinning %d of %d files; %s live at its last state",
+    "blocked_holding_unacked": "%s blocked on %s usage sending to %s for %.0f s while it held %d-%d "
+    "unacknowledged message(s)%s",
+    "redelivery_loop": "message %s on %s redelivered %d times in %.1f s (%d redeliveries in all)",
 }
 
 _FLOAT = re.compile(r"%\.(\d+)f")

@@ -165,11 +165,29 @@ def starved_consumer(tb: Tables, p: Params) -> list[Row]:
     return out
 
 
+def _held(tb: Tables) -> dict[str, list[tuple[float, int]]]:
+    """session -> its connection samples: (t, unacknowledged messages it held)."""
+    held: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for e in tb.events:
+        if e["event"] == "connection" and e.get("pending") is not None:
+            held[e["session"]].append((e["t"], e["pending"]))
+    return held
+
+
+def _holding(samples: list[tuple[float, int]], start: float, end: float) -> list[int]:
+    """What the samples inside [start, end] held, when each held something (else [])."""
+    inside = [n for t, n in samples if start <= t <= end]
+    return inside if inside and min(inside) > 0 else []
+
+
 def blocked_producer_idle_consumers(tb: Tables, p: Params) -> list[Row]:
     rates = {(r["dest"], r["b"]): r for r in tb.dest_rates}
     use = {r["b"]: r for r in tb.usage}
+    held = _held(tb)
     out = []
     for blk in tb.blocked:
+        if _holding(held[blk["session"]], blk["start"], blk["end"]):
+            continue  # a connection holding its own ACKs back: blocked_holding_unacked
         flagged = []
         for b in _within(blk["start"], blk["end"], p.bucket):
             r = rates.get((blk["dest"], b))
@@ -506,6 +524,72 @@ def journal_full_few_live(tb: Tables, p: Params) -> list[Row]:
                     dest=dest if dest is not None else store,
                 )
             )
+    return out
+
+
+def blocked_holding_unacked(tb: Tables, p: Params) -> list[Row]:
+    held = _held(tb)
+    out = []
+    for blk in tb.blocked:
+        if blk["end"] - blk["start"] < p.min_window:
+            continue
+        inside = _holding(held[blk["session"]], blk["start"], blk["end"])
+        if not inside:
+            continue
+        ev = {
+            "usage": blk["usage"],
+            "held_min": min(inside),
+            "held_max": max(inside),
+            "samples": len(inside),
+            "never_unblocked": blk["open"],
+            "blocked_start": blk["start"],
+            "blocked_end": blk["end"],
+        }
+        summary = java_format(
+            SUMMARY["blocked_holding_unacked"],
+            blk["session"],
+            blk["usage"],
+            blk["dest"],
+            blk["end"] - blk["start"],
+            ev["held_min"],
+            ev["held_max"],
+            "; never unblocked" if blk["open"] else "",
+        )
+        out.append(
+            _finding(
+                "blocked_holding_unacked",
+                blk["start"],
+                blk["end"],
+                summary,
+                ev,
+                dest=blk["dest"],
+                session=blk["session"],
+            )
+        )
+    return out
+
+
+def redelivery_loop(tb: Tables, p: Params) -> list[Row]:
+    times: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for e in tb.events:
+        if e["event"] == "redeliver":
+            times[(e["dest"], e["msg"])].append(e["t"])
+    out = []
+    for (dest, msg), ts in sorted(times.items()):
+        ts.sort()
+        # the most redeliveries inside any window of poison_window seconds (two pointers)
+        best, first, j = 0, 0, 0
+        for i, t in enumerate(ts):
+            while t - ts[j] > p.poison_window:
+                j += 1
+            if i - j + 1 > best:
+                best, first = i - j + 1, j
+        if best <= p.poison_deliveries:
+            continue
+        start, last = ts[first], ts[first + best - 1]
+        ev = {"redeliveries": best, "total": len(ts), "first": start, "last": last}
+        summary = java_format(SUMMARY["redelivery_loop"], msg, dest, best, last - start, len(ts))
+        out.append(_finding("redelivery_loop", start, last + p.bucket, summary, ev, dest=dest))
     return out
 
 

@@ -71,6 +71,7 @@ _KEPT = {
     "recover",
     "send",
     "discard",
+    "redeliver",
 }
 
 Row = dict[str, Any]

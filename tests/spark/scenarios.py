@@ -148,6 +148,20 @@ def pathologies() -> Script:
         fatal=True,
     )
 
+    # one connection that consumes and publishes: w1's SEND to /queue/R held from 82 s to the end,
+    # while it holds 50 unacknowledged messages (the ACKs that would free the memory wait behind it);
+    # /queue/R's consumer a1 has nothing to do, which is not the temp-store pathology
+    s.connect(82.0, "w1", "worker")
+    s.connect(82.0, "a1", "auditor")
+    s.subscribe(82.0, "a1", "r", "/queue/R")
+    s.at(82.0).emit("flow_block", session="w1", dest="/queue/R", usage="memory", pct=100)
+    # a poison message: /queue/P's ID:poison redelivered 30 times in 1.45 s
+    for i in range(30):
+        t = 82.0 + i * 0.05
+        s.at(t).emit("redeliver", dest="/queue/P", msg="ID:poison", redeliveries=i + 1, session="c9", sub="p")
+        if i % 10 == 5:
+            s.at(t).emit("connection", session="w1", pending_bytes=0, pending=50, idle_read=t - 82.0, idle_write=0.0)
+
     # Qpid's enqueue threshold: the ring journal of /queue/J is full with 7 live messages in 7 files
     file_live = {f"{i:04d}.jdat": (1 if i < 7 else 0) for i in range(8)}
     s.at(84.0).emit(
@@ -193,6 +207,8 @@ EXPECTED = [
     ("slow_consumer", 60.0, 70.0, "/topic/T", "cT2", "t2"),
     ("stalled_socket", 70.0, 80.0, None, "cQ", None),
     ("journal_full_few_live", 85.0, 87.0, "/queue/J", None, None),
+    ("blocked_holding_unacked", 82.0, 90.0, "/queue/R", "w1", None),
+    ("redelivery_loop", 82.0, 84.45, "/queue/P", None, None),
 ]
 
 
@@ -205,7 +221,11 @@ def healthy() -> Script:
     s.subscribe(0.0, "c", "0", "/queue/W")
     extra = {  # message index -> events just after it
         78: ("flow_block", dict(session="p", dest="/queue/W", usage="memory", pct=100)),
+        80: ("connection", dict(session="p", pending_bytes=0, pending=3, idle_read=0.1, idle_write=0.0)),
         82: ("flow_unblock", dict(session="p", dest="/queue/W", usage="memory", waited=1.0)),
+        90: ("redeliver", dict(dest="/queue/W", msg="ID:b1-90", redeliveries=1)),
+        91: ("redeliver", dict(dest="/queue/W", msg="ID:b1-90", redeliveries=2)),
+        92: ("redeliver", dict(dest="/queue/W", msg="ID:b1-90", redeliveries=3)),
         120: ("swap_out", dict(dest="/topic/X", sub="x", count=10, temp_pct=1)),
         124: ("swap_in", dict(dest="/topic/X", sub="x", count=10, temp_pct=0)),
         160: (

@@ -64,6 +64,10 @@ def test_findings_carry_evidence(pathology_analysis):
     assert by["stalled_socket"]["dispatched"] == 3 and by["stalled_socket"]["acked"] == 1
     journal = by["journal_full_few_live"]
     assert (journal["refused"], journal["live"], journal["pinned"], journal["files"]) == (2, 7, 7, 8)
+    held = by["blocked_holding_unacked"]
+    assert (held["held_min"], held["held_max"], held["samples"], held["never_unblocked"]) == (50, 50, 3, True)
+    loop = by["redelivery_loop"]
+    assert (loop["redeliveries"], loop["total"], loop["first"], loop["last"]) == (30, 30, 82.0, 83.45)
 
 
 def test_tables_plots_and_report(pathology_analysis):

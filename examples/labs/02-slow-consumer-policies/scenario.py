@@ -27,7 +27,7 @@ configuration.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from clients.labs import LabRun, Outcome, sibling_module
 from minibroker.config import BrokerConfig
@@ -208,26 +208,62 @@ def activemq_config(config: BrokerConfig) -> BrokerConfig:
 def run_activemq(lab: LabRun, broker: Any) -> Outcome:
     """The live workload against ActiveMQ with the same clients; the same rule (the fast
     consumers held under twice the slow one's pace), from what the clients saw and ActiveMQ's log."""
+
+    def logged(stuck: bool, seen: dict[str, Any]) -> bool:
+        lines = [
+            next(iter(broker.log(needle)), "")
+            for needle in ("Pending message cursor [", "aborting", "Forced write timeout")
+        ]
+        for line in filter(None, lines):
+            lab.note(f"ActiveMQ's log: {line.split(' | ')[2] if line.count(' | ') >= 2 else line}")
+        for error in seen["slow_errors"]:
+            headers = ", ".join(f"{k}:{v}" for k, v in error.items())
+            lab.note(f"the slow client got ERROR [{headers}]")
+        lab.note(
+            f"the {'stuck' if stuck else 'slow'} consumer's connection is "
+            f"{'closed' if seen['slow_closed'] else 'still open'} at the end"
+        )
+        # ActiveMQ holds the fast consumers back only by blocking the producer: a full subscription's
+        # cursor (which it logs) or a dispatch stuck on a socket (the producer stops).
+        return bool(broker.log("blocking message add()"))
+
+    return _elsewhere(lab, broker, "ActiveMQ", "logged no blocked dispatch", logged)
+
+
+def run_rabbitmq(lab: LabRun, broker: Any) -> Outcome:
+    """The live workload against a RabbitMQ node with the same clients; the same rule, from
+    what the clients saw and its log.
+
+    RabbitMQ gives each topic subscriber a queue of its own: a slow one's queue grows (and
+    RabbitMQ ignores ``activemq.prefetchSize``: no prefetch limit) without holding the
+    producer, until a memory or disk alarm blocks every publishing connection."""
+
+    def logged(stuck: bool, seen: dict[str, Any]) -> bool:
+        alarms = broker.log("resource limit alarm set")
+        for line in alarms[:1]:
+            lab.note(f"RabbitMQ's log: {line.split('] ', 1)[-1]}")
+        return bool(alarms)  # RabbitMQ holds publishers back by its resource alarms, which it logs
+
+    return _elsewhere(lab, broker, "RabbitMQ", "raised no alarm", logged)
+
+
+def _elsewhere(
+    lab: LabRun, broker: Any, name: str, not_held: str, logged: Callable[[bool, dict[str, Any]], bool]
+) -> Outcome:
+    """The live workload on another broker (``name``), judged by the live run's rule.
+
+    ``logged(stuck, seen)`` notes what that broker's log says and whether it held the producer
+    back; fast consumers held back while it did not (it ``not_held``) and the producer went
+    on: the pace was the machine's, not a fair run."""
     live = sibling_module(__file__, "live")
     stuck = lab.name.startswith("stuck-socket")
     pace = live.live_pace(Pace)
     seen = live.play_on(broker.port, stuck)
     lab.note(
         f"the live workload ({live.SPEED} times the virtual run's pace, {pace.seconds:.0f} s, {pace.body}-byte "
-        f"messages), the same clients; ActiveMQ's figures are what they saw and its log"
+        f"messages), the same clients; {name}'s figures are what they saw and its log"
     )
-    logged = [
-        next(iter(broker.log(needle)), "")
-        for needle in ("Pending message cursor [", "aborting", "Forced write timeout")
-    ]
-    for line in filter(None, logged):
-        lab.note(f"ActiveMQ's log: {line.split(' | ')[2] if line.count(' | ') >= 2 else line}")
-    for error in seen["slow_errors"]:
-        headers = ", ".join(f"{k}:{v}" for k, v in error.items())
-        lab.note(f"the slow client got ERROR [{headers}]")
-    lab.note(
-        f"the {'stuck' if stuck else 'slow'} consumer's connection is {'closed' if seen['slow_closed'] else 'still open'} at the end"
-    )
+    holding = logged(stuck, seen)
     lab.note(
         f"from t={pace.window_from:.0f} s to t={pace.seconds:.0f} s: producer {seen['producer_rate']:.1f} msg/s, fast "
         f"consumers {seen['fast_rate']:.1f} msg/s each, the {'stuck' if stuck else 'slow'} one {seen['slow_rate']:.1f} msg/s"
@@ -240,14 +276,11 @@ def run_activemq(lab: LabRun, broker: Any) -> Outcome:
         else f"the fast consumers keep up ({seen['fast_rate']:.1f} msg/s)"
     )
     metrics = {k: round(seen[k], 1) for k in ("producer_rate", "fast_rate", "slow_rate")}
-    # ActiveMQ holds the fast consumers back only by blocking the producer: a full subscription's
-    # cursor (which it logs) or a dispatch stuck on a socket (the producer stops). Neither, and
-    # the pace was the machine's.
     unfair = ""
-    if held and not broker.log("blocking message add()") and seen["producer_rate"] > 0:
+    if held and not holding and seen["producer_rate"] > 0:
         unfair = (
-            f"the fast consumers got {seen['fast_rate']:.1f} msg/s, under {pace.held_below:g}, while ActiveMQ "
-            f"logged no blocked dispatch and the producer went on at {seen['producer_rate']:.1f} msg/s"
+            f"the fast consumers got {seen['fast_rate']:.1f} msg/s, under {pace.held_below:g}, while {name} "
+            f"{not_held} and the producer went on at {seen['producer_rate']:.1f} msg/s"
         )
     return Outcome(
         held, summary, metrics={**metrics, "sent": seen["sent"], "slow_closed": seen["slow_closed"]}, unfair=unfair

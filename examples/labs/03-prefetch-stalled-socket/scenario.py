@@ -73,6 +73,12 @@ def run_activemq(lab: LabRun, broker: Any) -> Outcome:
     return sibling_module(__file__, "live").run_exclusive_on(lab, broker.port)
 
 
+def run_rabbitmq(lab: LabRun, broker: Any) -> Outcome:
+    """The appendix against RabbitMQ (``lab run 03 --against rabbitmq``): the same clients on
+    its STOMP port. It has no slow store either (``rabbitmq_not_run`` in lab.toml)."""
+    return sibling_module(__file__, "live").run_exclusive_on(lab, broker.port)
+
+
 def run(lab: LabRun) -> Outcome:
     if lab.name in ("exclusive", "shared"):
         return exclusive_appendix(lab, exclusive=lab.name == "exclusive")

@@ -1,0 +1,340 @@
+"""The shared-connection deadlock: one connection that consumes and publishes, stopped by flow control.
+
+``run(lab)`` plays one workload on the virtual clock in every run; the runs
+differ in the worker's connections and in the broker configuration:
+
+- a *feeder* sends 3000 non-persistent 1000-byte requests to
+  ``/queue/requests`` as fast as it is let (at most 500 a second, no RECEIPT:
+  an asynchronous send);
+- a *worker* consumes them (client-individual, ActiveMQ's default prefetch of
+  1000) and handles 200 a second: for each it sends a reply to
+  ``/queue/replies`` and then ACKs the request; like a real synchronous client
+  it does nothing else while a write of its own is stuck in the socket;
+- an *auditor* consumes the replies at once (auto acknowledge);
+- the broker has 256 KB of memory for messages.
+
+Runs: ``shared-connection`` (the worker sends and ACKs on one connection),
+``separate-connections`` (the cure: one to consume, one to send), and the two
+broker-side cures on the shared connection, ``send-fail-if-no-space`` (the
+refused reply is an ERROR the worker sends again later) and
+``destination-limit`` (the requests queue's own memory limit).
+
+Pathology: the worker's connection is blocked for good while it holds
+unacknowledged requests: its next ACK waits, unread, behind the blocked SEND,
+and the memory only that ACK would free is what blocks the SEND.
+``run_live(lab)`` plays the same with real sockets; ``run_activemq(lab,
+broker)`` against ActiveMQ (``lab run 05 --against activemq``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from clients.labs import LabRun, Outcome
+from minibroker.stats import statistics_replies
+
+REQUESTS, REPLIES = "/queue/requests", "/queue/replies"
+BODY = "x" * 1000
+TOTAL = 3000
+SECONDS = 30.0
+FEED_PERIOD, FEED_BATCH = 0.01, 5  # at most 500 requests a second
+WORK_PERIOD, WORK_BATCH = 0.01, 2  # the worker handles 200 a second
+RETRY_AFTER = 0.05  # send-fail-if-no-space: a refused reply is sent again this much later
+STUCK_AFTER = 5.0  # no request handled for this long, with some left: the worker is stuck
+KB = 1024
+
+
+class Worker:
+    """Consumes requests, sends a reply for each, then ACKs it; blocked while a write of
+    its own waits in a socket the broker no longer reads (a synchronous client's thread)."""
+
+    def __init__(self, net: Any, *, shared: bool, receipts: bool) -> None:
+        self.net = net
+        self.consumer = net.connected_client("worker")
+        self.producer = self.consumer if shared else net.connected_client("worker-out")
+        self.consumer.subscribe(REQUESTS, "requests", "client-individual")
+        self.receipts = receipts
+        self.handled = 0  # requests acknowledged (each replied to, or its reply owed)
+        self.refused = 0  # replies the broker answered with an ERROR (send-fail-if-no-space)
+        self.retry_at = 0.0
+        self.owed: deque[int] = deque()  # replies the broker refused, to send again
+        self.last_handled_at = 0.0
+        self._errors = 0
+
+    def stuck_in_write(self) -> bool:
+        return bool(self.producer.outbound or self.consumer.outbound)
+
+    def _reply(self, n: int) -> bool:
+        """The reply to request ``n``; False when the broker refused it."""
+        headers = {"request": str(n)}
+        if self.receipts:
+            headers["receipt"] = f"reply-{n}-{self.refused}"
+        self.producer.send(REPLIES, BODY, **headers)
+        errors = self.producer.frames("ERROR")
+        if len(errors) > self._errors:
+            self._errors = len(errors)
+            self.refused += 1
+            return False
+        return True
+
+    def tick(self) -> None:
+        now = self.net.now
+        if self.stuck_in_write():
+            return
+        while self.owed and now >= self.retry_at:  # replies refused earlier, in order
+            if not self._reply(self.owed[0]):
+                self.retry_at = now + RETRY_AFTER
+                break
+            self.owed.popleft()
+        for message in self.consumer.messages()[self.handled : self.handled + WORK_BATCH]:
+            n = self.handled
+            if self.owed or not self._reply(n):
+                # the broker said no at once: keep the reply to send later, and ACK the request
+                self.owed.append(n)
+                self.retry_at = max(self.retry_at, now + RETRY_AFTER)
+            self.consumer.ack(message)
+            self.handled += 1
+            self.last_handled_at = now
+            if self.stuck_in_write():
+                return
+
+    @property
+    def replied(self) -> int:
+        return self.handled - len(self.owed)
+
+
+class Feeder:
+    """Sends TOTAL requests without RECEIPTs, stopping while its own write is stuck."""
+
+    def __init__(self, net: Any) -> None:
+        self.client = net.connected_client("feeder")
+        self.sent = 0
+
+    def tick(self) -> None:
+        for _ in range(FEED_BATCH):
+            if self.sent >= TOTAL or self.client.outbound:
+                return
+            self.client.send(REQUESTS, BODY, seq=str(self.sent))
+            self.sent += 1
+
+
+def run(lab: LabRun) -> Outcome:
+    net = lab.network()
+    auditor = net.connected_client("auditor")
+    auditor.subscribe(REPLIES, "replies")
+    worker = Worker(net, shared=lab.name != "separate-connections", receipts=lab.name == "send-fail-if-no-space")
+    feeder = Feeder(net)
+    net.every(FEED_PERIOD, feeder.tick, until=SECONDS)
+    net.every(WORK_PERIOD, worker.tick, until=SECONDS)
+    cfg = lab.config
+    own = cfg.policy_for("queue", "requests").memory_limit
+    lab.note(
+        f"workload: feeder {TOTAL} requests of 1000 bytes at most {FEED_BATCH / FEED_PERIOD:.0f}/s to {REQUESTS}; "
+        f"worker {WORK_BATCH / WORK_PERIOD:.0f}/s (client-individual, prefetch 1000): a reply to {REPLIES}, then the "
+        f"ACK, {'on one connection' if worker.producer is worker.consumer else 'on two connections'}; broker memory "
+        f"{cfg.system_usage.memory_limit // KB} KB"
+        + (f", {REQUESTS}'s own limit {own // KB} KB" if own else "")
+        + (
+            ", send_fail_if_no_space on /queue/replies"
+            if cfg.policy_for("queue", "replies").send_fail_if_no_space
+            else ""
+        )
+    )
+    net.advance(SECONDS)
+    return _verdict(lab, net, worker, feeder, len(auditor.messages()))
+
+
+def _open_block(lab: LabRun, tag: str) -> dict[str, Any] | None:
+    """The session's last flow_block, if no flow_unblock followed it."""
+    flow = [e for e in lab.trace.events("flow_block", "flow_unblock") if e["session"] == tag]
+    return flow[-1] if flow and flow[-1]["event"] == "flow_block" else None
+
+
+def _verdict(lab: LabRun, net: Any, worker: Worker, feeder: Feeder, replies: int) -> Outcome:
+    broker = net.broker
+    requests = broker.destinations[REQUESTS]
+    held = sum(len(s.dispatched) for s in requests.subscriptions if s.session.tag == worker.consumer.tag)
+    block = _open_block(lab, worker.producer.tag)
+    waiting_acks = worker.consumer.outbound.count(b"ACK\n")
+    blocks = [e for e in lab.trace.events("flow_block") if e["session"] == worker.producer.tag]
+    if block is not None:
+        lab.note(
+            f"t={block['ts']:.2f} s: broker memory full; the worker's SEND to {block['dest']} was held (flow_block, "
+            f"usage {block['usage']}) and the broker stopped reading the worker's connection; no flow_unblock followed"
+        )
+        lab.note(
+            f"the worker holds {held} request(s) delivered and unacknowledged; its next ACK waits unread in the "
+            f"socket behind the held SEND ({waiting_acks} ACK frame(s) written, not read)"
+        )
+    else:
+        lab.note(f"trace: {len(blocks)} flow_block(s) of the worker's sending connection, each released")
+    if worker.refused:
+        lab.note(
+            f"{worker.refused} reply SEND(s) answered with an ERROR at once; the worker ACKed the request anyway "
+            f"and sent the reply again {RETRY_AFTER * 1000:.0f} ms later"
+        )
+    stats = statistics_replies(broker, "/queue/ActiveMQ.Statistics.Broker")[0]
+    lab.note(
+        f"after {SECONDS:.0f} s: feeder sent {feeder.sent} of {TOTAL}; worker handled {worker.handled} "
+        f"(the last at t={worker.last_handled_at:.2f} s); auditor received {replies} replies; "
+        f"minibroker stat: memoryPercentUsage {stats['memoryPercentUsage']}, blockedProducers {stats['blockedProducers']}"
+    )
+    done = worker.handled == TOTAL and replies == TOTAL
+    if block is not None and held:
+        summary = (
+            f"deadlock: the worker's connection blocked for {SECONDS - block['ts']:.0f} s holding {held} "
+            f"unacknowledged request(s); {worker.handled} of {TOTAL} handled"
+        )
+    elif done:
+        summary = f"all {TOTAL} requests handled and replied to, the last at t={worker.last_handled_at:.1f} s"
+    else:
+        summary = f"{worker.handled} of {TOTAL} requests handled, {replies} replies delivered"
+    metrics = {
+        "handled": worker.handled,
+        "replies": replies,
+        "fed": feeder.sent,
+        "held_unacked": held,
+        "worker_blocks": len(blocks),
+        "refused": worker.refused,
+        "mem_pct": stats["memoryPercentUsage"],
+        "blocked_producers": stats["blockedProducers"],
+    }
+    return Outcome(not done, summary, metrics=metrics)
+
+
+# ---------------------------------------------------------------------- live
+LIVE_TOTAL = 600
+LIVE_WORK = 0.002  # the worker's handling time per request, seconds
+LIVE_STALL = 1.5  # no request handled for this long, with some left: stuck
+LIVE_DEADLINE = 15.0
+
+
+def run_live(lab: LabRun) -> Outcome:
+    """The same workload on the real server, with real sockets; the broker's own figures
+    (who is blocked, what the worker holds) read while the clients still wait."""
+    with lab.live_broker() as live:
+        result = asyncio.run(_live(live.port, lambda tags: _live_state(live, tags), lab.name))
+    return _live_verdict(lab, result)
+
+
+def run_activemq(lab: LabRun, broker: Any) -> Outcome:
+    """The live run against ActiveMQ: the same clients; the verdict from what they saw."""
+    result = asyncio.run(_live(broker.port, lambda tags: {}, lab.name))
+    return _live_verdict(lab, result)
+
+
+def _live_state(live: Any, tags: list[str]) -> dict[str, Any]:
+    broker = live.server.broker
+
+    def read() -> dict[str, Any]:
+        stats = statistics_replies(broker, "/queue/ActiveMQ.Statistics.Broker")[0]
+        requests = broker.destinations.get(REQUESTS)
+        held = sum(len(s.dispatched) for s in (requests.subscriptions if requests else []) if s.session.tag in tags)
+        return {"mem_pct": stats["memoryPercentUsage"], "blocked": stats["blockedProducers"], "held": held}
+
+    return live.call(read)
+
+
+async def _live(port: int, read_state: Any, name: str) -> dict[str, Any]:
+    """Feeder, worker and auditor as on the virtual clock; ends when every request is handled
+    or the worker has handled nothing for LIVE_STALL seconds."""
+    from clients.stomp import StompClient, StompError
+
+    loop = asyncio.get_running_loop()
+    connect = lambda: StompClient.connect("127.0.0.1", port)  # noqa: E731
+    auditor, feeder, consumer = await connect(), await connect(), await connect()
+    producer = consumer if name != "separate-connections" else await connect()
+    conns = [auditor, feeder, consumer] + ([producer] if producer is not consumer else [])
+    replies = 0
+
+    def replied(_: Any) -> None:
+        nonlocal replies
+        replies += 1
+
+    await auditor.subscribe(REPLIES, on_message=replied)
+    requests = await consumer.subscribe(REQUESTS, ack="client-individual")
+    receipts = name == "send-fail-if-no-space"
+    fed = handled = refused = 0
+    owed: deque[int] = deque()
+    last = loop.time()
+
+    async def feed() -> None:
+        nonlocal fed
+        for i in range(LIVE_TOTAL):
+            await feeder.send(REQUESTS, BODY, {"seq": str(i)}, timeout=None)
+            fed += 1
+
+    async def reply(n: int) -> bool:
+        nonlocal refused
+        try:
+            await producer.send(REPLIES, BODY, {"request": str(n)}, receipt=receipts, timeout=None)
+            return True
+        except StompError:
+            refused += 1
+            return False
+
+    async def work() -> None:
+        nonlocal handled, last
+        while handled < LIVE_TOTAL:
+            while owed and await reply(owed[0]):
+                owed.popleft()
+            message = await requests.get()
+            if owed or not await reply(handled):
+                owed.append(handled)
+            await consumer.ack(message)
+            handled += 1
+            last = loop.time()
+            await asyncio.sleep(LIVE_WORK)
+        while owed:  # the replies the broker refused, until it takes them
+            if not await reply(owed[0]):
+                await asyncio.sleep(RETRY_AFTER)
+                continue
+            owed.popleft()
+
+    feeding, working = asyncio.create_task(feed()), asyncio.create_task(work())
+    started = loop.time()
+    while not working.done() and loop.time() - last < LIVE_STALL and loop.time() - started < LIVE_DEADLINE:
+        await asyncio.sleep(0.1)
+    stuck = not working.done()
+    while working.done() and replies < LIVE_TOTAL and loop.time() - started < LIVE_DEADLINE:
+        await asyncio.sleep(0.05)  # the last replies on their way to the auditor
+    state = read_state([c.session for c in (consumer,)])
+    for task in (feeding, working):
+        task.cancel()
+    await asyncio.gather(feeding, working, return_exceptions=True)
+    for c in conns:
+        c.close()
+    return {
+        "fed": fed,
+        "handled": handled,
+        "replies": replies,
+        "refused": refused,
+        "stuck": stuck,
+        "stalled_for": round(loop.time() - last, 1),
+        "state": state,
+    }
+
+
+def _live_verdict(lab: LabRun, result: dict[str, Any]) -> Outcome:
+    state = result.pop("state")
+    lab.note(
+        f"feeder sent {result['fed']} of {LIVE_TOTAL}; worker handled {result['handled']}, auditor received "
+        f"{result['replies']} replies"
+        + (f"; {result['refused']} reply SEND(s) refused with an ERROR, sent again" if result["refused"] else "")
+    )
+    if result["stuck"]:
+        lab.note(f"the worker handled nothing for {result['stalled_for']} s with requests left: it is stuck")
+    if state:
+        lab.note(
+            f"minibroker stat then: memoryPercentUsage {state['mem_pct']}, blockedProducers {state['blocked']}; "
+            f"the worker's connection holds {state['held']} unacknowledged request(s)"
+        )
+    done = result["handled"] == LIVE_TOTAL and result["replies"] == LIVE_TOTAL
+    summary = (
+        f"all {LIVE_TOTAL} requests handled and replied to"
+        if done
+        else f"the worker is stuck after {result['handled']} of {LIVE_TOTAL} requests"
+    )
+    return Outcome(not done, summary, metrics=result)
