@@ -14,8 +14,10 @@ from typing import Any
 
 __all__ = ["starving", "idle_while_blocked", "full", "prefetch_full"]
 
-#: A usage at or above this percent blocks producers (ActiveMQ's and ours: 100%).
-FULL = 100
+#: A usage at or above this percent holds producers: the brokers block a SEND at 100%, and a
+#: usage pinned at its limit reads 99-100% as each acknowledgement frees room for one message
+#: that the next blocked SEND takes at once.
+FULL = 99
 
 
 def starving(received: Any, backlog: Any, broker_mem_pct: Any, dest_mem_pct: Any, hwm: Any) -> Any:

@@ -57,6 +57,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     live.add_argument("--live", metavar="URL", help="read a running broker: stomp://HOST:PORT or http://HOST:PORT/")
     live.add_argument("--window", default="10", metavar="S", help="seconds to sample (default: %(default)s)")
     live.add_argument("--watch", metavar="S", help="keep sampling: a report every S seconds until interrupted")
+    live.add_argument(
+        "--timeout", default="5", metavar="S", help="seconds to wait for each answer (default: %(default)s)"
+    )
     live.add_argument("--user", help="the broker's user (instead of the URL's)")
     live.add_argument("--password", help="the user's password (instead of the URL's)")
     parser.set_defaults(func=_doctor)
@@ -107,10 +110,11 @@ def _live(args: argparse.Namespace) -> int:
     if args.config is not None:
         raise CommandError("give a configuration file or --live URL, not both")
     window = parse_float(args.watch if args.watch is not None else args.window, "--watch" if args.watch else "--window")
+    timeout = parse_float(args.timeout, "--timeout")
     try:
         target = parse_target(args.live, args.user, args.password)
         while True:
-            report = asyncio.run(run_live(target, window))
+            report = asyncio.run(run_live(target, window, timeout=timeout))
             print(format_live_json(report) if args.json else format_live_text(report), flush=True)
             if args.watch is None:
                 return live_status(report)

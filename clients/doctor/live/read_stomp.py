@@ -72,7 +72,7 @@ class StompReader:
             )
         self.version = server.split("/", 1)[1]
         try:
-            self._reply = await client.subscribe(_REPLY, timeout=self.timeout)
+            self._reply = await client.subscribe(_REPLY, receipt=False)
         except StompClientError as exc:
             raise DoctorError(f"{t.shown} refused the statistics' reply queue: {exc}") from None
 
