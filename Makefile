@@ -12,7 +12,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 
-.PHONY: run test lint venv bench clean net-stomp ruby-stomp php-stomp browser activemq lab-readmes
+.PHONY: run test lint venv bench clean net-stomp ruby-stomp php-stomp browser activemq rabbitmq lab-readmes
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,14 @@ php-stomp:
 activemq:
 	$(call debian_client,{ [ -f /usr/share/activemq/bin/activemq.jar ] && [ -f /usr/share/java/xstream.jar ] && [ -f /usr/share/java/jettison.jar ] && command -v java; },activemq libxstream-java libjettison-java,tests/test_lab_activemq.py and tests/test_doctor_live_labs.py)
 
+# Debian's RabbitMQ 3.10 (Erlang, its STOMP and management plugins) for `minibroker lab run N
+# --against rabbitmq` and its tests; never the system service: clients/rabbitmq.py starts a node
+# of its own on ports of its own.
+RABBITMQ_SERVER := /usr/lib/rabbitmq/bin/rabbitmq-server
+rabbitmq:
+	@[ -x $(RABBITMQ_SERVER) ] || echo "installing Debian's rabbitmq-server for tests/test_rabbitmq.py"
+	$(call debian_client,[ -x $(RABBITMQ_SERVER) ],rabbitmq-server,tests/test_rabbitmq.py)
+
 # Debian's Chromium and its driver for the browser tests (stomp.js over WebSocket, the
 # console). No browser is downloaded from anywhere else.
 browser:
@@ -103,7 +111,7 @@ EDGE_TESTS := tests/test_server.py tests/test_server_hostile_clients.py tests/te
 TEST_WORKERS ?= 3
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
-test: lint $(STAMP) $(VENDORED) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq
+test: lint $(STAMP) $(VENDORED) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq rabbitmq
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
 	MINIBROKER_LOOP=asyncio $(PY) -m pytest -q $(XDIST) --durations=25
 	MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(XDIST) $(EDGE_TESTS)

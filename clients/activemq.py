@@ -26,6 +26,8 @@ __all__ = [
     "BrokerStartError",
     "HARNESS",
     "installed_problem",
+    "log_lines",
+    "package_version",
     "version",
 ]
 
@@ -60,13 +62,27 @@ def installed_problem() -> str | None:
     return None
 
 
-def version() -> str | None:
-    """The installed package's version (``5.17.2+dfsg-2``), or None."""
+def package_version(package: str) -> str | None:
+    """The installed version of Debian package ``package``, or None."""
     try:
-        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "activemq"], capture_output=True, text=True)
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
         return out.stdout.strip() or None
     except OSError:
         return None
+
+
+def log_lines(path: Path, contains: str = "") -> list[str]:
+    """A broker's log lines (optionally only those containing ``contains``); none if it has no log yet."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [line for line in lines if contains in line]
+
+
+def version() -> str | None:
+    """The installed package's version (``5.17.2+dfsg-2``), or None."""
+    return package_version("activemq")
 
 
 class ActiveMQ:
@@ -150,8 +166,4 @@ class ActiveMQ:
 
     def log(self, contains: str = "") -> list[str]:
         """The broker's log lines (optionally only those containing ``contains``)."""
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return []
-        return [line for line in lines if contains in line]
+        return log_lines(self.log_path, contains)

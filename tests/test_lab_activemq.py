@@ -21,6 +21,7 @@ from clients import activemq
 from clients.cli import main as cli
 from clients.labs import find_labs
 from clients.labs.against import run_against_activemq
+from clients.rabbitmq import processes_under
 
 LABS = find_labs()
 AGAINST = [lab for lab in LABS if hasattr(lab.scenario(), "run_activemq")]
@@ -32,17 +33,7 @@ SUITE_RUNS = {"02": ("block", "abort-subscription", "stuck-socket-write-timeout"
 
 def _our_jvms(marker: str) -> list[int]:
     """Pids of the ActiveMQ JVMs whose command line names ``marker`` (a test's directory)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "activemq.jar" in cmdline and marker in cmdline:
-            pids.append(int(entry.name))
-    return pids
+    return processes_under(marker, "activemq.jar")
 
 
 @pytest.fixture
