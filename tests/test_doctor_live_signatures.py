@@ -194,3 +194,19 @@ def test_connection_stalled_for_the_window() -> None:
         return Sample(t=float(t), broker="minibroker", connections=(Connection("3 (127.0.0.1:1)", stalled=True),))
 
     assert [f.pathology for f in evaluate([s(t) for t in range(7)])] == ["stalled_socket"]
+
+
+def test_temp_store_full_with_nothing_to_spool() -> None:
+    def s(t: int, temp_pct: int) -> Sample:
+        return Sample(
+            t=float(t),
+            broker="minibroker",
+            temp_pct=temp_pct,
+            memory_pct=10,
+            destinations=(Destination("/topic/prices", "topic", size=0, enqueued=600, dequeued=2400, consumers=4),),
+        )
+
+    found = evaluate([s(t, 100) for t in range(7)])
+    assert [f.pathology for f in found] == ["blocked_producer_idle_consumers"]
+    assert 'temp_limit = "1 gb"' in found[0].fix.text and found[0].fix.lab == "01-temp-storage-deadlock"
+    assert evaluate([s(t, 60) for t in range(7)]) == []

@@ -16,6 +16,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import urllib.error
@@ -78,6 +79,10 @@ class HttpReader:
         return DoctorError(f"{self.target.shown} answered HTTP {status} to {what}")
 
     async def open(self) -> None:
+        """Tell RabbitMQ from Jolokia (blocking HTTP, off the event loop)."""
+        await asyncio.to_thread(self._open)
+
+    def _open(self) -> None:
         try:
             overview = self._get("/api/overview")
         except _HttpStatus as exc:
@@ -106,6 +111,10 @@ class HttpReader:
             raise self._refused(exc.status, path) from None
 
     async def sample(self, t: float) -> Sample:
+        """One sample, taken at ``t`` (blocking HTTP, off the event loop)."""
+        return await asyncio.to_thread(self._sample, t)
+
+    def _sample(self, t: float) -> Sample:
         if self.kind == RABBITMQ:
             return rabbitmq_sample(
                 t,

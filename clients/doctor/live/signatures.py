@@ -132,12 +132,13 @@ def _memory_holders(s: Sample, name: str) -> tuple[str, ...]:
 
 
 def _blocked_idle(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
-    """The temp store (or memory) full, producers blocked, and the consumers with nothing to do."""
+    """The temp store full, producers blocked, and the consumers with nothing to do: nothing
+    is left to spool, so the temp store never drops under its limit."""
     pair = _pair(prev, cur, name)
     if pair is None:
         return None
     then, now = pair
-    usage = _fullest(cur.temp_pct, cur.memory_pct)
+    usage = cur.temp_pct
     if not now.consumers or not _producers_blocked(usage):
         return None
     handed = now.dequeued - then.dequeued
