@@ -134,3 +134,49 @@ def test_broker_that_stops_mid_sampling(capsys: pytest.CaptureFixture[str]) -> N
     assert status == 2
     line = _one_line(err)
     assert "while sampling" in line or "stopped answering" in line, line
+
+
+def test_jolokia_is_read_as_activemq(capsys: pytest.CaptureFixture[str]) -> None:
+    """An ActiveMQ web console answers Jolokia at /api/jolokia (RabbitMQ's /api/overview is a 404 there)."""
+    import json
+
+    answers = {
+        "/api/jolokia/version": {"value": {"agent": "1.7.1", "info": {"product": "activemq", "version": "5.17.2"}}},
+        "/api/jolokia/read/org.apache.activemq:type=Broker,brokerName=*": {
+            "value": {"org.apache.activemq:brokerName=b,type=Broker": {"BrokerName": "b", "MemoryPercentUsage": 3}}
+        },
+        "/api/jolokia/read/org.apache.activemq:type=Broker,brokerName=*,destinationType=*,destinationName=*": {
+            "value": {
+                "org.apache.activemq:brokerName=b,destinationName=jobs,destinationType=Queue,type=Broker": {
+                    "Name": "jobs",
+                    "QueueSize": 4,
+                    "EnqueueCount": 9,
+                    "DequeueCount": 5,
+                    "ConsumerCount": 1,
+                }
+            }
+        },
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = json.dumps(answers[self.path]).encode() if self.path in answers else b""
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        status = main(["doctor", "--live", f"http://127.0.0.1:{server.server_address[1]}/", "--window", "1", "--json"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert (out["broker"], out["version"], out["findings"]) == ("activemq", "5.17.2", [])

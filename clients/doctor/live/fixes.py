@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from ...labs.model import LabError, find_labs
 from ...sources import SOURCES
-from ..model import format_size, round_size
+from ..model import format_size, power_of_two_below
 from .sample import ACTIVEMQ, RABBITMQ, Sample
 
 __all__ = ["Fix", "fix_for", "lab_for", "SOURCE_OF"]
@@ -92,7 +92,7 @@ def _amq_dest(name: str) -> tuple[str, str]:
 
 
 def _starved(broker: str, subject: str, culprits: tuple[str, ...], s: Sample) -> str:
-    limit = round_size((s.memory_limit or 64 * 1024**2) // 10)
+    limit = power_of_two_below((s.memory_limit or 64 * 1024**2) // 10)
     holders = [_amq_dest(c)[1] for c in _names(culprits, ">")]
     if broker == ACTIVEMQ:
         entries = "\n".join(f'  <policyEntry queue="{h}" memoryLimit="{format_size(limit)}"/>' for h in holders)

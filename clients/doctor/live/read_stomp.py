@@ -30,7 +30,8 @@ from .target import Target
 __all__ = ["StompReader", "parse_map", "activemq_sample", "minibroker_sample", "NO_PLUGIN"]
 
 NO_PLUGIN = (
-    "ActiveMQ at {where} does not answer ActiveMQ.Statistics.Broker: its statistics plugin is not configured. "
+    "ActiveMQ at {where} did not answer ActiveMQ.Statistics.Broker in {timeout:g} s: its statistics plugin is "
+    "not configured (or the broker is too busy: a longer --timeout). "
     "Add it inside <broker> in activemq.xml and restart: <plugins><statisticsBrokerPlugin/></plugins> "
     "(and, for STOMP's jms-map-json transformation, xstream and jettison on its classpath)"
 )
@@ -48,6 +49,7 @@ class StompReader:
         self.version = ""
         self._client: StompClient | None = None
         self._reply: Any = None
+        self._answered = False  # a sample has been answered: a later silence is a broker that stopped
 
     async def open(self) -> None:
         t = self.target
@@ -92,14 +94,19 @@ class StompReader:
                 stats = await fetch_statistics(
                     self._client, ">", connections=True, subscriptions=True, timeout=self.timeout
                 )
-                return minibroker_sample(t, stats)
-            return activemq_sample(t, *await self._activemq())
+                sample = minibroker_sample(t, stats)
+            else:
+                sample = activemq_sample(t, *await self._activemq())
         except TimeoutError:
-            if self.kind == ACTIVEMQ:
-                raise DoctorError(NO_PLUGIN.format(where=self.target.shown)) from None
-            raise DoctorError(f"{self.target.shown} stopped answering its statistics") from None
+            if self.kind == ACTIVEMQ and not self._answered:
+                raise DoctorError(NO_PLUGIN.format(where=self.target.shown, timeout=self.timeout)) from None
+            raise DoctorError(
+                f"{self.target.shown} stopped answering its statistics (none in {self.timeout:g} s)"
+            ) from None
         except StompClientError as exc:
             raise DoctorError(f"lost {self.target.shown} while sampling: {exc}") from None
+        self._answered = True
+        return sample
 
     async def _activemq(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         assert self._client is not None
