@@ -25,14 +25,22 @@ FRESH = {"collect_statistics_interval": "1000"}
 
 
 async def _publish_and_consume(node: RabbitMQ, seconds: float) -> None:
-    """One connection: a consumer of /queue/jobs and a producer to it at 20 msg/s, for ``seconds``."""
+    """One connection: a consumer of /queue/jobs that acknowledges each message, and a producer
+    to it at 20 msg/s, for ``seconds``."""
     client = await StompClient.connect("127.0.0.1", node.port, login=node.user, passcode=node.password, vhost="/")
     try:
-        await client.subscribe("/queue/jobs", ack="auto", prefetch=10)
+        jobs = await client.subscribe("/queue/jobs", ack="client-individual", prefetch=10)
+
+        async def consume() -> None:
+            while True:
+                await client.ack(await jobs.get(timeout=None))
+
+        consuming = asyncio.create_task(consume())
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             await client.send("/queue/jobs", "x" * 1000, receipt=False)
             await asyncio.sleep(0.05)
+        consuming.cancel()
     finally:
         try:
             await client.disconnect(timeout=1)
@@ -65,10 +73,10 @@ def test_memory_alarm_found_with_the_blocked_connection(tmp_path: Path) -> None:
     report = _run(tmp_path, {"vm_memory_high_watermark.absolute": "20MB"})
     assert report.broker == "rabbitmq"
     found = {f.pathology: f for f in report.findings}
-    assert set(found) == {"resource_alarm", "blocked_connection_consumes"}, [f.headline for f in report.findings]
+    assert set(found) == {"resource_alarm", "blocked_holding_unacked"}, [f.headline for f in report.findings]
     alarm = found["resource_alarm"]
     assert alarm.culprits and all(" -> 127.0.0.1:" in name for name in alarm.culprits)
-    assert found["blocked_connection_consumes"].subject in alarm.culprits
+    assert found["blocked_holding_unacked"].subject in alarm.culprits
     assert "vm_memory_high_watermark" in alarm.fix.text
 
 

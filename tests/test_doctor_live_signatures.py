@@ -149,16 +149,16 @@ def _rabbit(t: float, alarm: bool, redelivered: int = 0) -> Sample:
 def test_rabbitmq_memory_alarm_names_the_blocked_connections() -> None:
     found = evaluate([_rabbit(float(t), alarm=True) for t in range(7)])
     names = sorted(f.pathology for f in found)
-    assert names == ["blocked_connection_consumes", "resource_alarm"]
+    assert names == ["blocked_holding_unacked", "resource_alarm"]
     alarm = next(f for f in found if f.pathology == "resource_alarm")
     assert alarm.culprits == ("127.0.0.1:5000 -> 127.0.0.1:5672",)
     assert "vm_memory_high_watermark" in alarm.fix.text and alarm.fix.source in SOURCES
     assert evaluate([_rabbit(float(t), alarm=False) for t in range(7)]) == []
 
 
-def test_poison_message_redelivered_and_never_acknowledged() -> None:
+def test_redelivery_loop_redelivered_and_never_acknowledged() -> None:
     found = evaluate([_rabbit(float(t), alarm=False, redelivered=3 * t) for t in range(7)])
-    assert [(f.pathology, f.subject) for f in found] == [("poison_message", "jobs")]
+    assert [(f.pathology, f.subject) for f in found] == [("redelivery_loop", "jobs")]
     assert "delivery-limit" in found[0].fix.text
 
 

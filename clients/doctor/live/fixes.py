@@ -40,17 +40,17 @@ SOURCE_OF: dict[str, str] = {
     "stalled_socket": "slow-consumers",
     "prefetch_full_slow_acks": "stalled-socket",
     "journal_full_few_live": "journal-threshold",
-    "poison_message": "redelivery-dlq",
+    "redelivery_loop": "redelivery-dlq",
     "resource_alarm": "rabbitmq-alarms",
-    "blocked_connection_consumes": "producer-flow-control",
+    "blocked_holding_unacked": "producer-flow-control",
 }
-_RABBITMQ_SOURCE = {"blocked_connection_consumes": "rabbitmq-alarms", "prefetch_full_slow_acks": "rabbitmq-prefetch"}
+_RABBITMQ_SOURCE = {"blocked_holding_unacked": "rabbitmq-alarms", "prefetch_full_slow_acks": "rabbitmq-prefetch"}
 
 #: The lab for a pathology no run lists among its findings (the trace analysis has no detector for it).
 _LAB_NAMED = {
     "prefetch_full_slow_acks": "prefetch-stalled-socket",
-    "poison_message": "poison-message",
-    "blocked_connection_consumes": "shared-connection-deadlock",
+    "redelivery_loop": "poison-message",
+    "blocked_holding_unacked": "shared-connection-deadlock",
 }
 
 
@@ -156,7 +156,7 @@ def _text(pathology: str, broker: str, subject: str, culprits: tuple[str, ...], 
             "consume or remove the few old messages that pin the journal files, then compact the journal with "
             'the broker stopped (minibroker journal compact); or use the growing layout:\n[store]\nlayout = "growing"'
         )
-    if pathology == "poison_message":
+    if pathology == "redelivery_loop":
         if broker == RABBITMQ:
             return (
                 f"bound the redeliveries of {name} and dead-letter the message (a quorum queue's delivery limit, "
@@ -177,7 +177,7 @@ def _text(pathology: str, broker: str, subject: str, culprits: tuple[str, ...], 
             "with a max-length policy) or free the disk; the thresholds are in rabbitmq.conf:\n"
             "  vm_memory_high_watermark.relative = 0.6\n  disk_free_limit.absolute = 2GB"
         )
-    if pathology == "blocked_connection_consumes":
+    if pathology == "blocked_holding_unacked":
         return (
             "publish and consume on separate connections: flow control blocks a whole connection, and the "
             "consumer's acknowledgements on it wait behind the blocked publishes"

@@ -162,6 +162,10 @@ def rabbitmq_sample(
         for q in queues
     )
     unacked = {ch["name"]: int(ch.get("messages_unacknowledged", 0) or 0) for ch in channels}
+    held: dict[str, int] = {}
+    for ch in channels:
+        owner = ch.get("connection_details", {}).get("name", "")
+        held[owner] = held.get(owner, 0) + unacked[ch["name"]]
     acked = {ch["name"]: _stat(ch, "ack") for ch in channels}
     publishing = {ch.get("connection_details", {}).get("name") for ch in channels if _stat(ch, "publish") > 0}
     consuming = {c.get("channel_details", {}).get("connection_name") for c in consumers}
@@ -185,6 +189,7 @@ def rabbitmq_sample(
             # RabbitMQ blocks a connection only once it publishes ("blocking" until then)
             publishes=c["name"] in publishing or c.get("state") == "blocked",
             consumes=c["name"] in consuming,
+            unacked=held.get(c["name"], 0),
         )
         for c in connections
     )

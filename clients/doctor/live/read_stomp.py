@@ -73,6 +73,8 @@ class StompReader:
                 f"{t.shown} speaks STOMP but is neither ActiveMQ nor minibroker (server {server or 'not named'})"
             )
         self.version = server.split("/", 1)[1]
+        if self.kind == MINIBROKER:
+            return  # ``fetch_statistics`` subscribes its own reply queue
         try:
             self._reply = await client.subscribe(_REPLY, receipt=False)
         except StompClientError as exc:
@@ -255,6 +257,7 @@ def minibroker_sample(t: float, stats: dict[str, Any]) -> Sample:
             publishes=c.get("messagesIn", 0) > 0,
             consumes=c.get("subscriptions", 0) > 0,
             stalled=bool(c.get("transportPaused")),
+            unacked=c.get("unacknowledged"),
         )
         for c in stats.get("connections", [])
     )

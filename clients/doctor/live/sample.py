@@ -65,6 +65,7 @@ class Connection:
     publishes: bool = False
     consumes: bool = False
     stalled: bool = False  # its socket takes nothing while bytes wait for it
+    unacked: int | None = None  # messages delivered to its consumers, not yet acknowledged
 
 
 @dataclass(frozen=True)

@@ -248,9 +248,12 @@ def _alarm(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
 
 
 def _blocked_consuming(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    """A connection blocked by flow control while it holds unacknowledged messages (or, where
+    the broker does not count them, while it consumes): its ACKs wait behind its held SEND."""
     for c in cur.connections:
-        if c.name == name and c.blocked and c.publishes and c.consumes:
-            return {"blocked": True, "publishes": True, "consumes": True, "user": c.user}
+        holding = c.unacked > 0 if c.unacked is not None else c.consumes
+        if c.name == name and c.blocked and c.publishes and holding:
+            return {"blocked": True, "unacked": c.unacked, "user": c.user}
     return None
 
 
@@ -323,7 +326,7 @@ SIGNATURES: tuple[_Signature, ...] = (
         ),
     ),
     _Signature(
-        "poison_message",
+        "redelivery_loop",
         _queues,
         _poison,
         lambda q, s, d: (
@@ -344,12 +347,12 @@ SIGNATURES: tuple[_Signature, ...] = (
         culprits=_blocked_connections,
     ),
     _Signature(
-        "blocked_connection_consumes",
+        "blocked_holding_unacked",
         lambda s: (c.name for c in s.connections),
         _blocked_consuming,
         lambda c, s, d: (
-            f"connection {c} is blocked by flow control and consumes on the same connection: "
-            "its acknowledgements wait behind its blocked publishes"
+            f"connection {c} has been blocked by flow control for {d:.0f} s while it consumes "
+            f"(unacknowledged: {s[-1][1]['unacked']}): its acknowledgements wait behind its blocked publishes"
         ),
     ),
 )
