@@ -180,3 +180,19 @@ def test_jolokia_is_read_as_activemq(capsys: pytest.CaptureFixture[str]) -> None
     out = json.loads(capsys.readouterr().out)
     assert status == 0
     assert (out["broker"], out["version"], out["findings"]) == ("activemq", "5.17.2", [])
+
+
+def test_watch_reports_again_and_again_until_the_broker_stops(capsys: pytest.CaptureFixture[str]) -> None:
+    from minibroker.config import BrokerConfig
+
+    broker = RunningBroker(BrokerConfig()).start()
+    timer = threading.Timer(3.5, broker.stop)
+    timer.start()
+    try:
+        status = main(["doctor", "--live", f"stomp://127.0.0.1:{broker.port}", "--watch", "1", "--timeout", "1"])
+    finally:
+        timer.join()
+    captured = capsys.readouterr()
+    assert status == 2
+    assert captured.out.count("No problems found.") >= 2, captured.out
+    assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err

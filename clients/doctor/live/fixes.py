@@ -121,14 +121,14 @@ def _text(pathology: str, broker: str, subject: str, culprits: tuple[str, ...], 
     if pathology == "slow_consumer":
         if amq:
             return (
-                f"let {name}'s slow subscribers spool to disk, or drop their oldest messages, in activemq.xml:\n"
+                f"let the slow subscribers of topic {name} spool to disk, or drop their oldest messages, in activemq.xml:\n"
                 f'  <policyEntry topic="{name}">\n'
                 "    <pendingSubscriberPolicy><fileCursor/></pendingSubscriberPolicy>\n"
                 '    <pendingMessageLimitStrategy><constantPendingMessageLimitStrategy limit="1000"/>'
                 "</pendingMessageLimitStrategy>\n  </policyEntry>"
             )
         return (
-            f"let {subject}'s slow subscribers spool to disk (or set pending_message_limit):\n"
+            f"let the slow subscribers of {subject} spool to disk (or set pending_message_limit):\n"
             f'[[destination_policy]]\ntopic = "{name}"\npending_cursor = "file"'
         )
     if pathology == "stalled_socket":

@@ -207,8 +207,9 @@ def activemq_sample(t: float, broker: dict[str, Any], destinations: list[dict[st
         store_pct=_int(broker, "storePercentUsage"),
         destinations=tuple(sorted(dests, key=lambda d: d.name)),
         notes=(
-            "ActiveMQ's statistics plugin tells no per-consumer figures (prefetch, unacknowledged) and no "
-            "redeliveries: the prefetch and poison-message signatures need Jolokia (http://HOST:8161/)",
+            "ActiveMQ's statistics plugin tells no per-consumer figures (prefetch, unacknowledged), no "
+            "redeliveries and no connections: prefetch_full_slow_acks, redelivery_loop and "
+            "blocked_holding_unacked were not evaluated",
         ),
     )
 

@@ -45,7 +45,8 @@ class LiveFinding:
     end: float
     series: tuple[tuple[float, dict[str, Any]], ...]  # (t, the figures that matched) per sample
     fix: Fix
-    culprits: tuple[str, ...] = ()  # what holds the resource: destinations, connections
+    culprits: tuple[str, ...] = ()  # what holds the resource or suffers it: destinations, connections
+    culprit_role: str = "held by"  # how the report names them
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +56,7 @@ class LiveFinding:
             "start": round(self.start, 3),
             "end": round(self.end, 3),
             "culprits": list(self.culprits),
+            "culprit_role": self.culprit_role,
             "series": [{"t": round(t, 3), **values} for t, values in self.series],
             "source": self.fix.source,
             "lab": self.fix.lab,
@@ -70,6 +72,7 @@ class _Signature:
     headline: Callable[[str, list[tuple[float, dict[str, Any]]], float], str]
     needs: Callable[[Sample], bool] = field(default=lambda s: True)  # the broker tells what it needs
     culprits: Callable[[Sample, str], tuple[str, ...]] = field(default=lambda s, subject: ())
+    culprit_role: str = "held by"
 
 
 # ---------------------------------------------------------------- helpers
@@ -345,6 +348,7 @@ SIGNATURES: tuple[_Signature, ...] = (
             + f" ({s[-1][1]['blocked_connections']} connection(s) blocked)"
         ),
         culprits=_blocked_connections,
+        culprit_role="blocked connections",
     ),
     _Signature(
         "blocked_holding_unacked",
@@ -416,4 +420,5 @@ def _finding(
         series=tuple(run),
         fix=fix_for(sig.name, last.broker, subject, culprits, last),
         culprits=culprits,
+        culprit_role=sig.culprit_role,
     )

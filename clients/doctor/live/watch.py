@@ -108,7 +108,7 @@ def format_live_text(report: LiveReport) -> str:
         lines.append(f"    evidence ({f.start:.1f}-{f.end:.1f} s, {len(f.series)} samples):")
         lines += _series_lines(f)
         if f.culprits:
-            lines.append(f"    held by: {', '.join(f.culprits)}")
+            lines.append(f"    {f.culprit_role}: {', '.join(f.culprits)}")
         if f.fix.citation:
             lines += textwrap.wrap(f.fix.citation, _WIDTH, initial_indent="    write-up: ", subsequent_indent=" " * 14)
         if f.fix.lab:
