@@ -210,7 +210,9 @@ def _prefetch_full(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
     if now.acked is None or then.acked is None:
         return None
     acked = now.acked - then.acked
-    if acked * 10 > now.prefetch:  # acknowledging a tenth of its prefetch a sample or more: keeping up
+    # Slow: at its pace, its prefetch takes longer than the window to work through (messages
+    # wait there that another consumer could take).
+    if acked * p.min_window > now.prefetch * max(cur.t - prev.t, 1e-3):
         return None
     return {"destination": now.destination, "prefetch": now.prefetch, "unacked": now.outstanding, "acked": acked}
 
