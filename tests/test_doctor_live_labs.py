@@ -26,6 +26,8 @@ from clients.doctor.write_xml import write_xml
 from clients.labs.model import labs_directory, load_lab, sibling_module
 from tests.broker_support import RunningBroker
 
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("doctor-live-brokers")]  # one JVM or Erlang broker at a time
+
 LAB = load_lab(labs_directory() / "02-slow-consumer-policies")
 LIVE = sibling_module(str(LAB.scenario_path), "live")
 

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from clients.doctor.live import LiveReport, parse_target, run_live
 from clients.stomp import StompClient
 from minibroker.config import BrokerConfig
 from tests.broker_support import RunningBroker
+
+pytestmark = pytest.mark.slow
 
 
 async def _slow_consumer_while_the_doctor_samples(port: int, prefetch: int) -> LiveReport:

@@ -21,6 +21,8 @@ from clients.doctor.live import LiveReport, parse_target, run_live
 from clients.rabbitmq import RabbitMQ
 from clients.stomp import StompClient, StompClientError
 
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("doctor-live-brokers")]  # one JVM or Erlang broker at a time
+
 FRESH = {"collect_statistics_interval": "1000"}
 
 

@@ -14,11 +14,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from clients.doctor.live import LiveReport, parse_target, run_live
 from clients.labs.model import labs_directory, load_lab
 from clients.stomp import StompClient
 from minibroker.config import load_config
 from tests.broker_support import RunningBroker
+
+pytestmark = pytest.mark.slow
 
 LAB = load_lab(labs_directory() / "00-starving-consumers")
 SCENARIO = LAB.scenario()
