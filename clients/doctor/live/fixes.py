@@ -18,7 +18,7 @@ from ...sources import SOURCES
 from ..model import format_size, power_of_two_below
 from .sample import ACTIVEMQ, RABBITMQ, Sample
 
-__all__ = ["Fix", "fix_for", "lab_for", "SOURCE_OF"]
+__all__ = ["Fix", "fix_for", "lab_for", "SOURCE_OF", "RABBITMQ_SOURCE"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,8 @@ SOURCE_OF: dict[str, str] = {
     "resource_alarm": "rabbitmq-alarms",
     "blocked_holding_unacked": "producer-flow-control",
 }
-_RABBITMQ_SOURCE = {"blocked_holding_unacked": "rabbitmq-alarms", "prefetch_full_slow_acks": "rabbitmq-prefetch"}
+#: ... and RabbitMQ's own write-up where it documents the pathology itself.
+RABBITMQ_SOURCE = {"blocked_holding_unacked": "rabbitmq-alarms", "prefetch_full_slow_acks": "rabbitmq-prefetch"}
 
 #: The lab for a pathology no run lists among its findings (the trace analysis has no detector for it).
 _LAB_NAMED = {
@@ -187,7 +188,7 @@ def _text(pathology: str, broker: str, subject: str, culprits: tuple[str, ...], 
 
 def fix_for(pathology: str, broker: str, subject: str, culprits: tuple[str, ...], sample: Sample) -> Fix:
     """The write-up, the fix in ``broker``'s syntax and the lab for a finding."""
-    source = _RABBITMQ_SOURCE.get(pathology) if broker == RABBITMQ else None
+    source = RABBITMQ_SOURCE.get(pathology) if broker == RABBITMQ else None
     return Fix(
         source=source or SOURCE_OF.get(pathology),
         lab=lab_for(pathology),
