@@ -38,6 +38,18 @@ SOURCES: dict[str, Source] = {
     "temp-storage": Source(
         "Observations on ActiveMQs temp storage.", "24 Feb 2011", "blog post", "temp storage: producers blocked forever"
     ),
+    "rabbitmq-alarms": Source(
+        "Memory and Disk Alarms",
+        None,
+        "RabbitMQ documentation",
+        "a memory or disk alarm blocks every publishing connection, consumers on them included",
+    ),
+    "rabbitmq-prefetch": Source(
+        "Consumer Acknowledgements and Publisher Confirms",
+        None,
+        "RabbitMQ documentation",
+        "a consumer's prefetch full of unacknowledged deliveries",
+    ),
     "slow-consumers": Source(
         "Slow Consumers",
         None,

@@ -266,6 +266,10 @@ def write_xml(config: BrokerConfig, *, stomp_port: int, openwire_port: int) -> A
     store = writer.store(config.store)
     body += [
         *store[:3],
+        # the statistics plugin: broker and destination figures over STOMP (``doctor --live`` reads them)
+        "<plugins>",
+        "  <statisticsBrokerPlugin/>",
+        "</plugins>",
         *writer.usage(config),
         *store[3:],
         "<transportConnectors>",

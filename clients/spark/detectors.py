@@ -32,6 +32,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from clients.signatures import idle_while_blocked, starving
 from clients.spark.findings import CURED_BY, DETECTORS as NAMES, FINDING_COLUMNS, SUMMARY, Params
 from clients.spark.tables import Tables, islands
 
@@ -93,11 +94,10 @@ def starved_consumer(tb: Tables, p: Params) -> DataFrame:
         .join(received, ["session", "sub", "b"], "left")
         # the seed's tell: the broker is at the mark but the queue's own memory is not
         .filter(
-            (F.coalesce("received", F.lit(0)) == 0)
-            & (F.col("backlog") > 0)
-            & (F.col("backlog_start") > 0)
-            & (F.col("mem_pct") >= p.hwm)
-            & (F.col("dest_mem_pct") < p.hwm)
+            (F.col("backlog_start") > 0)
+            & starving(
+                F.coalesce("received", F.lit(0)), F.col("backlog"), F.col("mem_pct"), F.col("dest_mem_pct"), p.hwm
+            )
         )
     )
     keys = ["session", "sub", "island"]
@@ -217,7 +217,7 @@ def blocked_producer_idle_consumers(tb: Tables, p: Params) -> DataFrame:
     flagged = (
         grid.join(tb.dest_rates.select("dest", "b", "dispatched", "backlog"), ["dest", "b"], "left")
         .join(tb.usage, "b")
-        .filter((F.coalesce("dispatched", F.lit(0)) == 0) & (F.coalesce("backlog", F.lit(0)) <= 0))
+        .filter(idle_while_blocked(F.coalesce("dispatched", F.lit(0)), F.coalesce("backlog", F.lit(0))))
     )
     windows = (
         islands(flagged.withColumnRenamed("start", "blocked_start"), ["session", "dest", "blocked_start"])

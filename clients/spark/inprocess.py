@@ -19,6 +19,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from ..signatures import idle_while_blocked, starving
 from .findings import CURED_BY, SUMMARY, Params, java_format
 from .findings import DETECTORS as NAMES
 from .inprocess_tables import (
@@ -115,13 +116,8 @@ def starved_consumer(tb: Tables, p: Params) -> list[Row]:
             r = rates.get((s["dest"], b))
             if r is None or b not in mem:
                 continue
-            if (
-                got.get((s["session"], s["sub"], b), 0) == 0
-                and r["backlog"] > 0
-                and r["backlog_start"] > 0
-                and mem[b] >= p.hwm
-                and r["dest_mem_pct"] < p.hwm
-            ):
+            received = got.get((s["session"], s["sub"], b), 0)
+            if r["backlog_start"] > 0 and starving(received, r["backlog"], mem[b], r["dest_mem_pct"], p.hwm):
                 flagged.append(b)
         for island in _islands(flagged):
             start, end = island[0] * p.bucket, (island[-1] + 1) * p.bucket
@@ -191,7 +187,7 @@ def blocked_producer_idle_consumers(tb: Tables, p: Params) -> list[Row]:
         flagged = []
         for b in _within(blk["start"], blk["end"], p.bucket):
             r = rates.get((blk["dest"], b))
-            if b in use and (r is None or (r["dispatched"] == 0 and (r["backlog"] or 0) <= 0)):
+            if b in use and (r is None or idle_while_blocked(r["dispatched"], r["backlog"] or 0)):
                 flagged.append(b)
         for island in _islands(flagged):
             start, end = island[0] * p.bucket, (island[-1] + 1) * p.bucket

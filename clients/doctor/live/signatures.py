@@ -1,0 +1,426 @@
+"""The pathology signatures over a window of samples: samples in, findings out.
+
+Theory of operation:
+
+- each signature asks one question of every pair of consecutive samples
+  (``prev``, ``cur``) for every subject it watches (a queue, a topic, a
+  consumer, a connection): the moment's predicate, the same one the trace
+  analysis asks of a bucket where they mean the same (``clients.signatures``);
+- a subject for which the predicate holds over consecutive samples spanning
+  at least ``Params.min_window`` seconds (the analysis's shortest window) is
+  a finding; its evidence is the series that matched, with times;
+- a figure the broker does not tell (``None``) never matches: a signature that
+  needs it is silent on that broker, and the report says which were not
+  evaluated (``unanswered``).
+
+Each finding carries the detector's name (the analysis's name where it is
+the same pathology), the public write-up (``clients.sources``), the fix in the
+broker's own syntax (``fixes``) and the lab that reproduces it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+from ...signatures import full, idle_while_blocked, prefetch_full, starving
+from ...spark.findings import Params
+from .fixes import Fix, fix_for
+from .sample import Consumer, Destination, Sample
+
+__all__ = ["LiveFinding", "SIGNATURES", "evaluate", "unanswered"]
+
+#: One moment's evidence for a subject: the figures that matched, or None when it did not match.
+Moment = dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class LiveFinding:
+    """One pathology found in a window of samples."""
+
+    pathology: str
+    subject: str
+    headline: str
+    start: float
+    end: float
+    series: tuple[tuple[float, dict[str, Any]], ...]  # (t, the figures that matched) per sample
+    fix: Fix
+    culprits: tuple[str, ...] = ()  # what holds the resource or suffers it: destinations, connections
+    culprit_role: str = "held by"  # how the report names them
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pathology": self.pathology,
+            "subject": self.subject,
+            "headline": self.headline,
+            "start": round(self.start, 3),
+            "end": round(self.end, 3),
+            "culprits": list(self.culprits),
+            "culprit_role": self.culprit_role,
+            "series": [{"t": round(t, 3), **values} for t, values in self.series],
+            "source": self.fix.source,
+            "lab": self.fix.lab,
+            "fix": self.fix.text,
+        }
+
+
+@dataclass(frozen=True)
+class _Signature:
+    name: str
+    subjects: Callable[[Sample], Iterable[str]]
+    moment: Callable[[Sample, Sample, str, Params], Moment]
+    headline: Callable[[str, list[tuple[float, dict[str, Any]]], float], str]
+    needs: Callable[[Sample], bool] = field(default=lambda s: True)  # the broker tells what it needs
+    culprits: Callable[[Sample, str], tuple[str, ...]] = field(default=lambda s, subject: ())
+    culprit_role: str = "held by"
+
+
+# ---------------------------------------------------------------- helpers
+def _queues(s: Sample) -> Iterator[str]:
+    return (d.name for d in s.destinations if d.kind == "queue")
+
+
+def _topics(s: Sample) -> Iterator[str]:
+    return (d.name for d in s.destinations if d.kind == "topic")
+
+
+def _pair(prev: Sample, cur: Sample, name: str) -> tuple[Destination, Destination] | None:
+    a, b = prev.destination(name), cur.destination(name)
+    return (a, b) if a is not None and b is not None else None
+
+
+def _producers_blocked(usage_pct: int | None) -> bool:
+    """Producer flow control holds the producers: a usage they need is full (the
+    broker blocks every SEND that needs it; a count of the ones blocked at one
+    instant flickers as each waits for its receipt)."""
+    return usage_pct is not None and bool(full(usage_pct))
+
+
+def _fullest(*pcts: int | None) -> int | None:
+    known = [p for p in pcts if p is not None]
+    return max(known) if known else None
+
+
+# ---------------------------------------------------------------- the signatures
+def _starved(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    pair = _pair(prev, cur, name)
+    if pair is None or cur.memory_pct is None:
+        return None
+    then, now = pair
+    if not now.consumers or now.memory_pct is None:
+        return None
+    hwm = now.cursor_hwm if now.cursor_hwm is not None else p.hwm
+    received = (
+        now.dispatched - then.dispatched
+        if now.dispatched is not None and then.dispatched is not None
+        else now.dequeued - then.dequeued
+    )
+    if not starving(received, now.size, cur.memory_pct, now.memory_pct, hwm):
+        return None
+    return {
+        "received": received,
+        "backlog": now.size,
+        "broker_memory_pct": cur.memory_pct,
+        "destination_memory_pct": now.memory_pct,
+        "cursor_hwm": hwm,
+    }
+
+
+def _memory_holders(s: Sample, name: str) -> tuple[str, ...]:
+    holders = sorted(
+        (d for d in s.destinations if d.name != name and not d.consumers and (d.memory_usage or 0) > 0),
+        key=lambda d: (-(d.memory_usage or 0), d.name),
+    )
+    return tuple(d.name for d in holders)
+
+
+def _blocked_idle(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    """The temp store full, producers blocked, and the consumers with nothing to do: nothing
+    is left to spool, so the temp store never drops under its limit."""
+    pair = _pair(prev, cur, name)
+    if pair is None:
+        return None
+    then, now = pair
+    usage = cur.temp_pct
+    if not now.consumers or not _producers_blocked(usage):
+        return None
+    handed = now.dequeued - then.dequeued
+    waiting = now.size - now.inflight
+    if not idle_while_blocked(handed, waiting) or usage is None or not full(usage):
+        return None
+    return {
+        "temp_pct": cur.temp_pct,
+        "memory_pct": cur.memory_pct,
+        "blocked_producers": cur.blocked_producers,
+        "consumers": now.consumers,
+        "dequeued": handed,
+        "waiting": waiting,
+    }
+
+
+def _topic_held(prev: Sample, cur: Sample, name: str, moving: bool) -> Moment:
+    pair = _pair(prev, cur, name)
+    if pair is None:
+        return None
+    then, now = pair
+    usage = _fullest(cur.memory_pct, now.memory_pct)
+    if now.consumers < 1 or not _producers_blocked(usage):
+        return None
+    dequeued = now.dequeued - then.dequeued
+    if moving != (dequeued > 0):
+        return None
+    if not moving and not (now.inflight or now.pending):
+        return None  # nothing waits on a subscriber: not a stalled one
+    return {
+        "memory_pct": cur.memory_pct,
+        "destination_memory_pct": now.memory_pct,
+        "consumers": now.consumers,
+        "dequeued": dequeued,
+        "inflight": now.inflight,
+        "pending": now.pending,
+    }
+
+
+def _slow_topic(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    return _topic_held(prev, cur, name, moving=True)
+
+
+def _stalled_topic(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    return _topic_held(prev, cur, name, moving=False)
+
+
+def _stalled_connection(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    for c in cur.connections:
+        if c.name == name and c.stalled:
+            return {"stalled": True, "user": c.user}
+    return None
+
+
+def _consumer(s: Sample, name: str) -> Consumer | None:
+    for c in s.consumers:
+        if c.name == name:
+            return c
+    return None
+
+
+def _prefetch_full(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    then, now = _consumer(prev, name), _consumer(cur, name)
+    if then is None or now is None or not prefetch_full(now.outstanding, now.prefetch):
+        return None
+    if now.acked is None or then.acked is None:
+        return None
+    acked = now.acked - then.acked
+    # Slow: at its pace, its prefetch takes longer than the window to work through (messages
+    # wait there that another consumer could take).
+    if acked * p.min_window > now.prefetch * max(cur.t - prev.t, 1e-3):
+        return None
+    return {"destination": now.destination, "prefetch": now.prefetch, "unacked": now.outstanding, "acked": acked}
+
+
+def _journal_few_live(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    live = sum(d.size for d in cur.destinations)
+    if not cur.store_full and (cur.store_pct is None or not full(cur.store_pct)):
+        return None
+    if live > p.few_live_per_file * 10:
+        return None
+    return {"store_pct": cur.store_pct, "live_messages": live}
+
+
+def _poison(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    pair = _pair(prev, cur, name)
+    if pair is None:
+        return None
+    then, now = pair
+    if now.redelivered is None or then.redelivered is None:
+        return None
+    again = now.redelivered - then.redelivered
+    done = now.dequeued - then.dequeued
+    if again <= 0 or done > 0 or now.size <= 0:
+        return None
+    return {"redelivered": again, "acknowledged": done, "size": now.size}
+
+
+def _alarm(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    if not (cur.memory_alarm or cur.disk_alarm):
+        return None
+    blocked = [c.name for c in cur.connections if c.blocked]
+    return {
+        "memory_alarm": cur.memory_alarm,
+        "disk_alarm": cur.disk_alarm,
+        "memory_pct": cur.memory_pct,
+        "blocked_connections": len(blocked),
+    }
+
+
+def _blocked_consuming(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    """A connection blocked by flow control while it holds unacknowledged messages (or, where
+    the broker does not count them, while it consumes): its ACKs wait behind its held SEND."""
+    for c in cur.connections:
+        holding = c.unacked > 0 if c.unacked is not None else c.consumes
+        if c.name == name and c.blocked and c.publishes and holding:
+            return {"blocked": True, "unacked": c.unacked, "user": c.user}
+    return None
+
+
+def _blocked_connections(s: Sample, subject: str) -> tuple[str, ...]:
+    return tuple(c.name for c in s.connections if c.blocked)
+
+
+SIGNATURES: tuple[_Signature, ...] = (
+    _Signature(
+        "starved_consumer",
+        _queues,
+        _starved,
+        lambda q, s, d: (
+            f"the consumers of {q} got nothing for {d:.0f} s with {s[-1][1]['backlog']} messages waiting: "
+            f"broker memory {s[-1][1]['broker_memory_pct']}% (cursor mark {s[-1][1]['cursor_hwm']}%), "
+            f"the queue's own {s[-1][1]['destination_memory_pct']}%"
+        ),
+        culprits=_memory_holders,
+    ),
+    _Signature(
+        "blocked_producer_idle_consumers",
+        lambda s: (d.name for d in s.destinations),
+        _blocked_idle,
+        lambda dest, s, d: (
+            f"producers blocked by flow control for {d:.0f} s while the {s[-1][1]['consumers']} consumer(s) "
+            f"of {dest} had nothing to do: temp store {s[-1][1]['temp_pct']}%, memory {s[-1][1]['memory_pct']}%"
+        ),
+    ),
+    _Signature(
+        "slow_consumer",
+        _topics,
+        _slow_topic,
+        lambda t, s, d: (
+            f"a slow subscriber held {t} back for {d:.0f} s: producers blocked at memory "
+            f"{_fullest(s[-1][1]['memory_pct'], s[-1][1]['destination_memory_pct'])}% while only "
+            f"{sum(v['dequeued'] for _, v in s)} messages were delivered"
+        ),
+    ),
+    _Signature(
+        "stalled_socket",
+        _topics,
+        _stalled_topic,
+        lambda t, s, d: (
+            f"a subscriber of {t} took nothing for {d:.0f} s: producers blocked at memory "
+            f"{_fullest(s[-1][1]['memory_pct'], s[-1][1]['destination_memory_pct'])}%, nothing delivered, "
+            f"{s[-1][1]['inflight']} in flight"
+        ),
+    ),
+    _Signature(
+        "stalled_socket",
+        lambda s: (c.name for c in s.connections),
+        _stalled_connection,
+        lambda c, s, d: f"connection {c} took nothing from its socket for {d:.0f} s while the broker had bytes for it",
+    ),
+    _Signature(
+        "prefetch_full_slow_acks",
+        lambda s: (c.name for c in s.consumers),
+        _prefetch_full,
+        lambda c, s, d: (
+            f"consumer {c} on {s[-1][1]['destination']} held its whole prefetch ({s[-1][1]['prefetch']}) "
+            f"unacknowledged for {d:.0f} s, acknowledging {sum(v['acked'] for _, v in s)} meanwhile"
+        ),
+    ),
+    _Signature(
+        "journal_full_few_live",
+        lambda s: ("store",),
+        _journal_few_live,
+        lambda _, s, d: (
+            f"the store has been full for {d:.0f} s while holding only {s[-1][1]['live_messages']} live message(s)"
+        ),
+    ),
+    _Signature(
+        "redelivery_loop",
+        _queues,
+        _poison,
+        lambda q, s, d: (
+            f"{q}: redelivered {sum(v['redelivered'] for _, v in s)} times in {d:.0f} s and nothing "
+            "acknowledged: a message its consumers cannot process"
+        ),
+    ),
+    _Signature(
+        "resource_alarm",
+        lambda s: ("node",),
+        _alarm,
+        lambda _, s, d: (
+            "the "
+            + " and ".join(k for k in ("memory", "disk") if s[-1][1][f"{k}_alarm"])
+            + f" alarm has blocked publishers for {d:.0f} s"
+            + f" ({s[-1][1]['blocked_connections']} connection(s) blocked)"
+        ),
+        culprits=_blocked_connections,
+        culprit_role="blocked connections",
+    ),
+    _Signature(
+        "blocked_holding_unacked",
+        lambda s: (c.name for c in s.connections),
+        _blocked_consuming,
+        lambda c, s, d: (
+            f"connection {c} has been blocked by flow control for {d:.0f} s while it consumes "
+            f"(unacknowledged: {s[-1][1]['unacked']}): its acknowledgements wait behind its blocked publishes"
+        ),
+    ),
+)
+
+
+def unanswered(samples: list[Sample]) -> list[str]:
+    """What the broker's statistics could not tell, once each (the readers' notes)."""
+    seen: dict[str, None] = {}
+    for s in samples:
+        for note in s.notes:
+            seen.setdefault(note)
+    return list(seen)
+
+
+def evaluate(samples: list[Sample], params: Params | None = None) -> list[LiveFinding]:
+    """Every signature's findings over ``samples`` (in time order), by start time."""
+    p = params if params is not None else Params()
+    out: list[LiveFinding] = []
+    for sig in SIGNATURES:
+        for subject in dict.fromkeys(x for s in samples for x in sig.subjects(s)):
+            out += _runs(sig, subject, samples, p)
+    return sorted(out, key=lambda f: (f.start, f.pathology, f.subject))
+
+
+def _runs(sig: _Signature, subject: str, samples: list[Sample], p: Params) -> list[LiveFinding]:
+    """The windows where ``sig`` holds for ``subject`` over at least ``p.min_window`` seconds.
+
+    A moment covers the time from the previous sample to its own (as a bucket of
+    the analysis covers its second): a run's window starts at the sample before
+    its first moment."""
+    found: list[LiveFinding] = []
+    run: list[tuple[float, dict[str, Any]]] = []
+    begun = 0.0
+    last: Sample | None = None
+    for prev, cur in zip(samples, samples[1:]):
+        moment = sig.moment(prev, cur, subject, p)
+        if moment is not None:
+            if not run:
+                begun = prev.t
+            run.append((cur.t, moment))
+            last = cur
+            continue
+        if run and last is not None and run[-1][0] - begun >= p.min_window:
+            found.append(_finding(sig, subject, run, begun, last))
+        run, last = [], None
+    if run and last is not None and run[-1][0] - begun >= p.min_window:
+        found.append(_finding(sig, subject, run, begun, last))
+    return found
+
+
+def _finding(
+    sig: _Signature, subject: str, run: list[tuple[float, dict[str, Any]]], begun: float, last: Sample
+) -> LiveFinding:
+    culprits = sig.culprits(last, subject)
+    return LiveFinding(
+        pathology=sig.name,
+        subject=subject,
+        headline=sig.headline(subject, run, run[-1][0] - begun),
+        start=begun,
+        end=run[-1][0],
+        series=tuple(run),
+        fix=fix_for(sig.name, last.broker, subject, culprits, last),
+        culprits=culprits,
+        culprit_role=sig.culprit_role,
+    )

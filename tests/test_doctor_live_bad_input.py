@@ -1,0 +1,198 @@
+"""``doctor --live`` on what it cannot read: one clear line each, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any, Iterator
+
+import pytest
+
+from clients.cli import main
+from tests.broker_support import RunningBroker
+
+
+def _serve_tcp(answer: bytes) -> Iterator[int]:
+    """A TCP server on loopback that reads a little, writes ``answer`` and keeps the connection."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            conn.settimeout(5)
+            try:
+                conn.recv(4096)
+                conn.sendall(answer)
+            except OSError:
+                pass
+            held.append(conn)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(5)
+    for conn in held:
+        conn.close()
+    server.close()
+
+
+def _serve_http(status: int, body: bytes = b"") -> Iterator[int]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _doctor(capsys: pytest.CaptureFixture[str], url: str, *more: str) -> tuple[int, str]:
+    status = main(["doctor", "--live", url, "--window", "2", "--timeout", "1", *more])
+    err = capsys.readouterr().err
+    return status, err
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_not_a_broker(capsys: pytest.CaptureFixture[str]) -> None:
+    for port in _serve_tcp(b"HTTP/1.0 400 Bad Request\r\n\r\n"):
+        status, err = _doctor(capsys, f"stomp://127.0.0.1:{port}")
+    assert status == 2
+    assert "cannot read a STOMP broker" in _one_line(err)
+
+
+def test_login_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    refusal = b"ERROR\nmessage:User name [bad] or password is invalid.\n\n\x00"
+    for port in _serve_tcp(refusal):
+        status, err = _doctor(capsys, f"stomp://bad:wrong@127.0.0.1:{port}")
+    assert status == 2
+    assert "refused the login" in _one_line(err) and "invalid" in err
+
+
+def test_activemq_without_the_statistics_plugin(capsys: pytest.CaptureFixture[str]) -> None:
+    connected = b"CONNECTED\nserver:ActiveMQ/5.17.2\nversion:1.2\n\n\x00"
+    for port in _serve_tcp(connected):
+        status, err = _doctor(capsys, f"stomp://127.0.0.1:{port}")
+    assert status == 2
+    line = _one_line(err)
+    assert "statistics plugin is not configured" in line and "<statisticsBrokerPlugin/>" in line
+
+
+@pytest.mark.parametrize(("code", "words"), [(401, "refused the login"), (404, "HTTP 404")])
+def test_management_api_answers(code: int, words: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for port in _serve_http(code):
+        status, err = _doctor(capsys, f"http://guest:guest@127.0.0.1:{port}/")
+    assert status == 2
+    assert words in _one_line(err)
+
+
+def test_http_that_is_no_broker(capsys: pytest.CaptureFixture[str]) -> None:
+    for port in _serve_http(200, b"<html>hello</html>"):
+        status, err = _doctor(capsys, f"http://127.0.0.1:{port}/")
+    assert status == 2
+    assert "not JSON" in _one_line(err)
+
+
+def test_bad_url(capsys: pytest.CaptureFixture[str]) -> None:
+    status, err = _doctor(capsys, "amqp://127.0.0.1:5672")
+    assert status == 2 and "expected stomp://" in _one_line(err)
+
+
+def test_broker_that_stops_mid_sampling(capsys: pytest.CaptureFixture[str]) -> None:
+    from minibroker.config import BrokerConfig
+
+    broker = RunningBroker(BrokerConfig()).start()
+    timer = threading.Timer(1.5, broker.stop)
+    timer.start()
+    try:
+        status, err = _doctor(capsys, f"stomp://127.0.0.1:{broker.port}", "--window", "5")
+    finally:
+        timer.join()
+    assert status == 2
+    line = _one_line(err)
+    assert "while sampling" in line or "stopped answering" in line, line
+
+
+def test_jolokia_is_read_as_activemq(capsys: pytest.CaptureFixture[str]) -> None:
+    """An ActiveMQ web console answers Jolokia at /api/jolokia (RabbitMQ's /api/overview is a 404 there)."""
+    import json
+
+    answers = {
+        "/api/jolokia/version": {"value": {"agent": "1.7.1", "info": {"product": "activemq", "version": "5.17.2"}}},
+        "/api/jolokia/read/org.apache.activemq:type=Broker,brokerName=*": {
+            "value": {"org.apache.activemq:brokerName=b,type=Broker": {"BrokerName": "b", "MemoryPercentUsage": 3}}
+        },
+        "/api/jolokia/read/org.apache.activemq:type=Broker,brokerName=*,destinationType=*,destinationName=*": {
+            "value": {
+                "org.apache.activemq:brokerName=b,destinationName=jobs,destinationType=Queue,type=Broker": {
+                    "Name": "jobs",
+                    "QueueSize": 4,
+                    "EnqueueCount": 9,
+                    "DequeueCount": 5,
+                    "ConsumerCount": 1,
+                }
+            }
+        },
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = json.dumps(answers[self.path]).encode() if self.path in answers else b""
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        status = main(["doctor", "--live", f"http://127.0.0.1:{server.server_address[1]}/", "--window", "1", "--json"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert (out["broker"], out["version"], out["findings"]) == ("activemq", "5.17.2", [])
+
+
+def test_watch_reports_again_and_again_until_the_broker_stops(capsys: pytest.CaptureFixture[str]) -> None:
+    from minibroker.config import BrokerConfig
+
+    broker = RunningBroker(BrokerConfig()).start()
+    timer = threading.Timer(3.5, broker.stop)
+    timer.start()
+    try:
+        status = main(["doctor", "--live", f"stomp://127.0.0.1:{broker.port}", "--watch", "1", "--timeout", "1"])
+    finally:
+        timer.join()
+    captured = capsys.readouterr()
+    assert status == 2
+    assert captured.out.count("No problems found.") >= 2, captured.out
+    assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err

@@ -1,0 +1,122 @@
+"""``doctor --live`` on the real brokers while a lab's workload runs on them.
+
+Lab 02's live workload (``live.play_on``: a producer, three fast subscribers and
+a slow or stuck one on /topic/ticks, 10 s) is played against the real server
+and against ActiveMQ (a process of its own, started with the ``activemq.xml``
+that ``write_xml`` writes from the run's configuration, as ``lab run 02
+--against activemq`` does) while the doctor samples the broker. The doctor
+must name the pathology in the pathology run and find nothing in the cure run.
+Lab 02 is the lab whose pathologies ActiveMQ 5.17 shows (its ``--against``
+runs: labs 00 and 01 are healthy on it, 03's stall needs a slow store, 04 is
+Qpid's); the real server shows them all, and labs 00 and 01 are its own tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from clients.activemq import ActiveMQ, free_port, installed_problem
+from clients.doctor.live import LiveReport, parse_target, run_live
+from clients.doctor.write_xml import write_xml
+from clients.labs.model import labs_directory, load_lab, sibling_module
+from tests.broker_support import RunningBroker
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("doctor-live-brokers")]  # one JVM or Erlang broker at a time
+
+LAB = load_lab(labs_directory() / "02-slow-consumer-policies")
+LIVE = sibling_module(str(LAB.scenario_path), "live")
+
+#: (run, what the doctor must find: a pathology, or nothing)
+RUNS = [
+    ("block", "slow_consumer"),
+    ("spool", None),
+    ("stuck-socket", "stalled_socket"),
+    ("stuck-socket-write-timeout", None),
+]
+
+
+def _config(run: str) -> Any:
+    spec = next(r for r in LAB.runs if r.name == run)
+    return LIVE.live_config(spec.config(), None)
+
+
+#: The workload's length here: the lab's 10 s leave a pathology that starts at t=3 s too short a
+#: window on a busy machine, so it plays longer (its rates are the lab's).
+SECONDS = 16.0
+
+
+def _doctor_during_workload(port: int, stuck: bool, monkeypatch: pytest.MonkeyPatch) -> LiveReport:
+    """Sample the broker on ``port`` while lab 02's workload plays on it."""
+    monkeypatch.setattr(LIVE, "SECONDS", SECONDS)
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def workload() -> None:
+        try:
+            LIVE.play_on(port, stuck)
+        except BaseException as exc:  # reported by the test
+            failure.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=workload, daemon=True)
+    thread.start()
+    try:
+        report = asyncio.run(run_live(parse_target(f"stomp://127.0.0.1:{port}"), window=SECONDS - 2))
+    finally:
+        assert done.wait(60), "the workload did not end"
+    assert not failure, failure
+    return report
+
+
+def _check(report: LiveReport, expected: str | None) -> None:
+    found = sorted({f.pathology for f in report.findings})
+    if expected is None:
+        assert found == [], [f.headline for f in report.findings]
+    else:
+        assert expected in found, found
+        finding = next(f for f in report.findings if f.pathology == expected)
+        assert finding.fix.lab == "02-slow-consumer-policies"
+        assert finding.end - finding.start >= 5 and finding.series
+
+
+@pytest.mark.parametrize(("run", "expected"), RUNS)
+def test_minibroker(run: str, expected: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    broker = RunningBroker(_config(run)).start()
+    try:
+        report = _doctor_during_workload(broker.port, run.startswith("stuck-socket"), monkeypatch)
+    finally:
+        broker.stop()
+    assert report.broker == "minibroker"
+    _check(report, expected)
+
+
+@pytest.fixture
+def activemq_dir(tmp_path: Path) -> Iterator[Path]:
+    problem = installed_problem()
+    if problem:
+        pytest.fail(problem)
+    yield tmp_path
+
+
+@pytest.mark.parametrize(("run", "expected"), RUNS)
+def test_activemq(run: str, expected: str | None, activemq_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    port = free_port()
+    xml = write_xml(_config(run), stomp_port=port, openwire_port=free_port())
+    conf = activemq_dir / "activemq.xml"
+    conf.write_text(xml.text)
+    broker = ActiveMQ(
+        activemq_dir, conf=conf, heap="-Xms64M -Xmx256M -XX:TieredStopAtLevel=1 -XX:+UseSerialGC", port=port
+    )
+    broker.start()
+    try:
+        report = _doctor_during_workload(port, run.startswith("stuck-socket"), monkeypatch)
+    finally:
+        broker.stop()
+    assert report.broker == "activemq"
+    _check(report, expected)

@@ -1,0 +1,88 @@
+"""``doctor --live`` on a real RabbitMQ (``clients.rabbitmq``: a node of ours, stopped by pid).
+
+A low ``vm_memory_high_watermark`` raises the memory alarm at boot: a STOMP
+client that publishes and consumes on one connection is blocked, and the
+doctor names the alarm and that connection. The same client on a node with
+the default watermark: nothing found. The nodes collect their statistics every
+second (``collect_statistics_interval``; RabbitMQ's default is 5 s) so that the
+window holds enough samples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from clients import rabbitmq
+from clients.doctor.live import LiveReport, parse_target, run_live
+from clients.rabbitmq import RabbitMQ
+from clients.stomp import StompClient, StompClientError
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("doctor-live-brokers")]  # one JVM or Erlang broker at a time
+
+FRESH = {"collect_statistics_interval": "1000"}
+
+
+async def _publish_and_consume(node: RabbitMQ, seconds: float) -> None:
+    """One connection: a consumer of /queue/jobs that acknowledges each message, and a producer
+    to it at 20 msg/s, for ``seconds``."""
+    client = await StompClient.connect("127.0.0.1", node.port, login=node.user, passcode=node.password, vhost="/")
+    try:
+        jobs = await client.subscribe("/queue/jobs", ack="client-individual", prefetch=10)
+
+        async def consume() -> None:
+            while True:
+                await client.ack(await jobs.get(timeout=None))
+
+        consuming = asyncio.create_task(consume())
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            await client.send("/queue/jobs", "x" * 1000, receipt=False)
+            await asyncio.sleep(0.05)
+        consuming.cancel()
+    finally:
+        try:
+            await client.disconnect(timeout=1)
+        except (StompClientError, OSError):
+            pass
+
+
+async def _doctor_while_clients_run(node: RabbitMQ) -> LiveReport:
+    url = f"http://{node.user}:{node.password}@127.0.0.1:{node.management_port}/"
+    clients = asyncio.create_task(_publish_and_consume(node, 14))
+    try:
+        return await run_live(parse_target(url), window=12)
+    finally:
+        await clients
+
+
+def _run(tmp_path: Path, settings: dict[str, str]) -> LiveReport:
+    problem = rabbitmq.installed_problem()
+    if problem:
+        pytest.fail(problem)
+    node = RabbitMQ(tmp_path, settings={**FRESH, **settings})
+    node.start()
+    try:
+        return asyncio.run(_doctor_while_clients_run(node))
+    finally:
+        node.stop()
+
+
+def test_memory_alarm_found_with_the_blocked_connection(tmp_path: Path) -> None:
+    report = _run(tmp_path, {"vm_memory_high_watermark.absolute": "20MB"})
+    assert report.broker == "rabbitmq"
+    found = {f.pathology: f for f in report.findings}
+    assert set(found) == {"resource_alarm", "blocked_holding_unacked"}, [f.headline for f in report.findings]
+    alarm = found["resource_alarm"]
+    assert alarm.culprits and all(" -> 127.0.0.1:" in name for name in alarm.culprits)
+    assert found["blocked_holding_unacked"].subject in alarm.culprits
+    assert "vm_memory_high_watermark" in alarm.fix.text
+
+
+def test_default_watermark_nothing_found(tmp_path: Path) -> None:
+    report = _run(tmp_path, {})
+    assert report.broker == "rabbitmq"
+    assert report.findings == (), [f.headline for f in report.findings]
