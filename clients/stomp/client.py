@@ -25,7 +25,7 @@ fails with. A connection that ends otherwise fails everything with
 ``ConnectionLost``; one ended by ``disconnect()`` closes subscriptions with
 ``SubscriptionClosed``.
 
-Flow control both ways, after asyncio's streams (STYLE.md, section 4):
+Flow control both ways, after asyncio's streams (``Lib/asyncio/streams.py``):
 writes go to the transport at once and ``send`` awaits ``resume_writing``
 when the transport's buffer is over its high-water mark; reads stop
 (``pause_reading``) while more than ``max_buffered`` messages wait in
