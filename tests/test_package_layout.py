@@ -136,7 +136,6 @@ def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
 #: ``edge.EdgeHost``). Until each circle here is broken, none may grow and no new one
 #: may form.
 CIRCLES_TODAY = [
-    {"clients.stomp.client", "clients.stomp.subscription"},
     {"clients.replay.actor", "clients.replay.driver", "clients.replay.progress"},
 ]
 
