@@ -110,15 +110,15 @@ def starved_consumer(tb: Tables, p: Params) -> list[Row]:
             continue
         flagged = []
         for b in _within(s["start"], s["end"], p.bucket):
-            r = rates.get((s["dest"], b))
-            if r is None or b not in mem:
+            rate = rates.get((s["dest"], b))
+            if rate is None or b not in mem:
                 continue
             if (
                 got.get((s["session"], s["sub"], b), 0) == 0
-                and r["backlog"] > 0
-                and r["backlog_start"] > 0
+                and rate["backlog"] > 0
+                and rate["backlog_start"] > 0
                 and mem[b] >= p.hwm
-                and r["dest_mem_pct"] < p.hwm
+                and rate["dest_mem_pct"] < p.hwm
             ):
                 flagged.append(b)
         for island in _islands(flagged):
@@ -373,7 +373,7 @@ def slow_consumer(tb: Tables, p: Params) -> list[Row]:
 
 def _beats(heart_beat: str | None) -> bool:
     """A negotiated heart-beat that is not "0,0": the broker watches the connection."""
-    return bool(heart_beat) and any(part.strip() not in ("", "0") for part in heart_beat.split(","))
+    return bool(heart_beat and any(part.strip() not in ("", "0") for part in heart_beat.split(",")))
 
 
 def stalled_socket(tb: Tables, p: Params) -> list[Row]:

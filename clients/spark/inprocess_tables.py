@@ -148,11 +148,11 @@ def _one_file(path: Path, index: int, bad: list[int]) -> Iterator[tuple[float, i
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            e = _decode(line)
-            if e is None:
+            decoded = _decode(line)
+            if decoded is None:
                 bad[0] += 1
                 continue
-            yield float(e["ts"]), index, int(e.get("seq") or n), e
+            yield float(decoded["ts"]), index, int(decoded.get("seq") or n), decoded
 
 
 def read_events(inputs: list[str]) -> tuple[list[Row], dict[str, Any]]:
@@ -249,7 +249,7 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
     # backlog per dest: the change within the epoch a bucket ends in (epochs start at `start`)
     delta: dict[tuple[str, int], int] = defaultdict(int)  # (dest, b) -> change in the bucket's last epoch
     starts: list[int] = []  # buckets with a `start`
-    cons: dict[tuple[str, str | None, str | None, str, int], list[int]] = {}
+    cons: dict[tuple[str | None, str | None, str | None, str, int], list[int]] = {}  # (consumer, sub, dest, source, b)
     use_b: dict[int, Row] = {}
     kept: list[Row] = []
     for e in events:
@@ -285,9 +285,8 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
         if name in ("dispatch", "ack", "received", "acked"):
             consumer = e.get("session") if e.get("session") is not None else e.get("client")
             source = "broker" if name in ("dispatch", "ack") else "client"
-            key = (consumer, e.get("sub"), dest, source, b)
-            c = cons.setdefault(key, [0, 0])
-            c[0 if name in ("dispatch", "received") else 1] += 1
+            got_acked = cons.setdefault((consumer, e.get("sub"), dest, source, b), [0, 0])
+            got_acked[0 if name in ("dispatch", "received") else 1] += 1
         if name == "usage":
             u = use_b.setdefault(b, {})
             for c in ("mem_pct", "store_pct", "temp_pct"):
@@ -380,7 +379,7 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
 
 
 def _subscriptions(ev: list[Row], end: float) -> list[Row]:
-    subs: dict[tuple[str, str], Row] = {}
+    subs: dict[tuple[str, str | None], Row] = {}
     gone: dict[str, float] = {}
     for e in ev:
         name = e["event"]
@@ -413,7 +412,7 @@ def _subscriptions(ev: list[Row], end: float) -> list[Row]:
 
 
 def _blocked(ev: list[Row], end: float) -> list[Row]:
-    flows: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    flows: dict[tuple[str | None, str | None], list[Row]] = defaultdict(list)
     for e in ev:
         if e["event"] in ("flow_block", "flow_unblock"):
             flows[(e.get("session"), e.get("dest"))].append(e)
