@@ -28,6 +28,7 @@ from typing import Any
 from minibroker.trace import FIELDS, SCHEMA_VERSION, type_ok
 from minibroker.trace.segments import is_segments_dir
 
+from .columns import DEST_COUNTS, DEST_EVENTS, JOURNAL_COLUMNS, SWAP_COLUMNS, USAGE_PCTS, TableSet
 from .findings import REMOVALS, TraceFormatError
 
 __all__ = [
@@ -174,64 +175,16 @@ def read_events(inputs: list[str]) -> tuple[list[Row], dict[str, Any]]:
     return events, info
 
 
-@dataclass
-class Tables:
-    """The analysis's working set, as the Spark engine's tables (rows as dicts)."""
+@dataclass(kw_only=True)
+class Tables(TableSet[list[Row]]):
+    """The analysis's working set, as the Spark engine's tables (rows as dicts).
+    ``events`` are the kept events (``_KEPT``)."""
 
-    t0: float
-    t1: float
-    bucket: float
-    buckets: int
-    events: list[Row]  # kept events (``_KEPT``) with t and b
-    dest_rates: list[Row]
-    consumer_rates: list[Row]
-    usage: list[Row]
-    subscriptions: list[Row]
-    blocked: list[Row]
-    swaps: list[Row]
-    journal: list[Row]
-    journal_files: list[Row]
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def outputs(self) -> dict[str, list[Row]]:
-        return {
-            "dest_rates": self.dest_rates,
-            "consumer_rates": self.consumer_rates,
-            "usage": self.usage,
-            "subscriptions": self.subscriptions,
-            "blocked": self.blocked,
-            "swaps": self.swaps,
-            "journal": self.journal,
-            "journal_files": self.journal_files,
-        }
 
-
-_DEST_EVENTS = {
-    "enqueue",
-    "send",
-    "dispatch",
-    "recover",
-    "usage",
-    "page_in_blocked",
-    "swap_out",
-    "sent",
-    "received",
-    "acked",
-    *REMOVALS,
-}
-_COUNTS = [
-    "enqueued",
-    "sent",
-    "dispatched",
-    "acked",
-    "removed",
-    "recovered",
-    "spooled",
-    "page_in_blocked",
-    "client_sent",
-    "client_received",
-    "client_acked",
-]
+_DEST_EVENTS = frozenset(DEST_EVENTS)
+_COUNTS = DEST_COUNTS
 _COUNT_OF = {
     "enqueue": "enqueued",
     "send": "sent",
@@ -289,7 +242,7 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
             got_acked[0 if name in ("dispatch", "received") else 1] += 1
         if name == "usage":
             u = use_b.setdefault(b, {})
-            for c in ("mem_pct", "store_pct", "temp_pct"):
+            for c in USAGE_PCTS:
                 if e.get(c) is not None:
                     u[c] = max(u.get(c, e[c]), e[c])
         if name in _KEPT:
@@ -333,23 +286,16 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
         }
         for k, v in cons.items()
     ]
-    usage, last = [], {"mem_pct": None, "store_pct": None, "temp_pct": None}
+    usage, last = [], dict.fromkeys(USAGE_PCTS)
     for b in range(nb):
         last.update(use_b.get(b, {}))
         usage.append({"b": b, "t": b * bucket, **{c: (v if v is not None else 0) for c, v in last.items()}})
     end = t1 - t0
-    swaps = [
-        {k: e.get(k) for k in ("t", "event", "dest", "sub", "session", "count", "bytes", "temp_pct", "mem_pct")}
-        for e in kept
-        if e["event"] in ("swap_out", "swap_in")
-    ]
+    swaps = [{k: e.get(k) for k in SWAP_COLUMNS} for e in kept if e["event"] in ("swap_out", "swap_in")]
     jev = [e for e in kept if e["event"] in ("journal_roll", "journal_full", "journal_state")]
     journal = [
         {
-            **{
-                k: e.get(k)
-                for k in ("t", "event", "store", "layout", "file", "files", "live", "live_bytes", "capacity", "dest")
-            },
+            **{k: e.get(k) for k in JOURNAL_COLUMNS},
             "pinned": sum(1 for v in (e.get("file_live") or {}).values() if v > 0),
         }
         for e in jev
@@ -362,19 +308,19 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
         {"store": s, "t": e["t"], "file": f, "live": n} for s, e in latest.items() for f, n in e["file_live"].items()
     ]
     return Tables(
-        t0,
-        t1,
-        bucket,
-        nb,
-        kept,
-        dest_rates,
-        consumer_rates,
-        usage,
-        _subscriptions(kept, end),
-        _blocked(kept, end),
-        swaps,
-        journal,
-        journal_files,
+        t0=t0,
+        t1=t1,
+        bucket=bucket,
+        buckets=nb,
+        events=kept,
+        dest_rates=dest_rates,
+        consumer_rates=consumer_rates,
+        usage=usage,
+        subscriptions=_subscriptions(kept, end),
+        blocked=_blocked(kept, end),
+        swaps=swaps,
+        journal=journal,
+        journal_files=journal_files,
     )
 
 
