@@ -1,4 +1,4 @@
-"""One error hierarchy for the broker (STYLE.md, item 6).
+"""One error hierarchy for the broker, after h11's (``h11/_util.py``).
 
 ``BrokerError`` is the root of everything the broker raises on purpose:
 

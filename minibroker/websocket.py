@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Another thin edge in front of the same core: a ``WebSocketConnection`` is an
-``EdgeConnection`` (``server.py``) whose bytes pass through a sans-IO
+``EdgeConnection`` (``edge.py``) whose bytes pass through a sans-IO
 ``websockets.server.ServerProtocol`` on their way in and out. The library does
 the HTTP upgrade (``Origin`` check, subprotocol choice, its own limits on the
 request), the framing, masking, ping/pong and the closing handshake; this

@@ -136,7 +136,7 @@ def run_spark_job(module: str, argv: list[str]) -> int:
         job = importlib.import_module(module)
         from clients.spark.session import spark_errors
 
-        errors = spark_errors()
+        failures: tuple[type[BaseException], ...] = (*spark_errors(), OSError)
     except ImportError as exc:
         raise CommandError(
             f"this command needs the spark extra (pip install -e '.[spark]'; Java 17 on the PATH): {exc}", FAILURE
@@ -145,7 +145,7 @@ def run_spark_job(module: str, argv: list[str]) -> int:
         return int(job.main(argv) or 0)
     except SystemExit as exc:  # the job's own argument parser
         return exc.code if isinstance(exc.code, int) else USAGE
-    except (*errors, OSError) as exc:
+    except failures as exc:
         raise CommandError(f"Spark failed: {spark_error(exc)}", FAILURE) from None
 
 

@@ -4,9 +4,9 @@
     report = await replay("out/tiny", ReplayOptions(port=61613, speed=2), trace="client.jsonl")
     print(report.render(source="out/tiny", target="127.0.0.1:61613", speed=2, trace=None))
 
-Modules: ``source`` (finding and checking the action table), ``driver`` (the
-scheduler, counting and tracing), ``actor`` (one client: its connection,
-its actions in order, its consumers), ``stats`` (histograms, counters,
+Modules: ``options`` (how to replay), ``source`` (finding and checking the
+action table), ``driver`` (the scheduler, counting and tracing), ``actor``
+(one client: its connection, its actions in order, its consumers), ``stats`` (histograms, counters,
 errors), ``report`` (the summary), ``progress`` (the terminal bar). The
 design is described in docs/replay.md.
 """
@@ -20,7 +20,8 @@ from pathlib import Path
 from clients.spark.actions import Action
 from minibroker.trace import Trace
 
-from .driver import RECEIPT_MODES, Replayer, ReplayOptions
+from .driver import Replayer
+from .options import RECEIPT_MODES, ReplayOptions
 from .progress import Progress
 from .report import ReplayReport
 from .source import ActionTable, ReplayError, open_table, parse_shard, shard
@@ -47,8 +48,13 @@ async def replay(
 
     ``trace`` names a client-side trace file to write (epoch-second clock).
     """
-    table = open_table(actions) if isinstance(actions, (str, Path)) else None
-    rows = table.actions() if table is not None else actions
+    table: ActionTable | None = None
+    rows: Iterable[Action]
+    if isinstance(actions, (str, Path)):
+        table = open_table(actions)
+        rows = table.actions()
+    else:
+        rows = actions
     name = options.broker_name or f"{options.host}:{options.port}"
     writer = Trace(trace, time.time, broker=name) if trace is not None else None
     try:

@@ -6,7 +6,10 @@ The scheduler (``driver``) hands each action to its client when it falls due
 (``push``); the client's task performs them one after another, so a client
 whose broker is slow (a send waiting for a RECEIPT, a socket the broker has
 stopped reading) falls behind on its own without holding up the others. The
-lag of an action is the time it starts minus the time it was due.
+lag of an action is the time it starts minus the time it was due. A client
+reads how to replay from ``ReplayOptions`` and tells the scheduler what it
+did through ``ReplayEvents`` (the counting, the tracing and the
+``--max-clients`` connections are the scheduler's).
 
 A subscription gets a consumer task (``Consumer``): it takes each message as
 the application would (``Subscription.get``, so the client stops reading the
@@ -32,15 +35,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Awaitable, Callable, Protocol
 
 from clients.spark.actions import Action
-from clients.stomp import StompClient, StompClientError, StompError, Subscription
+from clients.stomp import Message, StompClient, StompClientError, StompError, Subscription
 
-if TYPE_CHECKING:
-    from .driver import Replayer
+from .options import ReplayOptions
 
-__all__ = ["ReplayClient", "Consumer", "body"]
+__all__ = ["ReplayClient", "ReplayEvents", "Consumer", "body"]
 
 _BODIES: dict[int, bytes] = {}
 _BODY_CACHE = 4096  # distinct sizes kept
@@ -56,6 +58,46 @@ def body(size: int) -> bytes:
         if len(_BODIES) < _BODY_CACHE:
             _BODIES[size] = data
     return data
+
+
+class ReplayEvents(Protocol):
+    """What a replayed client tells its scheduler (``driver.Replayer`` is one)."""
+
+    def dequeued(self) -> None:
+        """A pushed action was taken from the client's queue."""
+
+    def skip(self) -> None:
+        """An action was skipped: its client had failed."""
+
+    def lag(self, seconds: float, action: Action) -> None:
+        """``action`` started ``seconds`` after it was due."""
+
+    def performed(self, kind: str) -> None:
+        """An action of ``kind`` was done."""
+
+    def sent(self, client: str, dest: str, msg: str, size: int, persistent: bool | None, priority: int | None) -> None:
+        """A message was sent."""
+
+    def received(self, client: str, sub: str, dest: str, message: Message) -> None:
+        """A consumer took a message."""
+
+    def acked(self, client: str, sub: str, dest: str, message: Message, mode: str) -> None:
+        """A consumer acknowledged a message."""
+
+    def take_connection(self) -> bool:
+        """Hold one of the ``max_clients`` connections; False when all are held."""
+
+    def release_connection(self) -> None:
+        """Give back a connection taken with ``take_connection``."""
+
+    def connected(self, name: str, client: StompClient, client_id: str | None) -> None:
+        """A client connected."""
+
+    def disconnected(self, name: str, client: StompClient, reason: str) -> None:
+        """A client's connection ended (``client`` or ``error``)."""
+
+    def error(self, client: str, doing: str, exc: BaseException) -> None:
+        """A client met ``exc`` while ``doing`` something (reported once per exception)."""
 
 
 class Consumer:
@@ -77,7 +119,7 @@ class Consumer:
 
     async def _run(self) -> None:
         owner, sub, client = self.owner, self.sub, self.client
-        r = owner.replayer
+        events, speed = owner.events, owner.options.speed
         ack = sub.ack != "auto"
         streak = 0
         while True:
@@ -94,23 +136,24 @@ class Consumer:
                 continue
             except StompClientError:  # unsubscribed, disconnected or lost: the owner reports
                 return
-            r.received(owner.name, sub.id, self.dest, message)
+            events.received(owner.name, sub.id, self.dest, message)
             if self.process > 0:
-                await _sleep(self.process / r.speed)
+                await _sleep(self.process / speed)
             if ack:
                 try:
                     await client.ack(message)
                 except StompClientError:
                     return
-                r.acked(owner.name, sub.id, self.dest, message, sub.ack)
+                events.acked(owner.name, sub.id, self.dest, message, sub.ack)
 
 
 class ReplayClient:
     """A client of the action table: its connection, subscriptions and pending actions."""
 
-    def __init__(self, name: str, replayer: "Replayer") -> None:
+    def __init__(self, name: str, options: ReplayOptions, events: ReplayEvents) -> None:
         self.name = name
-        self.replayer = replayer
+        self.options = options
+        self.events = events
         self.client: StompClient | None = None
         self.consumers: dict[str, Consumer] = {}
         #: Set by the first error that ends the client; later actions are skipped.
@@ -141,7 +184,7 @@ class ReplayClient:
 
     # ------------------------------------------------------------ the actions
     async def _run(self) -> None:
-        r = self.replayer
+        r = self.events
         loop = asyncio.get_running_loop()
         pending = self._pending
         try:
@@ -170,11 +213,10 @@ class ReplayClient:
 
     async def _perform(self, a: Action) -> None:
         await self._HANDLERS[a.action](self, a)
-        self.replayer.performed(a.action)
+        self.events.performed(a.action)
         self._check_errors()
 
     async def _send(self, a: Action) -> None:
-        r = self.replayer
         client = self._client()
         headers = dict(a.headers) if a.headers else {}
         if a.persistent:
@@ -189,10 +231,10 @@ class ReplayClient:
             a.dest,  # type: ignore[arg-type]
             body(size),
             headers,  # type: ignore[arg-type]
-            receipt=r.wants_receipt(a),
-            timeout=r.timeout,
+            receipt=self.options.wants_receipt(a),
+            timeout=self.options.timeout,
         )
-        r.sent(self.name, a.dest, msg, size, a.persistent, a.priority)  # type: ignore[arg-type]
+        self.events.sent(self.name, a.dest, msg, size, a.persistent, a.priority)  # type: ignore[arg-type]
 
     async def _subscribe(self, a: Action) -> None:
         client = self._client()
@@ -203,7 +245,7 @@ class ReplayClient:
             prefetch=a.prefetch,
             selector=a.selector,
             headers=a.headers,
-            timeout=self.replayer.timeout,
+            timeout=self.options.timeout,
         )
         self.consumers[sub.id] = Consumer(self, client, sub, a.dest, a.process or 0.0)  # type: ignore[arg-type]
 
@@ -216,7 +258,7 @@ class ReplayClient:
         consumer = self.consumers.pop(a.sub, None)  # type: ignore[arg-type]
         if consumer is not None:
             consumer.stop()
-            await consumer.sub.unsubscribe(timeout=self.replayer.timeout)
+            await consumer.sub.unsubscribe(timeout=self.options.timeout)
 
     async def _disconnect(self, a: Action) -> None:
         await self.close()
@@ -227,17 +269,17 @@ class ReplayClient:
         return self.client
 
     async def _connect(self, a: Action) -> None:
-        r = self.replayer
+        o = self.options
         if self.client is not None and not self.client.is_closed and not self._disconnecting:
             raise StompClientError("connect while connected")
-        if not r.take_connection():
-            raise StompClientError(f"not connected: {r.max_clients} connections are already open (--max-clients)")
+        if not self.events.take_connection():
+            raise StompClientError(f"not connected: {o.max_clients} connections are already open (--max-clients)")
         self._counted = True
         client_id = a.client_id
-        if client_id is not None and r.client_id_prefix:
-            client_id = f"{r.client_id_prefix}-{client_id}"
+        if client_id is not None and o.client_id_prefix:
+            client_id = f"{o.client_id_prefix}-{client_id}"
         try:
-            client = await StompClient.connect(r.host, r.port, client_id=client_id, **r.connect_options)
+            client = await StompClient.connect(o.host, o.port, client_id=client_id, **o.connect_options())
         except BaseException:
             self._release()
             raise
@@ -245,7 +287,7 @@ class ReplayClient:
         self._errors_seen = 0
         self._disconnecting = False
         client.closed.add_done_callback(self._on_closed)
-        r.connected(self.name, client, client_id)
+        self.events.connected(self.name, client, client_id)
 
     #: action -> the method that performs it
     _HANDLERS: dict[str, Callable[["ReplayClient", Action], Awaitable[None]]] = {
@@ -263,7 +305,7 @@ class ReplayClient:
         failure = closed.result()
         self._release()
         if failure is not None and self.client is not None:
-            self.replayer.disconnected(self.name, self.client, "error")
+            self.events.disconnected(self.name, self.client, "error")
             if not self.failed:
                 self.error("connection", failure)
                 self._fail()
@@ -281,7 +323,7 @@ class ReplayClient:
         if any(seen is exc for seen in self._reported):
             return
         self._reported.append(exc)
-        self.replayer.error(self.name, doing, exc)
+        self.events.error(self.name, doing, exc)
 
     def _fail(self) -> None:
         self.failed = True
@@ -297,7 +339,7 @@ class ReplayClient:
     def _release(self) -> None:
         if self._counted:
             self._counted = False
-            self.replayer.release_connection()
+            self.events.release_connection()
 
     async def close(self) -> None:
         """Stop the consumers and DISCONNECT, waiting for the RECEIPT (so the
@@ -308,5 +350,5 @@ class ReplayClient:
             return
         self._disconnecting = True
         self._check_errors()
-        await client.disconnect(timeout=self.replayer.timeout)
-        self.replayer.disconnected(self.name, client, "client")
+        await client.disconnect(timeout=self.options.timeout)
+        self.events.disconnected(self.name, client, "client")

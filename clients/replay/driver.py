@@ -24,59 +24,25 @@ and redraws the progress bar twice a second.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from clients.spark.actions import Action
 from clients.stomp import Message, StompClient
-from minibroker.frames import VERSIONS
 from minibroker.trace import NullTrace, Trace
 
 from .actor import ReplayClient
+from .options import ReplayOptions
 from .progress import Progress
 from .report import ReplayReport
 from .stats import Counters, ErrorLog, Histogram
 
-__all__ = ["ReplayOptions", "Replayer", "RECEIPT_MODES"]
+__all__ = ["Replayer"]
 
-#: When sends wait for the broker's RECEIPT: never, for persistent messages
-#: (as a JMS producer sends them synchronously), or always.
-RECEIPT_MODES = ("never", "persistent", "always")
 BATCH = 64  # rows pushed between yields while behind schedule
 EARLY = 0.0005  # seconds: a row due this soon is pushed now
 TICK = 0.5  # seconds between trace flushes and progress redraws
-
-
-@dataclass
-class ReplayOptions:
-    """How to replay (the command's options)."""
-
-    host: str = "127.0.0.1"
-    port: int = 61613
-    speed: float = 1.0  # > 1 runs faster than the table's clock
-    versions: tuple[str, ...] = VERSIONS
-    vhost: str | None = "localhost"
-    login: str | None = None
-    passcode: str | None = None
-    heartbeat: tuple[int, int] = (0, 0)
-    connect_timeout: float = 10.0
-    timeout: float = 30.0  # for RECEIPTs and blocked writes
-    client_id_prefix: str | None = None
-    receipts: str = "never"  # RECEIPT_MODES
-    max_clients: int = 1000  # connections open at once
-    max_pending: int = 100_000  # rows waiting in clients before the scheduler stops reading
-    broker_name: str | None = None  # the trace's ``broker``; default host:port
-
-    def __post_init__(self) -> None:
-        if not self.speed > 0 or math.isinf(self.speed):
-            raise ValueError(f"speed must be a positive number, not {self.speed!r}")
-        if self.receipts not in RECEIPT_MODES:
-            raise ValueError(f"receipts must be one of {', '.join(RECEIPT_MODES)}")
-        if self.max_clients < 1:
-            raise ValueError("max_clients must be at least 1")
 
 
 class Replayer:
@@ -91,19 +57,7 @@ class Replayer:
         describe: Callable[[BaseException], str] = str,
         warn: Callable[[str], None] = print,
     ) -> None:
-        o = options
-        self.options = o
-        self.host, self.port, self.speed, self.timeout = o.host, o.port, o.speed, o.timeout
-        self.max_clients = o.max_clients
-        self.client_id_prefix = o.client_id_prefix
-        self.connect_options: dict[str, Any] = dict(
-            versions=o.versions,
-            vhost=o.vhost,
-            login=o.login,
-            passcode=o.passcode,
-            heartbeat=o.heartbeat,
-            connect_timeout=o.connect_timeout,
-        )
+        self.options = options
         self.trace = trace if trace is not None else NullTrace()
         self._tracing = self.trace.enabled
         self.progress = progress
@@ -159,7 +113,7 @@ class Replayer:
 
     async def _schedule(self, actions: Iterable[Action], start: float) -> None:
         loop = asyncio.get_running_loop()
-        speed = self.speed
+        speed = self.options.speed
         clients = self.clients
         limit = self.options.max_pending
         burst = 0
@@ -180,7 +134,7 @@ class Replayer:
                 self._room = None
             client = clients.get(action.client)
             if client is None:
-                client = clients[action.client] = ReplayClient(action.client, self)
+                client = clients[action.client] = ReplayClient(action.client, self.options, self)
             self._pending += 1
             client.push(action, due)
 
@@ -193,7 +147,7 @@ class Replayer:
                 self.progress.update(loop.time() - self._start, self.table_t, self)
             self.recent_lag = 0.0
 
-    # ------------------------------------------- called by the clients (hot)
+    # ---------------------- called by the clients (hot): actor.ReplayEvents
     def dequeued(self) -> None:
         self._pending -= 1
         room = self._room
@@ -210,10 +164,6 @@ class Replayer:
 
     def skip(self) -> None:
         self.counters.skipped += 1
-
-    def wants_receipt(self, action: Action) -> bool:
-        mode = self.options.receipts
-        return mode == "always" or (mode == "persistent" and bool(action.persistent))
 
     def sent(self, client: str, dest: str, msg: str, size: int, persistent: bool | None, priority: int | None) -> None:
         c = self.counters
@@ -279,7 +229,7 @@ class Replayer:
     # ------------------------------------------------ connections and errors
     def take_connection(self) -> bool:
         c = self.counters
-        if c.connected >= self.max_clients:
+        if c.connected >= self.options.max_clients:
             return False
         c.connected += 1
         c.peak_connected = max(c.peak_connected, c.connected)

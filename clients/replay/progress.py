@@ -6,14 +6,20 @@ be printed on a clean line, and the next ``update`` draws it again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TextIO
+from typing import Protocol, TextIO
 
-from .stats import format_seconds
+from .stats import Counters, ErrorLog, format_seconds
 
-if TYPE_CHECKING:
-    from .driver import Replayer
+__all__ = ["Progress", "ReplayStatus", "bar"]
 
-__all__ = ["Progress", "bar"]
+
+class ReplayStatus(Protocol):
+    """What the bar shows of a replay (``driver.Replayer`` is one)."""
+
+    counters: Counters
+    errors: ErrorLog
+    #: The worst lag since the bar was last drawn, in seconds.
+    recent_lag: float
 
 
 def bar(fraction: float, width: int = 24) -> str:
@@ -35,7 +41,7 @@ class Progress:
         self.duration = duration
         self._width = 0
 
-    def line(self, elapsed: float, table_t: float, r: "Replayer") -> str:
+    def line(self, elapsed: float, table_t: float, r: ReplayStatus) -> str:
         c = r.counters
         if self.duration:
             head = (
@@ -50,7 +56,7 @@ class Progress:
             f"errors {r.errors.count}  ({elapsed:.0f} s)"
         )
 
-    def update(self, elapsed: float, table_t: float, r: "Replayer") -> None:
+    def update(self, elapsed: float, table_t: float, r: ReplayStatus) -> None:
         text = self.line(elapsed, table_t, r)
         pad = max(0, self._width - len(text))
         self.stream.write("\r" + text + " " * pad)

@@ -179,11 +179,13 @@ def analyze(
     raw = read_inputs(spark, inputs).select(*USED, "v", CORRUPT)
     if not all(is_parquet(p) for p in inputs):
         raw = raw.cache()
-    info = footer_check(inputs) or check_trace(raw)
-    if not info["lines"] or info["t0"] is None:
+    info: dict[str, Any] = footer_check(inputs) or check_trace(raw)
+    t0, t1 = info["t0"], info["t1"]
+    if not info["lines"] or t0 is None:
         raise TraceFormatError(f"no trace events in {', '.join(inputs)}")
-    tb = build_tables(spark, raw, info["t0"], info["t1"], params.bucket)
-    traced_hwm = tb.events.filter(F.col("event") == "page_in_blocked").agg(F.max("hwm")).first()[0]
+    tb = build_tables(spark, raw, t0, t1, params.bucket)
+    highest = tb.events.filter(F.col("event") == "page_in_blocked").agg(F.max("hwm")).first()
+    traced_hwm = highest[0] if highest is not None else None  # an aggregate has its one row
     if traced_hwm is not None:
         params = replace(params, hwm=traced_hwm)
     findings_df = find_all(tb, params).select(*FINDING_COLUMNS).cache()

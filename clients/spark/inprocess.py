@@ -113,11 +113,11 @@ def starved_consumer(tb: Tables, p: Params) -> list[Row]:
             continue
         flagged = []
         for b in _within(s["start"], s["end"], p.bucket):
-            r = rates.get((s["dest"], b))
-            if r is None or b not in mem:
+            rate = rates.get((s["dest"], b))
+            if rate is None or b not in mem:
                 continue
             received = got.get((s["session"], s["sub"], b), 0)
-            if r["backlog_start"] > 0 and starving(received, r["backlog"], mem[b], r["dest_mem_pct"], p.hwm):
+            if rate["backlog_start"] > 0 and starving(received, rate["backlog"], mem[b], rate["dest_mem_pct"], p.hwm):
                 flagged.append(b)
         for island in _islands(flagged):
             start, end = island[0] * p.bucket, (island[-1] + 1) * p.bucket
@@ -389,7 +389,7 @@ def slow_consumer(tb: Tables, p: Params) -> list[Row]:
 
 def _beats(heart_beat: str | None) -> bool:
     """A negotiated heart-beat that is not "0,0": the broker watches the connection."""
-    return bool(heart_beat) and any(part.strip() not in ("", "0") for part in heart_beat.split(","))
+    return bool(heart_beat and any(part.strip() not in ("", "0") for part in heart_beat.split(",")))
 
 
 def stalled_socket(tb: Tables, p: Params) -> list[Row]:

@@ -28,6 +28,7 @@ from typing import Any
 from minibroker.trace import FIELDS, SCHEMA_VERSION, type_ok
 from minibroker.trace.segments import is_segments_dir
 
+from .columns import DEST_COUNTS, DEST_EVENTS, JOURNAL_COLUMNS, SWAP_COLUMNS, USAGE_PCTS, TableSet
 from .findings import REMOVALS, TraceFormatError
 
 __all__ = [
@@ -149,11 +150,11 @@ def _one_file(path: Path, index: int, bad: list[int]) -> Iterator[tuple[float, i
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            e = _decode(line)
-            if e is None:
+            decoded = _decode(line)
+            if decoded is None:
                 bad[0] += 1
                 continue
-            yield float(e["ts"]), index, int(e.get("seq") or n), e
+            yield float(decoded["ts"]), index, int(decoded.get("seq") or n), decoded
 
 
 def read_events(inputs: list[str]) -> tuple[list[Row], dict[str, Any]]:
@@ -175,64 +176,16 @@ def read_events(inputs: list[str]) -> tuple[list[Row], dict[str, Any]]:
     return events, info
 
 
-@dataclass
-class Tables:
-    """The analysis's working set, as the Spark engine's tables (rows as dicts)."""
+@dataclass(kw_only=True)
+class Tables(TableSet[list[Row]]):
+    """The analysis's working set, as the Spark engine's tables (rows as dicts).
+    ``events`` are the kept events (``_KEPT``)."""
 
-    t0: float
-    t1: float
-    bucket: float
-    buckets: int
-    events: list[Row]  # kept events (``_KEPT``) with t and b
-    dest_rates: list[Row]
-    consumer_rates: list[Row]
-    usage: list[Row]
-    subscriptions: list[Row]
-    blocked: list[Row]
-    swaps: list[Row]
-    journal: list[Row]
-    journal_files: list[Row]
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def outputs(self) -> dict[str, list[Row]]:
-        return {
-            "dest_rates": self.dest_rates,
-            "consumer_rates": self.consumer_rates,
-            "usage": self.usage,
-            "subscriptions": self.subscriptions,
-            "blocked": self.blocked,
-            "swaps": self.swaps,
-            "journal": self.journal,
-            "journal_files": self.journal_files,
-        }
 
-
-_DEST_EVENTS = {
-    "enqueue",
-    "send",
-    "dispatch",
-    "recover",
-    "usage",
-    "page_in_blocked",
-    "swap_out",
-    "sent",
-    "received",
-    "acked",
-    *REMOVALS,
-}
-_COUNTS = [
-    "enqueued",
-    "sent",
-    "dispatched",
-    "acked",
-    "removed",
-    "recovered",
-    "spooled",
-    "page_in_blocked",
-    "client_sent",
-    "client_received",
-    "client_acked",
-]
+_DEST_EVENTS = frozenset(DEST_EVENTS)
+_COUNTS = DEST_COUNTS
 _COUNT_OF = {
     "enqueue": "enqueued",
     "send": "sent",
@@ -250,7 +203,7 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
     # backlog per dest: the change within the epoch a bucket ends in (epochs start at `start`)
     delta: dict[tuple[str, int], int] = defaultdict(int)  # (dest, b) -> change in the bucket's last epoch
     starts: list[int] = []  # buckets with a `start`
-    cons: dict[tuple[str, str | None, str | None, str, int], list[int]] = {}
+    cons: dict[tuple[str | None, str | None, str | None, str, int], list[int]] = {}  # (consumer, sub, dest, source, b)
     use_b: dict[int, Row] = {}
     kept: list[Row] = []
     for e in events:
@@ -286,12 +239,11 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
         if name in ("dispatch", "ack", "received", "acked"):
             consumer = e.get("session") if e.get("session") is not None else e.get("client")
             source = "broker" if name in ("dispatch", "ack") else "client"
-            key = (consumer, e.get("sub"), dest, source, b)
-            c = cons.setdefault(key, [0, 0])
-            c[0 if name in ("dispatch", "received") else 1] += 1
+            got_acked = cons.setdefault((consumer, e.get("sub"), dest, source, b), [0, 0])
+            got_acked[0 if name in ("dispatch", "received") else 1] += 1
         if name == "usage":
             u = use_b.setdefault(b, {})
-            for c in ("mem_pct", "store_pct", "temp_pct"):
+            for c in USAGE_PCTS:
                 if e.get(c) is not None:
                     u[c] = max(u.get(c, e[c]), e[c])
         if name in _KEPT:
@@ -335,23 +287,16 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
         }
         for k, v in cons.items()
     ]
-    usage, last = [], {"mem_pct": None, "store_pct": None, "temp_pct": None}
+    usage, last = [], dict.fromkeys(USAGE_PCTS)
     for b in range(nb):
         last.update(use_b.get(b, {}))
         usage.append({"b": b, "t": b * bucket, **{c: (v if v is not None else 0) for c, v in last.items()}})
     end = t1 - t0
-    swaps = [
-        {k: e.get(k) for k in ("t", "event", "dest", "sub", "session", "count", "bytes", "temp_pct", "mem_pct")}
-        for e in kept
-        if e["event"] in ("swap_out", "swap_in")
-    ]
+    swaps = [{k: e.get(k) for k in SWAP_COLUMNS} for e in kept if e["event"] in ("swap_out", "swap_in")]
     jev = [e for e in kept if e["event"] in ("journal_roll", "journal_full", "journal_state")]
     journal = [
         {
-            **{
-                k: e.get(k)
-                for k in ("t", "event", "store", "layout", "file", "files", "live", "live_bytes", "capacity", "dest")
-            },
+            **{k: e.get(k) for k in JOURNAL_COLUMNS},
             "pinned": sum(1 for v in (e.get("file_live") or {}).values() if v > 0),
         }
         for e in jev
@@ -364,24 +309,24 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
         {"store": s, "t": e["t"], "file": f, "live": n} for s, e in latest.items() for f, n in e["file_live"].items()
     ]
     return Tables(
-        t0,
-        t1,
-        bucket,
-        nb,
-        kept,
-        dest_rates,
-        consumer_rates,
-        usage,
-        _subscriptions(kept, end),
-        _blocked(kept, end),
-        swaps,
-        journal,
-        journal_files,
+        t0=t0,
+        t1=t1,
+        bucket=bucket,
+        buckets=nb,
+        events=kept,
+        dest_rates=dest_rates,
+        consumer_rates=consumer_rates,
+        usage=usage,
+        subscriptions=_subscriptions(kept, end),
+        blocked=_blocked(kept, end),
+        swaps=swaps,
+        journal=journal,
+        journal_files=journal_files,
     )
 
 
 def _subscriptions(ev: list[Row], end: float) -> list[Row]:
-    subs: dict[tuple[str, str], Row] = {}
+    subs: dict[tuple[str, str | None], Row] = {}
     gone: dict[str, float] = {}
     for e in ev:
         name = e["event"]
@@ -414,7 +359,7 @@ def _subscriptions(ev: list[Row], end: float) -> list[Row]:
 
 
 def _blocked(ev: list[Row], end: float) -> list[Row]:
-    flows: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    flows: dict[tuple[str | None, str | None], list[Row]] = defaultdict(list)
     for e in ev:
         if e["event"] in ("flow_block", "flow_unblock"):
             flows[(e.get("session"), e.get("dest"))].append(e)

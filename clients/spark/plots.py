@@ -16,13 +16,16 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 __all__ = [
     "plot_all",
@@ -72,7 +75,7 @@ PALETTE = [
     "tab:cyan",
     "tab:gray",
 ]
-_RC = {
+_RC: dict[RcKeyType, Any] = {
     "font.size": 17,
     "axes.titlesize": 21,
     "axes.labelsize": 18,
@@ -247,13 +250,13 @@ def usage_lines(series: dict[str, Any]) -> list[Line]:
 
 def journal_lines(series: dict[str, Any], span: float) -> list[Line]:
     """Files each journal kept and those pinned by live messages, at each journal event."""
-    out = []
+    out: list[Line] = []
     for store, rows in sorted(_by(series.get("journal", []), "store").items()):
         rows.sort(key=lambda r: r["t"])
         ts = [0.0] + [r["t"] for r in rows] + [span]
         for col, what in (("files", "files"), ("pinned", "pinned files")):
-            ys = [r[col] or 0 for r in rows]
-            out.append((f"{store}: {what}", ts, [0] + ys + ys[-1:]))
+            ys: list[float] = [r[col] or 0 for r in rows]
+            out.append((f"{store}: {what}", ts, [0, *ys, *ys[-1:]]))
     return out
 
 

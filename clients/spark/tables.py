@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from clients.spark.columns import DEST_COUNTS, DEST_EVENTS, JOURNAL_COLUMNS, SWAP_COLUMNS, USAGE_PCTS, TableSet
 from clients.spark.findings import REMOVALS
 from clients.spark.schema import CORRUPT
 
@@ -71,42 +72,19 @@ USED = [
 ]
 
 
-@dataclass
-class Tables:
-    """The working set of one analysis (the derived tables are kept: local checkpoints)."""
+@dataclass(kw_only=True)
+class Tables(TableSet[DataFrame]):
+    """The working set of one analysis on Spark (the derived tables are kept: local
+    checkpoints). ``events`` are the events that are not per message (not ``HOT``),
+    pruned to the columns used."""
 
-    t0: float
-    t1: float
-    bucket: float
-    buckets: int
-    events: DataFrame  # the events that are not per message (HOT), pruned, with t and b (kept)
     sends: DataFrame  # every send: t, dest, msg (not cached: read only when a detector needs it)
-    dest_rates: DataFrame  # dest, b, t, counts (broker and client_*), backlog(_start), dest_mem_pct (dense)
-    consumer_rates: DataFrame  # consumer, sub, dest, b, t, received, acked, source
-    usage: DataFrame  # b, t, mem_pct, store_pct, temp_pct (dense, carried forward)
-    subscriptions: DataFrame  # session, sub, dest, start, end, prefetch
-    blocked: DataFrame  # session, dest, usage, pct, start, end, duration, open
-    swaps: DataFrame  # t, event, dest, sub, session, count, bytes, temp_pct, mem_pct
-    journal: DataFrame  # t, event, store, layout, file, files, live, live_bytes, capacity, dest
-    journal_files: DataFrame  # store, file, live, t (from each store's latest file_live)
     counts: DataFrame  # events per (event, dest, session, client, sub, b, epoch): n, count, dest_mem_pct (kept)
 
     def unpersist(self) -> None:
         """Free every kept table (the caller's scan is the caller's)."""
         for df in (self.events, self.counts, *self.outputs().values()):
             df.unpersist()
-
-    def outputs(self) -> dict[str, DataFrame]:
-        return {
-            "dest_rates": self.dest_rates,
-            "consumer_rates": self.consumer_rates,
-            "usage": self.usage,
-            "subscriptions": self.subscriptions,
-            "blocked": self.blocked,
-            "swaps": self.swaps,
-            "journal": self.journal,
-            "journal_files": self.journal_files,
-        }
 
 
 # The per-message events: all but a few thousand of a busy trace's lines. They are
@@ -137,21 +115,7 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
     e = F.col("event")
 
     # per destination and bucket: counts, backlog (queues), own memory percent, blocked page-ins
-    # (sent/received/acked: a client-side trace, counted apart so that a broker trace and
-    # a client trace analysed together do not count one message twice)
-    dest_events = (
-        "enqueue",
-        "send",
-        "dispatch",
-        "recover",
-        "usage",
-        "page_in_blocked",
-        "swap_out",
-        "sent",
-        "received",
-        "acked",
-        *REMOVALS,
-    )
+    # (``columns.DEST_EVENTS``)
     # Theory of operation: the input is scanned twice after the caller's parse (cached for JSON lines). Once
     # for the events that are not per message (kept: every later question about
     # subscriptions, usage, flow control, swaps, journals and connections reads only them),
@@ -170,7 +134,7 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
     )
     last_epoch = sum((F.col("b") >= math.floor(t / bucket)).cast("int") for t, _ in starts) if starts else F.lit(0)
     counts_df = (
-        ev.filter(e.isin(*dest_events))
+        ev.filter(e.isin(*DEST_EVENTS))
         .withColumn("epoch", epoch)
         .groupBy("event", "dest", "session", "client", "sub", "b", "epoch")
         .agg(
@@ -203,19 +167,7 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
     )
     changes = dev.groupBy("dest", "b", "epoch").agg(F.sum(change).alias("change"))
     dests = per_dest.select("dest").distinct()
-    counts = [
-        "enqueued",
-        "sent",
-        "dispatched",
-        "acked",
-        "removed",
-        "recovered",
-        "spooled",
-        "page_in_blocked",
-        "client_sent",
-        "client_received",
-        "client_acked",
-    ]
+    counts = list(DEST_COUNTS)
     wd = Window.partitionBy("dest").orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
     we = Window.partitionBy("dest", "epoch").orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
     queue = F.col("dest").startswith("/queue/")
@@ -250,7 +202,7 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
     )
 
     # broker-wide usage: the highest value in a bucket, else the last one known
-    pcts = ["mem_pct", "store_pct", "temp_pct"]
+    pcts = USAGE_PCTS
     per_b = rare.filter(e == "usage").groupBy("b").agg(*[F.max(c).alias(c) for c in pcts])
     wf = Window.orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
     usage = (
@@ -262,24 +214,10 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
     )
     subscriptions = _subscriptions(rare, t1 - t0).localCheckpoint()
     blocked = _blocked(rare, t1 - t0).localCheckpoint()
-    swaps = (
-        rare.filter(e.isin("swap_out", "swap_in"))
-        .select("t", "event", "dest", "sub", "session", "count", "bytes", "temp_pct", "mem_pct")
-        .localCheckpoint()
-    )
+    swaps = rare.filter(e.isin("swap_out", "swap_in")).select(*SWAP_COLUMNS).localCheckpoint()
     jev = rare.filter(e.isin("journal_roll", "journal_full", "journal_state"))
     journal = jev.select(
-        "t",
-        "event",
-        "store",
-        "layout",
-        "file",
-        "files",
-        "live",
-        "live_bytes",
-        "capacity",
-        "dest",
-        F.size(F.map_filter("file_live", lambda k, v: v > 0)).alias("pinned"),
+        *JOURNAL_COLUMNS, F.size(F.map_filter("file_live", lambda k, v: v > 0)).alias("pinned")
     ).localCheckpoint()
     latest = (
         jev.filter(F.col("file_live").isNotNull())
@@ -291,21 +229,21 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
     ).localCheckpoint()
     sends = ev.filter(e == "send").select("t", "dest", "msg")
     return Tables(
-        t0,
-        t1,
-        bucket,
-        nb,
-        rare,
-        sends,
-        dest_rates,
-        consumer_rates,
-        usage,
-        subscriptions,
-        blocked,
-        swaps,
-        journal,
-        journal_files,
-        counts_df,
+        t0=t0,
+        t1=t1,
+        bucket=bucket,
+        buckets=nb,
+        events=rare,
+        sends=sends,
+        dest_rates=dest_rates,
+        consumer_rates=consumer_rates,
+        usage=usage,
+        subscriptions=subscriptions,
+        blocked=blocked,
+        swaps=swaps,
+        journal=journal,
+        journal_files=journal_files,
+        counts=counts_df,
     )
 
 

@@ -150,10 +150,9 @@ def _send_columns(g: ProducerGroup, seed: int) -> dict[str, Column]:
 def _by_group(groups: list[ProducerGroup], exprs: list[dict[str, Column]], name: str) -> Column:
     if len(groups) == 1:
         return exprs[0][name]
-    col = None
-    for i, e in enumerate(exprs):
-        cond = F.col("gidx") == F.lit(i)
-        col = F.when(cond, e[name]) if col is None else col.when(cond, e[name])
+    col = F.when(F.col("gidx") == F.lit(0), exprs[0][name])
+    for i, e in enumerate(exprs[1:], 1):
+        col = col.when(F.col("gidx") == F.lit(i), e[name])
     return col
 
 

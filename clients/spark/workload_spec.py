@@ -318,7 +318,7 @@ def parse_workload(doc: Mapping[str, Any], *, scale: float = 1.0, source: str = 
     if duration is not None:
         duration = _number("[workload].duration", duration)
 
-    producers = []
+    producers: list[ProducerGroup] = []
     for i, g in enumerate(doc.get("producers", [])):
         where = f"producers[{i}]"
         _check_keys(where, g, _PRODUCER)
@@ -356,7 +356,7 @@ def parse_workload(doc: Mapping[str, Any], *, scale: float = 1.0, source: str = 
             )
         )
 
-    consumers = []
+    consumers: list[ConsumerGroup] = []
     for i, g in enumerate(doc.get("consumers", [])):
         where = f"consumers[{i}]"
         _check_keys(where, g, _CONSUMER)
@@ -387,7 +387,7 @@ def parse_workload(doc: Mapping[str, Any], *, scale: float = 1.0, source: str = 
             )
         )
 
-    groups = [*producers, *consumers]
+    groups: list[ProducerGroup | ConsumerGroup] = [*producers, *consumers]
     if not groups:
         raise WorkloadError("workload file: no producers and no consumers")
     names = [g.name for g in groups]

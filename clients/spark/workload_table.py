@@ -61,8 +61,8 @@ def control_rows(workload: Workload) -> list[dict]:
             cid = c if g.client_id else None
             rows.append(_row(g.start, c, 0, "connect", g.name, dest=g.dest, client_id=cid))
             rows.append(_row(g.stop, c, counts[c] + 1, "disconnect", g.name, dest=g.dest))
-    for g in workload.consumers:
-        rows.extend(_consumer_rows(g))
+    for consumer in workload.consumers:
+        rows.extend(_consumer_rows(consumer))
     return rows
 
 

@@ -7,17 +7,19 @@
     await client.ack(msg)
     await client.disconnect()
 
-Modules: ``client`` (the connection), ``subscription`` (subscriptions and
-transactions), ``message`` (received messages, ACK headers per version),
-``heartbeat`` (negotiation and timers), ``transport`` (opening the socket,
-timed waits), ``errors``.
+Modules: ``client`` (the connection), ``subscription`` (a subscription's
+messages), ``flow`` (the read side's flow credit), ``transaction``,
+``message`` (received messages, ACK headers per version), ``heartbeat``
+(negotiation and timers), ``transport`` (opening the socket, timed waits),
+``errors``.
 """
 
 from .client import ACK_MODES, DEFAULT_PORT, StompClient
 from .errors import CannotConnect, ConnectionLost, StompClientError, StompError, SubscriptionClosed
 from .heartbeat import negotiate as negotiate_heartbeat
 from .message import Message, ack_headers
-from .subscription import Subscription, Transaction
+from .subscription import Subscription
+from .transaction import Transaction
 
 __all__ = [
     "StompClient",

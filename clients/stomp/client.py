@@ -25,12 +25,13 @@ fails with. A connection that ends otherwise fails everything with
 ``ConnectionLost``; one ended by ``disconnect()`` closes subscriptions with
 ``SubscriptionClosed``.
 
-Flow control both ways, after asyncio's streams (STYLE.md, section 4):
+Flow control both ways, after asyncio's streams (``Lib/asyncio/streams.py``):
 writes go to the transport at once and ``send`` awaits ``resume_writing``
 when the transport's buffer is over its high-water mark; reads stop
 (``pause_reading``) while more than ``max_buffered`` messages wait in
-subscriptions and resume at half that, so a slow application fills the TCP
-window and the broker sees a slow consumer, as it would with a real one.
+subscriptions and resume at half that (``flow.FlowCredit`` counts them), so
+a slow application fills the TCP window and the broker sees a slow
+consumer, as it would with a real one.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ from minibroker.errors import ProtocolError
 from minibroker.frames import VERSIONS, Frame
 
 from .errors import CannotConnect, ConnectionLost, StompClientError, StompError, SubscriptionClosed
+from .flow import FlowCredit
 from .heartbeat import Heartbeats, format_heartbeat, negotiate, parse_heartbeat
 from .message import Message, ack_headers
-from .subscription import Subscription, Transaction
+from .subscription import Subscription
+from .transaction import Transaction
 from .transport import open_connection, wait
 
 __all__ = ["StompClient", "ACK_MODES", "DEFAULT_PORT"]
@@ -147,7 +150,6 @@ class StompClient:
         self.unrouted = 0
         self._offered_heartbeat = heartbeat
         self._grace = heartbeat_grace
-        self._max_buffered = max_buffered
         self._transport: asyncio.Transport | None = None
         self._parser = FrameParser(role="client", version="1.0")
         self._connected: asyncio.Future[Frame] | None = None
@@ -162,8 +164,7 @@ class StompClient:
         self._out_size = 0
         self._flush_scheduled = False
         self._yield_due = False
-        self._buffered = 0
-        self._reading_paused = False
+        self._credit = FlowCredit(max_buffered, self._update_reading)
         self._hb: Heartbeats | None = None
         self._closing = False
         self._failure: StompClientError | None = None  # why the connection must end
@@ -301,7 +302,7 @@ class StompClient:
     def reading_paused(self) -> bool:
         """True while the client has stopped reading the socket because
         ``max_buffered`` messages wait to be taken with ``get``."""
-        return self._reading_paused
+        return self._credit.paused
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         """The transport's ``get_extra_info`` (``"socket"``, ``"peername"`` ...)."""
@@ -374,7 +375,15 @@ class StompClient:
             frame_headers.update(headers)
             frame_headers["destination"], frame_headers["id"] = destination, sub_id
         self._check_usable()
-        sub = Subscription(self, sub_id, destination, frame_headers["ack"], on_message)
+        sub = Subscription(
+            sub_id,
+            destination,
+            frame_headers["ack"],
+            loop=self._loop,
+            credit=self._credit,
+            unsubscribe=self._unsubscribe,
+            on_message=on_message,
+        )
         self._subs[sub_id] = sub  # before sending: MESSAGEs may follow at once
         try:
             await self._request("SUBSCRIBE", frame_headers, receipt=receipt, timeout=timeout)
@@ -386,7 +395,7 @@ class StompClient:
         return sub
 
     async def _unsubscribe(
-        self, sub: Subscription, headers: Mapping[str, str] | None, *, receipt: bool, timeout: float | None
+        self, sub: Subscription, headers: Mapping[str, str] | None, receipt: bool, timeout: float | None
     ) -> None:
         frame_headers = {"id": sub.id}
         if headers:
@@ -534,14 +543,14 @@ class StompClient:
         headers["receipt"] = receipt_id
         fut: asyncio.Future[Frame] = self._loop.create_future()
         self._receipts[receipt_id] = fut
-        if self._reading_paused:
+        if self._credit.paused:
             self._update_reading()
         try:
             self._write(Frame(command, headers, body))
             return await wait(fut, timeout)
         finally:
             self._receipts.pop(receipt_id, None)
-            if self._buffered >= self._max_buffered:
+            if self._credit.exhausted:
                 self._update_reading()
 
     async def _drain(self, timeout: float | None) -> None:
@@ -592,10 +601,7 @@ class StompClient:
                     "MESSAGE for unknown subscription %r on %r dropped", sub_id, frame.headers.get("destination")
                 )
                 return
-        if sub._deliver(Message(frame, sub.id)):
-            self._buffered += 1
-            if self._buffered >= self._max_buffered and not self._reading_paused:
-                self._update_reading()
+        sub._deliver(Message(frame, sub.id))
 
     def _route_by_destination(self, frame: Frame) -> Subscription | None:
         """A STOMP 1.0 broker may omit ``subscription``: match the destination."""
@@ -607,14 +613,8 @@ class StompClient:
             return next(iter(self._subs.values()))
         return None
 
-    def _consumed(self) -> None:
-        """A buffered message was taken."""
-        self._buffered -= 1
-        if self._reading_paused:
-            self._update_reading()
-
     def _update_reading(self) -> None:
-        """Pause reading at ``max_buffered`` waiting messages, resume at half.
+        """Pause or resume reading as the flow credit says (``flow.FlowCredit``).
 
         A RECEIPT travels behind the messages the broker sent before it, so
         while one is awaited (or the client is closing) reading goes on
@@ -624,14 +624,14 @@ class StompClient:
         transport = self._transport
         if transport is None or transport.is_closing():
             return
-        must_read = bool(self._receipts) or self._closing
-        if self._reading_paused:
-            if must_read or self._buffered <= self._max_buffered // 2:
-                self._reading_paused = False
+        credit = self._credit
+        pause = credit.wants_pause(must_read=bool(self._receipts) or self._closing)
+        if pause != credit.paused:
+            credit.paused = pause
+            if pause:
+                transport.pause_reading()
+            else:
                 transport.resume_reading()
-        elif self._buffered >= self._max_buffered and not must_read:
-            self._reading_paused = True
-            transport.pause_reading()
 
     def _on_receipt(self, frame: Frame) -> None:
         fut = self._receipts.get(frame.headers.get("receipt-id", ""))

@@ -1,4 +1,4 @@
-"""Subscriptions (a queue of received messages) and transactions.
+"""Subscriptions: a queue of the messages received for one SUBSCRIBE.
 
 A ``Subscription`` buffers the messages routed to it in a deque and hands
 them to ``get()`` callers in order; a caller that finds the deque empty parks
@@ -12,25 +12,27 @@ ERROR is hidden by it:
   is raised by ``get()`` once the buffered messages are drained, and by every
   call after that.
 
-The client counts buffered messages across all subscriptions and stops
-reading the socket past ``max_buffered`` (see ``StompClient``), so a slow
-application slows the broker down through TCP instead of growing memory.
+Every buffered message holds a unit of the connection's ``FlowCredit``
+(``flow``), shared by all its subscriptions: past ``max_buffered`` units the
+client stops reading the socket, so a slow application slows the broker
+down through TCP instead of growing memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, AsyncIterator, Callable, Mapping
+from typing import AsyncIterator, Awaitable, Callable, Mapping
 
 from .errors import StompClientError, SubscriptionClosed
+from .flow import FlowCredit
 from .message import Message
 from .transport import wait
 
-if TYPE_CHECKING:
-    from .client import StompClient
+__all__ = ["Subscription", "Unsubscribe"]
 
-__all__ = ["Subscription", "Transaction"]
+#: Sends a subscription's UNSUBSCRIBE: (subscription, extra headers, receipt, timeout).
+Unsubscribe = Callable[["Subscription", Mapping[str, str] | None, bool, float | None], Awaitable[None]]
 
 
 class Subscription:
@@ -38,13 +40,15 @@ class Subscription:
 
     def __init__(
         self,
-        client: "StompClient",
         id: str,
         destination: str,
         ack: str,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        credit: FlowCredit,
+        unsubscribe: Unsubscribe,
         on_message: Callable[[Message], None] | None = None,
     ) -> None:
-        self.client = client
         #: The subscription id sent in SUBSCRIBE.
         self.id = id
         self.destination = destination
@@ -52,6 +56,9 @@ class Subscription:
         self.ack = ack
         #: Messages routed to this subscription so far.
         self.received = 0
+        self._loop = loop
+        self._credit = credit
+        self._send_unsubscribe = unsubscribe
         self._on_message = on_message
         self._items: deque[Message | StompClientError] = deque()
         self._waiters: deque[asyncio.Future[Message]] = deque()
@@ -76,7 +83,7 @@ class Subscription:
         if items:
             item = items.popleft()
             if isinstance(item, Message):
-                self.client._consumed()
+                self._credit.give_back()
                 return item
             raise item
         if self._end is not None:
@@ -93,7 +100,7 @@ class Subscription:
         message = self.get_nowait()
         if message is not None:
             return message
-        waiter: asyncio.Future[Message] = self.client._loop.create_future()
+        waiter: asyncio.Future[Message] = self._loop.create_future()
         self._waiters.append(waiter)
         try:
             return await wait(waiter, timeout)
@@ -101,7 +108,7 @@ class Subscription:
             # Cancelled after a message was handed over: keep it for the next get().
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 self._items.appendleft(waiter.result())
-                self.client._buffered += 1
+                self._credit.retake()
             raise
         finally:
             if waiter in self._waiters:  # timed out or cancelled while parked
@@ -128,23 +135,23 @@ class Subscription:
         Messages already buffered can still be taken with ``get``; after them
         ``get`` raises ``SubscriptionClosed``.
         """
-        await self.client._unsubscribe(self, headers, receipt=receipt, timeout=timeout)
+        await self._send_unsubscribe(self, headers, receipt, timeout)
 
     # -- called by the client
-    def _deliver(self, message: Message) -> bool:
-        """Hand ``message`` over; True when it was buffered (not taken)."""
+    def _deliver(self, message: Message) -> None:
+        """Hand ``message`` over: to ``on_message``, a waiting ``get`` or the buffer."""
         self.received += 1
         if self._on_message is not None:
             self._on_message(message)
-            return False
+            return
         waiters = self._waiters
         while waiters:
             waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(message)
-                return False
+                return
         self._items.append(message)
-        return True
+        self._credit.take()
 
     def _fail(self, error: StompClientError) -> None:
         """An error that does not end the subscription (yet)."""
@@ -169,71 +176,3 @@ class Subscription:
     def __repr__(self) -> str:
         state = "active" if self._end is None else "closed"
         return f"<Subscription {self.id} {self.destination} ack={self.ack} {state}>"
-
-
-class Transaction:
-    """A STOMP transaction: BEGIN, frames that name it, then COMMIT or ABORT.
-
-    Made by ``StompClient.transaction()``; as an async context manager it
-    begins on entry and commits on a clean exit, aborts on an exception.
-    """
-
-    def __init__(self, client: "StompClient", id: str) -> None:
-        self.client = client
-        #: The ``transaction`` header value.
-        self.id = id
-        #: ``new``, ``active``, ``committed`` or ``aborted``.
-        self.state = "new"
-
-    async def _control(self, command: str, expected: str, after: str, receipt: bool, timeout: float | None) -> None:
-        if self.state != expected:
-            raise RuntimeError(f"cannot {command} transaction {self.id!r}: it is {self.state}")
-        await self.client._request(command, {"transaction": self.id}, receipt=receipt, timeout=timeout)
-        self.state = after
-
-    async def begin(self, *, receipt: bool = False, timeout: float | None = 30.0) -> None:
-        """Send BEGIN."""
-        await self._control("BEGIN", "new", "active", receipt, timeout)
-
-    async def commit(self, *, receipt: bool = True, timeout: float | None = 30.0) -> None:
-        """Send COMMIT; with ``receipt`` (the default) wait until it is done."""
-        await self._control("COMMIT", "active", "committed", receipt, timeout)
-
-    async def abort(self, *, receipt: bool = True, timeout: float | None = 30.0) -> None:
-        """Send ABORT; with ``receipt`` (the default) wait until it is done."""
-        await self._control("ABORT", "active", "aborted", receipt, timeout)
-
-    async def send(
-        self,
-        destination: str,
-        body: bytes | str = b"",
-        headers: Mapping[str, str] | None = None,
-        *,
-        receipt: bool = False,
-        timeout: float | None = 30.0,
-    ) -> None:
-        """``client.send`` inside this transaction."""
-        await self.client.send(destination, body, headers, receipt=receipt, transaction=self.id, timeout=timeout)
-
-    async def ack(self, message: Message, *, receipt: bool = False, timeout: float | None = 30.0) -> None:
-        """``client.ack`` inside this transaction."""
-        await self.client.ack(message, self.id, receipt=receipt, timeout=timeout)
-
-    async def nack(self, message: Message, *, receipt: bool = False, timeout: float | None = 30.0) -> None:
-        """``client.nack`` inside this transaction."""
-        await self.client.nack(message, self.id, receipt=receipt, timeout=timeout)
-
-    async def __aenter__(self) -> "Transaction":
-        await self.begin()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        if self.state != "active":
-            return
-        if exc_type is None:
-            await self.commit()
-        elif not self.client.is_closed:
-            await self.abort()
-
-    def __repr__(self) -> str:
-        return f"<Transaction {self.id} {self.state}>"

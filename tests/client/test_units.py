@@ -1,10 +1,11 @@
-"""Pure pieces of the client: heart-beat rules, ACK headers, Message."""
+"""Pure pieces of the client: heart-beat rules, ACK headers, Message, the flow credit."""
 
 from __future__ import annotations
 
 import pytest
 
 from clients.stomp import Message, ack_headers, negotiate_heartbeat
+from clients.stomp.flow import FlowCredit
 from clients.stomp.heartbeat import format_heartbeat, parse_heartbeat
 from minibroker.frames import Frame
 
@@ -76,3 +77,29 @@ def test_message_attributes() -> None:
     assert m.redelivered is True
     assert m.body == b"hi" and m.text == "hi"
     assert Message(Frame("MESSAGE", {}), "x").redelivered is False
+
+
+def test_flow_credit_pauses_at_its_limit_and_resumes_at_half() -> None:
+    calls: list[bool] = []
+    credit = FlowCredit(4, lambda: calls.append(credit.wants_pause(must_read=False)))
+    for _ in range(3):
+        credit.take()
+    assert calls == [] and not credit.exhausted
+    credit.take()  # the fourth: the connection is told, and should pause
+    assert calls == [True] and credit.exhausted
+    credit.paused = True
+    credit.give_back()  # 3 held: still paused
+    assert calls == [True, True]
+    credit.give_back()  # 2 held, half the limit: resume
+    assert calls == [True, True, False]
+    credit.retake()  # a cancelled get put its message back: no call
+    assert credit.held == 3 and len(calls) == 3
+
+
+def test_flow_credit_never_pauses_while_the_connection_must_read() -> None:
+    credit = FlowCredit(2, lambda: None)
+    credit.take()
+    credit.take()
+    assert credit.wants_pause(must_read=False) and not credit.wants_pause(must_read=True)
+    credit.paused = True
+    assert not credit.wants_pause(must_read=True)  # a RECEIPT awaited: read on
