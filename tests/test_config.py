@@ -158,6 +158,22 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "clients.cli", *args], capture_output=True, text=True, timeout=60)
 
 
+def test_an_unknown_key_names_the_file_and_the_nearest_known_key(tmp_path: Path) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text('[system_usage]\nmemory_limt = "64 MB"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"unknown key 'system_usage.memory_limt' in '{path}': did you mean 'memory_limit'?" in str(err.value)
+    path.write_text("[trasnport]\nport = 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"unknown section 'trasnport' in '{path}': did you mean 'transport'?" in str(err.value)
+    path.write_text("[store]\nzzz = 1\n")
+    with pytest.raises(ConfigError) as err:  # nothing near: no guess
+        load_config(path)
+    assert "did you mean" not in str(err.value) and "(known keys: " in str(err.value)
+
+
 def test_serve_refuses_a_bad_config_without_a_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "broker.toml"
     bad.write_text("[system_usage]\nmemory_limit = 'huge'\n")
