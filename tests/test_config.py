@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -190,6 +192,19 @@ def test_serve_refuses_a_journal_file_too_small_without_a_traceback(tmp_path: Pa
     assert result.returncode == 2
     assert "bad value for 'store.journal_max_file_length': 100 (expected a size of at least 256 bytes" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--port", "--websocket-port", "--console-port"])
+def test_serve_on_a_port_in_use_refuses_before_it_opens_the_store(tmp_path: Path, option: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        ports = {"--port": "0", "--websocket-port": "0", "--console-port": "0", option: str(port)}
+        data = tmp_path / "data"
+        result = run_cli("serve", "--host", "127.0.0.1", "--data-dir", str(data), *itertools.chain(*ports.items()))
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "recovered" not in result.stderr and "Traceback" not in result.stderr
+    assert not data.exists()  # no data directory, no lock file
 
 
 def test_serve_refuses_a_bad_port_argument() -> None:
