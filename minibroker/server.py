@@ -57,6 +57,7 @@ from .broker import Broker
 from .clock import SystemClock
 from .config import BrokerConfig
 from .console import ConsoleConnection
+from .console.vendor import check as console_library_problems
 from .edge import EdgeConnection, TcpConnection
 from .errors import ConfigError, StoreFailure, StoreOpenError
 from .eventloop import describe
@@ -138,6 +139,9 @@ class BrokerServer:
         if console is not None and console[1]:
             self._console_server = await _listen(lambda: ConsoleConnection(self), console[0], max(console[1], 0))
             log.info("web console on http://%s:%d/ (Prometheus metrics at /metrics)", console[0], self.console_port)
+            problems = console_library_problems()
+            if problems:  # the page would load without them: it is refused with a 503 saying why
+                log.warning("the web console's page is off (/metrics answers): %s", "; ".join(problems))
         self._arm_timer()
         if self.broker.store is not None and self.broker.config.store.fsync == "batch":
             self._batch_timer = loop.call_later(_BATCH_SYNC_SECONDS, self._batch_sync)
