@@ -28,7 +28,7 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
             sys.executable,
             str(ROOT / "bench" / "spark_scale.py"),
             "--events",
-            "20000",
+            "2000",
             "--workload",
             str(TINY),
             "--scale",
@@ -47,7 +47,7 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     r = json.loads(report.read_text())
     # the synthetic trace's four events per message, plus its few control lines
-    assert 20_000 <= r["events"] < 20_100
+    assert 2_000 <= r["events"] < 2_100
     assert r["actions"] == summarize(load_workload(TINY))["rows"]
     assert set(r["jobs"]) == {"parse", "analyze", "workload", "workload-spark"}
     for job in r["jobs"].values():
@@ -68,7 +68,7 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
     # the workload as a user runs it (in process), and the Spark job beside it
     assert rows["workload"][1] == "workload file (engine auto: inprocess)"
     assert rows["workload-spark"][1] == "workload file (engine spark)" and rows["workload-spark"][5] == ""
-    assert r["bench"] == "spark_scale" and "--events 20000" in r["command"]
+    assert r["bench"] == "spark_scale" and "--events 2000" in r["command"]
     assert "load average" in p.stdout and "goals met:" in p.stdout
     # the working directory keeps the trace in both forms, not the jobs' outputs
     assert sorted(x.name for x in (tmp_path / "work").iterdir()) == ["trace.jsonl", "trace.jsonl.parquet"]
