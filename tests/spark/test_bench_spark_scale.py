@@ -6,6 +6,8 @@ No speed is asserted: the figures are the benchmark's business (docs/benchmarks.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +25,9 @@ TINY = ROOT / "examples" / "workloads" / "tiny.toml"
 
 def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
-    p = subprocess.run(
+    # In a process group of its own: a run past the deadline is stopped whole, its jobs'
+    # JVMs included (a plain timeout would kill the script and orphan them).
+    proc = subprocess.Popen(
         [
             sys.executable,
             str(ROOT / "bench" / "spark_scale.py"),
@@ -39,11 +43,19 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
             str(report),
             "--analyze-arg=--no-plots",  # the bench's mechanics are checked here, the plots elsewhere
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=540,
         cwd=ROOT,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = proc.communicate(timeout=540)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    p = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     r = json.loads(report.read_text())
     # the synthetic trace's four events per message, plus its few control lines
