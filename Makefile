@@ -1,33 +1,59 @@
 # minibroker: two commands on a fresh machine.
-#   make run    start the broker on 127.0.0.1:61613, STOMP over WebSocket on 61614 and the
-#               web console on http://127.0.0.1:8161/ (data in ./data); ARGS adds or
-#               overrides serve's options: make run ARGS="--port 61623 --console-port 0"
-#   make test   run the linters, then the whole test suite on asyncio's own event loop,
-#               then the edge's tests and the labs again on uvloop (the loop `make run` uses), each on
-#               TEST_WORKERS processes (3; TEST_WORKERS=0: one)
+#   make run    install the broker (the core and the fast extra: uvloop) into .venv and start it
+#               on 127.0.0.1:61613, STOMP over WebSocket on 61614 and the web console on
+#               http://127.0.0.1:8161/ (data in ./data); ARGS adds or overrides serve's
+#               options: make run ARGS="--port 61623 --console-port 0"
+#   make spark  add the spark extra (PySpark, pyarrow, numpy, matplotlib) for analyze and workload
+#   make test   install everything the tests need (the dev, spark and fast extras; as root, the
+#               Debian packages of the interoperability and browser tests), run the linters,
+#               then the whole test suite on asyncio's own event loop, then the edge's tests and
+#               the labs' live runs on uvloop (the loop `make run` uses), each on TEST_WORKERS
+#               processes (3; TEST_WORKERS=0: one)
 #   make lint   ruff (lint and format check) and mypy, as configured in pyproject.toml
+# Each install says what it installs, and why, before it starts.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
 ARGS   ?=
+# One stamp per set of extras installed, each made again when the project's metadata changes.
+RUN_STAMP   := $(VENV)/.installed-run
+SPARK_STAMP := $(VENV)/.installed-spark
+STAMP       := $(VENV)/.installed
 
-.PHONY: run test lint venv bench clean net-stomp ruby-stomp php-stomp browser activemq rabbitmq lab-readmes
+.PHONY: run spark test lint venv console bench clean net-stomp ruby-stomp php-stomp browser activemq rabbitmq lab-readmes
 
 $(PY):
+	@echo "creating $(VENV) (Python virtual environment) ..."
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# Re-install whenever the project's metadata changes.
-$(STAMP): $(PY) pyproject.toml
+# What the broker needs: the core and uvloop (the fast extra). No PySpark, no npm: the
+# console's two libraries are in the package (minibroker/console/static/vendor/).
+$(RUN_STAMP): $(PY) pyproject.toml
+	@echo "installing minibroker with the fast extra (uvloop) into $(VENV) ..."
+	$(PY) -m pip install --quiet -e '.[fast]'
+	touch $@
+
+# analyze and workload: PySpark (and Java 17 for its jobs), pyarrow, numpy, matplotlib.
+$(SPARK_STAMP): $(RUN_STAMP)
+	@echo "installing the spark extra (PySpark, pyarrow, numpy, matplotlib) into $(VENV) for analyze and workload ..."
+	$(PY) -m pip install --quiet -e '.[fast,spark]'
+	touch $@
+
+spark: $(SPARK_STAMP)
+
+# Everything the tests and the linters need.
+$(STAMP): $(SPARK_STAMP)
+	@echo "installing the dev extra (pytest, stomp.py, selenium, ruff, mypy ...) into $(VENV) for the tests ..."
 	$(PY) -m pip install --quiet -e '.[dev,spark,fast]'
-	touch $(STAMP)
+	touch $@
 
 venv: $(STAMP)
 
 # stomp.js for the interoperability test (tests/test_stompjs.py), from the lock file.
 STOMPJS := tests/interop/stompjs
 $(STOMPJS)/node_modules/.installed: $(STOMPJS)/package-lock.json
+	@echo "installing stomp.js (npm ci, pinned by $(STOMPJS)/package-lock.json) for tests/test_stompjs.py ..."
 	npm ci --prefix $(STOMPJS) --no-audit --no-fund --loglevel=error
 	touch $@
 
@@ -38,22 +64,22 @@ APT := DEBIAN_FRONTEND=noninteractive apt-get -y -qq --no-install-recommends
 define debian_client
 	@$(1) >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing $(2) (Debian) for $(3) ..."; \
 	    $(APT) install $(2) >/dev/null 2>&1 \
 	      || { apt-get update -qq >/dev/null 2>&1 && $(APT) install $(2) >/dev/null 2>&1; } \
 	      || echo "note: could not install $(2): $(3) will skip"; \
 	  else echo "note: not installed: $(2) (as root: apt-get install $(2)); $(3) will skip"; fi; }
 endef
 
-# The web console's libraries (stomp.js, uPlot), pinned by console/package-lock.json and
-# copied into the served files only with the hashes minibroker/console/vendor.json pins.
+# The web console's libraries (stomp.js, uPlot) are committed in minibroker/console/static/vendor/
+# (tests/test_console_vendor.py holds each to the SHA-256 minibroker/console/vendor.json pins).
+# `make console` vendors them again from npm, pinned by console/package-lock.json, and copies a
+# file only with its pinned hash: after it, `git status` shows the committed files unchanged.
 CONSOLE_NPM := console
-VENDORED    := minibroker/console/static/vendor/.installed
-$(VENDORED): $(CONSOLE_NPM)/package-lock.json minibroker/console/vendor.json $(STAMP)
+console: $(RUN_STAMP)
+	@echo "installing the console's libraries (npm ci, pinned by $(CONSOLE_NPM)/package-lock.json) ..."
 	npm ci --prefix $(CONSOLE_NPM) --no-audit --no-fund --loglevel=error
 	$(PY) -m minibroker.console.vendor $(CONSOLE_NPM)/node_modules
-	touch $@
-
-console: $(VENDORED)
 
 # Perl's Net::Stomp.
 net-stomp:
@@ -79,15 +105,14 @@ activemq:
 # of its own on ports of its own.
 RABBITMQ_SERVER := /usr/lib/rabbitmq/bin/rabbitmq-server
 rabbitmq:
-	@[ -x $(RABBITMQ_SERVER) ] || echo "installing Debian's rabbitmq-server for tests/test_rabbitmq.py"
-	$(call debian_client,[ -x $(RABBITMQ_SERVER) ],rabbitmq-server,tests/test_rabbitmq.py)
+	$(call debian_client,[ -x $(RABBITMQ_SERVER) ],rabbitmq-server,tests/test_rabbitmq.py and the RabbitMQ comparisons)
 
 # Debian's Chromium and its driver for the browser tests (stomp.js over WebSocket, the
 # console). No browser is downloaded from anywhere else.
 browser:
 	$(call debian_client,{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; },chromium chromium-driver,the browser tests)
 
-run: $(STAMP) $(VENDORED)
+run: $(RUN_STAMP)
 	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 61613 --data-dir ./data $(ARGS)
 
 # Byte-compile first: Python 3.11.7's compiler can fail spuriously when two threads
@@ -98,22 +123,25 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# The suite runs on asyncio's own loop; then the tests of the edge (sockets, WebSocket, the
-# console, stalled sockets, third-party clients) and the labs' live runs run again on uvloop,
-# the loop `make run` and `minibroker lab run` use.
+# The suite runs on asyncio's own loop, but for the labs' live runs; then the tests of the edge
+# (sockets, WebSocket, the console, stalled sockets, third-party clients) run again on uvloop,
+# with the labs' live runs, on the loop `make run` and `minibroker lab run --live` use (each
+# live run is minutes of wall clock: once is enough; the edge beneath them runs on both loops).
+LIVE_LABS  := tests/test_labs.py::test_every_live_run_keeps_its_promise
 EDGE_TESTS := tests/test_server.py tests/test_server_hostile_clients.py tests/test_websocket.py \
               tests/test_lab_stalled_socket.py tests/test_stomp_py.py tests/test_metrics.py tests/test_eventloop.py \
-              tests/test_labs.py
+              $(LIVE_LABS)
 
 # Most of the suite's time is waiting (live labs paced by the clock, brokers and JVMs
-# starting), so it runs on TEST_WORKERS processes (pytest-xdist); the tests that share the
-# SparkSession stay on one of them (tests/conftest.py). TEST_WORKERS=0 runs it in this process.
+# starting), so it runs on TEST_WORKERS processes (pytest-xdist); every test that runs Spark
+# is on one of them, so one Spark JVM runs at a time (tests/conftest.py). TEST_WORKERS=0 runs
+# it in this process.
 TEST_WORKERS ?= 3
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
-test: lint $(STAMP) $(VENDORED) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq rabbitmq
+test: lint $(STAMP) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq rabbitmq
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
-	MINIBROKER_LOOP=asyncio $(PY) -m pytest -q $(XDIST) --durations=25
+	MINIBROKER_LOOP=asyncio $(PY) -m pytest -q $(XDIST) --durations=25 --deselect $(LIVE_LABS)
 	MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(XDIST) $(EDGE_TESTS)
 
 # Each lab README ends with its run's output, verbatim (tests/test_labs.py compares them):
@@ -125,4 +153,4 @@ bench: $(STAMP)
 	$(PY) bench/compare.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) data build *.egg-info $(STOMPJS)/node_modules $(CONSOLE_NPM)/node_modules minibroker/console/static/vendor
+	rm -rf $(VENV) data build *.egg-info $(STOMPJS)/node_modules $(CONSOLE_NPM)/node_modules

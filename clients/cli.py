@@ -25,6 +25,11 @@ __all__ = ["main", "build_parser", "CommandError", "silence_stdout", "CLOSED_OUT
 
 #: Exit status when stdout was closed under us (as a shell reports SIGPIPE).
 CLOSED_OUTPUT = 128 + signal.SIGPIPE
+#: The modules of the ``spark`` extra (PySpark and what the trace and workload jobs read
+#: and draw with), which ``make run`` does not install.
+SPARK_EXTRA_MODULES = ("pyspark", "py4j", "pyarrow", "numpy", "matplotlib")
+#: How to install them, said in one line by a command that needs them.
+SPARK_EXTRA_HINT = "make spark (or pip install 'minibroker[spark]'; Spark jobs also need Java 17)"
 
 
 class CommandError(Exception):
@@ -78,6 +83,14 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in SPARK_EXTRA_MODULES:
+            raise
+        print(
+            f"minibroker {args.command}: needs the spark extra ({exc.name} is not installed): {SPARK_EXTRA_HINT}",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def silence_stdout() -> None:

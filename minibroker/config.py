@@ -9,7 +9,7 @@ loader walks the TOML against those declarations, so an unknown key or a bad
 value is refused at start with a message naming both, never a traceback:
 
     bad value for 'transport.port': 'abc' (expected an integer from 1 to 65535)
-    unknown key 'transport.prot' (known keys: connect_timeout, ...)
+    unknown key 'transport.prot' in 'broker.toml': did you mean 'port'? (known keys: connect_timeout, ...)
 
 The embedded default configuration (``default.toml`` beside this module) is
 what ``minibroker serve`` runs with when given no ``--config``; a test checks
@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import difflib
 import re
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from storage.model import MIN_FILE_SIZE
 
@@ -596,7 +597,13 @@ _SECTIONS: dict[str, type] = {
 
 
 # --------------------------------------------------------------------------- loading
-def _build(cls: type, table: Any, where: str) -> Any:
+def _nearest(key: str, known: Iterable[str]) -> str:
+    """`` did you mean 'KNOWN'?`` for the known key nearest a misspelt one, or nothing."""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" did you mean '{close[0]}'?" if close else ""
+
+
+def _build(cls: type, table: Any, where: str, source: str = "configuration") -> Any:
     if not isinstance(table, dict):
         raise ConfigError(f"'{where}' must be a table")
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -605,7 +612,7 @@ def _build(cls: type, table: Any, where: str) -> Any:
         f = fields.get(key)
         if f is None:
             known = ", ".join(sorted(fields))
-            raise ConfigError(f"unknown key '{where}.{key}' (known keys: {known})")
+            raise ConfigError(f"unknown key '{where}.{key}' in {source}:{_nearest(key, fields)} (known keys: {known})")
         try:
             values[key] = f.metadata["parse"](raw)
         except ValueError as exc:
@@ -623,7 +630,7 @@ def _build_array(key: str, value: Any, source: str) -> tuple[Any, ...]:
     built = []
     for i, table in enumerate(value):
         where = f"{key}[{i}]"
-        entry = _build(cls, table, where)
+        entry = _build(cls, table, where, source)
         if cls in (PolicyEntry, AuthorizationEntry) and (entry.queue is None) == (entry.topic is None):
             raise ConfigError(f"'{where}' needs exactly one of 'queue' or 'topic'")
         if cls is User and (not entry.name or not entry.password_hash):
@@ -637,13 +644,14 @@ def parse_config(data: Mapping[str, Any], source: str = "configuration") -> Brok
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key in _SECTIONS:
-            values[key] = _build(_SECTIONS[key], value, key)
+            values[key] = _build(_SECTIONS[key], value, key, source)
         elif key in _TABLE_ARRAYS:
             values[key] = _build_array(key, value, source)
         else:
             known = ", ".join(sorted([*_SECTIONS, *_TABLE_ARRAYS]))
             if isinstance(value, (dict, list)):
-                raise ConfigError(f"unknown section '{key}' in {source} (known: {known})")
+                nearest = _nearest(key, [*_SECTIONS, *_TABLE_ARRAYS])
+                raise ConfigError(f"unknown section '{key}' in {source}:{nearest} (known: {known})")
             raise ConfigError(
                 f"unknown key '{key}' in {source}: a configuration's keys belong in its sections ({known})"
             )

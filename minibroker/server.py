@@ -46,6 +46,7 @@ import importlib.util
 import logging
 import os
 import signal
+import socket
 import time
 from typing import Any, cast
 
@@ -56,6 +57,7 @@ from .broker import Broker
 from .clock import SystemClock
 from .config import BrokerConfig
 from .console import ConsoleConnection
+from .console.vendor import check as console_library_problems
 from .edge import EdgeConnection, TcpConnection
 from .errors import ConfigError, StoreFailure, StoreOpenError
 from .eventloop import describe
@@ -65,7 +67,7 @@ from .trace import Trace
 from .trace.segments import twin_dir
 from .websocket import WebSocketConnection
 
-__all__ = ["BrokerServer", "serve", "open_store"]
+__all__ = ["BrokerServer", "serve", "check_ports", "open_store"]
 
 #: fsync "batch": how often the journals are synced (KahaDB's periodic sync: 1 s).
 _BATCH_SYNC_SECONDS = 1.0
@@ -137,6 +139,9 @@ class BrokerServer:
         if console is not None and console[1]:
             self._console_server = await _listen(lambda: ConsoleConnection(self), console[0], max(console[1], 0))
             log.info("web console on http://%s:%d/ (Prometheus metrics at /metrics)", console[0], self.console_port)
+            problems = console_library_problems()
+            if problems:  # the page would load without them: it is refused with a 503 saying why
+                log.warning("the web console's page is off (/metrics answers): %s", "; ".join(problems))
         self._arm_timer()
         if self.broker.store is not None and self.broker.config.store.fsync == "batch":
             self._batch_timer = loop.call_later(_BATCH_SYNC_SECONDS, self._batch_sync)
@@ -306,8 +311,14 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
     ``ready``, if given, is called with the ``BrokerServer`` once listening.
     Raises ``StoreFailure`` after an orderly stop that a storage failure caused.
     """
-    store = open_store(config)
+    check_ports(config)  # a port in use refuses the start before anything is opened or made on disk
     trace = open_trace(config)
+    try:
+        store = open_store(config)
+    except BaseException:
+        if trace is not None:
+            trace.close()
+        raise
     temp_dir = os.path.join(config.broker.data_dir, "tmp_storage")
     broker = Broker(
         config, SystemClock(), seed=int.from_bytes(os.urandom(8), "big"), store=store, trace=trace, temp_dir=temp_dir
@@ -354,6 +365,29 @@ async def serve(config: BrokerConfig, *, ready: Any = None, stop: asyncio.Event 
             trace.close()
     if server.failure is not None:
         raise StoreFailure(f"the broker stopped: {server.failure.reason}", server.failure.exit_status)
+
+
+def check_ports(config: BrokerConfig) -> None:
+    """Bind (and let go of) every fixed port ``config`` listens on: a ``ConfigError``
+    naming the first in use, raised before the store is opened or its directory made.
+
+    The listeners proper are made after recovery (a client must not connect to a
+    broker still reading its journal); what this check cannot see is a port taken in
+    between, which ``_listen`` refuses in the same words."""
+    t, c = config.transport, config.console
+    for host, port in ((t.host, t.port), (t.host, t.websocket_port), (c.host, c.port)):
+        if port <= 0:  # off, or any free port
+            continue
+        try:
+            addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            for family, kind, proto, _, address in addresses:
+                with socket.socket(family, kind, proto) as probe:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    if family == socket.AF_INET6:
+                        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    probe.bind(address)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def open_store(config: BrokerConfig) -> MessageStore | None:

@@ -27,7 +27,9 @@ client-ids or peer addresses.
 A tool's own reply queue (the temporary queue a statistics or admin request
 names as its ``reply-to``: ``minibroker stat``'s, each console page's) is no
 user destination: no reply lists or counts it, so the replies on it are no
-traffic (a console polling an idle broker shows 0 in and 0 out).
+traffic (a console polling an idle broker shows 0 in and 0 out). Nor is the asking
+connection itself: its answers neither count nor list it (``minibroker stat`` on an
+idle broker counts 0 connections), and no reply lists a subscription to a tool's reply queue.
 """
 
 from __future__ import annotations
@@ -143,8 +145,11 @@ class Scope:
         )
 
     def sessions(self) -> list["Session"]:
-        """The visible connections, by id."""
-        return sorted((s for s in self.broker.sessions.values() if self.sees_session(s)), key=lambda s: s.id)
+        """The visible connections but the asking one (the tool, not what it looks at), by id."""
+        return sorted(
+            (s for s in self.broker.sessions.values() if s.id != self.session_id and self.sees_session(s)),
+            key=lambda s: s.id,
+        )
 
     def diagnosis(self) -> list[dict[str, Any]]:
         """The findings about visible destinations only (a finding names the queues it blames)."""
@@ -162,6 +167,7 @@ class Scope:
 def broker_statistics(broker: "BrokerView", scope: Scope | None = None) -> dict[str, Any]:
     scope = scope if scope is not None else Scope(broker)
     dests = scope.destinations()
+    sessions = scope.sessions()
     rings = broker.store.ring_reservation() if broker.store is not None else None
     now = broker.clock.now()
     rates = [_rates(broker, d, now) for d in dests]
@@ -205,10 +211,8 @@ def broker_statistics(broker: "BrokerView", scope: Scope | None = None) -> dict[
         "expiredCount": sum(d.expired for d in dests),
         "consumerCount": sum(len(d.subscriptions) for d in dests),
         "destinationCount": len(dests),
-        "connectionCount": len(broker.sessions) if scope.everything else len(scope.sessions()),
-        "blockedProducers": sum(
-            len(s.producing.parked) for s in (broker.sessions.values() if scope.everything else scope.sessions())
-        ),
+        "connectionCount": len(sessions),
+        "blockedProducers": sum(len(s.producing.parked) for s in sessions),
         "diagnosis": scope.diagnosis(),
     }
 
@@ -303,6 +307,7 @@ def subscription_statistics(sub: "Subscription", wall_ms: int) -> dict[str, Any]
 
 
 def connection_statistics(session: "Session", now: float, wall_ms: int) -> dict[str, Any]:
+    subscriptions = [sub for sub in session.subscriptions.values() if not sub.destination.tool_reply]
     return {
         "connection": session.id,
         "timestamp": wall_ms,
@@ -311,7 +316,7 @@ def connection_statistics(session: "Session", now: float, wall_ms: int) -> dict[
         "clientId": session.client_id,
         "version": session.version,
         "protocol": session.protocol,
-        "subscriptions": len(session.subscriptions),
+        "subscriptions": len(subscriptions),
         "subscriptionList": [
             {
                 "subscription": sub.id,
@@ -320,7 +325,7 @@ def connection_statistics(session: "Session", now: float, wall_ms: int) -> dict[
                 "prefetchSize": sub.prefetch,
                 "outstanding": len(sub.dispatched),
             }
-            for sub in session.subscriptions.values()
+            for sub in subscriptions
         ],
         "unacknowledged": sum(len(s.dispatched) for s in session.subscriptions.values()),
         "outboundQueuedBytes": session.out_bytes + session.transport_buffered,
@@ -352,7 +357,7 @@ def statistics_replies(broker: "BrokerView", address: str, scope: Scope | None =
             subscription_statistics(s, wall_ms)
             for d in all_dests
             for s in d.subscriptions
-            if scope.sees_session(s.session)
+            if scope.sees_session(s.session) and not d.tool_reply
         ]
     if what == "Connection":
         now, wall_ms = broker.clock.now(), broker.clock.wall_ms()

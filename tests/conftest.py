@@ -17,7 +17,16 @@ VirtualNetwork.strict_teardown_checks = True
 
 
 #: Session fixtures made once for the tests that share them (an analysis each).
-_SHARED_SESSION_FIXTURES = {"pathology_analysis": "pathologies", "pathology_inprocess": "pathologies"}
+_SHARED_SESSION_FIXTURES = {"pathology_inprocess": "pathologies"}
+#: The xdist group of every test that runs Spark: one worker, one JVM.
+SPARK_GROUP = "spark"
+
+
+def _runs_spark(item: pytest.Item) -> bool:
+    """Whether ``item`` runs Spark: the ``spark`` session fixture is in its fixture
+    closure (directly or through another fixture, such as an analysis made on it),
+    or it is marked ``spark`` (it starts a Spark job, in this process or a child)."""
+    return "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark") is not None
 
 
 def _worker_group(item: pytest.Item) -> str | None:
@@ -25,9 +34,17 @@ def _worker_group(item: pytest.Item) -> str | None:
 
     ``make test`` runs the suite on several workers (``--dist loadgroup``); a fixture of
     module or session scope is made once per worker that runs a test needing it. So the
-    tests that share one run on one worker: a module's tests when it has a module-scoped
-    fixture, the lab findings' tests per lab (``lab_results`` runs each lab when first
-    asked), the pathology analyses' tests together. The rest spread one by one."""
+    tests that share one run on one worker:
+
+    - every test that runs Spark, whatever else it uses: the SparkSession (a JVM of a
+      gigabyte) is made once, on one worker, and no other worker starts one;
+    - the lab findings' tests per lab (``lab_results`` runs each lab when first asked);
+    - the in-process pathology analysis' tests together;
+    - a module's tests when it has a module-scoped fixture.
+
+    The rest spread one by one."""
+    if _runs_spark(item):
+        return SPARK_GROUP
     names = getattr(item, "fixturenames", ())
     if "lab_results" in names:
         callspec = getattr(item, "callspec", None)
@@ -46,6 +63,36 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     group = _worker_group(item)
     if group is not None:
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The Spark tests first, and among them those that start Spark in a child process
+    (``bench/spark_scale.py``) before the first that makes the shared SparkSession: the
+    Spark worker's jobs then never run beside the session's JVM, and the longest group
+    starts at once rather than last. The order is otherwise kept (a stable sort)."""
+
+    def rank(item: pytest.Item) -> int:
+        if not _runs_spark(item):
+            return 2
+        return 1 if "spark" in getattr(item, "fixturenames", ()) else 0
+
+    items.sort(key=rank)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[1] SparkSession with the fast test settings for the whole run (the
+    jobs' ``get_session`` finds it active and uses it); a test that takes it, directly
+    or through a fixture, runs on the Spark worker (``_worker_group``)."""
+    from pyspark.sql import SparkSession
+
+    from clients.spark.session import TEST_CONF, get_session
+
+    existing = SparkSession.getActiveSession()
+    session = get_session("minibroker-tests", master="local[1]", conf=TEST_CONF)
+    yield session
+    if existing is None:
+        session.stop()
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -158,6 +160,22 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "clients.cli", *args], capture_output=True, text=True, timeout=60)
 
 
+def test_an_unknown_key_names_the_file_and_the_nearest_known_key(tmp_path: Path) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text('[system_usage]\nmemory_limt = "64 MB"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"unknown key 'system_usage.memory_limt' in '{path}': did you mean 'memory_limit'?" in str(err.value)
+    path.write_text("[trasnport]\nport = 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"unknown section 'trasnport' in '{path}': did you mean 'transport'?" in str(err.value)
+    path.write_text("[store]\nzzz = 1\n")
+    with pytest.raises(ConfigError) as err:  # nothing near: no guess
+        load_config(path)
+    assert "did you mean" not in str(err.value) and "(known keys: " in str(err.value)
+
+
 def test_serve_refuses_a_bad_config_without_a_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "broker.toml"
     bad.write_text("[system_usage]\nmemory_limit = 'huge'\n")
@@ -174,6 +192,19 @@ def test_serve_refuses_a_journal_file_too_small_without_a_traceback(tmp_path: Pa
     assert result.returncode == 2
     assert "bad value for 'store.journal_max_file_length': 100 (expected a size of at least 256 bytes" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--port", "--websocket-port", "--console-port"])
+def test_serve_on_a_port_in_use_refuses_before_it_opens_the_store(tmp_path: Path, option: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        ports = {"--port": "0", "--websocket-port": "0", "--console-port": "0", option: str(port)}
+        data = tmp_path / "data"
+        result = run_cli("serve", "--host", "127.0.0.1", "--data-dir", str(data), *itertools.chain(*ports.items()))
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "recovered" not in result.stderr and "Traceback" not in result.stderr
+    assert not data.exists()  # no data directory, no lock file
 
 
 def test_serve_refuses_a_bad_port_argument() -> None:

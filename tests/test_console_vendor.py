@@ -22,7 +22,7 @@ def test_the_pinned_versions_are_the_lock_files() -> None:
 
 
 def test_the_served_files_have_the_pinned_hashes() -> None:
-    assert check() == [], "make console vendors them"
+    assert check() == [], "the committed files are not the pinned ones (make console vendors them again)"
 
 
 def test_vendoring_refuses_a_file_that_is_not_the_pinned_one(tmp_path: Path) -> None:

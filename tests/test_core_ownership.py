@@ -185,12 +185,14 @@ class TestStatisticsShowANonAdminOnlyWhatItMayRead:
 
     def test_connections_and_subscriptions(self) -> None:
         net = self.busy_broker()
-        carol = login(net, "carol", client_id="carol-app")
+        app = login(net, "carol", client_id="carol-app")
+        app.subscribe("/queue/orders.eu", "mine")
+        carol = login(net, "carol")  # the asking connection sees carol's others, not itself
         connections = statistics(carol, "Connection")
         assert [c["clientId"] for c in connections] == ["carol-app"]
-        assert all(c["connection"] == carol.sid for c in connections)
+        assert all(c["connection"] == app.sid for c in connections)
         subscriptions = statistics(carol, "Subscription")
-        assert all(s["clientId"] == "carol-app" for s in subscriptions)
+        assert [s["clientId"] for s in subscriptions] == ["carol-app"]
         assert "alice-app" not in json.dumps(statistics(carol, "Broker"))
         alice = login(net, "alice")
         assert "alice-app" in {c["clientId"] for c in statistics(alice, "Connection")}

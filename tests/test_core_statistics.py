@@ -146,7 +146,9 @@ class TestConnections:
         alice = net.client("10.0.0.7:4242")
         alice.connect(login="alice", passcode="w", client_id="app")
         alice.subscribe("/queue/in", "one", "client", **{"activemq.prefetchSize": "7"})
-        mine = [c for c in statistics(alice, "Connection") if c["connection"] == alice.sid][0]
+        monitor = net.client("10.0.0.8:4343")
+        monitor.connect(login="alice", passcode="w")
+        [mine] = statistics(monitor, "Connection")  # the asking connection is not among them
         assert mine["user"] == "alice" and mine["clientId"] == "app" and mine["protocol"] == "tcp"
         assert mine["remoteAddress"] == "10.0.0.7:4242" and mine["timestamp"] == net.clock.wall_ms()
         assert mine["subscriptionList"][0] == {
@@ -156,7 +158,7 @@ class TestConnections:
             "prefetchSize": 7,
             "outstanding": 0,
         }
-        assert mine["subscriptions"] == 2  # and the reply queue's
+        assert mine["subscriptions"] == 1
         assert "outboundQueuedBytes" in mine
 
     def test_the_edge_names_the_protocol(self) -> None:
@@ -232,3 +234,19 @@ class TestToolsOwnTraffic:
             listed = [d["destinationName"] for d in statistics(tool, "Destination.>")]
             assert broker["destinationCount"] == len(listed) == 2
             assert "/queue/orders" in listed and not any(name.endswith(".stats") for name in listed)
+
+    def test_the_asking_connection_is_neither_counted_nor_listed(self) -> None:
+        net = VirtualNetwork()
+        app = net.connected_client()
+        app.subscribe("/queue/orders", "orders")
+        other_tool = net.connected_client()
+        statistics(other_tool, "Broker")  # another tool's reply subscription is listed nowhere either
+        stat = net.connected_client()
+        [broker] = statistics(stat, "Broker")
+        assert broker["connectionCount"] == 2  # the application and the other tool, not the asker
+        assert {c["connection"] for c in statistics(stat, "Connection")} == {app.sid, other_tool.sid}
+        assert [(s["connection"], s["destinationName"]) for s in statistics(stat, "Subscription")] == [
+            (app.sid, "/queue/orders")
+        ]
+        [listed_tool] = [c for c in statistics(stat, "Connection") if c["connection"] == other_tool.sid]
+        assert (listed_tool["subscriptions"], listed_tool["subscriptionList"]) == (0, [])

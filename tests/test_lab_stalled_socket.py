@@ -426,7 +426,7 @@ def test_a_refused_reconnect_is_traced_as_the_spark_detector_expects(tmp_path: P
 
 
 @pytest.mark.spark
-def test_the_analysis_finds_the_articles_stalled_socket(tmp_path: Path) -> None:
+def test_the_analysis_finds_the_articles_stalled_socket(spark, tmp_path: Path) -> None:  # analyze finds the session
     from clients.labs.runner import LabRun
     from clients.spark.analyze import main as analyze
 

@@ -139,3 +139,19 @@ def test_a_tools_reply_queue_is_no_destination_of_the_metrics(broker_factory) ->
     destinations = {dict(labels)["destination"] for (name, labels) in samples if name == "minibroker_destination_size"}
     assert destinations == {"/queue/user.q"}
     assert samples[("minibroker_destinations", ())] == 1
+
+
+def test_a_failure_inside_the_handler_is_logged_and_answered_with_a_500(broker_factory, caplog) -> None:  # type: ignore[no-untyped-def]
+    broker = broker_factory(console={"port": ANY_PORT})
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("statistics out of order")
+
+    broker.call(lambda: setattr(broker.server.broker, "statistics_source", broken))  # the broker's own seam
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"http://127.0.0.1:{broker.server.console_port}/metrics", timeout=WAIT)
+    assert err.value.code == 500
+    assert b"its log says why" in err.value.read()
+    [record] = [r for r in caplog.records if r.name == "minibroker.console"]
+    assert "GET /metrics failed" in record.getMessage()
+    assert record.exc_info is not None and "statistics out of order" in str(record.exc_info[1])

@@ -143,6 +143,17 @@ def test_the_real_server_samples_rates_on_its_clock(broker) -> None:
 
 
 def test_stat_counts_in_words_a_user_reads(broker, capsys) -> None:
-    """Only stat's own connection: ``1 connection``, not ``1 connections``."""
-    assert cli(["stat", "--port", str(broker.port)]) == 0
+    """One connection besides stat's own: ``1 connection``, not ``1 connections``."""
+    conn, _ = connect(broker)
+    try:
+        assert cli(["stat", "--port", str(broker.port)]) == 0
+    finally:
+        close(conn)
     assert "  1 connection, 0 destinations, 0 blocked sends; " in capsys.readouterr().out
+
+
+def test_stat_neither_counts_its_own_connection_nor_lists_its_reply_subscription(broker, capsys) -> None:
+    assert cli(["stat", "--port", str(broker.port), "--connections", "--subscriptions"]) == 0
+    out = capsys.readouterr().out
+    assert "  0 connections, 0 destinations, " in out
+    assert "(no connections)" in out and "(no subscriptions)" in out

@@ -1,6 +1,12 @@
 """What the client subcommands share: connection options, parsing of
 ``--header K:V`` and numbers, and turning client failures into one line.
 
+Where the broker is (``broker_address``), first found wins: ``--url
+stomp://HOST:PORT`` or ``ws://HOST:PORT[/PATH]`` (or ``--host``/``--port``),
+then ``$MINIBROKER_URL``, then the ``[transport]`` of ``--config FILE``
+(its port, and its host unless it listens on every address), then
+127.0.0.1:61613.
+
 A subcommand that talks to a broker does::
 
     add_connection_args(parser)
@@ -17,19 +23,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import AsyncIterator, Coroutine, Sequence
+from urllib.parse import urlsplit
 
+from minibroker.config import load_config
+from minibroker.errors import ConfigError
 from minibroker.frames import VERSIONS
 
 from ..cli import CommandError
 from ..stomp import CannotConnect, ConnectionLost, StompClient, StompClientError, StompError
-from ..stomp.client import DEFAULT_PORT
+from ..stomp.client import DEFAULT_PORT, DEFAULT_WEBSOCKET_PORT
 
 __all__ = [
     "destination_command",
     "add_header_arg",
     "add_connection_args",
+    "BrokerAddress",
+    "broker_address",
+    "URL_ENV",
     "open_client",
     "connected",
     "parse_headers",
@@ -71,12 +85,27 @@ def add_header_arg(parser: argparse.ArgumentParser, frame: str) -> None:
     )
 
 
+#: The environment variable that names the broker for every client command.
+URL_ENV = "MINIBROKER_URL"
+#: The URL schemes a broker may be named by: STOMP over TCP, STOMP over WebSocket.
+SCHEMES = ("stomp", "ws")
+_DEFAULT_HOST = "127.0.0.1"
+_ANY_ADDRESS = ("", "0.0.0.0", "::")
+
+
 def add_connection_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--host --port --login --passcode --client-id --vhost --version
-    --heartbeat --connect-timeout`` to ``parser``."""
+    """Add ``--url --config --host --port --login --passcode --client-id --vhost
+    --version --heartbeat --connect-timeout`` to ``parser``."""
     group = parser.add_argument_group("connection")
-    group.add_argument("--host", default="127.0.0.1", help="broker host (default: %(default)s)")
-    group.add_argument("--port", default=str(DEFAULT_PORT), help="broker STOMP port (default: %(default)s)")
+    group.add_argument(
+        "--url",
+        metavar="URL",
+        help=f"the broker: stomp://HOST:PORT or ws://HOST:PORT[/PATH] (default: ${URL_ENV}, "
+        f"else the port of --config, else stomp://{_DEFAULT_HOST}:{DEFAULT_PORT})",
+    )
+    group.add_argument("--config", metavar="FILE", help="a broker's TOML configuration: connect to its port")
+    group.add_argument("--host", help=f"broker host (default: {_DEFAULT_HOST})")
+    group.add_argument("--port", help=f"broker STOMP port (default: {DEFAULT_PORT})")
     group.add_argument("--login", help="login header of CONNECT")
     group.add_argument("--passcode", help="passcode header of CONNECT")
     group.add_argument("--client-id", help="client-id header of CONNECT (ActiveMQ's JMS client id)")
@@ -145,19 +174,76 @@ def _parse_heartbeat(value: str) -> tuple[int, int]:
     return cx, cy
 
 
+@dataclass(frozen=True)
+class BrokerAddress:
+    """Where a client command connects: STOMP over TCP, or over WebSocket at ``path``."""
+
+    host: str
+    port: int
+    scheme: str = "stomp"
+    path: str = "/"
+
+    def __str__(self) -> str:
+        path = self.path if self.scheme == "ws" else ""
+        return f"{self.scheme}://{self.host}:{self.port}{path}"
+
+
+def parse_url(text: str, source: str) -> BrokerAddress:
+    """``stomp://HOST:PORT`` or ``ws://HOST:PORT[/PATH]`` as a ``BrokerAddress``;
+    a ``CommandError`` naming ``source`` (``--url``, ``$MINIBROKER_URL``) otherwise."""
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise CommandError(f"bad {source} {text!r}: {exc}", USAGE) from None
+    if parts.scheme not in SCHEMES or not parts.hostname or parts.query or parts.fragment:
+        raise CommandError(f"bad {source} {text!r}: expected stomp://HOST:PORT or ws://HOST:PORT[/PATH]", USAGE)
+    if parts.scheme == "stomp" and parts.path not in ("", "/"):
+        raise CommandError(f"bad {source} {text!r}: a stomp:// URL has no path", USAGE)
+    default = DEFAULT_PORT if parts.scheme == "stomp" else DEFAULT_WEBSOCKET_PORT
+    return BrokerAddress(parts.hostname, port or default, parts.scheme, parts.path or "/")
+
+
+def broker_address(args: argparse.Namespace) -> BrokerAddress:
+    """Where the broker is: ``--url`` or ``--host``/``--port``, else ``$MINIBROKER_URL``,
+    else ``--config FILE``'s transport, else 127.0.0.1:61613 (see the module's docstring)."""
+    url, host, port = getattr(args, "url", None), args.host, args.port
+    if url is not None and (host is not None or port is not None):
+        raise CommandError("give the broker as --url or as --host/--port, not both", USAGE)
+    if url is not None:
+        return parse_url(url, "--url")
+    if host is None and port is None and os.environ.get(URL_ENV):
+        return parse_url(os.environ[URL_ENV], f"${URL_ENV}")
+    config_file = getattr(args, "config", None)
+    if config_file is not None:
+        try:
+            transport = load_config(config_file).transport
+        except ConfigError as exc:
+            raise CommandError(f"--config: {exc}", USAGE) from None
+        default_host = _DEFAULT_HOST if transport.host in _ANY_ADDRESS else transport.host
+        default_port = transport.port
+    else:
+        default_host, default_port = _DEFAULT_HOST, DEFAULT_PORT
+    return BrokerAddress(
+        host if host is not None else default_host,
+        parse_int(port, "--port", 1, 65535) if port is not None else default_port,
+    )
+
+
 async def open_client(args: argparse.Namespace) -> StompClient:
     """Connect with the options of ``add_connection_args``.
 
     Bad option values raise ``CommandError`` (status 2); connection failures
     propagate as the client's errors, for ``run`` to describe.
     """
-    port = parse_int(args.port, "--port", 1, 65535)
+    address = broker_address(args)
     heartbeat = _parse_heartbeat(args.heartbeat)
     timeout = parse_float(args.connect_timeout, "--connect-timeout")
     versions = (args.stomp_version,) if args.stomp_version else VERSIONS
     return await StompClient.connect(
-        args.host,
-        port,
+        address.host,
+        address.port,
+        websocket_path=address.path if address.scheme == "ws" else None,
         versions=versions,
         vhost=args.vhost,
         login=args.login,

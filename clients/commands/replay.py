@@ -39,7 +39,16 @@ from ..replay import (
     parse_shard,
     shard,
 )
-from ._common import FAILURE, USAGE, _parse_heartbeat, add_connection_args, describe, parse_float, parse_int
+from ._common import (
+    FAILURE,
+    USAGE,
+    _parse_heartbeat,
+    add_connection_args,
+    broker_address,
+    describe,
+    parse_float,
+    parse_int,
+)
 
 __all__ = ["register"]
 
@@ -118,9 +127,12 @@ def _raise_fd_limit(max_clients: int) -> None:
 def options_from(args: argparse.Namespace) -> ReplayOptions:
     """The replay options of the parsed command line (``CommandError`` for bad values)."""
     speed = parse_float(args.speed, "--speed")
+    address = broker_address(args)
+    if address.scheme != "stomp":
+        raise CommandError(f"replay speaks STOMP over TCP: give a stomp:// URL, not {address}", USAGE)
     return ReplayOptions(
-        host=args.host,
-        port=parse_int(args.port, "--port", 1, 65535),
+        host=address.host,
+        port=address.port,
         speed=speed,
         versions=(args.stomp_version,) if args.stomp_version else VERSIONS,
         vhost=args.vhost,

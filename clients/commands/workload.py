@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..cli import CommandError
+from ..cli import SPARK_EXTRA_HINT, CommandError
 from clients.spark.session import spark_error
 from ._common import FAILURE, USAGE
 
@@ -139,7 +139,7 @@ def run_spark_job(module: str, argv: list[str]) -> int:
         failures: tuple[type[BaseException], ...] = (*spark_errors(), OSError)
     except ImportError as exc:
         raise CommandError(
-            f"this command needs the spark extra (pip install -e '.[spark]'; Java 17 on the PATH): {exc}", FAILURE
+            f"needs the spark extra ({exc.name} is not installed): {SPARK_EXTRA_HINT}", FAILURE
         ) from None
     try:
         return int(job.main(argv) or 0)

@@ -52,13 +52,16 @@ from .message import Message, ack_headers
 from .subscription import Subscription
 from .transaction import Transaction
 from .transport import open_connection, wait
+from .websocket import WebSocketWire
 
-__all__ = ["StompClient", "ACK_MODES", "DEFAULT_PORT"]
+__all__ = ["StompClient", "ACK_MODES", "DEFAULT_PORT", "DEFAULT_WEBSOCKET_PORT"]
 
 log = logging.getLogger(__name__)
 
 #: The port STOMP brokers listen on by default (ActiveMQ, RabbitMQ, ours).
 DEFAULT_PORT = 61613
+#: The port of STOMP over WebSocket by default (ActiveMQ's ws connector, ours).
+DEFAULT_WEBSOCKET_PORT = 61614
 #: Ack modes a SUBSCRIBE may ask for.
 ACK_MODES = ("auto", "client", "client-individual")
 #: The prefetch header ActiveMQ reads (and our broker honours).
@@ -195,8 +198,13 @@ class StompClient:
         rcvbuf: int | None = None,
         extra_headers: Mapping[str, str] | None = None,
         max_buffered: int = 1000,
+        websocket_path: str | None = None,
     ) -> "StompClient":
         """Open a TCP connection, send CONNECT and wait for CONNECTED.
+
+        With ``websocket_path``, STOMP goes over a WebSocket upgraded at that
+        path (``ws://host:port/path``, as the broker's WebSocket port and the
+        console's ``/stomp`` take it) instead of over the bare TCP connection.
 
         ``versions`` are offered in ``accept-version`` (none is sent when only
         1.0 is offered, as a 1.0 client would); ``heartbeat`` is ``(cx, cy)``
@@ -241,7 +249,12 @@ class StompClient:
         )
         loop = client._loop
         started = loop.time()
-        await open_connection(lambda: _Wire(client), host, port, timeout=connect_timeout, sndbuf=sndbuf, rcvbuf=rcvbuf)
+        if websocket_path is None:
+            wire: Callable[[], asyncio.Protocol] = lambda: _Wire(client)  # noqa: E731
+        else:
+            path = websocket_path
+            wire = lambda: WebSocketWire(_Wire(client), host, port, path)  # noqa: E731
+        await open_connection(wire, host, port, timeout=connect_timeout, sndbuf=sndbuf, rcvbuf=rcvbuf)
         connected: asyncio.Future[Frame] = loop.create_future()
         client._connected = connected
         client._write(Frame("CONNECT", headers))

@@ -1,12 +1,15 @@
-"""The page's third-party files: copied from npm's install into ``static/vendor/``, each
-checked against the SHA-256 pinned in ``vendor.json``.
+"""The page's third-party files in ``static/vendor/``, each checked against the SHA-256
+pinned in ``vendor.json``.
 
-``make console`` runs ``npm ci`` in ``console/`` (the versions pinned by its
-``package-lock.json``, whose integrity npm checks), then
+They are committed and packaged with the broker (every install has a working
+console, without npm or a network). Where they come from is checked, not
+trusted: ``make console`` runs ``npm ci`` in ``console/`` (the versions pinned
+by its ``package-lock.json``, whose integrity npm checks), then
 ``python -m minibroker.console.vendor console/node_modules``: every file listed
-in ``vendor.json`` is copied only if its hash is the pinned one, so what the
-console serves is exactly what was reviewed. ``check`` says what is wrong with
-the vendored files as they are (a test runs it).
+in ``vendor.json`` is copied only if its hash is the pinned one, so the
+committed files come back byte for byte. ``check`` says what is wrong with the
+vendored files as they are (a test runs it on the committed files, ``serve``
+at start).
 """
 
 from __future__ import annotations

@@ -99,11 +99,23 @@ class ConsoleConnection(WebSocketConnection):
             ws.origins = origins
             self.upgrade(request)
             return
+        try:
+            response = self._answer(path)
+        except Exception:  # a bug: said in the log with its traceback, and to the client as a 500
+            log.exception("the console's answer to GET %s failed", path)
+            text = "the broker failed to answer this request; its log says why\n"
+            response = _response(http.HTTPStatus.INTERNAL_SERVER_ERROR, text.encode(), "text/plain; charset=utf-8")
+        ws.send_response(response)
+
+    def _answer(self, path: str) -> Response:
+        """The response to a plain GET of ``path``: ``/metrics``, the page or one of its files."""
         missing = vendored_problems() if path == "/" else []
         if path == "/metrics":
             response = _response(http.HTTPStatus.OK, metrics_text(self.server.broker), CONTENT_TYPE_LATEST)
         elif missing:
-            text = "The console's libraries are not in place (`make console` puts them there):\n" + "\n".join(missing)
+            text = "The console's libraries are not the pinned ones (`make console` vendors them):\n" + "\n".join(
+                missing
+            )
             response = _response(http.HTTPStatus.SERVICE_UNAVAILABLE, text.encode(), "text/plain; charset=utf-8")
         else:
             name = "index.html" if path == "/" else path[len("/static/") :] if path.startswith("/static/") else ""
@@ -117,4 +129,4 @@ class ConsoleConnection(WebSocketConnection):
                 if content_type.startswith("text/") or content_type == "application/javascript":
                     content_type += "; charset=utf-8"
                 response = _response(http.HTTPStatus.OK, body, content_type)
-        ws.send_response(response)
+        return response

@@ -1,7 +1,8 @@
-"""Fixtures for the replay tests: hand-written action tables, a SparkSession.
+"""Fixtures for the replay tests: hand-written action tables.
 
 The real broker comes from ``tests/conftest.py`` (``broker``: the asyncio
-server in a background thread, on an ephemeral port).
+server in a background thread, on an ephemeral port) and so does ``spark`` (the
+run's one SparkSession).
 """
 
 from __future__ import annotations
@@ -21,18 +22,3 @@ def table(tmp_path: Path) -> Callable[..., Path]:
         return write_table(tmp_path / name, rows)
 
     return make
-
-
-@pytest.fixture(scope="session")
-def spark():
-    """One local[1] SparkSession with the fast test settings (as tests/spark does);
-    the jobs' ``get_session`` finds it active and uses it."""
-    from pyspark.sql import SparkSession
-
-    from clients.spark.session import TEST_CONF, get_session
-
-    existing = SparkSession.getActiveSession()
-    session = get_session("minibroker-tests", master="local[1]", conf=TEST_CONF)
-    yield session
-    if existing is None:
-        session.stop()
