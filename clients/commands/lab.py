@@ -40,8 +40,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..cli import CommandError
-from ..labs import Lab, LabError, find_labs, run_lab
+from ..labs import LabError, run_lab
 from . import lab_class
+from .lab_select import all_labs, find_lab
 from ..labs.console import LabConsole
 from ..labs.export import ExportError, write_export
 from ..labs.replay import RecordedReplay, replay_document
@@ -123,15 +124,8 @@ def _port(text: str) -> int:
     return port
 
 
-def _labs(args: argparse.Namespace) -> list:
-    try:
-        return find_labs(Path(args.labs) if args.labs else None)
-    except LabError as exc:
-        raise CommandError(str(exc)) from None
-
-
 def _list(args: argparse.Namespace) -> int:
-    for lab in _labs(args):
+    for lab in all_labs(args):
         print(f"{lab.directory.name:32s} {lab.title}")
         print(f"{'':32s} source: {lab.citation}")
         print(f"{'':32s} live: {'no: ' + lab.no_live if lab.no_live else 'yes (--live)'}")
@@ -141,19 +135,6 @@ def _list(args: argparse.Namespace) -> int:
         rabbit = "no: " + lab.no_rabbitmq if lab.no_rabbitmq else "yes (--against rabbitmq)"
         print(f"{'':32s} against RabbitMQ: {rabbit}")
     return 0
-
-
-def find_lab(args: argparse.Namespace) -> Lab:
-    """The lab ``args.name`` names: its name, its directory name or its number."""
-    labs = _labs(args)
-    wanted = args.name
-    matches = [
-        lab for lab in labs if wanted in (lab.name, lab.directory.name, lab.number, lab.number.lstrip("0") or "0")
-    ]
-    if not matches:
-        names = ", ".join(lab.directory.name for lab in labs)
-        raise CommandError(f"no lab {wanted!r}; the labs are: {names}")
-    return matches[0]
 
 
 def _run(args: argparse.Namespace) -> int:

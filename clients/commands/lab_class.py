@@ -24,6 +24,7 @@ from ..labs.check import check, pick_exercise
 from ..labs.model import KINDS
 from ..labs.runner import student_pages
 from ..labs.settings import parse_setting, parse_sweep
+from .lab_select import find_lab
 from minibroker.errors import ConfigError
 
 __all__ = ["add_run_options", "register_actions", "chosen_specs", "run_sweep", "wants_sweep"]
@@ -98,8 +99,6 @@ def run_sweep(args: argparse.Namespace, lab: Lab) -> int:
 
 
 def _lab(args: argparse.Namespace) -> Lab:
-    from .lab import find_lab
-
     return find_lab(args)
 
 
