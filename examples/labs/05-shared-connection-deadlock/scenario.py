@@ -124,7 +124,7 @@ def run(lab: LabRun) -> Outcome:
     net = lab.network()
     auditor = net.connected_client("auditor")
     auditor.subscribe(REPLIES, "replies")
-    worker = Worker(net, shared=lab.name != "separate-connections", receipts=lab.name == "send-fail-if-no-space")
+    worker = Worker(net, shared=lab.name != "separate-connections", receipts=_refusing(lab))
     feeder = Feeder(net)
     net.every(FEED_PERIOD, feeder.tick, until=SECONDS)
     net.every(WORK_PERIOD, worker.tick, until=SECONDS)
@@ -215,13 +215,13 @@ def run_live(lab: LabRun) -> Outcome:
     """The same workload on the real server, with real sockets; the broker's own figures
     (who is blocked, what the worker holds) read while the clients still wait."""
     with lab.live_broker() as live:
-        result = asyncio.run(_live(live.port, lambda tags: _live_state(live, tags), lab.name))
+        result = asyncio.run(_live(live.port, lambda tags: _live_state(live, tags), lab.name, _refusing(lab)))
     return _live_verdict(lab, result)
 
 
 def run_activemq(lab: LabRun, broker: Any) -> Outcome:
     """The live run against ActiveMQ: the same clients; the verdict from what they saw."""
-    result = asyncio.run(_live(broker.port, lambda tags: {}, lab.name))
+    result = asyncio.run(_live(broker.port, lambda tags: {}, lab.name, _refusing(lab)))
     return _live_verdict(lab, result)
 
 
@@ -237,7 +237,12 @@ def _live_state(live: Any, tags: list[str]) -> dict[str, Any]:
     return live.call(read)
 
 
-async def _live(port: int, read_state: Any, name: str) -> dict[str, Any]:
+def _refusing(lab: LabRun) -> bool:
+    """Does the broker answer a reply it has no room for with an ERROR (the worker then asks for RECEIPTs)?"""
+    return lab.config.policy_for("queue", "replies").send_fail_if_no_space
+
+
+async def _live(port: int, read_state: Any, name: str, receipts: bool) -> dict[str, Any]:
     """Feeder, worker and auditor as on the virtual clock; ends when every request is handled
     or the worker has handled nothing for LIVE_STALL seconds."""
     from clients.stomp import StompClient, StompError
@@ -255,7 +260,6 @@ async def _live(port: int, read_state: Any, name: str) -> dict[str, Any]:
 
     await auditor.subscribe(REPLIES, on_message=replied)
     requests = await consumer.subscribe(REQUESTS, ack="client-individual")
-    receipts = name == "send-fail-if-no-space"
     fed = handled = refused = 0
     owed: deque[int] = deque()
     last = loop.time()
