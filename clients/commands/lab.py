@@ -18,7 +18,12 @@ phases as a track above the charts. ``--against activemq`` plays each live run
 on our server and on Debian's ActiveMQ, started with the run's configuration
 written as activemq.xml, and prints both verdicts side by side (and what
 activemq.xml cannot say, such as the space check of ActiveMQ 5.14 and older).
-NAME is the lab's name, its directory name, or its number.
+``lab run NN --run NAME`` plays one run, ``--set KEY=VALUE`` changes a configuration key,
+``--sweep KEY=V1,V2,...`` plays a run once per value and tabulates the outcome, ``--brief``
+prints each run's grade and three lines of evidence; ``lab exercises NN`` lists a lab's
+exercises and ``lab check NN --config FILE | --client FILE.py | --answer FILE`` grades an
+answer (exit 0 only when it passes). Every run is graded pathology, mitigated or healthy
+(the thresholds in the lab's lab.toml; docs/labs.md). NAME is the lab's name, its directory name, or its number.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..cli import CommandError
-from ..labs import LabError, find_labs, run_lab
+from ..labs import Lab, LabError, find_labs, run_lab
+from . import lab_class
 from ..labs.console import LabConsole
 from ..labs.replay import ReplayedRun
 
@@ -86,6 +92,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     run.add_argument("--labs", metavar="DIR", help="labs directory (default: examples/labs)")
     run.set_defaults(func=_run)
+    # A class's options and actions (--run, --set, --sweep, --brief; exercises, check): lab_class.py
+    lab_class.add_run_options(run)
+    lab_class.register_actions(actions)
 
 
 def _port(text: str) -> int:
@@ -116,7 +125,8 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
+def find_lab(args: argparse.Namespace) -> Lab:
+    """The lab ``args.name`` names: its name, its directory name or its number."""
     labs = _labs(args)
     wanted = args.name
     matches = [
@@ -125,6 +135,14 @@ def _run(args: argparse.Namespace) -> int:
     if not matches:
         names = ", ".join(lab.directory.name for lab in labs)
         raise CommandError(f"no lab {wanted!r}; the labs are: {names}")
+    return matches[0]
+
+
+def _run(args: argparse.Namespace) -> int:
+    matches = [find_lab(args)]
+    if lab_class.wants_sweep(args):
+        return lab_class.run_sweep(args, matches[0])
+    specs = lab_class.chosen_specs(args, matches[0])
     if args.against is not None:
         return _against(args, matches[0])
     plot_dir = Path(args.plot) if args.plot else None
@@ -148,6 +166,8 @@ def _run(args: argparse.Namespace) -> int:
             console=console if args.live else None,
             keep_events=console is not None and not args.live,
             watch=watch,
+            specs=specs,
+            brief=args.brief,
         )
     except LabError as exc:
         if console is not None:
@@ -166,12 +186,12 @@ def _run(args: argparse.Namespace) -> int:
     if console is not None:
         if not args.live:
             runs = [
-                ReplayedRun(r.spec.name, r.outcome.verdict, r.events or [], r.config)
-                for r in results
-                if r.config is not None
+                ReplayedRun(r.spec.name, r.grade, r.events or [], r.config) for r in results if r.config is not None
             ]
             console.replay(runs, args.speed or 1.0, Path(tempfile.mkdtemp(prefix="minibroker-lab-replay-")))
         console.hold(args.console_hold)
+    if args.settings:
+        return 0  # a changed configuration: the grades are the answer, not the lab's promises
     return 0 if all(r.as_promised for r in results) else 1
 
 

@@ -8,8 +8,11 @@ verdict), two rows on shared axes, so the two runs compare at a glance:
    clients; every subscription the run had, the starved one included) and
    what was sent to their destinations;
 2. the broker's memory and temp usage against the cursor high-water mark,
-   with the time a producer was blocked; or, for a lab whose story is a
-   journal, the journal's files and the files pinned by live messages.
+   with the time a producer was blocked, and each queue's share of the
+   broker's memory (which queue holds it); or, for a lab whose story is a
+   journal, the journal's files and the files pinned by live messages; or,
+   for a stalled socket, the bytes queued for each client's socket and the
+   reconnects the broker refused.
 
 A finding's window is shaded, and named, where it holds. ``lab_figure``
 returns what it drew (``Drawn``), which the test checks.
@@ -17,6 +20,7 @@ returns what it drew (``Drawn``), which the test checks.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +55,7 @@ class Drawn:
     lines: dict[str, list[str]] = field(default_factory=dict)  # run -> the labels of its top row
     limits: list[tuple[tuple[float, float], tuple[float, float]]] = field(default_factory=list)  # xlim, ylim
     starved: dict[str, list[str]] = field(default_factory=dict)  # run -> consumers a finding names
+    bottom: dict[str, list[str]] = field(default_factory=dict)  # run -> the labels of its bottom row
 
 
 def figure_runs(lab: Lab, results: list[RunResult]) -> list[RunResult]:
@@ -95,6 +100,58 @@ def _named(result: RunResult) -> list[str]:
     ]
 
 
+def _events(result: RunResult) -> list[dict[str, Any]]:
+    """The run's trace events: kept on the result, else read back from its trace file."""
+    if result.events is not None:
+        return result.events
+    if result.trace_file is None or not result.trace_file.exists():
+        return []
+    lines = result.trace_file.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def queue_shares(result: RunResult, span: float) -> list[tuple[str, list[float], list[float]]]:
+    """Each queue's memory as a share of the broker's, in percent, over the run: a queue's
+    ``usage`` events give its percent of its own limit (the broker's when it has none)."""
+    config = result.config
+    if config is None:
+        return []
+    broker = config.system_usage.memory_limit
+    lines = []
+    by_dest: dict[str, list[dict[str, Any]]] = {}
+    for e in _events(result):
+        if e["event"] == "usage" and str(e.get("dest", "")).startswith("/queue/"):
+            by_dest.setdefault(e["dest"], []).append(e)
+    for dest, rows in sorted(by_dest.items()):
+        own = config.policy_for("queue", dest.removeprefix("/queue/")).memory_limit or broker
+        xs = [r["ts"] for r in rows] + [span]
+        ys = [r["dest_mem_pct"] * own / broker for r in rows]
+        ys.append(ys[-1])
+        if max(ys) >= 1:
+            lines.append((f"{dest}: share of broker memory %", xs, ys))
+    return lines
+
+
+def socket_lines(result: RunResult, span: float) -> tuple[list[tuple[str, list[float], list[float]]], list[float]]:
+    """KB queued for each client's socket (the broker's ``connection`` samples, one line per
+    client-id or name), and when the broker refused a reconnect (client-id in use)."""
+    events = _events(result)
+    by_client: dict[str, dict[float, float]] = {}
+    for e in events:
+        if e["event"] == "connection" and e.get("pending_bytes") is not None:
+            who = e.get("client_id") or e.get("addr") or e["session"]
+            at = by_client.setdefault(who, {})
+            at[e["ts"]] = at.get(e["ts"], 0.0) + e["pending_bytes"] / 1024
+    lines = []
+    for who, samples in sorted(by_client.items()):
+        xs = [0.0, *sorted(samples)]
+        ys = [0.0, *(samples[t] for t in sorted(samples))]
+        if max(ys) > 0:
+            lines.append((f"KB queued for {who}'s socket", xs + [span], ys + ys[-1:]))
+    refused = [e["ts"] for e in events if e["event"] == "error" and e.get("code") == "client_id_in_use"]
+    return lines, refused
+
+
 def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
     """Draw ``out/<lab directory>.png``; None when the runs were not analysed."""
     runs = [r for r in figure_runs(lab, results) if r.series is not None]
@@ -104,6 +161,8 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
 
     # a journal's story (it refused enqueues): its files; any other: the broker's usage
     journal = any(j["event"] == "journal_full" for r in runs for j in (r.series or {}).get("journal", []))
+    # a stalled socket's story: the bytes queued for the socket, the reconnects refused
+    stalled = not journal and any(f["detector"] == "stalled_socket" for r in runs for f in r.findings or [])
     span = max(_span(r) for r in runs)
     tops = {r.spec.name: _top_lines(r, span) for r in runs}
     order: dict[str, int] = {}
@@ -160,17 +219,40 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
                         xs, ys, where="post", label=label, color=PALETTE[i % len(PALETTE)], **STYLES[i % len(STYLES)]
                     )
                 bottom.set_ylabel("journal files")
+            elif stalled:
+                lines, refused = socket_lines(result, span)
+                for i, (label, xs, ys) in enumerate(lines):
+                    tallest[1] = max(tallest[1], max(ys) * 1.1)
+                    bottom.step(
+                        xs, ys, where="post", label=label, color=PALETTE[i % len(PALETTE)], **STYLES[i % len(STYLES)]
+                    )
+                if refused:
+                    bottom.plot(
+                        refused,
+                        [0] * len(refused),
+                        linestyle="none",
+                        marker="x",
+                        markersize=12,
+                        markeredgewidth=3,
+                        color="tab:red",
+                        clip_on=False,
+                        label=f"reconnect refused ({len(refused)})",
+                    )
+                drawn.bottom[name] = [label for label, _, _ in lines] + (["reconnect refused"] if refused else [])
+                bottom.set_ylabel("KB queued for the socket")
             else:
-                for i, (label, xs, ys) in enumerate(usage_lines(series)):
+                usage = [(label, xs + [span], ys + ys[-1:]) for label, xs, ys in usage_lines(series)]
+                for i, (label, xs, ys) in enumerate(usage + queue_shares(result, span)):
                     tallest[1] = max(tallest[1], max(ys) * 1.05)
                     bottom.step(
-                        xs + [span],
-                        ys + ys[-1:],
+                        xs,
+                        ys,
                         where="post",
                         label=label,
                         color=PALETTE[i % len(PALETTE)],
                         **STYLES[i % len(STYLES)],
                     )
+                    drawn.bottom.setdefault(name, []).append(label)
                 hwm = next((int(f_hwm) for f_hwm in [series.get("hwm")] if f_hwm), 70)
                 bottom.axhline(hwm, color="k", linestyle=":", linewidth=2)
                 bottom.text(
@@ -203,7 +285,7 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
                 )
             top.set_ylabel("messages (running total)")
             bottom.set_xlabel("seconds since the run's start")
-            verdict = "PATHOLOGY" if result.outcome.pathology else "HEALTHY"
+            verdict = result.grade.upper()
             head = f"{verdict}: {name}"
             top.set_title(head + "\n" + textwrap.fill(result.outcome.summary, 60), fontsize=16, loc="left", pad=28)
         for row in range(2):

@@ -7,13 +7,20 @@
     source = "destination-limits"     # the public document, a key of clients.sources.SOURCES
     scenario = "scenario.py"          # default
     no_live = "why"                   # only for a lab without run_live: why it has no --live
+    virtual_fsync = false             # the lab does not teach durability: on the virtual clock its
+                                      # runs do not fsync (store.fsync = "never"; default true)
     figure = ["legacy", "cure"]       # the runs the lab's figure compares (default: the first
                                       # pathology run and the first healthy one)
+
+    [healthy]                         # a run that shows no pathology is "healthy" only when
+    received = ">= 50"                # every threshold its numbers name holds, else "mitigated"
+    received_f = ">= 95% of sent_f"   # OP NUMBER, or OP PERCENT% of ANOTHER_METRIC
 
     [[run]]
     name = "legacy"                   # passed to the scenario as run.name
     config = "legacy.toml"            # broker configuration, beside lab.toml
-    expect = "pathology"              # or "healthy"
+    expect = "pathology"              # or "mitigated" or "healthy": the grade the run promises
+    healthy = { received = ">= 40" }  # this run's own thresholds (over the lab's, same metric wins)
     about = "ActiveMQ <= 5.14 space check, no destination limits"
     findings = ["starved_consumer"]   # what the trace analysis must find (default: nothing)
     activemq_expect = "healthy"       # the verdict expected of ActiveMQ 5.17 (--against activemq;
@@ -22,29 +29,144 @@
     activemq_note = "what"            # what the comparison with ActiveMQ showed, printed with it
 
 A lab whose scenario has no ``run_activemq`` says why with ``no_activemq = "why"``.
+
+The three grades (``GRADES``), every run gets one:
+
+- **pathology**: the scenario saw the symptom (``Outcome.pathology``);
+- **mitigated**: no symptom, but a number of the run (``Outcome.metrics``) misses a
+  ``[healthy]`` threshold: the cure helps, it does not cure (lab 03's link stealing:
+  the reconnect gets in, 154 of 1,000 messages are processed);
+- **healthy**: no symptom and every threshold that names one of the run's numbers holds
+  (a threshold on a number the run does not report does not apply to it).
+
+A threshold is ``OP NUMBER`` or ``OP PERCENT% of METRIC`` with OP one of ``>= <= > < ==``.
+
+Exercises (``minibroker lab exercises NN`` lists them, ``lab check NN`` grades an answer);
+their text is ``exercises.md`` beside lab.toml, one ``## ID: title`` section each::
+
+    [[exercise]]
+    id = "predict-received"           # [a-z0-9-]+, the section of exercises.md
+    kind = "predict"                  # predict | config | client | diagnose (``KINDS``)
+    run = "restart-legacy"            # the run the exercise is about (its workload, its numbers)
+    metric = "received"               # predict: the run's number to predict, or "grade"
+    tolerance = "10%"                 # predict: how far off a number may be (a number, or "N%")
+    cause = "stalled_socket"          # diagnose: the detector the answer must name (default: any
+                                      # of the run's findings)
+    keep = ["system_usage.memory_limit"]  # config: settings of the run's own configuration that
+                                      # the student's file cannot change (the story's broker)
+    hint = "what to look at"          # the hint a wrong answer gets; config and client take
+    hints = { mitigated = "...", "still broken" = "..." }  # one per grade instead
+
+- *predict*: an answer file ``answer = 50`` (or ``answer = "pathology"``) checked against
+  the run's number or grade: **right** or **wrong**;
+- *config*: ``lab check NN --config FILE`` (our TOML, or an activemq.xml through
+  ``clients.doctor``'s reader) plays the run's workload on the virtual clock with that
+  configuration: **cured** (healthy), **mitigated** or **still broken** (pathology);
+- *client*: ``lab check NN --client FILE.py`` plays the run's workload against the real
+  server with the student's consumer (the scenario's ``run_client(lab, path)``), graded
+  as a config;
+- *diagnose*: an answer file ``answer = "stalled_socket"``, right when it names one of the
+  detectors the run's ``findings`` list.
+
+The answer keys and kept wrong answers are in ``examples/instructor/NN-name/keys.toml``
+(``clients.labs.check``), never beside the exercises.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import operator
 import os
+import re
 import sys
 import tomllib
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Callable, Mapping
 
 from minibroker.config import BrokerConfig, load_config
 
 from ..sources import SOURCES
+from .settings import Setting, configure, read_toml
 
-__all__ = ["Lab", "RunSpec", "LabError", "find_labs", "labs_directory", "load_lab", "sibling_module"]
+__all__ = [
+    "Exercise",
+    "GRADES",
+    "KINDS",
+    "Lab",
+    "RunSpec",
+    "LabError",
+    "Threshold",
+    "find_labs",
+    "labs_directory",
+    "load_lab",
+    "sibling_module",
+]
 
+#: What a scenario decides (``Outcome.verdict``), and what ActiveMQ is expected to show.
 VERDICTS = ("pathology", "healthy")
+#: What a run is graded, worst first (``RunSpec.grade``).
+GRADES = ("pathology", "mitigated", "healthy")
+
+#: The kinds of exercise, and the option of ``lab check`` that grades each.
+KINDS = {"predict": "--answer", "config": "--config", "client": "--client", "diagnose": "--answer"}
+_EXERCISE_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "==": operator.eq,
+}
+_THRESHOLD = re.compile(r"^\s*(>=|<=|==|>|<)\s*(-?\d+(?:\.\d+)?)\s*(?:%\s+of\s+([A-Za-z_]\w*))?\s*$")
 
 
 class LabError(Exception):
     """A lab that cannot be found or is badly defined."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One number a healthy run must reach: ``processed >= 1000``, ``received_f >= 95% of sent_f``."""
+
+    metric: str
+    op: str
+    value: float
+    #: ``value`` is a percentage of this metric ("" for a plain number).
+    of: str = ""
+
+    @classmethod
+    def parse(cls, metric: str, text: object) -> "Threshold":
+        """``Threshold.parse("processed", ">= 1000")``; ValueError says what is wrong."""
+        match = _THRESHOLD.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise ValueError(f"threshold {metric} = {text!r} is not 'OP NUMBER' or 'OP PERCENT% of METRIC'")
+        return cls(metric, match.group(1), float(match.group(2)), match.group(3) or "")
+
+    def applies(self, metrics: Mapping[str, Any]) -> bool:
+        """The run reports the numbers this threshold names."""
+        return _number(metrics.get(self.metric)) and (not self.of or _number(metrics.get(self.of)))
+
+    def failure(self, metrics: Mapping[str, Any]) -> str:
+        """Why ``metrics`` miss this threshold, or "" when they reach it (or it does not apply)."""
+        if not self.applies(metrics):
+            return ""
+        actual = metrics[self.metric]
+        bound = self.value * metrics[self.of] / 100 if self.of else self.value
+        if _OPERATORS[self.op](actual, bound):
+            return ""
+        return f"{self.metric} {actual:g}, healthy needs {self}"
+
+    def __str__(self) -> str:
+        value = f"{self.value:g}"
+        return f"{self.op} {value}% of {self.of}" if self.of else f"{self.op} {value}"
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -63,9 +185,58 @@ class RunSpec:
     activemq_not_run: str = ""
     #: What the comparison with ActiveMQ showed (printed with it).
     activemq_note: str = ""
+    #: The numbers a run without the pathology must reach to be healthy (else mitigated).
+    healthy: tuple[Threshold, ...] = ()
+    #: Settings changed from ``config_path``'s (``lab run --set``, ``clients.labs.settings``).
+    settings: tuple[Setting, ...] = ()
+    #: A configuration given whole (a student's activemq.xml, read), in place of ``config_path``'s.
+    given: BrokerConfig | None = None
 
     def config(self) -> BrokerConfig:
-        return load_config(self.config_path)
+        """The run's broker configuration: its file's, or the one given, with its settings."""
+        if self.given is not None:
+            return self.given
+        if not self.settings:
+            return load_config(self.config_path)
+        return configure(read_toml(self.config_path), self.settings, f"'{self.config_path}'")
+
+    def with_settings(self, *settings: Setting) -> "RunSpec":
+        """This run with ``settings`` changed; ConfigError (one line) when one is unknown or bad."""
+        spec = dataclasses.replace(self, settings=self.settings + settings)
+        spec.config()
+        return spec
+
+    def grade(self, pathology: bool, metrics: Mapping[str, Any]) -> tuple[str, list[str]]:
+        """The run's grade (one of ``GRADES``) and, when mitigated, the thresholds it missed."""
+        if pathology:
+            return "pathology", []
+        missed = [why for t in self.healthy if (why := t.failure(metrics))]
+        return ("mitigated" if missed else "healthy"), missed
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise of a lab (``[[exercise]]`` in lab.toml), its text in ``exercises.md``."""
+
+    id: str
+    kind: str
+    run: str
+    #: predict: the run's number to predict, or "grade".
+    metric: str = ""
+    #: predict: how far off a number may be; ``relative``: a percentage of the actual value.
+    tolerance: float = 0.0
+    relative: bool = False
+    #: config: keys of the run's own configuration the student's file cannot change.
+    keep: tuple[str, ...] = ()
+    #: What a wrong or incomplete answer is told, by grade ("wrong", "mitigated", "still broken").
+    hints: Mapping[str, str] = field(default_factory=dict)
+    #: diagnose: the detectors a right answer names.
+    causes: tuple[str, ...] = ()
+
+    @property
+    def option(self) -> str:
+        """The option of ``lab check`` that takes this exercise's answer."""
+        return KINDS[self.kind]
 
 
 @dataclass(frozen=True)
@@ -84,6 +255,24 @@ class Lab:
     no_live: str = ""
     #: Why ``--against activemq`` cannot run this lab ("" when its scenario has ``run_activemq``).
     no_activemq: str = ""
+    exercises: tuple[Exercise, ...] = ()
+    #: Its virtual-clock runs fsync as their configurations say (a lab about durability).
+    virtual_fsync: bool = True
+
+    def run_named(self, name: str) -> RunSpec:
+        """The run called ``name``; LabError names the runs there are."""
+        for spec in self.runs:
+            if spec.name == name:
+                return spec
+        raise LabError(
+            f"lab {self.directory.name} has no run {name!r}; its runs: {', '.join(r.name for r in self.runs)}"
+        )
+
+    def exercise_text(self, exercise: Exercise) -> str:
+        """The exercise's section of ``exercises.md``, heading included."""
+        text = (self.directory / "exercises.md").read_text(encoding="utf-8")
+        match = re.search(rf"^## {re.escape(exercise.id)}:.*?(?=^## |\Z)", text, flags=re.M | re.S)
+        return match.group(0).rstrip() if match else ""
 
     @property
     def citation(self) -> str:
@@ -144,17 +333,20 @@ def load_lab(directory: Path) -> Lab:
         raise LabError(f"{path} lacks {', '.join(missing)}")
     if data["source"] not in SOURCES:
         raise LabError(f"{path}: source must be one of {sorted(SOURCES)}, not {data['source']!r}")
+    lab_healthy = _thresholds(path, "[healthy]", data.get("healthy", {}))
     runs = []
     for i, run in enumerate(data["run"]):
-        if run.get("expect") not in VERDICTS:
-            raise LabError(f"{path}: run[{i}].expect must be one of {VERDICTS}, not {run.get('expect')!r}")
+        if run.get("expect") not in GRADES:
+            raise LabError(f"{path}: run[{i}].expect must be one of {GRADES}, not {run.get('expect')!r}")
+        own = _thresholds(path, f"run[{i}].healthy", run.get("healthy", {}))
+        healthy = {t.metric: t for t in lab_healthy} | {t.metric: t for t in own}
         config = directory / run["config"]
         if not config.exists():
             raise LabError(f"{path}: run[{i}].config {config.name} does not exist")
         findings = run.get("findings", [])
         if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
             raise LabError(f"{path}: run[{i}].findings must be a list of detector names")
-        amq_expect = run.get("activemq_expect", run["expect"])
+        amq_expect = run.get("activemq_expect", "healthy" if run["expect"] == "mitigated" else run["expect"])
         if amq_expect not in VERDICTS:
             raise LabError(f"{path}: run[{i}].activemq_expect must be one of {VERDICTS}, not {amq_expect!r}")
         runs.append(
@@ -167,6 +359,7 @@ def load_lab(directory: Path) -> Lab:
                 amq_expect,
                 str(run.get("activemq_not_run", "")),
                 str(run.get("activemq_note", "")),
+                tuple(healthy.values()),
             )
         )
     figure = tuple(data.get("figure", ()))
@@ -183,7 +376,55 @@ def load_lab(directory: Path) -> Lab:
         figure,
         str(data.get("no_live", "")),
         str(data.get("no_activemq", "")),
+        tuple(_exercise(path, i, e, {r.name: r for r in runs}) for i, e in enumerate(data.get("exercise", []))),
+        bool(data.get("virtual_fsync", True)),
     )
+
+
+def _exercise(path: Path, i: int, data: dict[str, Any], runs: dict[str, RunSpec]) -> Exercise:
+    where = f"{path}: exercise[{i}]"
+    if not _EXERCISE_ID.match(str(data.get("id", ""))):
+        raise LabError(f"{where}.id must be lower-case letters, digits and '-', not {data.get('id')!r}")
+    if data.get("kind") not in KINDS:
+        raise LabError(f"{where}.kind must be one of {tuple(KINDS)}, not {data.get('kind')!r}")
+    if data.get("run") not in runs:
+        raise LabError(f"{where}.run must name one of the lab's runs, not {data.get('run')!r}")
+    causes = (data["cause"],) if "cause" in data else runs[data["run"]].findings
+    if data["kind"] == "diagnose" and not (causes and set(causes) <= set(runs[data["run"]].findings)):
+        raise LabError(f"{where}: a diagnose exercise's run must have findings, and its cause be one of them")
+    if data["kind"] == "predict" and not data.get("metric"):
+        raise LabError(f'{where}: a predict exercise names the metric to predict (or "grade")')
+    keep = data.get("keep", [])
+    if not isinstance(keep, list) or not all(isinstance(k, str) and re.match(r"^\w+\.\w+$", k) for k in keep):
+        raise LabError(f"{where}.keep must be a list of SECTION.KEY settings")
+    tolerance = str(data.get("tolerance", 0))
+    try:
+        amount = float(tolerance.removesuffix("%"))
+    except ValueError:
+        raise LabError(f"{where}.tolerance must be a number or 'N%', not {tolerance!r}") from None
+    hints = dict(data.get("hints", {}))
+    if "hint" in data:
+        hints["wrong"] = str(data["hint"])
+    return Exercise(
+        data["id"],
+        data["kind"],
+        data["run"],
+        str(data.get("metric", "")),
+        amount,
+        tolerance.endswith("%"),
+        tuple(keep),
+        hints,
+        tuple(causes),
+    )
+
+
+def _thresholds(path: Path, where: str, table: object) -> list[Threshold]:
+    if not isinstance(table, dict):
+        raise LabError(f'{path}: {where} must be a table of METRIC = "OP NUMBER"')
+    try:
+        return [Threshold.parse(metric, text) for metric, text in table.items()]
+    except ValueError as exc:
+        raise LabError(f"{path}: {where}: {exc}") from None
 
 
 def find_labs(root: Path | None = None) -> list[Lab]:

@@ -17,12 +17,13 @@ one: the real server on real sockets (``lab.live_broker()``); with a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from minibroker.config import BrokerConfig
 from minibroker.sim import VirtualNetwork
@@ -30,7 +31,7 @@ from minibroker.sim import VirtualNetwork
 from .console import LabConsole
 from .live import LiveBroker
 from .looplag import LoopLag
-from .model import Lab, LabError, RunSpec
+from .model import GRADES, Lab, LabError, RunSpec
 from .watch import Phases, Watcher
 
 __all__ = ["LabRun", "Outcome", "RunResult", "run_lab", "run_one"]
@@ -76,8 +77,19 @@ class RunResult:
         return bool(self.outcome.unfair) or (self.loop_lag is not None and self.loop_lag.busy())
 
     @property
+    def grade(self) -> str:
+        """pathology, mitigated or healthy: the scenario's verdict and the lab's ``[healthy]``
+        thresholds (``RunSpec.grade``)."""
+        return self.spec.grade(self.outcome.pathology, self.outcome.metrics)[0]
+
+    @property
+    def missed(self) -> list[str]:
+        """The thresholds a mitigated run missed, each as 'metric value, healthy needs OP N'."""
+        return self.spec.grade(self.outcome.pathology, self.outcome.metrics)[1]
+
+    @property
     def as_promised(self) -> bool:
-        return self.outcome.verdict == self.spec.expect
+        return self.grade == self.spec.expect
 
     @property
     def findings_as_expected(self) -> bool:
@@ -216,8 +228,11 @@ def run_lab(
     console: LabConsole | None = None,
     watch: Callable[[str], None] | None = None,
     keep_events: bool = False,
+    specs: Sequence[RunSpec] | None = None,
+    brief: bool = False,
 ) -> list[RunResult]:
-    """Run every configuration of ``lab``, print verdicts, return the results.
+    """Run every configuration of ``lab`` (or ``specs``: ``--run``, ``--set``), print verdicts
+    (``brief``: each run's grade and its three most telling lines), return the results.
 
     With ``console`` the live brokers serve the web console there, and the last
     one is kept serving (the caller's ``console.hold()`` ends it); ``keep_events`` keeps
@@ -229,17 +244,32 @@ def run_lab(
     out(f"Lab {lab.directory.name}: {lab.title}")
     out(f"  source: {lab.citation}")
     out(f"  {'live server, real sockets' if live else 'virtual clock'}")
+    for line in student_pages(lab):
+        out(f"  {line}")
     results = []
-    for spec in lab.runs:
+    for spec in lab.runs if specs is None else specs:
         result = run_one(
-            lab, spec, entry, console=console, watch=watch if live else None, keep_events=keep_events, plot_dir=plot_dir
+            lab,
+            spec,
+            entry,
+            console=console,
+            watch=watch if live else None,
+            keep_events=keep_events,
+            plot_dir=plot_dir,
+            virtual=not live,
         )
         results.append(result)
-        _print_result(result, out)
+        (_print_brief if brief else _print_result)(result, out)
     kept = sum(r.as_promised for r in results)
     busy = sum(r.too_busy for r in results)
+    counts = ", ".join(f"{sum(r.grade == g for r in results)} {g}" for g in GRADES)
+    changed = any(r.spec.settings for r in results)
     out(
-        f"Result: {kept}/{len(results)} verdicts as the lab promises"
+        (
+            f"Result: {len(results)} run(s) with settings changed: {counts}"
+            if changed
+            else f"Result: {kept}/{len(results)} verdicts as the lab promises ({counts})"
+        )
         + (f" ({busy} run(s) on a machine too busy for a fair run: see above)" if busy else "")
     )
     if plot_dir is not None:
@@ -258,12 +288,15 @@ def run_one(
     watch: Callable[[str], None] | None = None,
     keep_events: bool = False,
     plot_dir: Path | None = None,
+    virtual: bool = False,
 ) -> RunResult:
     """One run of ``lab``: ``entry`` (the scenario's ``run``, ``run_live`` ...) in a fresh
-    working directory, which is removed afterwards (unless the console still serves it)."""
+    working directory, which is removed afterwards (unless the console still serves it).
+    ``virtual``: the run is on the virtual clock, where a lab that does not teach durability
+    does not fsync (``on_virtual_clock``)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))
     try:
-        run = LabRun(lab, spec, workdir, console, watch)
+        run = LabRun(lab, on_virtual_clock(lab, spec) if virtual else spec, workdir, console, watch)
         with run._log:
             try:
                 outcome: Outcome = entry(run)
@@ -285,12 +318,60 @@ def run_one(
     return result
 
 
+def on_virtual_clock(lab: Lab, spec: RunSpec) -> RunSpec:
+    """``spec`` as the virtual clock plays it: a lab that declares ``virtual_fsync = false``
+    (it does not teach durability) gets ``store.fsync = "never"``, unless the run sets it itself:
+    its journals are still real files, but a run costs CPU, not thousands of fsyncs."""
+    if lab.virtual_fsync or any(key == "store.fsync" for key, _ in spec.settings):
+        return spec
+    if spec.given is not None:
+        return dataclasses.replace(spec, given=spec.given.replace(store={"fsync": "never"}))
+    return dataclasses.replace(spec, settings=(("store.fsync", "never"), *spec.settings))
+
+
+def student_pages(lab: Lab) -> list[str]:
+    """Where a student reads first: the lab's handout and the glossary of every lab."""
+    root = lab.directory.parents[2]
+    pages = [("handout", lab.directory / "handout.md"), ("glossary", root / "docs" / "glossary.md")]
+    shown = []
+    for what, path in pages:
+        if path.exists():
+            shown.append(f"{what}: {path.relative_to(root) if path.is_relative_to(root) else path}")
+    return ["; ".join(shown)] if shown else []
+
+
+def telling_lines(result: RunResult, count: int = 3) -> list[str]:
+    """A run's most telling evidence: what a mitigated run missed, then its last evidence lines
+    (a scenario notes the setup first and what came of it last)."""
+    lines = [f"not healthy: {why}" for why in result.missed] + result.outcome.evidence[::-1]
+    return lines[:count]
+
+
+def _promise(result: RunResult) -> str:
+    """Whether the run kept the lab's promise; with settings changed (``--set``), what the lab
+    promises of its own configuration."""
+    spec = result.spec
+    if spec.settings or spec.given is not None:
+        changed = ", ".join(f"{key}={value}" for key, value in spec.settings) or "a configuration of yours"
+        return f"with {changed}; the lab's own configuration: {spec.expect.upper()}"
+    return "as promised" if result.as_promised else f"NOT as promised (expected {spec.expect.upper()})"
+
+
+def _print_brief(result: RunResult, out: Callable[[str], None]) -> None:
+    promise = _promise(result)
+    out(f"  [{result.spec.name}] {result.grade.upper()} ({promise}): {result.outcome.summary}")
+    for line in telling_lines(result):
+        out(f"      - {line}")
+
+
 def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
     spec, outcome = result.spec, result.outcome
-    promise = "as promised" if result.as_promised else f"NOT as promised (expected {spec.expect.upper()})"
+    promise = _promise(result)
     out("")
     out(f"  [{spec.name}] {spec.about}")
-    out(f"    verdict: {outcome.verdict.upper()} ({promise}): {outcome.summary}")
+    out(f"    verdict: {result.grade.upper()} ({promise}): {outcome.summary}")
+    if result.missed:
+        out(f"      not healthy: {'; '.join(result.missed)}")
     for line in outcome.evidence:
         out(f"      - {line}")
     if outcome.metrics:

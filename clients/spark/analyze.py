@@ -86,7 +86,9 @@ def _write(df: DataFrame, out: str, name: str) -> None:
         shutil.rmtree(local)
 
 
-def _series(tb: Tables, findings: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, Any]]], float]:
+def _series(
+    tb: Tables, findings: list[dict[str, Any]], names: dict[str, str]
+) -> tuple[dict[str, list[dict[str, Any]]], float]:
     """Small series for the plots: coarsened so no line has more than MAX_POINTS points."""
     from pyspark.sql import functions as F
 
@@ -104,15 +106,15 @@ def _series(tb: Tables, findings: list[dict[str, Any]]) -> tuple[dict[str, list[
     # the broker's own counts; a client trace (replay --trace) has only the clients'
     by_broker = tb.consumer_rates.filter(F.col("source") == "broker").limit(1).count() > 0
     source = "broker" if by_broker else "client"
-    top = (
+    totals = (
         tb.consumer_rates.filter(F.col("source") == source)
         .groupBy("consumer", "sub")
         .agg(F.sum("received").alias("n"))
-        .orderBy(F.desc("n"), "consumer", "sub")
-        .limit(TOP_CONSUMERS)
-    )
-    keep = {(r["consumer"], r["sub"]) for r in top.collect()} | named
+        .collect()
+    )  # one row per subscription: few, beside the events
     subs = [r.asDict() for r in tb.subscriptions.collect()]
+    keep = inprocess.busiest_by_name({(r["consumer"], r["sub"]): r["n"] for r in totals}, subs, names, TOP_CONSUMERS)
+    keep |= named
     keep |= {(s["session"], s["sub"]) for s in subs if len(subs) <= TOP_CONSUMERS}
     wanted = F.lit(False)
     for consumer, sub in keep:
@@ -191,8 +193,8 @@ def analyze(
             _write(df, out, name)
         _write(findings_df, out, "findings")
     info.update(engine="spark")
-    series, step = _series(tb, findings) if plots else ({}, params.bucket)
     names = _names(tb.events.filter(F.col("event") == "connect").select("session", "client_id", "addr").collect())
+    series, step = _series(tb, findings, names) if plots else ({}, params.bucket)
     result = _finish(
         Path(out.removeprefix("file:")),
         info,
@@ -266,8 +268,8 @@ def analyze_inprocess(
     if tables:
         inprocess.write_csv(tb, findings, local / "csv")
     info.update(engine="inprocess")
-    series = inprocess.series(tb, findings, TOP_CONSUMERS) if plots else {}
     names = _names([e for e in tb.events if e["event"] == "connect"])
+    series = inprocess.series(tb, findings, TOP_CONSUMERS, names) if plots else {}
     return _finish(
         local, info, inputs, params, findings, series, tb.bucket, [*tb.outputs(), "findings"] if tables else [], names
     )

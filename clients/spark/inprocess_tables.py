@@ -461,16 +461,18 @@ def write_csv(tb: Tables, findings: list[Row], directory: Path) -> None:
                 )
 
 
-def series(tb: Tables, findings: list[Row], top: int) -> dict[str, Any]:
+def series(tb: Tables, findings: list[Row], top: int, names: dict[str, str] | None = None) -> dict[str, Any]:
     """The plots' series (the Spark engine's ``_series``, uncoarsened: a trace this small has
-    few buckets): every consumer when there are few, else the busiest and those a finding names."""
+    few buckets): every consumer when there are few, else the busiest and those a finding names.
+    Consumers are counted as the plots draw them, one per name (``names``: session -> the
+    client's name; a client that reconnected 19 times is one consumer), before the busiest are kept."""
     # the broker's own counts; a client trace (replay --trace) has only the clients'
     source = "broker" if any(r["source"] == "broker" for r in tb.consumer_rates) else "client"
     totals: dict[tuple[Any, Any], int] = defaultdict(int)
     for r in tb.consumer_rates:
         if r["source"] == source:
             totals[(r["consumer"], r["sub"])] += r["received"]
-    keep = {k for k, _ in sorted(totals.items(), key=lambda kv: (-kv[1], str(kv[0])))[:top]}
+    keep = busiest_by_name(totals, tb.subscriptions, names or {}, top)
     keep |= {(f["session"], f["sub"]) for f in findings if f["session"] and f["sub"]}
     if len(tb.subscriptions) <= top:
         keep |= {(s["session"], s["sub"]) for s in tb.subscriptions}
@@ -484,6 +486,23 @@ def series(tb: Tables, findings: list[Row], top: int) -> dict[str, Any]:
         "journal": tb.journal,
         "journal_files": tb.journal_files,
     }
+
+
+def busiest_by_name(
+    totals: dict[tuple[Any, Any], int], subscriptions: list[Row], names: dict[str, str], top: int
+) -> set[tuple[Any, Any]]:
+    """The (session, sub) pairs of the ``top`` busiest consumers, each consumer one label of
+    the plots (``consumer_label``): every session of a name counts towards it, and is kept with it."""
+    from .plots import consumer_label
+
+    per_session: dict[Any, int] = defaultdict(int)
+    for s in subscriptions:
+        per_session[s["session"]] += 1
+    by_label: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
+    for session, sub in totals:
+        by_label[consumer_label(names, session, sub, per_session[session] or 1)].append((session, sub))
+    ranked = sorted(by_label.items(), key=lambda kv: (-sum(totals[k] for k in kv[1]), kv[0]))
+    return {pair for _, pairs in ranked[:top] for pair in pairs}
 
 
 def total_bytes(inputs: list[str]) -> int:

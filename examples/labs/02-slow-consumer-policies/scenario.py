@@ -155,7 +155,7 @@ class Seen:
 
 
 def run(lab: LabRun) -> Outcome:
-    if lab.spec is lab.lab.runs[0]:
+    if lab.spec.name == lab.lab.runs[0].name:
         ROWS.clear()
     stuck = lab.name.startswith("stuck-socket")
     net = lab.network()
@@ -416,7 +416,7 @@ def verdict(lab: LabRun, seen: Seen, stuck: bool) -> Outcome:
         "verdict": "pathology" if held else "healthy",
     }
     ROWS.append(row)
-    if lab.spec is lab.lab.runs[-1]:
+    if lab.spec.name == lab.lab.runs[-1].name:
         lab.note("cost table (every run of this lab):")
         for line in table(ROWS):
             lab.note(line)

@@ -31,6 +31,7 @@ plays the appendix against ActiveMQ (``lab run 03 --against activemq``).
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from typing import Any
 
@@ -309,10 +310,10 @@ def _verdict(run_name: str, consumer: PerlConsumer) -> tuple[bool, str]:
             f"the consumer gave up at t={consumer.gave_up_at:.0f}s: every reconnect was refused while the "
             f"broker held the stalled connection ({len(consumer.processed)} of {MESSAGES} processed)"
         )
+    clean = consumer.finished_at is not None and not consumer.partial_writes and not consumer.refused
+    if clean:
+        return False, f"the workload ran to the end at t={consumer.finished_at:.1f}s: no stall, no reconnect"
     if run_name.startswith("prefetch-1"):
-        clean = consumer.finished_at is not None and not consumer.partial_writes and not consumer.refused
-        if clean:
-            return False, f"the workload ran to the end at t={consumer.finished_at:.1f}s: no stall, no reconnect"
         return True, "the consumer stalled even with prefetch 1"
     return False, (
         f"{CURES.get(run_name, 'the consumer got back in')}; but the stall came back: "
@@ -430,3 +431,88 @@ def exclusive_appendix(lab: LabRun, *, exclusive: bool) -> Outcome:
     return Outcome(
         idle, summary, metrics={"a_share": phase1["A"], "b_share": phase1["B"], "b_after_a_left": phase2["B"]}
     )
+
+
+# ---------------------------------------------------------------- the student's consumer
+#: ``lab check 03 --client FILE.py``: messages waiting, and how long the consumer may take. A
+#: consumer with one message in flight needs about CLIENT_MESSAGES x (WORK + 2 x 5 ms); one with
+#: the default prefetch pays 5 ms for each message in flight on every ACK and cannot finish.
+CLIENT_MESSAGES = 100
+CLIENT_DEADLINE = float(os.environ.get("MINIBROKER_LAB_CLIENT_DEADLINE", "15"))  # a slow machine may want more
+
+
+def run_client(lab: LabRun, path: Any) -> Outcome:
+    """The student's consumer (``consume(host, port, queue, count, work)``) against the real
+    server with the run's slow store: graded as the stalled consumer is, from what it processed,
+    how many times, and how it acknowledged (the broker's trace)."""
+    import asyncio
+
+    from clients.labs import LabError
+    from clients.labs.student import StudentError, run_consumer
+    from clients.stomp import StompClient
+
+    trace_file = lab.workdir / "trace.jsonl"
+    config = lab.config.replace(broker={"trace": str(trace_file)})
+
+    async def fill(port: int) -> None:
+        producer = await StompClient.connect("127.0.0.1", port)
+        for _ in range(CLIENT_MESSAGES):
+            await producer.send(QUEUE, BODY, headers={"persistent": "true"}, receipt=True)
+        await producer.disconnect()
+
+    failure = ""
+    run = None
+    with lab.live_broker(config) as live:
+        asyncio.run(fill(live.port))
+        try:
+            run = run_consumer(path, "127.0.0.1", live.port, QUEUE, CLIENT_MESSAGES, WORK, CLIENT_DEADLINE)
+        except StudentError as exc:
+            failure = str(exc)
+        left = _settled_queue(live, CLIENT_DEADLINE - (run.seconds if run else CLIENT_DEADLINE))
+    trace = sibling_module(__file__, "live")._read_trace(trace_file)
+    connects = [e for e in trace if e["event"] == "connect"][1:]  # the first is the producer's
+    if not connects:
+        raise LabError(f"your client never connected to the broker (127.0.0.1, the port it was given): {failure}")
+    if run is None:
+        raise LabError(failure)
+    subscriptions = [e for e in trace if e["event"] == "subscribe" and e.get("dest") == QUEUE]
+    acks = sorted({e.get("ack", "auto") for e in subscriptions})
+    prefetch = sorted({e.get("prefetch") for e in subscriptions if e.get("prefetch") is not None})
+    processed = len(set(run.processed))
+    settled = CLIENT_MESSAGES - left
+    lab.note(
+        f"your consumer: {len(connects)} connection(s), subscribed with ack {', '.join(acks) or 'none'}, "
+        f"prefetch {', '.join(map(str, prefetch)) or 'none'}"
+    )
+    lab.note(
+        f"processed {processed} of {CLIENT_MESSAGES} in {run.seconds:.1f} s"
+        + ("" if run.finished else f" (stopped at the deadline, {CLIENT_DEADLINE:.0f} s)")
+        + f", {run.duplicates} processed a second time; the broker settled {settled} of them "
+        f"(acknowledged and gone from {QUEUE}) within {CLIENT_DEADLINE:.0f} s"
+    )
+    pathology = settled < CLIENT_MESSAGES
+    summary = (
+        f"only {settled} of {CLIENT_MESSAGES} messages settled in {CLIENT_DEADLINE:.0f} s: the consumer's ACKs stalled"
+        if pathology
+        else f"all {CLIENT_MESSAGES} messages processed and settled in {run.seconds:.1f} s"
+    )
+    metrics = {
+        "processed_pct": round(100 * min(processed, settled) / CLIENT_MESSAGES),
+        "duplicates": run.duplicates,
+        "client_acks": int(bool(acks) and "auto" not in acks),
+    }
+    return Outcome(pathology, summary, metrics=metrics)
+
+
+def _settled_queue(live: Any, seconds: float) -> int:
+    """Messages still on the queue (waiting or unacknowledged) once it empties or ``seconds`` pass."""
+    import time
+
+    def left() -> int:
+        destination = live.server.broker.destinations.get(QUEUE)
+        return int(destination.size()) if destination is not None else 0
+
+    until = time.monotonic() + max(seconds, 0.0)
+    while (remaining := left()) and time.monotonic() < until:
+        time.sleep(0.1)
+    return remaining

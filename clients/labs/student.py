@@ -1,0 +1,100 @@
+"""A student's consumer, run against a lab's real server (``lab check NN --client FILE.py``).
+
+The file defines ``consume(host, port, queue, count, work)``: connect, subscribe to
+``queue``, call ``work(message_id)`` for each message (it takes the lab's working time),
+acknowledge, return after ``count`` messages. It runs in a child process (``_CHILD``), so
+a client that hangs is stopped at the deadline and one that raises cannot take the check
+down; each processed message comes back as one line on the child's stdout.
+
+A client that cannot be imported, has no ``consume``, raises, or processed nothing before
+the deadline is ``StudentError``: one line saying what is wrong. Otherwise ``ClientRun``
+says what it did, for the scenario to grade.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ClientRun", "StudentError", "run_consumer"]
+
+
+class StudentError(Exception):
+    """The student's client could not be graded: what went wrong, in one line."""
+
+
+@dataclass
+class ClientRun:
+    """What the student's consumer did before it returned, or before the deadline."""
+
+    processed: list[str]
+    finished: bool
+    seconds: float
+
+    @property
+    def duplicates(self) -> int:
+        return len(self.processed) - len(set(self.processed))
+
+
+_CHILD = r"""
+import importlib.util, json, sys, time, traceback
+path, host, port, queue, count, work_s = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), float(sys.argv[6])
+try:
+    spec = importlib.util.spec_from_file_location("student_consumer", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+except BaseException as exc:
+    print(f"cannot import {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    sys.exit(3)
+if not callable(getattr(module, "consume", None)):
+    print(f"{path} defines no consume(host, port, queue, count, work) function", file=sys.stderr)
+    sys.exit(3)
+def work(message_id):
+    time.sleep(work_s)
+    print(json.dumps(str(message_id)), flush=True)
+start = time.monotonic()
+try:
+    module.consume(host, port, queue, count, work)
+except BaseException as exc:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
+    where = f" (line {frames[-1].lineno} of {path})" if frames else ""
+    print(f"your client raised {type(exc).__name__}: {exc}{where}", file=sys.stderr)
+    sys.exit(3)
+print("done", flush=True)
+"""
+
+
+def run_consumer(
+    path: Path, host: str, port: int, queue: str, count: int, work_seconds: float, deadline: float
+) -> ClientRun:
+    """Run ``path``'s ``consume`` against ``host:port`` for at most ``deadline`` seconds."""
+    import json
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    args = [str(path.resolve()), host, str(port), queue, str(count), str(work_seconds)]
+    start = time.monotonic()
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        out, err = child.communicate(timeout=deadline)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, err = child.communicate()
+        timed_out = True
+    seconds = time.monotonic() - start
+    lines = out.splitlines()
+    processed = [json.loads(line) for line in lines if line.startswith('"')]
+    if child.returncode == 3:
+        raise StudentError((err.strip().splitlines() or ["your client failed"])[-1])
+    if not timed_out and child.returncode != 0:
+        raise StudentError(f"your client ended with exit status {child.returncode}: {err.strip()[-200:]}")
+    if timed_out and not processed:
+        raise StudentError(f"your client processed no message in {deadline:.0f} s: does it hang, or never subscribe?")
+    return ClientRun(processed, "done" in lines, seconds)
