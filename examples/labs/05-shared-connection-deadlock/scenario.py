@@ -62,6 +62,8 @@ class Worker:
         self.owed: deque[int] = deque()  # replies the broker refused, to send again
         self.last_handled_at = 0.0
         self._errors = 0
+        self.messages: list[Any] = []  # the requests received, in order
+        self._seen: dict[Any, int] = {}  # client -> frames looked at
 
     def stuck_in_write(self) -> bool:
         return bool(self.producer.outbound or self.consumer.outbound)
@@ -72,12 +74,22 @@ class Worker:
         if self.receipts:
             headers["receipt"] = f"reply-{n}-{self.refused}"
         self.producer.send(REPLIES, BODY, **headers)
-        errors = self.producer.frames("ERROR")
-        if len(errors) > self._errors:
-            self._errors = len(errors)
-            self.refused += 1
-            return False
-        return True
+        errors = self._errors
+        self._read()
+        return self._errors == errors
+
+    def _read(self) -> None:
+        """Take in the frames received since the last look (only those: a run receives thousands)."""
+        for client in {self.consumer, self.producer}:
+            frames = client.received
+            seen = self._seen.get(client, 0)
+            for f in frames[seen:]:
+                if f.command == "MESSAGE" and client is self.consumer:
+                    self.messages.append(f)
+                elif f.command == "ERROR" and client is self.producer:
+                    self._errors += 1
+                    self.refused += 1
+            self._seen[client] = len(frames)
 
     def tick(self) -> None:
         now = self.net.now
@@ -88,7 +100,8 @@ class Worker:
                 self.retry_at = now + RETRY_AFTER
                 break
             self.owed.popleft()
-        for message in self.consumer.messages()[self.handled : self.handled + WORK_BATCH]:
+        self._read()
+        for message in self.messages[self.handled : self.handled + WORK_BATCH]:
             n = self.handled
             if self.owed or not self._reply(n):
                 # the broker said no at once: keep the reply to send later, and ACK the request
