@@ -74,6 +74,12 @@ SOURCES: dict[str, Source] = {
         "Apache ActiveMQ Classic documentation",
         "one connection that publishes and consumes deadlocks under flow control",
     ),
+    "kahadb-log-files": Source(
+        "Why do KahaDB log files remain after cleanup?",
+        None,
+        "Apache ActiveMQ Classic documentation, KahaDB FAQ",
+        "a growing journal kept by one old message or an offline durable subscriber",
+    ),
     "redelivery-dlq": Source(
         "Message Redelivery and DLQ Handling",
         None,

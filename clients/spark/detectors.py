@@ -202,9 +202,11 @@ def _holding_blocks(tb: Tables) -> DataFrame:
 
 
 def blocked_producer_idle_consumers(tb: Tables, p: Params) -> DataFrame:
-    blk = tb.blocked.filter(_nonempty(F.col("start"), F.col("end"), p.bucket)).join(
+    # not a full store (store_held_by_few_live), nor a connection holding its own ACKs back
+    # (blocked_holding_unacked)
+    blk = tb.blocked.filter(_nonempty(F.col("start"), F.col("end"), p.bucket) & (F.col("usage") != "store")).join(
         _holding_blocks(tb), ["session", "dest", "start"], "left_anti"
-    )  # a connection holding its own ACKs back: blocked_holding_unacked
+    )
     keys = ["session", "dest", "start"]
     grid = blk.select(
         *keys,
@@ -686,6 +688,63 @@ def redelivery_loop(tb: Tables, p: Params) -> DataFrame:
         ),
         [F.col("redeliveries"), F.col("total"), F.col("first"), F.col("last")],
         dest=F.col("dest"),
+    )
+
+
+def store_held_by_few_live(tb: Tables, p: Params) -> DataFrame:
+    blocks = tb.blocked.filter((F.col("usage") == "store") & (F.col("end") - F.col("start") >= p.min_window))
+    states = tb.events.filter(
+        F.col("event").isin("journal_roll", "journal_full", "journal_state")
+        & F.col("live").isNotNull()
+        & (F.col("layout") == "growing")  # a ring's files are there from the start (journal_full_few_live)
+    ).select(
+        "store",
+        F.col("t").alias("jt"),
+        F.col("seq").alias("jseq"),
+        F.col("layout"),
+        F.col("files"),
+        F.col("live"),
+        F.size(F.map_filter("file_live", lambda k, v: v > 0)).alias("pinned"),
+    )
+    # each journal's state at the block's end
+    out = (
+        blocks.join(states, F.col("jt") <= F.col("end"))
+        .groupBy("session", "dest", "start", "end", "open", "store")
+        .agg(F.max_by(F.struct("layout", "files", "live", "pinned"), F.struct("jt", "jseq")).alias("x"))
+        .select("*", "x.*")
+        .drop("x")
+        .filter(
+            (F.col("files") > 0)
+            & (F.col("live") <= F.col("files") * p.few_live_per_file)
+            & (F.col("files") - F.col("pinned") > 0)
+        )
+    )
+    return _finding(
+        out,
+        "store_held_by_few_live",
+        F.format_string(
+            SUMMARY["store_held_by_few_live"],
+            "session",
+            "dest",
+            F.col("end") - F.col("start"),
+            "store",
+            "files",
+            "live",
+            F.col("files") - F.col("pinned"),
+            F.when(F.col("open"), F.lit("; never unblocked")).otherwise(F.lit("")),
+        ),
+        [
+            F.col("store"),
+            F.col("layout"),
+            F.col("files"),
+            F.col("live"),
+            F.col("pinned"),
+            F.col("open").alias("never_unblocked"),
+            F.col("start").alias("blocked_start"),
+            F.col("end").alias("blocked_end"),
+        ],
+        dest=F.col("dest"),
+        session=F.col("session"),
     )
 
 

@@ -79,6 +79,9 @@ WHAT: dict[str, str] = {
     "per-destination limit)",
     "redelivery_loop": "one message was redelivered again and again within a short time: a poison "
     "message no consumer can process, in a loop (cure: a redelivery limit with a delay and back-off)",
+    "store_held_by_few_live": "a producer stayed blocked on a full store while the journal kept "
+    "its files for a few live messages: one old message or an offline durable subscriber pins the "
+    "files written since (cures: drain what pins them, an offline durable subscriber timeout)",
 }
 DETECTORS = tuple(WHAT)
 
@@ -100,6 +103,8 @@ SUMMARY: dict[str, str] = {
     "blocked_holding_unacked": "%s blocked on %s usage sending to %s for %.0f s while it held %d-%d "
     "unacknowledged message(s)%s",
     "redelivery_loop": "message %s on %s redelivered %d times in %.1f s (%d redeliveries in all)",
+    "store_held_by_few_live": "%s blocked on store usage sending to %s for %.0f s while journal %s kept "
+    "%d file(s) for %d live message(s), %d of the files with none%s",
 }
 
 _FLOAT = re.compile(r"%\.(\d+)f")

@@ -182,8 +182,8 @@ def blocked_producer_idle_consumers(tb: Tables, p: Params) -> list[Row]:
     held = _held(tb)
     out = []
     for blk in tb.blocked:
-        if _holding(held[blk["session"]], blk["start"], blk["end"]):
-            continue  # a connection holding its own ACKs back: blocked_holding_unacked
+        if blk["usage"] == "store" or _holding(held[blk["session"]], blk["start"], blk["end"]):
+            continue  # a full store: store_held_by_few_live; a connection holding its own ACKs: blocked_holding_unacked
         flagged = []
         for b in _within(blk["start"], blk["end"], p.bucket):
             r = rates.get((blk["dest"], b))
@@ -587,6 +587,66 @@ def redelivery_loop(tb: Tables, p: Params) -> list[Row]:
         summary = java_format(SUMMARY["redelivery_loop"], msg, dest, best, last - start, len(ts))
         out.append(_finding("redelivery_loop", start, last + p.bucket, summary, ev, dest=dest))
     return out
+
+
+def store_held_by_few_live(tb: Tables, p: Params) -> list[Row]:
+    states = sorted(
+        (
+            e
+            for e in tb.events
+            if e["event"] in _JOURNAL_STATES and e.get("live") is not None and e.get("layout") == "growing"
+        ),
+        key=lambda e: (e["t"], e.get("seq") or 0),
+    )
+    out = []
+    for blk in tb.blocked:
+        if blk["usage"] != "store" or blk["end"] - blk["start"] < p.min_window:
+            continue
+        last: dict[str, Row] = {}  # each journal's state at the block's end
+        for e in states:
+            if e["t"] <= blk["end"]:
+                last[e["store"]] = e
+        for store, e in sorted(last.items()):
+            files, live = e["files"], e["live"]
+            pinned = sum(1 for v in (e.get("file_live") or {}).values() if v > 0)
+            if not files or live > files * p.few_live_per_file or files - pinned <= 0:
+                continue
+            ev = {
+                "store": store,
+                "layout": e.get("layout"),
+                "files": files,
+                "live": live,
+                "pinned": pinned,
+                "never_unblocked": blk["open"],
+                "blocked_start": blk["start"],
+                "blocked_end": blk["end"],
+            }
+            summary = java_format(
+                SUMMARY["store_held_by_few_live"],
+                blk["session"],
+                blk["dest"],
+                blk["end"] - blk["start"],
+                store,
+                files,
+                live,
+                files - pinned,
+                "; never unblocked" if blk["open"] else "",
+            )
+            out.append(
+                _finding(
+                    "store_held_by_few_live",
+                    blk["start"],
+                    blk["end"],
+                    summary,
+                    ev,
+                    dest=blk["dest"],
+                    session=blk["session"],
+                )
+            )
+    return out
+
+
+_JOURNAL_STATES = ("journal_roll", "journal_full", "journal_state")
 
 
 #: Each detector by its name (the functions are named after them).

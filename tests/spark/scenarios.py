@@ -162,6 +162,19 @@ def pathologies() -> Script:
         if i % 10 == 5:
             s.at(t).emit("connection", session="w1", pending_bytes=0, pending=50, idle_read=t - 82.0, idle_write=0.0)
 
+    # a KahaDB journal kept alive by one message: 16 files for 1 live message, s7 held on the full store
+    s.at(83.5).emit(
+        "journal_roll",
+        store="kahadb",
+        layout="growing",
+        file="db-16.log",
+        files=16,
+        prev="db-15.log",
+        live=1,
+        file_live={f"db-{i}.log": (1 if i == 1 else 0) for i in range(1, 17)},
+    )
+    s.at(83.5).emit("flow_block", session="s7", dest="/queue/S", usage="store", pct=100)
+
     # Qpid's enqueue threshold: the ring journal of /queue/J is full with 7 live messages in 7 files
     file_live = {f"{i:04d}.jdat": (1 if i < 7 else 0) for i in range(8)}
     s.at(84.0).emit(
@@ -209,6 +222,7 @@ EXPECTED = [
     ("journal_full_few_live", 85.0, 87.0, "/queue/J", None, None),
     ("blocked_holding_unacked", 82.0, 90.0, "/queue/R", "w1", None),
     ("redelivery_loop", 82.0, 84.45, "/queue/P", None, None),
+    ("store_held_by_few_live", 83.5, 90.0, "/queue/S", "s7", None),
 ]
 
 
@@ -226,6 +240,8 @@ def healthy() -> Script:
         90: ("redeliver", dict(dest="/queue/W", msg="ID:b1-90", redeliveries=1)),
         91: ("redeliver", dict(dest="/queue/W", msg="ID:b1-90", redeliveries=2)),
         92: ("redeliver", dict(dest="/queue/W", msg="ID:b1-90", redeliveries=3)),
+        100: ("flow_block", dict(session="p", dest="/queue/W", usage="store", pct=100)),
+        104: ("flow_unblock", dict(session="p", dest="/queue/W", usage="store", waited=1.0)),
         120: ("swap_out", dict(dest="/topic/X", sub="x", count=10, temp_pct=1)),
         124: ("swap_in", dict(dest="/topic/X", sub="x", count=10, temp_pct=0)),
         160: (

@@ -66,6 +66,8 @@ def test_findings_carry_evidence(pathology_analysis):
     assert (journal["refused"], journal["live"], journal["pinned"], journal["files"]) == (2, 7, 7, 8)
     held = by["blocked_holding_unacked"]
     assert (held["held_min"], held["held_max"], held["samples"], held["never_unblocked"]) == (50, 50, 3, True)
+    kept = by["store_held_by_few_live"]
+    assert (kept["files"], kept["live"], kept["pinned"], kept["never_unblocked"]) == (16, 1, 1, True)
     loop = by["redelivery_loop"]
     assert (loop["redeliveries"], loop["total"], loop["first"], loop["last"]) == (30, 30, 82.0, 83.45)
 

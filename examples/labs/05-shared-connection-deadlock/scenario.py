@@ -62,6 +62,8 @@ class Worker:
         self.owed: deque[int] = deque()  # replies the broker refused, to send again
         self.last_handled_at = 0.0
         self._errors = 0
+        self.messages: list[Any] = []  # the requests received, in order
+        self._seen: dict[Any, int] = {}  # client -> frames looked at
 
     def stuck_in_write(self) -> bool:
         return bool(self.producer.outbound or self.consumer.outbound)
@@ -72,12 +74,22 @@ class Worker:
         if self.receipts:
             headers["receipt"] = f"reply-{n}-{self.refused}"
         self.producer.send(REPLIES, BODY, **headers)
-        errors = self.producer.frames("ERROR")
-        if len(errors) > self._errors:
-            self._errors = len(errors)
-            self.refused += 1
-            return False
-        return True
+        errors = self._errors
+        self._read()
+        return self._errors == errors
+
+    def _read(self) -> None:
+        """Take in the frames received since the last look (only those: a run receives thousands)."""
+        for client in {self.consumer, self.producer}:
+            frames = client.received
+            seen = self._seen.get(client, 0)
+            for f in frames[seen:]:
+                if f.command == "MESSAGE" and client is self.consumer:
+                    self.messages.append(f)
+                elif f.command == "ERROR" and client is self.producer:
+                    self._errors += 1
+                    self.refused += 1
+            self._seen[client] = len(frames)
 
     def tick(self) -> None:
         now = self.net.now
@@ -88,7 +100,8 @@ class Worker:
                 self.retry_at = now + RETRY_AFTER
                 break
             self.owed.popleft()
-        for message in self.consumer.messages()[self.handled : self.handled + WORK_BATCH]:
+        self._read()
+        for message in self.messages[self.handled : self.handled + WORK_BATCH]:
             n = self.handled
             if self.owed or not self._reply(n):
                 # the broker said no at once: keep the reply to send later, and ACK the request
@@ -124,7 +137,7 @@ def run(lab: LabRun) -> Outcome:
     net = lab.network()
     auditor = net.connected_client("auditor")
     auditor.subscribe(REPLIES, "replies")
-    worker = Worker(net, shared=lab.name != "separate-connections", receipts=lab.name == "send-fail-if-no-space")
+    worker = Worker(net, shared=lab.name != "separate-connections", receipts=_refusing(lab))
     feeder = Feeder(net)
     net.every(FEED_PERIOD, feeder.tick, until=SECONDS)
     net.every(WORK_PERIOD, worker.tick, until=SECONDS)
@@ -215,13 +228,13 @@ def run_live(lab: LabRun) -> Outcome:
     """The same workload on the real server, with real sockets; the broker's own figures
     (who is blocked, what the worker holds) read while the clients still wait."""
     with lab.live_broker() as live:
-        result = asyncio.run(_live(live.port, lambda tags: _live_state(live, tags), lab.name))
+        result = asyncio.run(_live(live.port, lambda tags: _live_state(live, tags), lab.name, _refusing(lab)))
     return _live_verdict(lab, result)
 
 
 def run_activemq(lab: LabRun, broker: Any) -> Outcome:
     """The live run against ActiveMQ: the same clients; the verdict from what they saw."""
-    result = asyncio.run(_live(broker.port, lambda tags: {}, lab.name))
+    result = asyncio.run(_live(broker.port, lambda tags: {}, lab.name, _refusing(lab)))
     return _live_verdict(lab, result)
 
 
@@ -237,7 +250,12 @@ def _live_state(live: Any, tags: list[str]) -> dict[str, Any]:
     return live.call(read)
 
 
-async def _live(port: int, read_state: Any, name: str) -> dict[str, Any]:
+def _refusing(lab: LabRun) -> bool:
+    """Does the broker answer a reply it has no room for with an ERROR (the worker then asks for RECEIPTs)?"""
+    return lab.config.policy_for("queue", "replies").send_fail_if_no_space
+
+
+async def _live(port: int, read_state: Any, name: str, receipts: bool) -> dict[str, Any]:
     """Feeder, worker and auditor as on the virtual clock; ends when every request is handled
     or the worker has handled nothing for LIVE_STALL seconds."""
     from clients.stomp import StompClient, StompError
@@ -255,7 +273,6 @@ async def _live(port: int, read_state: Any, name: str) -> dict[str, Any]:
 
     await auditor.subscribe(REPLIES, on_message=replied)
     requests = await consumer.subscribe(REQUESTS, ack="client-individual")
-    receipts = name == "send-fail-if-no-space"
     fed = handled = refused = 0
     owed: deque[int] = deque()
     last = loop.time()
