@@ -11,15 +11,14 @@ run cuts them, then the queue's own dead letter queue) it finds nothing.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
 
 import pytest
 
-from clients.doctor.live import LiveReport, parse_target, run_live
+from clients.doctor.live import LiveReport
 from clients.labs.model import labs_directory, load_lab
 from tests.broker_support import RunningBroker
+from tests.doctor_live_support import doctor_while_playing
 
 pytestmark = pytest.mark.slow
 
@@ -33,28 +32,14 @@ SECONDS = 7.0
 def _doctor_during_workload(run: str) -> tuple[LiveReport, dict[str, Any]]:
     spec = next(r for r in LAB.runs if r.name == run)
     broker = RunningBroker(SCENARIO.live_config(spec.config())).start()
-    played: list[dict[str, Any]] = []
-    failure: list[BaseException] = []
 
     def depth() -> int:
         return int(broker.call(lambda: broker.server.broker.destinations[SCENARIO.ORDERS].size()))
 
-    def workload() -> None:
-        try:
-            played.append(asyncio.run(SCENARIO.play_on(broker.port, SECONDS, depth)))
-        except BaseException as exc:  # reported by the test
-            failure.append(exc)
-
-    thread = threading.Thread(target=workload, daemon=True)
-    thread.start()
     try:
-        report = asyncio.run(run_live(parse_target(f"stomp://127.0.0.1:{broker.port}"), window=SECONDS - 1))
+        return doctor_while_playing(broker.port, lambda: SCENARIO.play_on(broker.port, SECONDS, depth), SECONDS - 1)
     finally:
-        thread.join(60)
         broker.stop()
-    assert not thread.is_alive(), "the workload did not end"
-    assert not failure, failure
-    return report, played[0]
 
 
 def test_poison_message_in_a_loop_found_among_acknowledged_orders() -> None:

@@ -215,13 +215,13 @@ def run_live(lab: LabRun) -> Outcome:
     """The same workload on the real server, with real sockets; the broker's own figures
     (who is blocked, what the worker holds) read while the clients still wait."""
     with lab.live_broker() as live:
-        result = asyncio.run(_live(live.port, lambda tags: _live_state(live, tags), lab.name))
+        result = asyncio.run(play_on(live.port, lambda tags: _live_state(live, tags), lab.name))
     return _live_verdict(lab, result)
 
 
 def run_activemq(lab: LabRun, broker: Any) -> Outcome:
     """The live run against ActiveMQ: the same clients; the verdict from what they saw."""
-    result = asyncio.run(_live(broker.port, lambda tags: {}, lab.name))
+    result = asyncio.run(play_on(broker.port, lambda tags: {}, lab.name))
     return _live_verdict(lab, result)
 
 
@@ -237,9 +237,10 @@ def _live_state(live: Any, tags: list[str]) -> dict[str, Any]:
     return live.call(read)
 
 
-async def _live(port: int, read_state: Any, name: str) -> dict[str, Any]:
-    """Feeder, worker and auditor as on the virtual clock; ends when every request is handled
-    or the worker has handled nothing for LIVE_STALL seconds."""
+async def play_on(port: int, read_state: Any, name: str) -> dict[str, Any]:
+    """Feeder, worker and auditor as on the virtual clock, as run ``name`` has them, on the
+    broker at ``port``; ends when every request is handled or the worker has handled nothing
+    for LIVE_STALL seconds (``read_state``: the broker's figures read then, or ``{}``)."""
     from clients.stomp import StompClient, StompError
 
     loop = asyncio.get_running_loop()
