@@ -1,4 +1,4 @@
-"""``doctor --live`` sampling a broker while a lab's live workload plays on it (in a thread)."""
+"""``doctor --live`` sampling the real server while a lab's live workload plays on it (in a thread)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import threading
 from typing import Any, Callable, Coroutine
 
 from clients.doctor.live import LiveReport, parse_target, run_live
+from minibroker.config import BrokerConfig
+from tests.broker_support import RunningBroker
 
 
 def doctor_while_playing(
@@ -33,3 +35,20 @@ def doctor_while_playing(
     if failure:
         raise failure[0]
     return report, played[0]
+
+
+def doctor_during_run(
+    lab: Any,
+    run: str,
+    play: Callable[[RunningBroker], Coroutine[Any, Any, Any]],
+    window: float,
+    adapt: Callable[[BrokerConfig], BrokerConfig] = lambda config: config,
+) -> tuple[LiveReport, Any]:
+    """``doctor_while_playing`` on the real server started with ``lab``'s ``run``'s configuration
+    (``adapt`` ed, as a lab's live run adapts it), stopped after; ``play`` is given the server."""
+    spec = next(r for r in lab.runs if r.name == run)
+    broker = RunningBroker(adapt(spec.config())).start()
+    try:
+        return doctor_while_playing(broker.port, lambda: play(broker), window)
+    finally:
+        broker.stop()

@@ -18,8 +18,7 @@ import pytest
 
 from clients.doctor.live import LiveReport
 from clients.labs.model import labs_directory, load_lab
-from tests.broker_support import RunningBroker
-from tests.doctor_live_support import doctor_while_playing
+from tests.doctor_live_support import doctor_during_run
 
 pytestmark = pytest.mark.slow
 
@@ -33,12 +32,7 @@ WINDOW = 6.0
 def _doctor_during_workload(run: str, monkeypatch: pytest.MonkeyPatch) -> tuple[LiveReport, dict[str, Any]]:
     # The workload gives up on a worker stuck for LIVE_STALL seconds: here it stays until the window is over.
     monkeypatch.setattr(SCENARIO, "LIVE_STALL", WINDOW + 1)
-    spec = next(r for r in LAB.runs if r.name == run)
-    broker = RunningBroker(spec.config()).start()
-    try:
-        return doctor_while_playing(broker.port, lambda: SCENARIO.play_on(broker.port, lambda tags: {}, run), WINDOW)
-    finally:
-        broker.stop()
+    return doctor_during_run(LAB, run, lambda broker: SCENARIO.play_on(broker.port, lambda tags: {}, run), WINDOW)
 
 
 def test_shared_connection_blocked_holding_its_unacknowledged_requests(monkeypatch: pytest.MonkeyPatch) -> None:

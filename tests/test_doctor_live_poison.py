@@ -11,14 +11,14 @@ run cuts them, then the queue's own dead letter queue) it finds nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Coroutine
 
 import pytest
 
 from clients.doctor.live import LiveReport
 from clients.labs.model import labs_directory, load_lab
 from tests.broker_support import RunningBroker
-from tests.doctor_live_support import doctor_while_playing
+from tests.doctor_live_support import doctor_during_run
 
 pytestmark = pytest.mark.slow
 
@@ -30,16 +30,13 @@ SECONDS = 7.0
 
 
 def _doctor_during_workload(run: str) -> tuple[LiveReport, dict[str, Any]]:
-    spec = next(r for r in LAB.runs if r.name == run)
-    broker = RunningBroker(SCENARIO.live_config(spec.config())).start()
+    def play(broker: RunningBroker) -> Coroutine[Any, Any, dict[str, Any]]:
+        def depth() -> int:
+            return int(broker.call(lambda: broker.server.broker.destinations[SCENARIO.ORDERS].size()))
 
-    def depth() -> int:
-        return int(broker.call(lambda: broker.server.broker.destinations[SCENARIO.ORDERS].size()))
+        return SCENARIO.play_on(broker.port, SECONDS, depth)
 
-    try:
-        return doctor_while_playing(broker.port, lambda: SCENARIO.play_on(broker.port, SECONDS, depth), SECONDS - 1)
-    finally:
-        broker.stop()
+    return doctor_during_run(LAB, run, play, SECONDS - 1, adapt=SCENARIO.live_config)
 
 
 def test_poison_message_in_a_loop_found_among_acknowledged_orders() -> None:
