@@ -142,6 +142,8 @@ class Destination:
         self.dispatched = 0
         self.expired = 0
         self.discarded = 0
+        #: Messages its consumers refused (NACK, rollback) that it put back for another delivery.
+        self.redelivered = 0
 
     # -- memory: a message is charged once, while anything here holds it
     def hold(self, message: "Message") -> None:
@@ -202,6 +204,7 @@ class Destination:
                 )
             else:
                 kept.append(m)
+        self.redelivered += len(kept)
         return kept
 
     @property

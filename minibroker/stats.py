@@ -270,6 +270,7 @@ def destination_statistics(broker: "BrokerView", dest: "Destination", scope: Sco
         "dequeueCount": dest.dequeued,
         "dispatchCount": dest.dispatched,
         "expiredCount": dest.expired,
+        "redeliveredCount": dest.redelivered,
         "discardedCount": dest.discarded,
         "consumerCount": len(dest.subscriptions),
         "memoryUsage": dest.memory.usage,

@@ -105,7 +105,7 @@ def test_prefetch_full_while_acknowledging_slowly() -> None:
     assert evaluate([s(t, 50 * t) for t in range(7)]) == []  # it keeps up
 
 
-def _rabbit(t: float, alarm: bool, redelivered: int = 0) -> Sample:
+def _rabbit(t: float, alarm: bool, redelivered: int = 0, acked: int = 2, messages: int = 3) -> Sample:
     return rabbitmq_sample(
         t,
         nodes=[{"name": "rabbit@x", "mem_used": 90, "mem_limit": 100, "mem_alarm": alarm, "disk_free_alarm": False}],
@@ -113,10 +113,10 @@ def _rabbit(t: float, alarm: bool, redelivered: int = 0) -> Sample:
             {
                 "name": "jobs",
                 "vhost": "/",
-                "messages": 3,
+                "messages": messages,
                 "messages_unacknowledged": 1,
                 "consumers": 1,
-                "message_stats": {"publish": 10, "ack": 2, "redeliver": redelivered, "deliver_get": 5},
+                "message_stats": {"publish": 10, "ack": acked, "redeliver": redelivered, "deliver_get": 5},
             }
         ],
         connections=[
@@ -160,6 +160,17 @@ def test_redelivery_loop_redelivered_and_never_acknowledged() -> None:
     found = evaluate([_rabbit(float(t), alarm=False, redelivered=3 * t) for t in range(7)])
     assert [(f.pathology, f.subject) for f in found] == [("redelivery_loop", "jobs")]
     assert "delivery-limit" in found[0].fix.text
+
+
+def test_redelivery_loop_found_while_the_good_messages_around_it_are_acknowledged() -> None:
+    samples = [_rabbit(float(t), alarm=False, redelivered=200 * t, acked=20 * t, messages=2) for t in range(7)]
+    assert [(f.pathology, f.subject) for f in evaluate(samples)] == [("redelivery_loop", "jobs")]
+
+
+def test_occasional_redeliveries_on_a_busy_queue_are_no_loop() -> None:
+    # 5 a second among 100 messages: each would come back 3 times a minute, not more than 10.
+    samples = [_rabbit(float(t), alarm=False, redelivered=5 * t, acked=50 * t, messages=100) for t in range(7)]
+    assert evaluate(samples) == []
 
 
 def test_activemq_plugin_map_read() -> None:

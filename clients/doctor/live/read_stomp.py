@@ -235,6 +235,7 @@ def minibroker_sample(t: float, stats: dict[str, Any]) -> Sample:
                 cursor_hwm=d.get("cursorMemoryHighWaterMark"),
                 store_only=d.get("storeOnlyCount"),
                 pending=d.get("pendingCount"),
+                redelivered=d.get("redeliveredCount"),
             )
         )
         for c in d.get("consumers", []):

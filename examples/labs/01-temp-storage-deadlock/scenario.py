@@ -213,10 +213,13 @@ def _verdict(
 
 
 # ---------------------------------------------------------------------- live
+LIVE_HANG = 1.5  # seconds the last SEND waits for its RECEIPT before the producer counts as hung
+
+
 def run_live(lab: LabRun) -> Outcome:
     """The same trap on the real server: stuck slow subscribers, then drained."""
     with lab.live_broker() as live:
-        result = asyncio.run(_live(live.port, lambda: _live_state(live)))
+        result = asyncio.run(play_on(live.port, lambda: _live_state(live)))
     log_lines = lab.broker_log()
     state = result.pop("state")
     cursor_line = next((line for line in log_lines if "Pending message cursor [" in line), None)
@@ -256,7 +259,7 @@ def run_activemq(lab: LabRun, broker: Any) -> Outcome:
     """The live run against ActiveMQ (``lab run 01 --against activemq``): the same clients; the
     verdict from what they saw (the last SEND never receipted although every subscriber has
     drained what it was sent) and ActiveMQ's own log line."""
-    result = asyncio.run(_live(broker.port, lambda: {}))
+    result = asyncio.run(play_on(broker.port, lambda: {}))
     result.pop("state")
     full = broker.log("is full, temp usage")
     if full:
@@ -291,9 +294,10 @@ def _live_state(live: Any) -> dict[str, Any]:
     return live.call(read)
 
 
-async def _live(port: int, read_state: Any) -> dict[str, Any]:
-    """Slow subscribers hold messages until the swap; then they drain and the producer tries again.
-    ``read_state()`` reads the broker's own figures while the producer still waits."""
+async def play_on(port: int, read_state: Any) -> dict[str, Any]:
+    """On the broker at ``port``: slow subscribers hold messages until the swap; then they drain
+    and the producer tries again. ``read_state()`` reads the broker's own figures while the
+    producer still waits (or ``{}``)."""
     from clients.stomp import StompClient
 
     host = "127.0.0.1"
@@ -334,7 +338,7 @@ async def _live(port: int, read_state: Any) -> dict[str, Any]:
     started = loop.time()
     sent += 1
     try:
-        await producer.send(TOPIC, BODY, {"seq": "after"}, receipt=True, timeout=1.5)
+        await producer.send(TOPIC, BODY, {"seq": "after"}, receipt=True, timeout=LIVE_HANG)
         receipted += 1
     except TimeoutError:
         stuck = True

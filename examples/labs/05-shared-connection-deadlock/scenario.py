@@ -228,13 +228,13 @@ def run_live(lab: LabRun) -> Outcome:
     """The same workload on the real server, with real sockets; the broker's own figures
     (who is blocked, what the worker holds) read while the clients still wait."""
     with lab.live_broker() as live:
-        result = asyncio.run(_live(live.port, lambda tags: _live_state(live, tags), lab.name, _refusing(lab)))
+        result = asyncio.run(play_on(live.port, lambda tags: _live_state(live, tags), lab.name, _refusing(lab)))
     return _live_verdict(lab, result)
 
 
 def run_activemq(lab: LabRun, broker: Any) -> Outcome:
     """The live run against ActiveMQ: the same clients; the verdict from what they saw."""
-    result = asyncio.run(_live(broker.port, lambda tags: {}, lab.name, _refusing(lab)))
+    result = asyncio.run(play_on(broker.port, lambda tags: {}, lab.name, _refusing(lab)))
     return _live_verdict(lab, result)
 
 
@@ -255,9 +255,11 @@ def _refusing(lab: LabRun) -> bool:
     return lab.config.policy_for("queue", "replies").send_fail_if_no_space
 
 
-async def _live(port: int, read_state: Any, name: str, receipts: bool) -> dict[str, Any]:
-    """Feeder, worker and auditor as on the virtual clock; ends when every request is handled
-    or the worker has handled nothing for LIVE_STALL seconds."""
+async def play_on(port: int, read_state: Any, name: str, receipts: bool = False) -> dict[str, Any]:
+    """Feeder, worker and auditor as on the virtual clock, as run ``name`` has them, on the
+    broker at ``port``; ends when every request is handled or the worker has handled nothing
+    for LIVE_STALL seconds (``read_state``: the broker's figures read then, or ``{}``;
+    ``receipts``: the worker asks a RECEIPT of each reply, on a broker that refuses one with an ERROR)."""
     from clients.stomp import StompClient, StompError
 
     loop = asyncio.get_running_loop()

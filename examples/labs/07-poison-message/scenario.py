@@ -209,7 +209,7 @@ def run_live(lab: LabRun) -> Outcome:
         def depth() -> int:
             return int(live.call(lambda: live.server.broker.destinations[ORDERS].size()))
 
-        result = asyncio.run(_live(live.port, seconds, depth))
+        result = asyncio.run(play_on(live.port, seconds, depth))
     return verdict(lab, result["service"], result["sent"], result["depths"], result["dlqs"])
 
 
@@ -227,7 +227,9 @@ def live_config(config: BrokerConfig) -> BrokerConfig:
     return config.replace(destination_policy=policies)
 
 
-async def _live(port: int, seconds: float, depth: Any) -> dict[str, Any]:
+async def play_on(port: int, seconds: float, depth: Any) -> dict[str, Any]:
+    """The live workload on the broker at ``port`` for ``seconds``, then its dead letter queues
+    read (``depth()``: the orders queue's depth, sampled once a second)."""
     from clients.stomp import StompClient
 
     loop = asyncio.get_running_loop()
