@@ -67,14 +67,63 @@ def test_lab_00s_figure_shows_which_queue_holds_the_memory(tmp_path: Path) -> No
     assert max(cured.values()) <= 10  # each backlog held to its own limit
 
 
+def test_a_run_with_two_findings_names_both_apart_and_clear_of_the_titles(tmp_path: Path) -> None:
+    """Lab 01's deadlock run has two slow-consumer findings over nearly the same window: their
+    names were printed one over the other, in its per-run plots and in the lab's figure."""
+    figures: list = []
+    results, drawn = _figure("01", tmp_path, figures)
+    assert drawn is not None
+    assert len([f for f in results[0].findings if f["detector"] == "slow_consumer"]) == 2
+    assert {"rates.png", "consumers.png"} <= {p.name for p in (tmp_path / "deadlock").glob("*.png")}
+    named = [t.get_text() for fig in figures for ax in fig.axes for t in ax.texts]
+    assert {"slow consumer: slow-1", "slow consumer: slow-2"} <= set(named)
+    _no_label_over_a_title(figures)
+
+
+def test_findings_over_one_window_with_long_names_stay_below_the_title(tmp_path: Path) -> None:
+    """Two findings over the same window: the second name was stacked into the plot's title."""
+    import matplotlib.pyplot as plt
+
+    from clients.spark import plots
+
+    long = "a-consumer-with-a-long-client-name"
+    series = {
+        "consumer_rates": [{"t": 0.0, "consumer": "s1", "sub": "1", "received": 5}],
+        "subscriptions": [{"session": "s1", "sub": "1"}],
+        "names": {"s1": long},
+    }
+    findings = [
+        {"detector": detector, "start": 1.0, "end": 5.0, "session": "s1"}
+        for detector in ("slow_consumer", "stalled_socket", "starved_consumer")
+    ]
+    figures: list = []
+    close = plt.close
+    plt.close = lambda fig=None: figures.append(fig)
+    try:
+        with plots.classroom():
+            assert plots.consumers(tmp_path, series, 1.0, 10.0, findings) == "consumers.png"
+    finally:
+        plt.close = close
+    assert [t.get_text() for t in figures[0].axes[0].texts if long in t.get_text()] == [
+        f"slow consumer: {long}",
+        f"stalled socket: {long}",
+        f"starved consumer: {long}",
+    ]
+    _no_label_over_a_title(figures)
+
+
 def _no_label_over_a_title(figures: list) -> None:
-    """Every text drawn on an axis (a finding's name, a line's total) clear of every title."""
+    """Every text drawn on an axis (a finding's name, a line's total) clear of every title and
+    of every other text of its axis."""
     assert figures
     for fig in figures:
         renderer = fig.canvas.get_renderer()
         titles = [ax.title for ax in fig.axes if ax.title.get_text()]
         titles += [fig._suptitle] if fig._suptitle is not None else []
         for ax in fig.axes:
+            boxes = []
             for text in ax.texts:
                 box = text.get_window_extent(renderer)
                 assert not any(box.overlaps(t.get_window_extent(renderer)) for t in titles), text.get_text()
+                assert not any(box.overlaps(other) for _, other in boxes), (text.get_text(), [n for n, _ in boxes])
+                boxes.append((text.get_text(), box))

@@ -37,6 +37,7 @@ from clients.spark.plots import (
     journal_lines,
     sent_lines,
     shade,
+    title_pad,
     usage_lines,
 )
 
@@ -275,19 +276,19 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
                         label="a producer blocked" if i == 0 else None,
                     )
                 bottom.set_ylabel("broker usage, % of limit")
-            for ax in (top, bottom):
-                shade(
-                    ax,
-                    result.findings or [],
-                    list({f["detector"] for f in result.findings or []}),
-                    label=ax is top,
-                    names=series.get("names"),
-                )
+            detectors = list({f["detector"] for f in result.findings or []})
+            label_rows = shade(top, result.findings or [], detectors, names=series.get("names"))
+            shade(bottom, result.findings or [], detectors, label=False)
             top.set_ylabel("messages (running total)")
             bottom.set_xlabel("seconds since the run's start")
             verdict = result.grade.upper()
             head = f"{verdict}: {name}"
-            top.set_title(head + "\n" + textwrap.fill(result.outcome.summary, 60), fontsize=16, loc="left", pad=28)
+            top.set_title(
+                head + "\n" + textwrap.fill(result.outcome.summary, 60),
+                fontsize=16,
+                loc="left",
+                pad=max(28, title_pad(label_rows)),
+            )
         for row in range(2):
             for ax in axes[row]:
                 count_axis(ax, top=tallest[row] * (1.05 if row == 0 else 1.0))

@@ -36,6 +36,7 @@ __all__ = [
     "journal_lines",
     "draw_lines",
     "shade",
+    "title_pad",
     "count_axis",
     "COLORS",
     "SIZE",
@@ -54,6 +55,7 @@ COLORS = {
 }
 SIZE = (16, 9)  # inches: 1600 x 900 px at DPI
 DPI = 100
+ROW = 18  # points: one row of finding names above a plot (14-point lettering and a gap)
 #: Line styles in turn: lines that lie on one another stay visible (the first is widest).
 STYLES = [
     dict(linestyle="-", linewidth=5.0),
@@ -108,16 +110,23 @@ def shade(
     *,
     label: bool = True,
     names: dict[str, str] | None = None,
-) -> None:
+) -> int:
     """Each finding's window, shaded, and named above the plot (with whom it is about), only
-    where it holds; findings over the same window are named one above the other."""
-    stacked: dict[tuple[float, float], int] = defaultdict(int)
+    where it holds. Returns the rows of names drawn: pass them to ``title_pad`` for the title.
+
+    - every name has a row of its own above the plot, the first nearest the plot: two
+      findings over (nearly) the same window would else print one name over the other;
+    - a window shared by several findings is shaded once.
+    """
+    shaded: set[tuple[float, float]] = set()
+    rows = 0
     for f in findings:
         if f["detector"] not in detectors:
             continue
         color = COLORS.get(f["detector"], "tab:red")
         window = (f["start"], f["end"])
-        if not stacked[window]:
+        if window not in shaded:
+            shaded.add(window)
             ax.axvspan(f["start"], f["end"], color=color, alpha=0.15, linewidth=0)
         if label:  # above the plot, over its window: never over a line
             who = (names or {}).get(f["session"] or "", "")
@@ -126,7 +135,7 @@ def shade(
                 text,
                 ((f["start"] + f["end"]) / 2, 1.0),
                 xycoords=ax.get_xaxis_transform(),
-                xytext=(0, 3 + 18 * stacked[window]),
+                xytext=(0, 3 + ROW * rows),
                 textcoords="offset points",
                 color=color,
                 ha="center",
@@ -135,7 +144,13 @@ def shade(
                 fontweight="bold",
                 annotation_clip=False,
             )
-        stacked[window] += 1
+            rows += 1
+    return rows
+
+
+def title_pad(rows: int) -> float:
+    """Points between a plot and its title that clear ``rows`` rows of finding names."""
+    return max(float(plt.rcParams["axes.titlepad"]), 8.0 + ROW * rows)
 
 
 def count_axis(ax: Any, *, integer: bool = True, top: float | None = None) -> None:
@@ -308,10 +323,12 @@ def backlog(out: Path, series: dict[str, Any], span: float, findings: list[Row])
     draw_lines(ax, lines, step=True, ends=True)
     count_axis(ax, top=max(1, max(max(ys) for _, _, ys in lines)) * 1.08)
     ax.set_xlim(0, span)
-    shade(ax, findings, ["starved_consumer"], names=series.get("names"))
+    label_rows = shade(ax, findings, ["starved_consumer"], names=series.get("names"))
     ax.set_ylabel("messages waiting")
     ax.set_xlabel("seconds since the trace's start")
-    ax.set_title("Queue backlog (from the last broker start: recovered + enqueued - removed)")
+    ax.set_title(
+        "Queue backlog (from the last broker start: recovered + enqueued - removed)", pad=title_pad(label_rows)
+    )
     _beside(ax)
     return _save(fig, out, "backlog.png")
 
@@ -324,10 +341,10 @@ def consumers(out: Path, series: dict[str, Any], step: float, span: float, findi
     draw_lines(ax, lines, step=True, ends=True)
     count_axis(ax, top=max(max(ys) for _, _, ys in lines) * 1.08 + 1)
     ax.set_xlim(0, span)
-    shade(ax, findings, ["starved_consumer", "slow_consumer", "stalled_socket"], names=series.get("names"))
+    label_rows = shade(ax, findings, ["starved_consumer", "slow_consumer", "stalled_socket"], names=series.get("names"))
     ax.set_ylabel("messages received (running total)")
     ax.set_xlabel("seconds since the trace's start")
-    ax.set_title("What each consumer received")
+    ax.set_title("What each consumer received", pad=title_pad(label_rows))
     _beside(ax)
     return _save(fig, out, "consumers.png")
 
@@ -353,10 +370,10 @@ def usage(out: Path, series: dict[str, Any], span: float, hwm: int, findings: li
         )
     count_axis(ax, top=top)
     ax.set_xlim(0, span)
-    shade(ax, findings, ["starved_consumer", "blocked_producer_idle_consumers"], names=series.get("names"))
+    label_rows = shade(ax, findings, ["starved_consumer", "blocked_producer_idle_consumers"], names=series.get("names"))
     ax.set_ylabel("percent of the limit")
     ax.set_xlabel("seconds since the trace's start")
-    ax.set_title("Broker usage")
+    ax.set_title("Broker usage", pad=title_pad(label_rows))
     _beside(ax)
     return _save(fig, out, "usage.png")
 
@@ -381,10 +398,10 @@ def swaps(out: Path, series: dict[str, Any], span: float, findings: list[Row]) -
             )
     count_axis(ax, top=max(r["count"] or 0 for r in rows) * 1.15 + 1)
     ax.set_xlim(0, span)
-    shade(ax, findings, ["swap_storm"])
+    label_rows = shade(ax, findings, ["swap_storm"])
     ax.set_ylabel("messages moved")
     ax.set_xlabel("seconds since the trace's start")
-    ax.set_title("File-cursor swaps to and from the temp store")
+    ax.set_title("File-cursor swaps to and from the temp store", pad=title_pad(label_rows))
     _beside(ax)
     return _save(fig, out, "swaps.png")
 
