@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["starving", "idle_while_blocked", "full", "prefetch_full"]
+__all__ = ["REFUSED", "starving", "idle_while_blocked", "full", "prefetch_full"]
+
+#: The reasons of a ``redeliver`` event that a redelivery loop counts: its consumer refused the
+#: message (a NACK, or an ACK rolled back). One that comes back because its consumer went away
+#: ("closed") is a consumer that reconnects, not a message it cannot process.
+REFUSED = ("nack", "rollback")
 
 #: A usage at or above this percent holds producers: the brokers block a SEND at 100%, and a
 #: usage pinned at its limit reads 99-100% as each acknowledgement frees room for one message

@@ -138,8 +138,9 @@ class DestinationHooks:
             sub.auto and not sub.browser,
         )
 
-    def redelivering(self, destination: Destination, message: Message, sub: Subscription | None) -> None:
-        """``message`` goes back to ``destination`` for another delivery (traced)."""
+    def redelivering(self, destination: Destination, message: Message, sub: Subscription | None, reason: str) -> None:
+        """``message`` goes back to ``destination`` for another delivery (traced); ``reason``:
+        "nack" or "rollback" (its consumer refused it), "closed" (its consumer went away)."""
         count = (
             message.redeliveries if sub is None or destination.kind == "queue" else sub.redelivered.get(message.seq, 1)
         )
@@ -148,6 +149,7 @@ class DestinationHooks:
             dest=destination.address,
             msg=message.message_id,
             redeliveries=count,
+            reason=reason,
             session=sub.session.tag if sub is not None else None,
             sub=sub.id if sub is not None else None,
         )

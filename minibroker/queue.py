@@ -108,7 +108,7 @@ class Queue(Destination):
         for m in returned:
             m.redeliveries += 1  # as ActiveMQ does for messages of a closed consumer
             if tracing:
-                self.broker.redelivering(self, m, sub)
+                self.broker.redelivering(self, m, sub, "closed")
         self.pending.push_front(sorted(returned, key=lambda m: m.seq))
         self.dispatch()
 
@@ -315,7 +315,7 @@ class Queue(Destination):
         kept = self._survivors(messages, cause, count)
         if self.broker.trace.enabled:
             for m in kept:
-                self.broker.redelivering(self, m, sub)
+                self.broker.redelivering(self, m, sub, cause)
         # A redelivery delay (ActiveMQ's redelivery policy) keeps a message aside on the broker's
         # timers; it goes back to the head when its time comes (``_redelivery_due``).
         now, policy = self.broker.clock.now(), self.policy

@@ -301,7 +301,7 @@ class Topic(Destination):
             if m not in kept:  # dead-lettered: the durable copy goes too
                 self._settle(sub.durable, m)
             elif self.broker.trace.enabled:
-                self.broker.redelivering(self, m, sub)
+                self.broker.redelivering(self, m, sub, cause)
         sub.pending.extendleft(reversed(kept))
         self.dispatch_to(sub)
 

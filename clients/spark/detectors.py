@@ -32,7 +32,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from clients.signatures import idle_while_blocked, starving
+from clients.signatures import REFUSED, idle_while_blocked, starving
 from clients.spark.findings import CURED_BY, DETECTORS as NAMES, FINDING_COLUMNS, SUMMARY, Params
 from clients.spark.tables import Tables, islands
 
@@ -653,7 +653,7 @@ def redelivery_loop(tb: Tables, p: Params) -> DataFrame:
     # (a range frame takes whole numbers: the times in microseconds)
     w = Window.partitionBy("dest", "msg").orderBy("us").rangeBetween(-round(p.poison_window * 1e6), 0)
     redeliveries = (
-        tb.events.filter(F.col("event") == "redeliver")
+        tb.events.filter((F.col("event") == "redeliver") & F.col("reason").isin(*REFUSED))
         .withColumn("us", F.round(F.col("t") * 1e6).cast("long"))
         .select("dest", "msg", "t", F.count(F.lit(1)).over(w).alias("n"), F.min("t").over(w).alias("first"))
     )

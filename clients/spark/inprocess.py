@@ -19,7 +19,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from ..signatures import idle_while_blocked, starving
+from ..signatures import REFUSED, idle_while_blocked, starving
 from .findings import CURED_BY, SUMMARY, Params, java_format
 from .findings import DETECTORS as NAMES
 from .inprocess_tables import (
@@ -568,7 +568,7 @@ def blocked_holding_unacked(tb: Tables, p: Params) -> list[Row]:
 def redelivery_loop(tb: Tables, p: Params) -> list[Row]:
     times: dict[tuple[str, str], list[float]] = defaultdict(list)
     for e in tb.events:
-        if e["event"] == "redeliver":
+        if e["event"] == "redeliver" and e.get("reason") in REFUSED:
             times[(e["dest"], e["msg"])].append(e["t"])
     out = []
     for (dest, msg), ts in sorted(times.items()):

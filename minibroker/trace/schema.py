@@ -184,8 +184,8 @@ EVENTS: dict[str, EventSpec] = {
         _spec(
             "redeliver",
             "dest msg redeliveries",
-            "session sub",
-            "A message went back to its destination for redelivery.",
+            "session sub reason",
+            "A message went back to its destination for redelivery (reason: nack, rollback, closed).",
         ),
         _spec("expire", "dest msg", "", "A message expired."),
         _spec("dlq", "dest msg dlq reason", "", "A message was moved to a dead-letter queue."),

@@ -158,7 +158,9 @@ def pathologies() -> Script:
     # a poison message: /queue/P's ID:poison redelivered 30 times in 1.45 s
     for i in range(30):
         t = 82.0 + i * 0.05
-        s.at(t).emit("redeliver", dest="/queue/P", msg="ID:poison", redeliveries=i + 1, session="c9", sub="p")
+        s.at(t).emit(
+            "redeliver", dest="/queue/P", msg="ID:poison", redeliveries=i + 1, reason="nack", session="c9", sub="p"
+        )
         if i % 10 == 5:
             s.at(t).emit("connection", session="w1", pending_bytes=0, pending=50, idle_read=t - 82.0, idle_write=0.0)
 
@@ -266,6 +268,10 @@ def healthy() -> Script:
         if i in extra:
             event, fields = extra[i]
             s.at(t + 0.2).emit(event, **fields)
+    # a consumer of /queue/V that reconnects again and again: its one message comes back 20 times
+    # in 5 s, each time because its consumer went away, never refused: no redelivery loop
+    for i in range(20):
+        s.at(30.0 + i * 0.25).emit("redeliver", dest="/queue/V", msg="ID:v-1", redeliveries=i + 1, reason="closed")
     s.at(52.0).emit("disconnect", session="c", reason="client")
     s.at(52.0).emit("disconnect", session="p", reason="client")
     return s
