@@ -5,6 +5,8 @@ get one line and a non-zero exit, and the lab's own files are never changed."""
 from __future__ import annotations
 
 import hashlib
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,16 @@ def test_no_answer_sits_beside_the_exercises() -> None:
                 assert cause not in text, (lab.number, exercise.id)
         assert not list(lab.directory.glob("keys.toml"))
         assert instructor_keys(lab), f"no answer keys for lab {lab.number}"
+
+
+def test_the_answer_files_format_shows_no_answer() -> None:
+    """The example of an answer file's form is none of the lab's right answers."""
+    for lab in LABS:
+        shown = set(re.findall(r"`answer = ([^`]+)`", (lab.directory / "exercises.md").read_text(encoding="utf-8")))
+        for key in instructor_keys(lab):
+            if key.grade == "right":
+                right = tomllib.loads(key.path.read_text(encoding="utf-8"))["answer"]
+                assert repr(right).replace("'", '"') not in shown, (lab.number, key.exercise)
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.directory.name for lab in LABS])
