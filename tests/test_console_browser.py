@@ -392,17 +392,18 @@ def test_the_overview_comes_with_the_brokers_figures_before_the_destinations(
 def test_the_overview_counts_one_thing_in_the_singular(browser: Any, broker_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     broker = broker_factory(console={"port": ANY_PORT})
     client = Client(broker)
-    client.send("/queue/one", 0)
-    client.close()
+    client.send("/queue/one", 0)  # and stays connected: the one connection the page counts
     open_console(browser, broker)
     wait_for(browser, _cell_is("/queue/one", "size", "1"), "the queue")
     labels = browser.execute_script(
         "return Object.fromEntries([...document.querySelectorAll('#figures .figure')]"
         ".map(f => [f.dataset.figure, f.querySelector('.v').textContent + ' ' + f.querySelector('.k').textContent]))"
     )
-    # The page's own connection, one queue holding one message, nobody consuming.
+    # One client's connection (the page does not count its own), one queue holding one message,
+    # nobody consuming.
     assert labels["connections"] == "1 connection"
     assert labels["destinations"] == "1 destination"
     assert labels["messages held"] == "1 message held"
     assert labels["consumers"] == "0 consumers"
     assert labels["blocked producers"] == "0 blocked producers"
+    client.close()

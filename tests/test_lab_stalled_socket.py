@@ -137,7 +137,9 @@ def test_the_lab_runs_live_with_our_client() -> None:
             out=lambda line: None,
         )
     }
-    assert all(r.as_promised for r in results.values()), {n: r.outcome.summary for n, r in results.items()}
+    assert all(r.as_promised for r in results.values()), {
+        n: (r.grade, r.outcome.summary, r.outcome.metrics) for n, r in results.items()
+    }
     stalled = results["default-prefetch"].outcome
     assert stalled.metrics["stalled"] and stalled.metrics["connects_refused"] > 0
     assert stalled.metrics["in_flight"] > 100

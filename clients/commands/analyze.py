@@ -38,6 +38,13 @@ OPTIONS: list[Option] = [
         "F",
         "journal full with live bytes at most this share of capacity is reported (default 0.2)",
     ),
+    (
+        "--poison-deliveries",
+        "int+",
+        "N",
+        "redeliveries of one message within --poison-window that make a loop (default 10)",
+    ),
+    ("--poison-window", "pos", "S", "seconds in which --poison-deliveries are counted (default 60)"),
     ("--no-plots", "flag", None, "tables and report only"),
     ("--master", "str", "M", "Spark master (default local[*] or $MINIBROKER_SPARK_MASTER)"),
     (

@@ -269,9 +269,9 @@ def healthy() -> Script:
             event, fields = extra[i]
             s.at(t + 0.2).emit(event, **fields)
     # a consumer of /queue/V that reconnects again and again: its one message comes back 20 times
-    # in 5 s, each time because its consumer went away, never refused: no redelivery loop
+    # in a second, each time because its consumer went away, never refused: no redelivery loop
     for i in range(20):
-        s.at(30.0 + i * 0.25).emit("redeliver", dest="/queue/V", msg="ID:v-1", redeliveries=i + 1, reason="closed")
+        s.at(50.4 + i * 0.05).emit("redeliver", dest="/queue/V", msg="ID:v-1", redeliveries=i + 1, reason="closed")
     s.at(52.0).emit("disconnect", session="c", reason="client")
     s.at(52.0).emit("disconnect", session="p", reason="client")
     return s

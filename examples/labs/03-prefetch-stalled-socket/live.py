@@ -424,6 +424,7 @@ class _Story:
             "connects_refused": len(refused),
             "connects_accepted": len(accepted) + 1,
             "processed": len(self.processed),
+            "messages": MESSAGES,
         }
         if self.heart_beat:
             metrics.update(

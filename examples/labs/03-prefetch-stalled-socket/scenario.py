@@ -303,6 +303,7 @@ def stalled_socket(lab: LabRun) -> Outcome:
         "connects_refused": len(refused),
         "connects_accepted": len(consumer.accepted),
         "processed": len(consumer.processed),
+        "messages": MESSAGES,
         "duplicates": consumer.duplicates,
         "queue_left": net.broker.destinations[QUEUE].size(),
     }
