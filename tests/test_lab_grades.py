@@ -23,11 +23,11 @@ def test_link_stealing_is_mitigated_not_a_cure() -> None:
     """154 of 1,000 processed and 3,216 redeliveries: the reconnect gets in, the stall stays."""
     spec = next(s for s in LABS["03"].runs if s.name == "link-stealing")
     assert spec.expect == "mitigated"
-    numbers = {"processed": 154, "partial_writes": 129, "duplicates": 3216}
+    numbers = {"processed": 154, "messages": 1000, "partial_writes": 129, "duplicates": 3216}
     result = RunResult(spec, Outcome(False, "the reconnect took the old connection over", metrics=numbers))
     assert result.grade == "mitigated" and result.as_promised
-    assert result.missed[0] == "processed 154, healthy needs >= 1000"
-    cured = RunResult(spec, Outcome(False, "x", metrics={"processed": 1000, "partial_writes": 0}))
+    assert result.missed[0] == "processed 154, healthy needs >= 100% of messages"
+    cured = RunResult(spec, Outcome(False, "x", metrics={"processed": 1000, "messages": 1000, "partial_writes": 0}))
     assert cured.grade == "healthy" and not cured.as_promised
     assert RunResult(spec, Outcome(True, "x", metrics=numbers)).grade == "pathology"
 
