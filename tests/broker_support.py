@@ -91,3 +91,11 @@ def run_client_script(argv: list[str], client: str) -> dict[str, Any]:
     p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, f"the {client} script failed ({p.returncode}): {p.stdout}{p.stderr}"
     return json.loads(p.stdout)
+
+
+def lab_run_results(directory: Path) -> dict[str, Any]:
+    """Every run of the lab in ``directory`` on the virtual clock, by run name, its printing kept quiet."""
+    from clients.labs import load_lab, run_lab
+
+    printed: list[str] = []
+    return {r.spec.name: r for r in run_lab(load_lab(directory), out=printed.append)}

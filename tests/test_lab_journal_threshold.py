@@ -8,9 +8,9 @@ from typing import Callable
 
 import pytest
 
-from broker_support import RunningBroker
+from broker_support import RunningBroker, lab_run_results
 from clients.cli import main as cli
-from clients.labs import RunResult, labs_directory, load_lab, run_lab
+from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
 from minibroker.sim import VirtualNetwork
 from test_stomp_py import close, connect
@@ -23,8 +23,7 @@ BODY = "x" * 200
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, RunResult]:
-    printed: list[str] = []
-    return {r.spec.name: r for r in run_lab(load_lab(LAB), out=printed.append)}
+    return lab_run_results(LAB)
 
 
 def test_every_verdict_is_as_promised(results: dict[str, RunResult]) -> None:

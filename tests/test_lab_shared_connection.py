@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 import pytest
 
-from broker_support import RunningBroker
-from clients.labs import RunResult, labs_directory, load_lab, run_lab
+from broker_support import RunningBroker, lab_run_results
+from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
 from test_stomp_py import close, connect
 
@@ -21,8 +21,7 @@ BODY = "x" * 1000
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, RunResult]:
-    printed: list[str] = []
-    return {r.spec.name: r for r in run_lab(load_lab(LAB), out=printed.append)}
+    return lab_run_results(LAB)
 
 
 def test_every_verdict_is_as_promised(results: dict[str, RunResult]) -> None:
