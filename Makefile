@@ -28,7 +28,7 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 # What the broker needs: the core and uvloop (the fast extra). No PySpark, no npm: the
-# console's two libraries are in the package (minibroker/console/static/vendor/).
+# console's two libraries are in the package (minibroker/edge/console/static/vendor/).
 $(RUN_STAMP): $(PY) pyproject.toml
 	@echo "installing minibroker with the fast extra (uvloop) into $(VENV) ..."
 	$(PY) -m pip install --quiet -e '.[fast]'
@@ -71,15 +71,15 @@ define debian_client
 	  else echo "note: not installed: $(2) (as root: apt-get install $(2)); $(3) will skip"; fi; }
 endef
 
-# The web console's libraries (stomp.js, uPlot) are committed in minibroker/console/static/vendor/
-# (tests/test_console_vendor.py holds each to the SHA-256 minibroker/console/vendor.json pins).
+# The web console's libraries (stomp.js, uPlot) are committed in minibroker/edge/console/static/vendor/
+# (tests/test_console_vendor.py holds each to the SHA-256 minibroker/edge/console/vendor.json pins).
 # `make console` vendors them again from npm, pinned by console/package-lock.json, and copies a
 # file only with its pinned hash: after it, `git status` shows the committed files unchanged.
 CONSOLE_NPM := console
 console: $(RUN_STAMP)
 	@echo "installing the console's libraries (npm ci, pinned by $(CONSOLE_NPM)/package-lock.json) ..."
 	npm ci --prefix $(CONSOLE_NPM) --no-audit --no-fund --loglevel=error
-	$(PY) -m minibroker.console.vendor $(CONSOLE_NPM)/node_modules
+	$(PY) -m minibroker.edge.console $(CONSOLE_NPM)/node_modules
 
 # Perl's Net::Stomp.
 net-stomp:

@@ -48,8 +48,8 @@ from pathlib import Path
 
 from brokers import ActiveMQ, BrokerStartError, Ours, RssSampler
 
-from minibroker.codec import FrameParser, encode
 from minibroker.frames import Frame
+from minibroker.protocol import FrameParser, encode
 
 HERE = Path(__file__).resolve().parent
 RECEIPT_EVERY = 100

@@ -70,9 +70,9 @@ _traces: list = []  # type: ignore[type-arg]
 
 
 def _broker(config=None, store=None):  # type: ignore[no-untyped-def]
-    from minibroker.broker import Broker
-    from minibroker.clock import SystemClock
     from minibroker.config import BrokerConfig
+    from minibroker.connection import SystemClock
+    from minibroker.core import Broker
 
     trace = None
     if _trace_dir is not None:
@@ -106,7 +106,7 @@ def queue(n: int) -> None:
 
 def topic(n: int) -> int:
     """Returns the deliveries written (four per message)."""
-    from minibroker.actions import Write
+    from minibroker.core import Write
 
     b = _broker()
     p = b.open_session("p")
@@ -127,7 +127,7 @@ def topic(n: int) -> int:
 
 
 def ack(n: int) -> None:
-    from minibroker.actions import Write
+    from minibroker.core import Write
 
     b, p, c = _producer_and_consumer(b"ack:client-individual\nactivemq.prefetchSize:1\n")
     for i in range(n):
@@ -151,7 +151,7 @@ def _page_in_config(memory_limit: str = "4 mb"):  # type: ignore[no-untyped-def]
 
 def fill_journal(directory: Path, n: int) -> None:
     """N persistent messages on /queue/A, written as the broker writes them."""
-    from minibroker.persistence import MessageStore, encode_payload
+    from minibroker.durability import MessageStore, encode_payload
 
     store = MessageStore(_page_in_config().store, directory)
     for seq in range(1, n + 1):
@@ -167,7 +167,7 @@ def fill_journal(directory: Path, n: int) -> None:
 
 def page_in(directory: Path) -> int:
     """Recover the journal in ``directory`` and drain /queue/A through the store cursor."""
-    from minibroker.persistence import MessageStore
+    from minibroker.durability import MessageStore
 
     config = _page_in_config()
     broker = _broker(config, MessageStore(config.store, directory))
@@ -185,8 +185,8 @@ def page_in(directory: Path) -> int:
 
 def through(n: int, memory_limit: str) -> int:
     """The "through" phase in process (see the module docstring); returns the messages received."""
-    from minibroker.actions import Write
-    from minibroker.persistence import MessageStore
+    from minibroker.core import Write
+    from minibroker.durability import MessageStore
 
     config = _page_in_config(memory_limit)
     batch = b"".join(_send(i).replace(b"SEND\n", b"SEND\npersistent:true\n", 1) for i in range(_THROUGH_BATCH))

@@ -17,7 +17,7 @@ ERROR) or by its peer. After each connection ends:
   "internal error";
 - ``ERROR without message``: an ERROR frame with no ``message`` header;
 - ``invariant breaks``: the connection left something behind, as the core's
-  own checker of connection ends finds it (``minibroker.invariants``, run by
+  own checker of connection ends finds it (``minibroker.core.invariants``, run by
   the virtual network after every close: no subscription, consumer,
   transaction, flow-control wait, temporary destination or client-id left,
   every unacknowledged message back on its queue);
@@ -51,10 +51,10 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from report import print_table, save
 
-from minibroker.codec import encode
 from minibroker.config import parse_config
+from minibroker.edge import VirtualNetwork
 from minibroker.frames import Frame
-from minibroker.sim import VirtualNetwork
+from minibroker.protocol import encode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))

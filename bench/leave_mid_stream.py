@@ -50,11 +50,12 @@ from pathlib import Path
 from typing import Any
 
 from brokers import ActiveMQ
+
 from clients.labs.looplag import LoopLag
 from clients.labs.runner import LiveBroker
-from minibroker.codec import FrameParser, encode
 from minibroker.config import load_config
 from minibroker.frames import Frame
+from minibroker.protocol import FrameParser, encode
 
 PERL = Path(__file__).with_suffix(".pl")
 

@@ -22,11 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from minibroker.broker import Broker
-from minibroker.clock import SystemClock
 from minibroker.config import BrokerConfig
-from minibroker.persistence import MessageStore, encode_payload
-from minibroker.server import BrokerServer
+from minibroker.connection import SystemClock
+from minibroker.core import Broker
+from minibroker.durability import MessageStore, encode_payload
+from minibroker.edge import BrokerServer
 
 
 def fill(data: Path, config: BrokerConfig, messages: int, size: int) -> float:

@@ -28,12 +28,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from minibroker import wildcards
+from minibroker.digits import parse_decimal
+from minibroker.errors import ConfigError
+from minibroker.eventloop import LOOPS
 from storage.model import MIN_FILE_SIZE
-
-from . import wildcards
-from .digits import parse_decimal
-from .errors import ConfigError
-from .eventloop import LOOPS
 
 __all__ = [
     "BrokerConfig",

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .frames import Frame
+    from minibroker.frames import Frame
 
 __all__ = [
     "BrokerError",

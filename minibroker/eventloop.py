@@ -17,7 +17,7 @@ import asyncio
 import os
 from typing import Any, Callable, Coroutine, TypeVar
 
-from .errors import ConfigError
+from minibroker.errors import ConfigError
 
 #: The names ``--loop`` and ``transport.event_loop`` accept.
 LOOPS = ("auto", "asyncio", "uvloop")

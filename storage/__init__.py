@@ -183,10 +183,10 @@ from storage.errors import (
     TornWrite,
 )
 from storage.fileio import FileOps, file_ops
-from storage.report import JournalReport, format_report, inspect
 from storage.journal import Journal
 from storage.model import FileInfo, JournalConfig, Location, Pin, RecoveredRecord
 from storage.recovery import RecoveryReport, RepairAction, repair
+from storage.report import JournalReport, format_report, inspect
 from storage.tempstore import TempHandle, TempStore
 from storage.txlog import TransactionLog
 

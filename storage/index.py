@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterable, Iterator, Mapping
+
 from storage.entries import LIVE, PENDING, EntryTable
 from storage.model import FileInfo, Location, Pin
 

@@ -28,7 +28,7 @@ waiting for temp space never wakes (the temp-storage deadlock).
 File system errors: a full disk refuses an append with ``StoreFull`` and
 leaves the store as it was; anything else is ``StoreFailed`` (``fileio.py``),
 a read that fails included: the broker stops (its reasons are in
-``minibroker/storehooks.py``, "A temp store that fails").
+``minibroker/core/storehooks.py``, "A temp store that fails").
 """
 
 from __future__ import annotations

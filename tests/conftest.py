@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 import pytest
-
 from broker_support import RunningBroker
+
 from minibroker.config import BrokerConfig
-from minibroker.sim import VirtualNetwork
+from minibroker.edge import VirtualNetwork
 
 # Every core test checks every connection's end: a close that leaves a subscription, an
 # unacknowledged message, a transaction or a temporary destination behind fails the test
-# where it happens (minibroker.invariants).
+# where it happens (minibroker.core.invariants).
 VirtualNetwork.strict_teardown_checks = True
 
 

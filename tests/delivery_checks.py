@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
-from minibroker import seqfifo
+from minibroker.destinations import seqfifo
 from minibroker.frames import Frame
 from storage import entries
 
@@ -14,7 +14,7 @@ class IndexOnDisk:
     """A model's mix-in: the broker's index mostly on disk. The journal's table comes
     in blocks of 4 rows with one block meant to stay in memory (with
     ``index_cache_rows = 1`` in the config), the cursors' FIFOs in chunks of 3 pairs
-    (``storage/entries.py``, ``minibroker/seqfifo.py``), so a few dozen messages
+    (``storage/entries.py``, ``minibroker/destinations/seqfifo.py``), so a few dozen messages
     spill and read back blocks and chunks all the time."""
 
     def __init__(self) -> None:

@@ -26,7 +26,6 @@ import subprocess
 from typing import Any
 
 import pytest
-
 from broker_support import RunningBroker
 
 QUEUE = "/queue/interop.q"

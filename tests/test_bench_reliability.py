@@ -87,9 +87,9 @@ def test_fuzz_counts_a_connection_end_that_leaves_something_behind(monkeypatch: 
     sys.path.insert(0, str(BENCH))
     import fuzz
 
-    from minibroker.codec import encode
+    from minibroker.destinations import Queue
     from minibroker.frames import Frame
-    from minibroker.queue import Queue
+    from minibroker.protocol import encode
 
     fuzzer = fuzz.Fuzzer()
     fuzzer.start_broker(0)

@@ -6,10 +6,11 @@ import json
 import time
 from pathlib import Path
 
-from minibroker.config import parse_config
-from minibroker.sim import VirtualNetwork
-from minibroker.trace import EVENTS, validate_event
 from test_stomp_py import close, connect
+
+from minibroker.config import parse_config
+from minibroker.edge import VirtualNetwork
+from minibroker.trace import EVENTS, validate_event
 
 BODY = "x" * 1000
 

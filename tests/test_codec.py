@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minibroker.codec import FrameParser, encode, escape, unescape
 from minibroker.errors import ProtocolError
 from minibroker.frames import Frame
+from minibroker.protocol import FrameParser, encode, escape, unescape
 
 # (version, role the parser plays, frame, exact wire bytes)
 ROUND_TRIP = [

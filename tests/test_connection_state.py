@@ -11,9 +11,8 @@ from typing import Any, Callable
 
 import pytest
 
-from minibroker.codec import FrameParser
 from minibroker.config import parse_config
-from minibroker.connection_state import (
+from minibroker.connection import (
     PRODUCE_TRANSITIONS,
     READ_TRANSITIONS,
     SYNC_TRANSITIONS,
@@ -22,9 +21,10 @@ from minibroker.connection_state import (
     ProduceEvent,
     ProduceState,
     Producing,
-    Reading,
     ReadEvent,
+    Reading,
     ReadState,
+    Session,
     SyncEvent,
     SyncState,
     SyncWait,
@@ -32,10 +32,10 @@ from minibroker.connection_state import (
     WriteState,
     Writing,
 )
+from minibroker.edge import VirtualNetwork
 from minibroker.errors import ProtocolError
 from minibroker.frames import Frame
-from minibroker.session import Session
-from minibroker.sim import VirtualNetwork
+from minibroker.protocol import FrameParser
 
 R, RE = ReadState, ReadEvent
 W, WE = WriteState, WriteEvent

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 import stomp
-
 from broker_support import RunningBroker
 from browser_support import console_messages, start_chromium, wait_for
+
 from clients.labs import labs_directory
 from minibroker.config import ANY_PORT, AuthorizationEntry, User, load_config
-from minibroker.console.vendor import check as vendored_problems
-from minibroker.security import hash_password
+from minibroker.connection import hash_password
+from minibroker.edge.console.vendor import check as vendored_problems
 
 WAIT = 10.0
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from minibroker.console.vendor import check, pinned_files, vendor
+from minibroker.edge.console.vendor import check, pinned_files, vendor
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "console" / "package-lock.json"

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from minibroker.config import parse_config
-from minibroker.security import hash_password
-from minibroker.sim import VirtualClient, VirtualNetwork
+from minibroker.connection import hash_password
+from minibroker.edge import VirtualClient, VirtualNetwork
 
 BODY = "x" * 976
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 
 from minibroker.config import parse_config
+from minibroker.connection import hash_password
 from minibroker.digits import parse_decimal
-from minibroker.security import hash_password
-from minibroker.sim import VirtualClient, VirtualNetwork
+from minibroker.edge import VirtualClient, VirtualNetwork
 
 
 def _answers(client: VirtualClient) -> list[tuple[str, str | None]]:

@@ -14,11 +14,10 @@ import inspect
 from pathlib import Path
 
 import minibroker
-from minibroker.broker import Broker
-from minibroker.failstop import is_fail_stop
+from minibroker.core import Broker, is_fail_stop
 
 #: The modules that drive the core from outside.
-_EDGES = ("edge.py", "server.py", "websocket.py", "sim.py")
+_EDGES = ("edge/connection.py", "edge/server.py", "edge/websocket.py", "edge/virtual.py")
 
 #: Methods the edges call that are not wrapped, and why none of them can meet a failing store.
 _NOT_WRAPPED = {

@@ -22,11 +22,11 @@ from typing import Any, Iterator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minibroker import queue as queue_module
-from minibroker import topic as topic_module
 from minibroker.config import parse_config
-from minibroker.sim import VirtualClient, VirtualNetwork
-from minibroker.topic import Topic
+from minibroker.destinations import Topic
+from minibroker.destinations import queue as queue_module
+from minibroker.destinations import topic as topic_module
+from minibroker.edge import VirtualClient, VirtualNetwork
 
 #: The destinations of one example: queues, a topic, or both.
 _DESTINATIONS = st.sampled_from([["/queue/a", "/queue/b"], ["/topic/t"], ["/queue/a", "/queue/a", "/topic/t"]])

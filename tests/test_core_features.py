@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from minibroker.config import parse_config
-from minibroker.security import hash_password, verify_password
-from minibroker.sim import VirtualNetwork
+from minibroker.connection import hash_password, verify_password
+from minibroker.edge import VirtualNetwork
 
 
 def policy_net(**policy) -> VirtualNetwork:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from minibroker.config import parse_config
-from minibroker.message import MESSAGE_OVERHEAD
-from minibroker.sim import VirtualNetwork
-from minibroker.usage import Usage
+from minibroker.destinations import Usage
+from minibroker.edge import VirtualNetwork
+from minibroker.protocol import MESSAGE_OVERHEAD
 
 BODY = "x" * 976  # with the headers the broker adds, about 2 KiB charged per message
 

@@ -8,7 +8,7 @@ connection, the next frames come on a new one), and a bystander client on the
 same broker still sends and receives. The same runs with persistent messages
 on a journal. Queue browsers, transactions and temporary destinations are in
 the mix, and whenever a connection ends nothing of it may be left behind
-(``minibroker.invariants``: no subscription, unacknowledged message,
+(``minibroker.core.invariants``: no subscription, unacknowledged message,
 transaction, temporary destination or flow-control wait; what it held is back
 on its queue).
 """
@@ -21,11 +21,11 @@ import tempfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from minibroker.codec import encode
 from minibroker.config import parse_config
+from minibroker.connection import hash_password
+from minibroker.edge import VirtualNetwork
 from minibroker.frames import Frame
-from minibroker.security import hash_password
-from minibroker.sim import VirtualNetwork
+from minibroker.protocol import encode
 
 COMMANDS = [
     "CONNECT",

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from minibroker.config import parse_config
-from minibroker.security import hash_password
-from minibroker.sim import VirtualClient, VirtualNetwork
+from minibroker.connection import hash_password
+from minibroker.edge import VirtualClient, VirtualNetwork
 
 CHUNK = 64 * 1024
 HUGE_CONNECT = b"CONNECT\naccept-version:1.2\nhost:h\ncontent-length:104857600\n\n"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from minibroker.codec import encode
 from minibroker.config import BrokerConfig
+from minibroker.edge import VirtualNetwork
 from minibroker.frames import Frame
-from minibroker.sim import VirtualNetwork
+from minibroker.protocol import encode
 
 
 @pytest.fixture

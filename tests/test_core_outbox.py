@@ -16,12 +16,12 @@ import inspect
 from pathlib import Path
 
 from disk_faults import FaultyFileOps
-from minibroker.actions import Shutdown, Write
-from minibroker.broker import Broker
-from minibroker.clock import ManualClock
+
 from minibroker.config import parse_config
-from minibroker.persistence import MessageStore
-from minibroker.sim import VirtualNetwork
+from minibroker.connection import ManualClock
+from minibroker.core import Broker, Shutdown, Write
+from minibroker.durability import MessageStore
+from minibroker.edge import VirtualNetwork
 from storage.fileio import using
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00"

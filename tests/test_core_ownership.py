@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from minibroker.config import parse_config
-from minibroker.security import hash_password
-from minibroker.sim import VirtualClient, VirtualNetwork
+from minibroker.connection import hash_password
+from minibroker.edge import VirtualClient, VirtualNetwork
 
 DURABLE = {"activemq.subscriptionName": "feed"}
 

@@ -26,7 +26,7 @@ broker must agree with a model of what a queue promises:
 A consumer's connection may also browse the queue (``browser:true``: it sees
 only messages sent and not consumed, and consumes none of them) and use a
 temporary queue of its own. Whenever a connection ends, nothing of it is left
-behind (``minibroker.invariants``: no subscription, unacknowledged message,
+behind (``minibroker.core.invariants``: no subscription, unacknowledged message,
 transaction, temporary queue or flow-control wait; what it held is back on the
 queue).
 
@@ -43,14 +43,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 
+from delivery_checks import IndexOnDisk, check_delivery, with_index_on_disk
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from delivery_checks import IndexOnDisk, check_delivery, with_index_on_disk
 from minibroker.config import BrokerConfig, parse_config
+from minibroker.edge import VirtualClient, VirtualNetwork
 from minibroker.frames import Frame
-from minibroker.sim import VirtualClient, VirtualNetwork
 
 QUEUE = "/queue/model"
 SLOTS = 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from minibroker.config import BrokerConfig
-from minibroker.sim import VirtualNetwork
+from minibroker.edge import VirtualNetwork
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from minibroker.config import parse_config
-from minibroker.pending import FilePending
-from minibroker.sim import VirtualNetwork
+from minibroker.destinations import FilePending
+from minibroker.edge import VirtualNetwork
 
 BODY = "x" * 1000
 

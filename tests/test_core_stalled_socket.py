@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from minibroker.config import parse_config
-from minibroker.sim import PartialWrite, VirtualNetwork
+from minibroker.edge import PartialWrite, VirtualNetwork
 
 
 def slow_store_net(tmp_path: Path, **transport) -> VirtualNetwork:

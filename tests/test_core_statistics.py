@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from minibroker.config import parse_config
-from minibroker.rates import RateMeter
-from minibroker.security import hash_password
-from minibroker.sim import VirtualClient, VirtualNetwork
+from minibroker.connection import hash_password
+from minibroker.edge import VirtualClient, VirtualNetwork
+from minibroker.ops import RateMeter
 
 
 def statistics(client: VirtualClient, what: str) -> list[dict[str, Any]]:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from minibroker.invariants import TeardownChecker
-from minibroker.codec import encode
 from minibroker.config import BrokerConfig, parse_config
+from minibroker.core import TeardownChecker
+from minibroker.edge import VirtualClient, VirtualNetwork
 from minibroker.frames import Frame
-from minibroker.sim import VirtualClient, VirtualNetwork
+from minibroker.protocol import encode
 
 
 def _checked_network() -> tuple[VirtualNetwork, TeardownChecker]:

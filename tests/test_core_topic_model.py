@@ -17,7 +17,7 @@ subscription may be removed. The broker restarts on its journals. The model:
   subscription was given before; each producer's first deliveries come in
   order;
 - at the end every durable subscription drains exactly what it is still owed;
-- whenever a connection ends, nothing of it is left behind (``minibroker.invariants``).
+- whenever a connection ends, nothing of it is left behind (``minibroker.core.invariants``).
 
 It runs on a broker without memory limits, and on one whose non-durable
 subscriptions spool what they cannot take yet to the temp store.
@@ -28,14 +28,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 
+from delivery_checks import IndexOnDisk, check_delivery, with_index_on_disk
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from delivery_checks import IndexOnDisk, check_delivery, with_index_on_disk
 from minibroker.config import parse_config
+from minibroker.edge import VirtualClient, VirtualNetwork
 from minibroker.frames import Frame
-from minibroker.sim import VirtualClient, VirtualNetwork
 
 TOPIC = "/topic/model"
 SLOTS = 3
@@ -223,7 +223,7 @@ class TopicModel(RuleBasedStateMachine):
 
     @invariant()
     def every_connection_ended_cleanly(self) -> None:
-        """Nothing of a subscriber's connection is left once it ended (``minibroker.invariants``)."""
+        """Nothing of a subscriber's connection is left once it ended (``minibroker.core.invariants``)."""
         assert self.net.teardown is not None
         assert self.net.teardown.violations == [], self.net.teardown.violations
 

@@ -13,8 +13,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from clients.stomp import ConnectionLost, StompClient, StompClientError
 from broker_support import start_broker_process
+
+from clients.stomp import ConnectionLost, StompClient, StompClientError
 
 
 def start(data_dir: Path) -> tuple[subprocess.Popen, int]:

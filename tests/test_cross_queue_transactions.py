@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from minibroker.config import StoreConfig, parse_config
-from minibroker.persistence import MessageStore, encode_payload
-from minibroker.sim import VirtualNetwork
+from minibroker.durability import MessageStore, encode_payload
+from minibroker.edge import VirtualNetwork
 from storage import Journal, TransactionLog
 
 

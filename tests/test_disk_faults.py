@@ -19,17 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from broker_support import RunningBroker
+from disk_faults import FaultyFileOps
+
 from clients.cli import main as cli
 from clients.stomp import StompClient, StompError
-from disk_faults import FaultyFileOps
-from minibroker.actions import Shutdown
 from minibroker.config import BrokerConfig, parse_config
+from minibroker.core import STORE_FAILED_EXIT, Shutdown
+from minibroker.edge import VirtualNetwork, serve
 from minibroker.errors import StoreFailure, StoreOpenError
-from minibroker.server import serve
-from minibroker.sim import VirtualNetwork
-from minibroker.storehooks import STORE_FAILED_EXIT
 from storage.fileio import using
 
 

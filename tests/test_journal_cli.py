@@ -10,10 +10,9 @@ import pytest
 
 from clients.cli import main as cli
 from minibroker.config import parse_config
+from minibroker.durability import MessageStore
+from minibroker.edge import VirtualNetwork, open_store
 from minibroker.errors import StoreOpenError
-from minibroker.persistence import MessageStore
-from minibroker.server import open_store
-from minibroker.sim import VirtualNetwork
 
 RING = {
     "store": {"layout": "ring", "file_count": 8, "file_size": "64 kb"},

@@ -12,11 +12,11 @@ import errno
 import os
 from pathlib import Path
 
-from minibroker.config import parse_config
-from minibroker.sim import VirtualNetwork
-from storage.fileio import using
-
 from disk_faults import FaultyFileOps
+
+from minibroker.config import parse_config
+from minibroker.edge import VirtualNetwork
+from storage.fileio import using
 
 FILE_SIZE = 16 * 1024
 MESSAGES = 1500

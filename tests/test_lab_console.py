@@ -22,9 +22,8 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from browser_support import console_messages, start_chromium, wait_for
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
 from broker_support import RunningBroker, lab_run_results
+from test_stomp_py import close, connect
+
 from clients.cli import main as cli
 from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
-from minibroker.sim import VirtualNetwork
-from test_stomp_py import close, connect
+from minibroker.edge import VirtualNetwork
 
 LAB = labs_directory() / "04-journal-threshold"
 QUEUE = "/queue/Durable"

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from browser_support import console_messages, start_chromium, wait_for, wait_until
 from selenium.webdriver.common.keys import Keys
 
-from browser_support import console_messages, start_chromium, wait_for, wait_until
 from clients.labs import RunResult, find_labs, run_lab
 from clients.labs.console import LabConsole
 from clients.labs.export import write_export
 from clients.labs.replay import RecordedReplay, replay_document
-from minibroker.console.vendor import check as vendored_problems
+from minibroker.edge.console.vendor import check as vendored_problems
 
 #: One page's player: where it is and what it shows.
 PLAYER = "const p = document.getElementById('player'); return p && !p.hidden && {...p.dataset};"

@@ -6,11 +6,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from broker_support import RunningBroker, lab_run_results
+from test_stomp_py import close, connect
+
 from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
-from test_stomp_py import close, connect
 
 LAB = labs_directory() / "07-poison-message"
 

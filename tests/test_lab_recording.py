@@ -21,8 +21,8 @@ from clients.labs.console import LabConsole
 from clients.labs.recording import RunRecorder, RunRecording, changes_worth_seeing
 from clients.labs.replay import RecordedReplay
 from minibroker.config import BrokerConfig
-from minibroker.sim import VirtualNetwork
-from minibroker.stats import STATISTICS_PREFIX
+from minibroker.edge import VirtualNetwork
+from minibroker.ops import STATISTICS_PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
 

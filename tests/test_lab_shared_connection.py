@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-
 from broker_support import RunningBroker, lab_run_results
+from test_stomp_py import close, connect
+
 from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
-from test_stomp_py import close, connect
 
 LAB = labs_directory() / "05-shared-connection-deadlock"
 BODY = "x" * 1000

@@ -24,13 +24,13 @@ from typing import Any, Iterator
 
 import pytest
 import stomp
+from test_stomp_py import WAIT, Collector, close, connect
 
 from clients.cli import main as cli
 from clients.labs import Lab, find_labs, load_lab, run_lab
 from clients.labs.runner import RunResult
 from minibroker.config import load_config, parse_config
-from minibroker.sim import VirtualNetwork
-from test_stomp_py import WAIT, Collector, close, connect
+from minibroker.edge import VirtualNetwork
 
 LAB_DIR = Path(__file__).resolve().parents[1] / "examples" / "labs" / "03-prefetch-stalled-socket"
 CLIENT_ID = "perl-consumer"
@@ -341,7 +341,7 @@ def test_a_connection_taken_over_is_released_even_if_its_peer_never_reads(broker
     import asyncio
 
     from clients.stomp import StompClient
-    from minibroker.edge import _CLOSE_GRACE_SECONDS
+    from minibroker.edge.connection import _CLOSE_GRACE_SECONDS
 
     tcp = Path("/proc/net/tcp")
     if not tcp.exists():

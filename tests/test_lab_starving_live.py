@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-
 from broker_support import RunningBroker
+from test_stomp_py import Collector, close, connect
+
 from clients.labs import labs_directory
 from minibroker.config import BrokerConfig, load_config
-from test_stomp_py import Collector, close, connect
 
 LAB = labs_directory() / "00-starving-consumers"
 BODY = "x" * 1000
@@ -183,8 +183,8 @@ def test_blocked_cursors_retry_in_the_order_they_blocked(tmp_path: Path, monkeyp
     (A set would iterate in the order of its members' hashes, which vary from process to
     process; the hash given here would make that order fixed, and wrong.)
     """
-    from minibroker.queue import Queue
-    from minibroker.sim import VirtualNetwork
+    from minibroker.destinations import Queue
+    from minibroker.edge import VirtualNetwork
 
     monkeypatch.setattr(Queue, "__hash__", lambda self: {"/queue/X": 1, "/queue/Y": 0}.get(self.address, 2))
     net = VirtualNetwork(config("legacy.toml"), data_dir=tmp_path / "data", trace=True)

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-
 from broker_support import RunningBroker
+from test_stomp_py import close, connect
+
 from clients.labs import RunResult, labs_directory, load_lab, run_lab
 from minibroker.config import load_config
-from minibroker.sim import VirtualNetwork
-from test_stomp_py import close, connect
+from minibroker.edge import VirtualNetwork
 
 LAB = labs_directory() / "01-temp-storage-deadlock"
 TOPIC = "/topic/prices"

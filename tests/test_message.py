@@ -12,8 +12,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minibroker.message import Message
-from minibroker.persistence import decode_messages, decode_payload, encode_payload
+from minibroker.durability import decode_messages, decode_payload, encode_payload
+from minibroker.protocol import Message
 
 HEADER_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 

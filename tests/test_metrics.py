@@ -99,7 +99,7 @@ def test_the_console_stomp_endpoint_takes_only_its_own_pages(broker_factory) -> 
 def test_a_destinations_statistics_name_its_high_water_mark(broker_factory) -> None:  # type: ignore[no-untyped-def]
     """What the console draws on a memory bar: the destination policy's high-water mark."""
     from minibroker.config import PolicyEntry
-    from minibroker.stats import STATISTICS_PREFIX, statistics_replies
+    from minibroker.ops import STATISTICS_PREFIX, statistics_replies
 
     broker = broker_factory(destination_policy=(PolicyEntry(queue="low.>", cursor_memory_high_water_mark=40),))
     conn = stomp.Connection12([broker.address])

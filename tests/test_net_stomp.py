@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from broker_support import run_client_script
 from interop_scenario import check_scenario, skip_unless_installed
-from minibroker.codec import FrameParser, encode
+
+from minibroker.core import TeardownChecker
 from minibroker.frames import Frame
-from minibroker.invariants import TeardownChecker
+from minibroker.protocol import FrameParser, encode
 
 SCRIPT = Path(__file__).resolve().parent / "interop" / "perl" / "interop.pl"
 NET_STOMP = (

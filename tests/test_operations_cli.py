@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from clients.cli import main as cli
-from minibroker.config import parse_config
-from minibroker.security import hash_password
 from test_stomp_py import close, connect
 from test_stomp_py_features import subscribe_sync, wait_for
+
+from clients.cli import main as cli
+from minibroker.config import parse_config
+from minibroker.connection import hash_password
 
 
 def port_args(broker: Any, *extra: str) -> list[str]:

@@ -85,6 +85,104 @@ def test_pyspark_is_imported_only_under_clients_spark() -> None:
     assert outside == []
 
 
+# -- the floors of minibroker: each subpackage imports only those above it -------------------
+
+#: minibroker's floors, top first. A module imports (at run time) only modules of its own floor
+#: or of a floor above; the top-level modules are the vocabulary every floor shares, and the
+#: package's ``__init__`` (its public names) stands below them all.
+FLOORS = (
+    ("config", "digits", "errors", "eventloop", "frames", "wildcards"),
+    ("selector", "trace"),
+    ("protocol",),
+    ("durability",),
+    ("connection",),
+    ("destinations",),
+    ("ops",),
+    ("core",),
+    ("edge",),
+)
+
+
+def _floor(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "minibroker" or len(parts) < 2:
+        return None
+    return next((i for i, names in enumerate(FLOORS) if parts[1] in names), None)
+
+
+def _runtime_imports(path: Path, module: str | None = None) -> set[str]:
+    """What ``path`` imports when it runs: every import but those under ``if TYPE_CHECKING:``
+    (an annotation may name a class of a floor below; nothing of it runs)."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    module = module or _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - max(node.level - 1, 0)] if node.level else []
+            source = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module or ""
+            found.add(source)
+            found.update(f"{source}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_minibrokers_floors_import_only_upward() -> None:
+    against = []
+    for path in _sources("minibroker"):
+        module = _module_name(path)
+        mine = _floor(module)
+        if mine is None:  # minibroker/__init__.py: the public names, from every floor
+            continue
+        for name in _runtime_imports(path):
+            theirs = _floor(name)
+            if theirs is not None and theirs > mine:
+                against.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert against == []
+
+
+def test_minibroker_holds_subpackages_and_a_handful_of_modules() -> None:
+    top = sorted(p.stem for p in (ROOT / "minibroker").glob("*.py") if p.stem != "__init__")
+    assert top == sorted(FLOORS[0])
+    subpackages = sorted(p.parent.name for p in (ROOT / "minibroker").glob("*/__init__.py"))
+    assert subpackages == sorted(name for floor in FLOORS[1:] for name in floor)
+
+
+def test_every_subpackage_declares_its_public_names() -> None:
+    import importlib
+
+    for floor in FLOORS[1:]:
+        for name in floor:
+            package = importlib.import_module(f"minibroker.{name}")
+            assert package.__doc__, name
+            assert isinstance(getattr(package, "__all__", None), list), name
+            assert all(hasattr(package, public) for public in package.__all__), name
+    import minibroker
+
+    assert {"Broker", "BrokerConfig", "Frame", "FrameParser", "encode", "VirtualNetwork"} <= set(minibroker.__all__)
+
+
+def test_the_floor_check_sees_a_downward_import(tmp_path: Path) -> None:
+    """The check above reads run-time imports, relative ones too, and skips type-only ones."""
+    source = tmp_path / "x.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\nfrom ..core import Broker\n"
+        "if TYPE_CHECKING:\n    from minibroker.edge import serve\n"
+    )
+    found = _runtime_imports(source, "minibroker.ops.x")
+    assert "minibroker.core.Broker" in found and not any(n.startswith("minibroker.edge") for n in found)
+    assert _floor("minibroker.core.broker") > _floor("minibroker.protocol.codec")
+
+
 def _project_sources() -> list[Path]:
     """Every Python file of the project: tracked, or new and not ignored."""
     listed = subprocess.run(
@@ -171,7 +269,7 @@ def test_no_import_circle_anywhere_in_the_project() -> None:
     """No module imports, however indirectly, a module that imports it: not in ``clients/``,
     ``minibroker/`` or ``storage/``, not in the tests, the benchmarks or the labs. What must
     call back up does so through what it is given (a Protocol of its own, a callable, an
-    object passed in), as the core's parts do through ``minibroker/ports.py``."""
+    object passed in), as the core's parts do through ``minibroker/destinations/ports.py``."""
     assert [sorted(circle) for circle in _circles(_project_graph())] == []
 
 
@@ -180,7 +278,7 @@ def test_the_project_graph_sees_every_kind_of_import() -> None:
     finding no circle in it means something."""
     graph = _project_graph()
     assert "clients.replay.actor" in graph["clients.replay.driver"]  # relative, in a package
-    assert "minibroker.codec" in graph["clients.stomp.client"]  # absolute, across packages
+    assert "minibroker.protocol" in graph["clients.stomp.client"]  # absolute, across packages
     assert "tests.broker_support" in graph["tests.conftest"]  # a test's sibling, by bare name
     assert "tests.client.fake_server" in graph["tests.client.test_client"]  # relative, in tests/
     # ``from clients.spark import inprocess``: the module is an edge, its own package is not
@@ -244,7 +342,7 @@ def test_a_module_run_with_dash_m_is_not_imported_by_its_own_package() -> None:
     ``pkg.mod``, runpy warns (``RuntimeWarning: 'pkg.mod' found in sys.modules
     ...``) and the module runs twice over. No package imports such a module."""
     modules = _runnable_modules()
-    assert "minibroker.console.vendor" in modules and "clients.cli" in modules
+    assert "clients.cli" in modules
     script = "import importlib, sys; importlib.import_module(sys.argv[1].rpartition('.')[0]); print(sys.argv[1] in sys.modules)"
     found = [
         name

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from minibroker.config import parse_config
-from minibroker.sim import VirtualNetwork
+from minibroker.edge import VirtualNetwork
 
 BODY = "x" * 976
 
@@ -268,7 +268,7 @@ class TestStoreCursor:
     def test_statistics_show_the_index_memory_no_usage_counts(self, tmp_path: Path) -> None:
         """A store-only backlog costs index memory outside every usage: the broker's
         statistics say how much (journal rows of ~17 bytes, cursor pairs of 8)."""
-        from minibroker.stats import broker_statistics
+        from minibroker.ops import broker_statistics
 
         net = self.small_memory(tmp_path)
         empty = broker_statistics(net.broker)["indexBytes"]
@@ -290,8 +290,8 @@ class TestStoreCursor:
         and every message still comes back once, in order, across a restart."""
         from unittest import mock
 
-        from minibroker import seqfifo
-        from minibroker.stats import broker_statistics
+        from minibroker.destinations import seqfifo
+        from minibroker.ops import broker_statistics
         from storage import entries
 
         with (
@@ -472,7 +472,7 @@ def test_store_read_many_pages_in_what_read_does_across_journals(tmp_path: Path,
     """A page-in reads its batch at once: the messages (headers unescaped, body,
     meta) equal what reading them one by one gives, in the order asked."""
     from minibroker.config import StoreConfig
-    from minibroker.persistence import MessageStore, encode_payload
+    from minibroker.durability import MessageStore, encode_payload
 
     store = MessageStore(StoreConfig(layout=layout, file_count=4, file_size=64 * 1024), tmp_path / "data")
     try:
@@ -507,8 +507,8 @@ def test_store_read_many_pages_in_what_read_does_across_journals(tmp_path: Path,
 def test_a_paged_in_message_goes_on_the_wire_as_the_stored_block_says() -> None:
     """A paged-in message reuses its stored (STOMP 1.2) header block; the frame
     is byte for byte what encoding its headers gives, in every version."""
-    from minibroker.message import Message
-    from minibroker.persistence import decode_payload, encode_payload
+    from minibroker.durability import decode_payload, encode_payload
+    from minibroker.protocol import Message
 
     headers = {"plain": "v", "colon:name": "a:b", "multi": "x\ny", "back\\slash": "c\rd", "naïve": "é"}
     stored = decode_payload(
@@ -540,8 +540,8 @@ def test_a_paged_in_message_goes_on_the_wire_as_the_stored_block_says() -> None:
 def test_a_lazily_decoded_message_is_the_same_message(headers: dict) -> None:
     """Page-in leaves plain header blocks undecoded until something needs them:
     size, headers, selectors' view and every version's frame are unchanged."""
-    from minibroker.message import Message
-    from minibroker.persistence import decode_messages, encode_payload
+    from minibroker.durability import decode_messages, encode_payload
+    from minibroker.protocol import Message
 
     payload = encode_payload(3, "ID:b-1:3", headers, b"body", persistent=True, priority=4, expires=0, timestamp=1)
     [paged] = decode_messages([payload], [3], "/queue/q")
@@ -584,8 +584,8 @@ _V1_PAYLOADS = [
 def test_payloads_of_the_first_format_still_decode(payload_hex: str, fields: tuple) -> None:
     """Version 2 payloads carry their lengths in the prefix; a journal written by the
     first format must still page in the same messages, lazily or not."""
-    from minibroker.message import Message
-    from minibroker.persistence import decode_messages, decode_meta, decode_payload, encode_payload
+    from minibroker.durability import decode_messages, decode_meta, decode_payload, encode_payload
+    from minibroker.protocol import Message
 
     payload = bytes.fromhex(payload_hex)
     seq, message_id, headers, body, persistent, priority, expires, timestamp = fields
@@ -613,7 +613,7 @@ def test_payloads_of_the_first_format_still_decode(payload_hex: str, fields: tup
 
 
 def test_a_payload_shorter_than_its_lengths_is_refused() -> None:
-    from minibroker.persistence import decode_payload, encode_payload
+    from minibroker.durability import decode_payload, encode_payload
 
     payload = encode_payload(
         1, "ID:x-1:1", {"destination": "/queue/q"}, b"body", persistent=True, priority=4, expires=0, timestamp=0
@@ -629,13 +629,13 @@ class TestDeferredDequeues:
     @staticmethod
     def _store(tmp_path: Path, **options: object):  # type: ignore[no-untyped-def]
         from minibroker.config import StoreConfig
-        from minibroker.persistence import MessageStore
+        from minibroker.durability import MessageStore
 
         return MessageStore(StoreConfig(**options), tmp_path / "data")  # type: ignore[arg-type]
 
     @staticmethod
     def _payload(n: int) -> bytes:
-        from minibroker.persistence import encode_payload
+        from minibroker.durability import encode_payload
 
         return encode_payload(
             n, f"ID:d-{n}", {"n": str(n)}, b"body %d" % n, persistent=True, priority=4, expires=0, timestamp=0
@@ -671,7 +671,7 @@ class TestDeferredDequeues:
     def test_a_deep_purge_does_not_hold_its_dequeues(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         """At most ``_DEFERRED_MAX`` dequeues of a journal wait: past that they are
         written at once, so a purge of millions holds none of them in memory."""
-        from minibroker import persistence
+        from minibroker.durability import persistence
 
         monkeypatch.setattr(persistence, "_DEFERRED_MAX", 4)
         store = self._store(tmp_path)

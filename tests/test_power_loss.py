@@ -11,12 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from disk_faults import PowerLossDisk
 
 from minibroker.config import parse_config
-from minibroker.sim import VirtualClient, VirtualNetwork
+from minibroker.edge import VirtualClient, VirtualNetwork
 from storage.fileio import using
-
-from disk_faults import PowerLossDisk
 
 LAYOUTS = ["growing", "ring"]
 

@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from disk_faults import PowerLossDisk
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
-from disk_faults import PowerLossDisk
 from minibroker.config import BrokerConfig, parse_config
-from minibroker.sim import VirtualClient, VirtualNetwork
-from minibroker.topic import Topic
+from minibroker.destinations import Topic
+from minibroker.edge import VirtualClient, VirtualNetwork
 from storage.fileio import using
 
 QUEUES = ("/queue/q0", "/queue/q1")

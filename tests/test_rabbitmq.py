@@ -9,13 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import stomp
+from test_stomp_py import Collector, close
+from test_stomp_py_features import wait_for
 
 from clients import rabbitmq
 from clients.rabbitmq import RabbitMQ
-import stomp
-
-from test_stomp_py import Collector, close
-from test_stomp_py_features import wait_for
 
 NOT_INSTALLED = rabbitmq.installed_problem()
 needs_rabbitmq = pytest.mark.skipif(NOT_INSTALLED is not None, reason=f"RabbitMQ is needed: {NOT_INSTALLED}")

@@ -9,9 +9,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from minibroker.config import StoreConfig, parse_config
-from minibroker.journaldirs import directory_name
-from minibroker.persistence import MessageStore, encode_payload
-from minibroker.sim import VirtualNetwork
+from minibroker.durability import MessageStore, directory_name, encode_payload
+from minibroker.edge import VirtualNetwork
 from storage import Journal, JournalConfig, StorageError
 
 RING = {"layout": "ring", "file_count": 4, "file_size": "64 kb"}
@@ -131,7 +130,7 @@ def test_a_store_full_of_ring_reservations_says_so_in_the_error_stat_and_diagnos
     )
 
     from clients.commands.stat import format_tables
-    from minibroker.stats import broker_statistics
+    from minibroker.ops import broker_statistics
 
     stats = broker_statistics(net.broker)
     assert (stats["storeUsage"], stats["storeRings"], stats["storeRingBytes"]) == (1024 * 1024, 4, 256 * 1024)

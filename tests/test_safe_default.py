@@ -3,8 +3,9 @@ consumes never holds up the other destinations (the real server)."""
 
 from __future__ import annotations
 
-from minibroker.config import load_config
 from wire import Wire
+
+from minibroker.config import load_config
 
 MEMORY_LIMIT = 1024 * 1024
 BODY = b"x" * 10_000
@@ -41,7 +42,7 @@ def test_statistics_reach_their_asker_while_backlogs_fill_the_memory() -> None:
     it, not to the temp store to wait for memory that will not come to page it back."""
     import json
 
-    from minibroker.sim import VirtualNetwork
+    from minibroker.edge import VirtualNetwork
 
     net = VirtualNetwork(load_config().replace(system_usage={"memory_limit": 100 * 1024}))
     producer = net.connected_client("producer")

@@ -8,13 +8,13 @@ frame's head) and builds its message both ways.
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from minibroker.codec import FrameParser, encode
+from minibroker.durability import decode_payload, encode_payload
+from minibroker.edge import VirtualNetwork
 from minibroker.frames import Frame
-from minibroker.message import send_block
-from minibroker.persistence import decode_payload, encode_payload
-from minibroker.sim import VirtualNetwork
+from minibroker.protocol import FrameParser, encode, send_block
 
 #: Names the broker sets, rewrites or reads, and plain application names.
 _NAMES = st.sampled_from(
@@ -154,7 +154,7 @@ def test_send_block_refuses_a_destination_that_would_need_escaping() -> None:
 
 def test_a_passed_through_message_is_stored_and_paged_back_unchanged() -> None:
     _, fast, _ = _both_ways("1.2", [("destination", "/queue/q"), ("persistent", "true"), ("kind", "k1")])
-    from minibroker.persistence import encode_wire_payload
+    from minibroker.durability import encode_wire_payload
 
     payload = encode_wire_payload(
         fast.seq,
@@ -175,7 +175,7 @@ def test_a_passed_through_message_is_stored_and_paged_back_unchanged() -> None:
 def test_the_layouts_worked_out_are_bounded_and_each_gives_its_own_lines() -> None:
     """A client that sends ever new header names cannot grow what send_block keeps; each
     layout still gives its own block, before and after the cache is emptied."""
-    from minibroker import message
+    from minibroker.protocol import message
 
     for i in range(message._LAYOUTS_KEPT + 50):
         head = f"SEND\ndestination:/queue/q\nname{i}:v\ncontent-length:1"

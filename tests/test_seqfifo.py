@@ -1,4 +1,4 @@
-"""A store cursor's FIFO of numbers (``minibroker/seqfifo.py``) against a sorted list.
+"""A store cursor's FIFO of numbers (``minibroker/destinations/seqfifo.py``) against a sorted list.
 
 Entries are (broker seq, journal seq, expiry). Chunks of three entries, so that a few dozen messages make many chunks; with a
 spill file only the first and the last chunk may stay in memory, and every
@@ -12,8 +12,7 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minibroker import seqfifo
-from minibroker.seqfifo import SeqFifo
+from minibroker.destinations import SeqFifo, seqfifo
 from storage.spill import SpillFile
 
 OPS = st.lists(

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from minibroker.codec import FrameParser, encode
 from broker_support import start_broker_process
+
 from minibroker.frames import Frame
+from minibroker.protocol import FrameParser, encode
 
 CONNECT = b"CONNECT\naccept-version:1.2\nhost:h\n\n\x00"
 
@@ -125,7 +125,7 @@ def test_outbound_buffers_stay_bounded_for_a_client_that_does_not_read(broker_fa
 def test_a_bug_in_the_core_ends_only_that_connection_with_an_error(broker, monkeypatch: pytest.MonkeyPatch) -> None:
     """An exception from a handler (a bug) is logged; its client gets an ERROR with a message
     and is closed; another client keeps working."""
-    from minibroker.broker import Broker
+    from minibroker.core import Broker
 
     real = Broker._handle
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import threading
 
-from minibroker.config import parse_config
-from minibroker.security import hash_password
 from wire import Wire
+
+from minibroker.config import parse_config
+from minibroker.connection import hash_password
 
 HUGE_CONNECT = b"CONNECT\naccept-version:1.2\nhost:h\ncontent-length:104857600\n\n"
 

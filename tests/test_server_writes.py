@@ -21,9 +21,9 @@ from collections import Counter
 from typing import Any, Iterator
 
 import pytest
+from wire import Wire
 
 from minibroker.edge import EdgeConnection, TcpConnection
-from wire import Wire
 
 
 class _CountingTransport:

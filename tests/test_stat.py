@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import re
 
+from test_stomp_py import close, connect
+
 from clients.cli import main as cli
-from test_stomp_py import connect, close
 
 
 def test_statistics_plugin_answers_any_stomp_client(broker) -> None:

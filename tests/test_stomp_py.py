@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import stomp
-
 from interop_scenario import BINARY, BINARY_QUEUE, QUEUE, TOPIC, check_scenario
-from minibroker.codec import FrameParser
+
+from minibroker.protocol import FrameParser
 
 WAIT = 10.0
 

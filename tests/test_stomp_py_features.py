@@ -6,10 +6,10 @@ import time
 
 import pytest
 import stomp
+from test_stomp_py import WAIT, Collector, close, connect
 
 from minibroker.config import parse_config
-from minibroker.security import hash_password
-from test_stomp_py import WAIT, Collector, close, connect
+from minibroker.connection import hash_password
 
 
 def wait_for(predicate, timeout: float = WAIT) -> bool:

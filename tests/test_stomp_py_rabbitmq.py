@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import stomp
+from test_stomp_py import WAIT, Collector, close
+from test_stomp_py_features import wait_for
 
 from clients import rabbitmq
 from clients.rabbitmq import RabbitMQ
-from test_stomp_py import WAIT, Collector, close
-from test_stomp_py_features import wait_for
 
 NOT_INSTALLED = rabbitmq.installed_problem()
 

@@ -14,7 +14,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from broker_support import run_client_script
 
 HERE = Path(__file__).resolve().parent / "interop" / "stompjs"

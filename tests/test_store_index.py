@@ -14,9 +14,8 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minibroker import seqfifo
-from minibroker.cursor import PagedRef, StoreIndex
-from minibroker.persistence import StoreRef
+from minibroker.destinations import PagedRef, StoreIndex, seqfifo
+from minibroker.durability import StoreRef
 from storage.spill import SpillFile
 
 HOME, OTHER = object(), object()  # two journals

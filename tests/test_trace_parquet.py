@@ -142,7 +142,7 @@ def test_the_broker_process_never_imports_pyarrow(tmp_path: Path) -> None:
         f"""
         import sys
         from minibroker.config import BrokerConfig
-        from minibroker.server import open_trace
+        from minibroker.edge.server import open_trace
         config = BrokerConfig().replace(broker={{"trace": {str(tmp_path / "t.jsonl")!r}, "trace_format": "parquet"}})
         trace = open_trace(config)
         trace.emit("expire", dest="/queue/q", msg="m-1")
@@ -160,7 +160,7 @@ def test_the_broker_process_never_imports_pyarrow(tmp_path: Path) -> None:
 def test_parquet_without_pyarrow_is_refused_with_a_clear_error(tmp_path: Path, monkeypatch) -> None:
     import importlib.util
 
-    from minibroker import server
+    from minibroker.edge import server
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else real(name, *a))

@@ -5,8 +5,8 @@ and stomp.py's WebSocket transport against the real listener."""
 from __future__ import annotations
 
 import json
-import time
 import queue
+import time
 from typing import Any
 
 import pytest
@@ -246,8 +246,8 @@ def test_a_turns_frames_leave_in_one_write_one_message_each(broker_factory) -> N
     messages, written to its socket with one write, as on TCP (not one write per frame)."""
     import socket
 
-    from minibroker.codec import encode
     from minibroker.frames import Frame
+    from minibroker.protocol import encode
 
     broker = ws_broker(broker_factory)
     with ws_connect(broker) as ws:

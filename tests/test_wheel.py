@@ -145,7 +145,7 @@ def test_the_wheel_in_a_fresh_venv_serves_the_console_its_libraries_and_metrics(
         base = f"http://127.0.0.1:{port}"
         status, page = _get(base + "/")
         assert status == 200 and b"static/vendor/stomp.umd.min.js" in page
-        pinned = json.loads((ROOT / "minibroker" / "console" / "vendor.json").read_text())["files"]
+        pinned = json.loads((ROOT / "minibroker" / "edge" / "console" / "vendor.json").read_text())["files"]
         for entry in pinned:
             status, body = _get(f"{base}/static/vendor/{entry['name']}")
             assert status == 200 and hashlib.sha256(body).hexdigest() == entry["sha256"], entry["name"]

@@ -6,8 +6,8 @@ import socket
 import time
 from typing import Callable
 
-from minibroker.codec import FrameParser, encode
 from minibroker.frames import Frame
+from minibroker.protocol import FrameParser, encode
 
 
 class Wire:

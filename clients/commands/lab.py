@@ -41,11 +41,11 @@ from typing import Callable
 
 from ..cli import CommandError
 from ..labs import LabError, run_lab
-from . import lab_class
-from .lab_select import all_labs, find_lab
 from ..labs.console import LabConsole
 from ..labs.export import ExportError, write_export
 from ..labs.replay import RecordedReplay, replay_document
+from . import lab_class
+from .lab_select import all_labs, find_lab
 
 __all__ = ["register"]
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from minibroker.errors import ConfigError
+
 from ..cli import CommandError
 from ..labs import Lab, LabError, RunSpec
 from ..labs.check import check, pick_exercise
@@ -25,7 +27,6 @@ from ..labs.model import KINDS
 from ..labs.runner import student_pages
 from ..labs.settings import parse_setting, parse_sweep
 from .lab_select import find_lab
-from minibroker.errors import ConfigError
 
 __all__ = ["add_run_options", "register_actions", "chosen_specs", "run_sweep", "wants_sweep"]
 

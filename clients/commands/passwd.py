@@ -7,7 +7,7 @@ import getpass
 import sys
 from typing import Any
 
-from minibroker.security import hash_password
+from minibroker.connection import hash_password
 
 
 def register(subparsers: Any) -> None:

@@ -21,7 +21,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from minibroker.ringcost import size_text
+from minibroker.durability import size_text
 
 from ..cli import CommandError
 from ..stomp import StompClient, StompClientError

@@ -19,8 +19,9 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..cli import SPARK_EXTRA_HINT, CommandError
 from clients.spark.session import spark_error
+
+from ..cli import SPARK_EXTRA_HINT, CommandError
 from ._common import FAILURE, USAGE
 
 __all__ = ["register", "run_spark_job", "job_argv", "Option"]

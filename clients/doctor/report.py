@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import textwrap
 
-from .model import ERROR, INFO, SEVERITIES, WARNING, Finding, Setup
 from ..sources import SOURCES
+from .model import ERROR, INFO, SEVERITIES, WARNING, Finding, Setup
 
 __all__ = ["exit_status", "format_text", "format_json", "CLEAN", "WARNINGS"]
 

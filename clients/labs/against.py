@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import activemq, rabbitmq
-from ..activemq import ActiveMQ, free_port
 from minibroker.config import BrokerConfig
 
+from .. import activemq, rabbitmq
+from ..activemq import ActiveMQ, free_port
 from ..doctor.write_xml import ActiveMQXml, write_xml
 from .model import Lab, LabError, RunSpec
 from .runner import LabRun, Outcome, RunResult, run_one

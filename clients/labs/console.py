@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from minibroker.config import ANY_PORT, BrokerConfig
-from minibroker.stats import STATISTICS_PREFIX
+from minibroker.ops import STATISTICS_PREFIX
 
 from .live import LiveBroker
 from .replay import RecordedReplay

@@ -1,6 +1,6 @@
 """``lab run NAME --export FILE.html``: the lab's recorded runs as one file to hand out.
 
-The file is the console's own page (``minibroker/console/static``) with everything it
+The file is the console's own page (``minibroker/edge/console/static``) with everything it
 loads written inline: its style sheets, the pinned uPlot (checked against
 ``vendor.json``), the player and the page's script, and the replay document
 (``clients.labs.replay.replay_document``) as a JSON script element, which the page
@@ -16,8 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from minibroker.console.vendor import check as vendored_problems
-from minibroker.console.web import static_file
+from minibroker.edge.console.vendor import check as vendored_problems
+from minibroker.edge.console.web import static_file
 
 __all__ = ["ExportError", "export_html", "write_export"]
 

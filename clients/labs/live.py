@@ -1,4 +1,4 @@
-"""A lab's real server: ``minibroker.server.serve`` in a background thread (``lab run --live``)."""
+"""A lab's real server: ``minibroker.edge.server.serve`` in a background thread (``lab run --live``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["LiveBroker"]
 
 
 class LiveBroker:
-    """``minibroker.server.serve`` in a background thread, stoppable and restartable."""
+    """``minibroker.edge.server.serve`` in a background thread, stoppable and restartable."""
 
     def __init__(self, config: BrokerConfig, lag: LoopLag | None = None) -> None:
         self.config = config
@@ -36,7 +36,7 @@ class LiveBroker:
         return int(self.server.port)
 
     def start(self) -> None:
-        from minibroker.server import serve
+        from minibroker.edge import serve
 
         self._ready.clear()
 

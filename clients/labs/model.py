@@ -76,13 +76,13 @@ The answer keys and kept wrong answers are in ``examples/instructor/NN-name/keys
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import operator
 import os
 import re
 import sys
 import tomllib
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from minibroker.stats import Scope, broker_statistics, destination_statistics
+from minibroker.ops import Scope, broker_statistics, destination_statistics
 
 __all__ = ["EVENT_KINDS", "SAMPLE_PERIOD", "RunRecorder", "RunRecording", "changes_worth_seeing"]
 

@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable
 
 from minibroker import wildcards
-from minibroker.stats import STATISTICS_PREFIX
+from minibroker.ops import STATISTICS_PREFIX
 
 from .recording import RunRecording
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from minibroker.config import BrokerConfig
-from minibroker.sim import VirtualNetwork
+from minibroker.edge import VirtualNetwork
 
 from .console import LabConsole
 from .live import LiveBroker

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import math
+import re
 import shutil
 import sys
 from dataclasses import asdict, replace

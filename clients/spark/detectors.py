@@ -33,7 +33,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from clients.signatures import REFUSED, idle_while_blocked, starving
-from clients.spark.findings import CURED_BY, DETECTORS as NAMES, FINDING_COLUMNS, SUMMARY, Params
+from clients.spark.findings import CURED_BY, FINDING_COLUMNS, SUMMARY, Params
+from clients.spark.findings import DETECTORS as NAMES
 from clients.spark.tables import Tables, islands
 
 __all__ = ["Params", "FINDING_COLUMNS", "DETECTORS", "find_all"]

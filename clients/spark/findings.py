@@ -13,9 +13,9 @@ as Java does).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
-import re
 from typing import Any
 
 __all__ = [

@@ -43,6 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from clients.spark.session import get_session
+from clients.spark.workload_engine import choose_engine, inprocess_refusal
 from clients.spark.workload_spec import (
     Dist,
     ProducerGroup,
@@ -51,7 +52,6 @@ from clients.spark.workload_spec import (
     chunk_plan,
     load_workload,
 )
-from clients.spark.workload_engine import choose_engine, inprocess_refusal
 from clients.spark.workload_table import ACTION_SCHEMA, control_rows, remove_stale_formats, summarize
 
 __all__ = ["build_actions", "generate", "main"]

@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from pyspark.sql import types as T
 
 from clients.spark.workload_spec import Dist, ProducerGroup, Segment, Workload, chunk_plan

@@ -41,9 +41,9 @@ import itertools
 import logging
 from typing import Any, Callable, Iterable, Mapping
 
-from minibroker.codec import HEARTBEAT, FrameParser, encode
 from minibroker.errors import ProtocolError
 from minibroker.frames import VERSIONS, Frame
+from minibroker.protocol import HEARTBEAT, FrameParser, encode
 
 from .errors import CannotConnect, ConnectionLost, StompClientError, StompError, SubscriptionClosed
 from .flow import FlowCredit

@@ -51,8 +51,8 @@ import re
 from decimal import Decimal
 from typing import Callable
 
-from ..digits import parse_decimal
-from .nodes import Value
+from minibroker.digits import parse_decimal
+from minibroker.selector.nodes import Value
 
 __all__ = [
     "BAD",

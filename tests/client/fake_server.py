@@ -32,9 +32,9 @@ import itertools
 from collections import defaultdict, deque
 from typing import Callable
 
-from minibroker.codec import HEARTBEAT, FrameParser, encode
 from minibroker.errors import ProtocolError
 from minibroker.frames import VERSIONS, Frame
+from minibroker.protocol import HEARTBEAT, FrameParser, encode
 
 __all__ = ["FakeStompServer", "FakeConnection"]
 

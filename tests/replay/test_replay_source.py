@@ -10,9 +10,9 @@ import pytest
 from replay_tables import producer, write_table
 
 from clients.replay import ReplayError, open_table, parse_shard, shard
-from clients.spark.session import spark_error
 from clients.replay.progress import Progress, bar
 from clients.replay.stats import ErrorLog, Histogram
+from clients.spark.session import spark_error
 
 
 def job_output(tmp_path, formats=("jsonl",)):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from clients.spark.workload_table import summarize
 from clients.spark.workload_spec import load_workload
+from clients.spark.workload_table import summarize
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -23,7 +23,6 @@ from clients.labs import find_labs, run_lab
 from clients.spark import inprocess
 from clients.spark.findings import Params
 
-
 # Running every lab with its analysis and plots takes a minute of CPU; on a machine shared
 # with others it can take several of wall time, more than the suite's default limit.
 pytestmark = pytest.mark.timeout(1800)

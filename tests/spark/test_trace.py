@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 
 from minibroker.trace import (
+    _LOAD_WINDOW,
     COMMON,
     DISPATCH,
     DISPATCH_AUTO_ACK,
     ENQUEUE,
     EVENTS,
+    FIELDS,
     SEND,
     SEND_ENQUEUE,
     SEND_ENQUEUE_DISPATCH,
     SEND_ENQUEUE_DISPATCH_AUTO_ACK,
-    FIELDS,
-    _LOAD_WINDOW,
     MemoryTrace,
     NullTrace,
     Trace,

@@ -6,11 +6,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from storage_helpers import small_config
 
 from storage import recovery
 from storage.journal import Journal
 from storage.model import JournalConfig
-from storage_helpers import small_config
 
 
 @pytest.fixture(autouse=True)

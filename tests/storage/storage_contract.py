@@ -12,10 +12,10 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from storage_helpers import payloads
 
 from storage.journal import Journal
 from storage.model import JournalConfig, Location
-from storage_helpers import payloads
 
 Opener = Callable[[], Journal]
 
@@ -80,8 +80,9 @@ class JournalContract:
     ) -> None:
         """A record read back damaged is a store failure (fail-stop, as a read error):
         it names the record, and the journal refuses every operation after it."""
-        from storage.errors import CorruptRecord, StoreFailed
         from storage_helpers import flip
+
+        from storage.errors import CorruptRecord, StoreFailed
 
         j = open_journal()
         locs = [j.enqueue(b"q", body(n)) for n in range(4)]

@@ -7,11 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from storage.compact import compact
-from storage.errors import EnqueueThresholdExceeded, StorageError
-from storage.journal import Journal
-from storage.model import JournalConfig
 from storage_helpers import (
     ORDINARY,
     payloads,
@@ -20,6 +15,11 @@ from storage_helpers import (
     reopened,
     small_config,
 )
+
+from storage.compact import compact
+from storage.errors import EnqueueThresholdExceeded, StorageError
+from storage.journal import Journal
+from storage.model import JournalConfig
 
 
 def seed_state(config: JournalConfig) -> Journal:

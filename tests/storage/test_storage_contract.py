@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from storage_contract import JournalContract
 
 

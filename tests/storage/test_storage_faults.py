@@ -11,12 +11,12 @@ import errno
 from pathlib import Path
 
 import pytest
-
 from disk_faults import FaultyFileOps
+from storage_helpers import small_config
+
 from storage import Journal, StoreFailed, StoreFull, TempStore
 from storage.fileio import using
 from storage.spill import SpillFile
-from storage_helpers import small_config
 
 LAYOUTS = ["growing", "ring"]
 

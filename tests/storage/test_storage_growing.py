@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from storage_helpers import reopened, small_config
+
 from storage.journal import Journal
 from storage.model import JournalConfig
-from storage_helpers import reopened, small_config
 
 MSG = b"m" * 100
 

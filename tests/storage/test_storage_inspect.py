@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from storage_helpers import pin_six_files_then_fill_the_seventh, small_config
 
 from storage.errors import EnqueueThresholdExceeded
-from storage.report import format_report, inspect
 from storage.journal import Journal
-from storage_helpers import pin_six_files_then_fill_the_seventh, small_config
+from storage.report import format_report, inspect
 
 
 @pytest.fixture

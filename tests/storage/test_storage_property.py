@@ -14,18 +14,16 @@ import dataclasses
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from unittest import mock
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from storage_helpers import small_config
 
 from storage import entries
-
 from storage.errors import EnqueueThresholdExceeded, JournalFull
 from storage.journal import Journal
 from storage.model import JournalConfig
-from storage_helpers import small_config
 
 TXIDS = st.sampled_from([None, None, "t1", "t2"])
 PAYLOADS = st.binary(max_size=60)

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from storage_helpers import reopened, small_config
 
 from storage.journal import Journal
 from storage.model import JournalConfig
 from storage.record import HEADER_SIZE
-from storage_helpers import reopened, small_config
 
 MSG = b"m" * 100
 PAIR = HEADER_SIZE + 4 + len(b"filler") + HEADER_SIZE + 10  # a filler pair, less its payload

@@ -14,14 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from storage.bodies import decode_enqueue, encode_enqueue
-from storage.errors import CorruptRecord, StorageError, TornWrite
-from storage.report import inspect
-from storage.journal import Journal
-from storage.model import JournalConfig, Location
-from storage.record import RecordType, encode
-from storage.recovery import repair
 from storage_helpers import (
     flip,
     payloads,
@@ -31,6 +23,14 @@ from storage_helpers import (
     truncate,
     zero,
 )
+
+from storage.bodies import decode_enqueue, encode_enqueue
+from storage.errors import CorruptRecord, StorageError, TornWrite
+from storage.journal import Journal
+from storage.model import JournalConfig, Location
+from storage.record import RecordType, encode
+from storage.recovery import repair
+from storage.report import inspect
 
 
 @dataclass

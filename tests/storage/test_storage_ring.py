@@ -5,11 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from storage.errors import EnqueueThresholdExceeded, JournalFull, StorageError
-from storage.journal import Journal
-from storage.model import JournalConfig
-from storage.ring import RingLayout
 from storage_helpers import (
     ORDINARY,
     fill_file_with_traffic,
@@ -18,6 +13,11 @@ from storage_helpers import (
     reopened,
     small_config,
 )
+
+from storage.errors import EnqueueThresholdExceeded, JournalFull, StorageError
+from storage.journal import Journal
+from storage.model import JournalConfig
+from storage.ring import RingLayout
 
 
 def test_seed_004_few_pinned_messages_refuse_enqueues(tmp_path: Path) -> None:

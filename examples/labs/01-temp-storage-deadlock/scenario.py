@@ -25,7 +25,7 @@ import asyncio
 from typing import Any
 
 from clients.labs import LabRun, Outcome
-from minibroker.stats import statistics_replies
+from minibroker.ops import statistics_replies
 
 TOPIC = "/topic/prices"
 BODY = "x" * 1000

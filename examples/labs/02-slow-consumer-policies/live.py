@@ -42,7 +42,7 @@ from clients.labs import LabRun
 from clients.stomp import StompClient, StompClientError
 from clients.stomp.message import Message
 from minibroker.config import BrokerConfig
-from minibroker.stats import statistics_replies
+from minibroker.ops import statistics_replies
 
 TOPIC = "/topic/ticks"
 SUBSCRIBERS = ("fast-1", "slow", "fast-2", "fast-3")  # dispatch order, as on the virtual clock

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from clients.labs import LabRun, Outcome, sibling_module
 from minibroker.config import BrokerConfig
-from minibroker.stats import statistics_replies
+from minibroker.ops import statistics_replies
 
 TOPIC = "/topic/ticks"
 BODY = "x" * 1000

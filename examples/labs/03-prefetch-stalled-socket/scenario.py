@@ -36,8 +36,8 @@ from collections import deque
 from typing import Any
 
 from clients.labs import LabRun, Outcome, sibling_module
+from minibroker.edge import PartialWrite, VirtualClient, VirtualNetwork
 from minibroker.frames import Frame
-from minibroker.sim import PartialWrite, VirtualClient, VirtualNetwork
 
 QUEUE = "/queue/jobs"
 CLIENT_ID = "perl-consumer"

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from clients.labs import LabRun, Outcome
-from minibroker.sim import VirtualClient, VirtualNetwork
+from minibroker.edge import VirtualClient, VirtualNetwork
 from storage import Journal, format_report, inspect
 from storage.ring import RingLayout
 

@@ -33,7 +33,7 @@ from collections import deque
 from typing import Any
 
 from clients.labs import LabRun, Outcome
-from minibroker.stats import statistics_replies
+from minibroker.ops import statistics_replies
 
 REQUESTS, REPLIES = "/queue/requests", "/queue/replies"
 BODY = "x" * 1000

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from clients.labs import LabRun, Outcome
-from minibroker.stats import statistics_replies
+from minibroker.ops import statistics_replies
 from storage import format_report, inspect
 
 ORDERS, AUDIT, EVENTS = "/queue/orders", "/queue/audit", "/topic/events"

@@ -1,0 +1,808 @@
+"""Frame handlers of the broker core: SEND, SUBSCRIBE, ACK, transactions.
+
+A part the ``Broker`` holds (``HandlerHost`` is what it uses of it; see ``broker.py``
+for the event protocol): each
+``_on_<command>`` takes the session and the frame, may raise
+``ProtocolError`` (an ERROR frame, then close), and returns ``DEFERRED`` when
+it sends the RECEIPT itself (or later: flow control, an fsync).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
+
+from minibroker.connection.session import Session
+from minibroker.core.common import DEFERRED, SETTLING_OPS, Ignored
+from minibroker.destinations import TEMP_PREFIXES
+from minibroker.destinations.destination import Destination
+from minibroker.destinations.queue import Queue
+from minibroker.destinations.topic import Topic
+from minibroker.digits import MAX_DIGITS, parse_decimal
+from minibroker.errors import NoSpaceError, ProtocolError, Refused, ResourceLimitError
+from minibroker.frames import Frame
+from minibroker.ops import STATISTICS_PREFIX
+from minibroker.ops.stats import Scope, is_statistics_address
+from minibroker.protocol import (
+    BROKER_SET_HEADERS,
+    MESSAGE_OVERHEAD,
+    QUEUE_SUBSCRIBE_HONOURED,
+    RABBITMQ_CLIENT_ID,
+    SUBSCRIBE_HONOURED,
+)
+from minibroker.protocol.dialects import Unhonoured, rabbitmq_durable, rabbitmq_prefetch
+from minibroker.protocol.headers import int_header, seq_of, shown
+from minibroker.protocol.message import Message, send_block
+from storage import StoreFull
+
+if TYPE_CHECKING:
+    from minibroker.config import BrokerConfig
+    from minibroker.connection.clock import Clock
+    from minibroker.connection.security import Security
+    from minibroker.connection.timers import Timers
+    from minibroker.core.flow import ProducerFlowControl
+    from minibroker.core.storehooks import StoreHooks
+    from minibroker.destinations.registry import DestinationRegistry
+    from minibroker.durability.persistence import MessageStore
+    from minibroker.ops.admin import AdminHost
+    from minibroker.ops.stats import BrokerView, StatisticsSource
+from minibroker.destinations import ACK_MODES
+from minibroker.destinations.subscription import Subscription
+from minibroker.ops import ADMIN_PREFIX
+from minibroker.ops.admin import is_admin_address, perform
+from minibroker.trace import Recorder
+
+__all__ = ["FrameHandlers", "HandlerHost"]
+
+_MAX_PREFETCH = 32767
+#: The latest expiry a message may carry: ms since the epoch in a signed 64-bit number,
+#: as the journal keeps it (and as JMS's long).
+MAX_EXPIRES = 2**63 - 1
+_TEMP_STARTS = tuple(TEMP_PREFIXES)
+#: What statistics and admin requests' addresses start with: one test of a SEND's address for both.
+_TOOL_PREFIX = "/queue/ActiveMQ."
+assert STATISTICS_PREFIX.startswith(_TOOL_PREFIX) and ADMIN_PREFIX.startswith(_TOOL_PREFIX)
+
+
+class HandlerHost(Protocol):
+    """What frame handling uses of the broker: the configuration, clock, timers,
+    trace, security, journals, destinations and sessions it is given, the store
+    hooks it journals through, and what statistics requests are answered from."""
+
+    @property
+    def config(self) -> "BrokerConfig": ...
+
+    @property
+    def clock(self) -> "Clock": ...
+
+    @property
+    def timers(self) -> "Timers": ...
+
+    @property
+    def trace(self) -> Recorder: ...
+
+    @property
+    def security(self) -> "Security": ...
+
+    @property
+    def store(self) -> "MessageStore | None": ...
+
+    @property
+    def registry(self) -> "DestinationRegistry": ...
+
+    @property
+    def destinations(self) -> dict[str, Destination]: ...
+
+    @property
+    def sessions(self) -> dict[int, Session]: ...
+
+    @property
+    def storehooks(self) -> "StoreHooks": ...
+
+    @property
+    def statistics_source(self) -> "StatisticsSource":
+        """What answers statistics requests (it may be replaced after the broker is made)."""
+
+    def session_tag(self, sid: int) -> str: ...
+
+
+class FrameHandlers:
+    """SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT:
+    one method per command, a part the broker holds (``broker.handlers``).
+
+    Its own state: the message and subscription sequence numbers. The broker's
+    dispatch table holds the bound ``_on_*`` methods, so a frame costs no extra hop."""
+
+    flow: "ProducerFlowControl"
+    _has_room: Callable[[Destination, Message], bool]
+
+    def __init__(
+        self,
+        host: HandlerHost,
+        *,
+        emit: Callable[..., None],
+        close: Callable[..., None],
+        start_reading: Callable[[Session, str], None],
+        stop_reading: Callable[[Session, str], None],
+        subs_by_key: dict[int, Subscription],
+        full_logged: dict[int, float],
+        id_prefix: str,
+        id_prefix_wire: bytes,
+    ) -> None:
+        """``emit`` records a trace event, ``close`` ends a connection (``Broker._close``),
+        ``start_reading``/``stop_reading`` resume or pause a socket's reading for a reason;
+        ``subs_by_key`` (subscriptions by key: ack ids name them) and ``full_logged`` are
+        the broker's, shared; message ids start with ``id_prefix``. Producer flow control
+        is wired in after it is made (``wire_flow``): it routes through this part."""
+        self.host = host
+        # Bound once: the handlers read these for every frame.
+        self.config = host.config
+        self.clock = host.clock
+        self.timers = host.timers
+        self.trace = host.trace
+        self.security = host.security
+        self.store = host.store
+        self.registry = host.registry
+        self.destinations = host.destinations
+        self.sessions = host.sessions
+        self.storehooks = storehooks = host.storehooks
+        self.admit: Callable[[Destination, Message], list[Subscription] | None] = storehooks.admit
+        self._send_receipt = storehooks.send_receipt
+        self.durables_changed = storehooks.durables_changed
+        self.begin_storage_transaction = storehooks.begin_storage_transaction
+        self.commit_storage_transaction = storehooks.commit_storage_transaction
+        self.end_storage_transaction = storehooks.end_storage_transaction
+        self.session_tag = host.session_tag
+        self._emit = emit
+        self._close = close
+        self._start_reading = start_reading
+        self._stop_reading = stop_reading
+        self._subs_by_key = subs_by_key
+        self._full_logged = full_logged
+        self._id_prefix = id_prefix
+        self._id_prefix_wire = id_prefix_wire
+        #: The broker's message sequence numbers (``Message.seq``), the next one to give.
+        self.next_message = 1
+        #: The next subscription key (``Subscription.key``, in ack ids).
+        self.next_sub = 1
+        #: Names the headers of other dialects that frames carry and the broker ignores.
+        self.unhonoured = Unhonoured()
+
+    def wire_flow(self, flow: "ProducerFlowControl") -> None:
+        """Producer flow control, made after this part (it routes SENDs through ``_route``)."""
+        self.flow = flow
+        self._has_room = flow.has_room  # bound once: every SEND asks it
+
+    def _on_send(self, session: Session, frame: Frame) -> Any:
+        h = frame.headers
+        address = h.get("destination")
+        if not address:
+            raise ProtocolError("SEND frame has no destination header")
+        if address.startswith(_TOOL_PREFIX):
+            if is_statistics_address(address):
+                return self._answer_statistics(session, frame, address)
+            if is_admin_address(address):
+                return self._answer_admin(session, frame, address)
+        destination = self.registry.resolve(session, address, "write")
+        message = self._make_message(session, frame, destination.address)
+        if message.persistent and self.store is not None:
+            self._check_fits_journal(message)
+        session.messages_in += 1
+        if "transaction" in h:
+            self._transaction(session, h["transaction"]).append(("send", destination, message))
+            return None
+        receipt = h.get("receipt")
+        if session.producing.parked or not self._has_room(destination, message):
+            return self.flow.park(session, destination, message, receipt)
+        try:
+            if message.persistent or self.trace.enabled:
+                remaining = self._route(destination, message)
+            else:  # what _route and admit come down to for it: nothing to journal, nothing to trace
+                remaining = destination.accept(message)
+        except NoSpaceError as exc:  # a full disk: as a full store, wait (flow control) or refuse
+            policy = destination.policy
+            if isinstance(destination, Queue) and (policy.producer_flow_control or policy.send_fail_if_no_space):
+                return self.flow.park(
+                    session, destination, message, receipt
+                )  # (a topic may have delivered it: no retry)
+            self.flow.refuse_send(session, receipt, exc.message)
+            return DEFERRED
+        except ResourceLimitError as exc:
+            self.flow.refuse_send(session, receipt, exc.message)
+            return DEFERRED
+        if remaining is not None:  # a topic subscription is full: the producer waits there
+            return self.flow.park(session, destination, message, receipt, resume=remaining)
+        return None  # (a RECEIPT waits for the fsync of what was written: storehooks.receipt)
+
+    def _check_fits_journal(self, message: Message) -> None:
+        """Refuse a persistent message too large for one journal file, before it goes anywhere.
+
+        Its record holds the body and headers (``size`` less the memory charge's fixed
+        part, which is more than the record's own framing and the destination's key)."""
+        assert self.store is not None
+        limit, option = self.store.file_limit
+        if message.size + len(message.destination) > limit:
+            raise ProtocolError(
+                f"a persistent message of {message.size - MESSAGE_OVERHEAD} bytes (body and headers) does not fit "
+                f"in one journal file of {limit} bytes ({option}): send it non-persistent, or raise {option}"
+            )
+
+    def _make_message(self, session: Session, frame: Frame, address: str) -> Message:
+        h = frame.headers
+        # The common frame names none of these: skip the parsing when absent.
+        priority = 4 if "priority" not in h else int_header(h, "priority", 4, 0, 9, clamp=True)
+        expires = 0 if "expires" not in h else int_header(h, "expires", 0, 0, MAX_EXPIRES, clamp=False)
+        persistent_text = h.get("persistent")
+        persistent = persistent_text is not None and persistent_text.lower() == "true"
+        timestamp = self.clock.wall_ms()
+        seq = self.next_message
+        head = getattr(h, "head", None)
+        if head is not None and session.version != "1.0":
+            passed = send_block(head, h, address, timestamp, expires, priority, h.lines)  # type: ignore[attr-defined]
+            if passed is not None:  # the SEND's lines go out as they came (message.send_block)
+                self.next_message += 1
+                # By position (see Message.__init__): persistent, priority, expires, timestamp,
+                # origin, message_id_wire, wire_headers, header_chars. The message-id is made
+                # from its wire form if something asks for it (a MESSAGE to a 1.2 consumer does not).
+                return Message(
+                    seq,
+                    None,
+                    address,
+                    None,
+                    frame.body,
+                    persistent,
+                    priority,
+                    expires,
+                    timestamp,
+                    session.id,
+                    b"%b%d" % (self._id_prefix_wire, seq),
+                    passed[0],
+                    passed[1],
+                )
+        headers = {"destination": address}
+        headers.update({k: v for k, v in h.items() if k not in BROKER_SET_HEADERS})
+        reply_to = headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith(_TEMP_STARTS):
+            # The owner names its temporary queue: create it, publish its remote address.
+            headers["reply-to"] = self.registry.resolve(session, reply_to, "read").address
+        headers["timestamp"] = str(timestamp)
+        headers["expires"] = str(expires)
+        headers["priority"] = str(priority)
+        if persistent:
+            headers["persistent"] = "true"
+        else:
+            headers.pop("persistent", None)
+        self.next_message += 1
+        # By position (see Message.__init__): persistent, priority, expires, timestamp, origin, message_id_wire.
+        return Message(
+            seq,
+            f"{self._id_prefix}{seq}",
+            address,
+            headers,
+            frame.body,
+            persistent,
+            priority,
+            expires,
+            timestamp,
+            session.id,
+            self._id_prefix_wire + str(seq).encode(),
+        )
+
+    def _route(self, destination: Destination, message: Message) -> list[Subscription] | None:
+        """Hand a new message to its destination; for a topic blocked at a full
+        subscription, the subscriptions still to serve."""
+        if not self.trace.enabled:
+            return self.admit(destination, message)
+        # Hot when traced: the recorder holds the send until routed, so that its enqueue and dispatch join it.
+        origin = self.sessions.get(message.origin)
+        self.trace.send_received(
+            origin.tag if origin is not None else self.session_tag(message.origin),
+            destination.address,
+            message.message_id,
+            message.size,
+            message.persistent,
+            message.priority,
+            self.storehooks.txid,
+        )
+        try:
+            return self.admit(destination, message)
+        finally:
+            self.trace.send_routed()
+
+    def destination(self, address: str) -> Destination:
+        """The queue or topic at ``address``, created on first use (no rights checked)."""
+        found = self.destinations.get(address)
+        if found is not None:
+            return found
+        kind, _, name = address.strip("/").partition("/")
+        if kind not in ("queue", "topic") or not name:
+            raise ProtocolError(f"unknown destination {address!r}: use /queue/NAME or /topic/NAME")
+        return self.registry._create(kind, name, address)
+
+    def _answer_statistics(self, session: Session, frame: Frame, address: str) -> Any:
+        """A request to the statistics plugin: one JSON reply per item to ``reply-to``."""
+        reply_to = frame.headers.get("reply-to")
+        if not reply_to:
+            raise ProtocolError(f"a statistics request to {address} needs a reply-to header")
+        self.security.check(session.principal, "write", "queue", address[len("/queue/") :])
+        self._mark_tool_reply(session, reply_to)
+        broker = cast("BrokerView", self.host)  # the Broker (broker.py checks it is one)
+        replies = self.host.statistics_source(broker, address, Scope.of(broker, session, address))
+        if replies is None:
+            raise ProtocolError(
+                f"unknown statistics destination {address}: use ActiveMQ.Statistics.Broker, "
+                "ActiveMQ.Statistics.Destination.<name>, ActiveMQ.Statistics.Subscription or ActiveMQ.Statistics.Connection"
+            )
+        self._reply(session, frame, reply_to, replies)
+        return None
+
+    def _answer_admin(self, session: Session, frame: Frame, address: str) -> Any:
+        """A request to an admin operation (``admin.py``): done, then one JSON reply
+        to ``reply-to`` if given (the RECEIPT waits for the disk if the journal was written)."""
+        reply_to = frame.headers.get("reply-to")
+        if reply_to:
+            self.registry.resolve(session, reply_to, "write")  # refused before anything is done
+            self._mark_tool_reply(session, reply_to)
+        try:
+            result = perform(cast("AdminHost", self.host), session, address, frame.headers)  # as above
+        except Refused:
+            raise
+        except ProtocolError as exc:  # understood and declined: a refusal, not a broken client
+            raise Refused(exc.message, detail=exc.detail, code=exc.code, client_id=exc.client_id) from exc
+        if reply_to:
+            self._reply(session, frame, reply_to, [result.answer], indexed=False)
+        if result.then is not None:
+            result.then()
+        if not session.is_open:
+            return DEFERRED
+        return None  # (its RECEIPT waits for the fsync of a move's or a purge's records: storehooks.receipt)
+
+    def _mark_tool_reply(self, session: Session, reply_to: str) -> None:
+        """A temporary queue named as a statistics or admin request's reply-to is the
+        asking tool's own: the statistics no longer list or count it (``stats.py``)."""
+        target = self.registry.resolve(session, reply_to, "write")
+        if target.owner is not None:
+            target.tool_reply = True
+
+    def _reply(
+        self, session: Session, frame: Frame, reply_to: str, items: list[dict[str, Any]], *, indexed: bool = True
+    ) -> None:
+        """Send ``items`` as JSON messages to ``reply-to`` (with ``statistics-index`` and
+        ``-total`` when ``indexed``; an empty list is one ``{}`` with index -1)."""
+        target = self.registry.resolve(session, reply_to, "write")
+        correlation = frame.headers.get("correlation-id")
+        for i, item in enumerate(items or [{}]):
+            headers = {"content-type": "application/json"}
+            if indexed:
+                headers["statistics-index"] = str(i if items else -1)
+                headers["statistics-total"] = str(len(items))
+            if correlation is not None:
+                headers["correlation-id"] = correlation
+            body = json.dumps(item, sort_keys=True).encode("utf-8")
+            target.accept(self._make_message(session, Frame("SEND", headers, body), target.address))
+
+    def _on_subscribe(self, session: Session, frame: Frame) -> Any:
+        h = frame.headers
+        mark = self.storehooks.write_mark() if "receipt" in h else None
+        address = h.get("destination")
+        if not address:
+            raise ProtocolError("SUBSCRIBE frame has no destination header")
+        sub_id = h.get("id")
+        if sub_id is None:
+            if session.version != "1.0":
+                raise ProtocolError("SUBSCRIBE frame has no id header (required from STOMP 1.1)")
+            sub_id = address
+        if sub_id in session.subscriptions:
+            raise ProtocolError(f"subscription id {sub_id!r} is already in use on this connection")
+        ack_mode = h.get("ack", "auto")
+        if ack_mode not in ACK_MODES:
+            raise ProtocolError(f"unknown ack mode {ack_mode!r}: use auto, client or client-individual")
+        destination = self.registry.resolve(session, address, "read")
+        policy = destination.policy
+        is_topic = destination.kind == "topic"
+        if not h.keys() <= SUBSCRIBE_HONOURED or (not is_topic and not h.keys() <= QUEUE_SUBSCRIBE_HONOURED):
+            self.unhonoured.check("SUBSCRIBE", h, SUBSCRIBE_HONOURED if is_topic else QUEUE_SUBSCRIBE_HONOURED)
+        browser = h.get("browser", "false").lower() == "true"
+        durable_name = h.get("activemq.subscriptionName") or None
+        client_id = session.client_id
+        auto_delete = False
+        if durable_name is None and is_topic and ("durable" in h or "persistent" in h):
+            durable, auto_delete = rabbitmq_durable(h)  # RabbitMQ's: named by its id, shared by its consumers
+            if durable:
+                if h.get("id") is None:
+                    raise ProtocolError("Header 'id' is required for durable subscriptions (durable:true names it)")
+                durable_name, client_id = sub_id, RABBITMQ_CLIENT_ID
+        if browser and destination.kind != "queue":
+            raise ProtocolError(f"browser:true needs a queue, not {address}")
+        if durable_name is not None and destination.kind != "topic":
+            raise ProtocolError(f"activemq.subscriptionName (a durable subscription) needs a topic, not {address}")
+        if durable_name is not None and client_id is None:
+            raise ProtocolError("a durable subscription (activemq.subscriptionName) needs a client-id on CONNECT")
+        if browser:
+            default_prefetch = policy.queue_browser_prefetch
+        elif durable_name is not None:
+            default_prefetch = policy.durable_topic_prefetch
+        else:
+            default_prefetch = policy.queue_prefetch if destination.kind == "queue" else policy.topic_prefetch
+        if "prefetch-count" in h and "activemq.prefetchSize" not in h:  # RabbitMQ's name for it
+            prefetch = rabbitmq_prefetch(h["prefetch-count"])
+        else:
+            prefetch = int_header(h, "activemq.prefetchSize", default_prefetch, 1, _MAX_PREFETCH, clamp=False)
+        priority = int_header(h, "activemq.priority", 0, -128, 127, clamp=False)
+        selector_text = h.get("selector") or None
+        no_local = h.get("activemq.noLocal", "false").lower() == "true"
+        sub = Subscription(
+            self.next_sub,
+            sub_id,
+            session,
+            destination,
+            ack_mode="auto" if browser else ack_mode,
+            prefetch=prefetch,
+            selector=self.compile_selector(selector_text),
+            priority=priority,
+            exclusive=h.get("activemq.exclusive", "false").lower() == "true",
+            no_local=no_local,
+            browser=browser,
+        )
+        if durable_name is not None:
+            assert isinstance(destination, Topic) and client_id is not None
+            existing = destination.durables.get((client_id, durable_name))
+            if existing is not None:
+                self._check_durable_owner(session, existing)
+            owner = self._durable_owner(session)
+            state = destination.durable_state(client_id, durable_name, selector_text, no_local, owner)
+            if state.owner is None and owner is not None:  # made before users were configured: claimed now
+                state.owner = owner
+                self.durables_changed()
+            state.selector = sub.selector
+            if state.active is None:
+                state.active = sub
+                state.offline_since = None
+            elif client_id == RABBITMQ_CLIENT_ID:  # one more consumer of its messages
+                destination.add_sharer(state, sub)
+            else:
+                raise ProtocolError(f"durable subscription {durable_name!r} of client {client_id} is already active")
+            if state.auto_delete != auto_delete:
+                state.auto_delete = auto_delete
+                self.durables_changed()
+            sub.durable = state
+            sub.pending = state.pending
+            sub.redelivered = state.redelivered
+        self.next_sub += 1
+        session.subscriptions[sub_id] = sub
+        self._subs_by_key[sub.key] = sub
+        receipt = h.get("receipt")
+        if receipt is not None:
+            # The RECEIPT goes before the first MESSAGE, as ActiveMQ does, unless the journal
+            # was written (a durable subscription replaced: its messages' dequeues): then
+            # it waits for their fsync (storehooks.receipt).
+            self.storehooks.receipt(session, receipt, mark)
+        if self.trace.enabled:
+            self._emit(
+                "subscribe",
+                session=session.tag,
+                sub=sub_id,
+                dest=destination.address,
+                ack=ack_mode,
+                prefetch=prefetch,
+                selector=selector_text,
+                durable=durable_name,
+                exclusive=sub.exclusive or None,
+            )
+        if browser:
+            assert isinstance(destination, Queue)
+            sub.pending.extend(destination.browse_snapshot())
+        elif sub.durable is None or sub.durable.active is sub:  # (a sharer is its state's)
+            destination.add_subscription(sub)
+        destination.dispatch_to(sub)
+        return DEFERRED
+
+    def compile_selector(self, text: str | None) -> Any:
+        if text is None or not text.strip():
+            return None
+        from minibroker.selector import SelectorError, compile_selector
+
+        try:
+            return compile_selector(text)
+        except SelectorError as exc:
+            raise ProtocolError(f"invalid selector: {exc}") from None
+
+    def _on_unsubscribe(self, session: Session, frame: Frame) -> Any:
+        h = frame.headers
+        sub_id = h.get("id")
+        durable_name = h.get("activemq.subscriptionName")
+        if sub_id is None and durable_name is None:
+            if session.version != "1.0" or "destination" not in h:
+                raise ProtocolError("UNSUBSCRIBE frame has no id header")
+            sub_id = h["destination"]
+        if sub_id is not None:
+            sub = session.subscriptions.get(sub_id)
+            if sub is None:
+                raise ProtocolError(f"no subscription with id {sub_id!r} on this connection")
+            self._remove_subscription(session, sub)
+            durable = sub.durable
+            if durable is not None and durable.client_id == RABBITMQ_CLIENT_ID and rabbitmq_durable(h)[0]:
+                # RabbitMQ's: UNSUBSCRIBE with durable:true removes the subscription (once its last consumer
+                # left; an auto-delete one went with it)
+                topic = sub.destination
+                assert isinstance(topic, Topic)
+                name = durable.name
+                if topic.durables.get((RABBITMQ_CLIENT_ID, name)) is durable:
+                    self._delete_durable(session, name, topic.address, RABBITMQ_CLIENT_ID)
+        if durable_name is not None:
+            self._delete_durable(session, durable_name, h.get("destination"))
+        return None
+
+    def _delete_durable(self, session: Session, name: str, address: str | None, client_id: str | None = None) -> None:
+        """Remove durable subscription ``name`` of ``client_id`` (the connection's, unless given)."""
+        client_id = client_id or session.client_id
+        if client_id is None:
+            raise ProtocolError("removing a durable subscription needs a client-id on CONNECT")
+        topics = [
+            d for d in self.destinations.values() if isinstance(d, Topic) and (address is None or d.address == address)
+        ]
+        for topic in topics:
+            state = topic.durables.get((client_id, name))
+            if state is not None:
+                self._check_durable_owner(session, state)
+            if state is not None and state.active is not None:
+                raise ProtocolError(f"durable subscription {name!r} is in use: unsubscribe its consumer first")
+        if not any(t.delete_durable(client_id, name) for t in topics):
+            raise ProtocolError(f"no durable subscription {name!r} for client {client_id}")
+
+    def _durable_owner(self, session: Session) -> str | None:
+        """Who a durable subscription made by ``session`` belongs to (None with no users configured)."""
+        return session.principal.name if self.security.enabled else None
+
+    def _check_durable_owner(self, session: Session, state: Any) -> None:
+        """Only the user who made a durable subscription may consume from it or remove it;
+        the client-id alone proves nothing (any connection may claim a free one)."""
+        owner = state.owner
+        if owner is not None and self.security.enabled and owner != session.principal.name:
+            raise ProtocolError(
+                f"durable subscription {state.name!r} of client {state.client_id} belongs to another user "
+                f"(User {session.principal.name} may not use it)"
+            )
+
+    def _remove_subscription(self, session: Session, sub: Subscription) -> None:
+        session.subscriptions.pop(sub.id, None)
+        self._subs_by_key.pop(sub.key, None)
+        self._full_logged.pop(sub.key, None)
+        sub.destination.remove_subscription(sub)
+        state = sub.durable
+        if state is not None and state.auto_delete and state.active is None:  # RabbitMQ's auto-delete
+            assert isinstance(sub.destination, Topic)
+            sub.destination.delete_durable(state.client_id, state.name)
+        if self.trace.enabled:
+            self._emit(
+                "unsubscribe",
+                session=session.tag,
+                sub=sub.id,
+                dest=sub.destination.address,
+                reason="client" if session.is_open else "disconnect",
+            )
+
+    def _resume_dispatch(self, session: Session) -> None:
+        for sub in list(session.subscriptions.values()):
+            if not session.writing.can_write:
+                break
+            sub.destination.dispatch_to(sub)
+
+    def _on_ack(self, session: Session, frame: Frame) -> Any:
+        try:
+            sub, messages = self._settle(session, frame, "ACK")
+        except Ignored:
+            return None
+        txid = frame.headers.get("transaction")
+        if txid is not None:
+            self._transaction(session, txid).append(("ack", sub, messages))
+            return None
+        if self.trace.enabled:
+            for m in messages:
+                self._emit(
+                    "ack",
+                    session=session.tag,
+                    sub=sub.id,
+                    dest=sub.destination.address,
+                    msg=m.message_id,
+                    mode=sub.ack_mode,
+                )
+        latency = self.config.store.store_latency
+        if latency and any(m.store_ref is not None for m in messages):
+            # A slow store (the stalled socket's KahaDB): finding and removing the acked message
+            # costs time for every message in flight, and meanwhile the broker does not
+            # read this connection: its ACKs back up in the TCP buffers.
+            self._store_busy(session, latency * (len(sub.dispatched) + len(messages)) / 1000)
+        sub.destination.acknowledge(sub, messages)
+        return None
+
+    def _store_busy(self, session: Session, seconds: float) -> None:
+        """The store keeps the broker busy with ``session`` for ``seconds`` more."""
+        now = self.clock.now()
+        reading = session.reading
+        reading.busy_until = max(now, reading.busy_until) + seconds
+        self._stop_reading(session, "store")
+        self.timers.call_at(reading.busy_until, self._store_done, session)
+
+    def _store_done(self, session: Session) -> None:
+        if session.is_open and self.clock.now() >= session.reading.busy_until - 1e-9:
+            self._start_reading(session, "store")
+
+    def _on_nack(self, session: Session, frame: Frame) -> Any:
+        if session.version == "1.0":
+            raise ProtocolError("NACK is not part of STOMP 1.0")
+        try:
+            sub, messages = self._settle(session, frame, "NACK")
+        except Ignored:
+            return None
+        h = frame.headers
+        # RabbitMQ's requeue:false: not redelivered, but dropped or dead-lettered (a "reject")
+        op = "reject" if "requeue" in h and h["requeue"].lower() == "false" else "nack"
+        txid = h.get("transaction")
+        if txid is not None:
+            self._transaction(session, txid).append((op, sub, messages))
+            return None
+        self._nack(sub, messages, op)
+        return None
+
+    def _nack(self, sub: Subscription, messages: list[Message], cause: str = "nack") -> None:
+        """Deliver ``messages`` again (``cause`` "nack"), or drop or dead-letter them ("reject")."""
+        if self.trace.enabled:
+            for m in messages:
+                self._emit("nack", session=sub.session.tag, sub=sub.id, dest=sub.destination.address, msg=m.message_id)
+        sub.destination.redeliver(sub, messages, cause)
+
+    def _settle(self, session: Session, frame: Frame, command: str) -> tuple[Subscription, list[Message]]:
+        """Find the subscription and messages an ACK or NACK refers to."""
+        h = frame.headers
+        sub: Subscription | None = None
+        seq: int | None = None
+        ack_id = h.get("id") if session.version == "1.2" else None
+        if ack_id is None and session.version == "1.2":
+            # 1.2 names the message by the MESSAGE's ``ack`` header alone (ActiveMQ refuses
+            # a 1.2 ACK without it too): say so, not that some other header matched nothing.
+            raise ProtocolError(f"{command} frame has no id header (STOMP 1.2 acknowledges the MESSAGE's ack header)")
+        if ack_id is not None:
+            key_text, _, seq_text = ack_id.partition("-")
+            try:
+                if (  # parse_decimal's own fast case, for both at once
+                    key_text.isdigit()
+                    and seq_text.isdigit()
+                    and ack_id.isascii()
+                    and len(key_text) <= MAX_DIGITS
+                    and len(seq_text) <= MAX_DIGITS
+                ):
+                    key, seq = int(key_text), int(seq_text)
+                else:
+                    key, seq = parse_decimal(key_text), parse_decimal(seq_text)
+            except ValueError:
+                raise ProtocolError(
+                    f"{command} for unknown ack id {shown(ack_id)}: an ack id is two numbers "
+                    "in ASCII digits, as the MESSAGE's ack header gave it"
+                ) from None
+            sub = self._subs_by_key.get(key)
+            if sub is None and key in session.aborted:
+                raise Ignored()  # the broker aborted that subscription: the client could not know
+            if sub is None or sub.session is not session:
+                raise ProtocolError(f"{command} for unknown ack id {shown(ack_id)}")
+        else:
+            message_id = h.get("message-id")
+            if message_id is None:
+                raise ProtocolError(f"{command} frame has no message-id header")
+            seq = seq_of(message_id)
+            sub_id = h.get("subscription")
+            if sub_id is not None:
+                sub = session.subscriptions.get(sub_id)
+                if sub is None and sub_id in session.aborted.values():
+                    raise Ignored()
+                if sub is None:
+                    raise ProtocolError(f"{command} names unknown subscription {sub_id!r}")
+            elif session.version == "1.1":
+                raise ProtocolError(f"{command} frame has no subscription header (required in STOMP 1.1)")
+            else:
+                sub = next(
+                    (
+                        s
+                        for s in session.subscriptions.values()
+                        if seq in s.dispatched and s.dispatched[seq].message_id == message_id
+                    ),
+                    None,
+                ) or next(
+                    (
+                        s
+                        for s in session.subscriptions.values()
+                        if any(m.message_id == message_id for m in s.dispatched.values())
+                    ),
+                    None,
+                )
+            if sub is not None and (
+                seq is None or seq not in sub.dispatched or sub.dispatched[seq].message_id != message_id
+            ):
+                # Not one of this run's ids (a message recovered after a restart): look it up.
+                seq = next((s for s, m in sub.dispatched.items() if m.message_id == message_id), None)
+            if sub is None or seq is None:
+                raise ProtocolError(f"{command} for message {message_id!r}, which is not awaiting acknowledgement")
+        if sub.auto:
+            raise ProtocolError(f"{command} on subscription {sub.id!r}, which uses ack mode auto")
+        messages = sub.take_acked(seq, sub.ack_mode == "client")  # (cumulative in client mode)
+        if not messages:
+            raise ProtocolError(
+                f"{command} for a message that is not awaiting acknowledgement (ack id {ack_id or seq!r})"
+            )
+        return sub, messages
+
+    def _transaction(self, session: Session, txid: str) -> list[tuple[str, Any, Any]]:
+        tx: list[tuple[str, Any, Any]] | None = session.transactions.get(txid)
+        if tx is None:
+            raise ProtocolError(f"unknown transaction {txid!r}: BEGIN it first")
+        return tx
+
+    def _on_begin(self, session: Session, frame: Frame) -> Any:
+        txid = frame.headers.get("transaction")
+        if not txid:
+            raise ProtocolError("BEGIN frame has no transaction header")
+        if txid in session.transactions:
+            raise ProtocolError(f"transaction {txid!r} is already in progress")
+        session.transactions[txid] = []
+        return None
+
+    def _on_commit(self, session: Session, frame: Frame) -> Any:
+        txid = frame.headers.get("transaction")
+        if not txid:
+            raise ProtocolError("COMMIT frame has no transaction header")
+        ops = self._transaction(session, txid)
+        del session.transactions[txid]
+        store = self.store
+        durable = store is not None and any(
+            (op == "send" and payload.persistent) or (op == "ack" and any(m.store_ref is not None for m in payload))
+            for op, _, payload in ops
+        )
+        if durable:
+            # Every journal record of the transaction carries one storage txid
+            # and takes effect at its TX_COMMIT: all of it survives a crash, or none.
+            self.begin_storage_transaction(session)
+        try:
+            for op, target, payload in ops:
+                if op == "send":
+                    self._route(target, payload)
+                elif op == "ack":
+                    target.destination.acknowledge(target, payload)
+                else:
+                    self._nack(target, payload, op)
+            if durable:
+                assert self.storehooks.txid is not None
+                self.commit_storage_transaction(self.storehooks.txid)
+        except ResourceLimitError as exc:
+            if durable and store is not None and self.storehooks.txid is not None and self.storehooks.failure is None:
+                try:
+                    store.abort(self.storehooks.txid)
+                except StoreFull:  # not written: recovery aborts a transaction left without an outcome
+                    pass
+            self.end_storage_transaction()
+            self.flow.refuse_send(session, frame.headers.get("receipt"), f"COMMIT of {txid!r} failed: {exc.message}")
+            return DEFERRED
+        finally:
+            self.end_storage_transaction()
+        return None  # (its RECEIPT waits for the fsync of its TX_COMMIT: storehooks.receipt)
+
+    def _on_abort(self, session: Session, frame: Frame) -> Any:
+        txid = frame.headers.get("transaction")
+        if not txid:
+            raise ProtocolError("ABORT frame has no transaction header")
+        ops = self._transaction(session, txid)
+        del session.transactions[txid]
+        self._roll_back(ops)
+        return None
+
+    def _roll_back(self, ops: list[tuple[str, Any, Any]]) -> None:
+        """Undo a transaction: sends vanish, acked messages become deliverable again."""
+        for op, target, payload in ops:
+            if op in SETTLING_OPS:
+                target.destination.redeliver(target, payload, "rollback")
+
+    def _on_disconnect(self, session: Session, frame: Frame) -> Any:
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            self._send_receipt(session, receipt)
+        self._close(session, "client disconnected")
+        return DEFERRED
