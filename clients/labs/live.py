@@ -12,6 +12,9 @@ from minibroker.config import BrokerConfig
 from .looplag import LoopLag
 from .model import LabError
 
+#: How long ``stop`` waits for the broker's thread to close the server, the store and the trace.
+STOP_DEADLINE_SECONDS = 120.0
+
 __all__ = ["LiveBroker"]
 
 
@@ -79,7 +82,11 @@ class LiveBroker:
         if self._loop is not None and self._stop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)  # (a broker whose store failed stopped by itself)
         if self._thread is not None:
-            self._thread.join(30)
+            # Closing writes the trace's last events and the store's last records: on a
+            # loaded machine that can take long, and a caller reads both right after.
+            self._thread.join(STOP_DEADLINE_SECONDS)
+            if self._thread.is_alive():
+                raise RuntimeError(f"the broker did not stop within {STOP_DEADLINE_SECONDS:.0f} s")
         self.server = None
         self._loop = self._stop = self._thread = None
 
