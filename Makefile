@@ -50,10 +50,10 @@ $(STAMP): $(SPARK_STAMP)
 
 venv: $(STAMP)
 
-# stomp.js for the interoperability test (tests/test_stompjs.py), from the lock file.
+# stomp.js for the interoperability test (tests/interop/test_stompjs.py), from the lock file.
 STOMPJS := tests/interop/stompjs
 $(STOMPJS)/node_modules/.installed: $(STOMPJS)/package-lock.json
-	@echo "installing stomp.js (npm ci, pinned by $(STOMPJS)/package-lock.json) for tests/test_stompjs.py ..."
+	@echo "installing stomp.js (npm ci, pinned by $(STOMPJS)/package-lock.json) for tests/interop/test_stompjs.py ..."
 	npm ci --prefix $(STOMPJS) --no-audit --no-fund --loglevel=error
 	touch $@
 
@@ -72,7 +72,7 @@ define debian_client
 endef
 
 # The web console's libraries (stomp.js, uPlot) are committed in minibroker/edge/console/static/vendor/
-# (tests/test_console_vendor.py holds each to the SHA-256 minibroker/edge/console/vendor.json pins).
+# (tests/edge/test_console_vendor.py holds each to the SHA-256 minibroker/edge/console/vendor.json pins).
 # `make console` vendors them again from npm, pinned by console/package-lock.json, and copies a
 # file only with its pinned hash: after it, `git status` shows the committed files unchanged.
 CONSOLE_NPM := console
@@ -83,29 +83,29 @@ console: $(RUN_STAMP)
 
 # Perl's Net::Stomp.
 net-stomp:
-	$(call debian_client,perl -MNet::Stomp -e1,libnet-stomp-perl,tests/test_net_stomp.py)
+	$(call debian_client,perl -MNet::Stomp -e1,libnet-stomp-perl,tests/interop/test_net_stomp.py)
 
 # Ruby's stomp gem.
 ruby-stomp:
-	$(call debian_client,ruby -rstomp -e1,ruby-stomp,tests/test_ruby_stomp.py)
+	$(call debian_client,ruby -rstomp -e1,ruby-stomp,tests/interop/test_ruby_stomp.py)
 
 # PHP's PECL stomp extension, and the PHP command line to run it.
 php-stomp:
-	$(call debian_client,php -r 'exit(class_exists("Stomp") ? 0 : 1);',php-cli php-stomp,tests/test_php_stomp.py)
+	$(call debian_client,php -r 'exit(class_exists("Stomp") ? 0 : 1);',php-cli php-stomp,tests/interop/test_php_stomp.py)
 
 # Debian's ActiveMQ Classic (and the Java it runs on) for `minibroker lab run N --against
-# activemq` and its test (tests/test_lab_activemq.py); the broker is started only by the
+# activemq` and its test (tests/labs/test_lab_activemq.py); the broker is started only by the
 # labs and the benchmarks, on ports of their own. xstream and jettison carry its statistics
 # plugin's map messages over STOMP (transformation jms-map-json: `doctor --live`).
 activemq:
-	$(call debian_client,{ [ -f /usr/share/activemq/bin/activemq.jar ] && [ -f /usr/share/java/xstream.jar ] && [ -f /usr/share/java/jettison.jar ] && command -v java; },activemq libxstream-java libjettison-java,tests/test_lab_activemq.py and tests/test_doctor_live_labs.py)
+	$(call debian_client,{ [ -f /usr/share/activemq/bin/activemq.jar ] && [ -f /usr/share/java/xstream.jar ] && [ -f /usr/share/java/jettison.jar ] && command -v java; },activemq libxstream-java libjettison-java,tests/labs/test_lab_activemq.py and tests/doctor/test_doctor_live_labs.py)
 
 # Debian's RabbitMQ 3.10 (Erlang, its STOMP and management plugins) for `minibroker lab run N
 # --against rabbitmq` and its tests; never the system service: clients/rabbitmq.py starts a node
 # of its own on ports of its own.
 RABBITMQ_SERVER := /usr/lib/rabbitmq/bin/rabbitmq-server
 rabbitmq:
-	$(call debian_client,[ -x $(RABBITMQ_SERVER) ],rabbitmq-server,tests/test_rabbitmq.py and the RabbitMQ comparisons)
+	$(call debian_client,[ -x $(RABBITMQ_SERVER) ],rabbitmq-server,tests/interop/test_rabbitmq.py and the RabbitMQ comparisons)
 
 # Debian's Chromium and its driver for the browser tests (stomp.js over WebSocket, the
 # console). No browser is downloaded from anywhere else.
@@ -127,9 +127,9 @@ lint: $(STAMP)
 # (sockets, WebSocket, the console, stalled sockets, third-party clients) run again on uvloop,
 # with the labs' live runs, on the loop `make run` and `minibroker lab run --live` use (each
 # live run is minutes of wall clock: once is enough; the edge beneath them runs on both loops).
-LIVE_LABS  := tests/test_labs.py::test_every_live_run_keeps_its_promise
-EDGE_TESTS := tests/test_server.py tests/test_server_hostile_clients.py tests/test_websocket.py \
-              tests/test_lab_stalled_socket.py tests/test_stomp_py.py tests/test_metrics.py tests/test_eventloop.py \
+LIVE_LABS  := tests/labs/test_labs.py::test_every_live_run_keeps_its_promise
+EDGE_TESTS := tests/edge/test_server.py tests/edge/test_server_hostile_clients.py tests/edge/test_websocket.py \
+              tests/labs/test_lab_stalled_socket.py tests/interop/test_stomp_py.py tests/edge/test_metrics.py tests/edge/test_eventloop.py \
               $(LIVE_LABS)
 
 # Most of the suite's time is waiting (live labs paced by the clock, brokers and JVMs
@@ -144,7 +144,7 @@ test: lint $(STAMP) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-
 	MINIBROKER_LOOP=asyncio $(PY) -m pytest -q $(XDIST) --durations=25 --deselect $(LIVE_LABS)
 	MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(XDIST) $(EDGE_TESTS)
 
-# Each lab README ends with its run's output, verbatim (tests/test_labs.py compares them):
+# Each lab README ends with its run's output, verbatim (tests/labs/test_labs.py compares them):
 # rewrite those blocks after changing a lab.
 lab-readmes: $(STAMP)
 	$(PY) -m clients.labs.readme

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The fuzzer, run long: N generated frames against the core, checked after every connection.
 
-The frames come from the fuzz tests' own generator (``tests/test_core_fuzz.py``:
+The frames come from the fuzz tests' own generator (``tests/core/test_core_fuzz.py``:
 STOMP's commands with good, edge and garbage header values, plus raw bytes),
 so this bench follows it as it learns new shapes: a pool of ``--pool`` chunks
 is drawn from it once (drawing costs milliseconds a chunk), and connections

@@ -27,7 +27,7 @@ drains both. Counted per layout, as ``bench/sigkill.py`` counts:
 - ``ACKed, RECEIPT lost, gone`` and ``redelivered``: allowed, for scale.
 
 It needs root, loop devices, ``mkfs.ext4`` and ``mount``; without them it
-says why and stops (status 2): ``tests/test_power_loss_model.py`` is the same
+says why and stops (status 2): ``tests/durability/test_power_loss_model.py`` is the same
 check on a disk simulated through storage's file seam, in the suite. Prints a
 table and leaves JSON under bench/results/::
 
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     except CannotRun as exc:
         print(
             f"powerloss: cannot cut a real file system here: {exc}. Nothing was run; the same check on a "
-            "simulated disk runs in the suite (tests/test_power_loss_model.py).",
+            "simulated disk runs in the suite (tests/durability/test_power_loss_model.py).",
             file=sys.stderr,
         )
         return 2

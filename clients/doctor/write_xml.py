@@ -2,7 +2,7 @@
 
 ``lab run --against activemq`` starts ActiveMQ Classic with the equivalent of a
 run's TOML. Every option ``read_xml`` reads is written so that ``read_xml``
-reads the same value back (tests/test_doctor_write_xml.py checks it on every
+reads the same value back (tests/doctor/test_doctor_write_xml.py checks it on every
 lab's configuration): the three ``<systemUsage>`` limits (always written: ActiveMQ's
 defaults are not ours), ``brokerName`` and ``persistent``, KahaDB's and the temp
 store's journal file sizes, each ``[[destination_policy]]`` as a

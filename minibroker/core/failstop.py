@@ -12,7 +12,7 @@ the exception would end in an asyncio callback, which only logs it while the
 broker goes on: a broken promise. So every entry point the edge calls is
 wrapped in ``fail_stop``, which turns a ``StoreFailed`` into the fail-stop
 path (``store_failed``: a CRITICAL log, an ERROR for every RECEIPT still
-waiting, ``Shutdown``). ``tests/test_core_entry_points.py`` checks that every
+waiting, ``Shutdown``). ``tests/core/test_core_entry_points.py`` checks that every
 method the edges call is wrapped, so a new one cannot be forgotten.
 """
 

@@ -142,7 +142,7 @@ class Queue(Destination):
         journal, the charge is released at once: where that moves no usage out of
         its band (``Usage.passes``, which raises the peaks as the charge would) it is
         not made at all, and neither is the release. The suite holds this path to
-        the general one (``tests/test_core_fast_paths.py``).
+        the general one (``tests/core/test_core_fast_paths.py``).
         """
         sub = self._single
         cursor = self.cursor

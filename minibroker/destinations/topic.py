@@ -164,7 +164,7 @@ class Topic(Destination):
         until a subscription takes the general path (which may move the usage); and
         one ``space_freed`` (the release's) stands for the run's: it only flags a
         retry if producers or cursors wait, which nothing in the run changes.
-        The suite holds this path to the general one (``tests/test_core_fast_paths.py``).
+        The suite holds this path to the general one (``tests/core/test_core_fast_paths.py``).
         """
         broker = self.broker
         if targets is None:

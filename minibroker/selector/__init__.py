@@ -32,8 +32,8 @@ ActiveMQ, the module docstring says so and why.  The package imports nothing
 outside the standard library.
 """
 
-from minibroker.selector.api import DEFAULT_MAX_DEPTH, DEFAULT_MAX_LENGTH, Selector, compile_selector
-from minibroker.selector.errors import SelectorError
+from .api import DEFAULT_MAX_DEPTH, DEFAULT_MAX_LENGTH, Selector, compile_selector
+from .errors import SelectorError
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",

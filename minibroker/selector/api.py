@@ -5,10 +5,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable, Mapping
 
-from minibroker.selector.codegen import compile_tree
-from minibroker.selector.errors import SelectorError
-from minibroker.selector.nodes import Value
-from minibroker.selector.parser import parse
+from .codegen import compile_tree
+from .errors import SelectorError
+from .nodes import Value
+from .parser import parse
 
 __all__ = ["DEFAULT_MAX_DEPTH", "DEFAULT_MAX_LENGTH", "Selector", "compile_selector"]
 

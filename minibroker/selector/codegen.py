@@ -33,10 +33,10 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from minibroker.selector import values
-from minibroker.selector.headers import resolve
-from minibroker.selector.like import like_test
-from minibroker.selector.nodes import Arith, Compare, Const, In, IsNull, Like, Logic, Node, Prop, Unary, Value
+from . import values
+from .headers import resolve
+from .like import like_test
+from .nodes import Arith, Compare, Const, In, IsNull, Like, Logic, Node, Prop, Unary, Value
 
 __all__ = ["compile_tree"]
 

@@ -59,8 +59,8 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Union
 
-from minibroker.selector.nodes import Value
-from minibroker.selector.values import BAD, parse_long
+from .nodes import Value
+from .values import BAD, parse_long
 
 __all__ = ["HIDDEN_HEADERS", "JMS_HEADERS", "Getter", "resolve"]
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from minibroker.selector.errors import SelectorError
+from .errors import SelectorError
 
 __all__ = ["KEYWORDS", "Token", "tokenize"]
 

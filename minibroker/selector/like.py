@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from minibroker.selector.nodes import Value
+from .nodes import Value
 
 __all__ = ["LikePattern", "like_test"]
 

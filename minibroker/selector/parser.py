@@ -43,9 +43,9 @@ from __future__ import annotations
 
 from typing import Callable, NoReturn
 
-from minibroker.selector.errors import SelectorError
-from minibroker.selector.lexer import Token, tokenize
-from minibroker.selector.nodes import (
+from .errors import SelectorError
+from .lexer import Token, tokenize
+from .nodes import (
     Arith,
     Compare,
     Const,

@@ -51,8 +51,8 @@ import re
 from decimal import Decimal
 from typing import Callable
 
-from minibroker.digits import parse_decimal
-from minibroker.selector.nodes import Value
+from ..digits import parse_decimal
+from .nodes import Value
 
 __all__ = [
     "BAD",

@@ -28,7 +28,7 @@ The names callers use are here.
 
 from __future__ import annotations
 
-from minibroker.trace.encoding import (
+from .encoding import (
     DISPATCH,
     DISPATCH_AUTO_ACK,
     ENQUEUE,
@@ -41,9 +41,9 @@ from minibroker.trace.encoding import (
     encode_line,
     expand,
 )
-from minibroker.trace.recorder import MemoryTrace, NullTrace, Recorder, Trace
-from minibroker.trace.schema import COMMON, EVENTS, FIELDS, SCHEMA_VERSION, EventSpec, type_ok, validate_event
-from minibroker.trace.writer import LOAD_WINDOW
+from .recorder import MemoryTrace, NullTrace, Recorder, Trace
+from .schema import COMMON, EVENTS, FIELDS, SCHEMA_VERSION, EventSpec, type_ok, validate_event
+from .writer import LOAD_WINDOW
 
 #: The writer process's load window (seconds), by the name tests know it.
 _LOAD_WINDOW = LOAD_WINDOW

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from json import encoder as _json_encoder
 from typing import Any
 
-from minibroker.trace.schema import COMMON, SCHEMA_VERSION
+from .schema import COMMON, SCHEMA_VERSION
 
 __all__ = [
     "encode_line",

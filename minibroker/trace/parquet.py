@@ -37,8 +37,8 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from minibroker.trace.schema import COMMON, FIELDS, SCHEMA_VERSION
-from minibroker.trace.segments import clear_segments, segment_files, segment_name
+from .schema import COMMON, FIELDS, SCHEMA_VERSION
+from .segments import clear_segments, segment_files, segment_name
 
 __all__ = [
     "SCHEMA",

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from json import encoder as _json_encoder
 from typing import Any, TextIO
 
-from minibroker.trace.encoding import (
+from .encoding import (
     DISPATCH,
     DISPATCH_AUTO_ACK,
     ENQUEUE,
@@ -46,9 +46,9 @@ from minibroker.trace.encoding import (
     encode_batch,
     expand,
 )
-from minibroker.trace.schema import SCHEMA_VERSION
-from minibroker.trace.spool import SpoolAppender, start_writer
-from minibroker.trace.writer import FORMATS
+from .schema import SCHEMA_VERSION
+from .spool import SpoolAppender, start_writer
+from .writer import FORMATS
 
 __all__ = ["Recorder", "Trace", "NullTrace", "MemoryTrace"]
 

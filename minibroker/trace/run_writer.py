@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from minibroker.trace.writer import write_from_spool
+from .writer import write_from_spool
 
 USAGE = (
     "usage: python -m minibroker.trace.run_writer --write PATH BROKER NICE LAG_LIMIT LOAD_STAT FORMAT"

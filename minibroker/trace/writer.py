@@ -17,9 +17,9 @@ import select
 import time
 from json import encoder as _json_encoder
 
-from minibroker.trace.encoding import encode_batch
-from minibroker.trace.segments import clear_segments, twin_dir
-from minibroker.trace.spool import NEXT_SEGMENT, segment_path
+from .encoding import encode_batch
+from .segments import clear_segments, twin_dir
+from .spool import NEXT_SEGMENT, segment_path
 
 __all__ = ["LOAD_WINDOW", "BUSY_FRACTION", "FORMATS", "BrokerLoad", "write_from_spool"]
 
@@ -110,7 +110,7 @@ def write_from_spool(path: str, broker: str, nice: int, lag_limit: int, load_sta
     if format == "jsonl":
         clear_segments(twin_dir(path))
     else:
-        from minibroker.trace.parquet import SegmentWriter  # pyarrow: in this process only, and only when asked
+        from .parquet import SegmentWriter  # pyarrow: in this process only, and only when asked
 
         segments = SegmentWriter(twin_dir(path))
         if format == "parquet":

@@ -42,7 +42,7 @@ class Producer:
     """A synchronous producer: the next SEND only once the last one has its RECEIPT.
 
     (A plain class: the labs loader does not register scenario modules in
-    ``sys.modules``, which ``@dataclass`` needs; see tests/test_lab_temp_storage.py.)
+    ``sys.modules``, which ``@dataclass`` needs; see tests/labs/test_lab_temp_storage.py.)
     """
 
     def __init__(self, client: Any) -> None:

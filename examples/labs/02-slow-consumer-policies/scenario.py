@@ -84,7 +84,7 @@ class SlowConsumer:
     Once an ERROR frame names its subscription (``abort_slow_consumer``), it
     stops acknowledging: the broker would take an ACK for a message of the
     aborted subscription as a protocol error and close the whole connection
-    (see tests/test_lab_slow_consumers.py for the broker change that would
+    (see tests/labs/test_lab_slow_consumers.py for the broker change that would
     make this unnecessary).
     """
 

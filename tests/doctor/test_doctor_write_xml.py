@@ -1,0 +1,92 @@
+"""activemq.xml written from our configuration reads back, with doctor's own reader, as the same settings.
+
+``lab run --against activemq`` starts ActiveMQ with ``write_xml``'s file; these
+tests check it says what the lab's TOML says, and that what it cannot say is
+named (a departure) rather than dropped in silence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from clients.doctor.read_xml import read_xml
+from clients.doctor.write_xml import write_xml
+from minibroker.config import BrokerConfig, PolicyEntry, load_config
+
+LABS = Path(__file__).resolve().parents[2] / "examples" / "labs"
+CONFIGS = sorted(p for p in LABS.glob("*/*.toml") if p.name != "lab.toml")
+
+#: Transport options an activemq.xml connector carries (the rest are ours alone).
+CONNECTOR_OPTIONS = (
+    "so_write_timeout",
+    "connect_timeout",
+    "default_heart_beat",
+    "max_frame_size",
+    "max_data_length",
+    "allow_link_stealing",
+    "hb_grace_period_multiplier",
+)
+#: Store options KahaDB and the temp store carry.
+STORE_OPTIONS = ("journal_max_file_length", "temp_journal_max_file_length", "fsync")
+
+
+def round_trip(config: BrokerConfig) -> tuple[BrokerConfig, BrokerConfig, set[str]]:
+    """(what we meant, what doctor reads back, the departed keys)."""
+    written = write_xml(config, stomp_port=61999, openwire_port=61998)
+    setup = read_xml("generated.xml", written.text.encode())
+    (listener,) = setup.listeners
+    back = setup.config.replace(transport={k: getattr(listener.transport, k) for k in CONNECTOR_OPTIONS})
+    return config, back, {d.key for d in written.departures}
+
+
+def expected_policy(entry: PolicyEntry, index: int, departed: set[str]) -> PolicyEntry:
+    """``entry`` with every departed option at what ActiveMQ's file leaves it (our default but
+    the cursor: a queue's is the store cursor, read as "file")."""
+    defaults = PolicyEntry()
+    changes = {
+        f.name: getattr(defaults, f.name)
+        for f in dataclasses.fields(PolicyEntry)
+        if f"destination_policy[{index}].{f.name}" in departed
+    }
+    return dataclasses.replace(entry, **changes)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_lab_configuration_reads_back_the_same(path: Path) -> None:
+    config, back, departed = round_trip(load_config(path))
+    assert back.system_usage == config.system_usage
+    assert back.broker.name == config.broker.name and back.broker.persistent == config.broker.persistent
+    for key in STORE_OPTIONS:
+        assert getattr(back.store, key) == getattr(config.store, key), key
+    for key in CONNECTOR_OPTIONS:
+        assert getattr(back.transport, key) == getattr(config.transport, key), key
+    assert len(back.destination_policy) == len(config.destination_policy)
+    for i, (mine, theirs) in enumerate(zip(config.destination_policy, back.destination_policy)):
+        assert theirs == expected_policy(mine, i, departed), f"destination_policy[{i}]"
+
+
+def test_what_activemq_cannot_say_is_named_with_the_broker_that_can() -> None:
+    legacy = write_xml(
+        load_config(LABS / "00-starving-consumers" / "legacy.toml"), stomp_port=61999, openwire_port=61998
+    )
+    (space,) = legacy.departs("space_check")
+    assert "5.14" in space.why and space.value == "legacy"
+    (cursor,) = legacy.departs("pending_cursor")  # the queue's vm cursor for non-persistent messages
+    assert cursor.value == "vm"
+    slow = write_xml(
+        load_config(LABS / "03-prefetch-stalled-socket" / "slow-store.toml"), stomp_port=61999, openwire_port=61998
+    )
+    assert [d.key for d in slow.departures] == ["store.store_latency"]
+    current = write_xml(
+        load_config(LABS / "00-starving-consumers" / "current.toml"), stomp_port=61999, openwire_port=61998
+    )
+    assert not current.departs("space_check")
+
+
+def test_the_connector_listens_where_asked_and_nowhere_else() -> None:
+    text = write_xml(BrokerConfig(), stomp_port=40001, openwire_port=40002).text
+    assert 'uri="stomp://127.0.0.1:40001' in text and 'uri="tcp://127.0.0.1:40002"' in text
+    assert "61613" not in text and "61616" not in text and "0.0.0.0" not in text

@@ -1,0 +1,167 @@
+"""Exercises a class can work with: ``lab exercises`` lists them, ``lab check`` grades each
+answer key as passing and each kept wrong answer as its key says, with its hint; bad answers
+get one line and a non-zero exit, and the lab's own files are never changed."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from clients.cli import main as cli
+from clients.labs import find_labs
+from clients.labs.check import PASSING, check, instructor_keys
+from clients.labs.model import KINDS
+
+LABS = find_labs()
+BY_NUMBER = {lab.number: lab for lab in LABS}
+
+
+def test_every_lab_has_four_exercises_or_more_of_the_kinds(capsys) -> None:
+    kinds = set()
+    for lab in LABS:
+        assert len(lab.exercises) >= 4, lab.directory.name
+        assert len({e.kind for e in lab.exercises}) >= 3, lab.directory.name
+        kinds |= {e.kind for e in lab.exercises}
+        for exercise in lab.exercises:
+            text = lab.exercise_text(exercise)
+            assert text.startswith(f"## {exercise.id}: "), exercise.id
+            assert f"lab check {lab.number}" in text, exercise.id  # it says how to check it
+        assert cli(["lab", "exercises", lab.number]) == 0
+        out = capsys.readouterr().out
+        assert all(e.id in out for e in lab.exercises)
+        assert f"handout: examples/labs/{lab.directory.name}/handout.md" in out
+    assert kinds == set(KINDS)
+
+
+def test_an_exercise_prints_its_text_and_how_to_check_it(capsys) -> None:
+    assert cli(["lab", "exercises", "03", "fix-the-consumer"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("## fix-the-consumer: ")
+    assert "minibroker lab check 03 --exercise fix-the-consumer --client FILE" in out
+
+
+def test_no_answer_sits_beside_the_exercises() -> None:
+    """The keys are in examples/instructor/, and no exercise text names its own answer."""
+    for lab in LABS:
+        text = (lab.directory / "exercises.md").read_text(encoding="utf-8")
+        for exercise in lab.exercises:
+            for cause in exercise.causes if exercise.kind == "diagnose" else ():
+                assert cause not in text, (lab.number, exercise.id)
+        assert not list(lab.directory.glob("keys.toml"))
+        assert instructor_keys(lab), f"no answer keys for lab {lab.number}"
+
+
+def test_the_answer_files_format_shows_no_answer() -> None:
+    """The example of an answer file's form is none of the lab's right answers."""
+    for lab in LABS:
+        shown = set(re.findall(r"`answer = ([^`]+)`", (lab.directory / "exercises.md").read_text(encoding="utf-8")))
+        for key in instructor_keys(lab):
+            if key.grade == "right":
+                right = tomllib.loads(key.path.read_text(encoding="utf-8"))["answer"]
+                assert repr(right).replace("'", '"') not in shown, (lab.number, key.exercise)
+
+
+@pytest.mark.parametrize("lab", LABS, ids=[lab.directory.name for lab in LABS])
+def test_every_key_is_graded_as_it_says_with_its_hint(lab) -> None:
+    keys = instructor_keys(lab)
+    exercises = {e.id: e for e in lab.exercises}
+    passing = {k.exercise for k in keys if k.grade == PASSING[exercises[k.exercise].kind]}
+    assert passing == set(exercises), "every exercise has an answer key that passes"
+    for key in keys:
+        result = check(lab, exercises[key.exercise], key.path)
+        shown = "\n".join(result.lines())
+        assert result.grade == key.grade, f"{key.path.name}: {shown}"
+        assert result.passed == (key.grade == PASSING[result.exercise.kind])
+        if key.hint:
+            assert key.hint in result.hint, f"{key.path.name}: {shown}"
+        else:
+            assert not result.hint
+
+
+def test_check_exits_0_only_when_cured(capsys) -> None:
+    keys = Path(__file__).resolve().parents[2] / "examples" / "instructor" / "00-starving-consumers"
+    assert cli(["lab", "check", "00", "--config", str(keys / "fix-the-limits.toml")]) == 0
+    assert "fix-the-limits (config): CURED" in capsys.readouterr().out
+    assert cli(["lab", "check", "00", "--config", str(keys / "wrong-more-memory.toml")]) == 1
+    out = capsys.readouterr().out
+    assert "STILL BROKEN" in out and "  hint: " in out
+    assert "cure:" not in out  # the evidence, not the answer
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def _lab_files() -> dict[Path, str]:
+    return {
+        p: hashlib.sha256(p.read_bytes()).hexdigest()
+        for lab in LABS
+        for p in sorted(lab.directory.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+@pytest.fixture
+def untouched_labs():
+    before = _lab_files()
+    yield
+    assert _lab_files() == before
+
+
+def _refused(capsys, args: list[str], message: str) -> None:
+    assert cli(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err, err
+
+
+def test_bad_answers_get_one_line(tmp_path: Path, capsys, untouched_labs) -> None:
+    not_toml = tmp_path / "broker.toml"
+    not_toml.write_text("[system_usage\nmemory_limit = ")
+    _refused(capsys, ["lab", "check", "00", "--config", str(not_toml)], "is not valid TOML")
+    not_xml = tmp_path / "activemq.xml"
+    not_xml.write_text("<beans><broker>")
+    _refused(capsys, ["lab", "check", "00", "--config", str(not_xml)], "activemq.xml")
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text('[system_usage]\nmemory = "2 mb"\n')
+    _refused(capsys, ["lab", "check", "00", "--config", str(unknown)], "unknown key 'system_usage.memory'")
+    not_python = tmp_path / "consumer.py"
+    not_python.write_text("def consume(:\n")
+    _refused(capsys, ["lab", "check", "03", "--client", str(not_python)], "is not Python")
+    _refused(capsys, ["lab", "check", "03", "--client", str(not_toml)], "is not a Python file")
+    answer = tmp_path / "answer.toml"
+    answer.write_text("50 messages\n")
+    _refused(capsys, ["lab", "check", "00", "--exercise", "predict-received", "--answer", str(answer)], "TOML")
+    _refused(capsys, ["lab", "check", "00", "--answer", str(answer)], "say which exercise with --exercise ID")
+    _refused(capsys, ["lab", "check", "00", "--exercise", "nope", "--answer", str(answer)], "no exercise 'nope'")
+
+
+def test_a_client_that_raises_hangs_or_never_connects(tmp_path: Path, capsys, monkeypatch, untouched_labs) -> None:
+    monkeypatch.setenv("MINIBROKER_LAB_CLIENT_DEADLINE", "3")
+    raises = tmp_path / "raises.py"
+    raises.write_text("def consume(host, port, queue, count, work):\n    raise RuntimeError('boom')\n")
+    _refused(
+        capsys, ["lab", "check", "03", "--client", str(raises)], "never connected to the broker"
+    )  # it raised before connecting
+    connects_then_raises = tmp_path / "connects.py"
+    connects_then_raises.write_text(
+        "import socket\n"
+        "def consume(host, port, queue, count, work):\n"
+        "    s = socket.create_connection((host, port))\n"
+        "    s.sendall(b'CONNECT\\naccept-version:1.2\\nhost:x\\n\\n\\x00')\n"
+        "    s.recv(100)\n"
+        "    raise RuntimeError('boom')\n"
+    )
+    _refused(
+        capsys,
+        ["lab", "check", "03", "--client", str(connects_then_raises)],
+        "your client raised RuntimeError: boom (line 6",
+    )
+    hangs = tmp_path / "hangs.py"
+    hangs.write_text("import time\ndef consume(host, port, queue, count, work):\n    time.sleep(60)\n")
+    _refused(capsys, ["lab", "check", "03", "--client", str(hangs)], "never connected to the broker")
+    nothing = tmp_path / "nothing.py"
+    nothing.write_text("x = 1\n")
+    _refused(capsys, ["lab", "check", "03", "--client", str(nothing)], "defines no consume(")
