@@ -227,3 +227,14 @@ def test_every_page_the_code_names_exists() -> None:
         if not (ROOT / page).exists()
     ]
     assert not missing, missing
+
+
+def test_every_key_a_lab_may_set_is_in_the_authors_page() -> None:
+    """``docs/labs.md`` is the one reference of ``lab.toml``: each key ``clients/labs/model.py``
+    reads is on it (``["wrong"]`` is a hint's grade, not a key)."""
+    reader = (ROOT / "clients" / "labs" / "model.py").read_text(encoding="utf-8")
+    keys = set(re.findall(r"""(?:\.get\(|\[)"([a-z_]+)"[,)\]]""", reader)) - {"wrong"}
+    assert {"name", "expect", "no_rabbitmq", "tolerance"} <= keys  # the reader is still read this way
+    page = (ROOT / "docs" / "labs.md").read_text(encoding="utf-8")
+    missing = sorted(key for key in keys if not re.search(rf"^\s*\[*{key}\b|`{key}\b", page, re.M))
+    assert not missing, f"lab.toml keys docs/labs.md does not describe: {missing}"
