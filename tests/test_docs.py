@@ -238,3 +238,18 @@ def test_every_key_a_lab_may_set_is_in_the_authors_page() -> None:
     page = (ROOT / "docs" / "labs.md").read_text(encoding="utf-8")
     missing = sorted(key for key in keys if not re.search(rf"^\s*\[*{key}\b|`{key}\b", page, re.M))
     assert not missing, f"lab.toml keys docs/labs.md does not describe: {missing}"
+
+
+def test_the_readme_is_a_front_page_that_lists_every_lab() -> None:
+    """At most 250 lines: what minibroker is, the two commands, the tour, the labs, where
+    things are; the operator's manual is in docs/. The labs' table has one row per lab."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 250
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    for wanted in ("Two commands", "A five-minute tour", "The labs", "Where things are"):
+        assert wanted in headings, headings
+    assert "make run" in text and "make test" in text
+    rows = re.findall(r"^\| \[(\d\d)\]\(examples/labs/((\d\d)-[\w-]+)/README\.md\) \|", text, re.M)
+    labs = sorted(p.name for p in (ROOT / "examples" / "labs").iterdir() if (p / "lab.toml").exists())
+    assert [directory for _, directory, _ in rows] == labs
+    assert all(number == prefix for number, _, prefix in rows)
