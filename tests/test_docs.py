@@ -253,3 +253,25 @@ def test_the_readme_is_a_front_page_that_lists_every_lab() -> None:
     labs = sorted(p.name for p in (ROOT / "examples" / "labs").iterdir() if (p / "lab.toml").exists())
     assert [directory for _, directory, _ in rows] == labs
     assert all(number == prefix for number, _, prefix in rows)
+
+
+def _unknown_in_named_file(text: str) -> list[str]:
+    """In a paragraph or bullet that points to one file of the code (``minibroker/flow.py``),
+    the private names and calls it gives bare (```_park```, ```has_room()```) are that file's."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    unknown = []
+    for block in re.split(r"\n\s*\n|\n(?=- )", text):
+        files = set(re.findall(r"`((?:minibroker|storage|clients)/[\w/]+\.py)`", block))
+        if len(files) != 1 or not (ROOT / (named := files.pop())).exists():
+            continue
+        for name in re.findall(r"`(_\w+)(?:\(\))?`|`([a-z]\w*)\(\)`", block):
+            bare = name[0] or name[1]
+            if not bare.startswith("__") and bare not in _defined(ROOT / named):
+                unknown.append(f"{named}: {bare}")
+    return unknown
+
+
+@pytest.mark.parametrize("doc", DOCUMENTS, ids=_ids)
+def test_the_names_given_beside_a_file_are_in_it(doc: Path) -> None:
+    unknown = _unknown_in_named_file(doc.read_text(encoding="utf-8"))
+    assert not unknown, f"{doc.relative_to(ROOT)} points to code that is not there: {unknown}"
