@@ -8,11 +8,15 @@ What a reader follows from a page, checked against the tree:
   ``tests/disk_faults.PowerLossDisk``) names a file or folder that exists
   (or one git ignores on purpose, such as ``bench/results/``);
 - a backticked module file (``cursor.py``) is a module of the project;
-- a backticked ``module.Name`` or ``Class.method`` of the project's own code
-  names something that module or class still defines.
+- a backticked ``module.Name`` or ``Class.method`` of the project's own code,
+  and a private name or call given beside one file (a lab's "explained from
+  the code"), names something that module, class or file still defines;
+- ``docs/labs.md`` describes every key of ``lab.toml``, and the README stays a
+  front page with every lab in its table.
 
 Pages: the README, ``docs/``, the labs (``examples/``) and ``bench/`` but the
-vendored harness, whose files stay as they came.
+vendored harness, whose files stay as they came. The code's own docstrings and
+comments are held to the files they name too.
 """
 
 from __future__ import annotations
@@ -215,18 +219,7 @@ def test_the_check_finds_a_stale_name() -> None:
     assert _stale_code_names(text) == ["no_such_module.py", "Broker.no_such_method", "usage.NoSuchThing"]
     assert not _repo_path_exists("minibroker/no_such_module.py")
     assert _repo_path_exists("tests/disk_faults.PowerLossDisk")
-
-
-def test_every_page_the_code_names_exists() -> None:
-    """A docstring, comment or message that sends its reader to a page of ``docs/``."""
-    missing = [
-        f"{path.relative_to(ROOT)}: {page}"
-        for package in CODE_PACKAGES
-        for path in sorted((ROOT / package).rglob("*.py"))
-        for page in re.findall(r"\bdocs/[\w.-]+\.md\b", path.read_text(encoding="utf-8"))
-        if not (ROOT / page).exists()
-    ]
-    assert not missing, missing
+    assert _unknown_in_named_file("- `minibroker/flow.py`: `_park` holds the SEND") == ["minibroker/flow.py: _park"]
 
 
 def test_every_key_a_lab_may_set_is_in_the_authors_page() -> None:
@@ -275,3 +268,18 @@ def _unknown_in_named_file(text: str) -> list[str]:
 def test_the_names_given_beside_a_file_are_in_it(doc: Path) -> None:
     unknown = _unknown_in_named_file(doc.read_text(encoding="utf-8"))
     assert not unknown, f"{doc.relative_to(ROOT)} points to code that is not there: {unknown}"
+
+
+def test_every_file_the_code_names_exists() -> None:
+    """A docstring or comment that sends its reader to ``minibroker/flow.py`` or
+    ``docs/labs.md``: the file is there (this module's own examples of a stale name aside)."""
+    named_file = re.compile(r"(?<![\w/.-])((?:%s)/[\w/.-]*\.(?:py|md|toml))\b" % "|".join(TOP_FOLDERS))
+    missing = [
+        f"{path.relative_to(ROOT)}: {named}"
+        for package in CODE_PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if "harness" not in path.parts and path != Path(__file__).resolve()
+        for named in named_file.findall(path.read_text(encoding="utf-8"))
+        if "NN" not in named and not _repo_path_exists(named)
+    ]
+    assert not missing, missing
