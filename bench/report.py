@@ -20,7 +20,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """A Markdown table (it pastes into the README and docs/benchmarks.md as it is)."""
+    """A Markdown table (it pastes into docs/benchmarks.md as it is)."""
     cells = [[str(c) for c in header], *[[f"{c:,}" if isinstance(c, int) else str(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]

@@ -7,7 +7,7 @@ every table as CSV (csv/NAME.csv; on Spark also Parquet, parquet/NAME/).
 Inputs up to about a million events (200 MB) are analysed in this process,
 in seconds and without a JVM; larger ones on Spark, in local mode
 (local[*]) unless --master or MINIBROKER_SPARK_MASTER says otherwise (on a
-cluster run the same job with spark-submit: README, docs/spark.md). The two
+cluster run the same job with spark-submit: docs/spark.md). The two
 engines run the same detectors. A trace file whose Parquet twin (FILE.parquet/,
 broker.trace_format) holds segments is read from the twin, and a segments
 directory may be named itself; each trace's line says which form was read

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     freeze_start_up_heap()
     try:
         run_loop(serve(config), loop)  # a port in use is a ConfigError naming it
-    except StoreFailure as exc:  # logged CRITICAL already; what the operator does next is in the README
+    except StoreFailure as exc:  # logged CRITICAL already; what the operator does next: docs/storage.md
         print(f"minibroker serve: {exc}", file=sys.stderr)
         return exc.exit_status
     return 0

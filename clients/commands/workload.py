@@ -3,7 +3,7 @@
 Two engines write the same table: in this process (numpy and pyarrow, no
 JVM; the default on one machine) or the Spark job ``clients.spark.workload``
 (--engine spark, or when --master or MINIBROKER_SPARK_MASTER names a Spark
-master; on a cluster run the same job with spark-submit: README,
+master; on a cluster run the same job with spark-submit:
 docs/spark.md). The file is checked first, so a bad file costs no JVM
 start. Output: OUT/actions.parquet/ (what minibroker replay
 plays), OUT/summary.json, and with --format parquet,jsonl OUT/actions.jsonl/

@@ -1,77 +1,11 @@
 """Lab definitions: ``lab.toml`` read and checked.
 
-::
-
-    name = "starving-consumers"
-    title = "Starving consumers when no destination has a memory limit"
-    source = "destination-limits"     # the public document, a key of clients.sources.SOURCES
-    scenario = "scenario.py"          # default
-    no_live = "why"                   # only for a lab without run_live: why it has no --live
-    virtual_fsync = false             # the lab does not teach durability: on the virtual clock its
-                                      # runs do not fsync (store.fsync = "never"; default true)
-    figure = ["legacy", "cure"]       # the runs the lab's figure compares (default: the first
-                                      # pathology run and the first healthy one)
-
-    [healthy]                         # a run that shows no pathology is "healthy" only when
-    received = ">= 50"                # every threshold its numbers name holds, else "mitigated"
-    received_f = ">= 95% of sent_f"   # OP NUMBER, or OP PERCENT% of ANOTHER_METRIC
-
-    [[run]]
-    name = "legacy"                   # passed to the scenario as run.name
-    config = "legacy.toml"            # broker configuration, beside lab.toml
-    expect = "pathology"              # or "mitigated" or "healthy": the grade the run promises
-    healthy = { received = ">= 40" }  # this run's own thresholds (over the lab's, same metric wins)
-    about = "ActiveMQ <= 5.14 space check, no destination limits"
-    findings = ["starved_consumer"]   # what the trace analysis must find (default: nothing)
-    activemq_expect = "healthy"       # the verdict expected of ActiveMQ 5.17 (--against activemq;
-                                      # default: the run's own expect)
-    activemq_not_run = "why"          # a run ActiveMQ cannot be made to show: not started
-    activemq_note = "what"            # what the comparison with ActiveMQ showed, printed with it
-    rabbitmq_expect, rabbitmq_not_run, rabbitmq_note   # the same for RabbitMQ 3.10 (--against rabbitmq)
-
-A lab whose scenario has no ``run_activemq`` says why with ``no_activemq = "why"``;
-one without ``run_rabbitmq``, with ``no_rabbitmq = "why"``.
-
-The three grades (``GRADES``), every run gets one:
-
-- **pathology**: the scenario saw the symptom (``Outcome.pathology``);
-- **mitigated**: no symptom, but a number of the run (``Outcome.metrics``) misses a
-  ``[healthy]`` threshold: the cure helps, it does not cure (lab 03's link stealing:
-  the reconnect gets in, 154 of 1,000 messages are processed);
-- **healthy**: no symptom and every threshold that names one of the run's numbers holds
-  (a threshold on a number the run does not report does not apply to it).
-
-A threshold is ``OP NUMBER`` or ``OP PERCENT% of METRIC`` with OP one of ``>= <= > < ==``.
-
-Exercises (``minibroker lab exercises NN`` lists them, ``lab check NN`` grades an answer);
-their text is ``exercises.md`` beside lab.toml, one ``## ID: title`` section each::
-
-    [[exercise]]
-    id = "predict-received"           # [a-z0-9-]+, the section of exercises.md
-    kind = "predict"                  # predict | config | client | diagnose (``KINDS``)
-    run = "restart-legacy"            # the run the exercise is about (its workload, its numbers)
-    metric = "received"               # predict: the run's number to predict, or "grade"
-    tolerance = "10%"                 # predict: how far off a number may be (a number, or "N%")
-    cause = "stalled_socket"          # diagnose: the detector the answer must name (default: any
-                                      # of the run's findings)
-    keep = ["system_usage.memory_limit"]  # config: settings of the run's own configuration that
-                                      # the student's file cannot change (the story's broker)
-    hint = "what to look at"          # the hint a wrong answer gets; config and client take
-    hints = { mitigated = "...", "still broken" = "..." }  # one per grade instead
-
-- *predict*: an answer file ``answer = 50`` (or ``answer = "pathology"``) checked against
-  the run's number or grade: **right** or **wrong**;
-- *config*: ``lab check NN --config FILE`` (our TOML, or an activemq.xml through
-  ``clients.doctor``'s reader) plays the run's workload on the virtual clock with that
-  configuration: **cured** (healthy), **mitigated** or **still broken** (pathology);
-- *client*: ``lab check NN --client FILE.py`` plays the run's workload against the real
-  server with the student's consumer (the scenario's ``run_client(lab, path)``), graded
-  as a config;
-- *diagnose*: an answer file ``answer = "stalled_socket"``, right when it names one of the
-  detectors the run's ``findings`` list.
-
-The answer keys and kept wrong answers are in ``examples/instructor/NN-name/keys.toml``
-(``clients.labs.check``), never beside the exercises.
+The format, every key with its default, the three grades (``GRADES``), the
+thresholds and the exercises (``KINDS``) are described once, for a lab's
+author, in ``docs/labs.md``. This module reads a lab's directory into a
+``Lab`` (its ``RunSpec`` runs, ``Exercise`` entries and ``healthy``
+thresholds) and refuses, with a ``LabError`` saying what is wrong, a file
+that breaks that format.
 """
 
 from __future__ import annotations

@@ -105,42 +105,6 @@ def test_an_unknown_lab_is_a_clear_error(capsys) -> None:
     assert "no lab 'no-such-lab'; the labs are:" in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------ links
-
-ROOT = Path(__file__).resolve().parents[2]
-_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-#: a path in backticks relative to the document (`../bench/x.md`), which a reader follows too
-_PATH = re.compile(r"`(\.\.?/[^`\s]+)`")
-
-
-def _documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "examples").rglob("*.md"))]
-
-
-def _anchors(path: Path) -> set[str]:
-    """GitHub's anchors for the headings of a markdown file."""
-    slugs = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("#"):
-            title = line.lstrip("#").strip().lower()
-            slugs.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
-    return slugs
-
-
-@pytest.mark.parametrize("doc", _documents(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_relative_link_leads_somewhere(doc: Path) -> None:
-    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)
-    for target in _LINK.findall(text) + _PATH.findall(text):
-        if re.match(r"[a-z]+:", target):
-            continue  # http:, https:, mailto:
-        path, _, anchor = target.partition("#")
-        dest = (doc.parent / path).resolve() if path else doc
-        assert dest.exists(), f"{doc.relative_to(ROOT)}: {target} leads nowhere"
-        assert ROOT in dest.parents or dest == ROOT, f"{doc.relative_to(ROOT)}: {target} leaves the repository"
-        if anchor and dest.suffix == ".md":
-            assert anchor in _anchors(dest), f"{doc.relative_to(ROOT)}: no heading #{anchor} in {dest.name}"
-
-
 # ------------------------------------------------------------------ live runs
 
 
