@@ -260,10 +260,11 @@ class BrokerSection:
         "how much trace may wait (spooled beside the file) while the broker is busy; 0 = write at once",
     )
     trace_format: str = option(
-        "jsonl",
-        choice("jsonl", "parquet", "both"),
+        "auto",
+        choice("auto", "jsonl", "parquet", "both"),
         "the trace as JSON lines (the file), Parquet segments in the directory <trace>.parquet/ "
-        "(needs pyarrow), or both",
+        "(needs pyarrow), or both; auto: both where pyarrow is installed (what analyze reads "
+        "fastest), else JSON lines",
     )
 
 

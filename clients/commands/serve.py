@@ -47,9 +47,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--trace", metavar="FILE", help="write the JSON-lines trace to FILE (overrides broker.trace)")
     p.add_argument(
         "--trace-format",
-        choices=("jsonl", "parquet", "both"),
-        help="the trace as JSON lines, Parquet segments in FILE.parquet/ (needs pyarrow), or both "
-        "(overrides broker.trace_format)",
+        choices=("auto", "jsonl", "parquet", "both"),
+        help="the trace as JSON lines, Parquet segments in FILE.parquet/ (needs pyarrow), or both; "
+        "auto (the default): both where pyarrow is installed (overrides broker.trace_format)",
     )
     p.set_defaults(func=run)
 

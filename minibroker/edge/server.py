@@ -76,7 +76,7 @@ from minibroker.trace import Trace
 from minibroker.trace.segments import twin_dir
 from storage import CorruptRecord, StorageError
 
-__all__ = ["BrokerServer", "serve", "check_ports", "open_store"]
+__all__ = ["BrokerServer", "serve", "check_ports", "open_store", "open_trace", "trace_form"]
 
 #: fsync "batch": how often the journals are synced (KahaDB's periodic sync: 1 s).
 _BATCH_SYNC_SECONDS = 1.0
@@ -417,6 +417,14 @@ def open_store(config: BrokerConfig) -> MessageStore | None:
         raise StoreOpenError(f"cannot open the data directory {data_dir}: {exc.strerror or exc}") from None
 
 
+def trace_form(asked: str, *, pyarrow: bool) -> str:
+    """What the trace's writer writes for ``broker.trace_format = asked``: ``auto`` is both
+    forms where pyarrow is installed, JSON lines alone where it is not."""
+    if asked == "auto":
+        return "both" if pyarrow else "jsonl"
+    return asked
+
+
 def open_trace(config: BrokerConfig) -> "Trace | None":
     """The trace writer for ``broker.trace`` (encoding in a child process), or None.
 
@@ -426,7 +434,7 @@ def open_trace(config: BrokerConfig) -> "Trace | None":
     path = config.broker.trace
     if not path:
         return None
-    form = config.broker.trace_format
+    form = trace_form(config.broker.trace_format, pyarrow=importlib.util.find_spec("pyarrow") is not None)
     if form != "jsonl" and importlib.util.find_spec("pyarrow") is None:
         raise ConfigError(
             f"broker.trace_format = {form!r} needs pyarrow, which is not installed "
@@ -439,6 +447,16 @@ def open_trace(config: BrokerConfig) -> "Trace | None":
             os.makedirs(twin_dir(path), exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"bad value for 'broker.trace': {path!r} ({exc.strerror or exc})") from None
+    if form == "both":
+        log.info(
+            "trace: %s, as JSON lines and as Parquet segments in %s (what analyze reads fastest)", path, twin_dir(path)
+        )
+    elif form == "jsonl" and config.broker.trace_format == "auto":
+        log.info(
+            "trace: %s, as JSON lines only: pyarrow is not installed (`make spark` installs it), "
+            "and analyze reads a trace's Parquet form several times faster",
+            path,
+        )
     return Trace(
         path,
         time.time,

@@ -170,6 +170,53 @@ def test_parquet_without_pyarrow_is_refused_with_a_clear_error(tmp_path: Path, m
     assert not (tmp_path / "t.jsonl").exists()
 
 
+def test_the_default_trace_is_both_forms_where_pyarrow_is_installed(tmp_path: Path) -> None:
+    """``serve --trace FILE`` with the defaults writes the Parquet twin the analysis reads
+    fastest beside the JSON lines, and says so at start."""
+    script = textwrap.dedent(
+        f"""
+        import logging, sys
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
+        from minibroker.config import BrokerConfig
+        from minibroker.edge.server import open_trace
+        trace = open_trace(BrokerConfig().replace(broker={{"trace": {str(tmp_path / "t.jsonl")!r}}}))
+        trace.emit("expire", dest="/queue/q", msg="m-1")
+        trace.close()
+        assert trace.error is None, trace.error
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "as JSON lines and as Parquet segments" in p.stdout
+    assert [json.loads(line)["event"] for line in (tmp_path / "t.jsonl").read_text().splitlines()] == ["expire"]
+    assert [e["event"] for e in read_events(twin_dir(tmp_path / "t.jsonl"))] == ["expire"]
+
+
+def test_the_default_trace_is_json_lines_alone_without_pyarrow_and_says_why(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    import importlib.util
+    import logging
+
+    from minibroker.edge import server
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else real(name, *a))
+    with caplog.at_level(logging.INFO, logger="minibroker.server"):
+        trace = server.open_trace(BrokerConfig().replace(broker={"trace": str(tmp_path / "t.jsonl")}))
+    assert trace is not None
+    trace.close()
+    assert (tmp_path / "t.jsonl").exists() and not Path(twin_dir(tmp_path / "t.jsonl")).exists()
+    assert "JSON lines only: pyarrow is not installed" in caplog.text
+
+
+def test_trace_form_auto() -> None:
+    from minibroker.edge.server import trace_form
+
+    assert [trace_form("auto", pyarrow=True), trace_form("auto", pyarrow=False)] == ["both", "jsonl"]
+    assert [trace_form(form, pyarrow=False) for form in ("jsonl", "parquet", "both")] == ["jsonl", "parquet", "both"]
+
+
 def test_parquet_needs_the_writer_process() -> None:
     with pytest.raises(ValueError, match="needs offload=True"):
         Trace("unused.jsonl", lambda: 0.0, format="parquet")
