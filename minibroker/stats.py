@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from .rates import RateMeter
     from .security import Principal, Security
     from .usage import Usage
+    from storage import Journal
+
     from .destination import Destination
     from .session import Session
     from .subscription import Subscription
@@ -190,6 +192,8 @@ def broker_statistics(broker: "BrokerView", scope: Scope | None = None) -> dict[
         # ok, full (no space on disk: persistent messages wait or are refused) or failed (stopping).
         "storeState": broker.store_state,
         "storeProblem": broker.store_failure or broker.store_full or "",
+        # the journals' files, and how many hold a live message (the rest kept by acks, or free)
+        **_journal_files(broker.store.journals() if broker.store is not None else []),
         "tempUsage": broker.temp_usage.usage,
         "tempLimit": broker.temp_usage.limit,
         "tempPercentUsage": broker.temp_usage.percent,
@@ -280,12 +284,37 @@ def destination_statistics(broker: "BrokerView", dest: "Destination", scope: Sco
         "cursorMemoryHighWaterMark": dest.policy.cursor_memory_high_water_mark,
     }
     stats.update(dest.cursor_statistics())
+    journal = broker.store.own_journal(dest.address) if broker.store is not None else None
+    if journal is not None:
+        stats.update(ring_statistics(journal))
     if dest.kind == "topic":  # what its subscriptions hold for their consumers, and how much of it is on disk
         stats["pendingCount"] = sum(
             len(s.pending) for s in dest.subscriptions if s.durable is None or s.durable.active is s
         )
         stats["swappedCount"] = sum(_swapped(s) for s in dest.subscriptions)
     return stats
+
+
+def _journal_files(journals: "list[Journal]", prefix: str = "store") -> dict[str, int]:
+    """``<prefix>Files``: the journals' files; ``<prefix>FilesWithLive``: those holding a live message."""
+    files = [f for j in journals for f in j.files()]
+    return {f"{prefix}Files": len(files), f"{prefix}FilesWithLive": sum(1 for f in files if f.live)}
+
+
+def ring_statistics(journal: "Journal") -> dict[str, Any]:
+    """A queue's own ring journal (the ring layout): its files and whether it refuses enqueues.
+
+    The ring's refusal is the queue's, not the store's: the broker's ``storeState``
+    stays ``ok`` (other queues' rings, the disk, go on), and ``journalState`` is
+    ``full`` from the threshold's refusal of an enqueue until an enqueue is written
+    (as ActiveMQ's StorePercentUsage stays at 100 until space returns)."""
+    refusal = journal.refusal
+    return {
+        "journalState": "full" if refusal is not None else "ok",
+        "journalProblem": str(refusal) if refusal is not None else "",
+        "journalLive": journal.live_count,
+        **_journal_files([journal], prefix="journal"),
+    }
 
 
 def subscription_statistics(sub: "Subscription", wall_ms: int) -> dict[str, Any]:
