@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from clients.activemq import ActiveMQ, free_port, installed_problem
+from clients.activemq import JOLOKIA_CLASSPATH, ActiveMQ, free_port, installed_problem, jolokia_problem
 from clients.doctor.live import LiveReport, parse_target, run_live
 from clients.doctor.write_xml import write_xml
 from clients.labs.model import labs_directory, load_lab, sibling_module
@@ -50,8 +50,11 @@ def _config(run: str) -> Any:
 SECONDS = 16.0
 
 
-def _doctor_during_workload(port: int, stuck: bool, monkeypatch: pytest.MonkeyPatch) -> LiveReport:
-    """Sample the broker on ``port`` while lab 02's workload plays on it."""
+def _doctor_during_workload(
+    port: int, stuck: bool, monkeypatch: pytest.MonkeyPatch, *urls: str
+) -> tuple[LiveReport, ...]:
+    """Sample the broker on ``port`` over STOMP (and at each of ``urls`` at once) while lab 02's
+    workload plays on it: one report each."""
     monkeypatch.setattr(LIVE, "SECONDS", SECONDS)
     done = threading.Event()
     failure: list[BaseException] = []
@@ -67,11 +70,16 @@ def _doctor_during_workload(port: int, stuck: bool, monkeypatch: pytest.MonkeyPa
     thread = threading.Thread(target=workload, daemon=True)
     thread.start()
     try:
-        report = asyncio.run(run_live(parse_target(f"stomp://127.0.0.1:{port}"), window=SECONDS - 2))
+        targets = [parse_target(url) for url in (f"stomp://127.0.0.1:{port}", *urls)]
+
+        async def sample_all() -> tuple[LiveReport, ...]:
+            return tuple(await asyncio.gather(*(run_live(t, window=SECONDS - 2, timeout=15) for t in targets)))
+
+        reports = asyncio.run(sample_all())
     finally:
         assert done.wait(60), "the workload did not end"
     assert not failure, failure
-    return report
+    return reports
 
 
 def _check(report: LiveReport, expected: str | None) -> None:
@@ -89,7 +97,7 @@ def _check(report: LiveReport, expected: str | None) -> None:
 def test_minibroker(run: str, expected: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     broker = RunningBroker(_config(run)).start()
     try:
-        report = _doctor_during_workload(broker.port, run.startswith("stuck-socket"), monkeypatch)
+        (report,) = _doctor_during_workload(broker.port, run.startswith("stuck-socket"), monkeypatch)
     finally:
         broker.stop()
     assert report.broker == "minibroker"
@@ -98,7 +106,7 @@ def test_minibroker(run: str, expected: str | None, monkeypatch: pytest.MonkeyPa
 
 @pytest.fixture
 def activemq_dir(tmp_path: Path) -> Iterator[Path]:
-    problem = installed_problem()
+    problem = installed_problem() or jolokia_problem()
     if problem:
         pytest.fail(problem)
     yield tmp_path
@@ -106,17 +114,28 @@ def activemq_dir(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.mark.parametrize(("run", "expected"), RUNS)
 def test_activemq(run: str, expected: str | None, activemq_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    port = free_port()
-    xml = write_xml(_config(run), stomp_port=port, openwire_port=free_port())
+    """Over STOMP (the statistics plugin) and, at the same time, over Jolokia (the MBeans, as
+    ActiveMQ's web console serves them): both readers find the same."""
+    port, jolokia = free_port(), free_port()
+    xml = write_xml(_config(run), stomp_port=port, openwire_port=free_port(), jolokia_port=jolokia)
     conf = activemq_dir / "activemq.xml"
     conf.write_text(xml.text)
     broker = ActiveMQ(
-        activemq_dir, conf=conf, heap="-Xms64M -Xmx256M -XX:TieredStopAtLevel=1 -XX:+UseSerialGC", port=port
+        activemq_dir,
+        conf=conf,
+        heap="-Xms64M -Xmx256M -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        port=port,
+        classpath=JOLOKIA_CLASSPATH,
     )
     broker.start()
     try:
-        report = _doctor_during_workload(port, run.startswith("stuck-socket"), monkeypatch)
+        for url in (f"stomp://127.0.0.1:{port}", f"http://127.0.0.1:{jolokia}/"):  # the JVM's first answers are slow
+            asyncio.run(run_live(parse_target(url), window=0, timeout=30))
+        reports = _doctor_during_workload(
+            port, run.startswith("stuck-socket"), monkeypatch, f"http://127.0.0.1:{jolokia}/"
+        )
     finally:
         broker.stop()
-    assert report.broker == "activemq"
-    _check(report, expected)
+    for report in reports:
+        assert (report.broker, report.version) == ("activemq", "5.17.2"), report.target
+        _check(report, expected)

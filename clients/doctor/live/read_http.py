@@ -243,4 +243,9 @@ def jolokia_sample(t: float, broker: dict[str, Any], dests: dict[str, Any]) -> S
         temp_pct=b.get("TempPercentUsage"),
         store_pct=b.get("StorePercentUsage"),
         destinations=tuple(sorted(rows, key=lambda d: d.name)),
+        notes=(
+            "read over Jolokia, the broker's and the destinations' MBeans only: no per-consumer figures "
+            "(prefetch, unacknowledged), no redeliveries and no connections: prefetch_full_slow_acks, "
+            "redelivery_loop and blocked_holding_unacked were not evaluated",
+        ),
     )
