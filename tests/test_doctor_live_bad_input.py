@@ -196,3 +196,48 @@ def test_watch_reports_again_and_again_until_the_broker_stops(capsys: pytest.Cap
     assert status == 2
     assert captured.out.count("No problems found.") >= 2, captured.out
     assert len(captured.err.strip().splitlines()) == 1 and "Traceback" not in captured.err
+
+
+# ---------------------------------------------------------------- the same mistakes against real servers
+
+
+def test_the_real_server_refuses_the_login(capsys: pytest.CaptureFixture[str]) -> None:
+    from minibroker.config import BrokerConfig, User
+    from minibroker.security import hash_password
+
+    config = BrokerConfig(users=(User("ops", hash_password("right", iterations=1000)),))
+    broker = RunningBroker(config).start()
+    try:
+        status, err = _doctor(capsys, f"stomp://ops:wrong@127.0.0.1:{broker.port}")
+        ok, _ = _doctor(capsys, f"stomp://ops:right@127.0.0.1:{broker.port}", "--window", "1")
+    finally:
+        broker.stop()
+    assert status == 2
+    line = _one_line(err)
+    assert "refused the login" in line and "ops" in line, line
+    assert ok == 0  # the right password reads it
+
+
+def test_the_real_servers_console_is_no_management_api(capsys: pytest.CaptureFixture[str]) -> None:
+    """An operator points the doctor at minibroker's web console (an HTTP server, not RabbitMQ's
+    API nor Jolokia): both answer 404."""
+    from minibroker.config import ANY_PORT, BrokerConfig
+
+    broker = RunningBroker(BrokerConfig().replace(console={"port": ANY_PORT})).start()
+    try:
+        port = broker.call(lambda: broker.server.console_port)
+        status, err = _doctor(capsys, f"http://127.0.0.1:{port}/")
+    finally:
+        broker.stop()
+    assert status == 2
+    assert "(HTTP 404): not RabbitMQ's management API nor Jolokia" in _one_line(err)
+
+
+def test_nothing_listening(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:  # a port the kernel just gave and nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for url in (f"stomp://127.0.0.1:{port}", f"http://127.0.0.1:{port}/"):
+        status, err = _doctor(capsys, url)
+        assert status == 2
+        assert "refused" in _one_line(err).lower(), err
