@@ -241,3 +241,45 @@ def test_nothing_listening(capsys: pytest.CaptureFixture[str]) -> None:
         status, err = _doctor(capsys, url)
         assert status == 2
         assert "refused" in _one_line(err).lower(), err
+
+
+def test_management_api_that_stops_mid_sampling(capsys: pytest.CaptureFixture[str]) -> None:
+    """An HTTP broker that answers, then is gone: one line saying it stopped while sampling."""
+    import json
+
+    answers = {
+        "/api/overview": {"rabbitmq_version": "3.10.8"},
+        "/api/nodes": [{"name": "rabbit@here", "mem_used": 1, "mem_limit": 100}],
+        "/api/queues": [],
+        "/api/connections": [],
+        "/api/channels": [],
+        "/api/consumers": [],
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            body = json.dumps(answers[self.path]).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    timer = threading.Timer(1.5, stop)
+    timer.start()
+    try:
+        status, err = _doctor(capsys, f"http://127.0.0.1:{server.server_address[1]}/", "--window", "5")
+    finally:
+        timer.join()
+    assert status == 2
+    assert "stopped answering while sampling" in _one_line(err), err

@@ -47,6 +47,7 @@ class HttpReader:
         self.timeout = timeout
         self.kind = ""
         self.version = ""
+        self._answered = False  # a sample has been answered: a later failure is a broker that stopped
 
     def _get(self, path: str) -> Any:
         request = urllib.request.Request(self.target.base + path, headers={"Accept": "application/json"})
@@ -111,8 +112,16 @@ class HttpReader:
             raise self._refused(exc.status, path) from None
 
     async def sample(self, t: float) -> Sample:
-        """One sample, taken at ``t`` (blocking HTTP, off the event loop)."""
-        return await asyncio.to_thread(self._sample, t)
+        """One sample, taken at ``t`` (blocking HTTP, off the event loop); DoctorError if the
+        broker stops answering (said so once it has answered a sample)."""
+        try:
+            sample = await asyncio.to_thread(self._sample, t)
+        except DoctorError as exc:
+            if not self._answered:
+                raise
+            raise DoctorError(f"{self.target.shown} stopped answering while sampling: {exc}") from None
+        self._answered = True
+        return sample
 
     def _sample(self, t: float) -> Sample:
         if self.kind == RABBITMQ:
