@@ -297,8 +297,8 @@ def destination_statistics(broker: "BrokerView", dest: "Destination", scope: Sco
 
 def _journal_files(journals: "list[Journal]", prefix: str = "store") -> dict[str, int]:
     """``<prefix>Files``: the journals' files; ``<prefix>FilesWithLive``: those holding a live message."""
-    files = [f for j in journals for f in j.files()]
-    return {f"{prefix}Files": len(files), f"{prefix}FilesWithLive": sum(1 for f in files if f.live)}
+    counts = [j.file_counts() for j in journals]
+    return {f"{prefix}Files": sum(c[0] for c in counts), f"{prefix}FilesWithLive": sum(c[1] for c in counts)}
 
 
 def ring_statistics(journal: "Journal") -> dict[str, Any]:

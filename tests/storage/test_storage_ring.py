@@ -44,6 +44,7 @@ def test_the_journal_tells_its_refusal_until_an_enqueue_is_written(tmp_path: Pat
     with pytest.raises(EnqueueThresholdExceeded) as refused:
         pin_six_files_then_fill_the_seventh(j)
     assert j.refusal is refused.value
+    assert j.file_counts() == (8, sum(1 for f in j.files() if f.live)) == (8, 7)
     for rec in list(j.recovered(payloads=False)):
         j.dequeue(rec.seq)
     assert j.refusal is refused.value  # nothing tried since: still the last word
