@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -283,3 +284,33 @@ def test_management_api_that_stops_mid_sampling(capsys: pytest.CaptureFixture[st
         timer.join()
     assert status == 2
     assert "stopped answering while sampling" in _one_line(err), err
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("doctor-live-brokers")  # one JVM or Erlang broker at a time
+def test_real_activemq_without_the_statistics_plugin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Debian's ActiveMQ started with an activemq.xml that has no statistics plugin: the
+    requests go unanswered, and the one line says what to add."""
+    from clients.activemq import ActiveMQ, free_port, installed_problem
+    from clients.doctor.write_xml import write_xml
+    from minibroker.config import BrokerConfig
+
+    problem = installed_problem()
+    if problem:
+        pytest.fail(problem)
+    port = free_port()
+    xml = write_xml(BrokerConfig(), stomp_port=port, openwire_port=free_port()).text
+    plugin = "<plugins>\n      <statisticsBrokerPlugin/>\n    </plugins>\n"
+    assert plugin in xml
+    conf = tmp_path / "activemq.xml"
+    conf.write_text(xml.replace(plugin, ""))
+    broker = ActiveMQ(tmp_path, conf=conf, heap="-Xms64M -Xmx256M -XX:TieredStopAtLevel=1 -XX:+UseSerialGC", port=port)
+    broker.start()
+    try:
+        status, err = _doctor(capsys, f"stomp://127.0.0.1:{port}", "--timeout", "3")
+    finally:
+        broker.stop()
+    assert status == 2
+    line = _one_line(err)
+    assert line.startswith(f"minibroker doctor: ActiveMQ at stomp://127.0.0.1:{port} did not answer"), line
+    assert "statistics plugin is not configured" in line and "<plugins><statisticsBrokerPlugin/></plugins>" in line
