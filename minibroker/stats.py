@@ -41,12 +41,12 @@ from .diagnosis import DiagnosedBroker
 from .queue import Queue
 
 if TYPE_CHECKING:
+    from storage import Journal
+
     from .clock import Clock
     from .rates import RateMeter
     from .security import Principal, Security
     from .usage import Usage
-    from storage import Journal
-
     from .destination import Destination
     from .session import Session
     from .subscription import Subscription
@@ -286,7 +286,7 @@ def destination_statistics(broker: "BrokerView", dest: "Destination", scope: Sco
     stats.update(dest.cursor_statistics())
     journal = broker.store.own_journal(dest.address) if broker.store is not None else None
     if journal is not None:
-        stats.update(ring_statistics(journal))
+        stats.update(_ring_statistics(journal))
     if dest.kind == "topic":  # what its subscriptions hold for their consumers, and how much of it is on disk
         stats["pendingCount"] = sum(
             len(s.pending) for s in dest.subscriptions if s.durable is None or s.durable.active is s
@@ -301,7 +301,7 @@ def _journal_files(journals: "list[Journal]", prefix: str = "store") -> dict[str
     return {f"{prefix}Files": sum(c[0] for c in counts), f"{prefix}FilesWithLive": sum(c[1] for c in counts)}
 
 
-def ring_statistics(journal: "Journal") -> dict[str, Any]:
+def _ring_statistics(journal: "Journal") -> dict[str, Any]:
     """A queue's own ring journal (the ring layout): its files and whether it refuses enqueues.
 
     The ring's refusal is the queue's, not the store's: the broker's ``storeState``
