@@ -4,8 +4,11 @@ Lab 02's live workload (``live.play_on``: a producer, three fast subscribers and
 a slow or stuck one on /topic/ticks, 10 s) is played against the real server
 and against ActiveMQ (a process of its own, started with the ``activemq.xml``
 that ``write_xml`` writes from the run's configuration, as ``lab run 02
---against activemq`` does) while the doctor samples the broker. The doctor
-must name the pathology in the pathology run and find nothing in the cure run.
+--against activemq`` does) while the doctor samples the broker: on ActiveMQ
+over STOMP (its statistics plugin) and over Jolokia (its MBeans, served at
+/api/jolokia by Debian's Jetty and Jolokia as its web console would) at once.
+The doctor must name the pathology in the pathology run and find nothing in
+the cure run, through every reader.
 Lab 02 is the lab whose pathologies ActiveMQ 5.17 shows (its ``--against``
 runs: labs 00 and 01 are healthy on it, 03's stall needs a slow store, 04 is
 Qpid's); the real server shows them all, and labs 00 and 01 are its own tests.
