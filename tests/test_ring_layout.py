@@ -175,6 +175,10 @@ def test_a_ring_refusing_enqueues_is_its_queues_state_in_the_statistics_not_the_
     assert stats["journalFilesWithLive"] == stats["journalLive"]
     broker = broker_statistics(net.broker)
     assert (broker["storeState"], broker["storeProblem"]) == ("ok", "")
+    from clients.commands.stat import format_tables
+
+    report = format_tables({"broker": broker, "destinations": [stats]})
+    assert f"journal of /queue/q FULL ({stats['size']} live messages in 4 files): {error.headers['message']}" in report
     producer.send("/queue/other", "fine", persistent="true", receipt="other")
     assert producer.frames("RECEIPT")[-1].headers["receipt-id"] == "other"
     assert queue_stats("/queue/other")["journalState"] == "ok"
