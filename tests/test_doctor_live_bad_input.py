@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -47,9 +48,12 @@ def _serve_tcp(answer: bytes) -> Iterator[int]:
     server.close()
 
 
-def _serve_http(status: int, body: bytes = b"") -> Iterator[int]:
+def _start_http(answer: Callable[[str], tuple[int, bytes]]) -> HTTPServer:
+    """An HTTP server on loopback answering each GET with ``answer(path)``: (status, body)."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            status, body = answer(self.path)
             self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -59,11 +63,24 @@ def _serve_http(status: int, body: bytes = b"") -> Iterator[int]:
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _stop_http(server: HTTPServer) -> None:
     server.shutdown()
     server.server_close()
+
+
+def _json_answers(answers: dict[str, Any]) -> Callable[[str], tuple[int, bytes]]:
+    """Each path of ``answers`` as its JSON, any other a 404."""
+    return lambda path: (200, json.dumps(answers[path]).encode()) if path in answers else (404, b"")
+
+
+def _serve_http(status: int, body: bytes = b"") -> Iterator[int]:
+    server = _start_http(lambda path: (status, body))
+    yield server.server_address[1]
+    _stop_http(server)
 
 
 def _doctor(capsys: pytest.CaptureFixture[str], url: str, *more: str) -> tuple[int, str]:
@@ -139,8 +156,6 @@ def test_broker_that_stops_mid_sampling(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_jolokia_is_read_as_activemq(capsys: pytest.CaptureFixture[str]) -> None:
     """An ActiveMQ web console answers Jolokia at /api/jolokia (RabbitMQ's /api/overview is a 404 there)."""
-    import json
-
     answers = {
         "/api/jolokia/version": {"value": {"agent": "1.7.1", "info": {"product": "activemq", "version": "5.17.2"}}},
         "/api/jolokia/read/org.apache.activemq:type=Broker,brokerName=*": {
@@ -159,25 +174,11 @@ def test_jolokia_is_read_as_activemq(capsys: pytest.CaptureFixture[str]) -> None
         },
     }
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            body = json.dumps(answers[self.path]).encode() if self.path in answers else b""
-            self.send_response(200 if body else 404)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = _start_http(_json_answers(answers))
     try:
         status = main(["doctor", "--live", f"http://127.0.0.1:{server.server_address[1]}/", "--window", "1", "--json"])
     finally:
-        server.shutdown()
-        server.server_close()
+        _stop_http(server)
     out = json.loads(capsys.readouterr().out)
     assert status == 0
     assert (out["broker"], out["version"], out["findings"]) == ("activemq", "5.17.2", [])
@@ -246,8 +247,6 @@ def test_nothing_listening(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_management_api_that_stops_mid_sampling(capsys: pytest.CaptureFixture[str]) -> None:
     """An HTTP broker that answers, then is gone: one line saying it stopped while sampling."""
-    import json
-
     answers = {
         "/api/overview": {"rabbitmq_version": "3.10.8"},
         "/api/nodes": [{"name": "rabbit@here", "mem_used": 1, "mem_limit": 100}],
@@ -256,27 +255,8 @@ def test_management_api_that_stops_mid_sampling(capsys: pytest.CaptureFixture[st
         "/api/channels": [],
         "/api/consumers": [],
     }
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            body = json.dumps(answers[self.path]).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-
-    def stop() -> None:
-        server.shutdown()
-        server.server_close()
-
-    timer = threading.Timer(1.5, stop)
+    server = _start_http(_json_answers(answers))
+    timer = threading.Timer(1.5, _stop_http, (server,))
     timer.start()
     try:
         status, err = _doctor(capsys, f"http://127.0.0.1:{server.server_address[1]}/", "--window", "5")
