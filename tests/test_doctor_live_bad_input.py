@@ -156,12 +156,15 @@ def test_broker_that_stops_mid_sampling(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_jolokia_is_read_as_activemq(capsys: pytest.CaptureFixture[str]) -> None:
     """An ActiveMQ web console answers Jolokia at /api/jolokia (RabbitMQ's /api/overview is a 404 there)."""
+    from clients.doctor.live import read_http
+
     answers = {
         "/api/jolokia/version": {"value": {"agent": "1.7.1", "info": {"product": "activemq", "version": "5.17.2"}}},
-        "/api/jolokia/read/org.apache.activemq:type=Broker,brokerName=*": {
+        "/api/jolokia/read/org.apache.activemq:type=Broker,brokerName=*/" + read_http._BROKER_ATTRIBUTES: {
             "value": {"org.apache.activemq:brokerName=b,type=Broker": {"BrokerName": "b", "MemoryPercentUsage": 3}}
         },
-        "/api/jolokia/read/org.apache.activemq:type=Broker,brokerName=*,destinationType=*,destinationName=*": {
+        "/api/jolokia/read/org.apache.activemq:type=Broker,brokerName=*,destinationType=*,destinationName=*/"
+        + read_http._DEST_ATTRIBUTES: {
             "value": {
                 "org.apache.activemq:brokerName=b,destinationName=jobs,destinationType=Queue,type=Broker": {
                     "Name": "jobs",

@@ -32,6 +32,12 @@ __all__ = ["HttpReader", "rabbitmq_sample", "jolokia_sample"]
 
 _JOLOKIA_BROKER = "org.apache.activemq:type=Broker,brokerName=*"
 _JOLOKIA_DESTS = "org.apache.activemq:type=Broker,brokerName=*,destinationType=*,destinationName=*"
+#: The attributes a sample reads (all of them would cost the broker every subscriber list, each sample).
+_BROKER_ATTRIBUTES = "BrokerName,MemoryPercentUsage,MemoryLimit,TempPercentUsage,StorePercentUsage"
+_DEST_ATTRIBUTES = (
+    "Name,QueueSize,EnqueueCount,DequeueCount,DispatchCount,ConsumerCount,InFlightCount,ProducerCount,"
+    "MemoryUsageByteCount,MemoryPercentUsage"
+)
 
 
 class _HttpStatus(Exception):
@@ -133,8 +139,8 @@ class HttpReader:
                 channels=self._read("/api/channels"),
                 consumers=self._read("/api/consumers"),
             )
-        broker = self._read("/api/jolokia/read/" + quote(_JOLOKIA_BROKER, safe=":=,*"))
-        dests = self._read("/api/jolokia/read/" + quote(_JOLOKIA_DESTS, safe=":=,*"))
+        broker = self._read(f"/api/jolokia/read/{quote(_JOLOKIA_BROKER, safe=':=,*')}/{_BROKER_ATTRIBUTES}")
+        dests = self._read(f"/api/jolokia/read/{quote(_JOLOKIA_DESTS, safe=':=,*')}/{_DEST_ATTRIBUTES}")
         return jolokia_sample(t, broker, dests)
 
 
