@@ -96,9 +96,11 @@ php-stomp:
 # Debian's ActiveMQ Classic (and the Java it runs on) for `minibroker lab run N --against
 # activemq` and its test (tests/labs/test_lab_activemq.py); the broker is started only by the
 # labs and the benchmarks, on ports of their own. xstream and jettison carry its statistics
-# plugin's map messages over STOMP (transformation jms-map-json: `doctor --live`).
+# plugin's map messages over STOMP (transformation jms-map-json: `doctor --live`). Jetty 9 and
+# Jolokia serve the broker's MBeans at /api/jolokia as its web console would (Debian's package
+# has no web console): `doctor --live http://...` reads them (clients.activemq.JOLOKIA_CLASSPATH).
 activemq:
-	$(call debian_client,{ [ -f /usr/share/activemq/bin/activemq.jar ] && [ -f /usr/share/java/xstream.jar ] && [ -f /usr/share/java/jettison.jar ] && command -v java; },activemq libxstream-java libjettison-java,tests/labs/test_lab_activemq.py and tests/doctor/test_doctor_live_labs.py)
+	$(call debian_client,{ [ -f /usr/share/activemq/bin/activemq.jar ] && [ -f /usr/share/java/xstream.jar ] && [ -f /usr/share/java/jettison.jar ] && [ -f /usr/share/java/jolokia-core.jar ] && [ -f /usr/share/java/jetty9-servlet.jar ] && command -v java; },activemq libxstream-java libjettison-java libjetty9-java libjolokia-core-java,tests/labs/test_lab_activemq.py and tests/doctor/test_doctor_live_labs.py)
 
 # Debian's RabbitMQ 3.10 (Erlang, its STOMP and management plugins) for `minibroker lab run N
 # --against rabbitmq` and its tests; never the system service: clients/rabbitmq.py starts a node

@@ -26,6 +26,8 @@ __all__ = [
     "BrokerStartError",
     "HARNESS",
     "installed_problem",
+    "jolokia_problem",
+    "JOLOKIA_CLASSPATH",
     "log_lines",
     "package_version",
     "version",
@@ -36,6 +38,23 @@ HARNESS = Path(__file__).resolve().parents[1] / "bench" / "harness"
 AMQ_HOME = Path("/usr/share/activemq")
 AMQ_JAR = AMQ_HOME / "bin" / "activemq.jar"
 AMQ_INSTALL = "apt-get install -y activemq"
+#: Jolokia as ActiveMQ's web console serves it, from Debian's packages (the console is not in
+#: Debian's activemq): Jetty 9, the servlet API and Jolokia's servlet (``write_xml(jolokia_port=...)``).
+JOLOKIA_INSTALL = "apt-get install -y libjetty9-java libjolokia-core-java"
+JOLOKIA_CLASSPATH = tuple(
+    Path("/usr/share/java") / f"{jar}.jar"
+    for jar in (
+        "jetty9-server",
+        "jetty9-servlet",
+        "jetty9-http",
+        "jetty9-io",
+        "jetty9-util",
+        "jetty9-security",
+        "servlet-api",
+        "jolokia-core",
+        "json-simple",
+    )
+)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -59,6 +78,14 @@ def installed_problem() -> str | None:
         )
     if not (HARNESS / "activemq-start.sh").exists():
         return f"the ActiveMQ start script is not here ({HARNESS}): run from a checkout of minibroker"
+    return None
+
+
+def jolokia_problem() -> str | None:
+    """Why ActiveMQ cannot serve Jolokia here (with the command that installs it), or None."""
+    missing = [str(jar) for jar in JOLOKIA_CLASSPATH if not jar.exists()]
+    if missing:
+        return f"Jolokia's jars are not installed (missing: {', '.join(missing)}). As root:\n\n    {JOLOKIA_INSTALL}\n"
     return None
 
 
@@ -97,14 +124,17 @@ class ActiveMQ:
         conf: Path | None = None,
         heap: str | None = None,
         port: int = 61613,
+        classpath: tuple[Path, ...] = (),
     ) -> None:
         """``conf``: an activemq.xml instead of the harness's (which listens on 61613 and
-        61616); ``heap``: JVM heap options; ``port``: the STOMP port ``conf`` names."""
+        61616); ``heap``: JVM heap options; ``port``: the STOMP port ``conf`` names;
+        ``classpath``: jars the broker's classpath needs beyond its own (``JOLOKIA_CLASSPATH``)."""
         self.name = name
         self.run_dir = workdir / "activemq"
         self.conf = conf
         self.heap = heap
         self.port = port
+        self.classpath = classpath
         self.pid: int | None = None
         self.info: dict = {}
 
@@ -121,6 +151,8 @@ class ActiveMQ:
             env["AMQ_CONF"] = str(self.conf)
         if self.heap is not None:
             env["AMQ_HEAP"] = self.heap
+        if self.classpath:
+            env["AMQ_EXTRA_CLASSPATH"] = ":".join(str(jar) for jar in self.classpath)
         return env
 
     def start(self, keep_data: bool = False) -> None:

@@ -42,7 +42,7 @@ from storage.bodies import (
     verified_payload,
     verified_payloads,
 )
-from storage.errors import CorruptRecord, JournalFull, StoreFailed, StoreFull, TornWrite
+from storage.errors import CorruptRecord, EnqueueThresholdExceeded, JournalFull, StoreFailed, StoreFull, TornWrite
 from storage.fileio import file_ops, is_no_space
 from storage.index import JournalIndex
 from storage.model import FileInfo, JournalConfig, Location, RecoveredRecord
@@ -87,6 +87,8 @@ class Journal:
         self._keys: dict[str, bytes] = {}
         self._unwritten_aborts: set[bytes] = set()
         self._closed = False
+        #: The enqueue threshold's refusal of the last enqueue tried, until one is written (a ring).
+        self.refusal: EnqueueThresholdExceeded | None = None
         #: Set by the first failure nothing can undo (``StoreFailed``): final.
         self._failed: StoreFailed | None = None
         self._current: Segment
@@ -314,10 +316,16 @@ class Journal:
         with self._lock:
             if not use_reserve and not self._closed:
                 cur = self._current
-                self._layout.check_enqueue(cur.file_id, cur.offset, length, self._live)
+                try:
+                    self._layout.check_enqueue(cur.file_id, cur.offset, length, self._live)
+                except EnqueueThresholdExceeded as refused:
+                    self.refusal = refused
+                    raise
             keep = self._keep if length + self._keep <= self._max_record else 0
             seq, fid, offset = self._append(RecordType.ENQUEUE, parts, length, keep)
             self._index.enqueue(seq, k, t, fid, offset, offset + length)
+            if not use_reserve:
+                self.refusal = None
         return Location(seq, fid, offset, length)
 
     def dequeue(self, enqueue_seq: int, txid: TxId | None = None) -> int:
@@ -641,6 +649,12 @@ class Journal:
     def used_bytes(self) -> int:
         """Bytes of records in the journal's files: what of ``disk_usage`` was written."""
         return sum(stats.used for fid, stats in self._index.files.items() if fid in self._segments)
+
+    def file_counts(self) -> tuple[int, int]:
+        """(files, files holding a live enqueue): ``files()``'s counts without its pins (cheap
+        enough for every statistics request)."""
+        stats = self._index.files
+        return len(self._segments), sum(1 for fid in self._segments if fid in stats and stats[fid].live)
 
     def files(self) -> list[FileInfo]:
         """One ``FileInfo`` per file, by file id (see ``FileInfo``)."""

@@ -196,6 +196,12 @@ def format_tables(stats: dict[str, Any]) -> str:
         for d in stats["destinations"]
     ]  # (our own reply queue is not among them)
     out.append(_table(rows, header) if rows else "(no destinations)")
+    out += [
+        f"journal of {d['destinationName']} FULL ({_plural(d['journalLive'], 'live message')} in "
+        f"{d['journalFiles']} files): {d['journalProblem']}"
+        for d in stats["destinations"]
+        if d.get("journalState") == "full"
+    ]
     if "connections" in stats:
         header = [
             "connection",

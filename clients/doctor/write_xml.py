@@ -246,9 +246,46 @@ def _attributes(values: dict[str, str]) -> str:
     return "".join(f" {k}={quoteattr(v)}" for k, v in values.items())
 
 
-def write_xml(config: BrokerConfig, *, stomp_port: int, openwire_port: int) -> ActiveMQXml:
+def _jolokia(port: int) -> list[str]:
+    """ActiveMQ's web console's Jolokia alone: Jolokia's servlet at /api/jolokia in a Jetty
+    on 127.0.0.1:``port``, in the broker's Spring context (the web console itself, which
+    Debian's package lacks, is not needed); its classes must be on the broker's classpath
+    (``clients.activemq.JOLOKIA_CLASSPATH``)."""
+    return [
+        '<bean id="jolokia" class="org.eclipse.jetty.server.Server" init-method="start" destroy-method="stop">',
+        "  <constructor-arg>",
+        '    <bean class="java.net.InetSocketAddress">',
+        f'      <constructor-arg value="127.0.0.1"/><constructor-arg value="{port}"/>',
+        "    </bean>",
+        "  </constructor-arg>",
+        '  <property name="handler">',
+        '    <bean class="org.eclipse.jetty.servlet.ServletContextHandler">',
+        '      <property name="contextPath" value="/api"/>',
+        '      <property name="servletHandler">',
+        '        <bean class="org.eclipse.jetty.servlet.ServletHandler">',
+        '          <property name="servlets"><list><bean class="org.eclipse.jetty.servlet.ServletHolder">',
+        '            <property name="name" value="jolokia"/>',
+        '            <property name="className" value="org.jolokia.http.AgentServlet"/>',
+        "          </bean></list></property>",
+        '          <property name="servletMappings"><list><bean class="org.eclipse.jetty.servlet.ServletMapping">',
+        '            <property name="servletName" value="jolokia"/>',
+        '            <property name="pathSpecs"><list><value>/jolokia/*</value></list></property>',
+        "          </bean></list></property>",
+        "        </bean>",
+        "      </property>",
+        "    </bean>",
+        "  </property>",
+        "</bean>",
+    ]
+
+
+def write_xml(
+    config: BrokerConfig, *, stomp_port: int, openwire_port: int, jolokia_port: int | None = None
+) -> ActiveMQXml:
     """``config`` as an activemq.xml whose STOMP connector is on 127.0.0.1:``stomp_port``
-    (OpenWire, which ActiveMQ always wants, on ``openwire_port``); data under ``${activemq.data}``."""
+    (OpenWire, which ActiveMQ always wants, on ``openwire_port``); data under ``${activemq.data}``.
+    With ``jolokia_port``, the broker's MBeans (JMX without a remote port) and Jolokia at
+    ``http://127.0.0.1:<jolokia_port>/api/jolokia`` as ActiveMQ's web console serves it."""
     writer = _Writer()
     broker = config.broker
     body: list[str] = []  # the broker's elements in alphabetical order, as ActiveMQ's schema once required
@@ -263,6 +300,8 @@ def write_xml(config: BrokerConfig, *, stomp_port: int, openwire_port: int) -> A
             "  </policyMap>",
             "</destinationPolicy>",
         ]
+    if jolokia_port is not None:
+        body += ["<managementContext>", '  <managementContext createConnector="false"/>', "</managementContext>"]
     store = writer.store(config.store)
     body += [
         *store[:3],
@@ -294,8 +333,11 @@ def write_xml(config: BrokerConfig, *, stomp_port: int, openwire_port: int) -> A
             "http://www.springframework.org/schema/beans/spring-beans.xsd",
             '       http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">',
             '  <bean class="org.springframework.beans.factory.config.PropertyPlaceholderConfigurer"/>',
+            # before the broker: it serves once the broker's ports are open
+            *("  " + line for line in (_jolokia(jolokia_port) if jolokia_port is not None else [])),
             f'  <broker xmlns="http://activemq.apache.org/schema/core" brokerName={quoteattr(broker.name)}',
-            f'          persistent="{persistent}" useJmx="false" dataDirectory="${{activemq.data}}"' + offline + ">",
+            f'          persistent="{persistent}" useJmx="{xml_value("useJmx", jolokia_port is not None)}"'
+            ' dataDirectory="${activemq.data}"' + offline + ">",
             *("    " + line for line in body),
             "  </broker>",
             "</beans>",

@@ -421,6 +421,10 @@ class MessageStore:
             self._journals[key] = journal
         return journal
 
+    def own_journal(self, key: str) -> Journal | None:
+        """``key``'s own journal if it has one yet (a ring); never creates one."""
+        return self._journals.get(key) if self._shared is None else None
+
     def journals(self) -> list[Journal]:
         return [self._shared] if self._shared is not None else list(self._journals.values())
 

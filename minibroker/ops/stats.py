@@ -41,6 +41,7 @@ from minibroker.destinations.queue import Queue
 from minibroker.ops.diagnosis import DiagnosedBroker
 
 if TYPE_CHECKING:
+    from storage import Journal
     from minibroker.connection.clock import Clock
     from minibroker.connection.security import Principal, Security
     from minibroker.connection.session import Session
@@ -190,6 +191,8 @@ def broker_statistics(broker: "BrokerView", scope: Scope | None = None) -> dict[
         # ok, full (no space on disk: persistent messages wait or are refused) or failed (stopping).
         "storeState": broker.store_state,
         "storeProblem": broker.store_failure or broker.store_full or "",
+        # the journals' files, and how many hold a live message (the rest kept by acks, or free)
+        **_journal_files(broker.store.journals() if broker.store is not None else []),
         "tempUsage": broker.temp_usage.usage,
         "tempLimit": broker.temp_usage.limit,
         "tempPercentUsage": broker.temp_usage.percent,
@@ -280,12 +283,37 @@ def destination_statistics(broker: "BrokerView", dest: "Destination", scope: Sco
         "cursorMemoryHighWaterMark": dest.policy.cursor_memory_high_water_mark,
     }
     stats.update(dest.cursor_statistics())
+    journal = broker.store.own_journal(dest.address) if broker.store is not None else None
+    if journal is not None:
+        stats.update(_ring_statistics(journal))
     if dest.kind == "topic":  # what its subscriptions hold for their consumers, and how much of it is on disk
         stats["pendingCount"] = sum(
             len(s.pending) for s in dest.subscriptions if s.durable is None or s.durable.active is s
         )
         stats["swappedCount"] = sum(_swapped(s) for s in dest.subscriptions)
     return stats
+
+
+def _journal_files(journals: "list[Journal]", prefix: str = "store") -> dict[str, int]:
+    """``<prefix>Files``: the journals' files; ``<prefix>FilesWithLive``: those holding a live message."""
+    counts = [j.file_counts() for j in journals]
+    return {f"{prefix}Files": sum(c[0] for c in counts), f"{prefix}FilesWithLive": sum(c[1] for c in counts)}
+
+
+def _ring_statistics(journal: "Journal") -> dict[str, Any]:
+    """A queue's own ring journal (the ring layout): its files and whether it refuses enqueues.
+
+    The ring's refusal is the queue's, not the store's: the broker's ``storeState``
+    stays ``ok`` (other queues' rings, the disk, go on), and ``journalState`` is
+    ``full`` from the threshold's refusal of an enqueue until an enqueue is written
+    (as ActiveMQ's StorePercentUsage stays at 100 until space returns)."""
+    refusal = journal.refusal
+    return {
+        "journalState": "full" if refusal is not None else "ok",
+        "journalProblem": str(refusal) if refusal is not None else "",
+        "journalLive": journal.live_count,
+        **_journal_files([journal], prefix="journal"),
+    }
 
 
 def subscription_statistics(sub: "Subscription", wall_ms: int) -> dict[str, Any]:

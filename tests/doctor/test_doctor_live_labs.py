@@ -4,8 +4,11 @@ Lab 02's live workload (``live.play_on``: a producer, three fast subscribers and
 a slow or stuck one on /topic/ticks, 10 s) is played against the real server
 and against ActiveMQ (a process of its own, started with the ``activemq.xml``
 that ``write_xml`` writes from the run's configuration, as ``lab run 02
---against activemq`` does) while the doctor samples the broker. The doctor
-must name the pathology in the pathology run and find nothing in the cure run.
+--against activemq`` does) while the doctor samples the broker: on ActiveMQ
+over STOMP (its statistics plugin) and over Jolokia (its MBeans, served at
+/api/jolokia by Debian's Jetty and Jolokia as its web console would) at once.
+The doctor must name the pathology in the pathology run and find nothing in
+the cure run, through every reader.
 Lab 02 is the lab whose pathologies ActiveMQ 5.17 shows (its ``--against``
 runs: labs 00 and 01 are healthy on it, 03's stall needs a slow store, 04 is
 Qpid's); the real server shows them all, and labs 00 and 01 are its own tests.
@@ -20,7 +23,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from clients.activemq import ActiveMQ, free_port, installed_problem
+from clients.activemq import JOLOKIA_CLASSPATH, ActiveMQ, free_port, installed_problem, jolokia_problem
 from clients.doctor.live import LiveReport, parse_target, run_live
 from clients.doctor.write_xml import write_xml
 from clients.labs.model import labs_directory, load_lab, sibling_module
@@ -48,11 +51,17 @@ def _config(run: str) -> Any:
 #: The workload's length here: the lab's 10 s leave a pathology that starts at t=3 s too short a
 #: window on a busy machine, so it plays longer (its rates are the lab's).
 SECONDS = 16.0
+#: ... and on ActiveMQ, whose JVM (its JIT held at the first tier) takes longer to reach the
+#: pathology on a busy machine.
+ACTIVEMQ_SECONDS = 20.0
 
 
-def _doctor_during_workload(port: int, stuck: bool, monkeypatch: pytest.MonkeyPatch) -> LiveReport:
-    """Sample the broker on ``port`` while lab 02's workload plays on it."""
-    monkeypatch.setattr(LIVE, "SECONDS", SECONDS)
+def _doctor_during_workload(
+    port: int, stuck: bool, monkeypatch: pytest.MonkeyPatch, *urls: str, seconds: float = SECONDS
+) -> tuple[LiveReport, ...]:
+    """Sample the broker on ``port`` over STOMP (and at each of ``urls`` at once) while lab 02's
+    workload plays on it: one report each."""
+    monkeypatch.setattr(LIVE, "SECONDS", seconds)
     done = threading.Event()
     failure: list[BaseException] = []
 
@@ -67,11 +76,16 @@ def _doctor_during_workload(port: int, stuck: bool, monkeypatch: pytest.MonkeyPa
     thread = threading.Thread(target=workload, daemon=True)
     thread.start()
     try:
-        report = asyncio.run(run_live(parse_target(f"stomp://127.0.0.1:{port}"), window=SECONDS - 2))
+        targets = [parse_target(url) for url in (f"stomp://127.0.0.1:{port}", *urls)]
+
+        async def sample_all() -> tuple[LiveReport, ...]:
+            return tuple(await asyncio.gather(*(run_live(t, window=seconds - 2, timeout=15) for t in targets)))
+
+        reports = asyncio.run(sample_all())
     finally:
         assert done.wait(60), "the workload did not end"
     assert not failure, failure
-    return report
+    return reports
 
 
 def _check(report: LiveReport, expected: str | None) -> None:
@@ -89,7 +103,7 @@ def _check(report: LiveReport, expected: str | None) -> None:
 def test_minibroker(run: str, expected: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
     broker = RunningBroker(_config(run)).start()
     try:
-        report = _doctor_during_workload(broker.port, run.startswith("stuck-socket"), monkeypatch)
+        (report,) = _doctor_during_workload(broker.port, run.startswith("stuck-socket"), monkeypatch)
     finally:
         broker.stop()
     assert report.broker == "minibroker"
@@ -98,7 +112,7 @@ def test_minibroker(run: str, expected: str | None, monkeypatch: pytest.MonkeyPa
 
 @pytest.fixture
 def activemq_dir(tmp_path: Path) -> Iterator[Path]:
-    problem = installed_problem()
+    problem = installed_problem() or jolokia_problem()
     if problem:
         pytest.fail(problem)
     yield tmp_path
@@ -106,17 +120,28 @@ def activemq_dir(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.mark.parametrize(("run", "expected"), RUNS)
 def test_activemq(run: str, expected: str | None, activemq_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    port = free_port()
-    xml = write_xml(_config(run), stomp_port=port, openwire_port=free_port())
+    """Over STOMP (the statistics plugin) and, at the same time, over Jolokia (the MBeans, as
+    ActiveMQ's web console serves them): both readers find the same."""
+    port, jolokia = free_port(), free_port()
+    xml = write_xml(_config(run), stomp_port=port, openwire_port=free_port(), jolokia_port=jolokia)
     conf = activemq_dir / "activemq.xml"
     conf.write_text(xml.text)
     broker = ActiveMQ(
-        activemq_dir, conf=conf, heap="-Xms64M -Xmx256M -XX:TieredStopAtLevel=1 -XX:+UseSerialGC", port=port
+        activemq_dir,
+        conf=conf,
+        heap="-Xms64M -Xmx256M -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        port=port,
+        classpath=JOLOKIA_CLASSPATH,
     )
     broker.start()
     try:
-        report = _doctor_during_workload(port, run.startswith("stuck-socket"), monkeypatch)
+        for url in (f"stomp://127.0.0.1:{port}", f"http://127.0.0.1:{jolokia}/"):  # the JVM's first answers are slow
+            asyncio.run(run_live(parse_target(url), window=0, timeout=30))
+        reports = _doctor_during_workload(
+            port, run.startswith("stuck-socket"), monkeypatch, f"http://127.0.0.1:{jolokia}/", seconds=ACTIVEMQ_SECONDS
+        )
     finally:
         broker.stop()
-    assert report.broker == "activemq"
-    _check(report, expected)
+    for report in reports:
+        assert (report.broker, report.version) == ("activemq", "5.17.2"), report.target
+        _check(report, expected)

@@ -11,12 +11,14 @@ window holds enough samples.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from clients import rabbitmq
+from clients.cli import main
 from clients.doctor.live import LiveReport, parse_target, run_live
 from clients.rabbitmq import RabbitMQ
 from clients.stomp import StompClient, StompClientError
@@ -82,7 +84,32 @@ def test_memory_alarm_found_with_the_blocked_connection(tmp_path: Path) -> None:
     assert "vm_memory_high_watermark" in alarm.fix.text
 
 
-def test_default_watermark_nothing_found(tmp_path: Path) -> None:
-    report = _run(tmp_path, {})
+def test_default_watermark_nothing_found_a_wrong_password_and_a_node_that_stops(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nothing found on a healthy node; then, on the same node, the management API's 401 for a
+    wrong password, and the node stopped while the doctor samples it: one line each, exit 2."""
+    problem = rabbitmq.installed_problem()
+    if problem:
+        pytest.fail(problem)
+    node = RabbitMQ(tmp_path, settings=FRESH)
+    node.start()
+    try:
+        report = asyncio.run(_doctor_while_clients_run(node))
+        base = f"127.0.0.1:{node.management_port}/"
+        capsys.readouterr()
+        refused = main(["doctor", "--live", f"http://{node.user}:wrong@{base}", "--window", "1"])
+        refusal = capsys.readouterr().err
+        timer = threading.Timer(2.0, node.stop)
+        timer.start()
+        stopped = main(["doctor", "--live", f"http://{node.user}:{node.password}@{base}", "--window", "30"])
+        timer.join()
+        stop = capsys.readouterr().err
+    finally:
+        node.stop()
     assert report.broker == "rabbitmq"
     assert report.findings == (), [f.headline for f in report.findings]
+    assert refused == 2 and len(refusal.strip().splitlines()) == 1, refusal
+    assert f"refused the login (user {node.user!r}): HTTP 401" in refusal
+    assert stopped == 2 and len(stop.strip().splitlines()) == 1 and "Traceback" not in stop, stop
+    assert "stopped answering while sampling" in stop, stop

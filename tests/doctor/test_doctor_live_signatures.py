@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from clients.doctor.live import Connection, Consumer, Destination, Sample, evaluate
 from clients.doctor.live.read_http import rabbitmq_sample
 from clients.doctor.live.read_stomp import activemq_sample, parse_map
@@ -221,3 +223,34 @@ def test_temp_store_full_with_nothing_to_spool() -> None:
     assert [f.pathology for f in found] == ["blocked_producer_idle_consumers"]
     assert 'temp_limit = "1 gb"' in found[0].fix.text and found[0].fix.lab == "01-temp-storage-deadlock"
     assert evaluate([s(t, 60) for t in range(7)]) == []
+
+
+def _full_store(t: float, broker: str = "minibroker", **figures: Any) -> Sample:
+    """A store pinned at its limit, a producer held, one message nobody reads in 16 files."""
+    figures = {"store_pct": 100, "blocked_producers": 1, "store_files": 16, "store_files_with_live": 1, **figures}
+    audit = Destination("/queue/audit", "queue", size=1, enqueued=1, dequeued=0, consumers=0)
+    return Sample(t=t, broker=broker, destinations=(audit,), **figures)
+
+
+def test_a_store_held_by_a_few_live_messages_and_what_is_not() -> None:
+    [held] = evaluate([_full_store(float(t)) for t in range(7)])
+    assert (held.pathology, held.culprits, held.fix.lab) == (
+        "store_held_by_few_live",
+        ("/queue/audit",),
+        "06-journal-kept-alive",
+    )
+    assert "16 journal files kept, 15 of them with no live message" in held.headline
+    for not_it in (
+        {"store_files_with_live": 16},  # every file holds a live message: a store too small
+        {"store_rings": 4},  # a ring store: its rings are reserved whole from the start
+        {"blocked_producers": 0},  # nobody is held
+        {"store_pct": 80},
+    ):
+        assert evaluate([_full_store(float(t), **not_it) for t in range(7)]) == [], not_it
+    # ActiveMQ counts no journal files: the doctor takes 100 live messages as few
+    amq = [
+        _full_store(float(t), "activemq", store_files=None, store_files_with_live=None, blocked_producers=None)
+        for t in range(7)
+    ]
+    [found] = evaluate(amq)
+    assert "offlineDurableSubscriberTimeout" in found.fix.text and "journal files kept" not in found.headline

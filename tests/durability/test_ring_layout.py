@@ -143,3 +143,46 @@ def test_a_store_full_of_ring_reservations_says_so_in_the_error_stat_and_diagnos
     report = format_tables({"broker": stats, "destinations": []})
     assert "store 100% (1 MiB of 1 MiB reserved by 4 rings of 256 KiB, " in report.splitlines()[0]
     assert "DIAGNOSIS rings-reserve-the-store: persistent store 100% full" in report
+
+
+def test_a_ring_refusing_enqueues_is_its_queues_state_in_the_statistics_not_the_stores(tmp_path: Path) -> None:
+    """The enqueue threshold refuses one queue's messages: that queue's statistics say
+    ``journalState`` full (the doctor reads it), the broker's ``storeState`` stays ok and
+    other queues take persistent messages; an enqueue written again clears it."""
+    from minibroker.ops.stats import broker_statistics, destination_statistics
+
+    net = VirtualNetwork(parse_config({"store": RING}), data_dir=tmp_path / "data")
+    producer, consumer = net.connected_client(), net.connected_client()
+    consumer.subscribe("/queue/q", "s", "auto", selector="kind = 'order'")
+    journal = net.broker.store.journal_for  # the ring is made by the first message
+
+    def queue_stats(address: str) -> dict[str, object]:
+        return destination_statistics(net.broker, net.broker.destinations[address])
+
+    pins = 0
+    while not producer.frames("ERROR") and pins < 8:  # one message per file the consumer never takes
+        producer.send("/queue/q", "pin", persistent="true", kind="audit")
+        pins += 1
+        start = journal("/queue/q").current_file_id
+        while not producer.frames("ERROR") and journal("/queue/q").current_file_id == start:
+            producer.send("/queue/q", "x" * 200, persistent="true", kind="order")
+    [error] = producer.frames("ERROR")
+    assert error.headers["message"] == 'Enqueue capacity threshold exceeded on queue "q".'
+    stats = queue_stats("/queue/q")
+    assert (stats["journalState"], stats["journalProblem"]) == ("full", error.headers["message"])
+    assert (stats["journalFiles"], stats["journalLive"]) == (4, stats["size"]) and stats["size"] <= 4
+    assert stats["journalFilesWithLive"] == stats["journalLive"]
+    broker = broker_statistics(net.broker)
+    assert (broker["storeState"], broker["storeProblem"]) == ("ok", "")
+    from clients.commands.stat import format_tables
+
+    report = format_tables({"broker": broker, "destinations": [stats]})
+    assert f"journal of /queue/q FULL ({stats['size']} live messages in 4 files): {error.headers['message']}" in report
+    producer.send("/queue/other", "fine", persistent="true", receipt="other")
+    assert producer.frames("RECEIPT")[-1].headers["receipt-id"] == "other"
+    assert queue_stats("/queue/other")["journalState"] == "ok"
+
+    net.connected_client().subscribe("/queue/q", "all", "auto")  # the pins are consumed
+    producer.send("/queue/q", "again", persistent="true", receipt="again")
+    assert producer.frames("RECEIPT")[-1].headers["receipt-id"] == "again"
+    assert (queue_stats("/queue/q")["journalState"], queue_stats("/queue/q")["journalProblem"]) == ("ok", "")

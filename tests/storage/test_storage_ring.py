@@ -38,6 +38,20 @@ def test_seed_004_few_pinned_messages_refuse_enqueues(tmp_path: Path) -> None:
     assert refused.value.file_id == 6
 
 
+def test_the_journal_tells_its_refusal_until_an_enqueue_is_written(tmp_path: Path) -> None:
+    j = Journal.open(small_config(tmp_path / "q", "ring", file_size=64 * 1024))
+    assert j.refusal is None
+    with pytest.raises(EnqueueThresholdExceeded) as refused:
+        pin_six_files_then_fill_the_seventh(j)
+    assert j.refusal is refused.value
+    assert j.file_counts() == (8, sum(1 for f in j.files() if f.live)) == (8, 7)
+    for rec in list(j.recovered(payloads=False)):
+        j.dequeue(rec.seq)
+    assert j.refusal is refused.value  # nothing tried since: still the last word
+    j.enqueue(b"Durable", ORDINARY)
+    assert j.refusal is None
+
+
 def test_seed_004_at_the_default_sizes(tmp_path: Path) -> None:
     """The same story with Qpid's defaults (8 x 1.5 MiB): ~20k messages go through."""
     j = Journal.open(JournalConfig(directory=tmp_path / "Durable", layout="ring"))

@@ -40,6 +40,7 @@ SOURCE_OF: dict[str, str] = {
     "stalled_socket": "slow-consumers",
     "prefetch_full_slow_acks": "stalled-socket",
     "journal_full_few_live": "journal-threshold",
+    "store_held_by_few_live": "kahadb-log-files",
     "redelivery_loop": "redelivery-dlq",
     "resource_alarm": "rabbitmq-alarms",
     "blocked_holding_unacked": "producer-flow-control",
@@ -156,6 +157,19 @@ def _text(pathology: str, broker: str, subject: str, culprits: tuple[str, ...], 
         return (
             "consume or remove the few old messages that pin the journal files, then compact the journal with "
             'the broker stopped (minibroker journal compact); or use the growing layout:\n[store]\nlayout = "growing"'
+        )
+    if pathology == "store_held_by_few_live":
+        keepers = ", ".join(_names(culprits, "the destinations nobody reads"))
+        if amq:
+            return (
+                f"consume or remove the old messages that keep the journal files ({keepers}), and let the "
+                "broker remove durable subscribers that stay offline, in activemq.xml:\n"
+                '  <broker offlineDurableSubscriberTimeout="86400000" offlineDurableSubscriberTaskSchedule="3600000">'
+            )
+        return (
+            f"consume or remove the old messages that keep the journal files ({keepers}; minibroker journal "
+            "inspect names what pins each file), and let the broker remove durable subscribers that stay "
+            "offline:\n[broker]\noffline_durable_subscriber_timeout = 86400000"
         )
     if pathology == "redelivery_loop":
         if broker == RABBITMQ:

@@ -32,6 +32,12 @@ __all__ = ["HttpReader", "rabbitmq_sample", "jolokia_sample"]
 
 _JOLOKIA_BROKER = "org.apache.activemq:type=Broker,brokerName=*"
 _JOLOKIA_DESTS = "org.apache.activemq:type=Broker,brokerName=*,destinationType=*,destinationName=*"
+#: The attributes a sample reads (all of them would cost the broker every subscriber list, each sample).
+_BROKER_ATTRIBUTES = "BrokerName,MemoryPercentUsage,MemoryLimit,TempPercentUsage,StorePercentUsage"
+_DEST_ATTRIBUTES = (
+    "Name,QueueSize,EnqueueCount,DequeueCount,DispatchCount,ConsumerCount,InFlightCount,ProducerCount,"
+    "MemoryUsageByteCount,MemoryPercentUsage"
+)
 
 
 class _HttpStatus(Exception):
@@ -47,6 +53,7 @@ class HttpReader:
         self.timeout = timeout
         self.kind = ""
         self.version = ""
+        self._answered = False  # a sample has been answered: a later failure is a broker that stopped
 
     def _get(self, path: str) -> Any:
         request = urllib.request.Request(self.target.base + path, headers={"Accept": "application/json"})
@@ -111,8 +118,16 @@ class HttpReader:
             raise self._refused(exc.status, path) from None
 
     async def sample(self, t: float) -> Sample:
-        """One sample, taken at ``t`` (blocking HTTP, off the event loop)."""
-        return await asyncio.to_thread(self._sample, t)
+        """One sample, taken at ``t`` (blocking HTTP, off the event loop); DoctorError if the
+        broker stops answering (said so once it has answered a sample)."""
+        try:
+            sample = await asyncio.to_thread(self._sample, t)
+        except DoctorError as exc:
+            if not self._answered:
+                raise
+            raise DoctorError(f"{self.target.shown} stopped answering while sampling: {exc}") from None
+        self._answered = True
+        return sample
 
     def _sample(self, t: float) -> Sample:
         if self.kind == RABBITMQ:
@@ -124,8 +139,8 @@ class HttpReader:
                 channels=self._read("/api/channels"),
                 consumers=self._read("/api/consumers"),
             )
-        broker = self._read("/api/jolokia/read/" + quote(_JOLOKIA_BROKER, safe=":=,*"))
-        dests = self._read("/api/jolokia/read/" + quote(_JOLOKIA_DESTS, safe=":=,*"))
+        broker = self._read(f"/api/jolokia/read/{quote(_JOLOKIA_BROKER, safe=':=,*')}/{_BROKER_ATTRIBUTES}")
+        dests = self._read(f"/api/jolokia/read/{quote(_JOLOKIA_DESTS, safe=':=,*')}/{_DEST_ATTRIBUTES}")
         return jolokia_sample(t, broker, dests)
 
 
@@ -243,4 +258,9 @@ def jolokia_sample(t: float, broker: dict[str, Any], dests: dict[str, Any]) -> S
         temp_pct=b.get("TempPercentUsage"),
         store_pct=b.get("StorePercentUsage"),
         destinations=tuple(sorted(rows, key=lambda d: d.name)),
+        notes=(
+            "read over Jolokia, the broker's and the destinations' MBeans only: no per-consumer figures "
+            "(prefetch, unacknowledged), no redeliveries and no connections: prefetch_full_slow_acks, "
+            "redelivery_loop and blocked_holding_unacked were not evaluated",
+        ),
     )

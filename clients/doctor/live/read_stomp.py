@@ -236,6 +236,8 @@ def minibroker_sample(t: float, stats: dict[str, Any]) -> Sample:
                 store_only=d.get("storeOnlyCount"),
                 pending=d.get("pendingCount"),
                 redelivered=d.get("redeliveredCount"),
+                journal_full=d.get("journalState") == "full",
+                journal_files=d.get("journalFiles"),
             )
         )
         for c in d.get("consumers", []):
@@ -273,6 +275,9 @@ def minibroker_sample(t: float, stats: dict[str, Any]) -> Sample:
         temp_pct=b["tempPercentUsage"],
         store_pct=b["storePercentUsage"],
         store_full=b.get("storeState") == "full",
+        store_rings=b.get("storeRings"),
+        store_files=b.get("storeFiles"),
+        store_files_with_live=b.get("storeFilesWithLive"),
         blocked_producers=b.get("blockedProducers"),
         destinations=tuple(dests),
         consumers=tuple(consumers),

@@ -39,6 +39,8 @@ class Destination:
     store_only: int | None = None  # messages its cursor holds only in the store
     pending: int | None = None  # a topic's messages waiting for its subscribers
     redelivered: int | None = None  # cumulative redeliveries
+    journal_full: bool = False  # its own journal (a ring) refuses enqueues
+    journal_files: int | None = None  # its own journal's files
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,9 @@ class Sample:
     temp_pct: int | None = None
     store_pct: int | None = None
     store_full: bool = False  # the store refuses or holds persistent messages
+    store_rings: int | None = None  # the ring layout's rings (0: the growing layout)
+    store_files: int | None = None  # the journals' files
+    store_files_with_live: int | None = None  # ... of which hold a live message
     blocked_producers: int | None = None
     memory_alarm: bool = False
     disk_alarm: bool = False

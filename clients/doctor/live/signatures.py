@@ -217,13 +217,49 @@ def _prefetch_full(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
     return {"destination": now.destination, "prefetch": now.prefetch, "unacked": now.outstanding, "acked": acked}
 
 
-def _journal_few_live(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+def _ring_refusing(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    """A queue's own ring refuses enqueues (the enqueue threshold) while it holds a handful
+    of messages: one left behind in each file is enough."""
+    d = cur.destination(name)
+    if d is None or not d.journal_full or d.journal_files is None:
+        return None
+    if d.size > p.few_live_per_file * d.journal_files:
+        return None
+    return {"journal_full": True, "live_messages": d.size, "journal_files": d.journal_files}
+
+
+#: The journal files assumed where a broker does not count them (ActiveMQ's statistics).
+UNTOLD_FILES = 10
+
+
+def _store_held(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    """The store full, producers held by it, while the broker holds a handful of live
+    messages: journal files kept by few messages (and, where the broker counts its files,
+    files with none live, kept by the acks in them). Not a ring store: its rings are
+    reserved whole from the start (``journal_full_few_live``, the diagnosis's rings)."""
+    if not cur.store_full and not _producers_blocked(cur.store_pct):
+        return None
+    if cur.blocked_producers == 0 or (cur.store_rings or 0) > 0:
+        return None
     live = sum(d.size for d in cur.destinations)
-    if not cur.store_full and (cur.store_pct is None or not full(cur.store_pct)):
+    files = cur.store_files if cur.store_files is not None else UNTOLD_FILES
+    if live > p.few_live_per_file * files:
         return None
-    if live > p.few_live_per_file * 10:
-        return None
-    return {"store_pct": cur.store_pct, "live_messages": live}
+    with_live = cur.store_files_with_live
+    if with_live is not None and files - with_live <= 0:
+        return None  # every file holds live messages: a store too small, not one kept alive
+    return {
+        "store_pct": cur.store_pct,
+        "blocked_producers": cur.blocked_producers,
+        "live_messages": live,
+        "journal_files": cur.store_files,
+        "files_with_live": with_live,
+    }
+
+
+def _store_keepers(s: Sample, subject: str) -> tuple[str, ...]:
+    """The destinations whose messages nobody takes: what keeps the journal files."""
+    return tuple(d.name for d in s.destinations if d.size > 0 and not d.consumers)
 
 
 def _poison(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
@@ -328,11 +364,30 @@ SIGNATURES: tuple[_Signature, ...] = (
     ),
     _Signature(
         "journal_full_few_live",
-        lambda s: ("store",),
-        _journal_few_live,
-        lambda _, s, d: (
-            f"the store has been full for {d:.0f} s while holding only {s[-1][1]['live_messages']} live message(s)"
+        _queues,
+        _ring_refusing,
+        lambda q, s, d: (
+            f"the journal of {q} has refused enqueues for {d:.0f} s (Enqueue capacity threshold exceeded) "
+            f"while the queue holds only {s[-1][1]['live_messages']} message(s) in its "
+            f"{s[-1][1]['journal_files']} files"
         ),
+    ),
+    _Signature(
+        "store_held_by_few_live",
+        lambda s: ("store",),
+        _store_held,
+        lambda _, s, d: (
+            f"producers have been held by a full store for {d:.0f} s (store {s[-1][1]['store_pct']}%) while "
+            f"the broker holds only {s[-1][1]['live_messages']} live message(s)"
+            + (
+                f": {s[-1][1]['journal_files']} journal files kept, "
+                f"{s[-1][1]['journal_files'] - s[-1][1]['files_with_live']} of them with no live message"
+                if s[-1][1]["files_with_live"] is not None
+                else ""
+            )
+        ),
+        culprits=_store_keepers,
+        culprit_role="kept by",
     ),
     _Signature(
         "redelivery_loop",
