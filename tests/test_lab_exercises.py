@@ -15,6 +15,7 @@ from clients.cli import main as cli
 from clients.labs import find_labs
 from clients.labs.check import PASSING, check, instructor_keys
 from clients.labs.model import KINDS
+from minibroker.message import Message
 
 LABS = find_labs()
 BY_NUMBER = {lab.number: lab for lab in LABS}
@@ -63,6 +64,33 @@ def test_the_answer_files_format_shows_no_answer() -> None:
             if key.grade == "right":
                 right = tomllib.loads(key.path.read_text(encoding="utf-8"))["answer"]
                 assert repr(right).replace("'", '"') not in shown, (lab.number, key.exercise)
+
+
+def test_a_predictions_text_gives_the_numbers_it_needs() -> None:
+    """Lab 01's receipted count follows from the rates, the memory limit, the mark and a
+    message's size in memory: the text gives each, the size as the broker counts it."""
+    lab = BY_NUMBER["01"]
+    text = " ".join(lab.exercise_text(next(e for e in lab.exercises if e.id == "predict-receipted")).split())
+    for given in ("1000 bytes", "50 a second", "20 messages a second", "256 KB", "70%", "900 KB", "1 MB"):
+        assert given in text, given
+    stated = re.search(r"counts each message it holds as about (\d+(?:\.\d+)?) KB of memory", text)
+    assert stated, "the text says what a message takes in memory"
+    headers = {"destination": "/topic/prices", "message-id": "ID:minibroker-1-1:123", "seq": "123", "receipt": "r123"}
+    size = Message(1, headers["message-id"], "/topic/prices", headers, b"x" * 1000).size
+    assert abs(float(stated[1]) * 1024 - size) <= 0.1 * size, (stated[1], size)
+
+
+def test_the_glossary_says_why_a_held_producer_is_healthy() -> None:
+    """Lab 01's vm-cursor producer waits 392 times and is graded healthy: where a student meets
+    it (the glossary, the exercise, the README) the difference between held and stuck is said."""
+    glossary = (Path(__file__).resolve().parents[1] / "docs" / "glossary.md").read_text(encoding="utf-8")
+    entry = next(p for p in glossary.split("\n- ") if p.startswith("**held** and **stuck**"))
+    assert "healthy" in entry and "flow_unblock" in entry and "pathology" in entry
+    lab = BY_NUMBER["01"]
+    exercise = lab.exercise_text(next(e for e in lab.exercises if e.id == "predict-vm-cursor"))
+    assert '"held and stuck"' in " ".join(exercise.split())
+    readme = " ".join((lab.directory / "README.md").read_text(encoding="utf-8").split())
+    assert "Why `vm-cursor` is graded healthy" in readme and '"held and stuck"' in readme
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.directory.name for lab in LABS])

@@ -8,7 +8,7 @@ down; each processed message comes back as one line on the child's stdout.
 
 A client that cannot be imported, has no ``consume``, raises, or processed nothing before
 the deadline is ``StudentError``: one line saying what is wrong. Otherwise ``ClientRun``
-says what it did, for the scenario to grade.
+says what it did, for the scenario to grade, and ``ClientRun.story`` says it in a line.
 """
 
 from __future__ import annotations
@@ -33,10 +33,22 @@ class ClientRun:
     processed: list[str]
     finished: bool
     seconds: float
+    #: Seconds from the start to the last message processed (0.0 when none was).
+    last_processed_at: float = 0.0
 
     @property
     def duplicates(self) -> int:
         return len(self.processed) - len(set(self.processed))
+
+    def story(self, count: int, deadline: float) -> str:
+        """What the consumer did, plainly: how many it processed, by when, and whether it returned."""
+        processed = len(set(self.processed))
+        done = f"your consumer processed {processed} of {count} messages"
+        done += f" (the last at {self.last_processed_at:.1f} s)" if processed else ""
+        done += f", {self.duplicates} of them a second time"
+        if self.finished:
+            return f"{done}; consume() returned after {self.seconds:.1f} s"
+        return f"{done}; consume() had not returned when the check stopped it at its {deadline:.0f} s deadline"
 
 
 _CHILD = r"""
@@ -52,10 +64,10 @@ except BaseException as exc:
 if not callable(getattr(module, "consume", None)):
     print(f"{path} defines no consume(host, port, queue, count, work) function", file=sys.stderr)
     sys.exit(3)
+start = time.monotonic()
 def work(message_id):
     time.sleep(work_s)
-    print(json.dumps(str(message_id)), flush=True)
-start = time.monotonic()
+    print(json.dumps([str(message_id), round(time.monotonic() - start, 3)]), flush=True)
 try:
     module.consume(host, port, queue, count, work)
 except BaseException as exc:
@@ -90,11 +102,11 @@ def run_consumer(
         timed_out = True
     seconds = time.monotonic() - start
     lines = out.splitlines()
-    processed = [json.loads(line) for line in lines if line.startswith('"')]
+    processed = [json.loads(line) for line in lines if line.startswith("[")]
     if child.returncode == 3:
         raise StudentError((err.strip().splitlines() or ["your client failed"])[-1])
     if not timed_out and child.returncode != 0:
         raise StudentError(f"your client ended with exit status {child.returncode}: {err.strip()[-200:]}")
     if timed_out and not processed:
         raise StudentError(f"your client processed no message in {deadline:.0f} s: does it hang, or never subscribe?")
-    return ClientRun(processed, "done" in lines, seconds)
+    return ClientRun([m for m, _ in processed], "done" in lines, seconds, max((t for _, t in processed), default=0.0))
