@@ -15,6 +15,7 @@ from clients.cli import main as cli
 from clients.labs import find_labs
 from clients.labs.check import PASSING, check, instructor_keys
 from clients.labs.model import KINDS
+from clients.spark.findings import DETECTORS
 from minibroker.message import Message
 
 LABS = find_labs()
@@ -50,7 +51,7 @@ def test_no_answer_sits_beside_the_exercises() -> None:
     for lab in LABS:
         text = (lab.directory / "exercises.md").read_text(encoding="utf-8")
         for exercise in lab.exercises:
-            for cause in exercise.causes if exercise.kind == "diagnose" else ():
+            for cause in exercise.causes + exercise.doctor_names if exercise.kind == "diagnose" else ():
                 assert cause not in text, (lab.number, exercise.id)
         assert not list(lab.directory.glob("keys.toml"))
         assert instructor_keys(lab), f"no answer keys for lab {lab.number}"
@@ -91,6 +92,37 @@ def test_the_glossary_says_why_a_held_producer_is_healthy() -> None:
     assert '"held and stuck"' in " ".join(exercise.split())
     readme = " ".join((lab.directory / "README.md").read_text(encoding="utf-8").split())
     assert "Why `vm-cursor` is graded healthy" in readme and '"held and stuck"' in readme
+
+
+def _diagnosis(tmp_path: Path, number: str, exercise_id: str, answer: str):
+    lab = BY_NUMBER[number]
+    path = tmp_path / "cause.toml"
+    path.write_text(f"answer = {answer!r}\n".replace("'", '"'))
+    return check(lab, next(e for e in lab.exercises if e.id == exercise_id), path)
+
+
+@pytest.mark.parametrize(
+    ("number", "exercise_id", "answer"),
+    [
+        ("01", "diagnose-hang", "producer blocked, idle consumers"),  # the analysis's words, in its order
+        ("01", "diagnose-hang", "Blocked-Producer-Idle-Consumer"),
+        ("03", "diagnose-stall", "socket stalled"),
+        ("03", "diagnose-stall", "prefetch_full_slow_acks"),  # what doctor --live prints of the same stall
+    ],
+)
+def test_a_diagnosis_may_name_the_finding_as_the_product_prints_it(tmp_path: Path, number, exercise_id, answer) -> None:
+    result = _diagnosis(tmp_path, number, exercise_id, answer)
+    assert result.grade == "right", result.lines()
+
+
+def test_a_diagnosis_that_names_no_detector_is_told_the_names(tmp_path: Path) -> None:
+    result = _diagnosis(tmp_path, "01", "diagnose-hang", "the producer hangs")
+    assert result.grade == "wrong" and result.hint
+    told = "\n".join(result.evidence)
+    assert "'the producer hangs' is no detector's name" in told
+    assert all(name in told for name in DETECTORS)
+    named = _diagnosis(tmp_path, "01", "diagnose-hang", "slow_consumer")  # a name, the wrong one
+    assert named.grade == "wrong" and "no detector's name" not in "\n".join(named.evidence)
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.directory.name for lab in LABS])

@@ -54,6 +54,8 @@ their text is ``exercises.md`` beside lab.toml, one ``## ID: title`` section eac
     tolerance = "10%"                 # predict: how far off a number may be (a number, or "N%")
     cause = "stalled_socket"          # diagnose: the detector the answer must name (default: any
                                       # of the run's findings)
+    doctor_names = ["prefetch_full_slow_acks"]  # diagnose: what `doctor --live` calls the same
+                                      # cause, also right (default: none)
     keep = ["system_usage.memory_limit"]  # config: settings of the run's own configuration that
                                       # the student's file cannot change (the story's broker)
     hint = "what to look at"          # the hint a wrong answer gets; config and client take
@@ -68,7 +70,8 @@ their text is ``exercises.md`` beside lab.toml, one ``## ID: title`` section eac
   server with the student's consumer (the scenario's ``run_client(lab, path)``), graded
   as a config;
 - *diagnose*: an answer file ``answer = "stalled_socket"``, right when it names one of the
-  detectors the run's ``findings`` list.
+  detectors the run's ``findings`` list (or one of its ``doctor_names``), written as the
+  analysis prints it or with its words in another order or case (``"Socket stalled"``).
 
 The answer keys and kept wrong answers are in ``examples/instructor/NN-name/keys.toml``
 (``clients.labs.check``), never beside the exercises.
@@ -238,6 +241,8 @@ class Exercise:
     hints: Mapping[str, str] = field(default_factory=dict)
     #: diagnose: the detectors a right answer names.
     causes: tuple[str, ...] = ()
+    #: diagnose: what ``doctor --live`` calls the same cause, also a right answer.
+    doctor_names: tuple[str, ...] = ()
 
     @property
     def option(self) -> str:
@@ -410,6 +415,9 @@ def _exercise(path: Path, i: int, data: dict[str, Any], runs: dict[str, RunSpec]
         raise LabError(f"{where}: a diagnose exercise's run must have findings, and its cause be one of them")
     if data["kind"] == "predict" and not data.get("metric"):
         raise LabError(f'{where}: a predict exercise names the metric to predict (or "grade")')
+    doctor_names = data.get("doctor_names", [])
+    if not isinstance(doctor_names, list) or not all(isinstance(n, str) for n in doctor_names):
+        raise LabError(f"{where}.doctor_names must be a list of names")
     keep = data.get("keep", [])
     if not isinstance(keep, list) or not all(isinstance(k, str) and re.match(r"^\w+\.\w+$", k) for k in keep):
         raise LabError(f"{where}.keep must be a list of SECTION.KEY settings")
@@ -431,6 +439,7 @@ def _exercise(path: Path, i: int, data: dict[str, Any], runs: dict[str, RunSpec]
         tuple(keep),
         hints,
         tuple(causes),
+        tuple(doctor_names),
     )
 
 
