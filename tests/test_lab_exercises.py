@@ -142,6 +142,29 @@ def test_every_key_is_graded_as_it_says_with_its_hint(lab) -> None:
             assert not result.hint
 
 
+CLIENT_EXERCISES = [(lab, e) for lab in LABS for e in lab.exercises if e.kind == "client"]
+
+
+def test_every_lab_with_a_client_side_cure_has_a_client_exercise() -> None:
+    """Lab 03 (prefetch and acks), 05 (one connection to consume, one to send) and 07 (the
+    service bounds its retries): a fix-the-client exercise each, with a starting point."""
+    assert {lab.number for lab, _ in CLIENT_EXERCISES} >= {"03", "07"}
+    for lab, exercise in CLIENT_EXERCISES:
+        starter = f"examples/labs/{lab.directory.name}/consumer.py"
+        assert (lab.directory / "consumer.py").is_file() and starter in lab.exercise_text(exercise), exercise.id
+
+
+@pytest.mark.parametrize(("lab", "exercise"), CLIENT_EXERCISES, ids=[lab.number for lab, _ in CLIENT_EXERCISES])
+def test_a_client_exercises_starting_point_is_not_cured(lab, exercise, monkeypatch) -> None:
+    """The starter beside the exercise shows the pathology; the keys (above) cure it."""
+    monkeypatch.setenv("MINIBROKER_LAB_CLIENT_DEADLINE", "5")
+    result = check(lab, exercise, lab.directory / "consumer.py")
+    assert result.grade == "still broken" and result.hint, result.lines()
+    if lab.number == "03":  # its DISCONNECT waits on the stalled ACKs: said so, not "processed 100 of 100"
+        told = "\n".join(result.evidence)
+        assert "consume() had not returned when the check stopped it at its 5 s deadline" in told, told
+
+
 def test_check_exits_0_only_when_cured(capsys) -> None:
     keys = Path(__file__).resolve().parents[1] / "examples" / "instructor" / "00-starving-consumers"
     assert cli(["lab", "check", "00", "--config", str(keys / "fix-the-limits.toml")]) == 0
