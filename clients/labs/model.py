@@ -68,7 +68,7 @@ their text is ``exercises.md`` beside lab.toml, one ``## ID: title`` section eac
   configuration: **cured** (healthy), **mitigated** or **still broken** (pathology);
 - *client*: ``lab check NN --client FILE.py`` plays the run's workload against the real
   server with the student's consumer (the scenario's ``run_client(lab, path)``), graded
-  as a config;
+  as a config; the starting point is ``consumer.py`` beside lab.toml;
 - *diagnose*: an answer file ``answer = "stalled_socket"``, right when it names one of the
   detectors the run's ``findings`` list (or one of its ``doctor_names``), written as the
   analysis prints it or with its words in another order or case (``"Socket stalled"``).

@@ -19,10 +19,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Coroutine
 
-__all__ = ["ClientRun", "StudentError", "run_consumer"]
+__all__ = ["ClientRun", "StudentError", "run_beside", "run_consumer"]
 
 
 class StudentError(Exception):
@@ -140,3 +142,45 @@ def run_consumer(
         [t for what, _, t in told if what == "!"],
         next((t for what, _, t in told if what == "done"), 0.0),
     )
+
+
+def run_beside(
+    clients: Callable[[threading.Event], Coroutine[Any, Any, None]],
+    path: Path,
+    port: int,
+    queue: str,
+    count: int,
+    work_seconds: float,
+    deadline: float,
+    *,
+    extra: dict[str, str] | None = None,
+    poison: str = "",
+    settled: Callable[[], bool] = lambda: True,
+) -> ClientRun:
+    """``run_consumer`` against ``127.0.0.1:port`` while the lab's own clients play beside it.
+
+    - ``clients(stop)`` is a coroutine run on an event loop of its own, in a thread, from
+      before the student's client starts; it must end soon after ``stop`` is set;
+    - once the student's client is done, ``settled()`` is polled for up to 2 s (the last
+      messages on their way), then ``stop`` is set and the thread joined;
+    - a client that cannot be graded is ``LabError``: the check's one line.
+    """
+    import asyncio
+    import time
+
+    from .model import LabError
+
+    stop = threading.Event()
+    thread = threading.Thread(target=asyncio.run, args=(clients(stop),), daemon=True)
+    thread.start()
+    try:
+        run = run_consumer(path, "127.0.0.1", port, queue, count, work_seconds, deadline, extra=extra, poison=poison)
+        until = time.monotonic() + 2.0
+        while not settled() and time.monotonic() < until:
+            time.sleep(0.05)
+        return run
+    except StudentError as exc:
+        raise LabError(str(exc)) from None
+    finally:
+        stop.set()
+        thread.join(5.0)

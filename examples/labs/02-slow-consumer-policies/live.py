@@ -285,13 +285,11 @@ def play_client(lab: LabRun, path: Path) -> dict[str, Any]:
     newest processed tick was."""
     import threading
 
-    from clients.labs import LabError
-    from clients.labs.student import StudentError, run_consumer
+    from clients.labs.student import run_beside
 
-    stop = threading.Event()
     seen: dict[str, Any] = {"sent": 0, "times": [], "index": {}}
 
-    async def produce(port: int, subscribers: Callable[[], int]) -> None:
+    async def produce(port: int, subscribers: Callable[[], int], stop: threading.Event) -> None:
         fast = [await StompClient.connect("127.0.0.1", port) for _ in range(3)]
 
         def indexed(m: Message) -> None:  # which tick each message-id is
@@ -325,15 +323,15 @@ def play_client(lab: LabRun, path: Path) -> dict[str, Any]:
             topic = live.call(lambda: live.server.broker.destinations.get(TOPIC))
             return int(live.call(lambda: len(topic.subscriptions))) if topic is not None else 0
 
-        clients = threading.Thread(target=asyncio.run, args=(produce(live.port, subscribers),), daemon=True)
-        clients.start()
-        try:
-            run = run_consumer(path, "127.0.0.1", live.port, TOPIC, CLIENT_TICKS, CLIENT_WORK, CLIENT_DEADLINE)
-        except StudentError as exc:
-            raise LabError(str(exc)) from None
-        finally:
-            stop.set()
-            clients.join(5.0)
+        run = run_beside(
+            lambda stop: produce(live.port, subscribers, stop),
+            path,
+            live.port,
+            TOPIC,
+            CLIENT_TICKS,
+            CLIENT_WORK,
+            CLIENT_DEADLINE,
+        )
     times, index = seen["times"], seen["index"]
     window = [t for t in times if t - times[0] >= CLIENT_WINDOW_FROM] if times else []
     rate = (len(window) - 1) / (window[-1] - window[0]) if len(window) > 1 and window[-1] > window[0] else 0.0

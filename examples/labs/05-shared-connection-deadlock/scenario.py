@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from collections import deque
 from typing import Any
 
@@ -374,13 +373,11 @@ def run_client(lab: LabRun, path: Any) -> Outcome:
     real server with the run's configuration, while a feeder floods the requests and an auditor
     reads the replies, as in the live run. Graded by the replies the auditor received: the
     deadlock stops them short."""
-    from clients.labs import LabError
-    from clients.labs.student import StudentError, run_consumer
+    from clients.labs.student import run_beside
 
-    stop = threading.Event()
     seen: dict[str, int] = {"fed": 0, "replies": 0}
 
-    async def feed_and_audit(port: int) -> None:
+    async def feed_and_audit(port: int, stop: threading.Event) -> None:
         from clients.stomp import StompClient
 
         auditor, feeder = await StompClient.connect("127.0.0.1", port), await StompClient.connect("127.0.0.1", port)
@@ -404,27 +401,17 @@ def run_client(lab: LabRun, path: Any) -> Outcome:
             c.close()
 
     with lab.live_broker(lab.config) as live:
-        clients = threading.Thread(target=asyncio.run, args=(feed_and_audit(live.port),), daemon=True)
-        clients.start()
-        try:
-            run = run_consumer(
-                path,
-                "127.0.0.1",
-                live.port,
-                REQUESTS,
-                LIVE_TOTAL,
-                LIVE_WORK,
-                CLIENT_DEADLINE,
-                extra={"replies": REPLIES},
-            )
-            until = time.monotonic() + 2.0
-            while seen["replies"] < LIVE_TOTAL and time.monotonic() < until:
-                time.sleep(0.05)  # the last replies on their way to the auditor
-        except StudentError as exc:
-            raise LabError(str(exc)) from None
-        finally:
-            stop.set()
-            clients.join(5.0)
+        run = run_beside(
+            lambda stop: feed_and_audit(live.port, stop),
+            path,
+            live.port,
+            REQUESTS,
+            LIVE_TOTAL,
+            LIVE_WORK,
+            CLIENT_DEADLINE,
+            extra={"replies": REPLIES},
+            settled=lambda: seen["replies"] >= LIVE_TOTAL,  # the last replies on their way to the auditor
+        )
     fed, replies = seen["fed"], seen["replies"]
     lab.note(run.story(LIVE_TOTAL, CLIENT_DEADLINE))
     lab.note(f"the feeder sent {fed} of {LIVE_TOTAL} requests; the auditor received {replies} replies")

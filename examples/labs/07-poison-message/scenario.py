@@ -303,14 +303,15 @@ def run_client(lab: LabRun, path: Any) -> Outcome:
     within a minute (the loop), whether it ended on a queue where someone can look at it (a
     dead letter queue or one of the service's own), and whether every good order was processed
     once."""
-    from clients.labs import LabError
-    from clients.labs.student import StudentError, run_consumer
+    from clients.labs.student import run_beside
     from clients.stomp import StompClient
 
-    async def shop(port: int) -> None:  # the poison order first, then the good ones, 20 a second
+    async def shop(port: int, stop: threading.Event) -> None:  # the poison order first, then 20 good ones a second
         shop = await StompClient.connect("127.0.0.1", port)
         await shop.send(ORDERS, "poison", headers={"persistent": "true", "order": "poison"}, receipt=True)
         for i in range(CLIENT_ORDERS):
+            if stop.is_set():
+                break
             await asyncio.sleep(ORDER_PERIOD)
             await shop.send(ORDERS, f"order {i}", headers={"persistent": "true", "order": str(i)}, receipt=True)
         await shop.disconnect()
@@ -331,16 +332,16 @@ def run_client(lab: LabRun, path: Any) -> Outcome:
         return found
 
     with lab.live_broker(lab.config) as live:
-        shopping = threading.Thread(target=asyncio.run, args=(shop(live.port),), daemon=True)
-        shopping.start()
-        try:
-            run = run_consumer(
-                path, "127.0.0.1", live.port, ORDERS, CLIENT_ORDERS, CLIENT_WORK, CLIENT_DEADLINE, poison="poison"
-            )
-        except StudentError as exc:
-            raise LabError(str(exc)) from None
-        finally:
-            shopping.join(CLIENT_DEADLINE)
+        run = run_beside(
+            lambda stop: shop(live.port, stop),
+            path,
+            live.port,
+            ORDERS,
+            CLIENT_ORDERS,
+            CLIENT_WORK,
+            CLIENT_DEADLINE,
+            poison="poison",
+        )
         queues = live.call(lambda: sorted(a for a in live.server.broker.destinations if a.startswith("/queue/")))
         poison_on = asyncio.run(where_poison(live.port, queues))
     tries = run.poison_tried_at
