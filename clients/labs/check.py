@@ -24,6 +24,7 @@ The answer keys, and wrong answers kept with the grade and hint they get, are in
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from typing import Any, Callable
 from minibroker.config import BrokerConfig
 from minibroker.errors import ConfigError
 
+from ..spark.findings import DETECTORS
 from .model import Exercise, Lab, LabError, RunSpec, labs_directory
 from .runner import RunResult, run_one, telling_lines
 from .settings import configure, read_toml, setting_value
@@ -130,20 +132,30 @@ def _predict(lab: Lab, exercise: Exercise, path: Path) -> Check:
     return Check(exercise, "right" if right else "wrong", evidence, "" if right else exercise.hints.get("wrong", ""))
 
 
+def _words(name: str) -> tuple[str, ...]:
+    """A name's words, in order of the alphabet, singular: "Stalled sockets" and
+    ``socket_stalled`` are the same name to a student who read the analysis's words."""
+    words = re.split(r"[\W_]+", name.strip().lower())
+    return tuple(sorted(w.removesuffix("s") for w in words if w))
+
+
 def _diagnose(lab: Lab, exercise: Exercise, path: Path) -> Check:
     answer = _answer(path)
     if not isinstance(answer, str):
         raise LabError(f"{path}: the answer to {exercise.id} is a detector's name, in quotes, not {answer!r}")
     spec = lab.run_named(exercise.run)
-    named = answer.strip().lower().replace("-", "_").replace(" ", "_")
-    if named in exercise.causes:
-        return Check(exercise, "right", [f"{named}: the detector that fires on run {spec.name}"])
-    return Check(
-        exercise,
-        "wrong",
-        [f"{answer!r} is not what the evidence of run {spec.name} shows"],
-        exercise.hints.get("wrong", ""),
-    )
+    right = {_words(name): name for name in exercise.causes + exercise.doctor_names}
+    if _words(answer) in right:
+        named = right[_words(answer)]
+        what = "the detector that fires" if named in exercise.causes else "what doctor --live calls what fires"
+        return Check(exercise, "right", [f"{named}: {what} on run {spec.name}"])
+    evidence = [f"{answer!r} is not what the evidence of run {spec.name} shows"]
+    if _words(answer) not in {_words(name) for name in DETECTORS}:
+        evidence.append(
+            f"{answer!r} is no detector's name; the trace analysis prints each finding as NAME: what it saw, "
+            f'and its names are {", ".join(DETECTORS)} (the glossary says what each means, under "Detectors")'
+        )
+    return Check(exercise, "wrong", evidence, exercise.hints.get("wrong", ""))
 
 
 def _config(lab: Lab, exercise: Exercise, path: Path) -> Check:

@@ -172,6 +172,8 @@ class Exercise:
     hints: Mapping[str, str] = field(default_factory=dict)
     #: diagnose: the detectors a right answer names.
     causes: tuple[str, ...] = ()
+    #: diagnose: what ``doctor --live`` calls the same cause, also a right answer.
+    doctor_names: tuple[str, ...] = ()
 
     @property
     def option(self) -> str:
@@ -344,6 +346,9 @@ def _exercise(path: Path, i: int, data: dict[str, Any], runs: dict[str, RunSpec]
         raise LabError(f"{where}: a diagnose exercise's run must have findings, and its cause be one of them")
     if data["kind"] == "predict" and not data.get("metric"):
         raise LabError(f'{where}: a predict exercise names the metric to predict (or "grade")')
+    doctor_names = data.get("doctor_names", [])
+    if not isinstance(doctor_names, list) or not all(isinstance(n, str) for n in doctor_names):
+        raise LabError(f"{where}.doctor_names must be a list of names")
     keep = data.get("keep", [])
     if not isinstance(keep, list) or not all(isinstance(k, str) and re.match(r"^\w+\.\w+$", k) for k in keep):
         raise LabError(f"{where}.keep must be a list of SECTION.KEY settings")
@@ -365,6 +370,7 @@ def _exercise(path: Path, i: int, data: dict[str, Any], runs: dict[str, RunSpec]
         tuple(keep),
         hints,
         tuple(causes),
+        tuple(doctor_names),
     )
 
 

@@ -214,6 +214,9 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
             starts.append(b)
             for key in [k for k in delta if k[1] == b]:
                 delta[key] = 0  # what came before the restart in this bucket is gone
+            for rows in per.values():  # and so is the memory the destinations held
+                if b in rows:
+                    rows[b]["mem"] = None
         dest = e.get("dest")
         if dest is not None and name in _DEST_EVENTS:
             row = per[dest].get(b)
@@ -258,7 +261,7 @@ def build_tables(events: list[Row], t0: float, t1: float, bucket: float) -> Tabl
         for b in range(nb):
             counts = rows.get(b) or dict.fromkeys(_COUNTS, 0) | {"mem": None}
             if b in reset_b:
-                backlog = 0
+                backlog, mem = 0, None  # a restarted broker holds nothing in memory until it says so
             change = delta.get((dest, b), 0)
             backlog += change
             if counts["mem"] is not None:

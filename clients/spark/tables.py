@@ -163,12 +163,14 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
         n_if(e == "sent").alias("client_sent"),
         n_if(e == "received").alias("client_received"),
         n_if(e == "acked").alias("client_acked"),
-        F.max(F.when(e == "usage", F.col("dest_mem_pct"))).alias("mem"),
     )
-    changes = dev.groupBy("dest", "b", "epoch").agg(F.sum(change).alias("change"))
+    # The backlog's change and the destination's memory in each (bucket, epoch): a restart
+    # starts both again (a restarted broker holds nothing in memory until it says so).
+    changes = dev.groupBy("dest", "b", "epoch").agg(
+        F.sum(change).alias("change"), F.max(F.when(e == "usage", F.col("dest_mem_pct"))).alias("mem")
+    )
     dests = per_dest.select("dest").distinct()
     counts = list(DEST_COUNTS)
-    wd = Window.partitionBy("dest").orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
     we = Window.partitionBy("dest", "epoch").orderBy("b").rowsBetween(Window.unboundedPreceding, 0)
     queue = F.col("dest").startswith("/queue/")
     dest_rates = (
@@ -180,8 +182,8 @@ def build_tables(spark: SparkSession, raw: DataFrame, t0: float, t1: float, buck
         .withColumn("backlog", F.when(queue, F.sum("change").over(we)))
         .withColumn("backlog_start", F.when(queue, F.col("backlog") - F.col("change")))
         .withColumn(
-            "dest_mem_pct",  # a destination's memory is 0% until it reports otherwise
-            F.coalesce(F.last("mem", ignorenulls=True).over(wd), F.lit(0)),
+            "dest_mem_pct",  # a destination's memory is 0% (in each epoch) until it reports otherwise
+            F.coalesce(F.last("mem", ignorenulls=True).over(we), F.lit(0)),
         )
         .select("dest", "b", _bucket_t(bucket), *counts, "backlog", "backlog_start", "dest_mem_pct")
         .localCheckpoint()

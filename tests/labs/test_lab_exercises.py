@@ -15,6 +15,8 @@ from clients.cli import main as cli
 from clients.labs import find_labs
 from clients.labs.check import PASSING, check, instructor_keys
 from clients.labs.model import KINDS
+from clients.spark.findings import DETECTORS
+from minibroker.protocol.message import Message
 
 LABS = find_labs()
 BY_NUMBER = {lab.number: lab for lab in LABS}
@@ -49,7 +51,7 @@ def test_no_answer_sits_beside_the_exercises() -> None:
     for lab in LABS:
         text = (lab.directory / "exercises.md").read_text(encoding="utf-8")
         for exercise in lab.exercises:
-            for cause in exercise.causes if exercise.kind == "diagnose" else ():
+            for cause in exercise.causes + exercise.doctor_names if exercise.kind == "diagnose" else ():
                 assert cause not in text, (lab.number, exercise.id)
         assert not list(lab.directory.glob("keys.toml"))
         assert instructor_keys(lab), f"no answer keys for lab {lab.number}"
@@ -63,6 +65,64 @@ def test_the_answer_files_format_shows_no_answer() -> None:
             if key.grade == "right":
                 right = tomllib.loads(key.path.read_text(encoding="utf-8"))["answer"]
                 assert repr(right).replace("'", '"') not in shown, (lab.number, key.exercise)
+
+
+def test_a_predictions_text_gives_the_numbers_it_needs() -> None:
+    """Lab 01's receipted count follows from the rates, the memory limit, the mark and a
+    message's size in memory: the text gives each, the size as the broker counts it."""
+    lab = BY_NUMBER["01"]
+    text = " ".join(lab.exercise_text(next(e for e in lab.exercises if e.id == "predict-receipted")).split())
+    for given in ("1000 bytes", "50 a second", "20 messages a second", "256 KB", "70%", "900 KB", "1 MB"):
+        assert given in text, given
+    stated = re.search(r"counts each message it holds as about (\d+(?:\.\d+)?) KB of memory", text)
+    assert stated, "the text says what a message takes in memory"
+    headers = {"destination": "/topic/prices", "message-id": "ID:minibroker-1-1:123", "seq": "123", "receipt": "r123"}
+    size = Message(1, headers["message-id"], "/topic/prices", headers, b"x" * 1000).size
+    assert abs(float(stated[1]) * 1024 - size) <= 0.1 * size, (stated[1], size)
+
+
+def test_the_glossary_says_why_a_held_producer_is_healthy() -> None:
+    """Lab 01's vm-cursor producer waits 392 times and is graded healthy: where a student meets
+    it (the glossary, the exercise, the README) the difference between held and stuck is said."""
+    glossary = (Path(__file__).resolve().parents[2] / "docs" / "glossary.md").read_text(encoding="utf-8")
+    entry = next(p for p in glossary.split("\n- ") if p.startswith("**held** and **stuck**"))
+    assert "healthy" in entry and "flow_unblock" in entry and "pathology" in entry
+    lab = BY_NUMBER["01"]
+    exercise = lab.exercise_text(next(e for e in lab.exercises if e.id == "predict-vm-cursor"))
+    assert '"held and stuck"' in " ".join(exercise.split())
+    readme = " ".join((lab.directory / "README.md").read_text(encoding="utf-8").split())
+    assert "Why `vm-cursor` is graded healthy" in readme and '"held and stuck"' in readme
+
+
+def _diagnosis(tmp_path: Path, number: str, exercise_id: str, answer: str):
+    lab = BY_NUMBER[number]
+    path = tmp_path / "cause.toml"
+    path.write_text(f"answer = {answer!r}\n".replace("'", '"'))
+    return check(lab, next(e for e in lab.exercises if e.id == exercise_id), path)
+
+
+@pytest.mark.parametrize(
+    ("number", "exercise_id", "answer"),
+    [
+        ("01", "diagnose-hang", "producer blocked, idle consumers"),  # the analysis's words, in its order
+        ("01", "diagnose-hang", "Blocked-Producer-Idle-Consumer"),
+        ("03", "diagnose-stall", "socket stalled"),
+        ("03", "diagnose-stall", "prefetch_full_slow_acks"),  # what doctor --live prints of the same stall
+    ],
+)
+def test_a_diagnosis_may_name_the_finding_as_the_product_prints_it(tmp_path: Path, number, exercise_id, answer) -> None:
+    result = _diagnosis(tmp_path, number, exercise_id, answer)
+    assert result.grade == "right", result.lines()
+
+
+def test_a_diagnosis_that_names_no_detector_is_told_the_names(tmp_path: Path) -> None:
+    result = _diagnosis(tmp_path, "01", "diagnose-hang", "the producer hangs")
+    assert result.grade == "wrong" and result.hint
+    told = "\n".join(result.evidence)
+    assert "'the producer hangs' is no detector's name" in told
+    assert all(name in told for name in DETECTORS)
+    named = _diagnosis(tmp_path, "01", "diagnose-hang", "slow_consumer")  # a name, the wrong one
+    assert named.grade == "wrong" and "no detector's name" not in "\n".join(named.evidence)
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.directory.name for lab in LABS])
@@ -80,6 +140,31 @@ def test_every_key_is_graded_as_it_says_with_its_hint(lab) -> None:
             assert key.hint in result.hint, f"{key.path.name}: {shown}"
         else:
             assert not result.hint
+
+
+CLIENT_EXERCISES = [(lab, e) for lab in LABS for e in lab.exercises if e.kind == "client"]
+
+
+def test_every_lab_with_a_client_side_cure_has_a_client_exercise() -> None:
+    """Lab 02 (the slow subscriber takes only the newest tick), 03 (prefetch and acks), 05
+    (one connection to consume, one to send) and 07 (the service bounds its retries): a
+    fix-the-client exercise each, with a starting point. Lab 00's memory is held by the
+    broker's cursors, lab 01's by its temp store, 04 and 06's by its journal: no client cures them."""
+    assert {lab.number for lab, _ in CLIENT_EXERCISES} >= {"02", "03", "05", "07"}
+    for lab, exercise in CLIENT_EXERCISES:
+        starter = f"examples/labs/{lab.directory.name}/consumer.py"
+        assert (lab.directory / "consumer.py").is_file() and starter in lab.exercise_text(exercise), exercise.id
+
+
+@pytest.mark.parametrize(("lab", "exercise"), CLIENT_EXERCISES, ids=[lab.number for lab, _ in CLIENT_EXERCISES])
+def test_a_client_exercises_starting_point_is_not_cured(lab, exercise, monkeypatch) -> None:
+    """The starter beside the exercise shows the pathology; the keys (above) cure it."""
+    monkeypatch.setenv("MINIBROKER_LAB_CLIENT_DEADLINE", "5")
+    result = check(lab, exercise, lab.directory / "consumer.py")
+    assert result.grade == "still broken" and result.hint, result.lines()
+    if lab.number == "03":  # its DISCONNECT waits on the stalled ACKs: said so, not "processed 100 of 100"
+        told = "\n".join(result.evidence)
+        assert "consume() had not returned when the check stopped it at its 5 s deadline" in told, told
 
 
 def test_check_exits_0_only_when_cured(capsys) -> None:

@@ -82,6 +82,10 @@ def check_numbers(number: str, name: str, result: Any) -> None:
         # 50 messages recovered after the restart: a backlog of 50, not 100
         assert (ev["backlog_min"], ev["backlog_max"]) == (m["a_store_only"], m["a_store_only"]) == (50, 50)
         assert ev["received"] == m["received"]
+        # ... and A's own memory is what it holds after the restart, as the verdict says (0% of
+        # its limit: every message store-only), not the 1% it held before the restart
+        assert ev["dest_mem_pct"] == 0
+        assert "A: memory 0% of its limit" in "\n".join(result.outcome.evidence)
     if number == "00" and name == "slow-legacy":
         ev = _one(found, "starved_consumer", dest="/queue/F")
         assert ev["received"] == m["received_f"]

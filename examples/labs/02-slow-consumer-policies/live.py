@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import time
 from collections import deque
 from pathlib import Path
@@ -263,3 +264,76 @@ class _Workload:
                     await slow.ack(self.inbox.popleft())
                 except StompClientError:
                     return
+
+
+# ---------------------------------------------------------------- the student's subscriber
+#: ``lab check 02 --client FILE.py``: the ticks the producer sends (6 s at its full pace), the
+#: student's work per tick (the slow subscriber's pace: 20 a second), the producer's pace
+#: measured from CLIENT_WINDOW_FROM s (after the broker's memory could have filled), and how
+#: long the subscriber may take (a slow machine may want more).
+CLIENT_TICKS = 1200
+CLIENT_WORK = 0.05
+CLIENT_WINDOW_FROM = 3.0
+CLIENT_DEADLINE = float(os.environ.get("MINIBROKER_LAB_CLIENT_DEADLINE", "15"))
+
+
+def play_client(lab: LabRun, path: Path) -> dict[str, Any]:
+    """The student's slow subscriber (``consume(host, port, queue, count, work)``, ``queue`` the
+    topic) against the real server with the run's configuration (live sizes), beside three fast
+    auto-ack subscribers and a producer at up to RATE ticks a second, each waiting for its
+    RECEIPT. What it saw: the producer's pace, and how far behind the newest tick the student's
+    newest processed tick was."""
+    import threading
+
+    from clients.labs.student import run_beside
+
+    seen: dict[str, Any] = {"sent": 0, "times": [], "index": {}}
+
+    async def produce(port: int, subscribers: Callable[[], int], stop: threading.Event) -> None:
+        fast = [await StompClient.connect("127.0.0.1", port) for _ in range(3)]
+
+        def indexed(m: Message) -> None:  # which tick each message-id is
+            seen["index"][m.headers["message-id"]] = int(m.body.split(b" ", 2)[1])
+
+        await fast[0].subscribe(TOPIC, on_message=indexed)
+        for c in fast[1:]:
+            await c.subscribe(TOPIC, on_message=lambda _: None)
+        producer = await StompClient.connect("127.0.0.1", port)
+        until = time.monotonic() + CLIENT_DEADLINE
+        while subscribers() < 4 and time.monotonic() < until and not stop.is_set():
+            await asyncio.sleep(0.05)  # the student's subscription, before the first tick
+        for i in range(CLIENT_TICKS):
+            if stop.is_set():
+                break
+            started = time.monotonic()
+            body = f"tick {i} ".ljust(len(BODY), "x")
+            await producer.send(TOPIC, body, {"seq": str(i)}, receipt=True, timeout=None)
+            seen["sent"] += 1
+            seen["times"].append(time.monotonic())
+            await asyncio.sleep(max(0.0, 1 / RATE - (time.monotonic() - started)))
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        for c in (producer, *fast):
+            c.close()
+
+    config = live_config(lab.config, None)
+    with lab.live_broker(config) as live:
+
+        def subscribers() -> int:
+            topic = live.call(lambda: live.server.broker.destinations.get(TOPIC))
+            return int(live.call(lambda: len(topic.subscriptions))) if topic is not None else 0
+
+        run = run_beside(
+            lambda stop: produce(live.port, subscribers, stop),
+            path,
+            live.port,
+            TOPIC,
+            CLIENT_TICKS,
+            CLIENT_WORK,
+            CLIENT_DEADLINE,
+        )
+    times, index = seen["times"], seen["index"]
+    window = [t for t in times if t - times[0] >= CLIENT_WINDOW_FROM] if times else []
+    rate = (len(window) - 1) / (window[-1] - window[0]) if len(window) > 1 and window[-1] > window[0] else 0.0
+    newest = max((index[m] for m in run.processed if m in index), default=-1)
+    return {"run": run, "sent": seen["sent"], "producer_rate": round(rate, 1), "behind": seen["sent"] - 1 - newest}

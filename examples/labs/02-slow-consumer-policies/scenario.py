@@ -199,6 +199,29 @@ def run_live(lab: LabRun) -> Outcome:
     return verdict(lab, sibling_module(__file__, "live").play(lab, Seen, Pace), lab.name.startswith("stuck-socket"))
 
 
+def run_client(lab: LabRun, path: Any) -> Outcome:
+    """The student's slow subscriber against the real server (``live.play_client``): held back
+    when the producer goes under twice the slow pace; healthy only when, besides, what the
+    subscriber processed last is the newest tick, not one from a backlog it moved into itself."""
+    live = sibling_module(__file__, "live")
+    seen = live.play_client(lab, path)
+    run, slow_rate = seen["run"], 1 / live.CLIENT_WORK
+    lab.note(run.story(live.CLIENT_TICKS, live.CLIENT_DEADLINE))
+    lab.note(
+        f"the producer sent {seen['sent']} of {live.CLIENT_TICKS} ticks, {seen['producer_rate']} a second "
+        f"from t={live.CLIENT_WINDOW_FROM:.0f} s (your work takes {live.CLIENT_WORK * 1000:.0f} ms a tick: "
+        f"{slow_rate:.0f} a second); the newest tick you processed is {seen['behind']} behind the last one sent"
+    )
+    held = seen["producer_rate"] < 2 * slow_rate
+    summary = (
+        f"the producer is held to your pace: {seen['producer_rate']} ticks a second"
+        if held
+        else f"the producer keeps its pace ({seen['producer_rate']} a second); you ended {seen['behind']} tick(s) behind"
+    )
+    metrics = {"producer_rate": seen["producer_rate"], "ticks_behind": seen["behind"]}
+    return Outcome(held, summary, metrics=metrics)
+
+
 def activemq_config(config: BrokerConfig) -> BrokerConfig:
     """What ActiveMQ is started with (``lab run 02 --against activemq``): the live run's
     configuration (its durations a quarter, its memory 2 MB), as the live run's broker."""

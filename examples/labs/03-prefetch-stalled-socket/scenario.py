@@ -492,9 +492,7 @@ def run_client(lab: LabRun, path: Any) -> Outcome:
         f"prefetch {', '.join(map(str, prefetch)) or 'none'}"
     )
     lab.note(
-        f"processed {processed} of {CLIENT_MESSAGES} in {run.seconds:.1f} s"
-        + ("" if run.finished else f" (stopped at the deadline, {CLIENT_DEADLINE:.0f} s)")
-        + f", {run.duplicates} processed a second time; the broker settled {settled} of them "
+        f"{run.story(CLIENT_MESSAGES, CLIENT_DEADLINE)}; the broker settled {settled} of the {CLIENT_MESSAGES} "
         f"(acknowledged and gone from {QUEUE}) within {CLIENT_DEADLINE:.0f} s"
     )
     pathology = settled < CLIENT_MESSAGES

@@ -29,6 +29,8 @@ broker)`` against ActiveMQ (``lab run 05 --against activemq``).
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from collections import deque
 from typing import Any
 
@@ -357,3 +359,72 @@ def _live_verdict(lab: LabRun, result: dict[str, Any]) -> Outcome:
         else f"the worker is stuck after {result['handled']} of {LIVE_TOTAL} requests"
     )
     return Outcome(not done, summary, metrics=result)
+
+
+# ---------------------------------------------------------------- the student's worker
+#: ``lab check 05 --client FILE.py``: requests fed, and how long the worker may take (a slow
+#: machine may want more). Its work takes LIVE_WORK a request, as the live run's worker's does.
+CLIENT_DEADLINE = float(os.environ.get("MINIBROKER_LAB_CLIENT_DEADLINE", "15"))
+
+
+def run_client(lab: LabRun, path: Any) -> Outcome:
+    """The student's worker (``consume(host, port, queue, count, work, replies)``: for each
+    request, ``work(message_id)``, a reply to ``replies``, the request acknowledged) against the
+    real server with the run's configuration, while a feeder floods the requests and an auditor
+    reads the replies, as in the live run. Graded by the replies the auditor received: the
+    deadlock stops them short."""
+    from clients.labs.student import run_beside
+
+    seen: dict[str, int] = {"fed": 0, "replies": 0}
+
+    async def feed_and_audit(port: int, stop: threading.Event) -> None:
+        from clients.stomp import StompClient
+
+        auditor, feeder = await StompClient.connect("127.0.0.1", port), await StompClient.connect("127.0.0.1", port)
+
+        def replied(_: Any) -> None:
+            seen["replies"] += 1
+
+        await auditor.subscribe(REPLIES, on_message=replied)
+
+        async def feed() -> None:
+            for i in range(LIVE_TOTAL):
+                await feeder.send(REQUESTS, BODY, {"seq": str(i)}, timeout=None)
+                seen["fed"] += 1
+
+        feeding = asyncio.create_task(feed())
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        feeding.cancel()
+        await asyncio.gather(feeding, return_exceptions=True)
+        for c in (auditor, feeder):
+            c.close()
+
+    with lab.live_broker(lab.config) as live:
+        run = run_beside(
+            lambda stop: feed_and_audit(live.port, stop),
+            path,
+            live.port,
+            REQUESTS,
+            LIVE_TOTAL,
+            LIVE_WORK,
+            CLIENT_DEADLINE,
+            extra={"replies": REPLIES},
+            settled=lambda: seen["replies"] >= LIVE_TOTAL,  # the last replies on their way to the auditor
+        )
+    fed, replies = seen["fed"], seen["replies"]
+    lab.note(run.story(LIVE_TOTAL, CLIENT_DEADLINE))
+    lab.note(f"the feeder sent {fed} of {LIVE_TOTAL} requests; the auditor received {replies} replies")
+    stuck = replies < LIVE_TOTAL
+    summary = (
+        f"the worker is stuck: {replies} replies of {LIVE_TOTAL} requests"
+        if stuck
+        else f"all {LIVE_TOTAL} requests handled and replied to"
+    )
+    metrics = {
+        "fed": fed,
+        "replies": replies,
+        "processed_pct": round(100 * len(set(run.processed)) / LIVE_TOTAL),
+        "duplicates": run.duplicates,
+    }
+    return Outcome(stuck, summary, metrics=metrics)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -284,3 +286,90 @@ async def play_on(port: int, seconds: float, depth: Any) -> dict[str, Any]:
     for c in (consumer, shop, feed, reader):
         c.close()
     return {"service": service, "sent": sent, "depths": depths, "dlqs": dlqs}
+
+
+# ---------------------------------------------------------------- the student's order service
+#: ``lab check 07 --client FILE.py``: the good orders behind the poison one, each one's work, and
+#: how long the service may take (a slow machine may want more).
+CLIENT_ORDERS = 40  # one every ORDER_PERIOD: 2 s of orders
+CLIENT_WORK = 0.01
+CLIENT_DEADLINE = float(os.environ.get("MINIBROKER_LAB_CLIENT_DEADLINE", "15"))
+
+
+def run_client(lab: LabRun, path: Any) -> Outcome:
+    """The student's order service against the real server with the run's configuration (no
+    delivery limit): ``consume(host, port, queue, count, work)``, where ``work(message_id, body)``
+    raises ValueError for the poison order. Graded by how often the poison order came back
+    within a minute (the loop), whether it ended on a queue where someone can look at it (a
+    dead letter queue or one of the service's own), and whether every good order was processed
+    once."""
+    from clients.labs.student import run_beside
+    from clients.stomp import StompClient
+
+    async def shop(port: int, stop: threading.Event) -> None:  # the poison order first, then 20 good ones a second
+        shop = await StompClient.connect("127.0.0.1", port)
+        await shop.send(ORDERS, "poison", headers={"persistent": "true", "order": "poison"}, receipt=True)
+        for i in range(CLIENT_ORDERS):
+            if stop.is_set():
+                break
+            await asyncio.sleep(ORDER_PERIOD)
+            await shop.send(ORDERS, f"order {i}", headers={"persistent": "true", "order": str(i)}, receipt=True)
+        await shop.disconnect()
+
+    async def where_poison(port: int, queues: list[str]) -> list[str]:
+        reader = await StompClient.connect("127.0.0.1", port)
+        found = []
+        for name in queues:
+            sub = await reader.subscribe(name)
+            while True:
+                try:
+                    m = await sub.get(timeout=0.3)
+                except TimeoutError:
+                    break
+                if m.body == b"poison":
+                    found.append(name)
+        await reader.disconnect()
+        return found
+
+    with lab.live_broker(lab.config) as live:
+        run = run_beside(
+            lambda stop: shop(live.port, stop),
+            path,
+            live.port,
+            ORDERS,
+            CLIENT_ORDERS,
+            CLIENT_WORK,
+            CLIENT_DEADLINE,
+            poison="poison",
+        )
+        queues = live.call(lambda: sorted(a for a in live.server.broker.destinations if a.startswith("/queue/")))
+        poison_on = asyncio.run(where_poison(live.port, queues))
+    tries = run.poison_tried_at
+    burst = most_in_window(tries, LOOP_WINDOW)
+    processed = len(set(run.processed))
+    lab.note(run.story(CLIENT_ORDERS, CLIENT_DEADLINE))
+    lab.note(
+        f"work() was given the poison order {len(tries)} time(s)"
+        + (f" in {tries[-1] - tries[0]:.2f} s" if len(tries) > 1 else "")
+        + f"; at most {burst} within {LOOP_WINDOW:.0f} s"
+    )
+    parked = [name for name in poison_on if name != ORDERS]
+    lab.note(
+        f"at the end the poison order is on {', '.join(poison_on)}"
+        if poison_on
+        else "at the end the poison order is on no queue: it was acknowledged and is gone"
+    )
+    loop = burst > LOOP_DELIVERIES
+    if loop:
+        summary = f"a redelivery loop: your service was given the poison order {len(tries)} times"
+    elif not parked:
+        summary = "no loop, but the poison order is " + ("still on " + ORDERS if poison_on else "lost")
+    else:
+        summary = f"the poison order tried {len(tries)} time(s), then kept on {parked[0]}, alone"
+    metrics = {
+        "poison_burst": burst,
+        "poison_parked": int(bool(parked)),
+        "processed_pct": round(100 * processed / CLIENT_ORDERS),
+        "duplicates": run.duplicates,
+    }
+    return Outcome(loop, summary, metrics=metrics)
