@@ -1,10 +1,10 @@
-"""Every lab run's trace analysis agrees with its verdict, on both engines.
+"""Every lab run's trace analysis agrees with its verdict, and the Spark job with the analysis in process.
 
-Each lab is run once with ``--plot`` (the analysis in process); then each run's
-trace is analysed again on Spark (one session for all). For every run:
+Each lab is run once with ``--plot`` (the analysis in process); a run of each
+detector the labs show, and a healthy cure, are run again on the Spark worker and
+their traces analysed on Spark (one session for all), where both engines must give
+the same findings (same detectors, windows, summaries, evidence). For every run:
 
-- both engines give the same findings (same detectors, windows, summaries,
-  evidence);
 - the detectors found are exactly those ``lab.toml`` names for the run: the
   pathology's for a pathology run, none for a healthy one (or the cost of its
   cure, where the lab names one);
