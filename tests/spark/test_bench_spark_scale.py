@@ -1,12 +1,16 @@
 """bench/spark_scale.py at a small size: it runs its jobs and reports their ratios.
 
 No speed is asserted: the figures are the benchmark's business (docs/benchmarks.md).
+Its two JVMs (the analysis, the Spark workload) start with the test JVM's options
+(``QUICK_JVM``: a few hundred events, where compiling Spark's code is most of the
+cost), through a Spark configuration directory of the test's own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +25,18 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "examples" / "workloads" / "tiny.toml"
+EVENTS = 500
+
+
+def _quick_spark_conf(conf_dir: Path) -> Path:
+    """A Spark configuration directory: the project's logging, and the test JVM's options as
+    defaults (a job's own settings still win)."""
+    from clients.spark.session import CONF_DIR, QUICK_JVM
+
+    conf_dir.mkdir()
+    shutil.copy(CONF_DIR / "log4j2.properties", conf_dir)
+    (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in QUICK_JVM.items()))
+    return conf_dir
 
 
 def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_path: Path) -> None:
@@ -32,7 +48,7 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
             sys.executable,
             str(ROOT / "bench" / "spark_scale.py"),
             "--events",
-            "2000",
+            str(EVENTS),
             "--workload",
             str(TINY),
             "--scale",
@@ -48,6 +64,7 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
         text=True,
         cwd=ROOT,
         start_new_session=True,
+        env={**os.environ, "SPARK_CONF_DIR": str(_quick_spark_conf(tmp_path / "spark-conf"))},
     )
     try:
         stdout, stderr = proc.communicate(timeout=540)
@@ -59,7 +76,7 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
     assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
     r = json.loads(report.read_text())
     # the synthetic trace's four events per message, plus its few control lines
-    assert 2_000 <= r["events"] < 2_100
+    assert EVENTS <= r["events"] < EVENTS + 100
     assert r["actions"] == summarize(load_workload(TINY))["rows"]
     assert set(r["jobs"]) == {"parse", "analyze", "workload", "workload-spark"}
     for job in r["jobs"].values():
@@ -80,7 +97,7 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
     # the workload as a user runs it (in process), and the Spark job beside it
     assert rows["workload"][1] == "workload file (engine auto: inprocess)"
     assert rows["workload-spark"][1] == "workload file (engine spark)" and rows["workload-spark"][5] == ""
-    assert r["bench"] == "spark_scale" and "--events 2000" in r["command"]
+    assert r["bench"] == "spark_scale" and f"--events {EVENTS}" in r["command"]
     assert "load average" in p.stdout and "goals met:" in p.stdout
     # the working directory keeps the trace in both forms, not the jobs' outputs
     assert sorted(x.name for x in (tmp_path / "work").iterdir()) == ["trace.jsonl", "trace.jsonl.parquet"]
