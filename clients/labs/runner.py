@@ -414,7 +414,7 @@ def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
     if result.loop_lag is not None:
         fair = "the machine was too busy for a fair run: " if result.loop_lag.busy() else "machine load: "
         out(f"    {fair}{result.loop_lag.summary()}")
-    if result.findings is not None:
+    if result.findings is not None and result.trace_file is not None:
         expected = ", ".join(spec.findings) or "none"
         verdict = "as the lab expects" if result.findings_as_expected else f"NOT as the lab expects ({expected})"
         out(f"    trace analysis: {len(result.findings)} finding(s), {verdict}; {result.trace_file.parent}")
