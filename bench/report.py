@@ -23,7 +23,7 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A Markdown table (it pastes into the README and docs/benchmarks.md as it is)."""
     cells = [[str(c) for c in header], *[[f"{c:,}" if isinstance(c, int) else str(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     print("\n".join(lines), flush=True)
 

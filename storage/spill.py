@@ -76,9 +76,10 @@ class SpillFile:
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         try:
-            self._file = tempfile.TemporaryFile(dir=directory, prefix="index-spill-")
+            # the file lives as long as the table that spills into it: closed by close()
+            self._file = tempfile.TemporaryFile(dir=directory, prefix="index-spill-")  # noqa: SIM115
         except OSError:  # a read-only journal directory (an offline tool): the system's temp dir
-            self._file = tempfile.TemporaryFile(prefix="minibroker-index-spill-")
+            self._file = tempfile.TemporaryFile(prefix="minibroker-index-spill-")  # noqa: SIM115
         self._fd = self._file.fileno()
         self.directory = None if directory is None else Path(directory)
         #: Bytes the file holds, and of those the bytes no slot uses any more.

@@ -138,7 +138,7 @@ class _World:
             self._collect(action[1])
             pending, self.unacked[action[1]] = self.unacked[action[1]], []
             for message in pending:
-                self._consumer_frame(action[1], lambda client: client.ack(message))
+                self._consumer_frame(action[1], lambda client, message=message: client.ack(message))
         elif kind == "read":
             self.consumers[action[1]].read()
             self._collect(action[1])

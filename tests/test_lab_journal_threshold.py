@@ -129,7 +129,7 @@ def test_stomp_py_producer_gets_the_error_frame_and_keeps_its_connection(tmp_pat
                     producer.send(QUEUE, BODY, headers={"persistent": "true", "kind": "order"})
                 refused = not send(BODY, kind="order") or bool(p.errors)
                 sent += 50
-                wait_for(lambda: depth() == pins)  # the consumer took the batch (or what was accepted of it)
+                wait_for(lambda pins=pins: depth() == pins)  # the consumer took the batch (or what was accepted of it)
         assert refused, "the ring never refused"
         error = p.errors[0]
         assert error.headers["message"] == REFUSAL

@@ -39,7 +39,7 @@ def test_metrics_scrape(broker_factory) -> None:  # type: ignore[no-untyped-def]
     conn.set_listener("receipts", listener)
     conn.connect(wait=True)
     try:
-        for n in range(5):
+        for _ in range(5):
             conn.send("/queue/metrics.q", "x" * 1000, headers={"persistent": "true"})
         conn.send("/topic/metrics.t", "to nobody", receipt="last")
         assert receipts.get(timeout=WAIT) == "last"  # everything before it was handled

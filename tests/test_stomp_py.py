@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import socket
 import threading
@@ -72,10 +73,8 @@ def close(conn: Any) -> None:
     disconnected may still say it is connected for a moment while stomp.py's
     receiver thread drops its socket)."""
     if conn.is_connected():
-        try:
+        with contextlib.suppress(stomp.exception.NotConnectedException):
             conn.disconnect()
-        except stomp.exception.NotConnectedException:
-            pass
 
 
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
@@ -367,8 +366,8 @@ def raw_exchange(broker, data: bytes, wait: float = 2.0) -> bytes:
                 if not chunk:
                     break
                 chunks.append(chunk)
-        except socket.timeout:
-            raise AssertionError("the broker did not close the connection")
+        except TimeoutError:
+            raise AssertionError("the broker did not close the connection") from None
         return b"".join(chunks)
 
 

@@ -296,7 +296,7 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
         for row in range(2):  # one legend per row, beside the plots: never over a line
             handles: dict[str, Any] = {}
             for ax in axes[row]:
-                for h, label in zip(*ax.get_legend_handles_labels()):
+                for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
                     handles.setdefault(label, h)
             if handles:
                 axes[row, -1].legend(

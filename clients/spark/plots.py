@@ -420,7 +420,7 @@ def journal(out: Path, series: dict[str, Any], span: float) -> str | None:
     ax0.set_ylabel("files")
     ax0.set_title("Journal files over time, and those pinned by live messages")
     _beside(ax0)
-    for ax, (store, rows) in zip(axes[1:, 0], sorted(stores.items())):
+    for ax, (store, rows) in zip(axes[1:, 0], sorted(stores.items()), strict=True):
         rows.sort(key=lambda r: r["file"])
         ax.bar(
             range(len(rows)), [r["live"] for r in rows], color=["tab:red" if r["live"] else "tab:green" for r in rows]

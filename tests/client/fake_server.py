@@ -28,6 +28,7 @@ Everything a client sends is recorded on its ``FakeConnection`` (``frames``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections import defaultdict, deque
 from typing import Callable
@@ -192,10 +193,8 @@ class FakeStompServer:
             self._server.close()
         for conn in self.connections:
             conn.close()
-            try:
+            with contextlib.suppress(ConnectionError, OSError):
                 await conn.writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

@@ -167,7 +167,7 @@ def test_creating_and_deleting_journal_files_fsyncs_their_directory(tmp_path: Pa
     kinds = [(op, path) for op, path in ops.calls if op in ("open", "unlink", "fsync_directory")]
     created = [i for i, (op, path) in enumerate(kinds) if op == "open" and path.endswith(".log")]
     assert created
-    for i, (op, path) in enumerate(kinds):
+    for i, (op, _path) in enumerate(kinds):
         if op == "unlink":
             assert ("fsync_directory", directory) in kinds[i:], "a deleted file's directory was not fsynced"
     assert sum(1 for c in kinds if c == ("fsync_directory", directory)) >= 2

@@ -21,6 +21,7 @@ broker's own syntax (``fixes``) and the lab that reproduces it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Callable, Iterable, Iterator
 
 from ...signatures import full, idle_while_blocked, prefetch_full, starving
@@ -397,7 +398,7 @@ def _runs(sig: _Signature, subject: str, samples: list[Sample], p: Params) -> li
     run: list[tuple[float, dict[str, Any]]] = []
     begun = 0.0
     last: Sample | None = None
-    for prev, cur in zip(samples, samples[1:]):
+    for prev, cur in pairwise(samples):
         moment = sig.moment(prev, cur, subject, p)
         if moment is not None:
             if not run:
