@@ -171,7 +171,7 @@ def ratio_table(results: dict[str, dict[str, list[float]]], reference: str, limi
     ]
     for phase in ("produce", "consume", "through"):
         plain, limits = results[reference][phase], results[limited][phase]
-        paired = [l / p for l, p in zip(limits, plain)]
+        paired = [l / p for l, p in zip(limits, plain, strict=True)]
         lines.append(
             f"| {phase} | {statistics.median(plain):,.0f} [{min(plain):,.0f}–{max(plain):,.0f}] "
             f"| {statistics.median(limits):,.0f} [{min(limits):,.0f}–{max(limits):,.0f}] "

@@ -371,7 +371,7 @@ def print_report(records: list[dict], scenarios: list[str], brokers: list[str], 
 
 
 def summarize(path: str) -> int:
-    records = [json.loads(line) for line in open(path) if line.strip()]
+    records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     meta = next((r for r in records if r.get("type") == "run"), None)
     reps = [r for r in records if r.get("type") == "rep"]
     scenarios, brokers = [], []

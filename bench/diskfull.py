@@ -264,7 +264,7 @@ def run(size_mb: int, mount: Path, workdir: Path, config: Path = CONFIG, simulat
     return {"disk": "simulated (ENOSPC injected)" if simulated else "tmpfs", **result, "config": config.name}
 
 
-def _steps(broker: "Ours | InProcess", size_mb: int, workdir: Path) -> dict:
+def _steps(broker: Ours | InProcess, size_mb: int, workdir: Path) -> dict:
     limit = size_mb * 1024 * 1024 // len(BODY) * 2
     started = time.monotonic()
     broker.start()

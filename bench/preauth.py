@@ -88,7 +88,7 @@ async def hostile(port: int, attack: Attack, rate: int, until: float, length: in
             if answered.result():
                 attack.errored += 1
             attack.closed += 1
-    except (OSError, asyncio.TimeoutError):
+    except (TimeoutError, OSError):
         attack.closed += 1
     finally:
         answered.cancel()

@@ -11,8 +11,9 @@ import datetime
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["RESULTS", "print_table", "save"]
 
@@ -23,7 +24,7 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A Markdown table (it pastes into docs/benchmarks.md as it is)."""
     cells = [[str(c) for c in header], *[[f"{c:,}" if isinstance(c, int) else str(c) for c in r] for r in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     print("\n".join(lines), flush=True)
 
@@ -48,7 +49,7 @@ COMMIT = _commit()
 
 def save(name: str, record: dict[str, Any], path: str | None = None) -> Path:
     """Write ``record`` with the run's context as JSON; returns where."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     target = Path(path) if path else RESULTS / f"{name}-{now:%Y%m%dT%H%M%SZ}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     document = {

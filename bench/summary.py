@@ -14,7 +14,7 @@ range; the figure to quote is the ratio of the medians.
 from __future__ import annotations
 
 import statistics
-from typing import Iterable
+from collections.abc import Iterable
 
 # Reference numbers: bench/harness/RESULTS.md ("Results, median of 3"),
 # ActiveMQ 5.17.2 (Debian, JDK 17), measured earlier on this kind of machine.

@@ -11,6 +11,7 @@ names the ports (``port`` is the STOMP port to wait for).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -172,10 +173,8 @@ class ActiveMQ:
         finally:  # even on failure or interruption: stop() must find what the script left running
             pidfile = self.run_dir / "activemq.pid"
             if pidfile.exists():
-                try:
+                with contextlib.suppress(ValueError):
                     self.pid = int(pidfile.read_text().strip())
-                except ValueError:
-                    pass
         if p.returncode != 0:
             raise BrokerStartError(f"activemq-start.sh failed (status {p.returncode}):\n{p.stderr}{p.stdout}")
         self.info = json.loads(p.stdout.strip().splitlines()[-1])

@@ -15,7 +15,7 @@ import importlib
 import os
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from minibroker.errors import BrokerError
 

@@ -230,30 +230,28 @@ class RabbitMQ:
         self._write_files(keep_data)
         (self.run_dir / "rabbitmq.pid").unlink(missing_ok=True)
         started = time.monotonic()
-        out = open(self.run_dir / "stdout.log", "ab")
-        try:
-            self._epmd = subprocess.Popen(
-                ["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            self._server = subprocess.Popen(
-                [str(RABBITMQ_SERVER)],
-                env=self._env(),
-                cwd=self.run_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            self._wait_started(started + timeout)
-        except BaseException:
-            self.stop()
-            raise
-        finally:
-            out.close()
+        with open(self.run_dir / "stdout.log", "ab") as out:
+            try:
+                self._epmd = subprocess.Popen(
+                    ["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                self._server = subprocess.Popen(
+                    [str(RABBITMQ_SERVER)],
+                    env=self._env(),
+                    cwd=self.run_dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                self._wait_started(started + timeout)
+            except BaseException:
+                self.stop()
+                raise
         assert self.pid is not None
         self.info = {
             "broker": "rabbitmq",

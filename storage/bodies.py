@@ -129,7 +129,7 @@ def verified_payloads(
     view = memoryview(data)
     size = len(data)
     unpack_header, unpack_enqueue, crc32 = HEADER.unpack_from, _ENQUEUE.unpack_from, zlib.crc32
-    for offset, length, seq in zip(offsets, lengths, seqs):
+    for offset, length, seq in zip(offsets, lengths, seqs, strict=True):
         at = offset - base
         end = at + length
         if length >= ENQUEUE_FIXED and end <= size:

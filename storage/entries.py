@@ -97,7 +97,7 @@ def widened(columns: Sequence[array[int]], values: Iterable[int], rows: int) -> 
     """``columns`` (of ``rows`` items each) after an append of one value to each
     stopped at the first value too wide for its column (``OverflowError``): the
     columns that did not take their value get it now, widened as need be."""
-    return [inserted(c, rows, v) if len(c) == rows else c for c, v in zip(columns, values)]
+    return [inserted(c, rows, v) if len(c) == rows else c for c, v in zip(columns, values, strict=True)]
 
 
 class _Block:
@@ -246,7 +246,7 @@ class EntryTable:
         assert self._spill is not None
         kept = [block for block in self.blocks if block.slot is not None]
         self._spill, slots = self._spill.repacked([block.slot for block in kept])  # type: ignore[misc]
-        for block, slot in zip(kept, slots):
+        for block, slot in zip(kept, slots, strict=True):
             block.slot = slot
 
     def _block(self, b: int) -> _Block:
@@ -290,7 +290,7 @@ class EntryTable:
             block.key_ids.append(key_id)  # type: ignore[union-attr]
         except OverflowError:  # ... and widen for the first one that does not fit
             columns = widened([getattr(block, name) for name in _COLUMNS], (seq, file_id, offset, length, key_id), rows)
-            for name, values in zip(_COLUMNS, columns):
+            for name, values in zip(_COLUMNS, columns, strict=True):
                 setattr(block, name, values)
         block.states.append(state)  # type: ignore[union-attr]
         block.rows = rows + 1
@@ -304,7 +304,7 @@ class EntryTable:
         pos = bisect_left(block.seqs, seq)  # type: ignore[arg-type]
         if pos < block.rows and block.seqs[pos] == seq:  # type: ignore[index]
             raise ValueError(f"seq {seq} is already in the table")
-        for name, value in zip(_COLUMNS, (seq, file_id, offset, length, key_id)):
+        for name, value in zip(_COLUMNS, (seq, file_id, offset, length, key_id), strict=True):
             setattr(block, name, inserted(getattr(block, name), pos, value))
         block.states.insert(pos, state)  # type: ignore[union-attr]
         block.rows += 1
@@ -474,7 +474,7 @@ class EntryTable:
         keys = self.keys
         for block in self.blocks:
             view = self._view(block)
-            for seq, key_id, file_id, state in zip(view.seqs, view.key_ids, view.files, view.states):  # type: ignore[arg-type]
+            for seq, key_id, file_id, state in zip(view.seqs, view.key_ids, view.files, view.states, strict=True):  # type: ignore[arg-type]
                 if state:
                     yield seq, keys[key_id], file_id
 

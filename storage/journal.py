@@ -25,6 +25,7 @@ operation afterwards and never reports more as durable. Only a new open
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from array import array
@@ -459,10 +460,10 @@ class Journal:
                     continue  # what the pinned files keep is no longer garbage: ask again
                 break
             for seq in sorted(moving):
-                try:
-                    self._mark(seq)  # markers do not pin files: write them again
-                except StoreFull:  # a full disk: the message loses its redelivered flag, nothing more
-                    pass
+                # markers do not pin files: write them again (on a full disk the message
+                # loses its redelivered flag, nothing more)
+                with contextlib.suppress(StoreFull):
+                    self._mark(seq)
             # The records that made these files garbage (a dequeue, a commit)
             # must be durable before the files go, or a crash could lose both
             # copies of a message that a transaction moved.
@@ -558,9 +559,11 @@ class Journal:
             _, file_id, offset, length = location(row)
             rows.append((file_id, offset, length, seq))
         order = sorted(range(len(rows)), key=rows.__getitem__)  # by (file, offset): each is unique
-        files, offsets, lengths, ordered_seqs = zip(*(rows[k] for k in order)) if rows else ((), (), (), ())
+        files, offsets, lengths, ordered_seqs = (
+            zip(*(rows[k] for k in order), strict=True) if rows else ((), (), (), ())
+        )
         out: list[bytes] = [b""] * len(rows)
-        for k, payload in zip(order, self._read_in_file_order(files, offsets, lengths, ordered_seqs)):
+        for k, payload in zip(order, self._read_in_file_order(files, offsets, lengths, ordered_seqs), strict=True):
             out[k] = payload
         return out
 

@@ -76,9 +76,10 @@ class SpillFile:
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         try:
-            self._file = tempfile.TemporaryFile(dir=directory, prefix="index-spill-")
+            # the file lives as long as the table that spills into it: closed by close()
+            self._file = tempfile.TemporaryFile(dir=directory, prefix="index-spill-")  # noqa: SIM115
         except OSError:  # a read-only journal directory (an offline tool): the system's temp dir
-            self._file = tempfile.TemporaryFile(prefix="minibroker-index-spill-")
+            self._file = tempfile.TemporaryFile(prefix="minibroker-index-spill-")  # noqa: SIM115
         self._fd = self._file.fileno()
         self.directory = None if directory is None else Path(directory)
         #: Bytes the file holds, and of those the bytes no slot uses any more.
@@ -150,7 +151,7 @@ class SpillFile:
     def needs_repack(self) -> bool:
         return self.waste > _REPACK_MIN and self.waste * 2 > self.size
 
-    def repacked(self, slots: list[Slot]) -> tuple["SpillFile", list[Slot]]:
+    def repacked(self, slots: list[Slot]) -> tuple[SpillFile, list[Slot]]:
         """A fresh file holding the blobs of ``slots`` (the live ones), and their new
         slots in the same order; this file is closed."""
         fresh = SpillFile(self.directory)

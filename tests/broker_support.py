@@ -26,7 +26,7 @@ class RunningBroker(LiveBroker):
             config.on_free_ports().replace(transport={"host": "127.0.0.1"}, broker={"data_dir": self.data_dir})
         )
 
-    def start(self) -> "RunningBroker":  # type: ignore[override]
+    def start(self) -> RunningBroker:  # type: ignore[override]
         super().start()
         return self
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from broker_support import RunningBroker
 
+from broker_support import RunningBroker
 from minibroker.config import BrokerConfig
 from minibroker.edge import VirtualNetwork
 

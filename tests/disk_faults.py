@@ -6,6 +6,7 @@ storage package's file operations see the faults.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -213,7 +214,7 @@ class PowerLossDisk(FaultyFileOps):
         self.durable_dirs.clear()
         self.pending_dirs.clear()
         self.dirs.clear()
-        for directory, subdirs, files in os.walk(self.root):
+        for directory, _subdirs, files in os.walk(self.root):
             self.durable_dirs[self._ino(directory)] = self._listing(directory)
             self.dirs.add(self._ino(directory))
             for name in files:
@@ -243,10 +244,8 @@ class PowerLossDisk(FaultyFileOps):
 
     def _hold(self, path: str) -> None:
         """Keep ``path``'s inode alive (its number not reused) until the power loss."""
-        try:
+        with contextlib.suppress(OSError):
             self._held.append(os.open(path, os.O_RDONLY))
-        except OSError:
-            pass
 
     # -- the seam's calls
     def open(self, path, flags, mode=0o644):  # type: ignore[no-untyped-def]

@@ -6,7 +6,8 @@ import asyncio
 import collections
 import threading
 import time
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from clients.doctor.live import LiveReport, parse_target, run_live
 from clients.stomp import StompClient, StompError

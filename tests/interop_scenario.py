@@ -26,6 +26,7 @@ import subprocess
 from typing import Any
 
 import pytest
+
 from broker_support import RunningBroker
 
 QUEUE = "/queue/interop.q"

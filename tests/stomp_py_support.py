@@ -3,6 +3,7 @@ listener that collects what a connection receives, connect and close, waits with
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -17,7 +18,7 @@ class Collector(stomp.ConnectionListener):
     """Collects what a stomp.py connection receives, with blocking waits."""
 
     def __init__(self) -> None:
-        self.messages: "queue.Queue[Any]" = queue.Queue()
+        self.messages: queue.Queue[Any] = queue.Queue()
         self.errors: list[Any] = []
         self.receipts: list[str] = []
         self.disconnected = threading.Event()
@@ -68,10 +69,8 @@ def close(conn: Any) -> None:
     disconnected may still say it is connected for a moment while stomp.py's
     receiver thread drops its socket)."""
     if conn.is_connected():
-        try:
+        with contextlib.suppress(stomp.exception.NotConnectedException):
             conn.disconnect()
-        except stomp.exception.NotConnectedException:
-            pass
 
 
 def wait_for(predicate, timeout: float = WAIT) -> bool:

@@ -40,7 +40,7 @@ JAVA_CLASSES = frozenset({"Queue", "Topic"})
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 #: a path in backticks relative to the document (`../bench/x.md`), which a reader follows too
 _PATH = re.compile(r"`(\.\.?/[^`\s]+)`")
-_REPO_PATH = re.compile(r"(?<![\w/.-])((?:%s)/[\w./-]*[\w/])" % "|".join(TOP_FOLDERS))
+_REPO_PATH = re.compile(r"(?<![\w/.-])((?:" + "|".join(TOP_FOLDERS) + r")/[\w./-]*[\w/])")
 _TICKED = re.compile(r"`([^`\s]+)`")
 _QUALIFIED = re.compile(r"([A-Za-z_]\w*)\.([a-z_][a-z0-9_]*|[A-Z]\w*)(?:\(\))?")
 
@@ -171,11 +171,13 @@ def _stale_code_names(text: str) -> list[str]:
         elif match := _QUALIFIED.fullmatch(ticked):
             owner, name = match.groups()
             if owner in _classes() and owner not in JAVA_CLASSES and re.fullmatch(r"_?[a-z][a-z0-9_]*", name):
-                if not any(name in _defined(path) for path in _classes()[owner]):  # Class.method
-                    stale.append(ticked)
-            elif owner in _core_modules() and name[0].isupper():  # module.Name
-                if not any(name in _defined(path) for path in _core_modules()[owner]):
-                    stale.append(ticked)
+                where = _classes()[owner]  # Class.method
+            elif owner in _core_modules() and name[0].isupper():
+                where = _core_modules()[owner]  # module.Name
+            else:
+                continue
+            if not any(name in _defined(path) for path in where):
+                stale.append(ticked)
     return stale
 
 
@@ -275,7 +277,7 @@ def test_the_names_given_beside_a_file_are_in_it(doc: Path) -> None:
 def test_every_file_the_code_names_exists() -> None:
     """A docstring or comment that sends its reader to ``minibroker/core/flow.py`` or
     ``docs/labs.md``: the file is there (this module's own examples of a stale name aside)."""
-    named_file = re.compile(r"(?<![\w/.-])((?:%s)/[\w/.-]*\.(?:py|md|toml))\b" % "|".join(TOP_FOLDERS))
+    named_file = re.compile(r"(?<![\w/.-])((?:" + "|".join(TOP_FOLDERS) + r")/[\w/.-]*\.(?:py|md|toml))\b")
     missing = [
         f"{path.relative_to(ROOT)}: {named}"
         for package in CODE_PACKAGES

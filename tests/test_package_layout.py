@@ -277,7 +277,11 @@ def test_the_project_graph_sees_every_kind_of_import() -> None:
     """The graph the test above searches holds the edges of each kind of import, so that
     finding no circle in it means something."""
     graph = _project_graph()
+    # every folder of the project's code is in it
+    assert {"bench", "clients", "examples", "minibroker", "storage", "tests"} <= {_top(m) for m in graph}
     assert "clients.replay.actor" in graph["clients.replay.driver"]  # relative, in a package
+    assert "storage.segment" in graph["storage.journal"]  # relative, in storage/
+    assert "bench.brokers" in graph["bench.compare"]  # a benchmark script's sibling, by bare name
     assert "minibroker.protocol" in graph["clients.stomp.client"]  # absolute, across packages
     assert "tests.broker_support" in graph["tests.conftest"]  # a test's sibling, by bare name
     assert "tests.client.fake_server" in graph["tests.client.test_client"]  # relative, in tests/

@@ -3,9 +3,8 @@ consumes never holds up the other destinations (the real server)."""
 
 from __future__ import annotations
 
-from wire import Wire
-
 from minibroker.config import load_config
+from wire import Wire
 
 MEMORY_LIMIT = 1024 * 1024
 BODY = b"x" * 10_000
@@ -20,7 +19,7 @@ def test_an_idle_queue_s_backlog_never_blocks_the_other_destinations(broker_fact
         count = (
             3 * MEMORY_LIMIT // len(BODY)
         )  # three times the broker's memory, non-persistent, to a queue no one reads
-        for i in range(count - 1):
+        for _ in range(count - 1):
             producer.send("SEND", {"destination": "/queue/idle"}, BODY)
         producer.send("SEND", {"destination": "/queue/idle", "receipt": "last"}, BODY)
         assert producer.receipt("last").command == "RECEIPT"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from minibroker.frames import Frame
 from minibroker.protocol import FrameParser, encode

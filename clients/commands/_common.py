@@ -24,9 +24,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import AsyncIterator, Coroutine, Sequence
 from urllib.parse import urlsplit
 
 from minibroker.config import load_config
@@ -61,7 +61,7 @@ FAILURE = 1
 
 
 def destination_command(
-    subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]", name: str, help: str, doc: str | None
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help: str, doc: str | None
 ) -> argparse.ArgumentParser:
     """A subcommand parser whose first argument is DEST; its description is
     ``doc`` (the module docstring) without the summary line."""

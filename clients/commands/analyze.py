@@ -64,7 +64,7 @@ OPTIONS: list[Option] = [
 ]
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``analyze`` subcommand."""
     parser = subparsers.add_parser(
         "analyze",

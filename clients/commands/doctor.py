@@ -34,7 +34,7 @@ from ._common import parse_float
 __all__ = ["register"]
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "doctor",
         help="check a configuration (ours or activemq.xml) for known traps",

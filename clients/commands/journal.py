@@ -28,7 +28,7 @@ __all__ = ["register", "journal_directories"]
 _MARKERS = ("JournalData.*.jdat", "db-*.log")
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "journal",
         help="inspect, compact or repair journals",

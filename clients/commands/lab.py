@@ -36,8 +36,8 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..cli import CommandError
 from ..labs import LabError, run_lab
@@ -50,7 +50,7 @@ from .lab_select import all_labs, find_lab
 __all__ = ["register"]
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "lab", help="list and run the labs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

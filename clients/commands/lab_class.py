@@ -50,7 +50,7 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument("--brief", action="store_true", help="each run's grade and its three most telling lines")
 
 
-def register_actions(actions: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register_actions(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``lab exercises`` and ``lab check``."""
     ex = actions.add_parser("exercises", help="list a lab's exercises, or print one")
     ex.add_argument("name", metavar="NAME", help="lab name, directory name or number")

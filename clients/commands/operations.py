@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import re
 from typing import Any
@@ -24,7 +25,7 @@ __all__ = ["register", "request"]
 _REPLY_QUEUE = "/temp-queue/minibroker-admin"
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
         parser = subparsers.add_parser(name, help=help, description=description)
         parser.add_argument("--json", action="store_true", help="print the broker's answer as JSON")
@@ -146,10 +147,9 @@ async def _operate(args: argparse.Namespace, headers: dict[str, str], timeout: f
             raise CommandError(f"the broker did not answer within {timeout:g}s", FAILURE) from None
         except StompClientError as exc:
             raise CommandError(describe(exc), FAILURE) from None
-        try:
+        # done already where it fails (a close of this very connection ends it with an ERROR)
+        with contextlib.suppress(StompClientError, TimeoutError):
             await client.disconnect()
-        except (StompClientError, TimeoutError):
-            pass  # done already (a close of this very connection ends it with an ERROR)
     print(json.dumps(answer, sort_keys=True) if args.json else format_answer(answer, getattr(args, "selector", None)))
     return 0
 

@@ -44,7 +44,7 @@ __all__ = ["register", "format_message"]
 SHOW = ("body", "headers", "json")
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``recv`` subcommand."""
     parser = destination_command(subparsers, "recv", "receive messages from a destination", __doc__)
     parser.add_argument("--count", "-n", metavar="N", help="stop after N messages")

@@ -55,7 +55,7 @@ __all__ = ["register"]
 FD_MARGIN = 64  # descriptors kept for files, the trace and the event loop
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``replay`` subcommand."""
     parser = subparsers.add_parser(
         "replay",

@@ -30,7 +30,7 @@ from ._common import (
 __all__ = ["register"]
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``send`` subcommand."""
     parser = destination_command(subparsers, "send", "send messages to a destination", __doc__)
     parser.add_argument(

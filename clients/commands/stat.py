@@ -18,7 +18,7 @@ import argparse
 import asyncio
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from minibroker.durability import size_text
@@ -30,7 +30,7 @@ from ._common import FAILURE, add_connection_args, connected, describe, parse_fl
 __all__ = ["register", "fetch_statistics", "format_tables"]
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "stat",
         help="show live broker statistics",
@@ -92,7 +92,7 @@ async def fetch_statistics(
 def _table(rows: list[list[str]], header: list[str]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = [
-        "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
         for row in [header, *rows]
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -115,7 +115,7 @@ def _when(stats: dict[str, Any]) -> str:
     ms = stats.get("timestamp")
     if ms is None:
         return ""
-    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return f" at {moment.strftime('%Y-%m-%d %H:%M:%S')}.{ms % 1000:03d} UTC"
 
 

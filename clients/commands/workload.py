@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from clients.spark.session import spark_error
 
@@ -44,7 +45,7 @@ FORMATS = ("parquet", "jsonl")
 ENGINES = ("auto", "inprocess", "spark")
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``workload`` subcommand and its ``generate`` action."""
     parser = subparsers.add_parser(
         "workload",

@@ -7,7 +7,7 @@ the source document each comes from; ``docs/doctor.md`` describes each rule and 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from . import checks_journal, checks_stomp, checks_topics, checks_usage
 from .model import SEVERITIES, Finding, Setup

@@ -198,6 +198,7 @@ def store_limit_below_journal_file(setup: Setup) -> list[Finding]:
     store, limit = config.store, config.system_usage.store_limit
     if not config.broker.persistent or not _known(setup, "system_usage.store_limit", "store.journal_max_file_length"):
         return []
+    keys: tuple[str, ...]
     if store.layout == "ring":
         needed, what, keys = (
             store.file_count * store.file_size,

@@ -18,8 +18,9 @@ syntax renders as TOML or XML.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from minibroker.config import BrokerConfig, PolicyEntry, TransportConfig
 
@@ -170,13 +171,13 @@ class Syntax(Protocol):
 
     name: str
 
-    def setting(self, setup: "Setup", key: str) -> str: ...
+    def setting(self, setup: Setup, key: str) -> str: ...
 
-    def policy_setting(self, setup: "Setup", ref: PolicyRef, key: str) -> str: ...
+    def policy_setting(self, setup: Setup, ref: PolicyRef, key: str) -> str: ...
 
-    def listener_setting(self, setup: "Setup", listener: Listener, key: str) -> str: ...
+    def listener_setting(self, setup: Setup, listener: Listener, key: str) -> str: ...
 
-    def render(self, setup: "Setup", changes: tuple[Change, ...]) -> str: ...
+    def render(self, setup: Setup, changes: tuple[Change, ...]) -> str: ...
 
 
 @dataclass(frozen=True)

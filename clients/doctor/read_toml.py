@@ -24,7 +24,7 @@ DEFAULT_SOURCE = "minibroker/default.toml (the embedded default)"
 
 
 def _explicit_keys(data: dict) -> frozenset[str]:
-    keys = set()
+    keys: set[str] = set()
     for section, table in data.items():
         if isinstance(table, dict):
             keys.update(f"{section}.{k}" for k in table)

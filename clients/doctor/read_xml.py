@@ -33,8 +33,9 @@ What is not set takes ActiveMQ's defaults, which are not all ours: memory
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from minibroker.config import (
     BrokerConfig,
@@ -289,7 +290,7 @@ class _Reader:
             return None
         name = element.get("name") or uri
         where = f'<transportConnector name="{name}">'
-        options = dict(p.split("=", 1) if "=" in p else (p, "") for p in uri.partition("?")[2].split("&") if p)
+        options = {key: value for key, _, value in (p.partition("=") for p in uri.partition("?")[2].split("&") if p)}
         values: dict[str, Any] = {}
         parsers: dict[str, Callable[[str, str], Any]] = {
             "so_write_timeout": _int,
@@ -332,7 +333,7 @@ def read_xml(path: str | Path, data: bytes, heap: int | None = None) -> Setup:
         raise DoctorError(f"'{path}' has no <broker> element: not an ActiveMQ configuration")
     reader = _Reader(heap)
     persistent = _bool(broker.get("persistent", "true"), "<broker persistent>")
-    entries = []
+    entries: list[PolicyEntry] = []
     policy_map = _first(broker, "destinationPolicy", "policyMap")
     for element in _descendants(_first(policy_map, "policyEntries"), "policyEntry"):
         entry = reader.policy(element, len(entries), persistent)

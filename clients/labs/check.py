@@ -26,9 +26,10 @@ from __future__ import annotations
 import dataclasses
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from minibroker.config import BrokerConfig
 from minibroker.errors import ConfigError

@@ -29,8 +29,9 @@ import errno
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from minibroker.config import ANY_PORT, BrokerConfig
 from minibroker.ops import STATISTICS_PREFIX

@@ -28,17 +28,17 @@ from typing import Any
 
 from clients.spark.plots import (
     DPI,
-    PALETTE,
-    STYLES,
     classroom,
     consumer_label,
     consumer_lines,
     count_axis,
     journal_lines,
+    line_style,
     sent_lines,
     shade,
     title_pad,
     usage_lines,
+    write_end,
 )
 
 from .model import Lab
@@ -153,6 +153,13 @@ def socket_lines(result: RunResult, span: float) -> tuple[list[tuple[str, list[f
     return lines, refused
 
 
+def _step_lines(ax: Any, lines: list[tuple[str, list[float], list[float]]]) -> float:
+    """``lines`` as steps, each in its own colour and style; their highest value (0 for none)."""
+    for i, (label, xs, ys) in enumerate(lines):
+        ax.step(xs, ys, where="post", label=label, **line_style(i))
+    return max((max(ys) for _, _, ys in lines), default=0.0)
+
+
 def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
     """Draw ``out/<lab directory>.png``; None when the runs were not analysed."""
     runs = [r for r in figure_runs(lab, results) if r.series is not None]
@@ -185,48 +192,21 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
                 i = order[label]
                 tallest[0] = max(tallest[0], max(ys))
                 dashed = label.startswith("sent to ")
-                color = "black" if dashed else PALETTE[i % len(PALETTE)]
-                top.step(
-                    xs,
-                    ys,
-                    where="post",
-                    label=label,
-                    color=color,
-                    zorder=2 + i,
-                    clip_on=False,
-                    **({"linestyle": "--", "linewidth": 2.0} if dashed else STYLES[i % len(STYLES)]),
+                look: dict[str, Any] = (
+                    {"color": "black", "linestyle": "--", "linewidth": 2.0} if dashed else line_style(i)
                 )
-                if not dashed and ys[-1] not in written:  # its total, beside its end: a line at 0 is read too
-                    written.add(ys[-1])
-                    top.annotate(
-                        f"{ys[-1]:.0f}",
-                        (xs[-1], ys[-1]),
-                        xytext=(-6, 5),
-                        textcoords="offset points",
-                        color=color,
-                        fontsize=15,
-                        fontweight="bold",
-                        ha="right",
-                        va="bottom",
-                        annotation_clip=False,
-                    )
+                top.step(xs, ys, where="post", label=label, zorder=2 + i, clip_on=False, **look)
+                if not dashed:  # its total, beside its end: a line at 0 is read too
+                    write_end(top, xs, ys, look["color"], written, annotation_clip=False)
             drawn.lines[name] = [label for label, _, _ in tops[name]]
             drawn.starved[name] = _named(result)
             series = result.series or {}
             if journal:
-                for i, (label, xs, ys) in enumerate(journal_lines(series, span)):
-                    tallest[1] = max(tallest[1], max(ys) * 1.1)
-                    bottom.step(
-                        xs, ys, where="post", label=label, color=PALETTE[i % len(PALETTE)], **STYLES[i % len(STYLES)]
-                    )
+                tallest[1] = max(tallest[1], _step_lines(bottom, journal_lines(series, span)) * 1.1)
                 bottom.set_ylabel("journal files")
             elif stalled:
                 lines, refused = socket_lines(result, span)
-                for i, (label, xs, ys) in enumerate(lines):
-                    tallest[1] = max(tallest[1], max(ys) * 1.1)
-                    bottom.step(
-                        xs, ys, where="post", label=label, color=PALETTE[i % len(PALETTE)], **STYLES[i % len(STYLES)]
-                    )
+                tallest[1] = max(tallest[1], _step_lines(bottom, lines) * 1.1)
                 if refused:
                     bottom.plot(
                         refused,
@@ -243,17 +223,10 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
                 bottom.set_ylabel("KB queued for the socket")
             else:
                 usage = [(label, xs + [span], ys + ys[-1:]) for label, xs, ys in usage_lines(series)]
-                for i, (label, xs, ys) in enumerate(usage + queue_shares(result, span)):
-                    tallest[1] = max(tallest[1], max(ys) * 1.05)
-                    bottom.step(
-                        xs,
-                        ys,
-                        where="post",
-                        label=label,
-                        color=PALETTE[i % len(PALETTE)],
-                        **STYLES[i % len(STYLES)],
-                    )
-                    drawn.bottom.setdefault(name, []).append(label)
+                lines = usage + queue_shares(result, span)
+                tallest[1] = max(tallest[1], _step_lines(bottom, lines) * 1.05)
+                if lines:
+                    drawn.bottom[name] = [label for label, _, _ in lines]
                 hwm = next((int(f_hwm) for f_hwm in [series.get("hwm")] if f_hwm), 70)
                 bottom.axhline(hwm, color="k", linestyle=":", linewidth=2)
                 bottom.text(
@@ -296,7 +269,7 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
         for row in range(2):  # one legend per row, beside the plots: never over a line
             handles: dict[str, Any] = {}
             for ax in axes[row]:
-                for h, label in zip(*ax.get_legend_handles_labels()):
+                for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
                     handles.setdefault(label, h)
             if handles:
                 axes[row, -1].legend(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from minibroker import eventloop
 from minibroker.config import BrokerConfig
@@ -26,7 +27,7 @@ class LiveBroker:
         #: The broker loop's scheduling delay, sampled while it runs (across restarts).
         self.lag = lag or LoopLag()
         #: Called after a restart (the run's timeline notes it).
-        self.on_restart: Callable[["LiveBroker"], None] | None = None
+        self.on_restart: Callable[[LiveBroker], None] | None = None
         self.server: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None

@@ -17,10 +17,11 @@ import os
 import re
 import sys
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from minibroker.config import BrokerConfig, load_config
 
@@ -75,7 +76,7 @@ class Threshold:
     of: str = ""
 
     @classmethod
-    def parse(cls, metric: str, text: object) -> "Threshold":
+    def parse(cls, metric: str, text: object) -> Threshold:
         """``Threshold.parse("processed", ">= 1000")``; ValueError says what is wrong."""
         match = _THRESHOLD.match(text) if isinstance(text, str) else None
         if match is None:
@@ -140,7 +141,7 @@ class RunSpec:
             return load_config(self.config_path)
         return configure(read_toml(self.config_path), self.settings, f"'{self.config_path}'")
 
-    def with_settings(self, *settings: Setting) -> "RunSpec":
+    def with_settings(self, *settings: Setting) -> RunSpec:
         """This run with ``settings`` changed; ConfigError (one line) when one is unknown or bad."""
         spec = dataclasses.replace(self, settings=self.settings + settings)
         spec.config()

@@ -21,8 +21,9 @@ Theory of operation
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from minibroker.ops import Scope, broker_statistics, destination_statistics
 

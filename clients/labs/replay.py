@@ -21,7 +21,8 @@ clock, so every page has its own position and its own controls:
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from minibroker import wildcards
 from minibroker.ops import STATISTICS_PREFIX

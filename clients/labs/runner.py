@@ -21,9 +21,10 @@ import dataclasses
 import logging
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from minibroker.config import BrokerConfig
 from minibroker.edge import VirtualNetwork
@@ -168,7 +169,7 @@ class LabRun:
             self.recorder.note(text)
 
     @contextlib.contextmanager
-    def live_broker(self, config: BrokerConfig | None = None) -> Iterator["LiveBroker"]:
+    def live_broker(self, config: BrokerConfig | None = None) -> Iterator[LiveBroker]:
         """The real asyncio server with this configuration, on an ephemeral port."""
         chosen = (
             (config or self.config)
@@ -225,7 +226,7 @@ class _LogCapture(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
 
-    def __enter__(self) -> "_LogCapture":
+    def __enter__(self) -> _LogCapture:
         logger = logging.getLogger("minibroker")
         self._saved = (logger.level, logger.propagate)
         logger.setLevel(logging.INFO)
@@ -414,7 +415,7 @@ def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
     if result.loop_lag is not None:
         fair = "the machine was too busy for a fair run: " if result.loop_lag.busy() else "machine load: "
         out(f"    {fair}{result.loop_lag.summary()}")
-    if result.findings is not None:
+    if result.findings is not None and result.trace_file is not None:
         expected = ", ".join(spec.findings) or "none"
         verdict = "as the lab expects" if result.findings_as_expected else f"NOT as the lab expects ({expected})"
         out(f"    trace analysis: {len(result.findings)} finding(s), {verdict}; {result.trace_file.parent}")

@@ -18,8 +18,9 @@ from __future__ import annotations
 import copy
 import re
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from minibroker.config import BrokerConfig, parse_config
 from minibroker.errors import ConfigError

@@ -20,9 +20,10 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Coroutine
+from typing import Any
 
 __all__ = ["ClientRun", "StudentError", "run_beside", "run_consumer"]
 

@@ -15,9 +15,10 @@ Under ``--plot DIR`` the table is also drawn, DIR/<lab>-sweep.png.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .model import Lab, RunSpec
 from .runner import RunResult, run_one
@@ -67,7 +68,7 @@ def sweep(
     rows = []
     width = max(len(key), *(len(str(v)) for v in values))
     out(f"  {key:>{width}}  {'delivered':>9}  {'peak memory':>11}  {'blocked':>9}  grade")
-    for value, changed in zip(values, specs):
+    for value, changed in zip(values, specs, strict=True):
         row = outcome_row(value, run_one(lab, changed, entry, keep_events=True, virtual=True))
         rows.append(row)
         out(
@@ -95,7 +96,7 @@ def plot_sweep(lab: Lab, spec: RunSpec, key: str, rows: list[SweepRow], plot_dir
         ("peak memory (%)", "peak_memory_pct"),
         ("blocked (s)", "blocked_s"),
     )
-    for ax, (title, attr) in zip(axes, columns):
+    for ax, (title, attr) in zip(axes, columns, strict=True):
         heights = [getattr(r, attr) for r in rows]
         ax.bar(labels, heights, color=[colours[r.grade] for r in rows])
         ax.set_ylabel(title)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from clients.commands.stat import fetch_statistics, format_tables
 from clients.stomp import StompClient, StompClientError

@@ -35,7 +35,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from clients.spark.actions import Action
 from clients.stomp import Message, StompClient, StompClientError, StompError, Subscription
@@ -103,9 +104,7 @@ class ReplayEvents(Protocol):
 class Consumer:
     """A subscription's message loop: take, record, process, ack."""
 
-    def __init__(
-        self, owner: "ReplayClient", client: StompClient, sub: Subscription, dest: str, process: float
-    ) -> None:
+    def __init__(self, owner: ReplayClient, client: StompClient, sub: Subscription, dest: str, process: float) -> None:
         self.owner = owner
         self.client = client
         self.sub = sub
@@ -290,7 +289,7 @@ class ReplayClient:
         self.events.connected(self.name, client, client_id)
 
     #: action -> the method that performs it
-    _HANDLERS: dict[str, Callable[["ReplayClient", Action], Awaitable[None]]] = {
+    _HANDLERS: dict[str, Callable[[ReplayClient, Action], Awaitable[None]]] = {
         "connect": _connect,
         "subscribe": _subscribe,
         "send": _send,
@@ -300,7 +299,7 @@ class ReplayClient:
     }
 
     # ---------------------------------------------------------------- ending
-    def _on_closed(self, closed: "asyncio.Future[StompClientError | None]") -> None:
+    def _on_closed(self, closed: asyncio.Future[StompClientError | None]) -> None:
         """The connection ended; unless the client ended it, that is its error."""
         failure = closed.result()
         self._release()

@@ -27,10 +27,10 @@ import json
 import shutil
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from clients.spark.actions import ACTIONS, Action, iter_actions, parquet_readable, parquet_to_jsonl
 

@@ -43,24 +43,46 @@ __all__ = ["Params", "FINDING_COLUMNS", "DETECTORS", "find_all"]
 def _finding(
     df: DataFrame,
     detector: str,
-    summary: Column,
-    evidence: list[Column],
+    summary: list[Column | str],
+    evidence: list[Column | str],
     dest: Column | None = None,
     session: Column | None = None,
     sub: Column | None = None,
 ) -> DataFrame:
+    """``df``'s rows as findings of ``detector``: ``summary`` fills the detector's
+    ``SUMMARY`` format, ``evidence`` (columns, or column names) becomes its JSON."""
     none = F.lit(None).cast("string")
     return df.select(
         F.lit(detector).alias("detector"),
         F.col("start").cast("double").alias("start"),
         F.col("end").cast("double").alias("end"),
-        (F.col("end") - F.col("start")).cast("double").alias("duration"),
+        _duration().cast("double").alias("duration"),
         (dest if dest is not None else none).alias("dest"),
         (session if session is not None else none).alias("session"),
         (sub if sub is not None else none).alias("sub"),
-        summary.alias("summary"),
+        F.format_string(SUMMARY[detector], *summary).alias("summary"),
         F.to_json(F.struct(*evidence), {"ignoreNullFields": "false"}).alias("evidence"),
     )
+
+
+def _duration() -> Column:
+    """A window's length: ``end - start``."""
+    return F.col("end") - F.col("start")
+
+
+def _long_enough(p: Params) -> Column:
+    """The window lasts at least ``p.min_window`` seconds."""
+    return _duration() >= p.min_window
+
+
+def _never_unblocked(open_: str) -> Column:
+    """The summary's note for a block still open at the trace's end."""
+    return F.when(F.col(open_), F.lit("; never unblocked")).otherwise(F.lit(""))
+
+
+def _spread(name: str) -> list[Column]:
+    """``name``'s least and greatest value, as ``name_min`` and ``name_max``."""
+    return [F.min(name).alias(f"{name}_min"), F.max(name).alias(f"{name}_max")]
 
 
 def _buckets_within(start: Column, end: Column, bucket: float) -> Column:
@@ -107,14 +129,12 @@ def starved_consumer(tb: Tables, p: Params) -> DataFrame:
         flagged.groupBy(*keys, "dest")
         .agg(
             *_window_bounds(p),
-            F.min("backlog").alias("backlog_min"),
-            F.max("backlog").alias("backlog_max"),
-            F.min("mem_pct").alias("mem_pct_min"),
-            F.max("mem_pct").alias("mem_pct_max"),
+            *_spread("backlog"),
+            *_spread("mem_pct"),
             F.max("dest_mem_pct").alias("dest_mem_pct"),
             F.sum("page_in_blocked").alias("page_in_blocked"),
         )
-        .filter(F.col("end") - F.col("start") >= p.min_window)
+        .filter(_long_enough(p))
     )
     # who holds the memory: the other destinations' highest own percent in the window
     others = tb.dest_rates.filter(F.col("dest_mem_pct") > 0).select(
@@ -151,29 +171,28 @@ def starved_consumer(tb: Tables, p: Params) -> DataFrame:
     return _finding(
         out,
         "starved_consumer",
-        F.format_string(
-            SUMMARY["starved_consumer"],
+        [
             "session",
             "sub",
             "dest",
-            F.col("end") - F.col("start"),
+            _duration(),
             "backlog_min",
             "backlog_max",
             "mem_pct_min",
             "mem_pct_max",
             F.lit(p.hwm),
             F.coalesce(F.col("dest_mem_pct").cast("string"), F.lit("?")),
-        ),
+        ],
         [
-            F.col("backlog_min"),
-            F.col("backlog_max"),
-            F.col("mem_pct_min"),
-            F.col("mem_pct_max"),
+            "backlog_min",
+            "backlog_max",
+            "mem_pct_min",
+            "mem_pct_max",
             F.lit(p.hwm).alias("hwm"),
-            F.col("dest_mem_pct"),
-            F.col("page_in_blocked"),
-            F.col("received"),
-            F.col("memory_holders"),
+            "dest_mem_pct",
+            "page_in_blocked",
+            "received",
+            "memory_holders",
         ],
         dest=F.col("dest"),
         session=F.col("session"),
@@ -231,12 +250,11 @@ def blocked_producer_idle_consumers(tb: Tables, p: Params) -> DataFrame:
             F.first("pct").alias("pct"),
             F.first("open").alias("never_unblocked"),
             F.first("blocked_end").alias("blocked_end"),
-            F.min("temp_pct").alias("temp_pct_min"),
-            F.max("temp_pct").alias("temp_pct_max"),
+            *_spread("temp_pct"),
             F.max("mem_pct").alias("mem_pct_max"),
             F.max("store_pct").alias("store_pct_max"),
         )
-        .filter(F.col("end") - F.col("start") >= p.min_window)
+        .filter(_long_enough(p))
     )
     subs = tb.subscriptions.select(F.col("dest").alias("sdest"), F.col("start").alias("s0"), F.col("end").alias("s1"))
     consumers = (
@@ -250,29 +268,28 @@ def blocked_producer_idle_consumers(tb: Tables, p: Params) -> DataFrame:
     return _finding(
         out,
         "blocked_producer_idle_consumers",
-        F.format_string(
-            SUMMARY["blocked_producer_idle_consumers"],
+        [
             "session",
             "usage",
             "pct",
             "dest",
             "consumers",
-            F.col("end") - F.col("start"),
+            _duration(),
             "temp_pct_min",
             "temp_pct_max",
-            F.when(F.col("never_unblocked"), F.lit("; never unblocked")).otherwise(F.lit("")),
-        ),
+            _never_unblocked("never_unblocked"),
+        ],
         [
-            F.col("usage"),
-            F.col("pct"),
-            F.col("consumers"),
-            F.col("never_unblocked"),
-            F.col("blocked_start"),
-            F.col("blocked_end"),
-            F.col("temp_pct_min"),
-            F.col("temp_pct_max"),
-            F.col("mem_pct_max"),
-            F.col("store_pct_max"),
+            "usage",
+            "pct",
+            "consumers",
+            "never_unblocked",
+            "blocked_start",
+            "blocked_end",
+            "temp_pct_min",
+            "temp_pct_max",
+            "mem_pct_max",
+            "store_pct_max",
         ],
         dest=F.col("dest"),
         session=F.col("session"),
@@ -307,23 +324,22 @@ def swap_storm(tb: Tables, p: Params) -> DataFrame:
     return _finding(
         storms,
         "swap_storm",
-        F.format_string(
-            SUMMARY["swap_storm"],
+        [
             "swaps",
-            F.col("end") - F.col("start"),
+            _duration(),
             "messages",
             "subscriptions",
             F.array_join("dests", ", "),
             F.coalesce(F.col("temp_pct_max").cast("string"), F.lit("?")),
-        ),
+        ],
         [
-            F.col("swaps"),
-            F.col("messages"),
-            F.col("bytes"),
-            F.col("subscriptions"),
-            F.col("dests"),
-            F.col("temp_pct_max"),
-            F.col("mem_pct_max"),
+            "swaps",
+            "messages",
+            "bytes",
+            "subscriptions",
+            "dests",
+            "temp_pct_max",
+            "mem_pct_max",
         ],
         dest=F.element_at("dests", 1),
     )
@@ -444,12 +460,11 @@ def slow_consumer(tb: Tables, p: Params) -> DataFrame:
     return _finding(
         out,
         "slow_consumer",
-        F.format_string(
-            SUMMARY["slow_consumer"],
+        [
             "session",
             "sub",
             "dest",
-            F.col("end") - F.col("start"),
+            _duration(),
             to_end,
             "blocked_seconds",
             "received",
@@ -457,18 +472,18 @@ def slow_consumer(tb: Tables, p: Params) -> DataFrame:
             "sent",
             F.coalesce("backlog", F.lit(0)),
             "spooled",
-        ),
+        ],
         [
-            F.col("pending_max"),
-            F.col("prefetch"),
-            F.col("received"),
-            F.col("acked"),
-            F.col("sent"),
-            F.col("backlog"),
-            F.col("spooled"),
-            F.col("discarded"),
-            F.col("blocked_seconds"),
-            F.col("recovered"),
+            "pending_max",
+            "prefetch",
+            "received",
+            "acked",
+            "sent",
+            "backlog",
+            "spooled",
+            "discarded",
+            "blocked_seconds",
+            "recovered",
         ],
         dest=F.col("dest"),
         session=F.col("session"),
@@ -535,8 +550,7 @@ def stalled_socket(tb: Tables, p: Params) -> DataFrame:
     return _finding(
         out,
         "stalled_socket",
-        F.format_string(
-            SUMMARY["stalled_socket"],
+        [
             "session",
             F.coalesce("client_id", F.lit("-")),
             "waited",
@@ -544,14 +558,14 @@ def stalled_socket(tb: Tables, p: Params) -> DataFrame:
             "dispatched",
             "acked",
             "refused_reconnects",
-        ),
+        ],
         [
-            F.col("client_id"),
-            F.col("waited"),
-            F.col("pending_bytes"),
-            F.col("dispatched"),
-            F.col("acked"),
-            F.col("refused_reconnects"),
+            "client_id",
+            "waited",
+            "pending_bytes",
+            "dispatched",
+            "acked",
+            "refused_reconnects",
         ],
         session=F.col("session"),
     )
@@ -594,8 +608,7 @@ def journal_full_few_live(tb: Tables, p: Params) -> DataFrame:
     return _finding(
         out,
         "journal_full_few_live",
-        F.format_string(
-            SUMMARY["journal_full_few_live"],
+        [
             "store",
             "layout",
             "refused",
@@ -603,43 +616,40 @@ def journal_full_few_live(tb: Tables, p: Params) -> DataFrame:
             "pinned",
             "files",
             F.coalesce(F.col("live_at_end").cast("string"), F.lit("?")),
-        ),
+        ],
         [
-            F.col("refused"),
-            F.col("live"),
-            F.col("live_bytes"),
-            F.col("capacity"),
-            F.col("files"),
-            F.col("pinned"),
-            F.col("file_live"),
-            F.col("live_at_end"),
+            "refused",
+            "live",
+            "live_bytes",
+            "capacity",
+            "files",
+            "pinned",
+            "file_live",
+            "live_at_end",
         ],
         dest=F.coalesce("dest", "store"),
     )
 
 
 def blocked_holding_unacked(tb: Tables, p: Params) -> DataFrame:
-    out = tb.blocked.filter(F.col("end") - F.col("start") >= p.min_window).join(
-        _holding_blocks(tb), ["session", "dest", "start"]
-    )
+    out = tb.blocked.filter(_long_enough(p)).join(_holding_blocks(tb), ["session", "dest", "start"])
     return _finding(
         out,
         "blocked_holding_unacked",
-        F.format_string(
-            SUMMARY["blocked_holding_unacked"],
+        [
             "session",
             "usage",
             "dest",
-            F.col("end") - F.col("start"),
+            _duration(),
             "held_min",
             "held_max",
-            F.when(F.col("open"), F.lit("; never unblocked")).otherwise(F.lit("")),
-        ),
+            _never_unblocked("open"),
+        ],
         [
-            F.col("usage"),
-            F.col("held_min"),
-            F.col("held_max"),
-            F.col("samples"),
+            "usage",
+            "held_min",
+            "held_max",
+            "samples",
             F.col("open").alias("never_unblocked"),
             F.col("start").alias("blocked_start"),
             F.col("end").alias("blocked_end"),
@@ -679,21 +689,20 @@ def redelivery_loop(tb: Tables, p: Params) -> DataFrame:
     return _finding(
         out,
         "redelivery_loop",
-        F.format_string(
-            SUMMARY["redelivery_loop"],
+        [
             "msg",
             "dest",
             "redeliveries",
             F.col("last") - F.col("first"),
             "total",
-        ),
-        [F.col("redeliveries"), F.col("total"), F.col("first"), F.col("last")],
+        ],
+        ["redeliveries", "total", "first", "last"],
         dest=F.col("dest"),
     )
 
 
 def store_held_by_few_live(tb: Tables, p: Params) -> DataFrame:
-    blocks = tb.blocked.filter((F.col("usage") == "store") & (F.col("end") - F.col("start") >= p.min_window))
+    blocks = tb.blocked.filter((F.col("usage") == "store") & (_long_enough(p)))
     states = tb.events.filter(
         F.col("event").isin("journal_roll", "journal_full", "journal_state")
         & F.col("live").isNotNull()
@@ -723,23 +732,22 @@ def store_held_by_few_live(tb: Tables, p: Params) -> DataFrame:
     return _finding(
         out,
         "store_held_by_few_live",
-        F.format_string(
-            SUMMARY["store_held_by_few_live"],
+        [
             "session",
             "dest",
-            F.col("end") - F.col("start"),
+            _duration(),
             "store",
             "files",
             "live",
             F.col("files") - F.col("pinned"),
-            F.when(F.col("open"), F.lit("; never unblocked")).otherwise(F.lit("")),
-        ),
+            _never_unblocked("open"),
+        ],
         [
-            F.col("store"),
-            F.col("layout"),
-            F.col("files"),
-            F.col("live"),
-            F.col("pinned"),
+            "store",
+            "layout",
+            "files",
+            "live",
+            "pinned",
             F.col("open").alias("never_unblocked"),
             F.col("start").alias("blocked_start"),
             F.col("end").alias("blocked_end"),

@@ -117,7 +117,7 @@ def java_format(fmt: str, *args: Any) -> str:
     specs = re.findall(r"%[.\d]*[sdf%]", fmt)
     out: list[Any] = []
     i = iter(places)
-    for spec, value in zip([s for s in specs if s != "%%"], args):
+    for spec, value in zip([s for s in specs if s != "%%"], args, strict=True):
         if spec.endswith("f"):
             q = Decimal(1).scaleb(-next(i))
             out.append(Decimal(repr(float(value))).quantize(q, rounding=ROUND_HALF_UP))

@@ -13,10 +13,10 @@ runs side by side with the same helpers.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -35,6 +35,8 @@ __all__ = [
     "usage_lines",
     "journal_lines",
     "draw_lines",
+    "line_style",
+    "write_end",
     "shade",
     "title_pad",
     "count_axis",
@@ -169,25 +171,38 @@ def draw_lines(
     each line's last value by its end (a line along 0 is read as well as any)."""
     written: set[float] = set()
     for i, (label, xs, ys) in enumerate(lines):
-        style = STYLES[i % len(STYLES)]
-        color = (colors or {}).get(label, PALETTE[i % len(PALETTE)])
+        look = line_style(i) | ({"color": colors[label]} if colors and label in colors else {})
         if step:
-            ax.step(xs, ys, where="post", label=label, color=color, zorder=2 + i, clip_on=False, **style)
+            ax.step(xs, ys, where="post", label=label, zorder=2 + i, clip_on=False, **look)
         else:
-            ax.plot(xs, ys, label=label, color=color, zorder=2 + i, clip_on=False, **style)
-        if ends and ys and ys[-1] not in written:
-            written.add(ys[-1])
-            ax.annotate(
-                f"{ys[-1]:.0f}",
-                (xs[-1], ys[-1]),
-                xytext=(-6, 5),
-                textcoords="offset points",
-                color=color,
-                fontsize=15,
-                fontweight="bold",
-                ha="right",
-                va="bottom",
-            )
+            ax.plot(xs, ys, label=label, zorder=2 + i, clip_on=False, **look)
+        if ends and ys:
+            write_end(ax, xs, ys, look["color"], written)
+
+
+def line_style(i: int) -> dict[str, Any]:
+    """The ``i``-th line's colour and style (a new dict: the caller may change it)."""
+    return {"color": PALETTE[i % len(PALETTE)], **STYLES[i % len(STYLES)]}
+
+
+def write_end(ax: Any, xs: Sequence[float], ys: Sequence[float], color: str, written: set[float], **extra: Any) -> None:
+    """A line's last value written beside its end, unless a line of ``ax`` already shows
+    that value (``written``: those shown so far); ``extra`` goes to ``annotate``."""
+    if ys[-1] in written:
+        return
+    written.add(ys[-1])
+    ax.annotate(
+        f"{ys[-1]:.0f}",
+        (xs[-1], ys[-1]),
+        xytext=(-6, 5),
+        textcoords="offset points",
+        color=color,
+        fontsize=15,
+        fontweight="bold",
+        ha="right",
+        va="bottom",
+        **extra,
+    )
 
 
 def _beside(ax: Any) -> None:
@@ -420,7 +435,7 @@ def journal(out: Path, series: dict[str, Any], span: float) -> str | None:
     ax0.set_ylabel("files")
     ax0.set_title("Journal files over time, and those pinned by live messages")
     _beside(ax0)
-    for ax, (store, rows) in zip(axes[1:, 0], sorted(stores.items())):
+    for ax, (store, rows) in zip(axes[1:, 0], sorted(stores.items()), strict=True):
         rows.sort(key=lambda r: r["file"])
         ax.bar(
             range(len(rows)), [r["live"] for r in rows], color=["tab:red" if r["live"] else "tab:green" for r in rows]

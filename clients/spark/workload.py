@@ -85,7 +85,7 @@ def _uniform(seed: int, salt: str) -> Column:
 def _choice(u: Column, dist: Dist, cast: str | None) -> Column:
     total = sum(dist.weights)
     expr, acc = None, 0.0
-    for value, weight in zip(dist.values[:-1], dist.weights[:-1]):
+    for value, weight in zip(dist.values[:-1], dist.weights[:-1], strict=True):
         acc += weight / total
         lit = F.lit(value)
         expr = F.when(u < F.lit(acc), lit) if expr is None else expr.when(u < F.lit(acc), lit)

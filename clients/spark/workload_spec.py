@@ -13,6 +13,7 @@ import math
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +262,7 @@ def _phases(where: str, raw: Any, start: float, stop: float, key: str) -> tuple[
         else:
             phases.append(Phase(a, b, process=_process(w, p)))
     phases.sort(key=lambda p: p.start)
-    for x, y in zip(phases, phases[1:]):
+    for x, y in pairwise(phases):
         if y.start < x.stop:
             raise WorkloadError(f"{where}: phases overlap at {y.start}")
     return tuple(phases)

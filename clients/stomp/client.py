@@ -39,7 +39,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from minibroker.errors import ProtocolError
 from minibroker.frames import VERSIONS, Frame
@@ -74,7 +75,7 @@ CORK_BYTES = 64 * 1024
 class _Wire(asyncio.Protocol):
     """Forwards the transport's callbacks to its ``StompClient``."""
 
-    def __init__(self, client: "StompClient") -> None:
+    def __init__(self, client: StompClient) -> None:
         self.client = client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -96,7 +97,7 @@ class _Wire(asyncio.Protocol):
         self.client._resume_writing()
 
 
-def _transaction_id(transaction: "Transaction | str | None") -> str | None:
+def _transaction_id(transaction: Transaction | str | None) -> str | None:
     if transaction is None or isinstance(transaction, str):
         return transaction
     return transaction.id
@@ -199,7 +200,7 @@ class StompClient:
         extra_headers: Mapping[str, str] | None = None,
         max_buffered: int = 1000,
         websocket_path: str | None = None,
-    ) -> "StompClient":
+    ) -> StompClient:
         """Open a TCP connection, send CONNECT and wait for CONNECTED.
 
         With ``websocket_path``, STOMP goes over a WebSocket upgraded at that
@@ -330,7 +331,7 @@ class StompClient:
         headers: Mapping[str, str] | None = None,
         *,
         receipt: bool = False,
-        transaction: "Transaction | str | None" = None,
+        transaction: Transaction | str | None = None,
         timeout: float | None = 30.0,
     ) -> None:
         """SEND ``body`` (str is sent as UTF-8) to ``destination``.
@@ -423,7 +424,7 @@ class StompClient:
     async def ack(
         self,
         message: Message,
-        transaction: "Transaction | str | None" = None,
+        transaction: Transaction | str | None = None,
         *,
         receipt: bool = False,
         timeout: float | None = 30.0,
@@ -435,7 +436,7 @@ class StompClient:
     async def nack(
         self,
         message: Message,
-        transaction: "Transaction | str | None" = None,
+        transaction: Transaction | str | None = None,
         *,
         receipt: bool = False,
         timeout: float | None = 30.0,
@@ -486,7 +487,7 @@ class StompClient:
         if self._transport is not None:
             self._transport.close()
 
-    async def __aenter__(self) -> "StompClient":
+    async def __aenter__(self) -> StompClient:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:

@@ -18,7 +18,7 @@ built-in ``TimeoutError`` when its own ``timeout`` runs out:
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from minibroker.frames import Frame
 

@@ -16,7 +16,7 @@ Theory of operation
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["FlowCredit"]
 

@@ -28,7 +28,7 @@ attribute store per read or write and nothing else.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["negotiate", "parse_heartbeat", "format_heartbeat", "Heartbeats"]
 

@@ -19,7 +19,7 @@ version    ACK / NACK headers
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from minibroker.frames import Frame
 

@@ -6,7 +6,8 @@ connection (``StompClient.transaction()`` makes one); the broker does the rest.
 
 from __future__ import annotations
 
-from typing import Mapping, Protocol
+from collections.abc import Mapping
+from typing import Protocol
 
 from minibroker.frames import Frame
 
@@ -105,7 +106,7 @@ class Transaction:
         """``client.nack`` inside this transaction."""
         await self.client.nack(message, self.id, receipt=receipt, timeout=timeout)
 
-    async def __aenter__(self) -> "Transaction":
+    async def __aenter__(self) -> Transaction:
         await self.begin()
         return self
 

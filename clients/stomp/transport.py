@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from .errors import CannotConnect
 
@@ -26,12 +27,12 @@ T = TypeVar("T")
 P = TypeVar("P", bound=asyncio.BaseProtocol)
 
 
-def _expire(fut: "asyncio.Future[Any]", timeout: float) -> None:
+def _expire(fut: asyncio.Future[Any], timeout: float) -> None:
     if not fut.done():
         fut.set_exception(TimeoutError(f"no answer within {timeout:g}s"))
 
 
-async def wait(fut: "asyncio.Future[T]", timeout: float | None) -> T:
+async def wait(fut: asyncio.Future[T], timeout: float | None) -> T:
     """Await ``fut``, failing it with ``TimeoutError`` after ``timeout`` s.
 
     Cheaper than ``asyncio.wait_for`` (one timer handle, no task) and safe for
@@ -113,7 +114,7 @@ async def open_connection(
 
     try:
         return await asyncio.wait_for(attempt(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise CannotConnect(host, port, f"timed out after {timeout:g}s") from None
     except OSError as exc:
         raise CannotConnect(host, port, _reason([exc])) from None

@@ -41,7 +41,6 @@ from minibroker.destinations.queue import Queue
 from minibroker.ops.diagnosis import DiagnosedBroker
 
 if TYPE_CHECKING:
-    from storage import Journal
     from minibroker.connection.clock import Clock
     from minibroker.connection.security import Principal, Security
     from minibroker.connection.session import Session
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
     from minibroker.destinations.subscription import Subscription
     from minibroker.destinations.usage import Usage
     from minibroker.ops.rates import RateMeter
+    from storage import Journal
 
 __all__ = [
     "STATISTICS_PREFIX",

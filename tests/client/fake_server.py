@@ -28,9 +28,10 @@ Everything a client sends is recorded on its ``FakeConnection`` (``frames``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections import defaultdict, deque
-from typing import Callable
+from collections.abc import Callable
 
 from minibroker.errors import ProtocolError
 from minibroker.frames import VERSIONS, Frame
@@ -44,7 +45,7 @@ _NOT_COPIED = frozenset({"destination", "receipt", "transaction", "content-lengt
 class FakeConnection:
     """The server side of one client connection."""
 
-    def __init__(self, server: "FakeStompServer", reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, server: FakeStompServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.server = server
         self.reader = reader
         self.writer = writer
@@ -69,7 +70,7 @@ class FakeConnection:
         """The commands received so far."""
         return [f.command for f in self.frames]
 
-    async def wait_for(self, predicate: Callable[["FakeConnection"], object], timeout: float = 5.0) -> None:
+    async def wait_for(self, predicate: Callable[[FakeConnection], object], timeout: float = 5.0) -> None:
         """Wait until ``predicate(self)`` is true (re-checked on every event)."""
 
         async def loop() -> None:
@@ -182,7 +183,7 @@ class FakeStompServer:
             "DISCONNECT": self._on_disconnect,
         }
 
-    async def start(self) -> "FakeStompServer":
+    async def start(self) -> FakeStompServer:
         self._server = await asyncio.start_server(self._serve, self.host, 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -192,10 +193,8 @@ class FakeStompServer:
             self._server.close()
         for conn in self.connections:
             conn.close()
-            try:
+            with contextlib.suppress(ConnectionError, OSError):
                 await conn.writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -203,7 +202,7 @@ class FakeStompServer:
         if self._server is not None:
             await self._server.wait_closed()
 
-    async def __aenter__(self) -> "FakeStompServer":
+    async def __aenter__(self) -> FakeStompServer:
         return await self.start()
 
     async def __aexit__(self, *exc: object) -> None:

@@ -71,7 +71,7 @@ def test_a_corrupt_journal_stops_the_start_and_repair_fixes_it(tmp_path: Path, c
     config = parse_config({"store": {"journal_max_file_length": "64 kb"}, "broker": {"data_dir": str(data)}})
     net = VirtualNetwork(config, data_dir=data)
     p = net.connected_client()
-    for i in range(400):  # several 64 KB files
+    for _ in range(400):  # several 64 KB files
         p.send("/queue/q", "y" * 300, persistent="true")
     net.broker.close()
     files = sorted((data / "journal").glob("db-*.log"))

@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stomp_py_support import close, connect
-from stomp_py_support import subscribe_sync, wait_for
-
 from clients.cli import main as cli
 from minibroker.config import parse_config
 from minibroker.connection import hash_password
+from stomp_py_support import close, connect, subscribe_sync, wait_for
 
 
 def port_args(broker: Any, *extra: str) -> list[str]:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from stomp_py_support import close, connect
-
 from clients.cli import main as cli
+from stomp_py_support import close, connect
 
 
 def test_statistics_plugin_answers_any_stomp_client(broker) -> None:
@@ -59,7 +58,8 @@ def test_stat_command_prints_the_tables(broker, capsys) -> None:
         assert "in memory (in no usage), 0 bytes on disk" in first
         assert ", 2 destinations, " in out
         header = next(line for line in out.splitlines() if line.startswith("destination ")).split()
-        row = dict(zip(header, next(line for line in out.splitlines() if line.startswith("/queue/orders")).split()))
+        orders = next(line for line in out.splitlines() if line.startswith("/queue/orders")).split()
+        row = dict(zip(header, orders, strict=True))
         assert (row["size"], row["ready"], row["unacked"], row["enqueued"], row["consumers"]) == (
             "2",
             "1",

@@ -17,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -138,7 +139,7 @@ class _World:
             self._collect(action[1])
             pending, self.unacked[action[1]] = self.unacked[action[1]], []
             for message in pending:
-                self._consumer_frame(action[1], lambda client: client.ack(message))
+                self._consumer_frame(action[1], lambda client, message=message: client.ack(message))
         elif kind == "read":
             self.consumers[action[1]].read()
             self._collect(action[1])

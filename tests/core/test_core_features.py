@@ -4,6 +4,8 @@ temporary queues, browsing and security."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from minibroker.config import parse_config
@@ -580,7 +582,7 @@ class TestRedeliveryDelay:
             while len(c.messages()) == seen:
                 net.advance(0.001)
             arrived.append(net.now)
-        waits = [round(b - a, 2) for a, b in zip(arrived, arrived[1:])]
+        waits = [round(b - a, 2) for a, b in pairwise(arrived)]
         assert waits == [0.1, 0.2, 0.4, 0.5, 0.5]
 
     def test_the_delays_count_as_activemq_counts_them(self) -> None:

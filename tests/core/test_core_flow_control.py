@@ -116,7 +116,7 @@ class TestAccounting:
 
 class TestProducerFlowControl:
     def fill(self, producer, dest: str, n: int, **headers) -> None:
-        for i in range(n):
+        for _ in range(n):
             producer.send(dest, BODY, **headers)
 
     def test_receipts_are_withheld_while_memory_is_full(self) -> None:
@@ -309,7 +309,8 @@ def test_the_questions_answer_as_their_definitions(limits: tuple[int, int], step
         child.decrease(size)
         quiet = len(heard) == count
         charged = [(u.usage, u.peak, u.percent) for u in (root, child)]
-        for u, (_, peak, _) in zip((root, child), before):  # forget that pair's peaks: passes must raise them
+        # forget that pair's peaks: passes must raise them
+        for u, (_, peak, _) in zip((root, child), before, strict=True):
             u.peak = peak
         del heard[count:]
         assert child.passes(size) == quiet

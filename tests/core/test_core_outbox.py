@@ -16,7 +16,6 @@ import inspect
 from pathlib import Path
 
 from disk_faults import FaultyFileOps
-
 from minibroker.config import parse_config
 from minibroker.connection import ManualClock
 from minibroker.core import Broker, Shutdown, Write

@@ -18,7 +18,7 @@ def slow_store_net(tmp_path: Path, **transport) -> VirtualNetwork:
 
 def fill(net: VirtualNetwork, n: int) -> None:
     p = net.connected_client("producer")
-    for i in range(n):
+    for _ in range(n):
         p.send("/queue/jobs", "x" * 200, persistent="true")
 
 

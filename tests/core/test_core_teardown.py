@@ -103,7 +103,7 @@ def test_a_failing_step_does_not_stop_the_rest_of_the_close(monkeypatch: pytest.
     assert net.broker.destinations["/queue/work"].consumers == []
     assert not [a for a in net.broker.destinations if a.startswith("/remote-temp-queue/")]
     assert checker.violations == [
-        "connection %d: its close failed at removing subscription 'b' on /queue/browsed" % c.sid
+        f"connection {c.sid}: its close failed at removing subscription 'b' on /queue/browsed"
     ]
     after = net.connected_client("after")
     after.subscribe("/queue/work", "w", "client-individual")
@@ -222,7 +222,7 @@ def test_a_closed_framed_connection_is_never_writable_again(monkeypatch: pytest.
 
     monkeypatch.setattr(queue, "remove_subscription", broken)
     c.disconnect(receipt="bye")  # the RECEIPT waits in the closed connection's output
-    assert "connection %d: its close failed at removing subscription 'g' on /queue/ghost" % c.sid in checker.violations
+    assert f"connection {c.sid}: its close failed at removing subscription 'g' on /queue/ghost" in checker.violations
     after = net.connected_client("after")
     after.subscribe("/queue/ghost", "a", "auto")
     producer.send("/queue/ghost", "late")

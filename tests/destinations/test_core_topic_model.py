@@ -28,11 +28,11 @@ from __future__ import annotations
 import shutil
 import tempfile
 
-from delivery_checks import IndexOnDisk, check_delivery, with_index_on_disk
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from delivery_checks import IndexOnDisk, check_delivery, with_index_on_disk
 from minibroker.config import parse_config
 from minibroker.edge import VirtualClient, VirtualNetwork
 from minibroker.frames import Frame

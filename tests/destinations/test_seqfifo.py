@@ -58,7 +58,7 @@ def test_the_fifo_answers_as_a_sorted_list(ops: list[tuple], spilling: bool) -> 
                 del model[: op[1]]
             elif op[0] == "slice":
                 seqs, refs, expires = fifo.slice(op[1])
-                assert list(zip(seqs, refs, expires)) == model[: op[1]]
+                assert list(zip(seqs, refs, expires, strict=True)) == model[: op[1]]
             else:
                 fifo = fifo.without({p[0] for p in model if p[0] % 5 == op[1]})
                 model = [p for p in model if p[0] % 5 != op[1]]

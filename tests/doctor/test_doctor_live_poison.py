@@ -11,7 +11,8 @@ run cuts them, then the queue's own dead letter queue) it finds nothing.
 
 from __future__ import annotations
 
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 

@@ -11,6 +11,7 @@ window holds enough samples.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -46,10 +47,8 @@ async def _publish_and_consume(node: RabbitMQ, seconds: float) -> None:
             await asyncio.sleep(0.05)
         consuming.cancel()
     finally:
-        try:
+        with contextlib.suppress(StompClientError, OSError):
             await client.disconnect(timeout=1)
-        except (StompClientError, OSError):
-            pass
 
 
 async def _doctor_while_clients_run(node: RabbitMQ) -> LiveReport:

@@ -64,7 +64,7 @@ def test_every_lab_configuration_reads_back_the_same(path: Path) -> None:
     for key in CONNECTOR_OPTIONS:
         assert getattr(back.transport, key) == getattr(config.transport, key), key
     assert len(back.destination_policy) == len(config.destination_policy)
-    for i, (mine, theirs) in enumerate(zip(config.destination_policy, back.destination_policy)):
+    for i, (mine, theirs) in enumerate(zip(config.destination_policy, back.destination_policy, strict=True)):
         assert theirs == expected_policy(mine, i, departed), f"destination_policy[{i}]"
 
 

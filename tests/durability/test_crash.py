@@ -11,10 +11,11 @@ import random
 import signal
 import subprocess
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from broker_support import start_broker_process
-
 from clients.stomp import ConnectionLost, StompClient, StompClientError
 
 
@@ -25,6 +26,14 @@ def start(data_dir: Path) -> tuple[subprocess.Popen, int]:
 def kill(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
+
+
+async def kill_midway(proc: subprocess.Popen, work: Coroutine[Any, Any, None], after: float) -> None:
+    """Run ``work`` against the broker ``proc`` and SIGKILL the broker ``after`` seconds into it."""
+    task = asyncio.ensure_future(work)
+    await asyncio.sleep(after)
+    kill(proc)
+    await task
 
 
 async def produce(port: int, start_at: int, receipted: set[int], seconds: float) -> None:
@@ -86,17 +95,11 @@ def test_sigkill_loses_nothing_receipted_and_redelivers_nothing_acked(tmp_path: 
     acked: set[int] = set()
     seen: list[list] = []  # [message number, ACK confirmed] per delivery, in order
     next_id = 0
-    for cycle in range(3):
+    for _cycle in range(3):
         proc, port = start(data)
         try:
             # produce for a while, then SIGKILL in the middle of the load
-            async def load() -> None:
-                task = asyncio.ensure_future(produce(port, next_id, receipted, 5.0))
-                await asyncio.sleep(rng.uniform(0.4, 1.0))
-                kill(proc)
-                await task
-
-            asyncio.run(load())
+            asyncio.run(kill_midway(proc, produce(port, next_id, receipted, 5.0), rng.uniform(0.4, 1.0)))
         finally:
             if proc.poll() is None:
                 kill(proc)
@@ -104,14 +107,7 @@ def test_sigkill_loses_nothing_receipted_and_redelivers_nothing_acked(tmp_path: 
         # restart, consume with confirmed ACKs, and SIGKILL in the middle of that too
         proc, port = start(data)
         try:
-
-            async def drain() -> None:
-                task = asyncio.ensure_future(consume(port, seen, acked, limit=None))
-                await asyncio.sleep(rng.uniform(0.3, 0.8))
-                kill(proc)
-                await task
-
-            asyncio.run(drain())
+            asyncio.run(kill_midway(proc, consume(port, seen, acked, limit=None), rng.uniform(0.3, 0.8)))
         finally:
             if proc.poll() is None:
                 kill(proc)

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_support import RunningBroker
-from disk_faults import FaultyFileOps
 
+from broker_support import RunningBroker
 from clients.cli import main as cli
 from clients.stomp import StompClient, StompError
+from disk_faults import FaultyFileOps
 from minibroker.config import BrokerConfig, parse_config
 from minibroker.core import STORE_FAILED_EXIT, Shutdown
 from minibroker.edge import VirtualNetwork, serve

@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 
 from disk_faults import FaultyFileOps
-
 from minibroker.config import parse_config
 from minibroker.edge import VirtualNetwork
 from storage.fileio import using

@@ -273,7 +273,7 @@ class TestStoreCursor:
         net = self.small_memory(tmp_path)
         empty = broker_statistics(net.broker)["indexBytes"]
         p = net.connected_client()
-        for i in range(300):
+        for _ in range(300):
             p.send("/queue/deep", BODY, persistent="true")
         stats = broker_statistics(net.broker)
         stored = net.broker.destinations["/queue/deep"].cursor_statistics()["storeOnlyCount"]
@@ -334,7 +334,7 @@ class TestStoreCursor:
     def test_nothing_is_loaded_after_restart_until_a_consumer_comes(self, tmp_path: Path) -> None:
         net = self.small_memory(tmp_path)
         p = net.connected_client()
-        for i in range(30):
+        for _ in range(30):
             p.send("/queue/idle", BODY, persistent="true")
         net.restart()
         assert net.broker.memory.usage == 0
@@ -351,7 +351,7 @@ class TestStoreCursor:
             p.send("/queue/A", f"a{i}", persistent="true")
         net.restart()
         p = net.connected_client("producer-b")
-        for i in range(200):
+        for _ in range(200):
             p.send("/queue/B", BODY, persistent="true")
         consumer = net.connected_client("consumer-a")
         consumer.subscribe("/queue/A")
@@ -382,7 +382,7 @@ class TestStoreCursor:
         ]
         net = persistent_net(tmp_path, {"system_usage": {"memory_limit": "4 mb"}, "destination_policy": policies})
         p = net.connected_client()
-        for i in range(300):
+        for _ in range(300):
             p.send("/queue/S", BODY, persistent="true")
         consumer = net.connected_client("slow")
         consumer.subscribe("/queue/S", "s", "client", **{"activemq.prefetchSize": "800"})
@@ -406,10 +406,10 @@ class TestStoreLimits:
         )
         # Qpid's enqueue threshold: one low-priority message per file stays; the rest come and go.
         n = 0
-        for round_ in range(20):
+        for _round in range(20):
             p.send("/queue/Durable", "pin", persistent="true", priority="1", receipt=f"r{n}")
             n += 1
-            for i in range(60):
+            for _ in range(60):
                 p.send("/queue/Durable", BODY[:200], persistent="true", priority="2", receipt=f"r{n}")
                 n += 1
             for m in c.messages():
@@ -451,7 +451,7 @@ def test_recovered_messages_can_be_acked_in_every_version(tmp_path: Path, versio
     p = net.connected_client()
     for i in range(3):
         p.send("/queue/old", f"m{i}", persistent="true")
-    for i in range(30):  # more messages elsewhere, so seqs of this run overlap the recovered ids'
+    for _ in range(30):  # more messages elsewhere, so seqs of this run overlap the recovered ids'
         p.send("/queue/other", "x", persistent="true")
     net.restart()
     c = net.connected_client(version=version)

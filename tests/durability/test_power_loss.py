@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from disk_faults import PowerLossDisk
 
+from disk_faults import PowerLossDisk
 from minibroker.config import parse_config
 from minibroker.edge import VirtualClient, VirtualNetwork
 from storage.fileio import using

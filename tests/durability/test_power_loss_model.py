@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from disk_faults import PowerLossDisk
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 
+from disk_faults import PowerLossDisk
 from minibroker.config import BrokerConfig, parse_config
 from minibroker.destinations import Topic
 from minibroker.edge import VirtualClient, VirtualNetwork

@@ -79,7 +79,7 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool,
                     assert [
                         ((run.journal, journal_seq, run.key), seq, run.priority)
                         for run in runs
-                        for seq, journal_seq in zip(run.seqs, run.journal_seqs)
+                        for seq, journal_seq in zip(run.seqs, run.journal_seqs, strict=True)
                     ] == [r[:3] for r in model[: op[1]]]
                 else:  # a temp store entry, or another journal's record, is somewhere in the index
                     assert runs is None
@@ -91,7 +91,7 @@ def test_the_index_answers_as_a_sorted_list(ops: list[tuple], prioritized: bool,
                 model = [r for r in model if r not in gone]
             else:
                 gone = [r for r in model if r[1] % 6 == op[1]]
-                assert [described(r) for r in index.remove_where(lambda r: r.seq % 6 == op[1])] == gone
+                assert [described(r) for r in index.remove_where(lambda r, residue=op[1]: r.seq % 6 == residue)] == gone
                 model = [r for r in model if r not in gone]
             assert [described(r) for r in index] == model
             assert len(index) == len(model) and bool(index) == bool(model)

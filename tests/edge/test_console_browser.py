@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import stomp
+
 from broker_support import RunningBroker
 from browser_support import console_messages, start_chromium, wait_for
-
 from clients.labs import labs_directory
 from minibroker.config import ANY_PORT, AuthorizationEntry, User, load_config
 from minibroker.connection import hash_password
@@ -59,7 +59,7 @@ class Client:
     """A stomp.py connection that waits for its receipts."""
 
     def __init__(self, broker: RunningBroker, **connect: Any) -> None:
-        self.receipts: "queue.Queue[str]" = queue.Queue()
+        self.receipts: queue.Queue[str] = queue.Queue()
         self.conn = stomp.Connection12([broker.address])
         listener = stomp.ConnectionListener()
         listener.on_receipt = lambda frame: self.receipts.put(frame.headers["receipt-id"])  # type: ignore[method-assign]
@@ -204,8 +204,8 @@ def test_console_retries_a_dead_letter_queue_and_closes_a_connection(
     broker = broker_factory(
         console={"port": ANY_PORT}, destination_policy=(PolicyEntry(queue=">", dead_letter_on_nack=True),)
     )
-    errors: "queue.Queue[str]" = queue.Queue()
-    messages: "queue.Queue[Any]" = queue.Queue()
+    errors: queue.Queue[str] = queue.Queue()
+    messages: queue.Queue[Any] = queue.Queue()
     consumer = stomp.Connection12([broker.address])
     listener = stomp.ConnectionListener()
     listener.on_message = messages.put  # type: ignore[method-assign,assignment]

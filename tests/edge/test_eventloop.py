@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from broker_support import start_broker_process
-from wire import Wire
 
+from broker_support import start_broker_process
 from minibroker import eventloop
 from minibroker.config import BrokerConfig, parse_config
 from minibroker.errors import ConfigError
+from wire import Wire
 
 uvloop = pytest.importorskip("uvloop", reason="the fast extra (uvloop) is installed by make test")
 

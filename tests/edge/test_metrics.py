@@ -33,13 +33,13 @@ def scrape(broker) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:  # t
 def test_metrics_scrape(broker_factory) -> None:  # type: ignore[no-untyped-def]
     broker = broker_factory(console={"port": ANY_PORT}, system_usage={"memory_limit": 1024 * 1024})
     conn = stomp.Connection12([broker.address])
-    receipts: "queue.Queue[str]" = queue.Queue()
+    receipts: queue.Queue[str] = queue.Queue()
     listener = stomp.ConnectionListener()
     listener.on_receipt = lambda frame: receipts.put(frame.headers["receipt-id"])  # type: ignore[method-assign]
     conn.set_listener("receipts", listener)
     conn.connect(wait=True)
     try:
-        for n in range(5):
+        for _ in range(5):
             conn.send("/queue/metrics.q", "x" * 1000, headers={"persistent": "true"})
         conn.send("/topic/metrics.t", "to nobody", receipt="last")
         assert receipts.get(timeout=WAIT) == "last"  # everything before it was handled
@@ -122,7 +122,7 @@ def test_a_tools_reply_queue_is_no_destination_of_the_metrics(broker_factory) ->
     """Each console page and each `minibroker stat` has its own reply queue: none of them
     is a series of /metrics, and the destination count is that of the series."""
     broker = broker_factory(console={"port": ANY_PORT})
-    replies: "queue.Queue[Any]" = queue.Queue()
+    replies: queue.Queue[Any] = queue.Queue()
     conn = stomp.Connection12([broker.address])
     listener = stomp.ConnectionListener()
     listener.on_message = replies.put  # type: ignore[method-assign,assignment]

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_support import start_broker_process
 
+from broker_support import start_broker_process
 from minibroker.frames import Frame
 from minibroker.protocol import FrameParser, encode
 

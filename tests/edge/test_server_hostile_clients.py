@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import threading
 
-from wire import Wire
-
 from minibroker.config import parse_config
 from minibroker.connection import hash_password
+from wire import Wire
 
 HUGE_CONNECT = b"CONNECT\naccept-version:1.2\nhost:h\ncontent-length:104857600\n\n"
 

@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from wire import Wire
 
 from minibroker.edge.connection import EdgeConnection, TcpConnection
+from wire import Wire
 
 
 class _CountingTransport:
     """A transport whose writes are counted per turn; everything else is the transport's."""
 
-    def __init__(self, transport: Any, conn: EdgeConnection, writes: "_Writes") -> None:
+    def __init__(self, transport: Any, conn: EdgeConnection, writes: _Writes) -> None:
         self._transport = transport
         self._conn = conn
         self._writes = writes

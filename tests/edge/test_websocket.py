@@ -119,8 +119,8 @@ def test_connect_timeout_covers_an_unfinished_upgrade(broker_factory) -> None:  
 
 class _Collector(stomp.ConnectionListener):
     def __init__(self) -> None:
-        self.messages: "queue.Queue[Any]" = queue.Queue()
-        self.receipts: "queue.Queue[str]" = queue.Queue()
+        self.messages: queue.Queue[Any] = queue.Queue()
+        self.receipts: queue.Queue[str] = queue.Queue()
 
     def on_message(self, frame: Any) -> None:
         self.messages.put(frame)
@@ -179,7 +179,7 @@ def test_producer_flow_control_blocks_a_websocket_producer(broker_factory) -> No
         ws.send(CONNECT_12)
         assert receive_frame(ws)[0] == "CONNECTED"
         body = b"x" * 1024
-        for n in range(200):  # 200 KB for a 64 KB broker, no receipts: the producer is blocked part way
+        for _ in range(200):  # 200 KB for a 64 KB broker, no receipts: the producer is blocked part way
             ws.send(b"SEND\ndestination:/queue/ws.flow\ncontent-length:1024\n\n" + body + b"\x00")
         ws.send(b"SEND\ndestination:/queue/ws.flow\nreceipt:all-in\n\nlast\x00")
 

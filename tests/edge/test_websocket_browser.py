@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser_support import console_messages, start_chromium, wait_for
 
+from browser_support import console_messages, start_chromium, wait_for
 from minibroker.config import ANY_PORT
 
 HERE = Path(__file__).resolve().parents[1] / "interop" / "stompjs"

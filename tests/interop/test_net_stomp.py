@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from broker_support import run_client_script
 from interop_scenario import check_scenario, skip_unless_installed
-
 from minibroker.core import TeardownChecker
 from minibroker.frames import Frame
 from minibroker.protocol import FrameParser, encode
@@ -127,4 +127,4 @@ def test_the_leave_mid_stream_bench_counts_every_message() -> None:
     assert (summary["rounds"], summary["missing"], summary["lost"]) == (1, 0, 0), out
     assert "left unacknowledged ['m" in out  # the story's shape: one MESSAGE came meanwhile
     summary, out = _leave_mid_stream_bench("--stall", "3", "--stop", "idle", "--idle", "0.5")
-    assert summary["lost"] == 0 and "of which %d still queued" % summary["missing"] in out, out
+    assert summary["lost"] == 0 and f"of which {summary['missing']} still queued" in out, out

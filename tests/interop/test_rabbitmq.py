@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 import stomp
-from stomp_py_support import Collector, close
-from stomp_py_support import wait_for
 
 from clients import rabbitmq
 from clients.rabbitmq import RabbitMQ
+from stomp_py_support import Collector, close, wait_for
 
 NOT_INSTALLED = rabbitmq.installed_problem()
 needs_rabbitmq = pytest.mark.skipif(NOT_INSTALLED is not None, reason=f"RabbitMQ is needed: {NOT_INSTALLED}")

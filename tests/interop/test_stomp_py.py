@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 import pytest
-from interop_scenario import BINARY, BINARY_QUEUE, QUEUE, TOPIC, check_scenario
 
+from interop_scenario import BINARY, BINARY_QUEUE, QUEUE, TOPIC, check_scenario
 from minibroker.protocol import FrameParser
 from stomp_py_support import WAIT, Collector, close, connect
 
@@ -303,8 +303,8 @@ def raw_exchange(broker, data: bytes, wait: float = 2.0) -> bytes:
                 if not chunk:
                     break
                 chunks.append(chunk)
-        except socket.timeout:
-            raise AssertionError("the broker did not close the connection")
+        except TimeoutError:
+            raise AssertionError("the broker did not close the connection") from None
         return b"".join(chunks)
 
 

@@ -6,10 +6,10 @@ import time
 
 import pytest
 import stomp
-from stomp_py_support import Collector, close, connect, subscribe_sync, wait_for
 
 from minibroker.config import parse_config
 from minibroker.connection import hash_password
+from stomp_py_support import Collector, close, connect, subscribe_sync, wait_for
 
 
 def test_transaction_commit_and_abort(broker) -> None:

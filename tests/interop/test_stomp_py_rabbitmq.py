@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 import stomp
-from stomp_py_support import WAIT, Collector, close
-from stomp_py_support import wait_for
 
 from clients import rabbitmq
 from clients.rabbitmq import RabbitMQ
+from stomp_py_support import WAIT, Collector, close, wait_for
 
 NOT_INSTALLED = rabbitmq.installed_problem()
 

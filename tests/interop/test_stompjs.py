@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from broker_support import run_client_script
 
 HERE = Path(__file__).resolve().parents[1] / "interop" / "stompjs"

@@ -19,11 +19,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from browser_support import console_messages, start_chromium, wait_for
-from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 

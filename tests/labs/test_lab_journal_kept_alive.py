@@ -6,11 +6,11 @@ import time
 from pathlib import Path
 
 import pytest
-from broker_support import RunningBroker, lab_run_results
-from stomp_py_support import close, connect
 
+from broker_support import RunningBroker, lab_run_results
 from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
+from stomp_py_support import close, connect
 
 LAB = labs_directory() / "06-journal-kept-alive"
 BODY = "x" * 1000

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-from broker_support import RunningBroker, lab_run_results
-from stomp_py_support import close, connect
 
+from broker_support import RunningBroker, lab_run_results
 from clients.cli import main as cli
 from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
 from minibroker.edge import VirtualNetwork
+from stomp_py_support import close, connect
 
 LAB = labs_directory() / "04-journal-threshold"
 QUEUE = "/queue/Durable"
@@ -129,7 +129,7 @@ def test_stomp_py_producer_gets_the_error_frame_and_keeps_its_connection(tmp_pat
                     producer.send(QUEUE, BODY, headers={"persistent": "true", "kind": "order"})
                 refused = not send(BODY, kind="order") or bool(p.errors)
                 sent += 50
-                wait_for(lambda: depth() == pins)  # the consumer took the batch (or what was accepted of it)
+                wait_for(lambda pins=pins: depth() == pins)  # the consumer took the batch (or what was accepted of it)
         assert refused, "the ring never refused"
         error = p.errors[0]
         assert error.headers["message"] == REFUSAL

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-from browser_support import console_messages, start_chromium, wait_for, wait_until
 from selenium.webdriver.common.keys import Keys
 
+from browser_support import console_messages, start_chromium, wait_for, wait_until
 from clients.labs import RunResult, find_labs, run_lab
 from clients.labs.console import LabConsole
 from clients.labs.export import write_export

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from broker_support import RunningBroker, lab_run_results
-from stomp_py_support import close, connect
 
+from broker_support import RunningBroker, lab_run_results
 from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
+from stomp_py_support import close, connect
 
 LAB = labs_directory() / "07-poison-message"
 
@@ -78,7 +79,7 @@ def test_stomp_py_nacked_message_comes_back_after_the_back_off(tmp_path: Path) -
             arrived.append(time.monotonic())
             conn.nack(frame.headers["ack"])
         queued = rb.call(lambda: rb.server.broker.destinations["/queue/orders"].size())
-        gaps = [b - a for a, b in zip(arrived, arrived[1:])]
+        gaps = [b - a for a, b in pairwise(arrived)]
         assert 0.45 <= gaps[0] < gaps[1] and gaps[1] >= 0.95  # 0.5 s, then 1 s
         assert queued == 1  # waiting for its third redelivery, still on the queue
     finally:

@@ -100,7 +100,7 @@ def test_the_recorded_figures_are_the_traces_at_each_sample() -> None:
     events = net.trace.events()
     assert len(recording.times) >= 40
     checked = 0
-    for t, broker, dests in zip(recording.times, recording.brokers, recording.destinations):
+    for t, broker, dests in zip(recording.times, recording.brokers, recording.destinations, strict=True):
         upto = [e for e in events if e["ts"] <= t + 1e-9]
         enqueued = sum(e["event"] == "enqueue" and e.get("dest") == "/queue/A" for e in upto)
         acked = sum(e["event"] == "ack" and e.get("dest") == "/queue/A" for e in upto)

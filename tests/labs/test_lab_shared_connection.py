@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import queue
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-from broker_support import RunningBroker, lab_run_results
-from stomp_py_support import close, connect
 
+from broker_support import RunningBroker, lab_run_results
 from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
+from stomp_py_support import close, connect
 
 LAB = labs_directory() / "05-shared-connection-deadlock"
 BODY = "x" * 1000

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_support import RunningBroker
 from test_lab_temp_storage import lab_results, wait_for
-from stomp_py_support import close, connect
 
+from broker_support import RunningBroker
 from clients.labs import LabRun, RunResult, labs_directory
 from minibroker.config import BrokerConfig, load_config
 from minibroker.edge import VirtualNetwork
+from stomp_py_support import close, connect
 
 LAB = labs_directory() / "02-slow-consumer-policies"
 TOPIC = "/topic/ticks"

@@ -13,24 +13,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import stomp
-from stomp_py_support import WAIT, Collector, close, connect
 
 from clients.cli import main as cli
 from clients.labs import Lab, find_labs, load_lab, run_lab
 from clients.labs.runner import RunResult
 from minibroker.config import load_config, parse_config
 from minibroker.edge import VirtualNetwork
+from stomp_py_support import WAIT, Collector, close, connect
 
 LAB_DIR = Path(__file__).resolve().parents[2] / "examples" / "labs" / "03-prefetch-stalled-socket"
 CLIENT_ID = "perl-consumer"
@@ -187,7 +189,7 @@ class _SlowConsumer(stomp.ConnectionListener):
 def _fill(broker: Any, n: int) -> None:
     producer, _ = connect(broker)
     try:
-        for i in range(n):
+        for _ in range(n):
             producer.send("/queue/jobs", BODY, headers={"persistent": "true"})
         producer.send("/queue/jobs.done", "", headers={"receipt": "filled"})
     finally:
@@ -244,10 +246,8 @@ def _stalled(broker: Any) -> Iterator[tuple[Any, Collector, _SlowConsumer]]:
         yield monitor, listener, consumer
     finally:
         consumer.release.set()
-        try:
+        with contextlib.suppress(Exception):  # the test's verdict is made; the socket may be gone
             conn.transport.disconnect_socket()
-        except Exception:  # the test's verdict is made; the socket may be gone
-            pass
         close(monitor)
 
 
@@ -272,7 +272,7 @@ def test_stat_connections_shows_the_stuck_connection(broker_factory, capsys) -> 
         out = capsys.readouterr().out
         header = next(line for line in out.splitlines() if line.startswith("connection "))
         row = next(line for line in out.splitlines() if f" {CLIENT_ID} " in line)
-        fields = dict(zip(header.split(), row.split()))
+        fields = dict(zip(header.split(), row.split(), strict=False))
         assert int(fields["unacked"]) > 100 and fields["out-bytes"] != "0B"  # in binary units: 1.2KiB
         assert cli(["stat", "--port", str(broker.port), "--connections", "--json", "-d", "jobs"]) == 0
         data = json.loads(capsys.readouterr().out)

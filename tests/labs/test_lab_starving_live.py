@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-from broker_support import RunningBroker
-from stomp_py_support import Collector, close, connect
 
+from broker_support import RunningBroker
 from clients.labs import labs_directory
 from minibroker.config import BrokerConfig, load_config
+from stomp_py_support import Collector, close, connect
 
 LAB = labs_directory() / "00-starving-consumers"
 BODY = "x" * 1000
@@ -37,7 +38,7 @@ def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 
 def send_all(conn: Any, listener: Collector, destination: str, count: int, body: str = BODY) -> None:
     """``count`` persistent messages, the last with a receipt (so all are in)."""
-    for i in range(count - 1):
+    for _ in range(count - 1):
         conn.send(destination, body, headers={"persistent": "true"})
     rid = f"{destination}-last"
     conn.send(destination, body, headers={"persistent": "true", "receipt": rid})
@@ -132,7 +133,8 @@ def test_symptom_2_slow_consumers_hold_a_fast_one_back(tmp_path: Path, name: str
         def holding() -> bool:  # each slow consumer has what the broker dispatched to it
             subs = {s["destinationName"]: s["dispatchedQueueSize"] for s in stats.ask("Subscription")}
             return all(
-                subs.get(f"/queue/{q}") == listener.messages.qsize() for q, (_, listener) in zip(("S.1", "S.2"), slow)
+                subs.get(f"/queue/{q}") == listener.messages.qsize()
+                for q, (_, listener) in zip(("S.1", "S.2"), slow, strict=True)
             )
 
         wait_for(lambda: holding() and holding())  # twice in a row: the dispatch has settled

@@ -5,16 +5,17 @@ from __future__ import annotations
 import queue
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-from broker_support import RunningBroker
-from stomp_py_support import close, connect
 
+from broker_support import RunningBroker
 from clients.labs import RunResult, labs_directory, load_lab, run_lab
 from minibroker.config import load_config
 from minibroker.edge import VirtualNetwork
+from stomp_py_support import close, connect
 
 LAB = labs_directory() / "01-temp-storage-deadlock"
 TOPIC = "/topic/prices"

@@ -54,7 +54,7 @@ class TestPurge:
     def test_purge_drops_waiting_messages_cached_and_store_only_and_not_after_a_restart(self, tmp_path: Path) -> None:
         net = persistent_net(tmp_path, {"system_usage": {"memory_limit": "100 kb"}})
         p = net.connected_client()
-        for i in range(200):  # past the cursor's mark: most are store-only
+        for _ in range(200):  # past the cursor's mark: most are store-only
             p.send("/queue/deep", BODY, persistent="true")
         queue = net.broker.destinations["/queue/deep"]
         assert len(queue.cursor.store_only) > 0 and len(queue.pending) > 0

@@ -7,8 +7,8 @@ run's one SparkSession).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 from replay_tables import Row, write_table

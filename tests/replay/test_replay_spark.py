@@ -85,7 +85,6 @@ def pipeline(spark, module_broker, tmp_path_factory):
 def module_broker():
     """The real broker for the module (the pipeline runs once)."""
     from broker_support import RunningBroker
-
     from minibroker.config import BrokerConfig
 
     broker = RunningBroker(BrokerConfig()).start()

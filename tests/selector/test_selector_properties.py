@@ -9,7 +9,7 @@ generated tree and message.
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -88,7 +88,7 @@ def render(tree: Tree) -> str:
 # -- the reference evaluator --------------------------------------------------
 
 
-def _as_number(text: str, like: object) -> Optional[float]:
+def _as_number(text: str, like: object) -> float | None:
     """The string as a number of the literal's kind, or None if it is not one."""
     if isinstance(like, int):
         return int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else None
@@ -100,17 +100,17 @@ def _order(x: float, op: str, k: float) -> bool:
     return {"=": x == k, "<>": x != k, "<": x < k, ">": x > k, "<=": x <= k, ">=": x >= k}[op]
 
 
-def _kleene_and(p: Optional[bool], q: Optional[bool]) -> Optional[bool]:
+def _kleene_and(p: bool | None, q: bool | None) -> bool | None:
     if p is False or q is False:
         return False
     return None if p is None or q is None else True
 
 
-def _kleene_not(p: Optional[bool]) -> Optional[bool]:
+def _kleene_not(p: bool | None) -> bool | None:
     return None if p is None else not p
 
 
-def reference(tree: Tree, h: dict[str, str]) -> Optional[bool]:
+def reference(tree: Tree, h: dict[str, str]) -> bool | None:
     kind = tree[0]
     if kind == "and":
         return _kleene_and(reference(tree[1], h), reference(tree[2], h))
@@ -183,7 +183,7 @@ def test_de_morgan(p: Tree, q: Tree, h: dict[str, str]) -> None:
         assert left.matches(h) is right.matches(h)
 
 
-def _activemq_like_regex(pattern: str, escape: Optional[str]) -> re.Pattern[str]:
+def _activemq_like_regex(pattern: str, escape: str | None) -> re.Pattern[str]:
     """ActiveMQ's own translation of LIKE into a regex (LikeExpression)."""
     out, i = [], 0
     while i < len(pattern):
@@ -203,7 +203,7 @@ def _activemq_like_regex(pattern: str, escape: Optional[str]) -> re.Pattern[str]
     st.text(alphabet="ab%_!\n", max_size=8),
     st.sampled_from([None, "!", "%", "a"]),
 )
-def test_like_matcher_agrees_with_activemq_regex(pattern: str, value: str, escape: Optional[str]) -> None:
+def test_like_matcher_agrees_with_activemq_regex(pattern: str, value: str, escape: str | None) -> None:
     expected = _activemq_like_regex(pattern, escape).fullmatch(value) is not None
     assert LikePattern(pattern, escape).matches(value) is expected
 

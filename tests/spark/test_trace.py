@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def test_sample_is_valid_and_covers_every_event():
         assert validate_event(line) == [], line
     assert {line["event"] for line in lines} == set(EVENTS)
     assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
-    assert all(a["ts"] <= b["ts"] for a, b in zip(lines, lines[1:]))
+    assert all(a["ts"] <= b["ts"] for a, b in pairwise(lines))
     # every optional field appears somewhere, so the reader sees every column
     seen = {k for line in lines for k, v in line.items() if v is not None}
     assert seen == set(FIELDS)
@@ -143,7 +144,7 @@ def test_offloaded_writer_finishes_the_trace_when_the_broker_dies(tmp_path):
             break
         time.sleep(0.05)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [e["msg"] for e in lines] == ["m-%d" % i for i in range(25)]
+    assert [e["msg"] for e in lines] == [f"m-{i}" for i in range(25)]
     assert [e["seq"] for e in lines] == list(range(1, 26))
     assert _spool_files(tmp_path) == []
 

@@ -11,9 +11,9 @@ import errno
 from pathlib import Path
 
 import pytest
-from disk_faults import FaultyFileOps
 from storage_helpers import small_config
 
+from disk_faults import FaultyFileOps
 from storage import Journal, StoreFailed, StoreFull, TempStore
 from storage.fileio import using
 from storage.spill import SpillFile
@@ -167,7 +167,7 @@ def test_creating_and_deleting_journal_files_fsyncs_their_directory(tmp_path: Pa
     kinds = [(op, path) for op, path in ops.calls if op in ("open", "unlink", "fsync_directory")]
     created = [i for i, (op, path) in enumerate(kinds) if op == "open" and path.endswith(".log")]
     assert created
-    for i, (op, path) in enumerate(kinds):
+    for i, (op, _path) in enumerate(kinds):
         if op == "unlink":
             assert ("fsync_directory", directory) in kinds[i:], "a deleted file's directory was not fsynced"
     assert sum(1 for c in kinds if c == ("fsync_directory", directory)) >= 2
@@ -196,11 +196,11 @@ def test_a_read_that_fails_while_a_journal_is_recovered_names_the_file(tmp_path:
     journal.close()
     ops = FaultyFileOps()
     ops.fail("pread", errno.EIO, times=10**6)
-    with using(ops):
-        with pytest.raises(
-            StoreFailed, match=r'Store "orders" failed: reading .*/j/\S+: \[Errno 5\] Input/output error'
-        ):
-            Journal.open(config)
+    with (
+        using(ops),
+        pytest.raises(StoreFailed, match=r'Store "orders" failed: reading .*/j/\S+: \[Errno 5\] Input/output error'),
+    ):
+        Journal.open(config)
     assert any(op == "pread" for op, _ in ops.calls)  # recovery reads through the seam
     assert _keys(Journal.open(config)) == [b"kept"]  # nothing was changed by the failed start
 

@@ -10,6 +10,7 @@ messages, in seq order, with their keys, payloads and delivered flags.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 from dataclasses import dataclass, field
@@ -75,10 +76,8 @@ def run(config: JournalConfig, ops: list[tuple[object, ...]], compact_min: int =
         j = Journal.open(config)
         try:
             for op in ops:
-                try:
+                with contextlib.suppress(EnqueueThresholdExceeded, JournalFull):  # refused: nothing changed
                     j = apply(j, config, model, op)
-                except (EnqueueThresholdExceeded, JournalFull):
-                    pass  # refused: nothing changed
             assert j.live_count == len(model.live)
             for seq, (_, payload, _) in model.live.items():  # lookups in no particular order
                 assert j.read(j.location(seq)) == payload

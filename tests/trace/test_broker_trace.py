@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import pairwise
 from pathlib import Path
-
-from stomp_py_support import close, connect
 
 from minibroker.config import parse_config
 from minibroker.edge import VirtualNetwork
 from minibroker.trace import EVENTS, validate_event
+from stomp_py_support import close, connect
 
 BODY = "x" * 1000
 
@@ -109,7 +109,7 @@ def test_usage_events_carry_broker_wide_values_and_change_only_on_percent_change
     broker_wide = [e for e in usage if "dest" not in e]
     assert all(
         a["mem_pct"] != b["mem_pct"] or a["store_pct"] != b["store_pct"] or a["temp_pct"] != b["temp_pct"]
-        for a, b in zip(broker_wide, broker_wide[1:])
+        for a, b in pairwise(broker_wide)
     )
     assert any(e.get("dest") == "/queue/np" and e["dest_mem_pct"] >= 90 for e in usage)
 

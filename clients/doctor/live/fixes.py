@@ -11,7 +11,7 @@ the pathology among its findings (``lab.toml``), else the lab named for it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from ...labs.model import LabError, find_labs
 from ...sources import SOURCES
@@ -56,7 +56,7 @@ _LAB_NAMED = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def _labs() -> tuple[tuple[str, str, str, frozenset[str]], ...]:
     try:
         return tuple(

@@ -17,6 +17,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -83,10 +84,8 @@ class StompReader:
     async def close(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            try:
+            with contextlib.suppress(StompClientError, OSError):
                 await client.disconnect(timeout=2)
-            except (StompClientError, OSError):
-                pass
 
     async def sample(self, t: float) -> Sample:
         """One sample, taken at ``t``; DoctorError if the broker stops answering."""

@@ -20,8 +20,10 @@ broker's own syntax (``fixes``) and the lab that reproduces it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from itertools import pairwise
+from typing import Any
 
 from ...signatures import full, idle_while_blocked, prefetch_full, starving
 from ...spark.findings import Params
@@ -32,6 +34,8 @@ __all__ = ["LiveFinding", "SIGNATURES", "evaluate", "unanswered"]
 
 #: One moment's evidence for a subject: the figures that matched, or None when it did not match.
 Moment = dict[str, Any] | None
+#: A window's evidence: (t, the figures that matched) per sample, oldest first.
+Series = list[tuple[float, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class _Signature:
     name: str
     subjects: Callable[[Sample], Iterable[str]]
     moment: Callable[[Sample, Sample, str, Params], Moment]
-    headline: Callable[[str, list[tuple[float, dict[str, Any]]], float], str]
+    headline: Callable[[str, Series, float], str]
     needs: Callable[[Sample], bool] = field(default=lambda s: True)  # the broker tells what it needs
     culprits: Callable[[Sample, str], tuple[str, ...]] = field(default=lambda s, subject: ())
     culprit_role: str = "held by"
@@ -99,6 +103,23 @@ def _producers_blocked(usage_pct: int | None) -> bool:
 def _fullest(*pcts: int | None) -> int | None:
     known = [p for p in pcts if p is not None]
     return max(known) if known else None
+
+
+# ---------------------------------------------------------------- what a headline reads
+def _last(series: Series) -> dict[str, Any]:
+    """The figures of the window's last sample."""
+    return series[-1][1]
+
+
+def _total(series: Series, key: str) -> int:
+    """``key`` summed over the window (a count per pair of samples)."""
+    return sum(values[key] for _, values in series)
+
+
+def _held_at(series: Series) -> int | None:
+    """The fuller of broker and destination memory at the window's end: what blocks the producers."""
+    last = _last(series)
+    return _fullest(last["memory_pct"], last["destination_memory_pct"])
 
 
 # ---------------------------------------------------------------- the signatures
@@ -312,9 +333,9 @@ SIGNATURES: tuple[_Signature, ...] = (
         _queues,
         _starved,
         lambda q, s, d: (
-            f"the consumers of {q} got nothing for {d:.0f} s with {s[-1][1]['backlog']} messages waiting: "
-            f"broker memory {s[-1][1]['broker_memory_pct']}% (cursor mark {s[-1][1]['cursor_hwm']}%), "
-            f"the queue's own {s[-1][1]['destination_memory_pct']}%"
+            f"the consumers of {q} got nothing for {d:.0f} s with {_last(s)['backlog']} messages waiting: "
+            f"broker memory {_last(s)['broker_memory_pct']}% (cursor mark {_last(s)['cursor_hwm']}%), "
+            f"the queue's own {_last(s)['destination_memory_pct']}%"
         ),
         culprits=_memory_holders,
     ),
@@ -323,8 +344,8 @@ SIGNATURES: tuple[_Signature, ...] = (
         lambda s: (d.name for d in s.destinations),
         _blocked_idle,
         lambda dest, s, d: (
-            f"producers blocked by flow control for {d:.0f} s while the {s[-1][1]['consumers']} consumer(s) "
-            f"of {dest} had nothing to do: temp store {s[-1][1]['temp_pct']}%, memory {s[-1][1]['memory_pct']}%"
+            f"producers blocked by flow control for {d:.0f} s while the {_last(s)['consumers']} consumer(s) "
+            f"of {dest} had nothing to do: temp store {_last(s)['temp_pct']}%, memory {_last(s)['memory_pct']}%"
         ),
     ),
     _Signature(
@@ -332,9 +353,8 @@ SIGNATURES: tuple[_Signature, ...] = (
         _topics,
         _slow_topic,
         lambda t, s, d: (
-            f"a slow subscriber held {t} back for {d:.0f} s: producers blocked at memory "
-            f"{_fullest(s[-1][1]['memory_pct'], s[-1][1]['destination_memory_pct'])}% while only "
-            f"{sum(v['dequeued'] for _, v in s)} messages were delivered"
+            f"a slow subscriber held {t} back for {d:.0f} s: producers blocked at memory {_held_at(s)}% "
+            f"while only {_total(s, 'dequeued')} messages were delivered"
         ),
     ),
     _Signature(
@@ -342,9 +362,8 @@ SIGNATURES: tuple[_Signature, ...] = (
         _topics,
         _stalled_topic,
         lambda t, s, d: (
-            f"a subscriber of {t} took nothing for {d:.0f} s: producers blocked at memory "
-            f"{_fullest(s[-1][1]['memory_pct'], s[-1][1]['destination_memory_pct'])}%, nothing delivered, "
-            f"{s[-1][1]['inflight']} in flight"
+            f"a subscriber of {t} took nothing for {d:.0f} s: producers blocked at memory {_held_at(s)}%, "
+            f"nothing delivered, {_last(s)['inflight']} in flight"
         ),
     ),
     _Signature(
@@ -358,8 +377,8 @@ SIGNATURES: tuple[_Signature, ...] = (
         lambda s: (c.name for c in s.consumers),
         _prefetch_full,
         lambda c, s, d: (
-            f"consumer {c} on {s[-1][1]['destination']} held its whole prefetch ({s[-1][1]['prefetch']}) "
-            f"unacknowledged for {d:.0f} s, acknowledging {sum(v['acked'] for _, v in s)} meanwhile"
+            f"consumer {c} on {_last(s)['destination']} held its whole prefetch ({_last(s)['prefetch']}) "
+            f"unacknowledged for {d:.0f} s, acknowledging {_total(s, 'acked')} meanwhile"
         ),
     ),
     _Signature(
@@ -394,8 +413,8 @@ SIGNATURES: tuple[_Signature, ...] = (
         _queues,
         _poison,
         lambda q, s, d: (
-            f"{q}: redelivered {sum(v['redelivered'] for _, v in s)} times in {d:.0f} s with "
-            f"{s[-1][1]['size']} message(s) on it: a message its consumers cannot process, in a loop"
+            f"{q}: redelivered {_total(s, 'redelivered')} times in {d:.0f} s with "
+            f"{_last(s)['size']} message(s) on it: a message its consumers cannot process, in a loop"
         ),
     ),
     _Signature(
@@ -404,9 +423,9 @@ SIGNATURES: tuple[_Signature, ...] = (
         _alarm,
         lambda _, s, d: (
             "the "
-            + " and ".join(k for k in ("memory", "disk") if s[-1][1][f"{k}_alarm"])
+            + " and ".join(k for k in ("memory", "disk") if _last(s)[f"{k}_alarm"])
             + f" alarm has blocked publishers for {d:.0f} s"
-            + f" ({s[-1][1]['blocked_connections']} connection(s) blocked)"
+            + f" ({_last(s)['blocked_connections']} connection(s) blocked)"
         ),
         culprits=_blocked_connections,
         culprit_role="blocked connections",
@@ -417,7 +436,7 @@ SIGNATURES: tuple[_Signature, ...] = (
         _blocked_consuming,
         lambda c, s, d: (
             f"connection {c} has been blocked by flow control for {d:.0f} s while it consumes "
-            f"(unacknowledged: {s[-1][1]['unacked']}): its acknowledgements wait behind its blocked publishes"
+            f"(unacknowledged: {_last(s)['unacked']}): its acknowledgements wait behind its blocked publishes"
         ),
     ),
 )
@@ -449,10 +468,10 @@ def _runs(sig: _Signature, subject: str, samples: list[Sample], p: Params) -> li
     the analysis covers its second): a run's window starts at the sample before
     its first moment."""
     found: list[LiveFinding] = []
-    run: list[tuple[float, dict[str, Any]]] = []
+    run: Series = []
     begun = 0.0
     last: Sample | None = None
-    for prev, cur in zip(samples, samples[1:]):
+    for prev, cur in pairwise(samples):
         moment = sig.moment(prev, cur, subject, p)
         if moment is not None:
             if not run:

@@ -12,8 +12,9 @@ import asyncio
 import json
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ...sources import SOURCES
 from ..model import DoctorError

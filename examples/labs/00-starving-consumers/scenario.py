@@ -28,7 +28,8 @@ the current space check, so ``restart-legacy`` does not starve there.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from clients.labs import LabRun, Outcome
 from clients.stomp import StompClient, Subscription

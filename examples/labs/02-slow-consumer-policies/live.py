@@ -36,8 +36,9 @@ import json
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from clients.labs import LabRun
 from clients.stomp import StompClient, StompClientError

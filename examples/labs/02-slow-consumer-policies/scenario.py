@@ -26,8 +26,9 @@ configuration.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from clients.labs import LabRun, Outcome, sibling_module
 from minibroker.config import BrokerConfig

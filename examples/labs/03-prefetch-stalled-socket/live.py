@@ -211,7 +211,7 @@ class _Story:
     def _now(self) -> float:
         return time.monotonic() - self.t0
 
-    async def play(self) -> "_Story":
+    async def play(self) -> _Story:
         producer = await StompClient.connect("127.0.0.1", self.port)
         monitor = await StompClient.connect("127.0.0.1", self.port)
         self.clients += [producer, monitor]

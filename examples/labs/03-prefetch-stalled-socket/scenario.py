@@ -396,7 +396,7 @@ def exclusive_appendix(lab: LabRun, *, exclusive: bool) -> Outcome:
     if exclusive:
         headers["activemq.exclusive"] = "true"
     consumers = {name: net.connected_client(f"consumer-{name}") for name in ("A", "B")}
-    for name, c in consumers.items():
+    for c in consumers.values():
         c.subscribe(queue, "0", "client-individual", **headers)
     acked = dict.fromkeys(consumers, 0)
 
@@ -408,13 +408,13 @@ def exclusive_appendix(lab: LabRun, *, exclusive: bool) -> Outcome:
                 acked[name] += 1
 
     producer = net.connected_client("producer")
-    for i in range(200):
+    for _ in range(200):
         producer.send(queue, BODY)
     net.every(WORK, work)
     net.advance(200 * WORK + 1.0)
     phase1 = dict(acked)
     consumers["A"].disconnect()
-    for i in range(100):
+    for _ in range(100):
         producer.send(queue, BODY)
     net.advance(100 * WORK + 1.0)
     phase2 = {name: acked[name] - phase1[name] for name in acked}

@@ -26,6 +26,7 @@ import os
 import threading
 import time
 from collections import Counter
+from itertools import pairwise
 from typing import Any
 
 from clients.labs import LabRun, Outcome
@@ -139,7 +140,7 @@ def verdict(
         + f"; at most {burst} within {LOOP_WINDOW:.0f} s"
     )
     if len(times) > 1:
-        gaps = [round(b - a, 3) for a, b in zip(times, times[1:])]
+        gaps = [round(b - a, 3) for a, b in pairwise(times)]
         shown = gaps if len(gaps) <= 8 else gaps[:4] + ["..."] + gaps[-2:]
         lab.note(f"seconds between its deliveries: {', '.join(map(str, shown))}")
     lab.note(
