@@ -30,7 +30,13 @@ CONNECTOR_OPTIONS = (
     "hb_grace_period_multiplier",
 )
 #: Store options KahaDB and the temp store carry.
-STORE_OPTIONS = ("journal_max_file_length", "temp_journal_max_file_length", "fsync")
+STORE_OPTIONS = (
+    "journal_max_file_length",
+    "temp_journal_max_file_length",
+    "fsync",
+    "compact_acks_after_no_gc",
+    "compact_acks_ignores_store_growth",
+)
 
 
 def round_trip(config: BrokerConfig) -> tuple[BrokerConfig, BrokerConfig, set[str]]:
@@ -135,3 +141,12 @@ def test_a_redelivery_delay_the_plugin_refuses_is_named() -> None:
     text = write_xml(BrokerConfig(destination_policy=(shared,)), stomp_port=61999, openwire_port=61998).text
     assert '<queue physicalName="Orders.DLQ"/>' in text
     assert read_xml("g.xml", text.encode()).config.destination_policy[0].dead_letter_queue == "Orders.DLQ"
+
+
+def test_ack_compaction_is_kahadbs() -> None:
+    """store.compact_acks_after_no_gc is KahaDB's compactAcksAfterNoGC, and reads back."""
+    config = BrokerConfig().replace(store={"compact_acks_after_no_gc": 2, "compact_acks_ignores_store_growth": True})
+    text = write_xml(config, stomp_port=61999, openwire_port=61998).text
+    assert 'enableAckCompaction="true" compactAcksAfterNoGC="2" compactAcksIgnoresStoreGrowth="true"' in text
+    back = read_xml("g.xml", text.encode()).config.store
+    assert (back.compact_acks_after_no_gc, back.compact_acks_ignores_store_growth) == (2, True)

@@ -7,8 +7,9 @@ What is read (element names without their namespace, wherever the
 - ``<systemUsage>``: ``memoryUsage`` ``limit`` or ``percentOfJvmHeap``,
   ``storeUsage`` and ``tempUsage`` ``limit`` (``percentLimit`` is noted, not
   checked); sizes in ActiveMQ's syntax (``"64 mb"``, ``"1gb"``, ``65536``);
-- ``<persistenceAdapter>``: ``kahaDB journalMaxFileLength`` and
-  ``journalDiskSyncStrategy``;
+- ``<persistenceAdapter>``: ``kahaDB journalMaxFileLength``,
+  ``journalDiskSyncStrategy`` and the ack compaction's ``compactAcksAfterNoGC``
+  (with ``enableAckCompaction``) and ``compactAcksIgnoresStoreGrowth``;
 - ``<tempDataStore>``: any element with ``journalMaxFileLength``
   (``pListStoreImpl``);
 - ``<destinationPolicy>``: each ``policyEntry`` (and ``policyMap
@@ -225,6 +226,16 @@ class _Reader:
             self.written["store.fsync"] = _show(kaha, "journalDiskSyncStrategy")
         elif adapter is not None and kaha is None:
             self.unknown.add("store.journal_max_file_length")  # JDBC, LevelDB ...: no journal files to compare
+        if kaha is not None and kaha.get("compactAcksAfterNoGC") is not None:
+            enabled = _bool(kaha.get("enableAckCompaction", "true"), "<kahaDB enableAckCompaction>")
+            after = _int(kaha.get("compactAcksAfterNoGC", ""), "<kahaDB compactAcksAfterNoGC>")
+            values["compact_acks_after_no_gc"] = after if enabled else 0
+            self.written["store.compact_acks_after_no_gc"] = _show(kaha, "enableAckCompaction", "compactAcksAfterNoGC")
+        if kaha is not None and kaha.get("compactAcksIgnoresStoreGrowth") is not None:
+            values["compact_acks_ignores_store_growth"] = _bool(
+                kaha.get("compactAcksIgnoresStoreGrowth", ""), "<kahaDB compactAcksIgnoresStoreGrowth>"
+            )
+            self.written["store.compact_acks_ignores_store_growth"] = _show(kaha, "compactAcksIgnoresStoreGrowth")
         temp = _first(broker, "tempDataStore")
         plist = next((e for e in (temp if temp is not None else []) if e.get("journalMaxFileLength") is not None), None)
         if plist is not None:

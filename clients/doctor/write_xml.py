@@ -128,6 +128,12 @@ class _Writer:
             kaha["journalMaxFileLength"] = xml_value("journal_max_file_length", store.journal_max_file_length)
         if store.fsync != "always":
             kaha["journalDiskSyncStrategy"] = _SYNC_STRATEGY[store.fsync]
+        if store.compact_acks_after_no_gc:  # (ActiveMQ's default, 10 checkpoints of 30 s, is left as it is)
+            kaha["enableAckCompaction"] = "true"
+            kaha["compactAcksAfterNoGC"] = str(store.compact_acks_after_no_gc)
+            kaha["compactAcksIgnoresStoreGrowth"] = xml_value(
+                "compact_acks_ignores_store_growth", store.compact_acks_ignores_store_growth
+            )
         if store.layout != "growing":
             self.depart("store.layout", store.layout, "Qpid's ring journal: ActiveMQ's KahaDB journal grows")
         if store.store_latency:
