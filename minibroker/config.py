@@ -377,6 +377,18 @@ class StoreConfig:
     journal_max_file_length: int = option(
         32 * 1024 * 1024, _journal_file_size, "growing layout: size of one journal file"
     )
+    compact_acks_after_no_gc: int = option(
+        0,
+        integer(0),
+        "growing layout: after this many collections in a row that deleted nothing, write again the acks "
+        "that keep a chain of files alive (ActiveMQ compactAcksAfterNoGC); 0 = never",
+    )
+    compact_acks_ignores_store_growth: bool = option(
+        False,
+        boolean,
+        "growing layout: compact acks even when the journal grew since the last check "
+        "(ActiveMQ compactAcksIgnoresStoreGrowth)",
+    )
     file_count: int = option(8, integer(4, 64), "ring layout: number of journal files per queue")
     file_size: int = option(1536 * 1024, _journal_file_size, "ring layout: size of one journal file")
     fsync: str = option("always", choice("always", "batch", "never"), "when journal writes reach the disk")

@@ -29,6 +29,10 @@ commit or abort always follows the records it refers to
 markers of its still-live messages again, into the room the current file has
 left; a file whose markers do not fit there stays for a later collection
 (``Journal._collect``), so a collection never makes a file it could reclaim.
+
+Ack compaction (``JournalConfig.compact_acks_after_no_gc``, KahaDB's
+``compactAcksAfterNoGC``; ``storage/ackforward.py``) breaks the chain of the
+third rule: the acks that keep it are written again into the current file.
 """
 
 from __future__ import annotations

@@ -280,6 +280,19 @@ class JournalIndex:
         if self.holds(ref):
             self.markers[ref] = file_id
 
+    def forward_acks(self, moved: Mapping[int, Mapping[int, int]], to_file: int) -> None:
+        """Acks written again into ``to_file`` (ack compaction, ``ackforward.py``): for each
+        file of ``moved``, its dependencies on the files its forwarded acks referred to go to
+        ``to_file``, which now holds those acks."""
+        target = self.files[to_file]
+        for file_id, deps in moved.items():
+            holder = self.files[file_id]
+            for dep, count in deps.items():
+                _bump(holder.deps, dep, -count)
+                if dep != to_file:
+                    _bump(target.deps, dep, count)
+        self.emptied = True
+
     # -- questions -------------------------------------------------------------
 
     def retained(self, current: int, pinned: Collection[int] = ()) -> set[int]:

@@ -32,6 +32,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 
+from storage import ackforward
 from storage.bodies import (
     ENQUEUE_FIXED,
     as_bytes,
@@ -90,6 +91,10 @@ class Journal:
         self._closed = False
         #: The enqueue threshold's refusal of the last enqueue tried, until one is written (a ring).
         self.refusal: EnqueueThresholdExceeded | None = None
+        #: Ack compaction: collections in a row that deleted nothing, and the current file
+        #: when it was last considered (``_compact_acks``).
+        self._no_gc = 0
+        self._compaction_checked_at = -1
         #: Set by the first failure nothing can undo (``StoreFailed``): final.
         self._failed: StoreFailed | None = None
         self._current: Segment
@@ -445,7 +450,10 @@ class Journal:
             while True:
                 victims = self._layout.reclaimable(self._index, self._current.file_id, pinned)
                 if not victims:
+                    if self._compact_acks(pinned):
+                        continue  # the chain is broken: what is garbage now
                     return
+                self._no_gc = 0
                 room = (self._current.capacity - self._current.offset) // _MARKER_SIZE
                 markers = self._index.markers_by_file(victims)
                 moving: list[int] = []
@@ -478,6 +486,40 @@ class Journal:
                         raise self._fail(f"deleting {seg.path}", exc) from None
                     self._index.forget_file(fid)
             self._fsync_directory()
+
+    def _compact_acks(self, pinned: set[int]) -> bool:
+        """Ack compaction (``storage/ackforward.py``), when a collection deleted nothing
+        ``compact_acks_after_no_gc`` times in a row, and the journal did not grow since the
+        last time it was considered (unless ``compact_acks_ignores_store_growth``), as KahaDB
+        decides it. Returns whether acks were written again (the caller collects again)."""
+        config = self.config
+        if not config.compact_acks_after_no_gc or self._layout.fixed_files:
+            return False
+        self._no_gc += 1
+        if self._no_gc < config.compact_acks_after_no_gc:
+            return False
+        self._no_gc = 0
+        grew, self._compaction_checked_at = self._compaction_checked_at != self._current.file_id, self._current.file_id
+        if grew and not config.compact_acks_ignores_store_growth:
+            return False
+        cur = self._current
+        room = cur.capacity - cur.offset - self._keep
+        # at most half the room left (the rest for the markers the collection writes again)
+        refs_room = max(0, (room // 2 - HEADER_SIZE * (1 + room // (16 * _MANY_MAX))) // 8)
+        forwarding = ackforward.plan(self._index, self._segments, cur.file_id, pinned, refs_room)
+        if not forwarding.refs:
+            return False
+        refs = array("Q", forwarding.refs)
+        for start in range(0, len(refs), _MANY_MAX):  # into the room the current file has: no roll
+            chunk = refs[start : start + _MANY_MAX]
+            length = HEADER_SIZE + 8 * len(chunk)
+            try:
+                seq, fid, offset = self._append(RecordType.DEQUEUE_MANY, encode_dequeue_many(chunk), length)
+            except StoreFull:  # a full disk: the copies written so far change nothing, the chain stays
+                return False
+            self._index.dequeue_many(seq, chunk, fid, offset + length)
+        self._index.forward_acks(forwarding.moved, cur.file_id)
+        return True
 
     # -- durability ----------------------------------------------------------------
 

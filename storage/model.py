@@ -43,6 +43,11 @@ class JournalConfig:
     #: Rows of the index of live enqueues kept in memory (KahaDB's ``indexCacheSize``,
     #: in rows): the rest is spilled to a scratch file (``entries.py``). None: keep all.
     index_cache_rows: int | None = DEFAULT_CACHE_ROWS
+    #: Growing layout: after this many collections in a row that deleted nothing, write again
+    #: the acks that keep a chain of files alive (KahaDB's ``compactAcksAfterNoGC``); 0: never.
+    compact_acks_after_no_gc: int = 0
+    #: ...even when the journal grew since the last time (``compactAcksIgnoresStoreGrowth``).
+    compact_acks_ignores_store_growth: bool = False
 
     def __post_init__(self) -> None:
         if self.layout not in ("ring", "growing"):
@@ -50,6 +55,8 @@ class JournalConfig:
         low, high = RING_FILE_COUNT_RANGE
         if not low <= self.file_count <= high:
             raise ValueError(f"file_count must be {low}..{high}, not {self.file_count}")
+        if self.compact_acks_after_no_gc < 0:
+            raise ValueError(f"compact_acks_after_no_gc must not be negative, not {self.compact_acks_after_no_gc}")
         if self.index_cache_rows is not None and self.index_cache_rows < 1:
             raise ValueError(f"index_cache_rows must be at least 1, not {self.index_cache_rows}")
         for field in ("file_size", "max_file_length"):

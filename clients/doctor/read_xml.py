@@ -7,8 +7,9 @@ What is read (element names without their namespace, wherever the
 - ``<systemUsage>``: ``memoryUsage`` ``limit`` or ``percentOfJvmHeap``,
   ``storeUsage`` and ``tempUsage`` ``limit`` (``percentLimit`` is noted, not
   checked); sizes in ActiveMQ's syntax (``"64 mb"``, ``"1gb"``, ``65536``);
-- ``<persistenceAdapter>``: ``kahaDB journalMaxFileLength`` and
-  ``journalDiskSyncStrategy``;
+- ``<persistenceAdapter>``: ``kahaDB journalMaxFileLength``,
+  ``journalDiskSyncStrategy`` and the ack compaction's ``compactAcksAfterNoGC``
+  (with ``enableAckCompaction``) and ``compactAcksIgnoresStoreGrowth``;
 - ``<tempDataStore>``: any element with ``journalMaxFileLength``
   (``pListStoreImpl``);
 - ``<destinationPolicy>``: each ``policyEntry`` (and ``policyMap
@@ -19,7 +20,11 @@ What is read (element names without their namespace, wherever the
   ``prefetchRatePendingMessageLimitStrategy multiplier``),
   ``messageEvictionStrategy`` (``oldestMessageEvictionStrategy``),
   ``slowConsumerStrategy`` (``abortSlowConsumerStrategy``,
-  ``abortSlowAckConsumerStrategy``);
+  ``abortSlowAckConsumerStrategy``), ``deadLetterStrategy`` (shared,
+  individual, discarding: ``processExpired``, ``processNonPersistent``, the
+  shared queue's name);
+- ``<plugins>``: the ``redeliveryPlugin``'s ``redeliveryPolicy`` entries, each
+  into the queue policy entry of the same pattern;
 - ``<transportConnectors>``: every STOMP connector (``stomp``, ``stomp+nio``,
   ``stomp+ssl`` ...) with the URI options of ``spell_xml.LISTENER_OPTIONS``
   and the ``allowLinkStealing`` attribute (``transport.hbGracePeriodMultiplier``
@@ -32,6 +37,7 @@ What is not set takes ActiveMQ's defaults, which are not all ours: memory
 
 from __future__ import annotations
 
+import dataclasses
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,7 +55,7 @@ from minibroker.config import (
 )
 
 from .model import INFO, DoctorError, Finding, Listener, Setup, human_size
-from .spell_xml import LISTENER_OPTIONS, POLICY_ATTRIBUTES, XmlSyntax
+from .spell_xml import DEAD_LETTER_ELEMENTS, LISTENER_OPTIONS, POLICY_ATTRIBUTES, REDELIVERY_ATTRIBUTES, XmlSyntax
 
 __all__ = ["read_xml", "ASSUMED_HEAP", "ACTIVEMQ_DEFAULTS"]
 
@@ -221,6 +227,16 @@ class _Reader:
             self.written["store.fsync"] = _show(kaha, "journalDiskSyncStrategy")
         elif adapter is not None and kaha is None:
             self.unknown.add("store.journal_max_file_length")  # JDBC, LevelDB ...: no journal files to compare
+        if kaha is not None and kaha.get("compactAcksAfterNoGC") is not None:
+            enabled = _bool(kaha.get("enableAckCompaction", "true"), "<kahaDB enableAckCompaction>")
+            after = _int(kaha.get("compactAcksAfterNoGC", ""), "<kahaDB compactAcksAfterNoGC>")
+            values["compact_acks_after_no_gc"] = after if enabled else 0
+            self.written["store.compact_acks_after_no_gc"] = _show(kaha, "enableAckCompaction", "compactAcksAfterNoGC")
+        if kaha is not None and kaha.get("compactAcksIgnoresStoreGrowth") is not None:
+            values["compact_acks_ignores_store_growth"] = _bool(
+                kaha.get("compactAcksIgnoresStoreGrowth", ""), "<kahaDB compactAcksIgnoresStoreGrowth>"
+            )
+            self.written["store.compact_acks_ignores_store_growth"] = _show(kaha, "compactAcksIgnoresStoreGrowth")
         temp = _first(broker, "tempDataStore")
         plist = next((e for e in (temp if temp is not None else []) if e.get("journalMaxFileLength") is not None), None)
         if plist is not None:
@@ -266,6 +282,23 @@ class _Reader:
             if _local(child.tag) == "oldestMessageEvictionStrategy":
                 values["message_eviction_strategy"] = "oldest"
                 self.written[prefix + "message_eviction_strategy"] = _show(child)
+        dead = _first(element, "deadLetterStrategy")
+        for child in dead if dead is not None else []:
+            name = _local(child.tag)
+            strategy = {v: k for k, v in DEAD_LETTER_ELEMENTS.items()}.get(name)
+            if strategy is None:
+                continue
+            values["dead_letter_strategy"] = strategy
+            self.written[prefix + "dead_letter_strategy"] = _show(child, *child.attrib)
+            for key, attribute in (
+                ("process_expired", "processExpired"),
+                ("process_non_persistent", "processNonPersistent"),
+            ):
+                if child.get(attribute) is not None:
+                    values[key] = _bool(child.get(attribute, ""), f"{tag} <{name} {attribute}>")
+            queue = _first(child, "deadLetterQueue", "queue")
+            if queue is not None and queue.get("physicalName"):
+                values["dead_letter_queue"] = queue.get("physicalName")
         slow = _first(element, "slowConsumerStrategy")
         for child in slow if slow is not None else []:
             name = _local(child.tag)
@@ -281,6 +314,28 @@ class _Reader:
                     if child.get(attribute) is not None:
                         values[key] = parse(child.get(attribute, ""), f"{tag} <{name} {attribute}>")
         return PolicyEntry(**values)
+
+    def redelivery(self, broker: ET.Element, entry: PolicyEntry, index: int) -> PolicyEntry:
+        """``entry`` with the redeliveryPlugin's <redeliveryPolicy> for the same queues, if any."""
+        plugin = next(_descendants(_first(broker, "plugins"), "redeliveryPlugin"), None)
+        for policy in _descendants(plugin, "redeliveryPolicy"):
+            if entry.kind != "queue" or policy.get("queue") != entry.pattern:
+                continue
+            tag = f'<redeliveryPolicy queue="{entry.pattern}">'
+            values: dict[str, Any] = {}
+            for key, attribute in REDELIVERY_ATTRIBUTES.items():
+                raw = policy.get(attribute)
+                if raw is None:
+                    continue
+                if key == "use_exponential_back_off":
+                    values[key] = _bool(raw, f"{tag} {attribute}")
+                elif key == "back_off_multiplier":
+                    values[key] = _value(raw, f"{tag} {attribute}", float, "a number")
+                else:
+                    values[key] = _int(raw, f"{tag} {attribute}", -1)
+                self.written[f"destination_policy[{index}].{key}"] = f'{attribute}="{raw}"'
+            return dataclasses.replace(entry, **values)
+        return entry
 
     # -------------------------------------------------------------- connectors
     def listener(self, element: ET.Element) -> Listener | None:
@@ -339,6 +394,7 @@ def read_xml(path: str | Path, data: bytes, heap: int | None = None) -> Setup:
         entry = reader.policy(element, len(entries), persistent)
         if entry is not None:
             entries.append(entry)
+    entries = [reader.redelivery(broker, entry, i) for i, entry in enumerate(entries)]
     default_element = _first(policy_map, "defaultEntry", "policyEntry")
     default_policy = PolicyEntry(pending_cursor="file" if persistent else "vm")
     if default_element is not None:

@@ -13,7 +13,15 @@ from typing import Any
 
 from .model import Change, Listener, PolicyRef, Setup, format_size
 
-__all__ = ["XmlSyntax", "SECTION_XML", "POLICY_ATTRIBUTES", "LISTENER_OPTIONS", "with_uri_options"]
+__all__ = [
+    "XmlSyntax",
+    "SECTION_XML",
+    "POLICY_ATTRIBUTES",
+    "LISTENER_OPTIONS",
+    "REDELIVERY_ATTRIBUTES",
+    "DEAD_LETTER_ELEMENTS",
+    "with_uri_options",
+]
 
 #: Our section option -> (element, attribute) in activemq.xml.
 SECTION_XML = {
@@ -41,6 +49,21 @@ POLICY_ATTRIBUTES = {
     "expire_messages_period": "expireMessagesPeriod",
 }
 
+#: The redelivery options: a <redeliveryPolicy> of the broker's redeliveryPlugin, by ActiveMQ's names.
+REDELIVERY_ATTRIBUTES = {
+    "maximum_redeliveries": "maximumRedeliveries",
+    "initial_redelivery_delay": "initialRedeliveryDelay",
+    "redelivery_delay": "redeliveryDelay",
+    "use_exponential_back_off": "useExponentialBackOff",
+    "back_off_multiplier": "backOffMultiplier",
+    "maximum_redelivery_delay": "maximumRedeliveryDelay",
+}
+#: ActiveMQ's strategy element for our ``dead_letter_strategy``.
+DEAD_LETTER_ELEMENTS = {
+    "shared": "sharedDeadLetterStrategy",
+    "individual": "individualDeadLetterStrategy",
+    "discard": "discarding",
+}
 #: Our policy option -> the strategy element that carries it.
 _POLICY_ELEMENTS = {
     "pending_cursor": "pendingSubscriberPolicy",

@@ -13,8 +13,10 @@ What ActiveMQ cannot be told is not written but returned as a ``Departure``
 (the option, its value, and why), so the caller can say so: the legacy
 space check (ActiveMQ 5.14 and older only), a slow store on purpose, the vm
 cursor for a queue's non-persistent messages only, evicting the newest
-message, Qpid's ring journal, and options ActiveMQ sets elsewhere (users,
-redelivery). Options left at our defaults are not written unless ActiveMQ's
+message, Qpid's ring journal, and options ActiveMQ sets elsewhere (users, a
+redelivery delay under the redeliveryPlugin's one second). The redelivery
+options go to the broker's ``redeliveryPlugin`` (with ``schedulerSupport``),
+the dead letter options to each entry's ``<deadLetterStrategy>``. Options left at our defaults are not written unless ActiveMQ's
 default differs.
 """
 
@@ -25,7 +27,14 @@ from dataclasses import dataclass
 
 from minibroker.config import BrokerConfig, PolicyEntry, StoreConfig, TransportConfig
 
-from .spell_xml import LISTENER_OPTIONS, POLICY_ATTRIBUTES, quoteattr, xml_value
+from .spell_xml import (
+    DEAD_LETTER_ELEMENTS,
+    LISTENER_OPTIONS,
+    POLICY_ATTRIBUTES,
+    REDELIVERY_ATTRIBUTES,
+    quoteattr,
+    xml_value,
+)
 
 __all__ = ["Departure", "ActiveMQXml", "write_xml"]
 
@@ -48,26 +57,19 @@ _POLICY_ELEMENTS = {
     "abort_connection",
 }
 
-#: Policy options ActiveMQ takes in another place (a plugin, a redelivery policy) or not at all.
+#: Policy options ActiveMQ takes in another place or not at all (the redelivery options where
+#: the redeliveryPlugin cannot carry them: ``_Writer.redelivery``).
 _POLICY_ELSEWHERE = {
-    "maximum_redeliveries": "ActiveMQ sets it on the client's redelivery policy or the redeliveryPlugin",
     "dead_letter_on_nack": "ActiveMQ's STOMP NACK always dead-letters after the redelivery policy",
-    "dead_letter_strategy": "a <deadLetterStrategy> element, not written here",
-    "dead_letter_queue": "a <deadLetterStrategy> element, not written here",
-    "process_non_persistent": "a <deadLetterStrategy> element, not written here",
-    "process_expired": "a <deadLetterStrategy> element, not written here",
     "blocked_producer_warning_interval": "not written here",
-    **dict.fromkeys(
-        (
-            "initial_redelivery_delay",
-            "redelivery_delay",
-            "use_exponential_back_off",
-            "back_off_multiplier",
-            "maximum_redelivery_delay",
-        ),
-        "a <redeliveryPolicy> of the redeliveryPlugin, not written here",
-    ),
 }
+#: The dead letter options: a <deadLetterStrategy> in the policy entry.
+_DEAD_LETTER_OPTIONS = ("dead_letter_strategy", "dead_letter_queue", "process_non_persistent", "process_expired")
+#: The individual strategy's prefixes (as ours names the queues: ActiveMQ.DLQ.Queue.<name>).
+INDIVIDUAL_PREFIXES = {"queuePrefix": "ActiveMQ.DLQ.Queue.", "topicPrefix": "ActiveMQ.DLQ.Topic."}
+#: The redeliveryPlugin refuses to start with a delay shorter than this (ms): it redelivers
+#: through the scheduler, and a shorter delay could resend a message before its poison ack is done.
+PLUGIN_MIN_DELAY = 1000
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,12 @@ class _Writer:
             kaha["journalMaxFileLength"] = xml_value("journal_max_file_length", store.journal_max_file_length)
         if store.fsync != "always":
             kaha["journalDiskSyncStrategy"] = _SYNC_STRATEGY[store.fsync]
+        if store.compact_acks_after_no_gc:  # (ActiveMQ's default, 10 checkpoints of 30 s, is left as it is)
+            kaha["enableAckCompaction"] = "true"
+            kaha["compactAcksAfterNoGC"] = str(store.compact_acks_after_no_gc)
+            kaha["compactAcksIgnoresStoreGrowth"] = xml_value(
+                "compact_acks_ignores_store_growth", store.compact_acks_ignores_store_growth
+            )
         if store.layout != "growing":
             self.depart("store.layout", store.layout, "Qpid's ring journal: ActiveMQ's KahaDB journal grows")
         if store.store_latency:
@@ -176,7 +184,7 @@ class _Writer:
                 "ActiveMQ 5.14 and older (a cursor stops caching when any ancestor usage passes 70%); "
                 "5.15 and later have only the current check (AMQ-4467): run it on a 5.14 broker",
             )
-        children: list[str] = []
+        children = self.dead_letter(entry)
         if entry.kind == "topic":
             cursor = "vmCursor" if entry.pending_cursor == "vm" else "fileCursor"
             children += ["<pendingSubscriberPolicy>", f"  <{cursor}/>", "</pendingSubscriberPolicy>"]
@@ -221,6 +229,55 @@ class _Writer:
         if not children:
             return [head + "/>"]
         return [head + ">", *("  " + line for line in children), "</policyEntry>"]
+
+    def dead_letter(self, entry: PolicyEntry) -> list[str]:
+        """The entry's <deadLetterStrategy>, when it says anything but ActiveMQ's default (one
+        shared ActiveMQ.DLQ that takes expired messages and drops non-persistent ones)."""
+        if not any(_changed(entry, _POLICY_DEFAULTS, key) for key in _DEAD_LETTER_OPTIONS):
+            return []
+        element = DEAD_LETTER_ELEMENTS[entry.dead_letter_strategy]
+        attrs: dict[str, str] = {}
+        if entry.dead_letter_strategy != "discard":
+            attrs = {
+                "processExpired": xml_value("process_expired", entry.process_expired),
+                "processNonPersistent": xml_value("process_non_persistent", entry.process_non_persistent),
+            }
+        if entry.dead_letter_strategy == "individual":
+            attrs = INDIVIDUAL_PREFIXES | {"useQueueForQueueMessages": "true"} | attrs
+        if entry.dead_letter_strategy == "shared" and _changed(entry, _POLICY_DEFAULTS, "dead_letter_queue"):
+            inner = [
+                f"  <{element}{_attributes(attrs)}>",
+                "    <deadLetterQueue>",
+                f"      <queue physicalName={quoteattr(entry.dead_letter_queue)}/>",
+                "    </deadLetterQueue>",
+                f"  </{element}>",
+            ]
+        else:
+            inner = [f"  <{element}{_attributes(attrs)}/>"]
+        return ["<deadLetterStrategy>", *inner, "</deadLetterStrategy>"]
+
+    def redelivery(self, entry: PolicyEntry, index: int) -> str | None:
+        """The entry's <redeliveryPolicy> for the redeliveryPlugin, or None (a departure for each
+        redelivery option it sets) when the plugin cannot carry it: without the plugin ActiveMQ
+        dead-letters a STOMP NACK at once, and the plugin takes no delay under PLUGIN_MIN_DELAY."""
+        changed = [key for key in REDELIVERY_ATTRIBUTES if _changed(entry, _POLICY_DEFAULTS, key)]
+        if not changed:
+            return None
+        later = entry.redelivery_delay or entry.initial_redelivery_delay
+        if entry.kind == "queue" and min(entry.initial_redelivery_delay, later) >= PLUGIN_MIN_DELAY:
+            attrs = {"queue": entry.pattern} | {
+                attribute: xml_value(key, getattr(entry, key)) for key, attribute in REDELIVERY_ATTRIBUTES.items()
+            }
+            attrs["redeliveryDelay"] = str(later)
+            return f"<redeliveryPolicy{_attributes(attrs)}/>"
+        for key in changed:
+            self.depart(
+                f"destination_policy[{index}].{key}",
+                getattr(entry, key),
+                "ActiveMQ redelivers on the broker only through the redeliveryPlugin, which takes no delay under "
+                f"{PLUGIN_MIN_DELAY} ms; without it a STOMP NACK dead-letters the message at once",
+            )
+        return None
 
     # ---------------------------------------------------------------- listener
     def connector(self, transport: TransportConfig, stomp_port: int) -> str:
@@ -303,10 +360,29 @@ def write_xml(
     if jolokia_port is not None:
         body += ["<managementContext>", '  <managementContext createConnector="false"/>', "</managementContext>"]
     store = writer.store(config.store)
+    redelivery = [
+        line for i, e in enumerate(config.destination_policy) if (line := writer.redelivery(e, i)) is not None
+    ]
+    plugin = (
+        [
+            '  <redeliveryPlugin fallbackToDeadLetter="true" sendToDlqIfMaxRetriesExceeded="true">',
+            "    <redeliveryPolicyMap>",
+            "      <redeliveryPolicyMap>",
+            "        <redeliveryPolicyEntries>",
+            *("          " + line for line in redelivery),
+            "        </redeliveryPolicyEntries>",
+            "      </redeliveryPolicyMap>",
+            "    </redeliveryPolicyMap>",
+            "  </redeliveryPlugin>",
+        ]
+        if redelivery
+        else []
+    )
     body += [
         *store[:3],
         # the statistics plugin: broker and destination figures over STOMP (``doctor --live`` reads them)
         "<plugins>",
+        *plugin,
         "  <statisticsBrokerPlugin/>",
         "</plugins>",
         *writer.usage(config),
@@ -324,6 +400,8 @@ def write_xml(
         if broker.offline_durable_subscriber_timeout >= 0
         else ""
     )
+    # the redeliveryPlugin redelivers through the scheduler, which it refuses to start without
+    scheduler = ' schedulerSupport="true"' if redelivery else ""
     text = "\n".join(
         [
             "<!-- Generated by minibroker from its configuration (clients/doctor/write_xml.py). -->",
@@ -337,7 +415,7 @@ def write_xml(
             *("  " + line for line in (_jolokia(jolokia_port) if jolokia_port is not None else [])),
             f'  <broker xmlns="http://activemq.apache.org/schema/core" brokerName={quoteattr(broker.name)}',
             f'          persistent="{persistent}" useJmx="{xml_value("useJmx", jolokia_port is not None)}"'
-            ' dataDirectory="${activemq.data}"' + offline + ">",
+            ' dataDirectory="${activemq.data}"' + offline + scheduler + ">",
             *("    " + line for line in body),
             "  </broker>",
             "</beans>",

@@ -369,6 +369,8 @@ class MessageStore:
                     name="journal",
                     max_file_length=config.journal_max_file_length,
                     index_cache_rows=config.index_cache_rows,
+                    compact_acks_after_no_gc=config.compact_acks_after_no_gc,
+                    compact_acks_ignores_store_growth=config.compact_acks_ignores_store_growth,
                 )
             )
         else:

@@ -30,7 +30,13 @@ CONNECTOR_OPTIONS = (
     "hb_grace_period_multiplier",
 )
 #: Store options KahaDB and the temp store carry.
-STORE_OPTIONS = ("journal_max_file_length", "temp_journal_max_file_length", "fsync")
+STORE_OPTIONS = (
+    "journal_max_file_length",
+    "temp_journal_max_file_length",
+    "fsync",
+    "compact_acks_after_no_gc",
+    "compact_acks_ignores_store_growth",
+)
 
 
 def round_trip(config: BrokerConfig) -> tuple[BrokerConfig, BrokerConfig, set[str]]:
@@ -90,3 +96,57 @@ def test_the_connector_listens_where_asked_and_nowhere_else() -> None:
     text = write_xml(BrokerConfig(), stomp_port=40001, openwire_port=40002).text
     assert 'uri="stomp://127.0.0.1:40001' in text and 'uri="tcp://127.0.0.1:40002"' in text
     assert "61613" not in text and "61616" not in text and "0.0.0.0" not in text
+
+
+def test_redelivery_goes_to_the_plugin_and_dead_letters_to_the_entry() -> None:
+    """Lab 07's cure as ActiveMQ has it: a redelivery policy of the broker's redeliveryPlugin
+    (which needs the scheduler), each queue's own dead letter queue without the expired."""
+    back_off = load_config(LABS / "07-poison-message" / "back-off.toml").replace(
+        destination_policy=(
+            PolicyEntry(
+                queue=">",
+                maximum_redeliveries=6,
+                initial_redelivery_delay=1000,
+                use_exponential_back_off=True,
+                back_off_multiplier=2.0,
+                dead_letter_strategy="individual",
+                process_expired=False,
+            ),
+        )
+    )
+    written = write_xml(back_off, stomp_port=61999, openwire_port=61998)
+    assert not written.departures
+    text = written.text
+    assert 'schedulerSupport="true"' in text
+    assert '<redeliveryPolicy queue=">" maximumRedeliveries="6" initialRedeliveryDelay="1000"' in text
+    assert 'useExponentialBackOff="true" backOffMultiplier="2.0"' in text
+    assert (
+        '<individualDeadLetterStrategy queuePrefix="ActiveMQ.DLQ.Queue."' in text and 'processExpired="false"' in text
+    )
+    back = read_xml("generated.xml", text.encode()).config.destination_policy[0]
+    assert (back.maximum_redeliveries, back.initial_redelivery_delay, back.back_off_multiplier) == (6, 1000, 2.0)
+    assert back.dead_letter_strategy == "individual" and back.process_expired is False
+
+
+def test_a_redelivery_delay_the_plugin_refuses_is_named() -> None:
+    """The redeliveryPlugin refuses to start with a delay under a second: such a delay (lab 07's
+    own 500 ms) is a departure, and no plugin is written (nor the scheduler)."""
+    written = write_xml(
+        load_config(LABS / "07-poison-message" / "back-off.toml"), stomp_port=61999, openwire_port=61998
+    )
+    (delay,) = written.departs("initial_redelivery_delay")
+    assert delay.value == 500 and "1000 ms" in delay.why and "dead-letters the message at once" in delay.why
+    assert "redeliveryPlugin" not in written.text and "schedulerSupport" not in written.text
+    shared = PolicyEntry(queue=">", dead_letter_queue="Orders.DLQ")
+    text = write_xml(BrokerConfig(destination_policy=(shared,)), stomp_port=61999, openwire_port=61998).text
+    assert '<queue physicalName="Orders.DLQ"/>' in text
+    assert read_xml("g.xml", text.encode()).config.destination_policy[0].dead_letter_queue == "Orders.DLQ"
+
+
+def test_ack_compaction_is_kahadbs() -> None:
+    """store.compact_acks_after_no_gc is KahaDB's compactAcksAfterNoGC, and reads back."""
+    config = BrokerConfig().replace(store={"compact_acks_after_no_gc": 2, "compact_acks_ignores_store_growth": True})
+    text = write_xml(config, stomp_port=61999, openwire_port=61998).text
+    assert 'enableAckCompaction="true" compactAcksAfterNoGC="2" compactAcksIgnoresStoreGrowth="true"' in text
+    back = read_xml("g.xml", text.encode()).config.store
+    assert (back.compact_acks_after_no_gc, back.compact_acks_ignores_store_growth) == (2, True)

@@ -67,3 +67,38 @@ def test_deliveries_go_on_and_the_files_stay_few_with_many_delivered_unacknowled
         late = net.connected_client()  # the broker still answers
         late.send("/queue/work", "after", receipt="r")
         assert late.last().command == "RECEIPT"
+
+
+def _journal_files_after_a_pinned_chain(tmp_path: Path, store: dict[str, object]) -> list[int]:
+    """Lab 06's hold on the broker: one persistent message on /queue/audit nobody reads, then
+    600 orders consumed five behind (each file holds acks of the one before). The orders
+    journal's files at the end."""
+    config = parse_config({"store": {"layout": "growing", "journal_max_file_length": "16 kb", **store}})
+    net = VirtualNetwork(config, data_dir=tmp_path / "data")
+    shop = net.connected_client()
+    shop.send("/queue/audit", "audit record", persistent="true")
+    service = net.connected_client()
+    service.subscribe("/queue/orders", "s", "client-individual")
+    acked = 0
+    for _ in range(600):
+        shop.send("/queue/orders", "x" * 300, persistent="true")
+        net.advance(0.01)
+        got = service.messages()
+        while acked < len(got) - 5:
+            service.ack(got[acked])
+            acked += 1
+    net.advance(0.5)
+    files = [f.file_id for f in net.broker.store.journal_for("/queue/orders").files()]
+    net.stop()
+    return files
+
+
+def test_ack_compaction_frees_the_chain_one_message_keeps(tmp_path: Path) -> None:
+    """Without ack compaction every file since the audit message stays; with
+    compact_acks_after_no_gc the chain goes and the audit message's file and the newest remain."""
+    kept = _journal_files_after_a_pinned_chain(tmp_path / "off", {})
+    assert len(kept) > 15 and kept == list(range(1, len(kept) + 1))
+    compacted = _journal_files_after_a_pinned_chain(
+        tmp_path / "on", {"compact_acks_after_no_gc": 1, "compact_acks_ignores_store_growth": True}
+    )
+    assert compacted[0] == 1 and len(compacted) <= 3, compacted

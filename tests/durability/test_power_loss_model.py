@@ -6,7 +6,8 @@ non-persistent messages too, which a small memory limit spills to the temp
 store. A consumer holds durable subscriptions to the topic (made and removed,
 with receipts) and client-individual subscriptions to the queues, and ACKs
 and NACKs what it gets, with a RECEIPT or without. The journal's files are
-tiny, so it rolls and collects all the time. At any step the power may go
+tiny, so it rolls and collects all the time (the growing journal also with
+ack compaction at every collection that deletes nothing). At any step the power may go
 (``disk_faults.PowerLossDisk``: what was not durable is lost, or a random
 prefix of it survives, torn). The broker starts again on what is left, and:
 
@@ -50,10 +51,18 @@ SPILLED = "/queue/np"
 BODY_PAD = "p" * 150  # a few dozen records fill a tiny journal file
 
 
-def broker_config(layout: str, fsync: str = "always") -> BrokerConfig:
+def broker_config(layout: str, fsync: str = "always", compact_acks: bool = False) -> BrokerConfig:
     store: dict[str, Any] = {"layout": layout, "fsync": fsync}
     if layout == "growing":
         store["journal_max_file_length"] = "4 kb"
+    if compact_acks:  # at every collection that deletes nothing (KahaDB's compactAcksAfterNoGC), many files
+        store.update(
+            {
+                "compact_acks_after_no_gc": 1,
+                "compact_acks_ignores_store_growth": True,
+                "journal_max_file_length": "2 kb",
+            }
+        )
     else:
         store.update({"file_size": "8 kb", "file_count": 8})
     return parse_config(
@@ -340,6 +349,27 @@ class GrowingPowerLoss(PowerLossModel):
     config = broker_config("growing")
 
 
+class AckCompactionPowerLoss(PowerLossModel):
+    """The growing journal writing again the acks that keep chains of files alive: one
+    receipted message nobody reads, sent first, pins the oldest file, so every file of the
+    traffic after it is in a chain of acks (lab 06's pathology), which compaction breaks.
+    It comes back once after every power loss."""
+
+    config = broker_config("growing", compact_acks=True)
+    PINNED = "/queue/pinned"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.producer.send(self.PINNED, "pin" + BODY_PAD, persistent="true", receipt="pin")
+        assert self._receipted(self.producer, "pin")
+
+    @rule(seed=st.integers(0, 2**16), torn=st.booleans(), now=st.integers(0, 3))
+    def power_loss(self, seed: int, torn: bool, now: int) -> None:
+        super().power_loss(seed, torn, now)
+        pinned = self.net.broker.destinations.get(self.PINNED)
+        assert pinned is not None and pinned.size() == 1, "the receipted message nobody reads is not back once"
+
+
 class RingPowerLoss(PowerLossModel):
     config = broker_config("ring")
 
@@ -360,6 +390,8 @@ _SETTINGS = settings(
 )
 TestGrowingJournalPowerLoss = GrowingPowerLoss.TestCase
 TestGrowingJournalPowerLoss.settings = _SETTINGS
+TestAckCompactionPowerLoss = AckCompactionPowerLoss.TestCase
+TestAckCompactionPowerLoss.settings = _SETTINGS
 TestRingJournalPowerLoss = RingPowerLoss.TestCase
 TestRingJournalPowerLoss.settings = _SETTINGS
 

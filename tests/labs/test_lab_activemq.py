@@ -28,7 +28,11 @@ AGAINST = [lab for lab in LABS if hasattr(lab.scenario(), "run_activemq")]
 NOT_INSTALLED = activemq.installed_problem()
 #: Lab 02's eight runs take 10 s on each broker: the suite plays three of them (the
 #: pathology, the abort ActiveMQ does not tell a STOMP client of, the write timeout).
-SUITE_RUNS = {"02": ("block", "abort-subscription", "stuck-socket-write-timeout")}
+SUITE_RUNS = {
+    "02": ("block", "abort-subscription", "stuck-socket-write-timeout"),
+    # Lab 07: the defaults (no redeliveryPlugin) and every cure (the plugin and the individual DLQ).
+    "07": ("activemq-defaults", "back-off"),
+}
 
 
 def _our_jvms(marker: str) -> list[int]:
@@ -78,6 +82,18 @@ def test_each_live_run_gives_activemqs_verdict_beside_ours(lab, own_tempdir: Pat
         abort = next(c for c in comparisons if c.spec.name == "abort-subscription")
         assert "aborting slow consumer" in output
         assert abort.ours is not None and abort.ours.outcome.metrics["aborted"] == 1
+    if lab.number == "07":
+        # A STOMP NACK dead-letters at once on ActiveMQ: one delivery, into the shared DLQ with the expired quotes.
+        defaults = next(c for c in comparisons if c.spec.name == "activemq-defaults")
+        assert defaults.ours is not None and defaults.ours.outcome.metrics["poison_deliveries"] == 7
+        assert defaults.theirs is not None and defaults.theirs.metrics["poison_deliveries"] == 1
+        assert "/queue/ActiveMQ.DLQ: " in output and "expired" in output
+        # The redeliveryPlugin spreads the redeliveries (1 s apart at least), then the queue's own DLQ.
+        back_off = next(c for c in comparisons if c.spec.name == "back-off")
+        assert back_off.theirs is not None and "ActiveMQ's redeliveryPlugin: 6 redeliveries" in output
+        if not back_off.theirs.unfair:
+            assert back_off.theirs.metrics["poison_deliveries"] == 7, output
+            assert back_off.theirs.metrics["dlq_messages"] == {"/queue/ActiveMQ.DLQ.Queue.orders": 1}, output
     assert not _our_jvms(str(own_tempdir))  # stopped by the run itself, not by the fixture
 
 

@@ -25,8 +25,8 @@ from clients.rabbitmq import processes_under
 LABS = find_labs()
 AGAINST = [lab for lab in LABS if hasattr(lab.scenario(), "run_rabbitmq")]
 NOT_INSTALLED = rabbitmq.installed_problem()
-#: The suite plays lab 02's pathology only (each run starts a node of its own).
-SUITE_RUNS = {"02": ("block",)}
+#: The suite plays lab 02's and lab 05's pathologies only (each run starts a node of its own).
+SUITE_RUNS = {"02": ("block",), "05": ("shared-connection",)}
 
 
 @pytest.fixture
@@ -71,6 +71,13 @@ def test_each_live_run_gives_rabbitmqs_verdict_beside_ours(lab, own_tempdir: Pat
         block = next(c for c in comparisons if c.spec.name == "block")
         assert block.ours is not None and block.ours.outcome.pathology
         assert "vm_memory_high_watermark" in output
+    if lab.number == "05":
+        # The memory alarm, moved within the workload's reach, blocks the connection that
+        # publishes and consumes: its ACKs are never read; a connection that only consumes goes on.
+        shared = next(c for c in comparisons if c.spec.name == "shared-connection")
+        assert shared.theirs is not None and shared.theirs.pathology
+        assert "vm_memory_high_watermark" in output and "memory resource limit alarm set" in output
+        assert "blocked" in "\n".join(shared.theirs.evidence)
     assert not processes_under(str(own_tempdir))  # stopped by the run itself, not by the fixture
 
 

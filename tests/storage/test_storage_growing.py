@@ -111,3 +111,62 @@ def test_disk_usage_counts_whole_files(tmp_path: Path) -> None:
     while j.current_file_id == 1:
         j.enqueue(b"q", MSG)
     assert j.disk_usage() == 2 * 8192
+
+
+def _chain(j: Journal, files: int) -> int:
+    """One unconsumed message in db-1, then traffic whose every ack lands in the file after its
+    message (a consumer a few messages behind): each file holds acks of the one before, a chain
+    KahaDB keeps whole. Returns the pin's seq."""
+    pin = j.enqueue(b"q", MSG).seq
+    behind: list[int] = []
+    target = j.current_file_id + files
+    while j.current_file_id < target:
+        behind.append(j.enqueue(b"q", MSG).seq)
+        if len(behind) > 5:
+            j.dequeue(behind.pop(0))
+    for seq in behind:
+        j.dequeue(seq)
+    return pin
+
+
+def test_one_message_keeps_the_chain_of_files_acking_each_other(tmp_path: Path) -> None:
+    """Without ack compaction (the default), the chain from db-1 to the current file stays."""
+    j = Journal.open(small_config(tmp_path / "q", "growing"))
+    _chain(j, 8)
+    assert file_ids(j) == list(range(1, j.current_file_id + 1))
+    j.close()
+
+
+def test_ack_compaction_writes_the_chains_acks_again_and_the_files_go(tmp_path: Path) -> None:
+    """compact_acks_after_no_gc (KahaDB's compactAcksAfterNoGC): the acks that keep the chain
+    are written again into the current file, and only the pinned file and the newest remain;
+    reopened, the journal holds the one message, nothing the deleted files acknowledged."""
+    cfg = small_config(tmp_path / "q", "growing", compact_acks_after_no_gc=1, compact_acks_ignores_store_growth=True)
+    j = Journal.open(cfg)
+    pin = _chain(j, 8)
+    advance(j)  # one more collection once the last acks are in
+    kept = file_ids(j)
+    assert kept[0] == 1 and len(kept) <= 3, kept
+    j.close()
+    assert [r.seq for r in reopened(cfg)] == [pin]
+    j = Journal.open(cfg)
+    assert [r.seq for r in j.recovered()] == [pin]
+    j.dequeue(pin)
+    assert file_ids(j) == [j.current_file_id]
+    j.close()
+
+
+def test_ack_compaction_waits_for_collections_that_delete_nothing(tmp_path: Path) -> None:
+    """As KahaDB: acks are written again only after compact_acks_after_no_gc collections in a
+    row that deleted nothing (and, unless told to ignore it, none while the journal grew)."""
+    patient = small_config(tmp_path / "a", "growing", compact_acks_after_no_gc=1000)
+    j = Journal.open(patient)
+    _chain(j, 8)
+    assert file_ids(j) == list(range(1, j.current_file_id + 1))
+    j.close()
+    eager = small_config(tmp_path / "b", "growing", compact_acks_after_no_gc=1)
+    j = Journal.open(eager)
+    _chain(j, 8)
+    advance(j)
+    assert len(file_ids(j)) <= 3  # a collection came while the current file stayed the same
+    j.close()

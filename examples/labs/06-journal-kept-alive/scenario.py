@@ -25,9 +25,13 @@ store is full) while the broker holds a handful of messages.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections import deque
 from typing import Any
 
 from clients.labs import LabRun, Outcome
+from minibroker.config import BrokerConfig
 from minibroker.ops import statistics_replies
 from storage import format_report, inspect
 
@@ -161,49 +165,215 @@ def drain(lab: LabRun, net: Any, shop: Shop) -> None:
     lab.note(f"t={net.now:.0f} s: the operator drains {AUDIT}: {len(reader.messages())} message(s) read")
 
 
-def verdict(lab: LabRun, net: Any, shop: Shop) -> Outcome:
-    broker = net.broker
+def figures(broker: Any) -> dict[str, Any]:
+    """The broker's own figures at the end of a run: what it holds beyond the orders in the
+    fulfilment service's hands, the orders journal's files, the store's usage."""
     usage = broker.store_usage
-    journal = journal_of(net)
-    files = journal.files()
-    pinned = sum(1 for f in files if f.live)
-    # what the broker holds beyond the orders in the fulfilment service's hands (a second's worth)
-    held = sum(d.size() for d in broker.destinations.values() if d.address != ORDERS)
-    waited = SECONDS - shop.last_receipt_at
+    files = broker.store.journal_for(ORDERS).files()
+    stats = statistics_replies(broker, "/queue/ActiveMQ.Statistics.Broker")[0]
+    return {
+        "held": sum(d.size() for d in broker.destinations.values() if d.address != ORDERS),
+        "files": len(files),
+        "pinned_files": sum(1 for f in files if f.live),
+        "kib": broker.store.journal_for(ORDERS).disk_usage() // KB,
+        "store_pct": usage.percent,
+        "limit_kib": usage.limit // KB,
+        "stat_pct": stats["storePercentUsage"],
+        "blocked": stats["blockedProducers"],
+    }
+
+
+def verdict(lab: LabRun, net: Any, shop: Shop) -> Outcome:
     blocks = [e for e in lab.trace.events("flow_block") if e["session"] == shop.client.tag]
     if blocks:
         lab.note(
             f"t={blocks[0]['ts']:.2f} s: the shop's SEND held (flow_block, usage {blocks[0]['usage']}); "
             f"{len(blocks)} flow_block(s) in all"
         )
-    stats = statistics_replies(broker, "/queue/ActiveMQ.Statistics.Broker")[0]
+    outcome = judge(lab, SECONDS, shop.receipted(), shop.last_receipt_at, figures(net.broker), STUCK_AFTER)
+    if SECONDS - shop.last_receipt_at > STUCK_AFTER and lab.name != "drained":
+        note_inspect(lab, journal_of(net))
+    outcome.metrics["flow_blocks"] = len(blocks)
+    return outcome
+
+
+def judge(
+    lab: LabRun, seconds: float, receipted: int, last_at: float, f: dict[str, Any], stuck_after: float
+) -> Outcome:
+    """The verdict by one rule on either clock: the shop waited more than ``stuck_after`` for
+    a RECEIPT at the end while the broker holds a handful of messages."""
+    waited = seconds - last_at
     lab.note(
-        f"after {SECONDS:.0f} s: {shop.receipted()} orders receipted, the last at t={shop.last_receipt_at:.2f} s; "
-        f"the broker holds {held} message(s); the journal keeps {len(files)} file(s), "
-        f"{journal.disk_usage() // KB} KiB, {pinned} of them with a live message; store {usage.percent}% of "
-        f"{usage.limit // KB} KiB; minibroker stat: storePercentUsage {stats['storePercentUsage']}, "
-        f"blockedProducers {stats['blockedProducers']}"
+        f"after {seconds:.0f} s: {receipted} orders receipted, the last at t={last_at:.2f} s; "
+        f"the broker holds {f['held']} message(s); the journal keeps {f['files']} file(s), "
+        f"{f['kib']} KiB, {f['pinned_files']} of them with a live message; store {f['store_pct']}% of "
+        f"{f['limit_kib']} KiB; minibroker stat: storePercentUsage {f['stat_pct']}, "
+        f"blockedProducers {f['blocked']}"
     )
-    if waited > STUCK_AFTER and lab.name != "drained":
-        note_inspect(lab, journal)
-    stuck = waited > STUCK_AFTER and held <= FEW
+    stuck = waited > stuck_after and f["held"] <= FEW
     if stuck:
         summary = (
-            f"the shop is held: no RECEIPT for {waited:.0f} s, the store full ({usage.percent}%) with {held} "
-            f"message(s) in the broker, {len(files)} journal files kept for them"
+            f"the shop is held: no RECEIPT for {waited:.0f} s, the store full ({f['store_pct']}%) with {f['held']} "
+            f"message(s) in the broker, {f['files']} journal files kept for them"
         )
     else:
         summary = (
-            f"{shop.receipted()} orders receipted, the last at t={shop.last_receipt_at:.1f} s; the journal keeps "
-            f"{len(files)} file(s), store {usage.percent}%"
+            f"{receipted} orders receipted, the last at t={last_at:.1f} s; the journal keeps "
+            f"{f['files']} file(s), store {f['store_pct']}%"
         )
-    metrics = {
-        "receipted": shop.receipted(),
-        "waited": round(waited, 1),
-        "held": held,
-        "files": len(files),
-        "pinned_files": pinned,
-        "store_pct": usage.percent,
-        "flow_blocks": len(blocks),
+    metrics = {"receipted": receipted, "waited": round(waited, 1)} | {
+        k: f[k] for k in ("held", "files", "pinned_files", "store_pct")
     }
     return Outcome(stuck, summary, metrics=metrics)
+
+
+# ---------------------------------------------------------------- the live run
+LIVE_SECONDS = 20.0  # at most: a held shop ends the run once it has waited LIVE_STUCK
+LIVE_ORDERS = 1600  # twice what fills the store: a shop that got this far was not held
+LIVE_STUCK = 2.0  # a RECEIPT awaited this long, live: the shop is held
+LIVE_WORK = 0.2  # the fulfilment service acknowledges an order this long after it came
+LIVE_AFTER_CURE = 2.0  # the drained run goes on this long after the drain
+LIVE_EVENT_EVERY = 1.0
+LIVE_SCALE = 5  # the subscriber timeout and its task's period, a fifth as long live
+
+
+def live_config(config: BrokerConfig) -> BrokerConfig:
+    """``config`` with the offline durable subscriber timeout (and its task's period) a fifth as
+    long: a live run waits for it in real time."""
+    broker = config.broker
+    if broker.offline_durable_subscriber_timeout <= 0:
+        return config
+    return config.replace(
+        broker={
+            "offline_durable_subscriber_timeout": broker.offline_durable_subscriber_timeout // LIVE_SCALE,
+            "offline_durable_subscriber_task_schedule": broker.offline_durable_subscriber_task_schedule // LIVE_SCALE,
+        }
+    )
+
+
+def run_live(lab: LabRun) -> Outcome:
+    """The same workload on the real server with real sockets, the shop as fast as its RECEIPTs
+    come: it ends once the shop has waited LIVE_STUCK seconds for one (or, in ``drained``, once
+    LIVE_AFTER_CURE seconds have passed since the drain), or has LIVE_ORDERS orders receipted,
+    at the latest after LIVE_SECONDS."""
+    config = live_config(lab.config)
+    kind = "message" if lab.name in ("old-message", "drained") else "durable"
+    if config.broker.offline_durable_subscriber_timeout > 0:
+        lab.note(
+            f"live: the offline durable subscriber timeout cut to a {LIVE_SCALE}th "
+            f"({config.broker.offline_durable_subscriber_timeout} ms)"
+        )
+    cfg = config
+    lab.note(
+        f"workload, live: the shop sends persistent 1000-byte orders to {ORDERS}, each once the last has its "
+        f"RECEIPT, each acknowledged {LIVE_WORK} s after it came; journal files {cfg.store.journal_max_file_length // KB} "
+        f"KiB, store limit {cfg.system_usage.store_limit // KB} KiB; "
+        + (
+            f"one message on {AUDIT} that nobody reads"
+            if kind == "message"
+            else f"a durable subscriber to {EVENTS} gone away, one event every {LIVE_EVENT_EVERY:.0f} s"
+        )
+    )
+    with lab.live_broker(config) as live:
+
+        def inspect_live(seconds: float, waited: float) -> None:
+            lab.note(
+                f"t={seconds:.1f} s: the shop has waited {waited:.1f} s for a RECEIPT; the operator runs journal inspect"
+            )
+            live.call(lambda: note_inspect(lab, live.server.broker.store.journal_for(ORDERS)))
+
+        def read_state() -> dict[str, Any]:
+            return dict(live.call(lambda: figures(live.server.broker)))
+
+        played = asyncio.run(play_on(live.port, kind, read_state, inspect_live if lab.name == "drained" else None))
+        if played["drained"] is not None:
+            lab.note(f"t={played['drained']:.1f} s: the operator drains {AUDIT}: 1 message read")
+        found = played["found"]
+        stuck = played["seconds"] - played["last_at"] > LIVE_STUCK and lab.name != "drained"
+        if stuck:
+            live.call(lambda: note_inspect(lab, live.server.broker.store.journal_for(ORDERS)))
+        outcome = judge(lab, played["seconds"], played["receipted"], played["last_at"], found, LIVE_STUCK)
+    if not outcome.pathology and lab.spec.expect == "pathology" and played["seconds"] >= LIVE_SECONDS:
+        outcome.unfair = (
+            f"the shop had {played['receipted']} orders receipted in {played['seconds']:.0f} s: "
+            "too slow to fill the store and wait in the run's time"
+        )
+    return outcome
+
+
+async def play_on(port: int, kind: str, read_state: Any, inspect_live: Any = None) -> dict[str, Any]:
+    """Fulfilment, what pins the journal (``kind``: message or durable) and the shop, on the
+    broker at ``port``; ``read_state()``: the broker's figures, read at the end while every
+    client is still connected (``{}`` where they cannot be read); with ``inspect_live`` (the drained run) the operator, once the shop has
+    waited LIVE_STUCK, calls it (journal inspect) and drains ``/queue/audit``."""
+    from clients.stomp import StompClient
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    def now() -> float:
+        return loop.time() - started
+
+    def connect(**kw: Any) -> Any:
+        return StompClient.connect("127.0.0.1", port, **kw)
+
+    fulfilment, shop, pinner = await connect(), await connect(), await connect()
+    conns = [fulfilment, shop, pinner]
+    orders = await fulfilment.subscribe(ORDERS, ack="client-individual")
+    if kind == "message":
+        await pinner.send(AUDIT, "audit record", {"persistent": "true"}, receipt=True)
+    else:
+        reporting = await connect(client_id="reporting")
+        await reporting.subscribe(
+            EVENTS, id="r", ack="client-individual", headers={"activemq.subscriptionName": "daily"}
+        )
+        await reporting.disconnect()
+    receipted, last_at = 0, 0.0
+
+    async def send_orders() -> None:
+        nonlocal receipted, last_at
+        while True:
+            await shop.send(ORDERS, BODY, {"persistent": "true"}, receipt=True, timeout=None)
+            receipted, last_at = receipted + 1, now()
+
+    async def fulfil() -> None:
+        came: deque[tuple[float, Any]] = deque()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                came.append((now(), await orders.get(timeout=LIVE_WORK / 4)))
+            while came and now() - came[0][0] >= LIVE_WORK:
+                await fulfilment.ack(came.popleft()[1])
+
+    async def publish_events() -> None:
+        while True:
+            await pinner.send(EVENTS, "event", {"persistent": "true"}, timeout=None)
+            await asyncio.sleep(LIVE_EVENT_EVERY)
+
+    tasks = [asyncio.create_task(send_orders()), asyncio.create_task(fulfil())]
+    if kind == "durable":
+        tasks.append(asyncio.create_task(publish_events()))
+    drained_at: float | None = None
+    try:
+        while now() < LIVE_SECONDS and receipted < LIVE_ORDERS:
+            await asyncio.sleep(0.05)
+            waited = now() - last_at
+            if drained_at is not None:
+                if now() - drained_at >= LIVE_AFTER_CURE:
+                    break
+            elif waited > LIVE_STUCK:
+                if inspect_live is None:
+                    break
+                inspect_live(now(), waited)
+                operator = await connect()
+                conns.append(operator)
+                await (await operator.subscribe(AUDIT)).get(timeout=10)
+                drained_at = now()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    seconds = now()
+    found = read_state()
+    for conn in conns:
+        conn.close()
+    return {"seconds": seconds, "receipted": receipted, "last_at": last_at, "drained": drained_at, "found": found}
