@@ -12,7 +12,7 @@ The edge (``server.py``, or the virtual network in ``sim.py``) feeds events:
 - ``login_checked(sid, principal)``: the password check it was asked for is done;
 - ``tick()``: time passed; run due timers (heart-beats, connect timeout).
 
-Every entry point the edge calls is wrapped in ``failstop.fail_stop``: a store
+Every entry point the edge calls is wrapped in ``outbox.entry_point``: a store
 that fails bringing a message back from disk in any of them stops the broker
 (``store_failed``), as a frame's handler does for its own frame.
 
@@ -77,11 +77,10 @@ from minibroker.connection.session import Session, State, negotiate_heart_beat, 
 from minibroker.connection.timers import Timers
 from minibroker.core.actions import Action, CheckLogin, Close, Sync, Write, WriteFrames
 from minibroker.core.common import DEFERRED, ParkedSend, log
-from minibroker.core.failstop import fail_stop, fail_stop_written_out
 from minibroker.core.flow import ProducerFlowControl, ReadingControl
 from minibroker.core.handlers import FrameHandlers
 from minibroker.core.hooks import DestinationHooks
-from minibroker.core.outbox import Turn, event
+from minibroker.core.outbox import Turn, entry_point, written_out
 from minibroker.core.storehooks import StoreHooks
 from minibroker.core.teardown import ConnectionTeardown
 from minibroker.destinations.durables import OfflineDurables
@@ -179,8 +178,7 @@ class Broker(ReadingControl):
         #: The actions ready for the edge (``take_actions`` drains it).
         self._outbox: list[Action] = []
         #: Events (or turns) running now: the outermost settles (``outbox.py``).
-        self._depth = 0
-        self._turn = Turn(self)
+        self.events = Turn(self._end_event, self._end_turn)
         #: Sessions whose full outbox went to the edge: given more once it says it carried it out.
         self._freed: list[Session] = []
         #: ... and the edge said so: refilled at the next event's end.
@@ -307,7 +305,7 @@ class Broker(ReadingControl):
         }
 
     # ================================================================== edge API
-    @event
+    @entry_point
     def open_session(self, peer: str = "", protocol: str = "tcp") -> int:
         """A connection arrived from ``peer`` through the ``protocol`` listener
         ("tcp", "websocket": statistics show it, and a WebSocket session's output
@@ -389,14 +387,12 @@ class Broker(ReadingControl):
         """Bring back what the journals hold; returns the number of messages (``StoreHooks.recover``)."""
         return self.storehooks.recover()
 
-    @fail_stop
-    @event
+    @entry_point
     def store_synced(self, generation: int) -> None:
         """The edge's fsync covered every write up to ``generation``: release RECEIPTs."""
         self.storehooks.store_synced(generation)
 
-    @fail_stop
-    @event
+    @entry_point
     def store_failed(self, error: BaseException) -> None:
         """The store failed (a ``Sync`` the edge carried out raised, or a write did): fail-stop."""
         self.storehooks.store_failed(error)
@@ -486,23 +482,23 @@ class Broker(ReadingControl):
         self.rates.sample(now, [(d.address, d.enqueued, d.dequeued) for d in self.destinations.values()])
         self.timers.call_at(now + SAMPLE_PERIOD, self._sample_rates)
 
-    @fail_stop
     def report_buffered(self, sid: int, buffered: int) -> None:
         """The edge holds ``buffered`` bytes for ``sid``'s socket (for statistics)."""
         session = self.sessions.get(sid)
         if session is not None:
             session.transport_buffered = buffered
 
-    @fail_stop_written_out
+    @written_out
     def receive_data(self, sid: int, data: bytes) -> None:
-        """Bytes arrived on connection ``sid``. (An event: ``outbox.event`` and
-        ``failstop.fail_stop`` written out, for it runs once per read.)"""
+        """Bytes arrived on connection ``sid``. (An event: ``outbox.entry_point``
+        written out, for it runs once per read.)"""
         session = self.sessions.get(sid)
         if session is None or not session.is_open:
             return
         session.last_read = self.clock.now()
         try:
-            self._depth += 1
+            events = self.events
+            events.depth += 1
             try:
                 # ``_read_on``'s first round, written out: the usual read is one round.
                 if (
@@ -512,8 +508,8 @@ class Broker(ReadingControl):
                 ):
                     self._read_on(session, b"")  # CONNECT set the version: parse the rest of the chunk with it
             finally:
-                self._depth -= 1
-            if not self._depth:
+                events.depth -= 1
+            if not events.depth:
                 self._end_event()
         except StoreFailed as exc:
             self.store_failed(exc)
@@ -620,8 +616,7 @@ class Broker(ReadingControl):
             None,
         )
 
-    @fail_stop
-    @event
+    @entry_point
     def internal_error(self, sid: int) -> None:
         """Handling what ``sid`` sent raised (a bug): tell its client with an ERROR,
         as for a protocol error, and close it. Its messages go back to their
@@ -642,28 +637,25 @@ class Broker(ReadingControl):
             if session.is_open:
                 self._close(session, "internal error")
 
-    @fail_stop
+    @entry_point
     def close_connection(self, session: Session, reason: str) -> None:
         """Close ``session`` for ``reason`` (an administrator's close): its teardown, then ``Close``."""
         self._close(session, reason)
 
-    @fail_stop
-    @event
+    @entry_point
     def shutdown(self) -> None:
         """Close every connection (the broker is stopping): each is traced as a shutdown."""
         for session in list(self.sessions.values()):
             self._close(session, "broker shutdown")
 
-    @fail_stop
-    @event
+    @entry_point
     def connection_lost(self, sid: int) -> None:
         """The socket of ``sid`` is gone (closed by the peer or by us)."""
         session = self.sessions.get(sid)
         if session is not None:
             self._close(session, "connection lost", notify_edge=False)
 
-    @fail_stop
-    @event
+    @entry_point
     def set_writable(self, sid: int, writable: bool) -> None:
         """The edge's socket buffer for ``sid`` is full (False) or drained (True)."""
         session = self.sessions.get(sid)
@@ -700,8 +692,7 @@ class Broker(ReadingControl):
             )
         self._close(session, "write timeout", abort=True)
 
-    @fail_stop
-    @event
+    @entry_point
     def tick(self) -> None:
         """Run every timer due now."""
         self.timers.run_due(self.clock.now())
@@ -721,14 +712,14 @@ class Broker(ReadingControl):
             self._outbox = []
         return actions
 
-    @fail_stop_written_out
+    @written_out
     def actions_done(self) -> bool:
         """The edge carried out what ``take_actions`` returned (its writes are in the
         sockets' buffers): an event. A connection whose full outbox held its dispatch
         back gets more now, unless its socket said meanwhile that it is full.
         Returns whether the outbox has actions again (this, or an event the edge fed
         while it carried them out, left some): else the edge need not drain it.
-        (``fail_stop`` written out: once per turn.)"""
+        (``entry_point`` written out: once per turn.)"""
         if self._freed or self._unfinished:  # else the last event's end finished everything
             try:
                 self._end_turn()
@@ -741,7 +732,7 @@ class Broker(ReadingControl):
         if self._freed:
             self._refill.extend(self._freed)
             self._freed.clear()
-        if not self._depth:
+        if not self.events.depth:
             self._end_event()
 
     def turn(self) -> Turn:
@@ -749,7 +740,7 @@ class Broker(ReadingControl):
         (one write of the store's deferred dequeues for all of them), which also
         counts as ``actions_done``. For an edge that feeds several events before
         it drains, or feeds events while it carries out actions."""
-        return self._turn
+        return self.events
 
     def _end_event(self) -> None:
         """The end of an event (or of a turn): finish what its frames left for the
@@ -774,7 +765,8 @@ class Broker(ReadingControl):
             self._unfinished = False  # what ``_finish`` would say
             if not (self._dirty or self._control or storehooks.waiters):
                 return
-        self._depth = 1
+        events = self.events
+        events.depth = 1
         try:
             if finish:
                 self._finish()
@@ -788,15 +780,9 @@ class Broker(ReadingControl):
                     writing = session.writing
                     throttled = not writing.can_write
                     if session.framed:
-                        outbox.append(tuple.__new__(WriteFrames, (session.id, session.take_frames())))
-                    else:  # ``session.take_output()`` written out, once per write; and tuple.__new__:
-                        # a NamedTuple's own __new__ is a Python call
-                        chunks = session.outbox
-                        outbox.append(tuple.__new__(Write, (session.id, b"".join(chunks))))
-                        chunks.clear()
-                        session.out_bytes = 0
-                        if writing.outbox_full:
-                            writing.outbox_taken()
+                        outbox.append(WriteFrames(session.id, session.take_frames()))
+                    else:
+                        outbox.append(Write(session.id, session.take_output()))
                     session.last_write = now
                     if not writing.socket_full:
                         session.last_write_progress = now
@@ -809,13 +795,13 @@ class Broker(ReadingControl):
                 outbox.extend(self._control)
                 self._control = []
         finally:
-            self._depth = 0
+            events.depth = 0
 
-    @fail_stop
+    @entry_point
     def _finish(self) -> None:
         """Producers and cursors that waited for space, the store's deferred writes,
         dispatch to sessions whose outbox the edge carried out: it can bring messages
-        back from disk, so a store that fails there stops the broker (``fail_stop``)."""
+        back from disk, so a store that fails there stops the broker (``entry_point``)."""
         flow = self.flow
         if flow.retry:
             flow.retry = False
@@ -956,8 +942,7 @@ class Broker(ReadingControl):
         )
         return DEFERRED  # CONNECT has no receipt
 
-    @fail_stop
-    @event
+    @entry_point
     def login_checked(self, sid: int, principal: Principal | None) -> None:
         """The password check of ``sid``'s CONNECT is done: ``principal`` if it passed, None if not."""
         session = self.sessions.get(sid)
