@@ -77,10 +77,12 @@ from minibroker.connection.session import Session, State, negotiate_heart_beat, 
 from minibroker.connection.timers import Timers
 from minibroker.core.actions import Action, CheckLogin, Close, Sync, Write, WriteFrames
 from minibroker.core.common import DEFERRED, ParkedSend, log
-from minibroker.core.flow import ProducerFlowControl, ReadingControl
+from minibroker.core.flow import ProducerFlowControl
 from minibroker.core.handlers import FrameHandlers
 from minibroker.core.hooks import DestinationHooks
 from minibroker.core.outbox import Turn, entry_point, written_out
+from minibroker.core.reading import ReadingControl
+from minibroker.core.routing import Router
 from minibroker.core.storehooks import StoreHooks
 from minibroker.core.teardown import ConnectionTeardown
 from minibroker.destinations.durables import OfflineDurables
@@ -109,7 +111,7 @@ SERVER_NAME = "minibroker/0.1.0"
 _CONNECTION_SAMPLE_SECONDS = 1.0
 
 
-class Broker(ReadingControl):
+class Broker:
     """The sans-IO broker. See the module docstring for the event protocol."""
 
     def __init__(
@@ -191,103 +193,52 @@ class Broker(ReadingControl):
         self._blocked_cursors: dict[Queue, None] = {}
         #: Journaling, fsync waiting, recovery, the temp store (``storehooks.py``).
         self.storehooks = StoreHooks(self, emit=self._emit, request=self._control_append)
-        storehooks = self.storehooks
-        # Bound once (no extra hop): every persistent SEND and every RECEIPT pass
-        # through them, and the destinations call them as a ``ports.DestinationHost``.
-        self.admit = storehooks.admit
-        self._write_mark = storehooks.write_mark
-        self._receipt = storehooks.receipt
-        self._send_receipt = storehooks.send_receipt
-        self.mark_delivered = storehooks.mark_delivered
-        self.persist_durable = storehooks.persist_durable
-        self.mark_durable_delivered = storehooks.mark_durable_delivered
-        self.settle_durable = storehooks.settle_durable
-        self.durables_changed = storehooks.durables_changed
-        self.discard_stored = storehooks.discard_stored
-        self.spill = storehooks.spill
-        self.read_ahead = storehooks.read_ahead
-        self.load_run = storehooks.load_run
-        self.load_message = storehooks.load_message
-        self.took = storehooks.took
-        self.payload_of = storehooks.payload_of
-        self.temp_store = storehooks.temp_store
-        self.temp_changed = storehooks.temp_changed
-        self.index_spill = storehooks.index_spill
-        self.index_spilled_bytes = storehooks.index_spilled_bytes
-        self.begin_storage_transaction = storehooks.begin_storage_transaction
-        self.commit_storage_transaction = storehooks.commit_storage_transaction
-        self.end_storage_transaction = storehooks.end_storage_transaction
         #: subscription key -> when its "cursor is full" line was last logged.
         self._full_logged: dict[int, float] = {}
+        #: Pausing and resuming a socket's reading, for a set of reasons (``reading.py``).
+        self.reading = reading = ReadingControl(clock.now, self._control, self._handle, self._fail)
+        #: A new message into its destination (``routing.py``).
+        self.router = Router(self.trace, self.sessions, self.session_tag, self.storehooks)
+        #: Producer flow control (``flow.py``): parked SENDs, blocked producers, the disk-full gate.
+        self.flow = ProducerFlowControl(
+            self,
+            blocked_cursors=self._blocked_cursors,
+            route=self.router.route,
+            write_mark=self.storehooks.write_mark,
+            receipt=self.storehooks.receipt,
+            stop_reading=reading.stop,
+            start_reading=reading.start,
+            emit=self._emit,
+        )
         #: Frame handling (``handlers.py``): one method per command.
         self.handlers = handlers = FrameHandlers(
             self,
+            flow=self.flow,
+            route=self.router.route,
             emit=self._emit,
             close=self._close,
-            start_reading=self._start_reading,
-            stop_reading=self._stop_reading,
+            start_reading=reading.start,
+            stop_reading=reading.stop,
             subs_by_key=self._subs_by_key,
             full_logged=self._full_logged,
             id_prefix=self._id_prefix,
             id_prefix_wire=self._id_prefix_wire,
         )
-        # Bound once: what the other parts and the destinations call of frame handling.
-        self._route = handlers._route
-        self._roll_back = handlers._roll_back
-        self._remove_subscription = handlers._remove_subscription
-        self._resume_dispatch = handlers._resume_dispatch
-        self.destination = handlers.destination
-        self.compile_selector = handlers.compile_selector
-        #: Producer flow control (``flow.py``): parked SENDs, blocked producers, the disk-full gate.
-        self.flow = ProducerFlowControl(
-            self,
-            blocked_cursors=self._blocked_cursors,
-            route=self._route,
-            write_mark=self._write_mark,
-            receipt=self._receipt,
-            stop_reading=self._stop_reading,
-            start_reading=self._start_reading,
-            emit=self._emit,
-        )
-        # Bound once: every SEND asks ``_has_room``, every message released calls ``space_freed``.
-        self._has_room = self.flow.has_room
-        self.space_freed = self.flow.space_freed
-        handlers.wire_flow(self.flow)
         #: A connection's end (``teardown.py``): one routine, every step taken.
         self.teardown = ConnectionTeardown(
-            self, roll_back=handlers._roll_back, remove_subscription=handlers._remove_subscription
+            self, roll_back=handlers.roll_back, remove_subscription=handlers.remove_subscription
         )
-        self._tear_down = self.teardown.tear_down
         #: What destinations report back (``hooks.py``): consumption, expiry, dead letters, page-in.
-        self.hooks = hooks = DestinationHooks(
+        self.hooks = DestinationHooks(
             self,
             emit=self._emit,
             fail=self._fail,
-            remove_subscription=handlers._remove_subscription,
+            remove_subscription=handlers.remove_subscription,
             blocked_cursors=self._blocked_cursors,
             subs_by_key=self._subs_by_key,
             full_logged=self._full_logged,
             trace_usage=self._trace_usage,
         )
-        # Bound once (no extra hop): the destinations call these as a ``ports.DestinationHost``.
-        self.delivered = hooks.delivered
-        self.redelivering = hooks.redelivering
-        self.message_consumed = hooks.message_consumed
-        self.message_enqueued = hooks.message_enqueued
-        self.page_in_blocked = hooks.page_in_blocked
-        self.paged_in = hooks.paged_in
-        self.message_expired = hooks.message_expired
-        self.dead_letter = hooks.dead_letter
-        self.end_of_browse = hooks.end_of_browse
-        self.max_page_size = hooks.max_page_size
-        self.subscription_full = hooks.subscription_full
-        self.slow_consumer = hooks.slow_consumer
-        self.live_subscription = hooks.live_subscription
-        self.discarded = hooks.discarded
-        self.swapped = hooks.swapped
-        # The registry's and operations' calls.
-        self.destination_created = hooks.destination_created
-        self.forget_destination = hooks.forget_destination
         #: Told just before and just after each connection's teardown (``invariants.TeardownChecker``), or None.
         self.close_observer: Any = None
         self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
@@ -385,7 +336,8 @@ class Broker(ReadingControl):
     # -- the edge's calls on the store (``storehooks.py`` does the work)
     def recover(self) -> int:
         """Bring back what the journals hold; returns the number of messages (``StoreHooks.recover``)."""
-        return self.storehooks.recover()
+        handlers = self.handlers
+        return self.storehooks.recover(handlers.destination, handlers.compile_selector, self.next_seqs())
 
     @entry_point
     def store_synced(self, generation: int) -> None:
@@ -666,7 +618,7 @@ class Broker(ReadingControl):
             session.writing.socket_drained()
             session.last_write_progress = now
             if session.writing.can_write:
-                self._resume_dispatch(session)
+                self.handlers.resume_dispatch(session)
         else:
             session.writing.socket_blocked(now)
             timeout = self.config.transport.so_write_timeout
@@ -793,7 +745,7 @@ class Broker(ReadingControl):
                 outbox.append(Sync())
             if self._control:
                 outbox.extend(self._control)
-                self._control = []
+                self._control.clear()
         finally:
             events.depth = 0
 
@@ -815,7 +767,7 @@ class Broker(ReadingControl):
             self._refill = []
             for session in refill:
                 if session.is_open and session.writing.can_write:
-                    self._resume_dispatch(session)
+                    self.handlers.resume_dispatch(session)
         # What the refill dispatched (an auto-ack dequeue) waits for the next event's end,
         # which actions_done is; and so does what retries the store's flush made possible.
         self._unfinished = True if refill else flow.retry
@@ -826,7 +778,9 @@ class Broker(ReadingControl):
         command = frame.command
         before = session.state
         receipt = frame.headers.get("receipt")
-        mark = None if receipt is None else self._write_mark()  # (the one rule of durability: storehooks.receipt)
+        mark = (
+            None if receipt is None else self.storehooks.write_mark()
+        )  # (the one rule of durability: storehooks.receipt)
         try:
             next_state = session.transitions.get(command)
             if next_state is None:
@@ -844,7 +798,7 @@ class Broker(ReadingControl):
         if next_state is not session.state and session.state is before and session.is_open:
             session.set_state(next_state)  # unless the handler moved it itself
         if receipt is not None and result is not DEFERRED:
-            self._receipt(session, receipt, mark)
+            self.storehooks.receipt(session, receipt, mark)
 
     def _storage_refused(self, session: Session, frame: Frame, exc: StorageError) -> None:
         """Answer a frame the store could not write with an ERROR (the connection stays
@@ -906,7 +860,7 @@ class Broker(ReadingControl):
         session.parser.discard()
         if notify_edge:
             self._control.append(Close(session.id, reason, abort))
-        self._tear_down(session)
+        self.teardown.tear_down(session)
         log.info("connection %d closed: %s", session.id, reason)
         if self.trace.enabled:
             self._emit("disconnect", session=session.tag, client_id=session.client_id, reason=_reason_code(reason))
@@ -936,7 +890,7 @@ class Broker(ReadingControl):
         # The password hash is slow on purpose: the edge runs it in a thread, and
         # nothing more is read from this connection until it is back (login_checked).
         session.set_state(State.AUTHENTICATING)
-        self._stop_reading(session, "login")
+        self.reading.stop(session, "login")
         self._control.append(
             CheckLogin(session.id, partial(self.security.check_login, h.get("login"), h.get("passcode")))
         )
@@ -975,7 +929,7 @@ class Broker(ReadingControl):
             self._fail(session, exc, None)
             return
         if session.is_open:
-            self._start_reading(session, "login")
+            self.reading.start(session, "login")
             self._read_on(session, b"")  # what came after the CONNECT, in the negotiated version
 
     def _refuse_login(self, session: Session, refusal: ProtocolError) -> None:
@@ -1101,14 +1055,15 @@ def _reason_code(reason: str) -> str:
 
 
 if TYPE_CHECKING:
-    from minibroker.destinations.ports import Connection, DestinationHost
+    from minibroker.destinations.ports import Connection, DestinationEvents, DestinationParts, DestinationStore
     from minibroker.ops.admin import AdminHost
     from minibroker.ops.stats import BrokerView
 
     def _declared_interfaces(
         broker: Broker, session: Session
-    ) -> tuple[DestinationHost, AdminHost, BrokerView, Connection]:
-        """The Broker is every interface its parts call it through, and a Session is its
-        subscriptions' ``Connection``: mypy checks it here (the registry's and flow
-        control's are checked where the Broker makes them)."""
-        return broker, broker, broker, session
+    ) -> tuple[DestinationParts, DestinationEvents, DestinationStore, AdminHost, BrokerView, Connection]:
+        """The Broker holds what a destination is given, its hooks and store hooks are
+        what destinations call, it is what the operations and statistics read, and a
+        Session is its subscriptions' ``Connection``: mypy checks it here (the other
+        parts' hosts are checked where the Broker makes them)."""
+        return broker, broker.hooks, broker.storehooks, broker, broker, session

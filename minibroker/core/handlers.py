@@ -103,8 +103,6 @@ class HandlerHost(Protocol):
     def statistics_source(self) -> "StatisticsSource":
         """What answers statistics requests (it may be replaced after the broker is made)."""
 
-    def session_tag(self, sid: int) -> str: ...
-
 
 class FrameHandlers:
     """SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT:
@@ -113,13 +111,12 @@ class FrameHandlers:
     Its own state: the message and subscription sequence numbers. The broker's
     dispatch table holds the bound ``_on_*`` methods, so a frame costs no extra hop."""
 
-    flow: "ProducerFlowControl"
-    _has_room: Callable[[Destination, Message], bool]
-
     def __init__(
         self,
         host: HandlerHost,
         *,
+        flow: "ProducerFlowControl",
+        route: Callable[[Destination, Message], list[Subscription] | None],
         emit: Callable[..., None],
         close: Callable[..., None],
         start_reading: Callable[[Session, str], None],
@@ -132,9 +129,14 @@ class FrameHandlers:
         """``emit`` records a trace event, ``close`` ends a connection (``Broker._close``),
         ``start_reading``/``stop_reading`` resume or pause a socket's reading for a reason;
         ``subs_by_key`` (subscriptions by key: ack ids name them) and ``full_logged`` are
-        the broker's, shared; message ids start with ``id_prefix``. Producer flow control
-        is wired in after it is made (``wire_flow``): it routes through this part."""
+        the broker's, shared; message ids start with ``id_prefix``. ``flow`` parks
+        the SENDs it has no room for; ``route`` hands a message to its destination
+        (``routing.Router``)."""
         self.host = host
+        self.flow = flow
+        # Bound once: every SEND asks ``has_room`` and takes ``route``.
+        self._has_room = flow.has_room
+        self._route = route
         # Bound once: the handlers read these for every frame.
         self.config = host.config
         self.clock = host.clock
@@ -146,13 +148,11 @@ class FrameHandlers:
         self.destinations = host.destinations
         self.sessions = host.sessions
         self.storehooks = storehooks = host.storehooks
-        self.admit: Callable[[Destination, Message], list[Subscription] | None] = storehooks.admit
         self._send_receipt = storehooks.send_receipt
         self.durables_changed = storehooks.durables_changed
         self.begin_storage_transaction = storehooks.begin_storage_transaction
         self.commit_storage_transaction = storehooks.commit_storage_transaction
         self.end_storage_transaction = storehooks.end_storage_transaction
-        self.session_tag = host.session_tag
         self._emit = emit
         self._close = close
         self._start_reading = start_reading
@@ -167,11 +167,6 @@ class FrameHandlers:
         self.next_sub = 1
         #: Names the headers of other dialects that frames carry and the broker ignores.
         self.unhonoured = Unhonoured()
-
-    def wire_flow(self, flow: "ProducerFlowControl") -> None:
-        """Producer flow control, made after this part (it routes SENDs through ``_route``)."""
-        self.flow = flow
-        self._has_room = flow.has_room  # bound once: every SEND asks it
 
     def _on_send(self, session: Session, frame: Frame) -> Any:
         h = frame.headers
@@ -287,27 +282,6 @@ class FrameHandlers:
             session.id,
             self._id_prefix_wire + str(seq).encode(),
         )
-
-    def _route(self, destination: Destination, message: Message) -> list[Subscription] | None:
-        """Hand a new message to its destination; for a topic blocked at a full
-        subscription, the subscriptions still to serve."""
-        if not self.trace.enabled:
-            return self.admit(destination, message)
-        # Hot when traced: the recorder holds the send until routed, so that its enqueue and dispatch join it.
-        origin = self.sessions.get(message.origin)
-        self.trace.send_received(
-            origin.tag if origin is not None else self.session_tag(message.origin),
-            destination.address,
-            message.message_id,
-            message.size,
-            message.persistent,
-            message.priority,
-            self.storehooks.txid,
-        )
-        try:
-            return self.admit(destination, message)
-        finally:
-            self.trace.send_routed()
 
     def destination(self, address: str) -> Destination:
         """The queue or topic at ``address``, created on first use (no rights checked)."""
@@ -519,7 +493,7 @@ class FrameHandlers:
             sub = session.subscriptions.get(sub_id)
             if sub is None:
                 raise ProtocolError(f"no subscription with id {sub_id!r} on this connection")
-            self._remove_subscription(session, sub)
+            self.remove_subscription(session, sub)
             durable = sub.durable
             if durable is not None and durable.client_id == RABBITMQ_CLIENT_ID and rabbitmq_durable(h)[0]:
                 # RabbitMQ's: UNSUBSCRIBE with durable:true removes the subscription (once its last consumer
@@ -564,7 +538,7 @@ class FrameHandlers:
                 f"(User {session.principal.name} may not use it)"
             )
 
-    def _remove_subscription(self, session: Session, sub: Subscription) -> None:
+    def remove_subscription(self, session: Session, sub: Subscription) -> None:
         session.subscriptions.pop(sub.id, None)
         self._subs_by_key.pop(sub.key, None)
         self._full_logged.pop(sub.key, None)
@@ -582,7 +556,7 @@ class FrameHandlers:
                 reason="client" if session.is_open else "disconnect",
             )
 
-    def _resume_dispatch(self, session: Session) -> None:
+    def resume_dispatch(self, session: Session) -> None:
         for sub in list(session.subscriptions.values()):
             if not session.writing.can_write:
                 break
@@ -791,10 +765,10 @@ class FrameHandlers:
             raise ProtocolError("ABORT frame has no transaction header")
         ops = self._transaction(session, txid)
         del session.transactions[txid]
-        self._roll_back(ops)
+        self.roll_back(ops)
         return None
 
-    def _roll_back(self, ops: list[tuple[str, Any, Any]]) -> None:
+    def roll_back(self, ops: list[tuple[str, Any, Any]]) -> None:
         """Undo a transaction: sends vanish, acked messages become deliverable again."""
         for op, target, payload in ops:
             if op in SETTLING_OPS:

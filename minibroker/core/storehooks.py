@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
     from minibroker.connection.clock import Clock
     from minibroker.connection.timers import Timers
+    from minibroker.destinations.subscription import Subscription
     from minibroker.core.actions import Action
     from minibroker.core.flow import ProducerFlowControl
     from minibroker.destinations.usage import Usage
@@ -128,18 +129,9 @@ class StoreHost(Protocol):
     def destinations(self) -> dict[str, Destination]: ...
 
     @property
-    def flow(self) -> "ProducerFlowControl": ...
-
-    def destination(self, address: str) -> Destination:
-        """The destination at ``address``, created on first use."""
-
-    def compile_selector(self, text: str | None) -> Any: ...
-
-    def next_seqs(self) -> Iterator[int]:
-        """The broker's message sequence numbers, from the next one on (recovery takes them in journal order)."""
-
-    def space_freed(self) -> None:
-        """Space was released: producers held by flow control may go on."""
+    def flow(self) -> "ProducerFlowControl":
+        """Producer flow control: made after this part (it asks it for RECEIPTs),
+        read only when the store turns full, fails or has room again."""
 
 
 class StoreHooks:
@@ -148,9 +140,8 @@ class StoreHooks:
     Its own state: the RECEIPTs waiting for an fsync (``waiters``), whether a
     ``Sync`` is out (``sync_in_flight``), why the store failed or is full
     (``failure``, ``full``), the storage transaction being written (``txid``),
-    the temp store and the store cursors' scratch file. The broker binds the
-    calls made per message once (``admit``, ``receipt``, ``send_receipt``
-    and the ``ports.DestinationHost`` calls), so they cost no extra hop."""
+    the temp store and the store cursors' scratch file. Destinations call it as
+    their ``ports.DestinationStore``."""
 
     def __init__(self, host: StoreHost, *, emit: Callable[..., None], request: Callable[["Action"], None]) -> None:
         """``emit`` records a trace event; ``request`` hands the edge a control action (``Shutdown``)."""
@@ -226,8 +217,16 @@ class StoreHooks:
             return
         self.send_receipt(session, receipt)
 
-    def recover(self) -> int:
+    def recover(
+        self,
+        destination: Callable[[str], Destination],
+        compile_selector: Callable[[str | None], Any],
+        seqs: Iterator[int],
+    ) -> int:
         """Bring back what the journals hold; returns the number of messages.
+        ``destination`` finds or makes one by address, ``compile_selector`` compiles
+        a durable subscription's selector (frame handling's), ``seqs`` gives the
+        messages their sequence numbers (in journal order).
 
         Queue messages come back store-only (nothing is read until a consumer
         needs it); durable subscriptions and their messages come back in memory.
@@ -240,15 +239,14 @@ class StoreHooks:
             return 0
         states: dict[str, DurableState] = {}
         for d in store.load_durables():
-            topic = self.host.destination(d["topic"])
+            topic = destination(d["topic"])
             assert isinstance(topic, Topic)
             state = DurableState(d["client_id"], d["name"], d.get("selector"), bool(d.get("no_local")), d.get("owner"))
-            state.selector = self.host.compile_selector(state.selector_text)
+            state.selector = compile_selector(state.selector_text)
             topic.durables[(state.client_id, state.name)] = state
             states[durable_key(topic.address, state.client_id, state.name)] = state
         count = 0
         orphans = 0
-        seqs = self.host.next_seqs()
         for key, location, delivered, journal in store.recover():
             ref = StoreRef(journal, location.seq, key)
             # Journal order is the order the messages were sent in: recovered
@@ -268,7 +266,7 @@ class StoreHooks:
                 topic.hold(message)
                 found.pending.append(message)
             else:
-                queue = self.host.destination(key)
+                queue = destination(key)
                 assert isinstance(queue, Queue)
                 priority, expires = 4, 0
                 if queue.policy.prioritized_messages:  # the only case where order needs the payload
@@ -417,7 +415,7 @@ class StoreHooks:
         """The disk may have room (a second passed, or journal files were deleted)."""
         if self.host.flow.disk_full:
             self.host.flow.disk_full = False
-            self.host.space_freed()
+            self.host.flow.space_freed()
 
     def store_writable(self) -> None:
         """A persistent message was written, or journal files deleted: if the store was
@@ -459,7 +457,7 @@ class StoreHooks:
             usage.increase(delta)
         elif delta < 0:
             usage.decrease(-delta)
-            self.host.space_freed()
+            self.host.flow.space_freed()
 
     def payload_of(self, message: Message) -> bytes:
         return encode_wire_payload(
@@ -510,7 +508,7 @@ class StoreHooks:
         """Journal records no longer belong to a storage transaction."""
         self.txid = None
 
-    def admit(self, destination: Destination, message: Message) -> Any:
+    def admit(self, destination: Destination, message: Message) -> list[Subscription] | None:
         """Journal a persistent queue message, then hand it to the destination."""
         if message.persistent and self.store is not None and isinstance(destination, Queue):
             store = self.store
