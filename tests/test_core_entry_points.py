@@ -15,6 +15,7 @@ from pathlib import Path
 
 import minibroker
 from minibroker.core import Broker, is_entry_point
+from minibroker.core.outbox import Outbox
 
 #: The modules that drive the core from outside.
 _EDGES = ("edge/connection.py", "edge/server.py", "edge/websocket.py", "edge/virtual.py")
@@ -59,4 +60,4 @@ def test_the_edges_call_the_entry_points_this_test_knows() -> None:
 def test_every_entry_point_the_edges_call_turns_a_failed_store_into_fail_stop() -> None:
     unwrapped = {name for name in _entry_points() if not is_entry_point(getattr(Broker, name))}
     assert unwrapped <= set(_NOT_WRAPPED), f"make these outbox.entry_point: {sorted(unwrapped - set(_NOT_WRAPPED))}"
-    assert is_entry_point(Broker._finish)
+    assert is_entry_point(Outbox._finish)

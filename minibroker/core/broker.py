@@ -1,88 +1,58 @@
 """The broker core: events in, actions out. No sockets, no await, no clock.
 
-Theory of operation
--------------------
-The edge (``server.py``, or the virtual network in ``sim.py``) feeds events:
+The ``Broker`` holds its parts, one module each (``docs/design-notes.md`` has
+the table) and takes the edge's events (``server.py``, or the virtual network):
 
 - ``open_session(peer, protocol)``: a connection arrived; returns its session id;
 - ``receive_data(sid, data)``: bytes from that connection;
-- ``set_writable(sid, flag)``: the socket's send buffer crossed its high or
-  low water mark;
+- ``set_writable(sid, flag)``: its socket's send buffer is full, or drained;
 - ``connection_lost(sid)``: the socket is gone;
 - ``login_checked(sid, principal)``: the password check it was asked for is done;
-- ``tick()``: time passed; run due timers (heart-beats, connect timeout).
+- ``store_synced(generation)`` / ``store_failed(error)``: a ``Sync`` is done, or raised;
+- ``tick()``: time passed; run the timers due (heart-beats, timeouts).
 
-Every entry point the edge calls is wrapped in ``outbox.entry_point``: a store
-that fails bringing a message back from disk in any of them stops the broker
-(``store_failed``), as a frame's handler does for its own frame.
+How one event runs (``outbox.py`` says how it settles):
 
-- ``store_synced(generation)`` / ``store_failed(error)``: the ``Sync`` it was
-  asked for is done, or raised.
+1. The entry point is an ``outbox.entry_point``: a store that fails in it
+   stops the broker (``store_failed``).
+2. ``_receive`` parses the bytes; the session's state table
+   (``session.TRANSITIONS``) allows each command or refuses it.
+3. ``_handle`` runs the command's handler (``handshake.py`` for CONNECT,
+   ``handlers.py`` for the rest); a ``ProtocolError`` becomes an ERROR frame
+   (with ``receipt-id`` when asked) and a close; other exceptions are bugs.
+4. The outermost event settles, and the edge drains the actions.
 
-Each event does its work before it returns, down to what its frames leave for
-the end of the batch (``_end_event``, see ``outbox.py``): blocked producers
-retried, the store's deferred dequeues written, RECEIPTs released, the output
-joined. Then the edge drains the outbox (``take_actions()``, which does nothing
-else) and carries out what it returns: ``Write`` (one joined buffer per
-connection), ``Close``, ``PauseReading`` / ``ResumeReading``, ``Sync`` (fsync
-the store, then report ``store_synced`` or ``store_failed``), ``Shutdown`` (the
-store failed) and ``CheckLogin`` (hash a password in a thread). Then it says
-so (``actions_done()``, or the end of a ``turn()`` it carried them out in) and
-drains again, until the outbox is empty: a connection whose full outbox held
-back its dispatch gets more once its output is in the socket's buffer (see
-``Writing.can_write`` in ``connection_state.py``), unless the socket said
-meanwhile that it is full.
+What the Broker is given and keeps:
 
-The core touches no file itself: the journals are the ``store`` it is given,
-and the temp store and its scratch files live in the ``temp_dir`` it is given
-(without one, and without a store, the scratch file is an anonymous one in the
-system's temporary directory, which ``storage.spill`` opens).
-
-Frames are handled by a dispatch table keyed by command, after the session's
-state table (``session.TRANSITIONS``) has allowed the command. A
-``ProtocolError`` from any handler becomes an ERROR frame (with ``receipt-id``
-when the bad frame asked for a receipt) and then a close, as STOMP requires;
-other exceptions are bugs and propagate.
-
-The clock and the random seed are given, so a run under ``ManualClock`` is
-exactly repeatable.
-
-No client can hurt another, before or after it logs in: at most
-``max_connections`` connections, of which at most
-``max_unauthenticated_per_address`` from one address before they log in once
-more than half the slots are taken (so sockets held open without a CONNECT
-cannot take every slot, and a burst of honest clients from one host still gets
-in); until its CONNECT
-is accepted a connection's
-frames are held to ``max_connect_frame_size`` (the parser's handshake limit);
-the bytes of incomplete frames are charged to one broker-wide total
-(``partial_bytes``) that ``partial_frame_memory_limit`` caps, and a frame must
-arrive within ``partial_frame_timeout`` of its first byte; the password check
-runs off the event loop (``CheckLogin``), and repeated failures from an
-address have their refusals delayed (``logins.LoginFailures``).
+- the journals (``store``) and the temp store's directory (``temp_dir``): the
+  core opens no file itself (without either, the temp store's scratch file is
+  an anonymous one that ``storage.spill`` opens);
+- the clock and the random seed: a run under ``ManualClock`` repeats exactly;
+- the limits no client may exceed, before or after it logs in (``limits.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from minibroker.config import BrokerConfig
 from minibroker.connection.clock import Clock
-from minibroker.connection.logins import LoginFailures, host_of
-from minibroker.connection.security import ANONYMOUS, Principal, Security
-from minibroker.connection.session import Session, State, negotiate_heart_beat, negotiate_version, parse_heart_beat
+from minibroker.connection.security import Principal, Security
+from minibroker.connection.session import Session, State
 from minibroker.connection.timers import Timers
-from minibroker.core.actions import Action, CheckLogin, Close, Sync, Write, WriteFrames
+from minibroker.core.actions import Action, Close
 from minibroker.core.common import DEFERRED, ParkedSend, log
 from minibroker.core.flow import ProducerFlowControl
 from minibroker.core.handlers import FrameHandlers
+from minibroker.core.handshake import SERVER_NAME, Handshake
 from minibroker.core.hooks import DestinationHooks
-from minibroker.core.outbox import Turn, entry_point, written_out
+from minibroker.core.limits import ConnectionLimits
+from minibroker.core.outbox import Outbox, Turn, entry_point, written_out
 from minibroker.core.reading import ReadingControl
 from minibroker.core.routing import Router
+from minibroker.core.sampling import Sampling
 from minibroker.core.storehooks import StoreHooks
 from minibroker.core.teardown import ConnectionTeardown
 from minibroker.destinations.durables import OfflineDurables
@@ -93,7 +63,6 @@ from minibroker.destinations.usage import Usage
 from minibroker.durability.persistence import MessageStore
 from minibroker.errors import ProtocolError, Refused
 from minibroker.frames import Frame
-from minibroker.ops import SAMPLE_PERIOD
 from minibroker.ops.rates import RateMeter
 from minibroker.ops.stats import StatisticsSource, statistics_replies
 from minibroker.protocol.codec import FrameParser, encode, escape
@@ -103,12 +72,6 @@ from storage import StorageError, StoreFailed, StoreFull
 from storage.tempstore import TEMP_STORE_NAME
 
 __all__ = ["Broker", "SERVER_NAME", "ParkedSend"]
-
-
-SERVER_NAME = "minibroker/0.1.0"
-
-#: While tracing, how often each connection is sampled (``connection`` events).
-_CONNECTION_SAMPLE_SECONDS = 1.0
 
 
 class Broker:
@@ -143,29 +106,30 @@ class Broker:
         self.store_usage = Usage("store", limits.store_limit)
         self.temp_usage = Usage("temp", limits.temp_limit)
         self.memory.add_listener(self._swap_file_cursors)
-        if self.trace.enabled:
-            for usage in (self.memory, self.store_usage, self.temp_usage):
-                usage.add_listener(self._trace_usage)
         self.security = Security(config)
         #: What answers ``/queue/ActiveMQ.Statistics.*`` (and ``/metrics``): this broker's own
         #: state (``stats.statistics_replies``), or a stand-in such as a lab's trace replayed
         #: (``clients.labs.replay``), so its console needs no second statistics path.
         self.statistics_source: StatisticsSource = statistics_replies
-        t = config.transport
-        #: Failed logins by address (delays the refusals of a guesser).
-        self.login_failures = LoginFailures(t.login_failures_before_delay, t.login_failure_delay / 1000)
-        #: Bytes all parsers hold of frames not yet complete (``partial_frame_memory_limit``).
-        self.partial_bytes = 0
         self.registry = DestinationRegistry(self)
         #: Every destination by full address (the registry's own dict).
         self.destinations = self.registry.by_address
         self.client_ids: dict[str, Session] = {}
         self.timers = Timers()
-        if self.trace.enabled:
-            self.timers.call_at(clock.now() + _CONNECTION_SAMPLE_SECONDS, self._sample_connections)
         #: Enqueue and dequeue rates per destination (statistics), sampled every second.
         self.rates = RateMeter()
-        self.timers.call_at(clock.now() + SAMPLE_PERIOD, self._sample_rates)
+        #: What is sampled on the timers: the rates, and while tracing the connections and usages.
+        self.sampling = Sampling(
+            clock,
+            self.timers,
+            self.trace,
+            self.sessions,
+            self.destinations,
+            self.rates,
+            self.memory,
+            self.store_usage,
+            self.temp_usage,
+        )
         if config.broker.offline_durable_subscriber_timeout >= 0:
             OfflineDurables(config.broker, self.registry, clock, self.timers)
         #: A token for this broker run, in message ids and temporary names.
@@ -177,16 +141,6 @@ class Broker:
         self._dirty: list[Session] = []
         #: Closes, pauses and such of the event running now: after its writes in the outbox.
         self._control: list[Action] = []
-        #: The actions ready for the edge (``take_actions`` drains it).
-        self._outbox: list[Action] = []
-        #: Events (or turns) running now: the outermost settles (``outbox.py``).
-        self.events = Turn(self._end_event, self._end_turn)
-        #: Sessions whose full outbox went to the edge: given more once it says it carried it out.
-        self._freed: list[Session] = []
-        #: ... and the edge said so: refilled at the next event's end.
-        self._refill: list[Session] = []
-        #: The last event's end left work for the next (``actions_done`` does it).
-        self._unfinished = False
         self._subs_by_key: dict[int, Subscription] = {}
         #: Queues whose cursor could not page in for lack of memory, in the order
         #: they blocked (a dict used as an ordered set: retries are first come, first served).
@@ -237,13 +191,46 @@ class Broker:
             blocked_cursors=self._blocked_cursors,
             subs_by_key=self._subs_by_key,
             full_logged=self._full_logged,
-            trace_usage=self._trace_usage,
+            trace_usage=self.sampling.usage_changed,
         )
+        #: What no client may exceed: connections, incomplete frames (``limits.py``).
+        self.limits = ConnectionLimits(config, clock, self.timers, self.sessions, fail=self._fail)
+        #: CONNECT, the login check, client-ids, heart-beats (``handshake.py``).
+        self.handshake = Handshake(
+            config,
+            clock,
+            self.timers,
+            self.trace,
+            self.security,
+            name=self.name,
+            sessions=self.sessions,
+            client_ids=self.client_ids,
+            control=self._control,
+            reading=reading,
+            emit=self._emit,
+            fail=self._fail,
+            close=self._close,
+            read_on=self._read_on,
+        )
+        #: The actions for the edge, and the settling at each event's end (``outbox.py``).
+        self.outbox = Outbox(
+            clock,
+            store,
+            self.storehooks,
+            self.flow,
+            dirty=self._dirty,
+            control=self._control,
+            blocked_cursors=self._blocked_cursors,
+            resume_dispatch=handlers.resume_dispatch,
+            store_failed=self.store_failed,
+        )
+        #: Events (or turns) running now: the outermost settles.
+        self.events = self.outbox.events
         #: Told just before and just after each connection's teardown (``invariants.TeardownChecker``), or None.
         self.close_observer: Any = None
         self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
-            "CONNECT": self._on_connect,
-            "STOMP": self._on_connect,
+            "CONNECT": self.handshake.on_connect,
+            "STOMP": self.handshake.on_connect,
             "SEND": handlers._on_send,
             "SUBSCRIBE": handlers._on_subscribe,
             "UNSUBSCRIBE": handlers._on_unsubscribe,
@@ -282,56 +269,18 @@ class Broker:
         session.framed = protocol == "websocket"
         self.sessions[sid] = session
         log.info("connection %d from %s%s", sid, peer or "?", "" if protocol == "tcp" else f" ({protocol})")
-        if t.max_connections and len(self.sessions) > t.max_connections:
-            log.warning(
-                "connection %d from %s refused: %d connections is the limit", sid, peer or "?", t.max_connections
-            )
-            self._fail(
-                session,
-                ProtocolError(
-                    f"the broker has reached its limit of {t.max_connections} connections "
-                    "(transport.max_connections): connection refused, try again later"
-                ),
-                None,
-            )
-            return sid
-        # The cap per address bites only once the connections take more than half of
-        # max_connections: a burst of honest clients from one host (a load test, a NAT)
-        # still gets in, and sockets one address holds open leave half the slots free.
-        waiting = (
-            self._unauthenticated_from(peer)
-            if t.max_unauthenticated_per_address and 2 * len(self.sessions) > t.max_connections
-            else 0
-        )
-        if t.max_unauthenticated_per_address and waiting > t.max_unauthenticated_per_address:
-            log.warning(
-                "connection %d from %s refused: %d connections from that address have not logged in",
-                sid,
-                peer or "?",
-                waiting - 1,
-            )
-            self._fail(
-                session,
-                ProtocolError(
-                    f"{host_of(peer) or 'this address'} already holds {waiting - 1} connections that have not "
-                    "logged in (transport.max_unauthenticated_per_address): connection refused, try again later"
-                ),
-                None,
-            )
+        refusal = self.limits.refusal(session)
+        if refusal is not None:
+            self._fail(session, refusal, None)
             return sid
         if t.connect_timeout:
-            self.timers.call_at(now + t.connect_timeout / 1000, self._check_connect_timeout, session)
+            self.timers.call_at(now + t.connect_timeout / 1000, self.handshake.check_connect_timeout, session)
         return sid
 
-    def _unauthenticated_from(self, peer: str) -> int:
-        """Open connections from ``peer``'s address whose CONNECT is not accepted yet (a new one included)."""
-        host = host_of(peer)
-        return sum(
-            1
-            for s in self.sessions.values()
-            if s.state is State.CONNECTING or s.state is State.AUTHENTICATING
-            if host_of(s.peer) == host
-        )
+    @property
+    def partial_bytes(self) -> int:
+        """Bytes all parsers hold of frames not yet complete (``ConnectionLimits``)."""
+        return self.limits.partial_bytes
 
     # -- the edge's calls on the store (``storehooks.py`` does the work)
     def recover(self) -> int:
@@ -399,41 +348,6 @@ class Broker:
 
         return diagnose(self)
 
-    def _trace_usage(self, usage: Usage, old: int, new: int) -> None:
-        """A usage percent changed: a ``usage`` event with the broker-wide values."""
-        dest = None if usage.parent is None else usage.name
-        self._emit(
-            "usage",
-            mem_pct=self.memory.percent,
-            store_pct=self.store_usage.percent,
-            temp_pct=self.temp_usage.percent,
-            dest=dest,
-            dest_mem_pct=new if dest else None,
-        )
-
-    def _sample_connections(self) -> None:
-        """Every second, while tracing: a ``connection`` event per connection (the stalled socket's evidence)."""
-        now = self.clock.now()
-        for session in self.sessions.values():
-            if session.state is State.CONNECTED:
-                self._emit(
-                    "connection",
-                    session=session.tag,
-                    client_id=session.client_id,
-                    addr=session.peer or None,
-                    pending_bytes=session.out_bytes + session.transport_buffered,
-                    pending=sum(len(s.dispatched) for s in session.subscriptions.values()),
-                    idle_read=round(now - session.last_read, 6),
-                    idle_write=round(now - session.last_write_progress, 6),
-                )
-        self.timers.call_at(now + _CONNECTION_SAMPLE_SECONDS, self._sample_connections)
-
-    def _sample_rates(self) -> None:
-        """Every second: the counters the statistics' rates come from (``rates.py``)."""
-        now = self.clock.now()
-        self.rates.sample(now, [(d.address, d.enqueued, d.dequeued) for d in self.destinations.values()])
-        self.timers.call_at(now + SAMPLE_PERIOD, self._sample_rates)
-
     def report_buffered(self, sid: int, buffered: int) -> None:
         """The edge holds ``buffered`` bytes for ``sid``'s socket (for statistics)."""
         session = self.sessions.get(sid)
@@ -462,7 +376,7 @@ class Broker:
             finally:
                 events.depth -= 1
             if not events.depth:
-                self._end_event()
+                events.end_event()
         except StoreFailed as exc:
             self.store_failed(exc)
 
@@ -485,7 +399,9 @@ class Broker:
             frames, error = exc.frames, exc
         # Nothing held now nor before: no partial frame to charge (the common read).
         over_limit = (
-            self._charge_partial(session, bool(frames)) if session.partial_bytes or session.parser.buffered else None
+            self.limits.charge_partial(session, bool(frames))
+            if session.partial_bytes or session.parser.buffered
+            else None
         )
         for frame in frames:
             if frame.command == "DISCONNECT":
@@ -515,58 +431,6 @@ class Broker:
                 self._fail(session, error, None)
             return False
         return session.is_open
-
-    def _charge_partial(self, session: Session, completed: bool) -> ProtocolError | None:
-        """Charge what the parser holds of an incomplete frame to the broker's total;
-        the error to answer with when the total is over its limit."""
-        held = session.parser.buffered
-        self.partial_bytes += held - session.partial_bytes
-        session.partial_bytes = held
-        if not held:
-            session.partial_since = None
-            return None
-        t = self.config.transport
-        if completed or session.partial_since is None:  # a new frame started arriving
-            now = self.clock.now()
-            session.partial_since = now
-            if t.partial_frame_timeout:
-                self.timers.call_at(now + t.partial_frame_timeout / 1000, self._check_partial_frame, session, now)
-        if self.partial_bytes > t.partial_frame_memory_limit:
-            log.warning(
-                "connection %d (%s): incomplete frames hold %d bytes, over the limit of %d",
-                session.id,
-                session.peer,
-                self.partial_bytes,
-                t.partial_frame_memory_limit,
-            )
-            return ProtocolError(
-                f"the broker holds {self.partial_bytes} bytes of incomplete frames, over its limit of "
-                f"{t.partial_frame_memory_limit} (transport.partial_frame_memory_limit): "
-                f"this connection's incomplete frame of {held} bytes is refused"
-            )
-        return None
-
-    def _check_partial_frame(self, session: Session, since: float) -> None:
-        """``partial_frame_timeout``: a frame started at ``since`` must be whole by now
-        (time the broker spent not reading the socket does not count)."""
-        if not session.is_open or session.partial_since != since or not session.parser.buffered:
-            return
-        limit = self.config.transport.partial_frame_timeout / 1000
-        started = max(since, session.reading.resumed_at)
-        now = self.clock.now()
-        if session.reading.paused or now - started < limit * 0.999:
-            self.timers.call_at(
-                (now if session.reading.paused else started) + limit, self._check_partial_frame, session, since
-            )
-            return
-        self._fail(
-            session,
-            ProtocolError(
-                f"incomplete frame: {session.parser.buffered} bytes received, the rest not within "
-                f"{self.config.transport.partial_frame_timeout} ms (transport.partial_frame_timeout)"
-            ),
-            None,
-        )
 
     @entry_point
     def internal_error(self, sid: int) -> None:
@@ -657,12 +521,9 @@ class Broker:
     def take_actions(self) -> list[Action]:
         """What the edge must do now, in order: each connection's writes, then the
         closes, pauses and requests that came after them. A pure drain: the work that
-        made these was done when the events arrived (``_end_event``), so a second call
-        with no event between returns nothing and touches nothing."""
-        actions = self._outbox
-        if actions:
-            self._outbox = []
-        return actions
+        made these was done when the events arrived (``Outbox.end_event``), so a second
+        call with no event between returns nothing and touches nothing."""
+        return self.outbox.take()
 
     @written_out
     def actions_done(self) -> bool:
@@ -672,20 +533,11 @@ class Broker:
         Returns whether the outbox has actions again (this, or an event the edge fed
         while it carried them out, left some): else the edge need not drain it.
         (``entry_point`` written out: once per turn.)"""
-        if self._freed or self._unfinished:  # else the last event's end finished everything
-            try:
-                self._end_turn()
-            except StoreFailed as exc:
-                self.store_failed(exc)
-        return bool(self._outbox)
-
-    def _end_turn(self) -> None:
-        """The edge's turn is over: what it drained is carried out, the events it fed end."""
-        if self._freed:
-            self._refill.extend(self._freed)
-            self._freed.clear()
-        if not self.events.depth:
-            self._end_event()
+        try:
+            return self.outbox.done()
+        except StoreFailed as exc:
+            self.store_failed(exc)
+            return self.outbox.ready
 
     def turn(self) -> Turn:
         """``with broker.turn():`` the events fed inside settle once, at its end
@@ -693,84 +545,6 @@ class Broker:
         counts as ``actions_done``. For an edge that feeds several events before
         it drains, or feeds events while it carries out actions."""
         return self.events
-
-    def _end_event(self) -> None:
-        """The end of an event (or of a turn): finish what its frames left for the
-        end of the batch (``_finish``), and put the actions it leaves in the outbox
-        (see ``outbox.py``): each session's output as one ``Write``, then a ``Sync``
-        if RECEIPTs wait for one, then the closes, pauses and requests. Runs as an
-        event itself, so that what it calls (a failed store reported) does not
-        settle again inside it.
-
-        Each step runs only when it has work, and most ends have none for most of
-        them: a read of ACKs leaves nothing at all; the usual read leaves output and
-        nothing for ``_finish`` (nobody waits for space, the store wrote nothing,
-        no connection waits for a refill)."""
-        store = self.store
-        storehooks = self.storehooks
-        finish = (
-            self.flow.retry
-            or self._refill
-            or (store is not None and (store.deferred_dequeues or store.write_generation != storehooks.generation_seen))
-        )
-        if not finish:
-            self._unfinished = False  # what ``_finish`` would say
-            if not (self._dirty or self._control or storehooks.waiters):
-                return
-        events = self.events
-        events.depth = 1
-        try:
-            if finish:
-                self._finish()
-            outbox = self._outbox
-            dirty = self._dirty
-            if dirty:
-                now = self.clock.now()
-                for session in dirty:  # nothing here writes: emptied in place after (sessions hold its append)
-                    if not session.outbox:
-                        continue
-                    writing = session.writing
-                    throttled = not writing.can_write
-                    if session.framed:
-                        outbox.append(WriteFrames(session.id, session.take_frames()))
-                    else:
-                        outbox.append(Write(session.id, session.take_output()))
-                    session.last_write = now
-                    if not writing.socket_full:
-                        session.last_write_progress = now
-                    if throttled and writing.can_write and session.is_open:
-                        self._freed.append(session)
-                dirty.clear()
-            if storehooks.waiters and storehooks.sync_due():
-                outbox.append(Sync())
-            if self._control:
-                outbox.extend(self._control)
-                self._control.clear()
-        finally:
-            events.depth = 0
-
-    @entry_point
-    def _finish(self) -> None:
-        """Producers and cursors that waited for space, the store's deferred writes,
-        dispatch to sessions whose outbox the edge carried out: it can bring messages
-        back from disk, so a store that fails there stops the broker (``entry_point``)."""
-        flow = self.flow
-        if flow.retry:
-            flow.retry = False
-            flow.unblock_producers()
-            for queue in list(self._blocked_cursors):
-                del self._blocked_cursors[queue]
-                queue.dispatch()
-        self.storehooks.flush()  # (nothing, unless the store wrote or deferred since the last)
-        refill = self._refill
-        if refill:
-            self._refill = []
-            for session in refill:
-                if session.is_open and session.writing.can_write:
-                    self.handlers.resume_dispatch(session)
-        # What the refill dispatched (an auto-ack dequeue) waits for the next event's end,
-        # which actions_done is; and so does what retries the store's flush made possible.
-        self._unfinished = True if refill else flow.retry
 
     # ================================================================== frames
     def _handle(self, session: Session, frame: Frame) -> None:
@@ -843,6 +617,11 @@ class Broker:
             )
         self._close(session, f"{what}: {exc.message}")
 
+    @entry_point
+    def login_checked(self, sid: int, principal: Principal | None) -> None:
+        """The password check of ``sid``'s CONNECT is done: ``principal`` if it passed, None if not."""
+        self.handshake.login_checked(sid, principal)
+
     def _close(self, session: Session, reason: str, *, notify_edge: bool = True, abort: bool = False) -> None:
         """Close ``session``: return its messages, drop its subscriptions (``teardown.py``)."""
         if session.state is State.CLOSED and session.id not in self.sessions:
@@ -853,8 +632,7 @@ class Broker:
         session.set_state(State.CLOSED)
         session.writing.close()
         self.sessions.pop(session.id, None)
-        self.partial_bytes -= session.partial_bytes  # what it held of a frame is let go
-        session.partial_bytes = 0
+        self.limits.release_partial(session)  # what it held of a frame is let go
         session.partial_since = None
         session.pending_connect = None
         session.parser.discard()
@@ -866,173 +644,6 @@ class Broker:
             self._emit("disconnect", session=session.tag, client_id=session.client_id, reason=_reason_code(reason))
         if observer is not None:
             observer.closed(self, session)
-
-    # ------------------------------------------------------------------ CONNECT
-    def _on_connect(self, session: Session, frame: Frame) -> Any:
-        h = frame.headers
-        try:
-            version = negotiate_version(h.get("accept-version"))
-        except ProtocolError as exc:
-            headers = {"message": header_text(exc.message), "version": "1.0,1.1,1.2"}
-            session.write(encode(Frame("ERROR", headers, b"Supported protocol versions are 1.0 1.1 1.2\n")))
-            self._close(session, exc.message)
-            return DEFERRED
-        if version != "1.0":
-            hb_text = h.get("heart-beat")
-            client_hb = parse_heart_beat(hb_text) if hb_text is not None else self.config.transport.default_heart_beat
-            negotiated = negotiate_heart_beat(client_hb)
-        else:
-            negotiated = (0, 0, "")
-        session.pending_connect = (frame, version, negotiated)
-        if not self.security.enabled:
-            self._complete_connect(session, ANONYMOUS)
-            return DEFERRED
-        # The password hash is slow on purpose: the edge runs it in a thread, and
-        # nothing more is read from this connection until it is back (login_checked).
-        session.set_state(State.AUTHENTICATING)
-        self.reading.stop(session, "login")
-        self._control.append(
-            CheckLogin(session.id, partial(self.security.check_login, h.get("login"), h.get("passcode")))
-        )
-        return DEFERRED  # CONNECT has no receipt
-
-    @entry_point
-    def login_checked(self, sid: int, principal: Principal | None) -> None:
-        """The password check of ``sid``'s CONNECT is done: ``principal`` if it passed, None if not."""
-        session = self.sessions.get(sid)
-        if session is None or session.state is not State.AUTHENTICATING:
-            return
-        frame = session.pending_connect[0]
-        address = host_of(session.peer)
-        if principal is None:
-            login = frame.headers.get("login") or ""
-            refusal = ProtocolError(f"User name [{login}] or password is invalid.")
-            # Without a login nothing was guessed (a page asking who it should be): told at once.
-            delay = self.login_failures.failed(address, self.clock.now()) if login else 0.0
-            if delay:
-                log.warning(
-                    "connection %d: failed login for %r from %s (%d in a row): refused in %.1f s",
-                    sid,
-                    login,
-                    address,
-                    self.login_failures.count(address),
-                    delay,
-                )
-                self.timers.call_at(self.clock.now() + delay, self._refuse_login, session, refusal)
-            else:
-                self._fail(session, refusal, None)
-            return
-        self.login_failures.succeeded(address)
-        try:
-            self._complete_connect(session, principal)
-        except ProtocolError as exc:
-            self._fail(session, exc, None)
-            return
-        if session.is_open:
-            self.reading.start(session, "login")
-            self._read_on(session, b"")  # what came after the CONNECT, in the negotiated version
-
-    def _refuse_login(self, session: Session, refusal: ProtocolError) -> None:
-        if session.is_open:
-            self._fail(session, refusal, None)
-
-    def _complete_connect(self, session: Session, principal: Principal) -> None:
-        """Accept the CONNECT kept in ``pending_connect`` for ``principal``: CONNECTED."""
-        frame, version, (send_ms, recv_ms, hb_header) = session.pending_connect
-        session.pending_connect = None
-        h = frame.headers
-        session.principal = principal
-        client_id = h.get("client-id")
-        if client_id:
-            self._claim_client_id(session, client_id)
-        session.version = version
-        session.parser.version = version
-        session.parser.handshake_complete = True
-        session.login = h.get("login")
-        session.hb_send_ms, session.hb_recv_ms = send_ms, recv_ms
-        session.set_state(State.CONNECTED)
-        connected = {"version": version, "session": session.tag, "server": SERVER_NAME}
-        if version != "1.0":
-            connected["heart-beat"] = hb_header
-        session.write(encode(Frame("CONNECTED", connected), version))
-        now = self.clock.now()
-        if send_ms:
-            self.timers.call_at(now + send_ms / 1000, self._heart_beat_out, session)
-        if recv_ms:
-            multiplier = self.config.transport.hb_grace_period_multiplier
-            self.timers.call_at(now + recv_ms * multiplier / 1000, self._heart_beat_in, session)
-        log.info(
-            "session %d connected: STOMP %s client-id=%s heart-beat=%s",
-            session.id,
-            version,
-            client_id,
-            hb_header or "-",
-        )
-        if self.trace.enabled:
-            self._emit(
-                "connect",
-                session=session.tag,
-                client_id=client_id,
-                version=version,
-                addr=session.peer,
-                heart_beat=hb_header or None,
-            )
-
-    def _claim_client_id(self, session: Session, client_id: str) -> None:
-        holder = self.client_ids.get(client_id)
-        if holder is not None and holder.is_open:
-            if not self.config.transport.allow_link_stealing:
-                raise ProtocolError(
-                    f"Broker: {self.name} - Client: {client_id} already connected from {holder.peer or 'unknown'}",
-                    code="client_id_in_use",
-                    client_id=client_id,
-                )
-            log.info("client-id %s: link stolen by connection %d from %d", client_id, session.id, holder.id)
-            self._fail(
-                holder,
-                ProtocolError(f"client-id {client_id} was taken over by a new connection (allow_link_stealing)"),
-                None,
-            )
-        session.client_id = client_id
-        self.client_ids[client_id] = session
-
-    # ------------------------------------------------------------------ timers
-    def _check_connect_timeout(self, session: Session) -> None:
-        if session.state is State.CONNECTING and session.id in self.sessions:
-            ms = self.config.transport.connect_timeout
-            self._fail(session, ProtocolError(f"no CONNECT frame within {ms} ms"), None)
-
-    def _heart_beat_out(self, session: Session) -> None:
-        if not session.is_open:
-            return
-        period = session.hb_send_ms / 1000
-        now = self.clock.now()
-        if now - session.last_write >= period * 0.999:
-            session.write(b"\n")
-            session.last_write = now
-        self.timers.call_at(session.last_write + period, self._heart_beat_out, session)
-
-    def _heart_beat_in(self, session: Session) -> None:
-        if not session.is_open:
-            return
-        limit = session.hb_recv_ms * self.config.transport.hb_grace_period_multiplier / 1000
-        now = self.clock.now()
-        if session.reading.paused:
-            # The broker is not reading (a busy store, flow control): the peer's beats wait
-            # unread, so its silence is ours. ActiveMQ skips the check while it is busy too.
-            self.timers.call_at(now + limit, self._heart_beat_in, session)
-            return
-        silent = now - max(session.last_read, session.reading.resumed_at)
-        if silent >= limit * 0.999:
-            self._fail(
-                session,
-                ProtocolError(
-                    f"heart-beat timeout: nothing received for {silent * 1000:.0f} ms (expected every {session.hb_recv_ms} ms)"
-                ),
-                None,
-            )
-            return
-        self.timers.call_at(max(session.last_read, session.reading.resumed_at) + limit, self._heart_beat_in, session)
 
 
 _REASON_CODES = (

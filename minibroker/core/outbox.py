@@ -36,9 +36,16 @@ import functools
 from types import TracebackType
 from typing import Callable, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
+from minibroker.connection.clock import Clock
+from minibroker.connection.session import Session
+from minibroker.core.actions import Action, Sync, Write, WriteFrames
+from minibroker.core.flow import ProducerFlowControl
+from minibroker.core.storehooks import StoreHooks
+from minibroker.destinations.queue import Queue
+from minibroker.durability.persistence import MessageStore
 from storage import StoreFailed
 
-__all__ = ["EntryPoints", "Turn", "entry_point", "is_entry_point", "written_out"]
+__all__ = ["EntryPoints", "Outbox", "Turn", "entry_point", "is_entry_point", "written_out"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -121,3 +128,153 @@ def written_out(method: F) -> F:
 def is_entry_point(method: object) -> bool:
     """Is ``method`` an entry point (``entry_point`` or ``written_out``)?"""
     return bool(getattr(method, _MARK, False))
+
+
+class Outbox:
+    """The actions ready for the edge, and the settling at each event's end.
+
+    A part the ``Broker`` holds (``broker.outbox``). Its own state: the actions
+    ready (``actions``), the events running (``events``), the sessions whose full
+    outbox went to the edge (given more once it says it carried it out), and
+    whether the last end left work for the next."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        store: MessageStore | None,
+        storehooks: StoreHooks,
+        flow: ProducerFlowControl,
+        *,
+        dirty: list[Session],
+        control: list[Action],
+        blocked_cursors: dict[Queue, None],
+        resume_dispatch: Callable[[Session], None],
+        store_failed: Callable[[BaseException], None],
+    ) -> None:
+        """``dirty`` (sessions with output not yet here) and ``control`` (closes,
+        pauses and requests of the event running) are the broker's lists, as are
+        ``blocked_cursors``; ``resume_dispatch`` gives a session more (frame
+        handling's), ``store_failed`` is the fail-stop path."""
+        self.clock = clock
+        self.store = store
+        self.storehooks = storehooks
+        self.flow = flow
+        self._dirty = dirty
+        self._control = control
+        self._blocked_cursors = blocked_cursors
+        self._resume_dispatch = resume_dispatch
+        self.store_failed = store_failed
+        #: The actions ready for the edge (``take`` drains it).
+        self.actions: list[Action] = []
+        #: Events (or turns) running now: the outermost settles.
+        self.events = Turn(self.end_event, self.end_turn)
+        #: Sessions whose full outbox went to the edge: given more once it says it carried it out.
+        self._freed: list[Session] = []
+        #: ... and the edge said so: refilled at the next event's end.
+        self._refill: list[Session] = []
+        #: The last event's end left work for the next (``done`` does it).
+        self.unfinished = False
+
+    @property
+    def ready(self) -> bool:
+        """Are actions waiting for the edge?"""
+        return bool(self.actions)
+
+    def take(self) -> list[Action]:
+        """Drain the actions ready (``Broker.take_actions``)."""
+        actions = self.actions
+        if actions:
+            self.actions = []
+        return actions
+
+    def done(self) -> bool:
+        """The edge carried out what it drained (``Broker.actions_done``); are actions ready again?"""
+        if self._freed or self.unfinished:  # else the last event's end finished everything
+            self.end_turn()
+        return bool(self.actions)
+
+    def end_turn(self) -> None:
+        """The edge's turn is over: what it drained is carried out, the events it fed end."""
+        if self._freed:
+            self._refill.extend(self._freed)
+            self._freed.clear()
+        if not self.events.depth:
+            self.end_event()
+
+    def end_event(self) -> None:
+        """The end of an event (or of a turn): finish what its frames left for the
+        end of the batch (``_finish``), and put the actions it leaves in the outbox
+        : each session's output as one ``Write``, then a ``Sync``
+        if RECEIPTs wait for one, then the closes, pauses and requests. Runs as an
+        event itself, so that what it calls (a failed store reported) does not
+        settle again inside it.
+
+        Each step runs only when it has work, and most ends have none for most of
+        them: a read of ACKs leaves nothing at all; the usual read leaves output and
+        nothing for ``_finish`` (nobody waits for space, the store wrote nothing,
+        no connection waits for a refill)."""
+        store = self.store
+        storehooks = self.storehooks
+        finish = (
+            self.flow.retry
+            or self._refill
+            or (store is not None and (store.deferred_dequeues or store.write_generation != storehooks.generation_seen))
+        )
+        if not finish:
+            self.unfinished = False  # what ``_finish`` would say
+            if not (self._dirty or self._control or storehooks.waiters):
+                return
+        events = self.events
+        events.depth = 1
+        try:
+            if finish:
+                self._finish()
+            outbox = self.actions
+            dirty = self._dirty
+            if dirty:
+                now = self.clock.now()
+                for session in dirty:  # nothing here writes: emptied in place after (sessions hold its append)
+                    if not session.outbox:
+                        continue
+                    writing = session.writing
+                    throttled = not writing.can_write
+                    if session.framed:
+                        outbox.append(WriteFrames(session.id, session.take_frames()))
+                    else:
+                        outbox.append(Write(session.id, session.take_output()))
+                    session.last_write = now
+                    if not writing.socket_full:
+                        session.last_write_progress = now
+                    if throttled and writing.can_write and session.is_open:
+                        self._freed.append(session)
+                dirty.clear()
+            if storehooks.waiters and storehooks.sync_due():
+                outbox.append(Sync())
+            if self._control:
+                outbox.extend(self._control)
+                self._control.clear()
+        finally:
+            events.depth = 0
+
+    @entry_point
+    def _finish(self) -> None:
+        """Producers and cursors that waited for space, the store's deferred writes,
+        dispatch to sessions whose outbox the edge carried out: it can bring messages
+        back from disk, so a store that fails there stops the broker (``entry_point``)."""
+        flow = self.flow
+        if flow.retry:
+            flow.retry = False
+            flow.unblock_producers()
+            for queue in list(self._blocked_cursors):
+                del self._blocked_cursors[queue]
+                queue.dispatch()
+        self.storehooks.flush()  # (nothing, unless the store wrote or deferred since the last)
+        refill = self._refill
+        if refill:
+            self._refill = []
+            for session in refill:
+                if session.is_open and session.writing.can_write:
+                    self._resume_dispatch(session)
+        # What the refill dispatched (an auto-ack dequeue) waits for the next event's end,
+        # which actions_done is; and so does what retries the store's flush made possible.
+        self.unfinished = True if refill else flow.retry
