@@ -51,6 +51,7 @@ from minibroker.core.hooks import DestinationHooks
 from minibroker.core.limits import ConnectionLimits
 from minibroker.core.outbox import Outbox, Turn, entry_point, written_out
 from minibroker.core.reading import ReadingControl
+from minibroker.core.recovery import recover
 from minibroker.core.routing import Router
 from minibroker.core.sampling import Sampling
 from minibroker.core.storehooks import StoreHooks
@@ -284,9 +285,9 @@ class Broker:
 
     # -- the edge's calls on the store (``storehooks.py`` does the work)
     def recover(self) -> int:
-        """Bring back what the journals hold; returns the number of messages (``StoreHooks.recover``)."""
+        """Bring back what the journals hold; returns the number of messages (``recovery.py``)."""
         handlers = self.handlers
-        return self.storehooks.recover(handlers.destination, handlers.compile_selector, self.next_seqs())
+        return recover(self.storehooks, handlers.destination, handlers.compile_selector, self.next_seqs())
 
     @entry_point
     def store_synced(self, generation: int) -> None:

@@ -9,20 +9,20 @@ it sends the RECEIPT itself (or later: flow control, an fsync).
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from minibroker.connection.session import Session
 from minibroker.core.common import DEFERRED, SETTLING_OPS, Ignored
+from minibroker.core.tools import ToolRequests
 from minibroker.destinations import TEMP_PREFIXES
 from minibroker.destinations.destination import Destination
 from minibroker.destinations.queue import Queue
 from minibroker.destinations.topic import Topic
 from minibroker.digits import MAX_DIGITS, parse_decimal
-from minibroker.errors import NoSpaceError, ProtocolError, Refused, ResourceLimitError
+from minibroker.errors import NoSpaceError, ProtocolError, ResourceLimitError
 from minibroker.frames import Frame
 from minibroker.ops import STATISTICS_PREFIX
-from minibroker.ops.stats import Scope, is_statistics_address
+from minibroker.ops.stats import is_statistics_address
 from minibroker.protocol import (
     BROKER_SET_HEADERS,
     MESSAGE_OVERHEAD,
@@ -44,12 +44,11 @@ if TYPE_CHECKING:
     from minibroker.core.storehooks import StoreHooks
     from minibroker.destinations.registry import DestinationRegistry
     from minibroker.durability.persistence import MessageStore
-    from minibroker.ops.admin import AdminHost
-    from minibroker.ops.stats import BrokerView, StatisticsSource
+    from minibroker.ops.stats import StatisticsSource
 from minibroker.destinations import ACK_MODES
 from minibroker.destinations.subscription import Subscription
 from minibroker.ops import ADMIN_PREFIX
-from minibroker.ops.admin import is_admin_address, perform
+from minibroker.ops.admin import is_admin_address
 from minibroker.trace import Recorder
 
 __all__ = ["FrameHandlers", "HandlerHost"]
@@ -165,6 +164,8 @@ class FrameHandlers:
         self.next_message = 1
         #: The next subscription key (``Subscription.key``, in ack ids).
         self.next_sub = 1
+        #: Statistics and admin requests (``tools.py``).
+        self.tools = ToolRequests(host, self.registry, self.security, self._make_message)
         #: Names the headers of other dialects that frames carry and the broker ignores.
         self.unhonoured = Unhonoured()
 
@@ -175,9 +176,9 @@ class FrameHandlers:
             raise ProtocolError("SEND frame has no destination header")
         if address.startswith(_TOOL_PREFIX):
             if is_statistics_address(address):
-                return self._answer_statistics(session, frame, address)
+                return self.tools.answer_statistics(session, frame, address)
             if is_admin_address(address):
-                return self._answer_admin(session, frame, address)
+                return self.tools.answer_admin(session, frame, address)
         destination = self.registry.resolve(session, address, "write")
         message = self._make_message(session, frame, destination.address)
         if message.persistent and self.store is not None:
@@ -292,68 +293,6 @@ class FrameHandlers:
         if kind not in ("queue", "topic") or not name:
             raise ProtocolError(f"unknown destination {address!r}: use /queue/NAME or /topic/NAME")
         return self.registry._create(kind, name, address)
-
-    def _answer_statistics(self, session: Session, frame: Frame, address: str) -> Any:
-        """A request to the statistics plugin: one JSON reply per item to ``reply-to``."""
-        reply_to = frame.headers.get("reply-to")
-        if not reply_to:
-            raise ProtocolError(f"a statistics request to {address} needs a reply-to header")
-        self.security.check(session.principal, "write", "queue", address[len("/queue/") :])
-        self._mark_tool_reply(session, reply_to)
-        broker = cast("BrokerView", self.host)  # the Broker (broker.py checks it is one)
-        replies = self.host.statistics_source(broker, address, Scope.of(broker, session, address))
-        if replies is None:
-            raise ProtocolError(
-                f"unknown statistics destination {address}: use ActiveMQ.Statistics.Broker, "
-                "ActiveMQ.Statistics.Destination.<name>, ActiveMQ.Statistics.Subscription or ActiveMQ.Statistics.Connection"
-            )
-        self._reply(session, frame, reply_to, replies)
-        return None
-
-    def _answer_admin(self, session: Session, frame: Frame, address: str) -> Any:
-        """A request to an admin operation (``admin.py``): done, then one JSON reply
-        to ``reply-to`` if given (the RECEIPT waits for the disk if the journal was written)."""
-        reply_to = frame.headers.get("reply-to")
-        if reply_to:
-            self.registry.resolve(session, reply_to, "write")  # refused before anything is done
-            self._mark_tool_reply(session, reply_to)
-        try:
-            result = perform(cast("AdminHost", self.host), session, address, frame.headers)  # as above
-        except Refused:
-            raise
-        except ProtocolError as exc:  # understood and declined: a refusal, not a broken client
-            raise Refused(exc.message, detail=exc.detail, code=exc.code, client_id=exc.client_id) from exc
-        if reply_to:
-            self._reply(session, frame, reply_to, [result.answer], indexed=False)
-        if result.then is not None:
-            result.then()
-        if not session.is_open:
-            return DEFERRED
-        return None  # (its RECEIPT waits for the fsync of a move's or a purge's records: storehooks.receipt)
-
-    def _mark_tool_reply(self, session: Session, reply_to: str) -> None:
-        """A temporary queue named as a statistics or admin request's reply-to is the
-        asking tool's own: the statistics no longer list or count it (``stats.py``)."""
-        target = self.registry.resolve(session, reply_to, "write")
-        if target.owner is not None:
-            target.tool_reply = True
-
-    def _reply(
-        self, session: Session, frame: Frame, reply_to: str, items: list[dict[str, Any]], *, indexed: bool = True
-    ) -> None:
-        """Send ``items`` as JSON messages to ``reply-to`` (with ``statistics-index`` and
-        ``-total`` when ``indexed``; an empty list is one ``{}`` with index -1)."""
-        target = self.registry.resolve(session, reply_to, "write")
-        correlation = frame.headers.get("correlation-id")
-        for i, item in enumerate(items or [{}]):
-            headers = {"content-type": "application/json"}
-            if indexed:
-                headers["statistics-index"] = str(i if items else -1)
-                headers["statistics-total"] = str(len(items))
-            if correlation is not None:
-                headers["correlation-id"] = correlation
-            body = json.dumps(item, sort_keys=True).encode("utf-8")
-            target.accept(self._make_message(session, Frame("SEND", headers, body), target.address))
 
     def _on_subscribe(self, session: Session, frame: Frame) -> Any:
         h = frame.headers

@@ -7,7 +7,7 @@ journal waits, under fsync policy ``always``, until the edge reports an
 fsync that covers its records (``receipt``, ``store_synced``): one fsync
 releases every frame that wrote before it.
 Durable topic subscriptions journal their own copy of each persistent
-message. ``recover`` brings it all back at start.
+message. ``recovery.recover`` brings it all back at start.
 
 Storage failures (theory of operation)
 --------------------------------------
@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import errno
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from minibroker.connection.session import Session
 from minibroker.core.actions import Shutdown
@@ -135,7 +135,7 @@ class StoreHost(Protocol):
 
 
 class StoreHooks:
-    """Journaling, fsync waiting and recovery: a part the broker holds (``broker.storehooks``).
+    """Journaling, fsync waiting, the temp store: a part the broker holds (``broker.storehooks``).
 
     Its own state: the RECEIPTs waiting for an fsync (``waiters``), whether a
     ``Sync`` is out (``sync_in_flight``), why the store failed or is full
@@ -217,78 +217,6 @@ class StoreHooks:
             return
         self.send_receipt(session, receipt)
 
-    def recover(
-        self,
-        destination: Callable[[str], Destination],
-        compile_selector: Callable[[str | None], Any],
-        seqs: Iterator[int],
-    ) -> int:
-        """Bring back what the journals hold; returns the number of messages.
-        ``destination`` finds or makes one by address, ``compile_selector`` compiles
-        a durable subscription's selector (frame handling's), ``seqs`` gives the
-        messages their sequence numbers (in journal order).
-
-        Queue messages come back store-only (nothing is read until a consumer
-        needs it); durable subscriptions and their messages come back in memory.
-        Delivered-but-unacknowledged messages come back flagged redelivered.
-        """
-        if self.trace.enabled:
-            self._emit("start")  # a trace's backlogs start again here: what recovery brings back
-        store = self.store
-        if store is None:
-            return 0
-        states: dict[str, DurableState] = {}
-        for d in store.load_durables():
-            topic = destination(d["topic"])
-            assert isinstance(topic, Topic)
-            state = DurableState(d["client_id"], d["name"], d.get("selector"), bool(d.get("no_local")), d.get("owner"))
-            state.selector = compile_selector(state.selector_text)
-            topic.durables[(state.client_id, state.name)] = state
-            states[durable_key(topic.address, state.client_id, state.name)] = state
-        count = 0
-        orphans = 0
-        for key, location, delivered, journal in store.recover():
-            ref = StoreRef(journal, location.seq, key)
-            # Journal order is the order the messages were sent in: recovered
-            # messages take new broker seqs in that order, before any new one.
-            seq = next(seqs)
-            if key.startswith("durable:"):
-                found = states.get(key)
-                if found is None:
-                    store.dequeue(ref)  # its subscription was removed
-                    orphans += 1
-                    continue
-                topic = self.destinations[key[len("durable:") :].split("|", 1)[0]]
-                message = self.load_message(topic, PagedRef(ref, seq, 4, delivered, 0))
-                found.refs[message.seq] = ref
-                if delivered:
-                    found.redelivered[message.seq] = 1
-                topic.hold(message)
-                found.pending.append(message)
-            else:
-                queue = destination(key)
-                assert isinstance(queue, Queue)
-                priority, expires = 4, 0
-                if queue.policy.prioritized_messages:  # the only case where order needs the payload
-                    _, priority, expires = store.read_meta(ref)
-                queue.cursor.add_recovered(ref, seq, priority, delivered, expires)
-            count += 1
-        for state in states.values():
-            state.pending = type(state.pending)(sorted(state.pending, key=lambda m: m.seq))
-        if self.trace.enabled:
-            for dest in self.destinations.values():
-                stored = len(dest.cursor.store_only) if isinstance(dest, Queue) else 0
-                if stored:
-                    self._emit("recover", dest=dest.address, count=stored)
-        self._set_store_usage(store.disk_usage())
-        log.info(
-            "recovered %d persistent messages (%d durable subscriptions)%s",
-            count,
-            len(states),
-            f"; dropped {orphans} of removed durable subscriptions" if orphans else "",
-        )
-        return count
-
     def close(self) -> None:
         """Stop: make everything written durable and close the journals (and the temp store)."""
         if self.store is not None:
@@ -340,7 +268,7 @@ class StoreHooks:
         if self._at_flush:  # the RECEIPTs of this turn's writes wait for an fsync of all of them
             self._at_flush = False
             self.waiters = [(generation if g == AT_FLUSH else g, s, r) for g, s, r in self.waiters]
-        self._set_store_usage(store.disk_usage())
+        self.set_store_usage(store.disk_usage())
         if self.trace.enabled:
             self.trace_journal_rolls()
         if self.config.store.fsync != "always" and self.failure is None:
@@ -445,7 +373,7 @@ class StoreHooks:
                 keep.append((gen, session, receipt))
         self.waiters = keep
 
-    def _set_store_usage(self, used: int) -> None:
+    def set_store_usage(self, used: int) -> None:
         if used < self.store_usage.usage:  # journal files were deleted: the disk has room again
             self.store_writable()
         self._set_usage(self.store_usage, used)
