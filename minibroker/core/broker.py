@@ -181,7 +181,7 @@ class Broker:
         )
         #: A connection's end (``teardown.py``): one routine, every step taken.
         self.teardown = ConnectionTeardown(
-            self, roll_back=handlers.roll_back, remove_subscription=handlers.remove_subscription
+            self, roll_back=handlers.transactions.roll_back, remove_subscription=handlers.remove_subscription
         )
         #: What destinations report back (``hooks.py``): consumption, expiry, dead letters, page-in.
         self.hooks = DestinationHooks(
@@ -237,9 +237,9 @@ class Broker:
             "UNSUBSCRIBE": handlers._on_unsubscribe,
             "ACK": handlers._on_ack,
             "NACK": handlers._on_nack,
-            "BEGIN": handlers._on_begin,
-            "COMMIT": handlers._on_commit,
-            "ABORT": handlers._on_abort,
+            "BEGIN": handlers.transactions.on_begin,
+            "COMMIT": handlers.transactions.on_commit,
+            "ABORT": handlers.transactions.on_abort,
             "DISCONNECT": handlers._on_disconnect,
         }
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from minibroker.connection.session import Session
-from minibroker.core.common import DEFERRED, SETTLING_OPS, Ignored
+from minibroker.core.common import DEFERRED, Ignored
 from minibroker.core.tools import ToolRequests
+from minibroker.core.transactions import Transactions
 from minibroker.destinations import TEMP_PREFIXES
 from minibroker.destinations.destination import Destination
 from minibroker.destinations.queue import Queue
@@ -33,7 +34,6 @@ from minibroker.protocol import (
 from minibroker.protocol.dialects import Unhonoured, rabbitmq_durable, rabbitmq_prefetch
 from minibroker.protocol.headers import int_header, seq_of, shown
 from minibroker.protocol.message import Message, send_block
-from storage import StoreFull
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
@@ -149,9 +149,6 @@ class FrameHandlers:
         self.storehooks = storehooks = host.storehooks
         self._send_receipt = storehooks.send_receipt
         self.durables_changed = storehooks.durables_changed
-        self.begin_storage_transaction = storehooks.begin_storage_transaction
-        self.commit_storage_transaction = storehooks.commit_storage_transaction
-        self.end_storage_transaction = storehooks.end_storage_transaction
         self._emit = emit
         self._close = close
         self._start_reading = start_reading
@@ -164,6 +161,8 @@ class FrameHandlers:
         self.next_message = 1
         #: The next subscription key (``Subscription.key``, in ack ids).
         self.next_sub = 1
+        #: BEGIN, COMMIT, ABORT (``transactions.py``).
+        self.transactions = Transactions(self.store, storehooks, flow, route, self._nack)
         #: Statistics and admin requests (``tools.py``).
         self.tools = ToolRequests(host, self.registry, self.security, self._make_message)
         #: Names the headers of other dialects that frames carry and the broker ignores.
@@ -185,7 +184,7 @@ class FrameHandlers:
             self._check_fits_journal(message)
         session.messages_in += 1
         if "transaction" in h:
-            self._transaction(session, h["transaction"]).append(("send", destination, message))
+            self.transactions.open(session, h["transaction"]).append(("send", destination, message))
             return None
         receipt = h.get("receipt")
         if session.producing.parked or not self._has_room(destination, message):
@@ -508,7 +507,7 @@ class FrameHandlers:
             return None
         txid = frame.headers.get("transaction")
         if txid is not None:
-            self._transaction(session, txid).append(("ack", sub, messages))
+            self.transactions.open(session, txid).append(("ack", sub, messages))
             return None
         if self.trace.enabled:
             for m in messages:
@@ -553,7 +552,7 @@ class FrameHandlers:
         op = "reject" if "requeue" in h and h["requeue"].lower() == "false" else "nack"
         txid = h.get("transaction")
         if txid is not None:
-            self._transaction(session, txid).append((op, sub, messages))
+            self.transactions.open(session, txid).append((op, sub, messages))
             return None
         self._nack(sub, messages, op)
         return None
@@ -643,75 +642,6 @@ class FrameHandlers:
                 f"{command} for a message that is not awaiting acknowledgement (ack id {ack_id or seq!r})"
             )
         return sub, messages
-
-    def _transaction(self, session: Session, txid: str) -> list[tuple[str, Any, Any]]:
-        tx: list[tuple[str, Any, Any]] | None = session.transactions.get(txid)
-        if tx is None:
-            raise ProtocolError(f"unknown transaction {txid!r}: BEGIN it first")
-        return tx
-
-    def _on_begin(self, session: Session, frame: Frame) -> Any:
-        txid = frame.headers.get("transaction")
-        if not txid:
-            raise ProtocolError("BEGIN frame has no transaction header")
-        if txid in session.transactions:
-            raise ProtocolError(f"transaction {txid!r} is already in progress")
-        session.transactions[txid] = []
-        return None
-
-    def _on_commit(self, session: Session, frame: Frame) -> Any:
-        txid = frame.headers.get("transaction")
-        if not txid:
-            raise ProtocolError("COMMIT frame has no transaction header")
-        ops = self._transaction(session, txid)
-        del session.transactions[txid]
-        store = self.store
-        durable = store is not None and any(
-            (op == "send" and payload.persistent) or (op == "ack" and any(m.store_ref is not None for m in payload))
-            for op, _, payload in ops
-        )
-        if durable:
-            # Every journal record of the transaction carries one storage txid
-            # and takes effect at its TX_COMMIT: all of it survives a crash, or none.
-            self.begin_storage_transaction(session)
-        try:
-            for op, target, payload in ops:
-                if op == "send":
-                    self._route(target, payload)
-                elif op == "ack":
-                    target.destination.acknowledge(target, payload)
-                else:
-                    self._nack(target, payload, op)
-            if durable:
-                assert self.storehooks.txid is not None
-                self.commit_storage_transaction(self.storehooks.txid)
-        except ResourceLimitError as exc:
-            if durable and store is not None and self.storehooks.txid is not None and self.storehooks.failure is None:
-                try:
-                    store.abort(self.storehooks.txid)
-                except StoreFull:  # not written: recovery aborts a transaction left without an outcome
-                    pass
-            self.end_storage_transaction()
-            self.flow.refuse_send(session, frame.headers.get("receipt"), f"COMMIT of {txid!r} failed: {exc.message}")
-            return DEFERRED
-        finally:
-            self.end_storage_transaction()
-        return None  # (its RECEIPT waits for the fsync of its TX_COMMIT: storehooks.receipt)
-
-    def _on_abort(self, session: Session, frame: Frame) -> Any:
-        txid = frame.headers.get("transaction")
-        if not txid:
-            raise ProtocolError("ABORT frame has no transaction header")
-        ops = self._transaction(session, txid)
-        del session.transactions[txid]
-        self.roll_back(ops)
-        return None
-
-    def roll_back(self, ops: list[tuple[str, Any, Any]]) -> None:
-        """Undo a transaction: sends vanish, acked messages become deliverable again."""
-        for op, target, payload in ops:
-            if op in SETTLING_OPS:
-                target.destination.redeliver(target, payload, "rollback")
 
     def _on_disconnect(self, session: Session, frame: Frame) -> Any:
         receipt = frame.headers.get("receipt")
