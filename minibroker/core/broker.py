@@ -98,8 +98,6 @@ class Broker:
         self.rng = random.Random(seed)
         self.name = config.broker.name
         self.trace: Recorder = trace if trace is not None else NullTrace()
-        #: Record a traced fact that has no method of its own (call only when tracing).
-        self._emit = self.trace.event
         self.sessions: dict[int, Session] = {}
         limits = config.system_usage
         #: The usage tree's roots (ActiveMQ's SystemUsage).
@@ -147,7 +145,7 @@ class Broker:
         #: they blocked (a dict used as an ordered set: retries are first come, first served).
         self._blocked_cursors: dict[Queue, None] = {}
         #: Journaling, fsync waiting, recovery, the temp store (``storehooks.py``).
-        self.storehooks = StoreHooks(self, emit=self._emit, request=self._control_append)
+        self.storehooks = StoreHooks(self, emit=self.trace.event, request=self._control_append)
         #: subscription key -> when its "cursor is full" line was last logged.
         self._full_logged: dict[int, float] = {}
         #: Pausing and resuming a socket's reading, for a set of reasons (``reading.py``).
@@ -163,14 +161,14 @@ class Broker:
             receipt=self.storehooks.receipt,
             stop_reading=reading.stop,
             start_reading=reading.start,
-            emit=self._emit,
+            emit=self.trace.event,
         )
         #: Frame handling (``handlers.py``): one method per command.
         self.handlers = handlers = FrameHandlers(
             self,
             flow=self.flow,
             route=self.router.route,
-            emit=self._emit,
+            emit=self.trace.event,
             close=self._close,
             start_reading=reading.start,
             stop_reading=reading.stop,
@@ -186,7 +184,7 @@ class Broker:
         #: What destinations report back (``hooks.py``): consumption, expiry, dead letters, page-in.
         self.hooks = DestinationHooks(
             self,
-            emit=self._emit,
+            emit=self.trace.event,
             fail=self._fail,
             remove_subscription=handlers.remove_subscription,
             blocked_cursors=self._blocked_cursors,
@@ -208,7 +206,7 @@ class Broker:
             client_ids=self.client_ids,
             control=self._control,
             reading=reading,
-            emit=self._emit,
+            emit=self.trace.event,
             fail=self._fail,
             close=self._close,
             read_on=self._read_on,
@@ -499,7 +497,7 @@ class Broker:
             "Forced write timeout for: %s (connection %d, writes stuck for %.1f s)", session.peer, session.id, waited
         )
         if self.trace.enabled:
-            self._emit(
+            self.trace.event(
                 "write_timeout",
                 session=session.tag,
                 waited=round(waited, 6),
@@ -608,7 +606,7 @@ class Broker:
             exc.message,
         )
         if self.trace.enabled:
-            self._emit(
+            self.trace.event(
                 "error",
                 session=session.tag,
                 client_id=session.client_id or exc.client_id,
@@ -642,7 +640,9 @@ class Broker:
         self.teardown.tear_down(session)
         log.info("connection %d closed: %s", session.id, reason)
         if self.trace.enabled:
-            self._emit("disconnect", session=session.tag, client_id=session.client_id, reason=_reason_code(reason))
+            self.trace.event(
+                "disconnect", session=session.tag, client_id=session.client_id, reason=_reason_code(reason)
+            )
         if observer is not None:
             observer.closed(self, session)
 
