@@ -150,20 +150,21 @@ class Topic(Destination):
         Returns None when done, or the subscriptions still to serve when one
         of them is full: the producer must wait (``targets`` resumes there).
 
-        Theory of operation of the straight-through path: a subscription without a
-        selector, noLocal or durable state that acknowledges on delivery (auto) and
-        has room and nothing pending gets the message at once, and the general path
-        holds it for that subscription (charging its memory if nothing held it yet)
-        only to release it in the same call, once delivered. Where the message is
-        already held (an earlier subscription keeps it pending, or unacknowledged)
-        that hold and release only count a reference up and down; where it is not,
-        and the charge moves no usage out of its percent band (``Usage.passes``,
-        which raises the peaks as the charge would), they change nothing else either.
-        So the frame is written and counted without them. Such deliveries leave the
-        usage where it was, so one ``passes`` answers for those that follow it,
-        until a subscription takes the general path (which may move the usage); and
-        one ``space_freed`` (the release's) stands for the run's: it only flags a
-        retry if producers or cursors wait, which nothing in the run changes.
+        The straight-through path (measured: it skips a hold and release that change nothing).
+        Preconditions, for one subscription:
+
+        - no selector, noLocal or durable state; it acknowledges on delivery (auto);
+        - it has room and nothing pending;
+        - the message is already held (by an earlier subscription), or a charge of
+          its size moves no usage out of its percent band (``Usage.passes``, which
+          raises the peaks as the charge would).
+
+        Then the general path's hold and release (in the same call) would change
+        nothing but counts, so the frame is written and counted without them.
+        Such deliveries leave the usage where it was: one ``passes`` answers for
+        those that follow it, until a subscription takes the general path; and one
+        ``space_freed`` (the release's) stands for the run's (it only flags a retry
+        if producers or cursors wait, which nothing in the run changes).
         The suite holds this path to the general one (``tests/test_core_fast_paths.py``).
         """
         if targets is None:
