@@ -521,8 +521,13 @@ class Broker:
         """What the edge must do now, in order: each connection's writes, then the
         closes, pauses and requests that came after them. A pure drain: the work that
         made these was done when the events arrived (``Outbox.end_event``), so a second
-        call with no event between returns nothing and touches nothing."""
-        return self.outbox.take()
+        call with no event between returns nothing and touches nothing. (``Outbox.take``
+        written out: once per drain.)"""
+        outbox = self.outbox
+        actions = outbox.actions
+        if actions:
+            outbox.actions = []
+        return actions
 
     @written_out
     def actions_done(self) -> bool:

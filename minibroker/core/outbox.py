@@ -240,8 +240,13 @@ class Outbox:
                     throttled = not writing.can_write
                     if session.framed:
                         outbox.append(WriteFrames(session.id, session.take_frames()))
-                    else:
-                        outbox.append(Write(session.id, session.take_output()))
+                    else:  # ``session.take_output()`` written out: once per write
+                        chunks = session.outbox
+                        outbox.append(Write(session.id, b"".join(chunks)))
+                        chunks.clear()
+                        session.out_bytes = 0
+                        if writing.outbox_full:
+                            writing.outbox_taken()
                     session.last_write = now
                     if not writing.socket_full:
                         session.last_write_progress = now
