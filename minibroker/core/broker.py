@@ -521,8 +521,7 @@ class Broker:
         """What the edge must do now, in order: each connection's writes, then the
         closes, pauses and requests that came after them. A pure drain: the work that
         made these was done when the events arrived (``Outbox.end_event``), so a second
-        call with no event between returns nothing and touches nothing. (``Outbox.take``
-        written out: once per drain.)"""
+        call with no event between returns nothing and touches nothing."""
         outbox = self.outbox
         actions = outbox.actions
         if actions:

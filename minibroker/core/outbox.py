@@ -164,7 +164,7 @@ class Outbox:
         self._blocked_cursors = blocked_cursors
         self._resume_dispatch = resume_dispatch
         self.store_failed = store_failed
-        #: The actions ready for the edge (``take`` drains it).
+        #: The actions ready for the edge (``Broker.take_actions`` drains it).
         self.actions: list[Action] = []
         #: Events (or turns) running now: the outermost settles.
         self.events = Turn(self.end_event, self.end_turn)
@@ -179,13 +179,6 @@ class Outbox:
     def ready(self) -> bool:
         """Are actions waiting for the edge?"""
         return bool(self.actions)
-
-    def take(self) -> list[Action]:
-        """Drain the actions ready (``Broker.take_actions``)."""
-        actions = self.actions
-        if actions:
-            self.actions = []
-        return actions
 
     def done(self) -> bool:
         """The edge carried out what it drained (``Broker.actions_done``); are actions ready again?"""
