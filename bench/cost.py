@@ -177,7 +177,7 @@ def page_in(directory: Path) -> int:
     while queue.cursor.page_in():
         with broker.turn():  # a turn ends: its dequeues are written (MessageStore.flush)
             while queue.pending:
-                broker.message_consumed(queue, queue.pending.popleft())
+                broker.hooks.message_consumed(queue, queue.pending.popleft())
                 drained += 1
         broker.take_actions()
     return drained

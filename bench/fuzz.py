@@ -57,7 +57,7 @@ from minibroker.frames import Frame
 from minibroker.protocol import encode
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests" / "core"), str(ROOT / "tests")]
 from test_core_fuzz import chunk  # noqa: E402  (the fuzz tests' generator)
 
 #: The bystander sends and receives after this many connections (and at each broker's end).

@@ -152,9 +152,17 @@ class ActiveMQ:
             env["AMQ_CONF"] = str(self.conf)
         if self.heap is not None:
             env["AMQ_HEAP"] = self.heap
-        if self.classpath:
-            env["AMQ_EXTRA_CLASSPATH"] = ":".join(str(jar) for jar in self.classpath)
         return env
+
+    def _link_classpath(self) -> None:
+        """The extra jars in the broker's ``lib/extra`` (ActiveMQ's ``Main`` puts every jar of
+        ``${activemq.base}/lib/extra`` on its classpath; the run directory is that base)."""
+        extra = self.run_dir / "lib" / "extra"
+        extra.mkdir(parents=True, exist_ok=True)
+        for jar in self.classpath:
+            link = extra / jar.name
+            if not link.is_symlink():
+                link.symlink_to(jar)
 
     def start(self, keep_data: bool = False) -> None:
         """Start the broker (on a fresh data directory unless ``keep_data``) and wait for its port."""
@@ -162,6 +170,7 @@ class ActiveMQ:
         if problem:
             raise BrokerStartError(problem)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._link_classpath()
         try:
             p = subprocess.run(
                 ["bash", str(HARNESS / "activemq-start.sh")],

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# vendored from ../shared/bench/activemq-start.sh, unchanged except for this line and AMQ_EXTRA_CLASSPATH
+# vendored from ../shared/bench/activemq-start.sh, unchanged except for this line
 # Start the Debian-packaged ActiveMQ Classic 5.17.x as a background process WE own
 # (not via systemd / init.d).  Prints startup time + RSS as one JSON line.
 #
@@ -10,7 +10,6 @@
 #   AMQ_HEAP       JVM heap opts              (default: Debian's "-Xms512M -Xmx512M")
 #   AMQ_WAIT_PORT  port that must accept connections before we call it started (default 61613)
 #   AMQ_START_TIMEOUT seconds (default 90)
-#   AMQ_EXTRA_CLASSPATH  jars to add to the broker's classpath, ':'-separated (e.g. Jetty and Jolokia)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 AMQ_CONF="$(readlink -f "${AMQ_CONF:-$HERE/activemq/conf/activemq.xml}")"
@@ -46,7 +45,7 @@ nohup java $AMQ_HEAP -Dorg.apache.activemq.UseDedicatedTaskRunner=true \
   --add-exports=java.base/sun.net.www.protocol.jar=ALL-UNNAMED --add-exports=jdk.xml.dom/org.w3c.dom.html=ALL-UNNAMED \
   --add-exports=jdk.naming.rmi/com.sun.jndi.url.rmi=ALL-UNNAMED \
   -Dlog4j.configuration="file:$CONF_DIR/log4j.properties" \
-  -Dactivemq.classpath="$CONF_DIR:/usr/share/java/xstream.jar:/usr/share/java/jettison.jar${AMQ_EXTRA_CLASSPATH:+:$AMQ_EXTRA_CLASSPATH}" \
+  -Dactivemq.classpath="$CONF_DIR:/usr/share/java/xstream.jar:/usr/share/java/jettison.jar" \
   -Dactivemq.home="$AMQ_HOME" -Dactivemq.base="$AMQ_RUN" -Dactivemq.conf="$CONF_DIR" -Dactivemq.data="$AMQ_DATA" \
   -jar "$AMQ_HOME/bin/activemq.jar" start "xbean:file:$AMQ_CONF" \
   >"$AMQ_RUN/stdout.log" 2>&1 </dev/null &

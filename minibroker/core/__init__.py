@@ -1,7 +1,7 @@
 """The sans-IO core: the ``Broker`` that takes events and produces actions, the
 frame handlers, producer flow control, the hooks on the store and the usages, the
-teardown of a connection, the outbox and fail-stop that wrap each entry point,
-and the invariants checked after every end."""
+teardown of a connection, the one wrapper of each entry point (an event that
+settles the outbox, and fail-stop), and the invariants checked after every end."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from minibroker.core.actions import (
     WriteFrames,
 )
 from minibroker.core.broker import Broker
-from minibroker.core.failstop import is_fail_stop
 from minibroker.core.invariants import TeardownChecker
+from minibroker.core.outbox import is_entry_point
 from minibroker.core.storehooks import STORE_FAILED_EXIT
 
 __all__ = [
@@ -34,5 +34,5 @@ __all__ = [
     "TeardownChecker",
     "Write",
     "WriteFrames",
-    "is_fail_stop",
+    "is_entry_point",
 ]

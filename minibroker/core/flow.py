@@ -21,9 +21,6 @@ the broker's event), the disk-full gate, and when each destination last warned
 of a blocked producer. What it needs of the broker is ``FlowHost`` (state it
 reads) and the callables it is given when it is made (routing a SEND, its
 RECEIPT, pausing and resuming a socket, the trace).
-
-``ReadingControl`` (still a mixin of ``Broker``) pauses and resumes reading a
-connection for a set of reasons (flow control, a login check, a full store).
 """
 
 from __future__ import annotations
@@ -31,11 +28,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from minibroker.connection.session import Session
-from minibroker.connection.states import ReadState
-from minibroker.core.actions import Action, PauseReading, ResumeReading
 from minibroker.core.common import DEFERRED, ParkedSend, log
 from minibroker.destinations.destination import Destination
-from minibroker.errors import NoSpaceError, ProtocolError, ResourceLimitError
+from minibroker.errors import NoSpaceError, ResourceLimitError
 from minibroker.frames import Frame
 from minibroker.protocol.codec import encode
 from minibroker.protocol.headers import header_text
@@ -48,7 +43,7 @@ if TYPE_CHECKING:
     from minibroker.destinations.usage import Usage
     from minibroker.durability.persistence import MessageStore
 
-__all__ = ["FlowHost", "ProducerFlowControl", "ReadingControl"]
+__all__ = ["FlowHost", "ProducerFlowControl"]
 
 
 class FlowHost(Protocol):
@@ -303,36 +298,3 @@ class ProducerFlowControl:
                     pct=pct,
                 )
             self._start_reading(session, "flow")
-
-
-class ReadingControl:
-    """Pausing and resuming the reading of a connection, for a set of reasons
-    (a mixin of ``Broker``)."""
-
-    # What it uses of the Broker it is mixed into.
-    clock: "Clock"
-    _control: list[Action]
-    _handle: Callable[[Session, Frame], None]
-    _fail: Callable[[Session, ProtocolError, Frame | None], None]
-
-    def _stop_reading(self, session: Session, reason: str) -> None:
-        """Stop reading ``session``'s socket for ``reason`` (TCP backpressure on the peer)."""
-        if session.reading.pause(reason):
-            self._control.append(PauseReading(session.id))
-
-    def _start_reading(self, session: Session, reason: str) -> None:
-        """``reason`` is over; read again (and handle what was held) once no reason is left."""
-        if session.reading.resume(reason, self.clock.now()) and session.is_open:
-            self._control.append(ResumeReading(session.id))
-            self._replay_held(session)
-
-    def _replay_held(self, session: Session) -> None:
-        """Handle the frames held while the socket was not read, until done or paused again."""
-        reading = session.reading
-        held = reading.held
-        while held and session.is_open and reading.state is ReadState.REPLAYING:
-            self._handle(session, held.popleft())
-        if session.is_open and reading.state is ReadState.REPLAYING:
-            error = reading.drained()
-            if error is not None:
-                self._fail(session, error, None)

@@ -9,20 +9,21 @@ it sends the RECEIPT itself (or later: flow control, an fsync).
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from minibroker.connection.session import Session
-from minibroker.core.common import DEFERRED, SETTLING_OPS, Ignored
+from minibroker.core.common import DEFERRED, Ignored
+from minibroker.core.tools import ToolRequests
+from minibroker.core.transactions import Transactions
 from minibroker.destinations import TEMP_PREFIXES
 from minibroker.destinations.destination import Destination
 from minibroker.destinations.queue import Queue
 from minibroker.destinations.topic import Topic
 from minibroker.digits import MAX_DIGITS, parse_decimal
-from minibroker.errors import NoSpaceError, ProtocolError, Refused, ResourceLimitError
+from minibroker.errors import NoSpaceError, ProtocolError, ResourceLimitError
 from minibroker.frames import Frame
 from minibroker.ops import STATISTICS_PREFIX
-from minibroker.ops.stats import Scope, is_statistics_address
+from minibroker.ops.stats import is_statistics_address
 from minibroker.protocol import (
     BROKER_SET_HEADERS,
     MESSAGE_OVERHEAD,
@@ -33,7 +34,6 @@ from minibroker.protocol import (
 from minibroker.protocol.dialects import Unhonoured, rabbitmq_durable, rabbitmq_prefetch
 from minibroker.protocol.headers import int_header, seq_of, shown
 from minibroker.protocol.message import Message, send_block
-from storage import StoreFull
 
 if TYPE_CHECKING:
     from minibroker.config import BrokerConfig
@@ -44,12 +44,11 @@ if TYPE_CHECKING:
     from minibroker.core.storehooks import StoreHooks
     from minibroker.destinations.registry import DestinationRegistry
     from minibroker.durability.persistence import MessageStore
-    from minibroker.ops.admin import AdminHost
-    from minibroker.ops.stats import BrokerView, StatisticsSource
+    from minibroker.ops.stats import StatisticsSource
 from minibroker.destinations import ACK_MODES
 from minibroker.destinations.subscription import Subscription
 from minibroker.ops import ADMIN_PREFIX
-from minibroker.ops.admin import is_admin_address, perform
+from minibroker.ops.admin import is_admin_address
 from minibroker.trace import Recorder
 
 __all__ = ["FrameHandlers", "HandlerHost"]
@@ -103,8 +102,6 @@ class HandlerHost(Protocol):
     def statistics_source(self) -> "StatisticsSource":
         """What answers statistics requests (it may be replaced after the broker is made)."""
 
-    def session_tag(self, sid: int) -> str: ...
-
 
 class FrameHandlers:
     """SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT:
@@ -113,13 +110,12 @@ class FrameHandlers:
     Its own state: the message and subscription sequence numbers. The broker's
     dispatch table holds the bound ``_on_*`` methods, so a frame costs no extra hop."""
 
-    flow: "ProducerFlowControl"
-    _has_room: Callable[[Destination, Message], bool]
-
     def __init__(
         self,
         host: HandlerHost,
         *,
+        flow: "ProducerFlowControl",
+        route: Callable[[Destination, Message], list[Subscription] | None],
         emit: Callable[..., None],
         close: Callable[..., None],
         start_reading: Callable[[Session, str], None],
@@ -132,9 +128,14 @@ class FrameHandlers:
         """``emit`` records a trace event, ``close`` ends a connection (``Broker._close``),
         ``start_reading``/``stop_reading`` resume or pause a socket's reading for a reason;
         ``subs_by_key`` (subscriptions by key: ack ids name them) and ``full_logged`` are
-        the broker's, shared; message ids start with ``id_prefix``. Producer flow control
-        is wired in after it is made (``wire_flow``): it routes through this part."""
+        the broker's, shared; message ids start with ``id_prefix``. ``flow`` parks
+        the SENDs it has no room for; ``route`` hands a message to its destination
+        (``routing.Router``)."""
         self.host = host
+        self.flow = flow
+        # Bound once: every SEND asks ``has_room`` and takes ``route``.
+        self._has_room = flow.has_room
+        self._route = route
         # Bound once: the handlers read these for every frame.
         self.config = host.config
         self.clock = host.clock
@@ -146,13 +147,8 @@ class FrameHandlers:
         self.destinations = host.destinations
         self.sessions = host.sessions
         self.storehooks = storehooks = host.storehooks
-        self.admit: Callable[[Destination, Message], list[Subscription] | None] = storehooks.admit
         self._send_receipt = storehooks.send_receipt
         self.durables_changed = storehooks.durables_changed
-        self.begin_storage_transaction = storehooks.begin_storage_transaction
-        self.commit_storage_transaction = storehooks.commit_storage_transaction
-        self.end_storage_transaction = storehooks.end_storage_transaction
-        self.session_tag = host.session_tag
         self._emit = emit
         self._close = close
         self._start_reading = start_reading
@@ -165,13 +161,12 @@ class FrameHandlers:
         self.next_message = 1
         #: The next subscription key (``Subscription.key``, in ack ids).
         self.next_sub = 1
+        #: BEGIN, COMMIT, ABORT (``transactions.py``).
+        self.transactions = Transactions(self.store, storehooks, flow, route, self._nack)
+        #: Statistics and admin requests (``tools.py``).
+        self.tools = ToolRequests(host, self.registry, self.security, self._make_message)
         #: Names the headers of other dialects that frames carry and the broker ignores.
         self.unhonoured = Unhonoured()
-
-    def wire_flow(self, flow: "ProducerFlowControl") -> None:
-        """Producer flow control, made after this part (it routes SENDs through ``_route``)."""
-        self.flow = flow
-        self._has_room = flow.has_room  # bound once: every SEND asks it
 
     def _on_send(self, session: Session, frame: Frame) -> Any:
         h = frame.headers
@@ -180,16 +175,16 @@ class FrameHandlers:
             raise ProtocolError("SEND frame has no destination header")
         if address.startswith(_TOOL_PREFIX):
             if is_statistics_address(address):
-                return self._answer_statistics(session, frame, address)
+                return self.tools.answer_statistics(session, frame, address)
             if is_admin_address(address):
-                return self._answer_admin(session, frame, address)
+                return self.tools.answer_admin(session, frame, address)
         destination = self.registry.resolve(session, address, "write")
         message = self._make_message(session, frame, destination.address)
         if message.persistent and self.store is not None:
             self._check_fits_journal(message)
         session.messages_in += 1
         if "transaction" in h:
-            self._transaction(session, h["transaction"]).append(("send", destination, message))
+            self.transactions.open(session, h["transaction"]).append(("send", destination, message))
             return None
         receipt = h.get("receipt")
         if session.producing.parked or not self._has_room(destination, message):
@@ -288,27 +283,6 @@ class FrameHandlers:
             self._id_prefix_wire + str(seq).encode(),
         )
 
-    def _route(self, destination: Destination, message: Message) -> list[Subscription] | None:
-        """Hand a new message to its destination; for a topic blocked at a full
-        subscription, the subscriptions still to serve."""
-        if not self.trace.enabled:
-            return self.admit(destination, message)
-        # Hot when traced: the recorder holds the send until routed, so that its enqueue and dispatch join it.
-        origin = self.sessions.get(message.origin)
-        self.trace.send_received(
-            origin.tag if origin is not None else self.session_tag(message.origin),
-            destination.address,
-            message.message_id,
-            message.size,
-            message.persistent,
-            message.priority,
-            self.storehooks.txid,
-        )
-        try:
-            return self.admit(destination, message)
-        finally:
-            self.trace.send_routed()
-
     def destination(self, address: str) -> Destination:
         """The queue or topic at ``address``, created on first use (no rights checked)."""
         found = self.destinations.get(address)
@@ -318,68 +292,6 @@ class FrameHandlers:
         if kind not in ("queue", "topic") or not name:
             raise ProtocolError(f"unknown destination {address!r}: use /queue/NAME or /topic/NAME")
         return self.registry._create(kind, name, address)
-
-    def _answer_statistics(self, session: Session, frame: Frame, address: str) -> Any:
-        """A request to the statistics plugin: one JSON reply per item to ``reply-to``."""
-        reply_to = frame.headers.get("reply-to")
-        if not reply_to:
-            raise ProtocolError(f"a statistics request to {address} needs a reply-to header")
-        self.security.check(session.principal, "write", "queue", address[len("/queue/") :])
-        self._mark_tool_reply(session, reply_to)
-        broker = cast("BrokerView", self.host)  # the Broker (broker.py checks it is one)
-        replies = self.host.statistics_source(broker, address, Scope.of(broker, session, address))
-        if replies is None:
-            raise ProtocolError(
-                f"unknown statistics destination {address}: use ActiveMQ.Statistics.Broker, "
-                "ActiveMQ.Statistics.Destination.<name>, ActiveMQ.Statistics.Subscription or ActiveMQ.Statistics.Connection"
-            )
-        self._reply(session, frame, reply_to, replies)
-        return None
-
-    def _answer_admin(self, session: Session, frame: Frame, address: str) -> Any:
-        """A request to an admin operation (``admin.py``): done, then one JSON reply
-        to ``reply-to`` if given (the RECEIPT waits for the disk if the journal was written)."""
-        reply_to = frame.headers.get("reply-to")
-        if reply_to:
-            self.registry.resolve(session, reply_to, "write")  # refused before anything is done
-            self._mark_tool_reply(session, reply_to)
-        try:
-            result = perform(cast("AdminHost", self.host), session, address, frame.headers)  # as above
-        except Refused:
-            raise
-        except ProtocolError as exc:  # understood and declined: a refusal, not a broken client
-            raise Refused(exc.message, detail=exc.detail, code=exc.code, client_id=exc.client_id) from exc
-        if reply_to:
-            self._reply(session, frame, reply_to, [result.answer], indexed=False)
-        if result.then is not None:
-            result.then()
-        if not session.is_open:
-            return DEFERRED
-        return None  # (its RECEIPT waits for the fsync of a move's or a purge's records: storehooks.receipt)
-
-    def _mark_tool_reply(self, session: Session, reply_to: str) -> None:
-        """A temporary queue named as a statistics or admin request's reply-to is the
-        asking tool's own: the statistics no longer list or count it (``stats.py``)."""
-        target = self.registry.resolve(session, reply_to, "write")
-        if target.owner is not None:
-            target.tool_reply = True
-
-    def _reply(
-        self, session: Session, frame: Frame, reply_to: str, items: list[dict[str, Any]], *, indexed: bool = True
-    ) -> None:
-        """Send ``items`` as JSON messages to ``reply-to`` (with ``statistics-index`` and
-        ``-total`` when ``indexed``; an empty list is one ``{}`` with index -1)."""
-        target = self.registry.resolve(session, reply_to, "write")
-        correlation = frame.headers.get("correlation-id")
-        for i, item in enumerate(items or [{}]):
-            headers = {"content-type": "application/json"}
-            if indexed:
-                headers["statistics-index"] = str(i if items else -1)
-                headers["statistics-total"] = str(len(items))
-            if correlation is not None:
-                headers["correlation-id"] = correlation
-            body = json.dumps(item, sort_keys=True).encode("utf-8")
-            target.accept(self._make_message(session, Frame("SEND", headers, body), target.address))
 
     def _on_subscribe(self, session: Session, frame: Frame) -> Any:
         h = frame.headers
@@ -519,7 +431,7 @@ class FrameHandlers:
             sub = session.subscriptions.get(sub_id)
             if sub is None:
                 raise ProtocolError(f"no subscription with id {sub_id!r} on this connection")
-            self._remove_subscription(session, sub)
+            self.remove_subscription(session, sub)
             durable = sub.durable
             if durable is not None and durable.client_id == RABBITMQ_CLIENT_ID and rabbitmq_durable(h)[0]:
                 # RabbitMQ's: UNSUBSCRIBE with durable:true removes the subscription (once its last consumer
@@ -564,7 +476,7 @@ class FrameHandlers:
                 f"(User {session.principal.name} may not use it)"
             )
 
-    def _remove_subscription(self, session: Session, sub: Subscription) -> None:
+    def remove_subscription(self, session: Session, sub: Subscription) -> None:
         session.subscriptions.pop(sub.id, None)
         self._subs_by_key.pop(sub.key, None)
         self._full_logged.pop(sub.key, None)
@@ -582,7 +494,7 @@ class FrameHandlers:
                 reason="client" if session.is_open else "disconnect",
             )
 
-    def _resume_dispatch(self, session: Session) -> None:
+    def resume_dispatch(self, session: Session) -> None:
         for sub in list(session.subscriptions.values()):
             if not session.writing.can_write:
                 break
@@ -595,7 +507,7 @@ class FrameHandlers:
             return None
         txid = frame.headers.get("transaction")
         if txid is not None:
-            self._transaction(session, txid).append(("ack", sub, messages))
+            self.transactions.open(session, txid).append(("ack", sub, messages))
             return None
         if self.trace.enabled:
             for m in messages:
@@ -640,7 +552,7 @@ class FrameHandlers:
         op = "reject" if "requeue" in h and h["requeue"].lower() == "false" else "nack"
         txid = h.get("transaction")
         if txid is not None:
-            self._transaction(session, txid).append((op, sub, messages))
+            self.transactions.open(session, txid).append((op, sub, messages))
             return None
         self._nack(sub, messages, op)
         return None
@@ -730,75 +642,6 @@ class FrameHandlers:
                 f"{command} for a message that is not awaiting acknowledgement (ack id {ack_id or seq!r})"
             )
         return sub, messages
-
-    def _transaction(self, session: Session, txid: str) -> list[tuple[str, Any, Any]]:
-        tx: list[tuple[str, Any, Any]] | None = session.transactions.get(txid)
-        if tx is None:
-            raise ProtocolError(f"unknown transaction {txid!r}: BEGIN it first")
-        return tx
-
-    def _on_begin(self, session: Session, frame: Frame) -> Any:
-        txid = frame.headers.get("transaction")
-        if not txid:
-            raise ProtocolError("BEGIN frame has no transaction header")
-        if txid in session.transactions:
-            raise ProtocolError(f"transaction {txid!r} is already in progress")
-        session.transactions[txid] = []
-        return None
-
-    def _on_commit(self, session: Session, frame: Frame) -> Any:
-        txid = frame.headers.get("transaction")
-        if not txid:
-            raise ProtocolError("COMMIT frame has no transaction header")
-        ops = self._transaction(session, txid)
-        del session.transactions[txid]
-        store = self.store
-        durable = store is not None and any(
-            (op == "send" and payload.persistent) or (op == "ack" and any(m.store_ref is not None for m in payload))
-            for op, _, payload in ops
-        )
-        if durable:
-            # Every journal record of the transaction carries one storage txid
-            # and takes effect at its TX_COMMIT: all of it survives a crash, or none.
-            self.begin_storage_transaction(session)
-        try:
-            for op, target, payload in ops:
-                if op == "send":
-                    self._route(target, payload)
-                elif op == "ack":
-                    target.destination.acknowledge(target, payload)
-                else:
-                    self._nack(target, payload, op)
-            if durable:
-                assert self.storehooks.txid is not None
-                self.commit_storage_transaction(self.storehooks.txid)
-        except ResourceLimitError as exc:
-            if durable and store is not None and self.storehooks.txid is not None and self.storehooks.failure is None:
-                try:
-                    store.abort(self.storehooks.txid)
-                except StoreFull:  # not written: recovery aborts a transaction left without an outcome
-                    pass
-            self.end_storage_transaction()
-            self.flow.refuse_send(session, frame.headers.get("receipt"), f"COMMIT of {txid!r} failed: {exc.message}")
-            return DEFERRED
-        finally:
-            self.end_storage_transaction()
-        return None  # (its RECEIPT waits for the fsync of its TX_COMMIT: storehooks.receipt)
-
-    def _on_abort(self, session: Session, frame: Frame) -> Any:
-        txid = frame.headers.get("transaction")
-        if not txid:
-            raise ProtocolError("ABORT frame has no transaction header")
-        ops = self._transaction(session, txid)
-        del session.transactions[txid]
-        self._roll_back(ops)
-        return None
-
-    def _roll_back(self, ops: list[tuple[str, Any, Any]]) -> None:
-        """Undo a transaction: sends vanish, acked messages become deliverable again."""
-        for op, target, payload in ops:
-            if op in SETTLING_OPS:
-                target.destination.redeliver(target, payload, "rollback")
 
     def _on_disconnect(self, session: Session, frame: Frame) -> Any:
         receipt = frame.headers.get("receipt")

@@ -84,7 +84,7 @@ class HooksHost(Protocol):
 
 class DestinationHooks:
     """Callbacks from queues and topics: a part the broker holds (``broker.hooks``).
-    The broker binds each hook once (it is a ``ports.DestinationHost`` through them)."""
+    Destinations call it as their ``ports.DestinationEvents``."""
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ journal waits, under fsync policy ``always``, until the edge reports an
 fsync that covers its records (``receipt``, ``store_synced``): one fsync
 releases every frame that wrote before it.
 Durable topic subscriptions journal their own copy of each persistent
-message. ``recover`` brings it all back at start.
+message. ``recovery.recover`` brings it all back at start.
 
 Storage failures (theory of operation)
 --------------------------------------
@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import errno
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from minibroker.connection.session import Session
 from minibroker.core.actions import Shutdown
@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from minibroker.connection.timers import Timers
     from minibroker.core.actions import Action
     from minibroker.core.flow import ProducerFlowControl
+    from minibroker.destinations.subscription import Subscription
     from minibroker.destinations.usage import Usage
     from minibroker.durability.persistence import MessageStore
 
@@ -128,29 +129,19 @@ class StoreHost(Protocol):
     def destinations(self) -> dict[str, Destination]: ...
 
     @property
-    def flow(self) -> "ProducerFlowControl": ...
-
-    def destination(self, address: str) -> Destination:
-        """The destination at ``address``, created on first use."""
-
-    def compile_selector(self, text: str | None) -> Any: ...
-
-    def next_seqs(self) -> Iterator[int]:
-        """The broker's message sequence numbers, from the next one on (recovery takes them in journal order)."""
-
-    def space_freed(self) -> None:
-        """Space was released: producers held by flow control may go on."""
+    def flow(self) -> "ProducerFlowControl":
+        """Producer flow control: made after this part (it asks it for RECEIPTs),
+        read only when the store turns full, fails or has room again."""
 
 
 class StoreHooks:
-    """Journaling, fsync waiting and recovery: a part the broker holds (``broker.storehooks``).
+    """Journaling, fsync waiting, the temp store: a part the broker holds (``broker.storehooks``).
 
     Its own state: the RECEIPTs waiting for an fsync (``waiters``), whether a
     ``Sync`` is out (``sync_in_flight``), why the store failed or is full
     (``failure``, ``full``), the storage transaction being written (``txid``),
-    the temp store and the store cursors' scratch file. The broker binds the
-    calls made per message once (``admit``, ``receipt``, ``send_receipt``
-    and the ``ports.DestinationHost`` calls), so they cost no extra hop."""
+    the temp store and the store cursors' scratch file. Destinations call it as
+    their ``ports.DestinationStore``."""
 
     def __init__(self, host: StoreHost, *, emit: Callable[..., None], request: Callable[["Action"], None]) -> None:
         """``emit`` records a trace event; ``request`` hands the edge a control action (``Shutdown``)."""
@@ -226,71 +217,6 @@ class StoreHooks:
             return
         self.send_receipt(session, receipt)
 
-    def recover(self) -> int:
-        """Bring back what the journals hold; returns the number of messages.
-
-        Queue messages come back store-only (nothing is read until a consumer
-        needs it); durable subscriptions and their messages come back in memory.
-        Delivered-but-unacknowledged messages come back flagged redelivered.
-        """
-        if self.trace.enabled:
-            self._emit("start")  # a trace's backlogs start again here: what recovery brings back
-        store = self.store
-        if store is None:
-            return 0
-        states: dict[str, DurableState] = {}
-        for d in store.load_durables():
-            topic = self.host.destination(d["topic"])
-            assert isinstance(topic, Topic)
-            state = DurableState(d["client_id"], d["name"], d.get("selector"), bool(d.get("no_local")), d.get("owner"))
-            state.selector = self.host.compile_selector(state.selector_text)
-            topic.durables[(state.client_id, state.name)] = state
-            states[durable_key(topic.address, state.client_id, state.name)] = state
-        count = 0
-        orphans = 0
-        seqs = self.host.next_seqs()
-        for key, location, delivered, journal in store.recover():
-            ref = StoreRef(journal, location.seq, key)
-            # Journal order is the order the messages were sent in: recovered
-            # messages take new broker seqs in that order, before any new one.
-            seq = next(seqs)
-            if key.startswith("durable:"):
-                found = states.get(key)
-                if found is None:
-                    store.dequeue(ref)  # its subscription was removed
-                    orphans += 1
-                    continue
-                topic = self.destinations[key[len("durable:") :].split("|", 1)[0]]
-                message = self.load_message(topic, PagedRef(ref, seq, 4, delivered, 0))
-                found.refs[message.seq] = ref
-                if delivered:
-                    found.redelivered[message.seq] = 1
-                topic.hold(message)
-                found.pending.append(message)
-            else:
-                queue = self.host.destination(key)
-                assert isinstance(queue, Queue)
-                priority, expires = 4, 0
-                if queue.policy.prioritized_messages:  # the only case where order needs the payload
-                    _, priority, expires = store.read_meta(ref)
-                queue.cursor.add_recovered(ref, seq, priority, delivered, expires)
-            count += 1
-        for state in states.values():
-            state.pending = type(state.pending)(sorted(state.pending, key=lambda m: m.seq))
-        if self.trace.enabled:
-            for dest in self.destinations.values():
-                stored = len(dest.cursor.store_only) if isinstance(dest, Queue) else 0
-                if stored:
-                    self._emit("recover", dest=dest.address, count=stored)
-        self._set_store_usage(store.disk_usage())
-        log.info(
-            "recovered %d persistent messages (%d durable subscriptions)%s",
-            count,
-            len(states),
-            f"; dropped {orphans} of removed durable subscriptions" if orphans else "",
-        )
-        return count
-
     def close(self) -> None:
         """Stop: make everything written durable and close the journals (and the temp store)."""
         if self.store is not None:
@@ -342,7 +268,7 @@ class StoreHooks:
         if self._at_flush:  # the RECEIPTs of this turn's writes wait for an fsync of all of them
             self._at_flush = False
             self.waiters = [(generation if g == AT_FLUSH else g, s, r) for g, s, r in self.waiters]
-        self._set_store_usage(store.disk_usage())
+        self.set_store_usage(store.disk_usage())
         if self.trace.enabled:
             self.trace_journal_rolls()
         if self.config.store.fsync != "always" and self.failure is None:
@@ -417,7 +343,7 @@ class StoreHooks:
         """The disk may have room (a second passed, or journal files were deleted)."""
         if self.host.flow.disk_full:
             self.host.flow.disk_full = False
-            self.host.space_freed()
+            self.host.flow.space_freed()
 
     def store_writable(self) -> None:
         """A persistent message was written, or journal files deleted: if the store was
@@ -447,7 +373,7 @@ class StoreHooks:
                 keep.append((gen, session, receipt))
         self.waiters = keep
 
-    def _set_store_usage(self, used: int) -> None:
+    def set_store_usage(self, used: int) -> None:
         if used < self.store_usage.usage:  # journal files were deleted: the disk has room again
             self.store_writable()
         self._set_usage(self.store_usage, used)
@@ -459,7 +385,7 @@ class StoreHooks:
             usage.increase(delta)
         elif delta < 0:
             usage.decrease(-delta)
-            self.host.space_freed()
+            self.host.flow.space_freed()
 
     def payload_of(self, message: Message) -> bytes:
         return encode_wire_payload(
@@ -510,7 +436,7 @@ class StoreHooks:
         """Journal records no longer belong to a storage transaction."""
         self.txid = None
 
-    def admit(self, destination: Destination, message: Message) -> Any:
+    def admit(self, destination: Destination, message: Message) -> list[Subscription] | None:
         """Journal a persistent queue message, then hand it to the destination."""
         if message.persistent and self.store is not None and isinstance(destination, Queue):
             store = self.store

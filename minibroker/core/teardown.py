@@ -24,7 +24,7 @@ messages of the connection behind. ``invariants.py`` checks the result.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from minibroker.core.common import log
 from minibroker.destinations.queue import Queue
@@ -112,7 +112,7 @@ class ConnectionTeardown:
         """A temporary destination whose owner left: its consumers go, then its messages,
         and SENDs of other connections parked on their way to it get an ERROR."""
         for sub in list(dest.subscriptions):
-            self._remove_subscription(sub.session, sub)
+            self._remove_subscription(cast("Session", sub.session), sub)  # a subscription's connection is a Session
         if isinstance(dest, Queue):
             dest.purge()
         for producer in list(self.flow.blocked):

@@ -8,7 +8,14 @@ from minibroker.destinations.cursor import PagedRef, StoreIndex, StoreRun
 from minibroker.destinations.destination import Destination, parse_address
 from minibroker.destinations.durables import OfflineDurables
 from minibroker.destinations.pending import FilePending
-from minibroker.destinations.ports import Connection, DestinationHost, Tracer
+from minibroker.destinations.ports import (
+    Connection,
+    DestinationEvents,
+    DestinationParts,
+    DestinationStore,
+    SpaceListener,
+    Tracer,
+)
 from minibroker.destinations.queue import Queue
 from minibroker.destinations.registry import TEMP_PREFIXES, DestinationRegistry
 from minibroker.destinations.seqfifo import SeqFifo
@@ -20,7 +27,10 @@ __all__ = [
     "ACK_MODES",
     "Connection",
     "Destination",
-    "DestinationHost",
+    "DestinationEvents",
+    "DestinationParts",
+    "DestinationStore",
+    "SpaceListener",
     "DestinationRegistry",
     "DurableState",
     "FilePending",

@@ -48,7 +48,7 @@ from storage.spill import SpillFile
 if TYPE_CHECKING:
     from minibroker.config import PolicyEntry
     from minibroker.destinations.destination import FifoPending, PriorityPending
-    from minibroker.destinations.ports import DestinationHost
+    from minibroker.destinations.ports import DestinationEvents, DestinationStore
     from minibroker.destinations.usage import Usage
     from minibroker.protocol.message import Message
 
@@ -59,13 +59,15 @@ log = logging.getLogger("minibroker.cursor")
 
 class CursorOwner(Protocol):
     """The queue (``queue.Queue``) as its cursor sees it: where paged-in messages
-    go (``pending``), what charges them (``hold``, ``hold_page``) and the broker
-    that reads them from the store."""
+    go (``pending``), what charges them (``hold``, ``hold_page``), the memory
+    they are charged to, the store that reads them and whom to tell of a page-in."""
 
     address: str
     policy: "PolicyEntry"
     memory: "Usage"
-    broker: "DestinationHost"
+    root_memory: "Usage"
+    events: "DestinationEvents"
+    stored: "DestinationStore"
     pending: "FifoPending | PriorityPending"
 
     def hold(self, message: "Message") -> None: ...
@@ -344,7 +346,7 @@ class QueueCursor:
 
     def __init__(self, queue: "CursorOwner") -> None:
         self.queue = queue
-        self.store_only = StoreIndex(queue.policy.prioritized_messages, queue.broker.index_spill)
+        self.store_only = StoreIndex(queue.policy.prioritized_messages, queue.stored.index_spill)
         self.cache_enabled = True
         #: True while a page-in is refused for lack of space.
         self.blocked = False
@@ -377,7 +379,7 @@ class QueueCursor:
             # in memory, where memory limits govern it (if nothing is spilled before it: order
             # first, else the SEND is refused).
             try:
-                entry = queue.broker.spill(queue, message)
+                entry = queue.stored.spill(queue, message)
             except StoreFull as exc:
                 if self.store_only:
                     raise
@@ -411,7 +413,6 @@ class QueueCursor:
         queue = self.queue
         if not self.store_only:
             return False
-        broker = queue.broker
         if not self.has_space():
             if not self.blocked:
                 self.blocked = True
@@ -420,16 +421,16 @@ class QueueCursor:
                     "(high-water mark %d%%, space check %s)",
                     queue.address,
                     queue.memory.percent,
-                    broker.memory.percent,
+                    queue.root_memory.percent,
                     queue.policy.cursor_memory_high_water_mark,
                     queue.policy.space_check,
                 )
-                broker.page_in_blocked(queue)
+                queue.events.page_in_blocked(queue)
             return False
         self.blocked = False
         count = min(queue.policy.max_page_size, len(self.store_only))
         batch: list["Message"] = []
-        root = broker.memory
+        root = queue.root_memory
         # ActiveMQ's canRecoveryNextMessage: stop once the broker is at 90% (``percent`` is
         # ``usage * 100 // limit``): with the page's messages charged at once below, count here.
         room = -(-_RECOVERY_LIMIT_PERCENT * root.limit // 100) - root.usage if root.limit else None
@@ -440,7 +441,7 @@ class QueueCursor:
                 budget = None if room is None else max(room - taken, 0 if batch else 1)
                 if budget == 0:
                     break
-                loaded, size = broker.load_run(queue, run, budget)
+                loaded, size = queue.stored.load_run(queue, run, budget)
                 batch += loaded
                 taken += size
             redelivered = self.store_only.redelivered
@@ -450,11 +451,11 @@ class QueueCursor:
                         message.redeliveries = 1
         else:
             refs = self.store_only.first(count)
-            for paged, payload in zip(refs, broker.read_ahead(refs)):  # one read per run of neighbours
+            for paged, payload in zip(refs, queue.stored.read_ahead(refs)):  # one read per run of neighbours
                 if batch and room is not None and taken >= room:
                     break
-                message = broker.load_message(queue, paged, payload)
-                broker.took(paged)
+                message = queue.stored.load_message(queue, paged, payload)
+                queue.stored.took(paged)
                 taken += message.size
                 batch.append(message)
         queue.hold_page(batch, taken)
@@ -465,7 +466,7 @@ class QueueCursor:
         self.paged_in += count
         if not self.store_only and self.has_space():
             self.cache_enabled = True
-        broker.paged_in(queue, count)
+        queue.events.paged_in(queue, count)
         return True
 
     def statistics(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterator
 
-from minibroker.destinations.ports import DestinationHost, SubscriptionRef
+from minibroker.destinations.ports import DestinationParts, SubscriptionRef
 from minibroker.destinations.usage import Usage
 
 if TYPE_CHECKING:
@@ -117,9 +117,20 @@ class Destination:
     kind = ""
 
     def __init__(
-        self, broker: DestinationHost, name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None
+        self, parts: DestinationParts, name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None
     ) -> None:
-        self.broker = broker
+        """``parts``: the broker's clock, timers, trace and usages, and the parts a
+        destination calls (``ports.DestinationParts``)."""
+        self.clock = parts.clock
+        self.timers = parts.timers
+        self.trace = parts.trace
+        #: The broker's memory (the root of the usage tree) and the temp store's usage.
+        self.root_memory = parts.memory
+        self.temp_usage = parts.temp_usage
+        #: What this destination tells the broker, asks of the store, and tells producer flow control.
+        self.events = parts.hooks
+        self.stored = parts.storehooks
+        self.flow = parts.flow
         #: Physical name without prefix, e.g. ``orders.us``.
         self.name = name
         #: Full address, e.g. ``/queue/orders.us``.
@@ -133,7 +144,7 @@ class Destination:
         #: statistics or admin request (stat's, the console's). Not a user destination:
         #: the statistics neither list nor count it, nor the traffic of the replies on it.
         self.tool_reply = False
-        root = broker.memory
+        root = parts.memory
         #: This destination's memory: a child of the broker's (the starving consumers' heart).
         self.memory = Usage(self.address, policy.memory_limit or root.limit, parent=root)
         self.enqueued = 0
@@ -194,11 +205,11 @@ class Destination:
         for m in sorted(messages, key=lambda m: m.seq):
             n = count(m)
             if cause == "reject":
-                self.broker.dead_letter(self, m, f"NACK with requeue:false (delivery {n})")
+                self.events.dead_letter(self, m, f"NACK with requeue:false (delivery {n})")
             elif cause == "nack" and policy.dead_letter_on_nack:
-                self.broker.dead_letter(self, m, f"NACK (delivery {n})")
+                self.events.dead_letter(self, m, f"NACK (delivery {n})")
             elif limit >= 0 and n > limit:
-                self.broker.dead_letter(
+                self.events.dead_letter(
                     self, m, f"redelivered {n} times, more than maximum_redeliveries={limit} ({cause})"
                 )
             else:
@@ -212,16 +223,16 @@ class Destination:
 
     def on_delivered(self, sub: SubscriptionRef, message: "Message") -> None:
         """A MESSAGE frame for ``message`` was written to ``sub``'s consumer."""
-        if self.broker.trace.enabled:
-            self.broker.delivered(sub, message)
+        if self.trace.enabled:
+            self.events.delivered(sub, message)
         if sub.browser:
             return
         self.dispatched += 1
         if not sub.auto and message.store_ref is not None:
-            self.broker.mark_delivered(message)
+            self.stored.mark_delivered(message)
         if sub.auto:
             self.dequeued += 1
-            self.broker.message_consumed(self, message)
+            self.events.message_consumed(self, message)
 
     def size(self) -> int:
         """Messages held (pending plus delivered-unacknowledged)."""
@@ -235,7 +246,7 @@ class Destination:
         message.refs -= 1
         if message.refs == 0:
             self.memory.decrease(message.size)
-            self.broker.space_freed()
+            self.flow.space_freed()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.address}>"

@@ -71,9 +71,9 @@ class FilePending:
 
     def __iter__(self) -> Iterator["Message"]:
         yield from self.memory
-        broker = self.topic.broker
+        topic = self.topic
         for entry in self.disk:
-            yield self._decode(broker.temp_store().read(entry))
+            yield self._decode(topic.stored.temp_store().read(entry))
 
     def append(self, message: "Message") -> None:
         """A new message (already held for this subscription by the topic)."""
@@ -99,19 +99,19 @@ class FilePending:
         if self.memory:
             return self.memory.popleft()
         message = self._read_back(self.disk.popleft())
-        broker = self.topic.broker
-        if not self.disk and broker.trace.enabled:
-            broker.swapped(self.topic, self.sub, "swap_in", self.swaps)
+        topic = self.topic
+        if not self.disk and topic.trace.enabled:
+            topic.events.swapped(self.topic, self.sub, "swap_in", self.swaps)
         return message
 
     def _read_back(self, entry: int) -> "Message":
         """A swapped-out message, read from the temp store (which frees it) and held again."""
-        broker = self.topic.broker
-        store = broker.temp_store()
+        topic = self.topic
+        store = topic.stored.temp_store()
         message = self._decode(store.read(entry))
         store.release(entry)
         self.topic.hold(message)
-        broker.temp_changed()
+        topic.stored.temp_changed()
         return message
 
     def pop(self) -> "Message":
@@ -121,35 +121,35 @@ class FilePending:
         return self.memory.pop()
 
     def clear(self) -> None:
-        store = self.topic.broker.temp_store() if self.disk else None
+        store = self.topic.stored.temp_store() if self.disk else None
         for entry in self.disk:
             assert store is not None
             store.release(entry)
         self.disk.clear()
         self.memory.clear()
         if store is not None:
-            self.topic.broker.temp_changed()
+            self.topic.stored.temp_changed()
 
     # -- swapping
     def is_full(self) -> bool:
         """ActiveMQ ``FilePendingMessageCursor.isFull``."""
-        return self.topic.memory.is_full() or (bool(self.disk) and self.topic.broker.temp_usage.is_full())
+        return self.topic.memory.is_full() or (bool(self.disk) and self.topic.temp_usage.is_full())
 
     def swap_out(self) -> None:
         """Move the whole memory list to the temp store, in one go."""
         count = len(self.memory)
         if not count:
             return
-        broker = self.topic.broker
-        store = broker.temp_store()
+        topic = self.topic
+        store = topic.stored.temp_store()
         written: list[int] = []
         try:
             for message in self.memory:
-                written.append(store.append(self._list_id, broker.payload_of(message)))
+                written.append(store.append(self._list_id, topic.stored.payload_of(message)))
         except StoreFull as exc:  # a full disk: all of them stay in memory (the order holds), none on disk
             for entry in written:
                 store.release(entry)
-            broker.temp_changed()
+            topic.stored.temp_changed()
             if not self._kept_in_memory:
                 log.warning(
                     "%s: subscription %s: %s; its pending messages stay in memory", self.topic.address, self.sub.id, exc
@@ -160,18 +160,18 @@ class FilePending:
         self.disk.extend(written)
         while self.memory:
             self.topic.release(self.memory.popleft())
-        broker.temp_changed()
+        topic.stored.temp_changed()
         self.swaps += 1
         log.info(
             "%s: subscription %s swapped %d pending messages to the temp store (temp usage %d%%, memory %d%%)",
             self.topic.address,
             self.sub.id,
             count,
-            broker.temp_usage.percent,
-            broker.memory.percent,
+            topic.temp_usage.percent,
+            topic.root_memory.percent,
         )
-        if broker.trace.enabled:
-            broker.swapped(self.topic, self.sub, "swap_out", count)
+        if topic.trace.enabled:
+            topic.events.swapped(self.topic, self.sub, "swap_out", count)
 
     @property
     def _list_id(self) -> str:
@@ -179,10 +179,10 @@ class FilePending:
         return f"{self.topic.address}|{self.sub.key}"
 
     def _to_disk(self, message: "Message") -> None:
-        broker = self.topic.broker
-        self.disk.append(broker.temp_store().append(self._list_id, broker.payload_of(message)))
+        topic = self.topic
+        self.disk.append(topic.stored.temp_store().append(self._list_id, topic.stored.payload_of(message)))
         self.topic.release(message)
-        broker.temp_changed()
+        topic.stored.temp_changed()
 
     def _decode(self, payload: bytes) -> "Message":
         """The message a swapped-out payload holds, with its own broker seq."""

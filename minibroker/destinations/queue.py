@@ -27,7 +27,7 @@ from minibroker.destinations.destination import Destination, FifoPending, Priori
 
 if TYPE_CHECKING:
     from minibroker.config import PolicyEntry
-    from minibroker.destinations.ports import DestinationHost
+    from minibroker.destinations.ports import DestinationParts
     from minibroker.destinations.subscription import Subscription
     from minibroker.protocol.message import Message
 
@@ -43,8 +43,8 @@ class Queue(Destination):
 
     kind = "queue"
 
-    def __init__(self, broker: DestinationHost, name: str, policy: "PolicyEntry", **kw: Any) -> None:
-        super().__init__(broker, name, policy, **kw)
+    def __init__(self, parts: DestinationParts, name: str, policy: "PolicyEntry", **kw: Any) -> None:
+        super().__init__(parts, name, policy, **kw)
         #: The cache: undelivered messages in memory, in dispatch order.
         self.pending: FifoPending | PriorityPending = (
             PriorityPending() if policy.prioritized_messages else FifoPending()
@@ -104,11 +104,11 @@ class Queue(Destination):
             self.exclusive_owner = max(exclusives, key=lambda c: c.priority, default=None)
         self._regroup()
         returned = sub.take_all_dispatched()
-        tracing = self.broker.trace.enabled
+        tracing = self.trace.enabled
         for m in returned:
             m.redeliveries += 1  # as ActiveMQ does for messages of a closed consumer
             if tracing:
-                self.broker.redelivering(self, m, sub, "closed")
+                self.events.redelivering(self, m, sub, "closed")
         self.pending.push_front(sorted(returned, key=lambda m: m.seq))
         self.dispatch()
 
@@ -127,26 +127,43 @@ class Queue(Destination):
 
     # -- messages in
     def accept(self, message: "Message") -> None:
-        """Take a newly sent message: cache it (or leave it in the store) and dispatch.
+        """Take a newly sent message: cache it (or leave it in the store) and dispatch."""
+        if self._straight_through(message):  # measured: skips the cache's round trip for one ready consumer
+            return
+        self.enqueued += 1
+        cached = self.cursor.add(message)
+        self.events.message_enqueued(self, message, cached)
+        if message.expires and not self._sweep_scheduled and self.policy.expire_messages_period:
+            self._schedule_sweep()
+        if self.consumers:
+            self.dispatch()
 
-        Theory of operation of the straight-through path: with one consumer and no
-        selector (``_single``), nothing cached (``pending``) nor in the store (the
-        cache is enabled only while nothing is store-only: ``cursor.py``), a consumer
-        with room, no dispatch running and a message that cannot expire, the general
-        path caches the message (the cursor's space check passes: a persistent one is
-        tested here, and a non-persistent one leaves at once, so even a file cursor
-        keeps it), charges its memory (``hold``), reports it enqueued, and dispatch
-        takes it straight back out and delivers it, and finds nothing more to do.
-        This does the same without the round trip through the cache. When the
-        consumer acknowledges on delivery (auto) and the message is not in the
-        journal, the charge is released at once: where that moves no usage out of
-        its band (``Usage.passes``, which raises the peaks as the charge would) it is
-        not made at all, and neither is the release. The suite holds this path to
-        the general one (``tests/core/test_core_fast_paths.py``).
+    def _straight_through(self, message: "Message") -> bool:
+        """Deliver ``message`` at once, as the general path would, without caching it
+        first; False (nothing done) where the general path must run.
+
+        Preconditions (the general path would cache the message and dispatch would
+        take it straight back out, finding nothing more to do):
+
+        - one consumer, with no selector (``_single``), with room;
+        - nothing cached (``pending``) and nothing store-only (the cache is enabled
+          only then: ``cursor.py``), no dispatch running;
+        - a message that cannot expire; a persistent one passes the cursor's space
+          check (a non-persistent one leaves at once: even a file cursor keeps it).
+
+        Steps:
+
+        1. An auto-ack consumer and a message not in the journal: where the charge
+           moves no usage out of its band (``Usage.passes``, which raises the peaks
+           as the charge would), the message is written and counted, and neither
+           charged nor released (one ``space_freed`` stands for the release).
+        2. Otherwise it is charged (``hold``), reported enqueued and delivered.
+
+        ``tests/core/test_core_fast_paths.py`` holds this path to the general one.
         """
         sub = self._single
         cursor = self.cursor
-        if (
+        if not (
             sub is not None
             and STRAIGHT_THROUGH
             and not self.pending
@@ -156,30 +173,23 @@ class Queue(Destination):
             and sub.has_capacity()
             and (message.store_ref is None or cursor.has_space())
         ):
-            self.enqueued += 1
-            broker = self.broker
-            if sub.auto and message.store_ref is None and not message.refs and self.memory.passes(message.size):
-                tracing = broker.trace.enabled
-                if tracing:
-                    broker.message_enqueued(self, message, True)
-                sub.write_message(message)
-                if tracing:
-                    broker.delivered(sub, message)
-                self.dispatched += 1
-                self.dequeued += 1
-                broker.space_freed()  # as the release would
-                return
-            self.hold(message)
-            broker.message_enqueued(self, message, True)
-            sub.deliver(message)
-            return
+            return False
         self.enqueued += 1
-        cached = cursor.add(message)
-        self.broker.message_enqueued(self, message, cached)
-        if message.expires and not self._sweep_scheduled and self.policy.expire_messages_period:
-            self._schedule_sweep()
-        if self.consumers:
-            self.dispatch()
+        if sub.auto and message.store_ref is None and not message.refs and self.memory.passes(message.size):
+            tracing = self.trace.enabled
+            if tracing:
+                self.events.message_enqueued(self, message, True)
+            sub.write_message(message)
+            if tracing:
+                self.events.delivered(sub, message)
+            self.dispatched += 1
+            self.dequeued += 1
+            self.flow.space_freed()  # as the release would
+            return True
+        self.hold(message)
+        self.events.message_enqueued(self, message, True)
+        sub.deliver(message)
+        return True
 
     def dispatch_to(self, sub: "Subscription") -> None:
         if sub.browser:
@@ -191,16 +201,16 @@ class Queue(Destination):
     def _schedule_sweep(self) -> None:
         self._sweep_scheduled = True
         period = self.policy.expire_messages_period / 1000
-        self.broker.timers.call_at(self.broker.clock.now() + period, self._sweep)
+        self.timers.call_at(self.clock.now() + period, self._sweep)
 
     def _sweep(self) -> None:
         self._sweep_scheduled = False
-        now_ms = self.broker.clock.wall_ms()
+        now_ms = self.clock.wall_ms()
         for message in self.pending.remove_where(lambda m: m.is_expired(now_ms)):
             self._expire(message)
         for ref in self.cursor.store_only.expired(now_ms):
-            message = self.broker.load_message(self, ref)
-            self.broker.took(ref)
+            message = self.stored.load_message(self, ref)
+            self.stored.took(ref)
             self._expire(message)
         if any(m.expires for m in self.pending) or self.cursor.store_only.expiring:
             self._schedule_sweep()
@@ -209,8 +219,8 @@ class Queue(Destination):
     def browse_snapshot(self) -> list["Message"]:
         """The pending messages, in dispatch order, for a new browser (store-only
         ones are read from disk for it, without entering the cache)."""
-        now_ms = self.broker.clock.wall_ms()
-        stored = [self.broker.load_message(self, r) for r in self.cursor.store_only]
+        now_ms = self.clock.wall_ms()
+        stored = [self.stored.load_message(self, r) for r in self.cursor.store_only]
         return [m for m in [*self.pending, *stored] if not m.is_expired(now_ms)]
 
     def _browse(self, sub: "Subscription") -> None:
@@ -221,7 +231,7 @@ class Queue(Destination):
                 sub.deliver(message)
         if not pending and not sub.browse_done and sub.session.writing.can_write:
             sub.browse_done = True
-            self.broker.end_of_browse(sub)
+            self.events.end_of_browse(sub)
 
     # -- dispatch
     def dispatch(self) -> None:
@@ -252,7 +262,7 @@ class Queue(Destination):
         while pending and sub.has_capacity():
             message = pending.popleft()
             if message.expires:
-                now_ms = now_ms or self.broker.clock.wall_ms()
+                now_ms = now_ms or self.clock.wall_ms()
                 if message.is_expired(now_ms):
                     self._expire(message)
                     continue
@@ -260,9 +270,9 @@ class Queue(Destination):
 
     def _dispatch_general(self) -> None:
         pending = self.pending
-        now_ms = self.broker.clock.wall_ms()
+        now_ms = self.clock.wall_ms()
         skipped: list["Message"] = []
-        limit = self.broker.max_page_size(self)
+        limit = self.events.max_page_size(self)
         while pending and self._someone_has_capacity():
             message = pending.popleft()
             if message.expires and message.is_expired(now_ms):
@@ -297,14 +307,14 @@ class Queue(Destination):
 
     def _expire(self, message: "Message") -> None:
         self.expired += 1
-        self.broker.message_expired(self, message)
+        self.events.message_expired(self, message)
 
     # -- acknowledgements
     def acknowledge(self, sub: "Subscription", messages: list["Message"]) -> None:
         for m in messages:
             self.dequeued += 1
             sub.acked_count += 1
-            self.broker.message_consumed(self, m)
+            self.events.message_consumed(self, m)
         self.dispatch()
 
     def redeliver(self, sub: "Subscription", messages: list["Message"], cause: str) -> None:
@@ -313,18 +323,18 @@ class Queue(Destination):
             return m.redeliveries
 
         kept = self._survivors(messages, cause, count)
-        if self.broker.trace.enabled:
+        if self.trace.enabled:
             for m in kept:
-                self.broker.redelivering(self, m, sub, cause)
+                self.events.redelivering(self, m, sub, cause)
         # A redelivery delay (ActiveMQ's redelivery policy) keeps a message aside on the broker's
         # timers; it goes back to the head when its time comes (``_redelivery_due``).
-        now, policy = self.broker.clock.now(), self.policy
+        now, policy = self.clock.now(), self.policy
         at_once = []
         for m in kept:
             delay = policy.redelivery_delay_ms(m.redeliveries)
             if delay > 0:
                 self.delayed[m.seq] = m
-                self.broker.timers.call_at(now + delay / 1000, self._redelivery_due, m)
+                self.timers.call_at(now + delay / 1000, self._redelivery_due, m)
             else:
                 at_once.append(m)
         self.pending.push_front(at_once)
@@ -345,10 +355,10 @@ class Queue(Destination):
         store_only = self.cursor.store_only
         stored = 0
         for ref in store_only:  # a chunk at a time, not the whole index at once
-            self.broker.discard_stored(ref.ref)
+            self.stored.discard_stored(ref.ref)
             stored += 1
         store_only.clear()
         for m in dropped:
-            self.broker.message_consumed(self, m)
+            self.events.message_consumed(self, m)
         self.dequeued += len(dropped) + stored
         return len(dropped) + stored

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from minibroker.destinations.destination import Destination, parse_address
-from minibroker.destinations.ports import DestinationHost
+from minibroker.destinations.ports import DestinationParts
 from minibroker.destinations.queue import Queue
 from minibroker.destinations.topic import Topic
 from minibroker.errors import ProtocolError
@@ -44,10 +44,10 @@ TEMP_PREFIXES = {"/temp-queue/": ("queue", "/remote-temp-queue/"), "/temp-topic/
 REMOTE_TEMP_PREFIXES = {"/remote-temp-queue/": "queue", "/remote-temp-topic/": "topic"}
 
 
-class RegistryHost(DestinationHost, Protocol):
+class RegistryHost(DestinationParts, Protocol):
     """The broker as its registry sees it: what a new destination is given
-    (the broker as its ``DestinationHost``, a policy), the rights to check, and
-    whom to tell of a destination created."""
+    (``ports.DestinationParts``, a policy), the rights to check, and whom to tell
+    of a destination created (``hooks``)."""
 
     @property
     def boot(self) -> str:
@@ -58,8 +58,6 @@ class RegistryHost(DestinationHost, Protocol):
 
     @property
     def security(self) -> "Security": ...
-
-    def destination_created(self, destination: Destination) -> None: ...
 
 
 class DestinationRegistry:
@@ -161,5 +159,5 @@ class DestinationRegistry:
         self.by_address[address] = created
         if owner is not None:
             self._temporaries.setdefault(owner, []).append(created)
-        self.broker.destination_created(created)
+        self.broker.hooks.destination_created(created)
         return created

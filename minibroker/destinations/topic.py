@@ -33,7 +33,7 @@ from minibroker.destinations.pending import FilePending
 
 if TYPE_CHECKING:
     from minibroker.config import PolicyEntry
-    from minibroker.destinations.ports import DestinationHost
+    from minibroker.destinations.ports import DestinationParts
     from minibroker.destinations.subscription import Subscription
     from minibroker.protocol.message import Message
 
@@ -49,8 +49,8 @@ class Topic(Destination):
 
     kind = "topic"
 
-    def __init__(self, broker: DestinationHost, name: str, policy: "PolicyEntry", **kw: Any) -> None:
-        super().__init__(broker, name, policy, **kw)
+    def __init__(self, parts: DestinationParts, name: str, policy: "PolicyEntry", **kw: Any) -> None:
+        super().__init__(parts, name, policy, **kw)
         self.subs: list["Subscription"] = []
         #: Durable subscriptions by (client-id, subscription name), online or not.
         self.durables: dict[tuple[str, str], DurableState] = {}
@@ -102,7 +102,7 @@ class Topic(Destination):
                 if state.active is not None:
                     self.subs.append(state.active)
                 else:
-                    state.offline_since = self.broker.clock.now()
+                    state.offline_since = self.clock.now()
             if shared and not state.sharers:
                 self.shared -= 1
             for member in state.members():
@@ -111,7 +111,7 @@ class Topic(Destination):
         in_memory = list(sub.pending.memory) if isinstance(sub.pending, FilePending) else list(sub.pending)
         sub.pending.clear()  # a file cursor also releases what it holds on disk
         for m in in_memory + returned:
-            self.broker.message_consumed(self, m)
+            self.events.message_consumed(self, m)
 
     def durable_state(
         self, client_id: str, name: str, selector_text: str | None, no_local: bool, owner: str | None = None
@@ -129,7 +129,7 @@ class Topic(Destination):
         if state is None:
             state = DurableState(client_id, name, selector_text, no_local, owner)
             self.durables[key] = state
-            self.broker.durables_changed()
+            self.stored.durables_changed()
         return state
 
     def delete_durable(self, client_id: str, name: str) -> bool:
@@ -139,9 +139,9 @@ class Topic(Destination):
             return False
         for m in state.pending:
             self._settle(state, m)
-            self.broker.message_consumed(self, m)
+            self.events.message_consumed(self, m)
         state.pending.clear()
-        self.broker.durables_changed()
+        self.stored.durables_changed()
         return True
 
     def accept(self, message: "Message", targets: list["Subscription"] | None = None) -> list["Subscription"] | None:
@@ -150,31 +150,31 @@ class Topic(Destination):
         Returns None when done, or the subscriptions still to serve when one
         of them is full: the producer must wait (``targets`` resumes there).
 
-        Theory of operation of the straight-through path: a subscription without a
-        selector, noLocal or durable state that acknowledges on delivery (auto) and
-        has room and nothing pending gets the message at once, and the general path
-        holds it for that subscription (charging its memory if nothing held it yet)
-        only to release it in the same call, once delivered. Where the message is
-        already held (an earlier subscription keeps it pending, or unacknowledged)
-        that hold and release only count a reference up and down; where it is not,
-        and the charge moves no usage out of its percent band (``Usage.passes``,
-        which raises the peaks as the charge would), they change nothing else either.
-        So the frame is written and counted without them. Such deliveries leave the
-        usage where it was, so one ``passes`` answers for those that follow it,
-        until a subscription takes the general path (which may move the usage); and
-        one ``space_freed`` (the release's) stands for the run's: it only flags a
-        retry if producers or cursors wait, which nothing in the run changes.
+        The straight-through path (measured: it skips a hold and release that change nothing).
+        Preconditions, for one subscription:
+
+        - no selector, noLocal or durable state; it acknowledges on delivery (auto);
+        - it has room and nothing pending;
+        - the message is already held (by an earlier subscription), or a charge of
+          its size moves no usage out of its percent band (``Usage.passes``, which
+          raises the peaks as the charge would).
+
+        Then the general path's hold and release (in the same call) would change
+        nothing but counts, so the frame is written and counted without them.
+        Such deliveries leave the usage where it was: one ``passes`` answers for
+        those that follow it, until a subscription takes the general path; and one
+        ``space_freed`` (the release's) stands for the run's (it only flags a retry
+        if producers or cursors wait, which nothing in the run changes).
         The suite holds this path to the general one (``tests/core/test_core_fast_paths.py``).
         """
-        broker = self.broker
         if targets is None:
             self.enqueued += 1
             targets = self.subs
         else:  # resuming a held producer: skip subscriptions gone since (aborted, unsubscribed)
-            live = broker.live_subscription
+            live = self.events.live_subscription
             targets = [s for s in targets if live(s)]
         limit = self.policy.pending_message_limit
-        tracing = broker.trace.enabled
+        tracing = self.trace.enabled
         passing = False  # a Usage.passes for this message's size said yes, and the usage has not moved since
         for i, sub in enumerate(targets):
             if (sub.selector is not None or sub.no_local) and not sub.accepts(message):
@@ -189,23 +189,23 @@ class Topic(Destination):
             ):
                 sub.write_message(message)
                 if tracing:
-                    broker.delivered(sub, message)
+                    self.events.delivered(sub, message)
                 self.dispatched += 1
                 self.dequeued += 1
                 if not message.refs and not passing:  # (held by another subscription, the hold and release only count)
                     passing = True
-                    broker.space_freed()  # as the release would (once a run: see above)
+                    self.flow.space_freed()  # as the release would (once a run: see above)
                 continue
             passing = False
             if not direct and self.cursor_full(sub):
                 if limit == 0:
                     self._discard(sub, message, "subscription full, pending_message_limit is 0")
                     continue
-                broker.subscription_full(self, sub)
+                self.events.subscription_full(self, sub)
                 return targets[i:]
             state = sub.durable
             if state is not None:
-                broker.persist_durable(self, state, message)
+                self.stored.persist_durable(self, state, message)
             self.hold(message)  # one reference per subscription until it is done with it
             if direct:
                 sub.deliver(message)
@@ -214,13 +214,13 @@ class Topic(Destination):
                 if limit > 0 and len(sub.pending) > limit:
                     self._evict(sub)
                 if not sub.slow and len(sub.pending) > sub.prefetch:
-                    broker.slow_consumer(sub, True)
+                    self.events.slow_consumer(sub, True)
                 if state is not None and state.sharers:  # its other consumers take what sub cannot
                     for sharer in state.sharers:
                         self.dispatch_to(sharer)
         for state in self.durables.values():
             if state.active is None and state.accepts(message):
-                broker.persist_durable(self, state, message)
+                self.stored.persist_durable(self, state, message)
                 self.hold(message)
                 state.pending.append(message)
         return None
@@ -252,22 +252,22 @@ class Topic(Destination):
         sub.discarded += 1
         self.discarded += 1
         if held:
-            self.broker.message_consumed(self, message)
-        self.broker.discarded(self, sub, message, reason)
+            self.events.message_consumed(self, message)
+        self.events.discarded(self, sub, message, reason)
 
     def dispatch_to(self, sub: "Subscription") -> None:
         pending = sub.pending
-        now_ms = self.broker.clock.wall_ms()
+        now_ms = self.clock.wall_ms()
         while pending and sub.has_capacity():
             message = pending.popleft()
             if message.expires and message.is_expired(now_ms):
                 self.expired += 1
                 self._settle(sub.durable, message)
-                self.broker.message_expired(self, message)
+                self.events.message_expired(self, message)
                 continue
             sub.deliver(message)
         if sub.slow and not pending:
-            self.broker.slow_consumer(sub, False)
+            self.events.slow_consumer(sub, False)
 
     def acknowledge(self, sub: "Subscription", messages: list["Message"]) -> None:
         for m in messages:
@@ -275,7 +275,7 @@ class Topic(Destination):
             sub.acked_count += 1
             sub.redelivered.pop(m.seq, None)
             self._settle(sub.durable, m)
-            self.broker.message_consumed(self, m)
+            self.events.message_consumed(self, m)
         self.dispatch_to(sub)
 
     def on_delivered(self, sub: "Subscription", message: "Message") -> None:
@@ -283,13 +283,13 @@ class Topic(Destination):
             self._settle(sub.durable, message)
         elif sub.durable is not None and not sub.browser:
             # Its stored copy is marked, so that after a restart it comes back redelivered.
-            self.broker.mark_durable_delivered(sub.durable, message)
+            self.stored.mark_durable_delivered(sub.durable, message)
         super().on_delivered(sub, message)
 
     def _settle(self, state: "DurableState | None", message: "Message") -> None:
         """A durable subscription is done with ``message``: drop its stored copy."""
         if state is not None:
-            self.broker.settle_durable(state, message)
+            self.stored.settle_durable(state, message)
 
     def redeliver(self, sub: "Subscription", messages: list["Message"], cause: str) -> None:
         def count(m: "Message") -> int:
@@ -300,8 +300,8 @@ class Topic(Destination):
         for m in messages:
             if m not in kept:  # dead-lettered: the durable copy goes too
                 self._settle(sub.durable, m)
-            elif self.broker.trace.enabled:
-                self.broker.redelivering(self, m, sub, cause)
+            elif self.trace.enabled:
+                self.events.redelivering(self, m, sub, cause)
         sub.pending.extendleft(reversed(kept))
         self.dispatch_to(sub)
 

@@ -54,9 +54,44 @@ def is_admin_address(address: str) -> bool:
     return address.startswith(ADMIN_PREFIX)
 
 
+class AdminFrames(Protocol):
+    """Frame handling, as the operations use it: destinations by address, selectors."""
+
+    def destination(self, address: str) -> Destination:
+        """The destination at ``address``, created on first use (a ``ProtocolError`` if it may not be)."""
+
+    def compile_selector(self, text: str | None) -> Any:
+        """A compiled selector, or None for no selector (a ``ProtocolError`` if invalid)."""
+
+
+class AdminHooks(Protocol):
+    """The destination hooks, as the operations use them."""
+
+    def message_consumed(self, destination: Destination, message: Message) -> None: ...
+
+    def forget_destination(self, destination: Destination) -> None: ...
+
+
+class AdminStore(Protocol):
+    """The store hooks, as the operations use them: messages in and out, in one storage transaction."""
+
+    def load_message(self, destination: Destination, paged: "PagedRef", payload: bytes | None = None) -> Message: ...
+
+    def admit(self, destination: Destination, message: Message) -> Any:
+        """Journal (if persistent) and hand ``message`` to ``destination``."""
+
+    def discard_stored(self, ref: Any) -> None: ...
+
+    def begin_storage_transaction(self, session: "Session") -> str: ...
+
+    def commit_storage_transaction(self, txid: str) -> None: ...
+
+    def end_storage_transaction(self) -> None: ...
+
+
 class AdminHost(Protocol):
     """The broker as its operations see it (``broker.Broker`` satisfies it): what
-    they read, and the few public calls by which they change it."""
+    they read, and the parts through which they change it."""
 
     @property
     def clock(self) -> "Clock": ...
@@ -73,33 +108,19 @@ class AdminHost(Protocol):
     @property
     def destinations(self) -> Mapping[str, Destination]: ...
 
-    def destination(self, address: str) -> Destination:
-        """The destination at ``address``, created on first use (a ``ProtocolError`` if it may not be)."""
+    @property
+    def handlers(self) -> AdminFrames: ...
 
-    def forget_destination(self, destination: Destination) -> None: ...
+    @property
+    def hooks(self) -> AdminHooks: ...
+
+    @property
+    def storehooks(self) -> AdminStore: ...
 
     def session_tag(self, sid: int) -> str:
         """Connection ``sid`` as CONNECTED's ``session`` header names it."""
 
     def close_connection(self, session: "Session", reason: str) -> None: ...
-
-    def compile_selector(self, text: str | None) -> Any:
-        """A compiled selector, or None for no selector (a ``ProtocolError`` if invalid)."""
-
-    def load_message(self, destination: Destination, paged: "PagedRef", payload: bytes | None = None) -> Message: ...
-
-    def admit(self, destination: Destination, message: Message) -> Any:
-        """Journal (if persistent) and hand ``message`` to ``destination``."""
-
-    def message_consumed(self, destination: Destination, message: Message) -> None: ...
-
-    def discard_stored(self, ref: Any) -> None: ...
-
-    def begin_storage_transaction(self, session: "Session") -> str: ...
-
-    def commit_storage_transaction(self, txid: str) -> None: ...
-
-    def end_storage_transaction(self) -> None: ...
 
 
 @dataclass
@@ -206,7 +227,7 @@ def _delete(broker: "AdminHost", session: "Session", headers: Mapping[str, str])
         for client_id, name in list(dest.durables):
             purged += len(dest.durables[(client_id, name)].pending)
             dest.delete_durable(client_id, name)
-    broker.forget_destination(dest)
+    broker.hooks.forget_destination(dest)
     log.info("%s deleted by %s (%d messages dropped)", dest.address, session.principal.name, purged)
     return AdminResult({"operation": "delete", "destination": dest.address, "purged": purged})
 
@@ -259,7 +280,7 @@ def _browse(broker: "AdminHost", session: "Session", headers: Mapping[str, str])
             if len(shown) >= count:
                 break
             if not (0 < paged.expires <= now_ms):
-                shown.append(describe_message(broker.load_message(queue, paged), limit))
+                shown.append(describe_message(broker.storehooks.load_message(queue, paged), limit))
     return AdminResult(
         {
             "operation": "browse",
@@ -311,7 +332,7 @@ def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -
     fixed: Queue | None = None
     if headers.get("to"):
         fixed = _target_queue(broker, session, headers["to"], source)
-    selector = broker.compile_selector(headers.get("selector"))
+    selector = broker.handlers.compile_selector(headers.get("selector"))
     limit = int_header(headers, "count", 0, 0, None, clamp=False) or None
     targets: dict[str, Queue | str] = {}  # address -> its queue, or why not
 
@@ -333,7 +354,7 @@ def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -
     store = broker.store
     txid = None
     if store is not None:
-        txid = broker.begin_storage_transaction(session)
+        txid = broker.storehooks.begin_storage_transaction(session)
     failure: str | None = None
 
     waiting = len(source.pending) + len(source.cursor.store_only)  # before the move
@@ -357,7 +378,7 @@ def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -
             return False
         copy = moved_copy(message, target.address)
         try:
-            broker.admit(target, copy)
+            broker.storehooks.admit(target, copy)
         except ResourceLimitError as exc:
             failure = exc.message
             return False
@@ -370,7 +391,7 @@ def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -
         kept: list[Message] = []
         for message in taken:
             if failure is None and carry(message):
-                broker.message_consumed(source, message)
+                broker.hooks.message_consumed(source, message)
             else:
                 kept.append(message)
         source.pending.push_front(kept)
@@ -381,7 +402,7 @@ def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -
                     break
                 if 0 < paged.expires <= now_ms:
                     continue  # the expiry sweep's
-                message = broker.load_message(source, paged)
+                message = broker.storehooks.load_message(source, paged)
                 if not wanted(message):
                     continue
                 if carry(message):
@@ -390,15 +411,15 @@ def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -
                     break
         if gone:
             for paged in source.cursor.store_only.remove_where(lambda r: r.seq in gone):
-                broker.discard_stored(paged.ref)
+                broker.storehooks.discard_stored(paged.ref)
         source.dequeued += sum(moved.values())
         if store is not None and txid is not None:
             try:
-                broker.commit_storage_transaction(txid)
+                broker.storehooks.commit_storage_transaction(txid)
             except ResourceLimitError as exc:
                 failure = exc.message
     finally:
-        broker.end_storage_transaction()
+        broker.storehooks.end_storage_transaction()
     total = sum(moved.values())
     log.info("%s: %d messages moved by %s to %s", source.address, total, session.principal.name, moved or "-")
     if failure is not None:
@@ -431,7 +452,7 @@ def _target_queue(broker: "AdminHost", session: "Session", address: str, source:
     if address == source.address:
         raise ProtocolError(f"cannot move to {address}: it is the source")
     broker.security.check_admin(session.principal, "move to", kind, name)
-    target = broker.destination(address)
+    target = broker.handlers.destination(address)
     assert isinstance(target, Queue)
     return target
 

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from minibroker.connection.security import Principal, Security
     from minibroker.connection.session import Session
     from minibroker.destinations.destination import Destination
+    from minibroker.destinations.ports import Connection
     from minibroker.destinations.subscription import Subscription
     from minibroker.destinations.usage import Usage
     from minibroker.ops.rates import RateMeter
@@ -60,6 +61,12 @@ __all__ = [
 ]
 
 STATISTICS_PREFIX = "/queue/ActiveMQ.Statistics."
+
+
+class SpilledIndex(Protocol):
+    """What the store cursors' lists of store-only messages hold on disk (``StoreHooks``)."""
+
+    def index_spilled_bytes(self) -> int: ...
 
 
 class BrokerView(DiagnosedBroker, Protocol):
@@ -94,7 +101,9 @@ class BrokerView(DiagnosedBroker, Protocol):
     @property
     def store_failure(self) -> str | None: ...
 
-    def index_spilled_bytes(self) -> int: ...
+    @property
+    def storehooks(self) -> SpilledIndex:
+        """The store hooks: what the store cursors' lists hold on disk."""
 
     def diagnose(self) -> list[dict[str, Any]]:
         """The pathologies recognised now (``diagnosis.py``)."""
@@ -136,7 +145,7 @@ class Scope:
         assert self.principal is not None
         return self.broker.security.allows(self.principal, "read", dest.kind, dest.name)
 
-    def sees_session(self, session: "Session") -> bool:
+    def sees_session(self, session: "Connection") -> bool:
         return self.everything or (self.principal is not None and session.principal.name == self.principal.name)
 
     def destinations(self) -> list["Destination"]:
@@ -202,7 +211,7 @@ def broker_statistics(broker: "BrokerView", scope: Scope | None = None) -> dict[
         + sum(d.cursor.store_only.nbytes() for d in dests if isinstance(d, Queue)),
         # ... and how much of it is not in memory but in scratch files (KahaDB's index beyond its cache).
         "indexSpilledBytes": (broker.store.index_spilled_bytes() if broker.store is not None else 0)
-        + broker.index_spilled_bytes(),
+        + broker.storehooks.index_spilled_bytes(),
         "size": size,
         "readyCount": size - inflight,
         "inflightCount": inflight,

@@ -1,7 +1,7 @@
-"""Every method of the core that an edge calls is an entry point wrapped in ``fail_stop``.
+"""Every method of the core that an edge calls is an entry point (``outbox.entry_point``).
 
 A store that fails bringing a message back from disk can do so in almost any
-event (``failstop.py``); an entry point left unwrapped lets ``StoreFailed``
+event (``outbox.py``); an entry point left unwrapped lets ``StoreFailed``
 escape to the edge, where the real server's asyncio callbacks only log it and
 the broker goes on. The edges' calls are found in their source, so a new call
 to an unwrapped method fails here.
@@ -14,20 +14,21 @@ import inspect
 from pathlib import Path
 
 import minibroker
-from minibroker.core import Broker, is_fail_stop
+from minibroker.core import Broker, is_entry_point
+from minibroker.core.outbox import Outbox
 
 #: The modules that drive the core from outside.
 _EDGES = ("edge/connection.py", "edge/server.py", "edge/websocket.py", "edge/virtual.py")
 
 #: Methods the edges call that are not wrapped, and why none of them can meet a failing store.
 _NOT_WRAPPED = {
-    "open_session": "returns the new session's id; a new connection holds nothing the store could be asked for",
     "take_actions": "a pure drain: the work is done at each event's end, in _finish, which is wrapped (checked below)",
     "turn": "returns the turn; its end's work is _finish, which is wrapped (checked below)",
     "next_deadline": "reads the timers",
     "session_tag": "formats a name",
     "recover": "at start: a failure refuses to start the broker (serve exits non-zero)",
     "close": "stopping: the journals are closed",
+    "report_buffered": "sets a number for statistics; reads no store",
 }
 
 
@@ -57,6 +58,6 @@ def test_the_edges_call_the_entry_points_this_test_knows() -> None:
 
 
 def test_every_entry_point_the_edges_call_turns_a_failed_store_into_fail_stop() -> None:
-    unwrapped = {name for name in _entry_points() if not is_fail_stop(getattr(Broker, name))}
-    assert unwrapped <= set(_NOT_WRAPPED), f"wrap these in failstop.fail_stop: {sorted(unwrapped - set(_NOT_WRAPPED))}"
-    assert is_fail_stop(Broker._finish)
+    unwrapped = {name for name in _entry_points() if not is_entry_point(getattr(Broker, name))}
+    assert unwrapped <= set(_NOT_WRAPPED), f"make these outbox.entry_point: {sorted(unwrapped - set(_NOT_WRAPPED))}"
+    assert is_entry_point(Outbox._finish)

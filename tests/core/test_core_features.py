@@ -394,7 +394,7 @@ class TestBrowse:
             for m in batch:
                 consumer.ack(m)
         assert [m.body for m in got] == bodies
-        assert not consumer.frames("ERROR") and net.broker.temp_store().entries == 0
+        assert not consumer.frames("ERROR") and net.broker.storehooks.temp_store().entries == 0
 
     def test_browsing_an_empty_queue_ends_at_once(self) -> None:
         net = VirtualNetwork()

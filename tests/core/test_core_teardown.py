@@ -116,7 +116,7 @@ def test_the_checker_finds_a_ghost_consumer() -> None:
     net, checker = _checked_network()
     c = net.connected_client("c")
     c.subscribe("/queue/q", "s", "client")
-    net.broker._tear_down = lambda session: None  # type: ignore[method-assign]
+    net.broker.teardown.tear_down = lambda session: None  # type: ignore[method-assign]
     c.drop()
     assert any("/queue/q still lists subscriptions ['s']" in v for v in checker.violations), checker.violations
 

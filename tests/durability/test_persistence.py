@@ -440,7 +440,7 @@ class TestStoreLimits:
         p.send("/queue/q", "not persistent", receipt="3")
         net.broker.store_usage.decrease(10 * 1024 * 1024)
         with net.broker.turn():  # as if a dequeue had freed it, in an event
-            net.broker.space_freed()
+            net.broker.flow.space_freed()
         net.pump()
         assert [f.headers["receipt-id"] for f in p.frames("RECEIPT")] == ["1", "2", "3"]
 

@@ -166,7 +166,7 @@ def _verdict(
             f"{BURST / 50:.0f} s at the producer's own pace)"
         )
     if temp.peak:
-        for f in broker.temp_store().files():
+        for f in broker.storehooks.temp_store().files():
             lab.note(
                 f"temp store: {f.name}, {f.size // KB} KB, {f.referenced} entries still referenced"
                 f"{', the current write file (never deleted)' if f.current else ''}"
@@ -286,7 +286,7 @@ def _live_state(live: Any) -> dict[str, Any]:
             "temp_pct": stats["tempPercentUsage"],
             "blocked": stats["blockedProducers"],
             "pending": sum(len(s.pending) + len(s.dispatched) for s in broker.destinations[TOPIC].subs),
-            "files": [(f.name, f.referenced, f.current) for f in broker.temp_store().files()]
+            "files": [(f.name, f.referenced, f.current) for f in broker.storehooks.temp_store().files()]
             if broker.temp_usage.peak
             else [],
         }
