@@ -17,6 +17,9 @@ code and the reasons: ``docs/design-notes.md``):
 
 from __future__ import annotations
 
+# First: importing corebuild decides which build of the core (compiled or the
+# source) every later import loads.
+from minibroker import corebuild  # noqa: F401  (imported for that decision)
 from minibroker.config import BrokerConfig, load_config
 from minibroker.core import Broker
 from minibroker.core.actions import (
