@@ -41,28 +41,65 @@ __all__ = [
     "COMPILED_MODULES",
     "CORE_ENV",
     "MANIFEST_NAME",
+    "NOT_COMPILED",
     "CoreBuild",
+    "SourceFirst",
+    "check_build",
     "current",
     "describe",
+    "extension_path",
+    "loaded_as_extension",
+    "python_tag",
     "requested_but_missing",
     "select",
     "source_digests",
+    "source_path",
 ]
 
 #: The environment variable that asks for a build: "compiled" or "interpreted".
 CORE_ENV = "MINIBROKER_CORE"
 #: The build's record, beside this file: the compiler, the Python, each source's digest.
 MANIFEST_NAME = "compiled.json"
+#: Why the core runs interpreted when nothing was compiled.
+NOT_COMPILED = "not compiled"
 
 #: The modules mypyc compiles, in one group (they call each other natively).
 COMPILED_MODULES: tuple[str, ...] = (
     "minibroker.digits",
     "minibroker.frames",
+    "minibroker.wildcards",
     "minibroker.protocol.codec",
+    "minibroker.protocol.dialects",
+    "minibroker.protocol.headers",
     "minibroker.protocol.message",
+    "minibroker.connection.clock",
+    "minibroker.connection.logins",
+    "minibroker.connection.security",
+    "minibroker.connection.session",
+    "minibroker.connection.states",
+    "minibroker.connection.timers",
+    "minibroker.destinations.cursor",
+    "minibroker.destinations.destination",
+    "minibroker.destinations.durables",
+    "minibroker.destinations.pending",
+    "minibroker.destinations.ports",
+    "minibroker.destinations.queue",
+    "minibroker.destinations.registry",
     "minibroker.destinations.seqfifo",
-    "minibroker.destinations.usage",
     "minibroker.destinations.subscription",
+    "minibroker.destinations.topic",
+    "minibroker.destinations.usage",
+    "minibroker.core.actions",
+    "minibroker.core.broker",
+    "minibroker.core.common",
+    "minibroker.core.failstop",
+    "minibroker.core.flow",
+    "minibroker.core.handlers",
+    "minibroker.core.hooks",
+    "minibroker.core.invariants",
+    "minibroker.core.outbox",
+    "minibroker.core.storehooks",
+    "minibroker.core.teardown",
 )
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -87,14 +124,14 @@ class CoreBuild:
         return f"core: interpreted ({self.reason})" if self.reason else "core: interpreted"
 
 
-def source_path(module: str) -> Path:
-    """The ``.py`` file of a compiled module (under the directory that holds ``minibroker``)."""
-    return _ROOT.joinpath(*module.split(".")).with_suffix(".py")
+def source_path(module: str, root: Path = _ROOT) -> Path:
+    """The ``.py`` file of a compiled module (``root`` holds its top package)."""
+    return root.joinpath(*module.split(".")).with_suffix(".py")
 
 
-def source_digests(modules: Sequence[str] = COMPILED_MODULES) -> dict[str, str]:
+def source_digests(modules: Sequence[str] = COMPILED_MODULES, root: Path = _ROOT) -> dict[str, str]:
     """Each module's source SHA-256, as the build records it and the check compares it."""
-    return {module: hashlib.sha256(source_path(module).read_bytes()).hexdigest() for module in modules}
+    return {module: hashlib.sha256(source_path(module, root).read_bytes()).hexdigest() for module in modules}
 
 
 def python_tag() -> str:
@@ -102,9 +139,9 @@ def python_tag() -> str:
     return importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
-def _extension_path(module: str) -> Path | None:
+def extension_path(module: str, root: Path = _ROOT) -> Path | None:
     """The compiled extension beside a module's source, if there is one."""
-    base = source_path(module)
+    base = source_path(module, root)
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         candidate = base.with_name(base.stem + suffix)
         if candidate.exists():
@@ -112,39 +149,43 @@ def _extension_path(module: str) -> Path | None:
     return None
 
 
-def _check_manifest() -> tuple[str, str]:
-    """(compiler, "") when the compiled build is usable, else ("", why not)."""
-    if not any(_extension_path(module) for module in COMPILED_MODULES):
-        return "", "not compiled"
-    manifest_path = _PACKAGE_DIR / MANIFEST_NAME
+def check_build(modules: Sequence[str], root: Path, manifest_path: Path) -> tuple[str, str]:
+    """(the compiler, "") when the extensions of ``modules`` under ``root`` may run,
+    else ("", why not): none built, no manifest, another Python, one missing, or a
+    source whose digest is not the one ``manifest_path`` recorded (stale)."""
+    if not any(extension_path(module, root) for module in modules):
+        return "", NOT_COMPILED
+    rebuild = "rebuild with `make compiled`"
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return "", f"compiled modules without a readable {MANIFEST_NAME}: rebuild with `make compiled`"
+        return "", f"compiled modules without a readable {manifest_path.name}: {rebuild}"
     if manifest.get("python") != python_tag():
-        return "", f"compiled for {manifest.get('python')}, not this Python: rebuild with `make compiled`"
+        return "", f"compiled for {manifest.get('python')}, not this Python: {rebuild}"
     recorded = manifest.get("sources", {})
-    missing = [module for module in COMPILED_MODULES if _extension_path(module) is None or module not in recorded]
+    missing = [module for module in modules if extension_path(module, root) is None or module not in recorded]
     if missing:
-        return "", f"not compiled: {', '.join(missing)}: rebuild with `make compiled`"
-    changed = [module for module, digest in source_digests().items() if recorded.get(module) != digest]
+        return "", f"not compiled: {', '.join(missing)}: {rebuild}"
+    changed = [module for module, digest in source_digests(modules, root).items() if recorded.get(module) != digest]
     if changed:
-        return "", f"stale, source edited since the build: {', '.join(changed)}: rebuild with `make compiled`"
+        return "", f"stale, source edited since the build: {', '.join(changed)}: {rebuild}"
     return str(manifest.get("compiler", "mypyc")), ""
 
 
-class _SourceFirst(importlib.abc.MetaPathFinder):
-    """Loads the compiled modules from their sources, ahead of the extensions beside them."""
+class SourceFirst(importlib.abc.MetaPathFinder):
+    """Loads ``modules`` from their sources, ahead of the extensions beside them
+    (at the head of ``sys.meta_path``)."""
 
-    def __init__(self, modules: Sequence[str]) -> None:
+    def __init__(self, modules: Sequence[str], root: Path = _ROOT) -> None:
         self.modules = frozenset(modules)
+        self.root = root
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.modules:
             return None
-        return importlib.util.spec_from_file_location(fullname, source_path(fullname))
+        return importlib.util.spec_from_file_location(fullname, source_path(fullname, self.root))
 
 
 _current: CoreBuild | None = None
@@ -160,16 +201,16 @@ def select(environ: dict[str, str] | None = None) -> CoreBuild:
     requested = env.get(CORE_ENV, "").strip().lower()
     if requested not in ("", "compiled", "interpreted"):
         requested = ""
-    compiler, why_not = _check_manifest()
+    compiler, why_not = check_build(COMPILED_MODULES, _ROOT, _PACKAGE_DIR / MANIFEST_NAME)
     if requested == "interpreted":
         build = CoreBuild("interpreted", reason=f"{CORE_ENV}=interpreted", requested=requested)
     elif compiler:
         build = CoreBuild("compiled", compiler=compiler, requested=requested)
     else:
-        reason = "" if why_not == "not compiled" and not requested else why_not
+        reason = "" if why_not == NOT_COMPILED and not requested else why_not
         build = CoreBuild("interpreted", reason=reason, requested=requested)
-    if build.name == "interpreted" and any(_extension_path(module) for module in COMPILED_MODULES):
-        sys.meta_path.insert(0, _SourceFirst(COMPILED_MODULES))
+    if build.name == "interpreted" and any(extension_path(module) for module in COMPILED_MODULES):
+        sys.meta_path.insert(0, SourceFirst(COMPILED_MODULES))
     _current = build
     return build
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from broker_support import RunningBroker
+from broker_support import RunningBroker, patches_a_core_object
 from test_stomp_py import Collector, close, connect
 
 from clients.labs import labs_directory
@@ -177,6 +177,7 @@ def test_symptom_2_slow_consumers_hold_a_fast_one_back(tmp_path: Path, name: str
 # -- the same runs must give the same numbers -------------------------------------------
 
 
+@patches_a_core_object
 def test_blocked_cursors_retry_in_the_order_they_blocked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """When memory frees, the cursors that could not page in retry first come, first served.
 

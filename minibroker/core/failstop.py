@@ -88,11 +88,15 @@ def fail_stop(method: Callable[Concatenate[C, P], None]) -> Callable[Concatenate
     return guarded  # type: ignore[return-value]
 
 
+#: The methods ``fail_stop_written_out`` marked (held here: a compiled method takes no attribute).
+_written_out: set[object] = set()
+
+
 def fail_stop_written_out(method: F) -> F:
     """Mark ``method`` as an entry point that does ``fail_stop``'s work itself: its whole
     body is inside ``try: ... except StoreFailed as exc: self.store_failed(exc)``, written
     out where a wrapper's call per read counts (``Broker.receive_data``)."""
-    setattr(method, _MARK, True)
+    _written_out.add(method)
     return method
 
 
@@ -111,4 +115,4 @@ def fixed_arity(method: Callable[..., object]) -> int | None:
 
 def is_fail_stop(method: object) -> bool:
     """Is ``method`` wrapped by ``fail_stop``?"""
-    return bool(getattr(method, _MARK, False))
+    return method in _written_out or bool(getattr(method, _MARK, False))

@@ -309,11 +309,16 @@ class ReadingControl:
     """Pausing and resuming the reading of a connection, for a set of reasons
     (a mixin of ``Broker``)."""
 
-    # What it uses of the Broker it is mixed into.
+    # What it uses of the Broker it is mixed into (the two methods are the Broker's:
+    # declared as methods, not as attributes, so a compiled Broker overrides them).
     clock: "Clock"
     _control: list[Action]
-    _handle: Callable[[Session, Frame], None]
-    _fail: Callable[[Session, ProtocolError, Frame | None], None]
+
+    def _handle(self, session: Session, frame: Frame) -> None:
+        raise NotImplementedError
+
+    def _fail(self, session: Session, exc: ProtocolError, frame: Frame | None) -> None:
+        raise NotImplementedError
 
     def _stop_reading(self, session: Session, reason: str) -> None:
         """Stop reading ``session``'s socket for ``reason`` (TCP backpressure on the peer)."""
