@@ -121,7 +121,7 @@ browser:
 # C compiler and Python's headers: as root they are installed from Debian; otherwise the broker
 # runs interpreted and its first log line says so. A build whose sources have not changed is
 # kept (minibroker/compiled.json holds their digests); one whose sources changed is rebuilt
-# here, and is never loaded in their place (`python -m minibroker.corebuild` would say stale).
+# here; until then the sources run, and serve's first log line says the build is stale.
 HAVE_CC := { command -v cc && $(PY) -c 'import sys; import sysconfig; import os.path as p; sys.exit(not p.exists(sysconfig.get_paths()["include"] + "/Python.h"))'; }
 CORE_IS_FRESH := $(PY) -c 'import sys; from minibroker import corebuild; sys.exit(corebuild.current().name != "compiled")'
 CORE_BUILD = $$($(PY) -c 'from minibroker import corebuild; print(corebuild.current().name)')
