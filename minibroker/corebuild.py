@@ -239,7 +239,8 @@ def requested_but_missing() -> str:
     if build.requested != "compiled":
         return ""
     if build.name != "compiled":
-        return f"{CORE_ENV}=compiled, but the core runs interpreted: {build.reason or 'not compiled'}"
+        reason = build.reason if build.reason not in ("", NOT_COMPILED) else f"{NOT_COMPILED}: run `make compiled`"
+        return f"{CORE_ENV}=compiled, but the core runs interpreted: {reason}"
     for module in COMPILED_MODULES:
         importlib.import_module(module)
         if not loaded_as_extension(module):

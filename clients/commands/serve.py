@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("minibroker").info("%s", corebuild.describe())
     missing = corebuild.requested_but_missing()
     if missing:
-        raise ConfigError(f"{missing} (make compiled builds it)")
+        raise ConfigError(missing)
     config = load_config(args.config)
     transport: dict[str, Any] = {}
     if args.host is not None:
