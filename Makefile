@@ -1,14 +1,18 @@
 # minibroker: two commands on a fresh machine.
-#   make run    install the broker (the core and the fast extra: uvloop) into .venv and start it
+#   make run    install the broker (the core and the fast extra: uvloop, and the core compiled by
+#               mypyc where a C compiler and Python's headers exist) into .venv and start it
 #               on 127.0.0.1:61613, STOMP over WebSocket on 61614 and the web console on
 #               http://127.0.0.1:8161/ (data in ./data); ARGS adds or overrides serve's
 #               options: make run ARGS="--port 61623 --console-port 0"
 #   make spark  add the spark extra (PySpark, pyarrow, numpy, matplotlib) for analyze and workload
 #   make test   install everything the tests need (the dev, spark and fast extras; as root, the
 #               Debian packages of the interoperability and browser tests), run the linters,
-#               then the whole test suite on asyncio's own event loop, then the edge's tests and
-#               the labs' live runs on uvloop (the loop `make run` uses) beside it, on TEST_WORKERS
-#               and EDGE_WORKERS processes (3 and 2; TEST_WORKERS=0: one, the passes in turn)
+#               compile the core (make compiled), then the whole test suite on asyncio's own
+#               event loop and the compiled core, with the edge's tests and the labs' live runs on
+#               uvloop (the loop `make run` uses) beside it, then the core's tests again on the
+#               interpreted core, on TEST_WORKERS and EDGE_WORKERS processes (3 and 2;
+#               TEST_WORKERS=0: one, the passes in turn)
+#   make compiled  compile the core with mypyc (the fast extra), in place beside its sources
 #   make lint   ruff (lint and format check) and mypy, as configured in pyproject.toml
 # Each install says what it installs, and why, before it starts.
 PYTHON ?= python3
@@ -20,17 +24,17 @@ RUN_STAMP   := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 STAMP       := $(VENV)/.installed
 
-.PHONY: run spark test lint venv console bench clean net-stomp ruby-stomp php-stomp browser activemq rabbitmq lab-readmes
+.PHONY: run spark test lint venv console bench clean compiled net-stomp ruby-stomp php-stomp browser activemq rabbitmq lab-readmes
 
 $(PY):
 	@echo "creating $(VENV) (Python virtual environment) ..."
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# What the broker needs: the core and uvloop (the fast extra). No PySpark, no npm: the
+# What the broker needs: the core, uvloop and mypy (the fast extra: mypy ships mypyc). No PySpark, no npm: the
 # console's two libraries are in the package (minibroker/edge/console/static/vendor/).
 $(RUN_STAMP): $(PY) pyproject.toml
-	@echo "installing minibroker with the fast extra (uvloop) into $(VENV) ..."
+	@echo "installing minibroker with the fast extra (uvloop, mypyc) into $(VENV) ..."
 	$(PY) -m pip install --quiet -e '.[fast]'
 	touch $@
 
@@ -114,7 +118,28 @@ rabbitmq:
 browser:
 	$(call debian_client,{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; },chromium chromium-driver,the browser tests)
 
-run: $(RUN_STAMP)
+# The compiled core: mypyc (the fast extra) compiles the modules minibroker/corebuild.py names
+# (the codec, the connection, the destinations, the core) into C extensions beside their
+# sources (*.so, ignored by git; the source stays the reference a student reads). It needs a
+# C compiler and Python's headers: as root they are installed from Debian; otherwise the broker
+# runs interpreted and its first log line says so. A build whose sources have not changed is
+# kept (minibroker/compiled.json holds their digests); one whose sources changed is rebuilt
+# here; until then the sources run, and serve's first log line says the build is stale.
+HAVE_CC := { command -v cc && $(PY) -c 'import sys; import sysconfig; import os.path as p; sys.exit(not p.exists(sysconfig.get_paths()["include"] + "/Python.h"))'; }
+CORE_IS_FRESH := $(PY) -c 'import sys; from minibroker import corebuild; sys.exit(corebuild.current().name != "compiled")'
+CORE_BUILD = $$($(PY) -c 'from minibroker import corebuild; print(corebuild.current().name)')
+compiled: $(RUN_STAMP)
+	$(call debian_client,$(HAVE_CC),gcc libc6-dev python3-dev,the compiled core)
+	@if MINIBROKER_CORE= $(CORE_IS_FRESH) 2>/dev/null; then echo "the compiled core is up to date"; \
+	elif $(HAVE_CC) >/dev/null 2>&1; then \
+	  echo "compiling the core with mypyc (the fast extra; about 2.5 minutes of CPU, log in build/compile.log) ..."; \
+	  mkdir -p build; \
+	  MINIBROKER_COMPILE=1 $(PY) setup.py build_ext --inplace -j 2 > build/compile.log 2>&1 \
+	    || { tail -20 build/compile.log; echo "the core's compile failed (build/compile.log)"; exit 1; }; \
+	  MINIBROKER_CORE=compiled $(CORE_IS_FRESH) || { echo "the compiled core does not load"; exit 1; }; \
+	else echo "note: no C compiler or Python headers: the broker runs interpreted (core: interpreted)"; fi
+
+run: $(RUN_STAMP) compiled
 	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 61613 --data-dir ./data $(ARGS)
 
 # Byte-compile first: Python 3.11.7's compiler can fail spuriously when two threads
@@ -130,6 +155,15 @@ lint: $(STAMP)
 # with the labs' live runs, on the loop `make run` and `minibroker lab run --live` use (each
 # live run is minutes of wall clock: once is enough; the edge beneath them runs on both loops).
 LIVE_LABS  := tests/labs/test_labs.py::test_every_live_run_keeps_its_promise
+# The core's tests, run on both builds of the core (the compiled one with the whole suite), and
+# the tests that replace a method of a core's object (broker_support.patches_a_core_object: a
+# compiled object has none to replace), which run on the interpreted one only.
+CORE_TESTS := tests/*/test_core_*.py tests/protocol/test_codec.py tests/protocol/test_message.py \
+              tests/destinations/test_seqfifo.py tests/connection/test_connection_state.py \
+              tests/core/test_cross_queue_transactions.py tests/core/test_corebuild.py \
+              tests/edge/test_server.py::test_a_bug_in_the_core_ends_only_that_connection_with_an_error \
+              tests/bench/test_bench_reliability.py::test_fuzz_counts_a_connection_end_that_leaves_something_behind \
+              tests/labs/test_lab_starving_live.py::test_the_blocked_cursor_of_the_queue_that_takes_least_memory_retries_first
 EDGE_TESTS := tests/edge/test_server.py tests/edge/test_server_hostile_clients.py tests/edge/test_websocket.py \
               tests/labs/test_lab_stalled_socket.py tests/interop/test_stomp_py.py tests/edge/test_metrics.py tests/edge/test_eventloop.py \
               $(LIVE_LABS)
@@ -150,14 +184,18 @@ EDGE_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 EDGE_XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(EDGE_WORKERS) --dist loadgroup)
 EDGE_LOG := .pytest-uvloop.log
-ASYNCIO_PASS = MINIBROKER_LOOP=asyncio $(PY) -m pytest -q $(XDIST) --durations=25 --deselect $(LIVE_LABS)
-UVLOOP_PASS  = MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(EDGE_XDIST) -m 'not spark' $(EDGE_TESTS)
+ASYNCIO_PASS = MINIBROKER_CORE=$(CORE_BUILD) MINIBROKER_LOOP=asyncio $(PY) -m pytest -q $(XDIST) --durations=25 --deselect $(LIVE_LABS)
+UVLOOP_PASS  = MINIBROKER_CORE=$(CORE_BUILD) MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(EDGE_XDIST) -m 'not spark' $(EDGE_TESTS)
+# The core's tests again on the interpreted core, where the suite ran on the compiled one.
+INTERPRETED_PASS = if [ "$(CORE_BUILD)" = compiled ]; then MINIBROKER_CORE=interpreted MINIBROKER_LOOP=asyncio $(PY) -m pytest -q $(XDIST) $(CORE_TESTS); fi
 
-test: lint $(STAMP) $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq rabbitmq
+# MINIBROKER_CORE=compiled where `make compiled` built it (a test fails if it is then not loaded).
+test: lint $(STAMP) compiled $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq rabbitmq
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
 ifeq ($(TEST_WORKERS),0)
 	$(ASYNCIO_PASS)
 	$(UVLOOP_PASS)
+	$(INTERPRETED_PASS)
 else
 	@echo "running the edge's tests and the labs' live runs on uvloop in the background (output in $(EDGE_LOG), shown after the asyncio pass) ..."
 	@$(UVLOOP_PASS) > $(EDGE_LOG) 2>&1 & edge=$$!; \
@@ -165,7 +203,8 @@ else
 	  wait $$edge; edge_status=$$?; \
 	  echo "== on uvloop: the edge's tests and the labs' live runs (exit status $$edge_status) =="; \
 	  cat $(EDGE_LOG); \
-	  [ $$suite -eq 0 ] && [ $$edge_status -eq 0 ]
+	  $(INTERPRETED_PASS); core=$$?; \
+	  [ $$suite -eq 0 ] && [ $$edge_status -eq 0 ] && [ $$core -eq 0 ]
 endif
 
 # Each lab README ends with its run's output, verbatim (tests/labs/test_labs.py compares them):
@@ -177,4 +216,5 @@ bench: $(STAMP)
 	$(PY) bench/compare.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) data build *.egg-info $(STOMPJS)/node_modules $(CONSOLE_NPM)/node_modules
+	rm -rf $(VENV) data build *.egg-info $(STOMPJS)/node_modules $(CONSOLE_NPM)/node_modules minibroker/compiled.json
+	find minibroker -name '*.so' -delete; rm -f minibroker_core__mypyc*.so

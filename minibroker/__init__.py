@@ -4,7 +4,8 @@ The packages, each importing only those above it in this list (the map of the
 code and the reasons: ``docs/design-notes.md``):
 
 - ``config``, ``errors``, ``eventloop``, ``frames``, ``digits``, ``wildcards``:
-  the vocabulary every part shares;
+  the vocabulary every part shares; ``corebuild``: which build of the core runs
+  (compiled by mypyc, or the source);
 - ``selector``, ``trace``: message selectors, the trace of events;
 - ``protocol``: STOMP on the wire;
 - ``durability``: what the broker keeps on disk;
@@ -17,6 +18,9 @@ code and the reasons: ``docs/design-notes.md``):
 
 from __future__ import annotations
 
+# First: importing corebuild decides which build of the core (compiled or the
+# source) every later import loads.
+from minibroker import corebuild  # noqa: F401  (imported for that decision)
 from minibroker.config import BrokerConfig, load_config
 from minibroker.core import Broker
 from minibroker.core.actions import (

@@ -12,6 +12,9 @@
 - ``StoreFailure``: the store failed while the broker ran (a failed fsync, an
   I/O error): the broker stopped, and ``minibroker serve`` exits non-zero.
 
+``IllegalTransition`` is not one of them: a connection's state table was
+driven the wrong way, a bug in the core (``minibroker.connection.states``).
+
 Storage failures come from ``storage.errors`` (storage sits below this package
 and cannot import it). Programming errors are never caught and re-labelled as
 client faults: they propagate and fail loudly.
@@ -22,6 +25,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import enum
+
     from minibroker.frames import Frame
 
 __all__ = [
@@ -29,6 +34,7 @@ __all__ = [
     "ProtocolError",
     "Refused",
     "ConfigError",
+    "IllegalTransition",
     "NoSpaceError",
     "ResourceLimitError",
     "StoreFailure",
@@ -99,3 +105,16 @@ class StoreFailure(BrokerError):
 
 class StoreOpenError(BrokerError):
     """The journals cannot be opened (corruption in the middle of the log)."""
+
+
+class IllegalTransition(RuntimeError):
+    """An event a connection's state table does not allow in its current state.
+
+    A bug in the core, not a protocol error: it is never turned into an ERROR
+    frame as the peer's fault."""
+
+    def __init__(self, machine: str, state: enum.Enum, event: enum.Enum) -> None:
+        super().__init__(f"{machine}: {event.name} is not allowed in state {state.name}")
+        self.machine = machine
+        self.state = state
+        self.event = event

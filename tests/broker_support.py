@@ -12,8 +12,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from clients.labs.runner import LiveBroker
+from minibroker import corebuild
 from minibroker.config import BrokerConfig
+
+#: A test that injects a fault by replacing a method of one of the core's objects:
+#: a compiled object has no attribute to replace, so the test runs on the interpreted
+#: core (``make test`` runs the core's tests on both builds).
+patches_a_core_object = pytest.mark.skipif(
+    corebuild.current().name == "compiled",
+    reason="replaces a method of a compiled object: runs on the interpreted core (MINIBROKER_CORE=interpreted)",
+)
 
 
 class RunningBroker(LiveBroker):

@@ -60,6 +60,16 @@ def _worker_group(item: pytest.Item) -> str | None:
     return None
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A compiled core asked for (``MINIBROKER_CORE=compiled``, as ``make test`` asks
+    where it built one) and not loaded stops the run before its first test, saying why."""
+    from minibroker import corebuild
+
+    missing = corebuild.requested_but_missing()
+    if missing:
+        pytest.exit(missing, returncode=1)
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
     group = _worker_group(item)
     if group is not None:

@@ -91,7 +91,7 @@ def test_pyspark_is_imported_only_under_clients_spark() -> None:
 #: or of a floor above; the top-level modules are the vocabulary every floor shares, and the
 #: package's ``__init__`` (its public names) stands below them all.
 FLOORS = (
-    ("config", "digits", "errors", "eventloop", "frames", "wildcards"),
+    ("config", "corebuild", "digits", "errors", "eventloop", "frames", "wildcards"),
     ("selector", "trace"),
     ("protocol",),
     ("durability",),

@@ -8,8 +8,9 @@ import logging
 import sys
 from typing import Any
 
+from minibroker import corebuild
 from minibroker.config import listener_port, load_config
-from minibroker.errors import StoreFailure
+from minibroker.errors import ConfigError, StoreFailure
 from minibroker.eventloop import LOOPS, from_environment, resolve
 from minibroker.eventloop import run as run_loop
 
@@ -76,6 +77,12 @@ def run(args: argparse.Namespace) -> int:
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
     )
+    # The first line says which build of the core runs; a compiled build asked for
+    # (MINIBROKER_CORE=compiled) and not loaded is refused rather than run slower unsaid.
+    logging.getLogger("minibroker").info("%s", corebuild.describe())
+    missing = corebuild.requested_but_missing()
+    if missing:
+        raise ConfigError(missing)
     config = load_config(args.config)
     transport: dict[str, Any] = {}
     if args.host is not None:

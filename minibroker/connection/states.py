@@ -58,6 +58,9 @@ import enum
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
 
+# Defined with the broker's other errors (a class a compiled module may not derive from RuntimeError).
+from minibroker.errors import IllegalTransition
+
 if TYPE_CHECKING:
     from minibroker.errors import ProtocolError
     from minibroker.frames import Frame
@@ -81,19 +84,6 @@ __all__ = [
     "SYNC_TRANSITIONS",
     "SyncWait",
 ]
-
-
-class IllegalTransition(RuntimeError):
-    """An event a connection's state table does not allow in its current state.
-
-    A bug in the core, not a protocol error: it is never turned into an ERROR
-    frame as the peer's fault."""
-
-    def __init__(self, machine: str, state: enum.Enum, event: enum.Enum) -> None:
-        super().__init__(f"{machine}: {event.name} is not allowed in state {state.name}")
-        self.machine = machine
-        self.state = state
-        self.event = event
 
 
 _S = TypeVar("_S", bound=enum.Enum)

@@ -11,6 +11,8 @@ import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any, Iterator
 
+from mypy_extensions import mypyc_attr
+
 from minibroker.destinations.ports import DestinationParts, SubscriptionRef
 from minibroker.destinations.usage import Usage
 
@@ -32,6 +34,7 @@ def parse_address(address: str) -> tuple[str, str] | None:
     return None
 
 
+@mypyc_attr(native_class=False)  # compiled, a Python class still: mypyc derives no native class from deque
 class FifoPending(deque["Message"]):
     """Pending messages in arrival order (a VM cursor).
 

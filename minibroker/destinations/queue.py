@@ -43,8 +43,11 @@ class Queue(Destination):
 
     kind = "queue"
 
-    def __init__(self, parts: DestinationParts, name: str, policy: "PolicyEntry", **kw: Any) -> None:
-        super().__init__(parts, name, policy, **kw)
+    def __init__(
+        self, parts: DestinationParts, name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None
+    ) -> None:
+        # The keywords named, not passed on as **kw (which the compiled build passes wrongly).
+        super().__init__(parts, name, policy, address=address, owner=owner)
         #: The cache: undelivered messages in memory, in dispatch order.
         self.pending: FifoPending | PriorityPending = (
             PriorityPending() if policy.prioritized_messages else FifoPending()

@@ -49,8 +49,11 @@ class Topic(Destination):
 
     kind = "topic"
 
-    def __init__(self, parts: DestinationParts, name: str, policy: "PolicyEntry", **kw: Any) -> None:
-        super().__init__(parts, name, policy, **kw)
+    def __init__(
+        self, parts: DestinationParts, name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None
+    ) -> None:
+        # The keywords named, not passed on as **kw (which the compiled build passes wrongly).
+        super().__init__(parts, name, policy, address=address, owner=owner)
         self.subs: list["Subscription"] = []
         #: Durable subscriptions by (client-id, subscription name), online or not.
         self.durables: dict[tuple[str, str], DurableState] = {}

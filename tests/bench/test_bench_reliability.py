@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from broker_support import patches_a_core_object
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 
@@ -81,6 +83,7 @@ def test_fuzz_runs_the_generator_s_frames_and_checks_every_connection(tmp_path: 
     assert doc["bystander_checks"] >= doc["brokers"] and doc["connection_ends_checked"] >= doc["connections"]
 
 
+@patches_a_core_object
 def test_fuzz_counts_a_connection_end_that_leaves_something_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     """The bench counts what the core's checker of connection ends finds: here a
     queue whose removal of a subscription raises (as a bug would)."""

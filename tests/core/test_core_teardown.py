@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from broker_support import patches_a_core_object
 from minibroker.config import BrokerConfig, parse_config
 from minibroker.core import TeardownChecker
 from minibroker.edge import VirtualClient, VirtualNetwork
@@ -87,6 +88,7 @@ def test_unsubscribing_a_browser_is_not_an_error() -> None:
     assert checker.violations == []
 
 
+@patches_a_core_object
 def test_a_failing_step_does_not_stop_the_rest_of_the_close(monkeypatch: pytest.MonkeyPatch) -> None:
     """The seam: one queue's removal of a subscription raises (as a bug would). The
     close still removes the other subscription, rolls the transaction back, drops the
@@ -204,6 +206,7 @@ def test_a_send_parked_on_its_way_to_a_temporary_queue_is_answered_when_the_owne
     assert net.teardown is not None and net.teardown.violations == []
 
 
+@patches_a_core_object
 def test_a_closed_framed_connection_is_never_writable_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A connection whose edge writes frame by frame (STOMP over WebSocket) closes with
     a RECEIPT still to write, and its close fails at one queue (as a bug would), leaving

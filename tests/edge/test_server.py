@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from broker_support import start_broker_process
+from broker_support import patches_a_core_object, start_broker_process
 from minibroker.frames import Frame
 from minibroker.protocol import FrameParser, encode
 
@@ -122,6 +122,7 @@ def test_outbound_buffers_stay_bounded_for_a_client_that_does_not_read(broker_fa
         assert held > 0  # the rest waits in the subscription, in order, for the slow reader
 
 
+@patches_a_core_object
 def test_a_bug_in_the_core_ends_only_that_connection_with_an_error(broker, monkeypatch: pytest.MonkeyPatch) -> None:
     """An exception from a handler (a bug) is logged; its client gets an ERROR with a message
     and is closed; another client keeps working."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from broker_support import RunningBroker
+from broker_support import RunningBroker, patches_a_core_object
 from clients.labs import labs_directory
 from minibroker.config import BrokerConfig, load_config
 from stomp_py_support import Collector, close, connect
@@ -179,6 +179,7 @@ def test_symptom_2_slow_consumers_hold_a_fast_one_back(tmp_path: Path, name: str
 # -- the same runs must give the same numbers -------------------------------------------
 
 
+@patches_a_core_object
 def test_blocked_cursors_retry_in_the_order_they_blocked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """When memory frees, the cursors that could not page in retry first come, first served.
 

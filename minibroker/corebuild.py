@@ -1,0 +1,258 @@
+"""Which build of the core runs: the compiled one (mypyc) or the interpreted source.
+
+The codec, the destinations and the core can be compiled with mypyc into C
+extensions that sit beside their sources (``setup.py``, ``make compiled``); the
+source stays the reference a student reads, the compiled build runs the same
+code faster. This module is imported first (by ``minibroker/__init__.py``),
+before any module it names, and importing it decides which build every later
+import loads.
+
+How it decides:
+
+- ``MINIBROKER_CORE`` asks for a build: ``compiled``, ``interpreted`` or unset
+  (the compiled build where it is usable, else the interpreted one);
+- the compiled build is usable when its manifest (``minibroker/compiled.json``,
+  written by the build) names this Python and every compiled module's source
+  still has the SHA-256 it had when it was compiled;
+- otherwise (not built, asked for the source, or a source edited since the
+  build) a finder at the head of ``sys.meta_path`` loads each compiled module
+  from its ``.py``: a stale extension never runs in place of an edited source,
+  and ``describe()`` says why the core runs interpreted.
+
+A compiled build that was asked for and could not be used is not an error here
+(the source runs); ``serve`` refuses to start on it and the test suite fails
+(``requested_but_missing``)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Sequence
+
+__all__ = [
+    "COMPILED_MODULES",
+    "CORE_ENV",
+    "MANIFEST_NAME",
+    "NOT_COMPILED",
+    "CoreBuild",
+    "SourceFirst",
+    "check_build",
+    "current",
+    "describe",
+    "extension_path",
+    "loaded_as_extension",
+    "python_tag",
+    "requested_but_missing",
+    "select",
+    "source_digests",
+    "source_path",
+]
+
+#: The environment variable that asks for a build: "compiled" or "interpreted".
+CORE_ENV = "MINIBROKER_CORE"
+#: The build's record, beside this file: the compiler, the Python, each source's digest.
+MANIFEST_NAME = "compiled.json"
+#: Why the core runs interpreted when nothing was compiled.
+NOT_COMPILED = "not compiled"
+
+#: The modules mypyc compiles, in one group (they call each other natively).
+COMPILED_MODULES: tuple[str, ...] = (
+    "minibroker.digits",
+    "minibroker.frames",
+    "minibroker.wildcards",
+    "minibroker.protocol.codec",
+    "minibroker.protocol.dialects",
+    "minibroker.protocol.headers",
+    "minibroker.protocol.message",
+    "minibroker.connection.clock",
+    "minibroker.connection.logins",
+    "minibroker.connection.security",
+    "minibroker.connection.session",
+    "minibroker.connection.states",
+    "minibroker.connection.timers",
+    "minibroker.destinations.cursor",
+    "minibroker.destinations.destination",
+    "minibroker.destinations.durables",
+    "minibroker.destinations.pending",
+    "minibroker.destinations.ports",
+    "minibroker.destinations.queue",
+    "minibroker.destinations.registry",
+    "minibroker.destinations.seqfifo",
+    "minibroker.destinations.subscription",
+    "minibroker.destinations.topic",
+    "minibroker.destinations.usage",
+    "minibroker.core.actions",
+    "minibroker.core.broker",
+    "minibroker.core.common",
+    "minibroker.core.flow",
+    "minibroker.core.handlers",
+    "minibroker.core.handshake",
+    "minibroker.core.hooks",
+    "minibroker.core.invariants",
+    "minibroker.core.limits",
+    "minibroker.core.outbox",
+    "minibroker.core.reading",
+    "minibroker.core.recovery",
+    "minibroker.core.routing",
+    "minibroker.core.sampling",
+    "minibroker.core.storehooks",
+    "minibroker.core.teardown",
+    "minibroker.core.tools",
+    "minibroker.core.transactions",
+)
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_ROOT = _PACKAGE_DIR.parent
+
+
+@dataclass(frozen=True)
+class CoreBuild:
+    """The build in use: ``name`` is "compiled" or "interpreted"; ``compiler``
+    names the compiler of a compiled build ("mypyc 1.x"); ``reason`` says why an
+    interpreted build runs (empty when none was built and none was asked for)."""
+
+    name: str
+    compiler: str = ""
+    reason: str = ""
+    requested: str = ""
+
+    def describe(self) -> str:
+        """The first log line's words: "core: compiled (mypyc 1.x)" or "core: interpreted (why)"."""
+        if self.name == "compiled":
+            return f"core: compiled ({self.compiler})"
+        return f"core: interpreted ({self.reason})" if self.reason else "core: interpreted"
+
+
+def source_path(module: str, root: Path = _ROOT) -> Path:
+    """The ``.py`` file of a compiled module (``root`` holds its top package)."""
+    return root.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def source_digests(modules: Sequence[str] = COMPILED_MODULES, root: Path = _ROOT) -> dict[str, str]:
+    """Each module's source SHA-256, as the build records it and the check compares it."""
+    return {module: hashlib.sha256(source_path(module, root).read_bytes()).hexdigest() for module in modules}
+
+
+def python_tag() -> str:
+    """The extension suffix of this interpreter (the build is valid for it only)."""
+    return importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def extension_path(module: str, root: Path = _ROOT) -> Path | None:
+    """The compiled extension beside a module's source, if there is one."""
+    base = source_path(module, root)
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = base.with_name(base.stem + suffix)
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def check_build(modules: Sequence[str], root: Path, manifest_path: Path) -> tuple[str, str]:
+    """(the compiler, "") when the extensions of ``modules`` under ``root`` may run,
+    else ("", why not): none built, no manifest, another Python, one missing, or a
+    source whose digest is not the one ``manifest_path`` recorded (stale)."""
+    if not any(extension_path(module, root) for module in modules):
+        return "", NOT_COMPILED
+    rebuild = "rebuild with `make compiled`"
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "", f"compiled modules without a readable {manifest_path.name}: {rebuild}"
+    if manifest.get("python") != python_tag():
+        return "", f"compiled for {manifest.get('python')}, not this Python: {rebuild}"
+    recorded = manifest.get("sources", {})
+    missing = [module for module in modules if extension_path(module, root) is None or module not in recorded]
+    if missing:
+        return "", f"not compiled: {', '.join(missing)}: {rebuild}"
+    changed = [module for module, digest in source_digests(modules, root).items() if recorded.get(module) != digest]
+    if changed:
+        return "", f"stale, source edited since the build: {', '.join(changed)}: {rebuild}"
+    return str(manifest.get("compiler", "mypyc")), ""
+
+
+class SourceFirst(importlib.abc.MetaPathFinder):
+    """Loads ``modules`` from their sources, ahead of the extensions beside them
+    (at the head of ``sys.meta_path``)."""
+
+    def __init__(self, modules: Sequence[str], root: Path = _ROOT) -> None:
+        self.modules = frozenset(modules)
+        self.root = root
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.modules:
+            return None
+        return importlib.util.spec_from_file_location(fullname, source_path(fullname, self.root))
+
+
+_current: CoreBuild | None = None
+
+
+def select(environ: dict[str, str] | None = None) -> CoreBuild:
+    """Decide the build once (the first import of ``minibroker`` calls this) and
+    make later imports load it; later calls return the same decision."""
+    global _current
+    if _current is not None:
+        return _current
+    env = os.environ if environ is None else environ
+    requested = env.get(CORE_ENV, "").strip().lower()
+    if requested not in ("", "compiled", "interpreted"):
+        requested = ""
+    compiler, why_not = check_build(COMPILED_MODULES, _ROOT, _PACKAGE_DIR / MANIFEST_NAME)
+    if requested == "interpreted":
+        build = CoreBuild("interpreted", reason=f"{CORE_ENV}=interpreted", requested=requested)
+    elif compiler:
+        build = CoreBuild("compiled", compiler=compiler, requested=requested)
+    else:
+        reason = "" if why_not == NOT_COMPILED and not requested else why_not
+        build = CoreBuild("interpreted", reason=reason, requested=requested)
+    if build.name == "interpreted" and any(extension_path(module) for module in COMPILED_MODULES):
+        sys.meta_path.insert(0, SourceFirst(COMPILED_MODULES))
+    _current = build
+    return build
+
+
+def current() -> CoreBuild:
+    """The build in use (deciding it now if nothing imported ``minibroker`` yet)."""
+    return select()
+
+
+def describe() -> str:
+    """The build in use, in the words of the broker's first log line."""
+    return current().describe()
+
+
+def loaded_as_extension(module: str) -> bool:
+    """Whether an imported module runs compiled (its file is an extension)."""
+    imported = sys.modules.get(module)
+    file = getattr(imported, "__file__", None) or ""
+    return file.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def requested_but_missing() -> str:
+    """Why the compiled build asked for (``MINIBROKER_CORE=compiled``) does not
+    run, or "" when it runs or was not asked for."""
+    build = current()
+    if build.requested != "compiled":
+        return ""
+    if build.name != "compiled":
+        reason = build.reason if build.reason not in ("", NOT_COMPILED) else f"{NOT_COMPILED}: run `make compiled`"
+        return f"{CORE_ENV}=compiled, but the core runs interpreted: {reason}"
+    for module in COMPILED_MODULES:
+        importlib.import_module(module)
+        if not loaded_as_extension(module):
+            return f"{CORE_ENV}=compiled, but {module} was loaded from its source"
+    return ""
+
+
+select()

@@ -1,0 +1,140 @@
+"""The build of the core in use: compiled by mypyc or the interpreted source.
+
+``make test`` runs the suite with ``MINIBROKER_CORE=compiled`` (the core's tests
+again with ``interpreted``): the first test fails when the build asked for is
+not the one loaded. The others check, on a package of their own in a temporary
+directory, that an extension whose source was edited since the build never
+runs in place of that source, and the serve command's first log line."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from minibroker import corebuild
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_build_asked_for_is_the_one_loaded() -> None:
+    build = corebuild.current()
+    asked = os.environ.get(corebuild.CORE_ENV, "")
+    assert corebuild.requested_but_missing() == ""
+    if asked:
+        assert build.name == asked, build.describe()
+    for module in corebuild.COMPILED_MODULES:
+        importlib.import_module(module)
+    loaded = {module: corebuild.loaded_as_extension(module) for module in corebuild.COMPILED_MODULES}
+    if build.name == "compiled":
+        assert all(loaded.values()), f"loaded from source: {[m for m, ext in loaded.items() if not ext]}"
+        assert build.describe().startswith("core: compiled (mypyc ")
+    else:
+        assert not any(loaded.values()), f"loaded compiled: {[m for m, ext in loaded.items() if ext]}"
+        assert build.describe().startswith("core: interpreted")
+
+
+def _package(tmp_path: Path, answer: int) -> tuple[Path, list[str]]:
+    """A package ``pkg`` with one module ``pkg.leaf``, a file where its extension
+    would be (not a loadable one: importing it fails), and the build's manifest."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "leaf.py").write_text(f"ANSWER = {answer}\n")
+    (pkg / f"leaf{corebuild.python_tag()}").write_bytes(b"not an extension")
+    modules = ["pkg.leaf"]
+    manifest = {
+        "compiler": "mypyc 9.9",
+        "python": corebuild.python_tag(),
+        "sources": corebuild.source_digests(modules, tmp_path),
+    }
+    (pkg / "compiled.json").write_text(json.dumps(manifest))
+    return pkg, modules
+
+
+def test_a_fresh_build_is_used(tmp_path: Path) -> None:
+    pkg, modules = _package(tmp_path, 1)
+    assert corebuild.check_build(modules, tmp_path, pkg / "compiled.json") == ("mypyc 9.9", "")
+
+
+def test_a_source_edited_after_the_build_makes_it_stale(tmp_path: Path) -> None:
+    pkg, modules = _package(tmp_path, 1)
+    (pkg / "leaf.py").write_text("ANSWER = 2\n")
+    compiler, why = corebuild.check_build(modules, tmp_path, pkg / "compiled.json")
+    assert compiler == ""
+    assert why.startswith("stale, source edited since the build: pkg.leaf")
+
+
+def test_a_build_for_another_python_or_without_its_manifest_is_not_used(tmp_path: Path) -> None:
+    pkg, modules = _package(tmp_path, 1)
+    manifest = json.loads((pkg / "compiled.json").read_text())
+    (pkg / "compiled.json").write_text(json.dumps({**manifest, "python": ".cpython-399-x.so"}))
+    assert "not this Python" in corebuild.check_build(modules, tmp_path, pkg / "compiled.json")[1]
+    (pkg / "compiled.json").unlink()
+    assert "without a readable compiled.json" in corebuild.check_build(modules, tmp_path, pkg / "compiled.json")[1]
+    assert corebuild.check_build(["pkg.other"], tmp_path, pkg / "compiled.json")[1] == corebuild.NOT_COMPILED
+
+
+def test_the_source_is_loaded_ahead_of_the_extension_beside_it(tmp_path: Path) -> None:
+    """The extension here cannot load: without the finder the import fails on it
+    (Python prefers an extension to a source of the same name); with it, the
+    edited source runs."""
+    _package(tmp_path, 2)
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        sys.path.insert(0, {str(tmp_path)!r})
+        from minibroker import corebuild
+        if sys.argv[1] == "source-first":
+            sys.meta_path.insert(0, corebuild.SourceFirst(["pkg.leaf"], Path({str(tmp_path)!r})))
+        import pkg.leaf
+        print(pkg.leaf.ANSWER, pkg.leaf.__file__.endswith(".py"))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    plain = subprocess.run([sys.executable, "-c", script, "plain"], capture_output=True, text=True, env=env, timeout=60)
+    assert plain.returncode != 0 and "ImportError" in plain.stderr
+    first = subprocess.run(
+        [sys.executable, "-c", script, "source-first"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == ["2", "True"]
+
+
+def test_the_recorded_digest_is_the_sources_sha256(tmp_path: Path) -> None:
+    pkg, modules = _package(tmp_path, 3)
+    assert corebuild.source_digests(modules, tmp_path) == {
+        "pkg.leaf": hashlib.sha256((pkg / "leaf.py").read_bytes()).hexdigest()
+    }
+
+
+@pytest.mark.parametrize("asked", ["interpreted", ""])
+def test_serve_names_the_build_in_its_first_log_line(asked: str, tmp_path: Path) -> None:
+    """``serve`` says first which build runs, before it reads its configuration (a
+    configuration file that does not exist: the command then stops)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), corebuild.CORE_ENV: asked}
+    result = subprocess.run(
+        [sys.executable, "-m", "clients.cli", "serve", "--config", str(tmp_path / "missing.toml")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=ROOT,
+    )
+    first = result.stderr.splitlines()[0]
+    if asked == "interpreted":
+        assert first.endswith("minibroker: core: interpreted (MINIBROKER_CORE=interpreted)")
+        return
+    compiler, _ = corebuild.check_build(corebuild.COMPILED_MODULES, ROOT, ROOT / "minibroker" / corebuild.MANIFEST_NAME)
+    if compiler:
+        assert first.endswith(f"minibroker: core: compiled ({compiler})")
+    else:
+        assert "minibroker: core: interpreted" in first
