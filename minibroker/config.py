@@ -23,10 +23,11 @@ import dataclasses
 import difflib
 import re
 import tomllib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from minibroker import wildcards
 from minibroker.digits import parse_decimal
@@ -572,12 +573,13 @@ class BrokerConfig:
         """
         best: PolicyEntry | None = None
         for entry in self.destination_policy:
-            if entry.applies_to(kind, name):
-                if best is None or wildcards.specificity(entry.pattern) > wildcards.specificity(best.pattern):
-                    best = entry
+            if entry.applies_to(kind, name) and (
+                best is None or wildcards.specificity(entry.pattern) > wildcards.specificity(best.pattern)
+            ):
+                best = entry
         return best if best is not None else _DEFAULT_POLICY
 
-    def on_free_ports(self) -> "BrokerConfig":
+    def on_free_ports(self) -> BrokerConfig:
         """A copy that listens on free ports only: STOMP on any free port, the optional
         listeners off unless they ask for ``"any"`` port (tests and live labs run beside
         other brokers on one machine)."""
@@ -587,7 +589,7 @@ class BrokerConfig:
             console={"port": c.port if c.port == ANY_PORT else 0},
         )
 
-    def replace(self, **sections: Any) -> "BrokerConfig":
+    def replace(self, **sections: Any) -> BrokerConfig:
         """A copy with some options changed: ``replace(transport={"port": 0})``."""
         changes = {}
         for name, values in sections.items():

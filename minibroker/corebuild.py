@@ -32,10 +32,10 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Sequence
 
 __all__ = [
     "COMPILED_MODULES",

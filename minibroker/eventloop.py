@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable, Coroutine, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from minibroker.errors import ConfigError
 

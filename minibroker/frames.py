@@ -8,7 +8,8 @@ variant builds a new one (``frame.with_headers(...)``) instead of mutating.
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 __all__ = [
     "Frame",
@@ -76,7 +77,7 @@ class Frame(NamedTuple):
         """The value of header ``name``, or ``default``."""
         return self.headers.get(name, default)
 
-    def with_headers(self, **extra: str) -> "Frame":
+    def with_headers(self, **extra: str) -> Frame:
         """A copy with ``extra`` headers added (or replaced)."""
         merged = dict(self.headers)
         merged.update(extra)

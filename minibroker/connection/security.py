@@ -32,7 +32,7 @@ import collections
 import hashlib
 import hmac
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from minibroker import wildcards
 from minibroker.config import AuthorizationEntry, BrokerConfig, User
@@ -165,9 +165,12 @@ class Security:
         if key not in self._cache:
             best: AuthorizationEntry | None = None
             for entry in self._entries:
-                if entry.kind == kind and wildcards.matches(entry.pattern, name):
-                    if best is None or wildcards.specificity(entry.pattern) > wildcards.specificity(best.pattern):
-                        best = entry
+                if (
+                    entry.kind == kind
+                    and wildcards.matches(entry.pattern, name)
+                    and (best is None or wildcards.specificity(entry.pattern) > wildcards.specificity(best.pattern))
+                ):
+                    best = entry
             self._cache[key] = getattr(best, right) if best is not None else None
         return self._cache[key]
 

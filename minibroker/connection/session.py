@@ -33,7 +33,8 @@ Negotiation helpers (version, heart-beat) live here too, as pure functions.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from minibroker.connection.security import ANONYMOUS, Principal
 from minibroker.connection.states import Producing, Reading, SyncWait, Writing
@@ -91,7 +92,7 @@ class Session:
         parser: FrameParser,
         now: float,
         write_buffer_limit: int,
-        on_output: Callable[["Session"], None],
+        on_output: Callable[[Session], None],
     ) -> None:
         self.id = session_id
         #: The id CONNECTED announces (``<broker>-<boot>-<id>``); the trace uses it too.
@@ -116,7 +117,7 @@ class Session:
         #: Negotiated heart-beat periods in ms (0 = none): we send / we expect.
         self.hb_send_ms = 0
         self.hb_recv_ms = 0
-        self.subscriptions: dict[str, "Subscription"] = {}
+        self.subscriptions: dict[str, Subscription] = {}
         self.transactions: dict[str, Any] = {}
         self.outbox: list[bytes] = []
         self.out_bytes = 0

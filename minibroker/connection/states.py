@@ -56,7 +56,8 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 # Defined with the broker's other errors (a class a compiled module may not derive from RuntimeError).
 from minibroker.errors import IllegalTransition

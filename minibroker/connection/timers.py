@@ -10,7 +10,8 @@ bookkeeping on the hot path.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["Timers"]
 

@@ -16,7 +16,8 @@ edge to stop the broker.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Union
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 __all__ = ["Write", "WriteFrames", "Close", "PauseReading", "ResumeReading", "Sync", "Shutdown", "CheckLogin", "Action"]
 
@@ -82,4 +83,4 @@ class CheckLogin(NamedTuple):
     check: Callable[[], Any]
 
 
-Action = Union[Write, WriteFrames, Close, PauseReading, ResumeReading, Sync, Shutdown, CheckLogin]
+Action = Write | WriteFrames | Close | PauseReading | ResumeReading | Sync | Shutdown | CheckLogin

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from minibroker.config import BrokerConfig
 from minibroker.connection.clock import Clock
@@ -132,7 +133,7 @@ class Broker:
         if config.broker.offline_durable_subscriber_timeout >= 0:
             OfflineDurables(config.broker, self.registry, clock, self.timers)
         #: A token for this broker run, in message ids and temporary names.
-        self.boot = "%06x" % self.rng.getrandbits(24)
+        self.boot = f"{self.rng.getrandbits(24):06x}"
         self._id_prefix = f"ID:{self.name}-{self.boot}-"
         self._id_prefix_wire = escape(self._id_prefix, "1.2").encode("utf-8")
         self._next_session = 1

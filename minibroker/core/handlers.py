@@ -9,7 +9,8 @@ it sends the RECEIPT itself (or later: flow control, an fsync).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from minibroker.connection.session import Session
 from minibroker.core.common import DEFERRED, Ignored
@@ -69,25 +70,25 @@ class HandlerHost(Protocol):
     hooks it journals through, and what statistics requests are answered from."""
 
     @property
-    def config(self) -> "BrokerConfig": ...
+    def config(self) -> BrokerConfig: ...
 
     @property
-    def clock(self) -> "Clock": ...
+    def clock(self) -> Clock: ...
 
     @property
-    def timers(self) -> "Timers": ...
+    def timers(self) -> Timers: ...
 
     @property
     def trace(self) -> Recorder: ...
 
     @property
-    def security(self) -> "Security": ...
+    def security(self) -> Security: ...
 
     @property
-    def store(self) -> "MessageStore | None": ...
+    def store(self) -> MessageStore | None: ...
 
     @property
-    def registry(self) -> "DestinationRegistry": ...
+    def registry(self) -> DestinationRegistry: ...
 
     @property
     def destinations(self) -> dict[str, Destination]: ...
@@ -96,10 +97,10 @@ class HandlerHost(Protocol):
     def sessions(self) -> dict[int, Session]: ...
 
     @property
-    def storehooks(self) -> "StoreHooks": ...
+    def storehooks(self) -> StoreHooks: ...
 
     @property
-    def statistics_source(self) -> "StatisticsSource":
+    def statistics_source(self) -> StatisticsSource:
         """What answers statistics requests (it may be replaced after the broker is made)."""
 
 
@@ -114,7 +115,7 @@ class FrameHandlers:
         self,
         host: HandlerHost,
         *,
-        flow: "ProducerFlowControl",
+        flow: ProducerFlowControl,
         route: Callable[[Destination, Message], list[Subscription] | None],
         emit: Callable[..., None],
         close: Callable[..., None],

@@ -16,8 +16,9 @@ A part the ``Broker`` holds (``broker.handshake``). What a connection goes throu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from minibroker.config import BrokerConfig
 from minibroker.connection.clock import Clock

@@ -7,7 +7,8 @@ topics need not know about the store, the trace or the dead letter queues.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from minibroker.core.common import log
 from minibroker.destinations.destination import Destination
@@ -41,13 +42,13 @@ class HooksHost(Protocol):
     store hooks (dead letters are admitted through them) and ``session_tag``."""
 
     @property
-    def config(self) -> "BrokerConfig": ...
+    def config(self) -> BrokerConfig: ...
 
     @property
-    def clock(self) -> "Clock": ...
+    def clock(self) -> Clock: ...
 
     @property
-    def timers(self) -> "Timers": ...
+    def timers(self) -> Timers: ...
 
     @property
     def trace(self) -> Recorder: ...
@@ -59,22 +60,22 @@ class HooksHost(Protocol):
     def boot(self) -> str: ...
 
     @property
-    def store(self) -> "MessageStore | None": ...
+    def store(self) -> MessageStore | None: ...
 
     @property
-    def memory(self) -> "Usage": ...
+    def memory(self) -> Usage: ...
 
     @property
-    def temp_usage(self) -> "Usage": ...
+    def temp_usage(self) -> Usage: ...
 
     @property
-    def registry(self) -> "DestinationRegistry": ...
+    def registry(self) -> DestinationRegistry: ...
 
     @property
     def destinations(self) -> dict[str, Destination]: ...
 
     @property
-    def storehooks(self) -> "StoreHooks": ...
+    def storehooks(self) -> StoreHooks: ...
 
     def session_tag(self, sid: int) -> str: ...
 
@@ -91,12 +92,12 @@ class DestinationHooks:
         host: HooksHost,
         *,
         emit: Callable[..., None],
-        fail: Callable[["Session", ProtocolError, Frame | None], None],
-        remove_subscription: Callable[["Session", Subscription], None],
+        fail: Callable[[Session, ProtocolError, Frame | None], None],
+        remove_subscription: Callable[[Session, Subscription], None],
         blocked_cursors: dict[Queue, None],
         subs_by_key: dict[int, Subscription],
         full_logged: dict[int, float],
-        trace_usage: Callable[["Usage", int, int], None],
+        trace_usage: Callable[[Usage, int, int], None],
     ) -> None:
         """``emit`` records a trace event, ``fail`` answers a protocol error and closes,
         ``remove_subscription`` removes one subscription (frame handling's); the
@@ -419,8 +420,11 @@ class DestinationHooks:
         if new <= old:
             return
         for dest in self.destinations.values():
-            if isinstance(dest, Topic) and dest.policy.pending_cursor == "file":
-                if old < dest.policy.cursor_memory_high_water_mark <= new:
-                    for sub in dest.subs:
-                        if isinstance(sub.pending, FilePending):
-                            sub.pending.swap_out()
+            if (
+                isinstance(dest, Topic)
+                and dest.policy.pending_cursor == "file"
+                and old < dest.policy.cursor_memory_high_water_mark <= new
+            ):
+                for sub in dest.subs:
+                    if isinstance(sub.pending, FilePending):
+                        sub.pending.swap_out()

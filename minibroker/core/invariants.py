@@ -48,21 +48,21 @@ __all__ = ["Departure", "TeardownChecker", "broker_leftovers", "departure_of", "
 class Departure:
     """What a connection held just before its close (``departure_of``)."""
 
-    session: "Session"
+    session: Session
     #: queue -> the messages the connection held unacknowledged there.
-    unacked: dict["Queue", list["Message"]] = field(default_factory=dict)
+    unacked: dict[Queue, list[Message]] = field(default_factory=dict)
     #: queue -> its dequeue plus expiry count before the close.
-    gone_before: dict["Queue", int] = field(default_factory=dict)
+    gone_before: dict[Queue, int] = field(default_factory=dict)
     #: The connection's temporary destinations (dropped with it, messages and all).
     temporaries: set[str] = field(default_factory=set)
 
 
-def departure_of(broker: "Broker", session: "Session") -> Departure:
+def departure_of(broker: Broker, session: Session) -> Departure:
     """Note what ``session`` holds now, before its close."""
     from minibroker.destinations.queue import Queue
 
     departure = Departure(session)
-    held: list[tuple[Any, list["Message"]]] = [
+    held: list[tuple[Any, list[Message]]] = [
         (sub.destination, list(sub.dispatched.values())) for sub in session.subscriptions.values() if not sub.browser
     ]
     for ops in session.transactions.values():
@@ -75,7 +75,7 @@ def departure_of(broker: "Broker", session: "Session") -> Departure:
     return departure
 
 
-def _not_on_queue(queue: "Queue", messages: list["Message"]) -> list["Message"]:
+def _not_on_queue(queue: Queue, messages: list[Message]) -> list[Message]:
     """Those of ``messages`` that are not on ``queue``: cached, store-only, or delivered to a consumer."""
     cached = {id(m) for m in queue.pending}
     missing = [
@@ -87,7 +87,7 @@ def _not_on_queue(queue: "Queue", messages: list["Message"]) -> list["Message"]:
     return missing
 
 
-def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
+def leftovers_of(broker: Broker, departure: Departure) -> list[str]:
     """What the closed connection of ``departure`` left behind (empty: nothing)."""
     session = departure.session
     sid = session.id
@@ -147,7 +147,7 @@ def leftovers_of(broker: "Broker", departure: Departure) -> list[str]:
     return found
 
 
-def broker_leftovers(broker: "Broker") -> list[str]:
+def broker_leftovers(broker: Broker) -> list[str]:
     """Broker-wide: every subscription a destination lists is one of an open connection's."""
     found = []
     for destination in broker.destinations.values():
@@ -183,11 +183,11 @@ class TeardownChecker:
         #: Connections whose end was checked.
         self.checked = 0
 
-    def closing(self, broker: "Broker", session: "Session") -> None:
+    def closing(self, broker: Broker, session: Session) -> None:
         """The broker is about to tear ``session`` down."""
         self._departing[session.id] = departure_of(broker, session)
 
-    def closed(self, broker: "Broker", session: "Session") -> None:
+    def closed(self, broker: Broker, session: Session) -> None:
         """The broker has torn ``session`` down."""
         departure = self._departing.pop(session.id, None) or Departure(session)
         self.checked += 1

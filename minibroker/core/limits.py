@@ -17,7 +17,7 @@ A part the ``Broker`` holds (``broker.limits``). No client can hurt another:
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from minibroker.config import BrokerConfig
 from minibroker.connection.clock import Clock

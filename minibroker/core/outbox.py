@@ -33,8 +33,9 @@ Why the outbox and the measurements behind it: ``docs/design-notes.md``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from types import TracebackType
-from typing import Callable, Concatenate, ParamSpec, Protocol, TypeVar, cast
+from typing import Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from minibroker.connection.clock import Clock
 from minibroker.connection.session import Session

@@ -12,7 +12,7 @@ any reason holds (producer flow control, a login check, a busy store):
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from minibroker.connection.session import Session
 from minibroker.connection.states import ReadState

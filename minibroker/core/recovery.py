@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from minibroker.core.common import log
 from minibroker.core.storehooks import StoreHooks

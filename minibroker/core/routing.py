@@ -9,7 +9,8 @@ that its enqueue and dispatch events join it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from minibroker.connection.session import Session
 from minibroker.destinations.destination import Destination

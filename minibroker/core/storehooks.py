@@ -52,7 +52,8 @@ from __future__ import annotations
 
 import errno
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from minibroker.connection.session import Session
 from minibroker.core.actions import Shutdown
@@ -97,13 +98,13 @@ class StoreHost(Protocol):
     and producer flow control (which a full or failed store holds or refuses)."""
 
     @property
-    def config(self) -> "BrokerConfig": ...
+    def config(self) -> BrokerConfig: ...
 
     @property
-    def clock(self) -> "Clock": ...
+    def clock(self) -> Clock: ...
 
     @property
-    def timers(self) -> "Timers": ...
+    def timers(self) -> Timers: ...
 
     @property
     def trace(self) -> Recorder: ...
@@ -113,13 +114,13 @@ class StoreHost(Protocol):
         """This broker run's token (storage transaction ids are unique across restarts)."""
 
     @property
-    def store(self) -> "MessageStore | None": ...
+    def store(self) -> MessageStore | None: ...
 
     @property
-    def store_usage(self) -> "Usage": ...
+    def store_usage(self) -> Usage: ...
 
     @property
-    def temp_usage(self) -> "Usage": ...
+    def temp_usage(self) -> Usage: ...
 
     @property
     def temp_dir(self) -> Any:
@@ -129,7 +130,7 @@ class StoreHost(Protocol):
     def destinations(self) -> dict[str, Destination]: ...
 
     @property
-    def flow(self) -> "ProducerFlowControl":
+    def flow(self) -> ProducerFlowControl:
         """Producer flow control: made after this part (it asks it for RECEIPTs),
         read only when the store turns full, fails or has room again."""
 
@@ -143,7 +144,7 @@ class StoreHooks:
     the temp store and the store cursors' scratch file. Destinations call it as
     their ``ports.DestinationStore``."""
 
-    def __init__(self, host: StoreHost, *, emit: Callable[..., None], request: Callable[["Action"], None]) -> None:
+    def __init__(self, host: StoreHost, *, emit: Callable[..., None], request: Callable[[Action], None]) -> None:
         """``emit`` records a trace event; ``request`` hands the edge a control action (``Shutdown``)."""
         self.host = host
         # Bound once: these never change for the broker's life.
@@ -570,7 +571,7 @@ class StoreHooks:
         journal, key, _priority, seqs, journal_seqs = run
         loaded = decode_messages(journal.read_seqs(journal_seqs), seqs, destination.address)
         taken = 0
-        for n, (message, journal_seq) in enumerate(zip(loaded, journal_seqs)):
+        for n, (message, journal_seq) in enumerate(zip(loaded, journal_seqs, strict=False)):
             if budget is not None and taken >= budget:
                 del loaded[n:]  # left in the store: the broker's memory is at the page-in limit
                 break

@@ -24,7 +24,8 @@ messages of the connection behind. ``invariants.py`` checks the result.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from minibroker.core.common import log
 from minibroker.destinations.queue import Queue
@@ -46,16 +47,16 @@ class TeardownHost(Protocol):
     and the store hooks (RECEIPTs waiting for an fsync)."""
 
     @property
-    def registry(self) -> "DestinationRegistry": ...
+    def registry(self) -> DestinationRegistry: ...
 
     @property
-    def flow(self) -> "ProducerFlowControl": ...
+    def flow(self) -> ProducerFlowControl: ...
 
     @property
-    def client_ids(self) -> dict[str, "Session"]: ...
+    def client_ids(self) -> dict[str, Session]: ...
 
     @property
-    def storehooks(self) -> "StoreHooks": ...
+    def storehooks(self) -> StoreHooks: ...
 
 
 class ConnectionTeardown:
@@ -67,7 +68,7 @@ class ConnectionTeardown:
         host: TeardownHost,
         *,
         roll_back: Callable[[list[tuple[str, Any, Any]]], None],
-        remove_subscription: Callable[["Session", "Subscription"], None],
+        remove_subscription: Callable[[Session, Subscription], None],
     ) -> None:
         """``roll_back`` undoes a transaction's operations and ``remove_subscription``
         removes one subscription (both frame handling's)."""
@@ -78,7 +79,7 @@ class ConnectionTeardown:
         self._roll_back = roll_back
         self._remove_subscription = remove_subscription
 
-    def tear_down(self, session: "Session") -> None:
+    def tear_down(self, session: Session) -> None:
         """Release everything ``session`` holds (it is already CLOSED and unlisted)."""
         step = self._teardown_step
         for txid, ops in list(session.transactions.items()):
@@ -100,7 +101,7 @@ class ConnectionTeardown:
             del self.client_ids[session.client_id]
         session.aborted.clear()
 
-    def _teardown_step(self, session: "Session", what: str, fn: Callable[..., Any], *args: Any) -> None:
+    def _teardown_step(self, session: Session, what: str, fn: Callable[..., Any], *args: Any) -> None:
         """Run one step of a close; a failure is logged and noted, and the close goes on."""
         try:
             fn(*args)
@@ -108,7 +109,7 @@ class ConnectionTeardown:
             session.teardown_errors.append(what)
             log.exception("connection %d: closing it, %s failed (the rest of the close goes on)", session.id, what)
 
-    def _drop_temporary(self, dest: "Destination") -> None:
+    def _drop_temporary(self, dest: Destination) -> None:
         """A temporary destination whose owner left: its consumers go, then its messages,
         and SENDs of other connections parked on their way to it get an ERROR."""
         for sub in list(dest.subscriptions):
@@ -129,7 +130,7 @@ class ConnectionTeardown:
                 )
             self.flow.retry = True  # the producer may have nothing left to wait for
 
-    def _release_waits(self, session: "Session") -> None:
+    def _release_waits(self, session: Session) -> None:
         """Drop what waited on ``session``: parked SENDs, held frames, RECEIPTs owed after an fsync."""
         if session in self.flow.blocked:
             self.flow.blocked.remove(session)

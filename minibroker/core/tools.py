@@ -15,7 +15,8 @@ message: frame handling hands it here (``FrameHandlers.tools``).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from minibroker.connection.security import Security
 from minibroker.connection.session import Session

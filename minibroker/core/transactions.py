@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from collections.abc import Callable
+from typing import Any
 
 from minibroker.connection.session import Session
 from minibroker.core.common import DEFERRED, SETTLING_OPS
@@ -93,10 +95,10 @@ class Transactions:
                 self.storehooks.commit_storage_transaction(self.storehooks.txid)
         except ResourceLimitError as exc:
             if durable and store is not None and self.storehooks.txid is not None and self.storehooks.failure is None:
-                try:
+                with contextlib.suppress(
+                    StoreFull
+                ):  # not written: recovery aborts a transaction left without an outcome
                     store.abort(self.storehooks.txid)
-                except StoreFull:  # not written: recovery aborts a transaction left without an outcome
-                    pass
             self.storehooks.end_storage_transaction()
             self.flow.refuse_send(session, frame.headers.get("receipt"), f"COMMIT of {txid!r} failed: {exc.message}")
             return DEFERRED

@@ -38,7 +38,8 @@ from __future__ import annotations
 import logging
 import operator
 from array import array
-from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Protocol
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from minibroker.destinations.seqfifo import SeqFifo
 from minibroker.durability.persistence import StoreRef
@@ -63,16 +64,16 @@ class CursorOwner(Protocol):
     they are charged to, the store that reads them and whom to tell of a page-in."""
 
     address: str
-    policy: "PolicyEntry"
-    memory: "Usage"
-    root_memory: "Usage"
-    events: "DestinationEvents"
-    stored: "DestinationStore"
-    pending: "FifoPending | PriorityPending"
+    policy: PolicyEntry
+    memory: Usage
+    root_memory: Usage
+    events: DestinationEvents
+    stored: DestinationStore
+    pending: FifoPending | PriorityPending
 
-    def hold(self, message: "Message") -> None: ...
+    def hold(self, message: Message) -> None: ...
 
-    def hold_page(self, messages: list["Message"], size: int) -> None: ...
+    def hold_page(self, messages: list[Message], size: int) -> None: ...
 
     def leaves_at_once(self) -> bool:
         """A message given to this queue's consumers leaves at once (auto ack)."""
@@ -159,7 +160,7 @@ class StoreIndex:
     def __bool__(self) -> bool:
         # Each FIFO's count read directly: any(self._fifos) calls a Python __len__ per FIFO,
         # and a queue's dispatch asks this once per message.
-        for fifo in self._fifos:
+        for fifo in self._fifos:  # noqa: SIM110 (the loop is the measured fast path said above)
             if fifo._len:
                 return True
         return False
@@ -182,7 +183,7 @@ class StoreIndex:
         if not (redelivered or objects or self.temps):  # the usual case, made quickly
             return [
                 _new(PagedRef, (StoreRef(journal, ref, key), seq, priority, False, expiry))  # type: ignore[arg-type]
-                for seq, ref, expiry in zip(seqs, refs, expires)
+                for seq, ref, expiry in zip(seqs, refs, expires, strict=False)
             ]
         return [
             _new(
@@ -199,7 +200,7 @@ class StoreIndex:
                     expiry,
                 ),
             )
-            for seq, ref, expiry in zip(seqs, refs, expires)
+            for seq, ref, expiry in zip(seqs, refs, expires, strict=False)
         ]
 
     def add(
@@ -235,7 +236,7 @@ class StoreIndex:
             out += self._paged(*fifo.slice(count - len(out)), priority)
         return out
 
-    def first_runs(self, count: int) -> list["StoreRun"] | None:
+    def first_runs(self, count: int) -> list[StoreRun] | None:
         """The next ``count`` references in dispatch order as runs of numbers, one
         per priority, left in place: a page-in's fast path, which makes no
         ``PagedRef``. None when a temp store entry or a record of another
@@ -344,7 +345,7 @@ class StoreIndex:
 class QueueCursor:
     """The store cursor of one queue (see the module docstring)."""
 
-    def __init__(self, queue: "CursorOwner") -> None:
+    def __init__(self, queue: CursorOwner) -> None:
         self.queue = queue
         self.store_only = StoreIndex(queue.policy.prioritized_messages, queue.stored.index_spill)
         self.cache_enabled = True
@@ -362,7 +363,7 @@ class QueueCursor:
         policy = self.queue.policy
         return self.queue.memory.has_space(policy.cursor_memory_high_water_mark, policy.space_check)
 
-    def add(self, message: "Message") -> bool:
+    def add(self, message: Message) -> bool:
         """Take a new message; True if it is cached, False if store-only."""
         queue = self.queue
         if message.store_ref is not None:
@@ -429,7 +430,7 @@ class QueueCursor:
             return False
         self.blocked = False
         count = min(queue.policy.max_page_size, len(self.store_only))
-        batch: list["Message"] = []
+        batch: list[Message] = []
         root = queue.root_memory
         # ActiveMQ's canRecoveryNextMessage: stop once the broker is at 90% (``percent`` is
         # ``usage * 100 // limit``): with the page's messages charged at once below, count here.
@@ -451,7 +452,9 @@ class QueueCursor:
                         message.redeliveries = 1
         else:
             refs = self.store_only.first(count)
-            for paged, payload in zip(refs, queue.stored.read_ahead(refs)):  # one read per run of neighbours
+            for paged, payload in zip(
+                refs, queue.stored.read_ahead(refs), strict=False
+            ):  # one read per run of neighbours
                 if batch and room is not None and taken >= room:
                     break
                 message = queue.stored.load_message(queue, paged, payload)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import mypyc_attr
 
@@ -44,7 +45,7 @@ class FifoPending(deque["Message"]):
 
     __slots__ = ()
 
-    def push_front(self, messages: list["Message"]) -> None:
+    def push_front(self, messages: list[Message]) -> None:
         """Put ``messages`` (sorted by seq) back, keeping the whole list in seq order."""
         if not messages:
             return
@@ -55,10 +56,10 @@ class FifoPending(deque["Message"]):
             self.clear()
             self.extend(merged)
 
-    def remove_where(self, predicate: Any) -> list["Message"]:
+    def remove_where(self, predicate: Any) -> list[Message]:
         """Remove and return every message for which ``predicate`` is true."""
-        kept: list["Message"] = []
-        removed: list["Message"] = []
+        kept: list[Message] = []
+        removed: list[Message] = []
         for m in self:
             (removed if predicate(m) else kept).append(m)
         if removed:
@@ -83,31 +84,31 @@ class PriorityPending:
     def __len__(self) -> int:
         return self._count
 
-    def __iter__(self) -> Iterator["Message"]:
+    def __iter__(self) -> Iterator[Message]:
         for bucket in reversed(self._buckets):
             yield from bucket
 
-    def append(self, message: "Message") -> None:
+    def append(self, message: Message) -> None:
         self._buckets[message.priority].append(message)
         self._count += 1
 
-    def popleft(self) -> "Message":
+    def popleft(self) -> Message:
         for bucket in reversed(self._buckets):
             if bucket:
                 self._count -= 1
                 return bucket.popleft()
         raise IndexError("pop from an empty pending list")
 
-    def push_front(self, messages: list["Message"]) -> None:
-        by_priority: dict[int, list["Message"]] = {}
+    def push_front(self, messages: list[Message]) -> None:
+        by_priority: dict[int, list[Message]] = {}
         for m in messages:
             by_priority.setdefault(m.priority, []).append(m)
         for priority, group in by_priority.items():
             self._buckets[priority].push_front(group)
         self._count += len(messages)
 
-    def remove_where(self, predicate: Any) -> list["Message"]:
-        removed: list["Message"] = []
+    def remove_where(self, predicate: Any) -> list[Message]:
+        removed: list[Message] = []
         for bucket in self._buckets:
             removed += bucket.remove_where(predicate)
         self._count -= len(removed)
@@ -120,7 +121,7 @@ class Destination:
     kind = ""
 
     def __init__(
-        self, parts: DestinationParts, name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None
+        self, parts: DestinationParts, name: str, policy: PolicyEntry, *, address: str = "", owner: int | None = None
     ) -> None:
         """``parts``: the broker's clock, timers, trace and usages, and the parts a
         destination calls (``ports.DestinationParts``)."""
@@ -159,12 +160,12 @@ class Destination:
         self.redelivered = 0
 
     # -- memory: a message is charged once, while anything here holds it
-    def hold(self, message: "Message") -> None:
+    def hold(self, message: Message) -> None:
         if message.refs == 0:
             self.memory.increase(message.size)
         message.refs += 1
 
-    def hold_page(self, messages: list["Message"], size: int) -> None:
+    def hold_page(self, messages: list[Message], size: int) -> None:
         """``hold`` each of ``messages``, new here (a page-in), whose sizes sum to
         ``size``: the memory is charged in one change, not one per message."""
         for message in messages:
@@ -180,7 +181,7 @@ class Destination:
     def remove_subscription(self, sub: SubscriptionRef) -> None:
         raise NotImplementedError
 
-    def accept(self, message: "Message") -> list[SubscriptionRef] | None:
+    def accept(self, message: Message) -> list[SubscriptionRef] | None:
         """Take a newly sent message. A topic that producer flow control stopped
         part way returns the subscriptions still to serve; otherwise None."""
         raise NotImplementedError
@@ -189,18 +190,18 @@ class Destination:
         """``sub`` has capacity again: give it what it can take."""
         raise NotImplementedError
 
-    def acknowledge(self, sub: SubscriptionRef, messages: list["Message"]) -> None:
+    def acknowledge(self, sub: SubscriptionRef, messages: list[Message]) -> None:
         """``sub``'s consumer acknowledged ``messages``."""
         raise NotImplementedError
 
-    def redeliver(self, sub: SubscriptionRef, messages: list["Message"], cause: str) -> None:
+    def redeliver(self, sub: SubscriptionRef, messages: list[Message], cause: str) -> None:
         """``sub``'s consumer refused ``messages`` (``cause``: "nack" or
         "rollback"): deliver them again, or dead-letter those that have had
         too many deliveries; "reject" (a NACK with ``requeue:false``): dead-letter
         them (or drop them, as the dead letter policy says)."""
         raise NotImplementedError
 
-    def _survivors(self, messages: list["Message"], cause: str, count: Any) -> list["Message"]:
+    def _survivors(self, messages: list[Message], cause: str, count: Any) -> list[Message]:
         """Count one more delivery for each message; dead-letter those over the limit."""
         policy = self.policy
         limit = policy.maximum_redeliveries
@@ -224,7 +225,7 @@ class Destination:
     def subscriptions(self) -> list[SubscriptionRef]:
         raise NotImplementedError
 
-    def on_delivered(self, sub: SubscriptionRef, message: "Message") -> None:
+    def on_delivered(self, sub: SubscriptionRef, message: Message) -> None:
         """A MESSAGE frame for ``message`` was written to ``sub``'s consumer."""
         if self.trace.enabled:
             self.events.delivered(sub, message)
@@ -245,7 +246,7 @@ class Destination:
         """Where the pending messages are: cached in memory or only in the store."""
         return {"cachedCount": self.size(), "storeOnlyCount": 0}
 
-    def release(self, message: "Message") -> None:
+    def release(self, message: Message) -> None:
         message.refs -= 1
         if message.refs == 0:
             self.memory.decrease(message.size)

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from minibroker.durability.persistence import decode_messages, decode_meta
 from storage import StoreFull
@@ -44,7 +45,7 @@ __all__ = ["FilePending", "vm_is_full"]
 log = logging.getLogger("minibroker.pending")
 
 
-def vm_is_full(topic: "Destination") -> bool:
+def vm_is_full(topic: Destination) -> bool:
     """A VM cursor is full when its memory (the topic's, so the broker's) is at 100%."""
     return topic.memory.is_full()
 
@@ -52,10 +53,10 @@ def vm_is_full(topic: "Destination") -> bool:
 class FilePending:
     """The ``file`` pending cursor of one topic subscription (see the module docstring)."""
 
-    def __init__(self, topic: "Destination", sub: "Subscription") -> None:
+    def __init__(self, topic: Destination, sub: Subscription) -> None:
         self.topic = topic
         self.sub = sub
-        self.memory: deque["Message"] = deque()
+        self.memory: deque[Message] = deque()
         #: The temp store seqs of the messages on disk, in order (numbers: a spool may hold millions).
         self.disk: deque[int] = deque()
         self.swaps = 0
@@ -69,13 +70,13 @@ class FilePending:
     def __bool__(self) -> bool:
         return bool(self.memory) or bool(self.disk)
 
-    def __iter__(self) -> Iterator["Message"]:
+    def __iter__(self) -> Iterator[Message]:
         yield from self.memory
         topic = self.topic
         for entry in self.disk:
             yield self._decode(topic.stored.temp_store().read(entry))
 
-    def append(self, message: "Message") -> None:
+    def append(self, message: Message) -> None:
         """A new message (already held for this subscription by the topic)."""
         topic = self.topic
         policy = topic.policy
@@ -91,11 +92,11 @@ class FilePending:
                         raise
         self.memory.append(message)
 
-    def extendleft(self, messages: Iterable["Message"]) -> None:
+    def extendleft(self, messages: Iterable[Message]) -> None:
         """Messages back at the head (NACK): they are older than anything on disk."""
         self.memory.extendleft(messages)
 
-    def popleft(self) -> "Message":
+    def popleft(self) -> Message:
         if self.memory:
             return self.memory.popleft()
         message = self._read_back(self.disk.popleft())
@@ -104,7 +105,7 @@ class FilePending:
             topic.events.swapped(self.topic, self.sub, "swap_in", self.swaps)
         return message
 
-    def _read_back(self, entry: int) -> "Message":
+    def _read_back(self, entry: int) -> Message:
         """A swapped-out message, read from the temp store (which frees it) and held again."""
         topic = self.topic
         store = topic.stored.temp_store()
@@ -114,7 +115,7 @@ class FilePending:
         topic.stored.temp_changed()
         return message
 
-    def pop(self) -> "Message":
+    def pop(self) -> Message:
         """The newest pending message (eviction of the newest)."""
         if self.disk:
             return self._read_back(self.disk.pop())
@@ -178,13 +179,13 @@ class FilePending:
         """This subscription's list in the temp store."""
         return f"{self.topic.address}|{self.sub.key}"
 
-    def _to_disk(self, message: "Message") -> None:
+    def _to_disk(self, message: Message) -> None:
         topic = self.topic
         self.disk.append(topic.stored.temp_store().append(self._list_id, topic.stored.payload_of(message)))
         self.topic.release(message)
         topic.stored.temp_changed()
 
-    def _decode(self, payload: bytes) -> "Message":
+    def _decode(self, payload: bytes) -> Message:
         """The message a swapped-out payload holds, with its own broker seq."""
         [message] = decode_messages((payload,), (decode_meta(payload)[0],), self.topic.address)
         return message

@@ -44,7 +44,7 @@ class Queue(Destination):
     kind = "queue"
 
     def __init__(
-        self, parts: DestinationParts, name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None
+        self, parts: DestinationParts, name: str, policy: PolicyEntry, *, address: str = "", owner: int | None = None
     ) -> None:
         # The keywords named, not passed on as **kw (which the compiled build passes wrongly).
         super().__init__(parts, name, policy, address=address, owner=owner)
@@ -55,20 +55,20 @@ class Queue(Destination):
         #: The store cursor: what is cached, what is only on disk, page-in.
         self.cursor = QueueCursor(self)
         self._sweep_scheduled = False
-        self.consumers: list["Subscription"] = []
-        self.exclusive_owner: "Subscription | None" = None
+        self.consumers: list[Subscription] = []
+        self.exclusive_owner: Subscription | None = None
         # Consumers grouped by priority, highest first; rotation index per group.
-        self._groups: list[list["Subscription"]] = []
+        self._groups: list[list[Subscription]] = []
         self._rotation: list[int] = []
         self._any_selector = False
         #: The one eligible consumer, when there is exactly one and it has no selector (the fast dispatch).
-        self._single: "Subscription | None" = None
+        self._single: Subscription | None = None
         self._dispatching = False
         #: Messages waiting out a redelivery delay (``redeliver``), by seq: still on the queue.
-        self.delayed: dict[int, "Message"] = {}
+        self.delayed: dict[int, Message] = {}
 
     @property
-    def subscriptions(self) -> list["Subscription"]:
+    def subscriptions(self) -> list[Subscription]:
         return self.consumers
 
     def size(self) -> int:
@@ -83,7 +83,7 @@ class Queue(Destination):
         return self.cursor.statistics()
 
     # -- consumers
-    def add_subscription(self, sub: "Subscription") -> None:
+    def add_subscription(self, sub: Subscription) -> None:
         self.consumers.append(sub)
         if sub.exclusive:
             owner = self.exclusive_owner
@@ -92,7 +92,7 @@ class Queue(Destination):
         self._regroup()
         self.dispatch()
 
-    def remove_subscription(self, sub: "Subscription") -> None:
+    def remove_subscription(self, sub: Subscription) -> None:
         """Detach ``sub``; its unacknowledged messages return to the head.
 
         A browser was never a consumer: it only drops what is left of its
@@ -120,7 +120,7 @@ class Queue(Destination):
             eligible = [self.exclusive_owner]
         else:
             eligible = self.consumers
-        by_priority: dict[int, list["Subscription"]] = {}
+        by_priority: dict[int, list[Subscription]] = {}
         for c in eligible:
             by_priority.setdefault(c.priority, []).append(c)
         self._groups = [by_priority[p] for p in sorted(by_priority, reverse=True)]
@@ -129,7 +129,7 @@ class Queue(Destination):
         self._single = eligible[0] if len(eligible) == 1 and not self._any_selector else None
 
     # -- messages in
-    def accept(self, message: "Message") -> None:
+    def accept(self, message: Message) -> None:
         """Take a newly sent message: cache it (or leave it in the store) and dispatch."""
         if self._straight_through(message):  # measured: skips the cache's round trip for one ready consumer
             return
@@ -141,7 +141,7 @@ class Queue(Destination):
         if self.consumers:
             self.dispatch()
 
-    def _straight_through(self, message: "Message") -> bool:
+    def _straight_through(self, message: Message) -> bool:
         """Deliver ``message`` at once, as the general path would, without caching it
         first; False (nothing done) where the general path must run.
 
@@ -194,7 +194,7 @@ class Queue(Destination):
         sub.deliver(message)
         return True
 
-    def dispatch_to(self, sub: "Subscription") -> None:
+    def dispatch_to(self, sub: Subscription) -> None:
         if sub.browser:
             self._browse(sub)
         else:
@@ -219,14 +219,14 @@ class Queue(Destination):
             self._schedule_sweep()
 
     # -- browsing: a snapshot delivered without consuming, then browser:end
-    def browse_snapshot(self) -> list["Message"]:
+    def browse_snapshot(self) -> list[Message]:
         """The pending messages, in dispatch order, for a new browser (store-only
         ones are read from disk for it, without entering the cache)."""
         now_ms = self.clock.wall_ms()
         stored = [self.stored.load_message(self, r) for r in self.cursor.store_only]
         return [m for m in [*self.pending, *stored] if not m.is_expired(now_ms)]
 
-    def _browse(self, sub: "Subscription") -> None:
+    def _browse(self, sub: Subscription) -> None:
         pending = sub.pending
         while pending and sub.has_capacity():
             message = pending.popleft()
@@ -259,7 +259,7 @@ class Queue(Destination):
         finally:
             self._dispatching = False
 
-    def _dispatch_single(self, sub: "Subscription") -> None:
+    def _dispatch_single(self, sub: Subscription) -> None:
         pending = self.pending
         now_ms = 0  # read from the clock only when a message can expire
         while pending and sub.has_capacity():
@@ -274,7 +274,7 @@ class Queue(Destination):
     def _dispatch_general(self) -> None:
         pending = self.pending
         now_ms = self.clock.wall_ms()
-        skipped: list["Message"] = []
+        skipped: list[Message] = []
         limit = self.events.max_page_size(self)
         while pending and self._someone_has_capacity():
             message = pending.popleft()
@@ -297,7 +297,7 @@ class Queue(Destination):
         """Would a new message go straight to a consumer? (nothing cached ahead of it, a consumer with room)"""
         return not self.pending and self._someone_has_capacity()
 
-    def _choose(self, message: "Message") -> "Subscription | None":
+    def _choose(self, message: Message) -> Subscription | None:
         for g, group in enumerate(self._groups):
             n = len(group)
             start = self._rotation[g]
@@ -308,20 +308,20 @@ class Queue(Destination):
                     return sub
         return None
 
-    def _expire(self, message: "Message") -> None:
+    def _expire(self, message: Message) -> None:
         self.expired += 1
         self.events.message_expired(self, message)
 
     # -- acknowledgements
-    def acknowledge(self, sub: "Subscription", messages: list["Message"]) -> None:
+    def acknowledge(self, sub: Subscription, messages: list[Message]) -> None:
         for m in messages:
             self.dequeued += 1
             sub.acked_count += 1
             self.events.message_consumed(self, m)
         self.dispatch()
 
-    def redeliver(self, sub: "Subscription", messages: list["Message"], cause: str) -> None:
-        def count(m: "Message") -> int:
+    def redeliver(self, sub: Subscription, messages: list[Message], cause: str) -> None:
+        def count(m: Message) -> int:
             m.redeliveries += 1
             return m.redeliveries
 
@@ -343,7 +343,7 @@ class Queue(Destination):
         self.pending.push_front(at_once)
         self.dispatch()
 
-    def _redelivery_due(self, message: "Message") -> None:
+    def _redelivery_due(self, message: Message) -> None:
         """A delayed redelivery's time has come: the message goes back to the head (unless it
         left the queue meanwhile: a purge)."""
         if self.delayed.pop(message.seq, None) is None:

@@ -54,10 +54,10 @@ class RegistryHost(DestinationParts, Protocol):
         """This broker run's token (in temporary destinations' names)."""
 
     @property
-    def config(self) -> "BrokerConfig": ...
+    def config(self) -> BrokerConfig: ...
 
     @property
-    def security(self) -> "Security": ...
+    def security(self) -> Security: ...
 
 
 class DestinationRegistry:
@@ -81,7 +81,7 @@ class DestinationRegistry:
         return self.by_address.get(address)
 
     # -- temporaries
-    def _temp_address(self, session: "Session", address: str) -> tuple[str, str, str] | None:
+    def _temp_address(self, session: Session, address: str) -> tuple[str, str, str] | None:
         """For ``/temp-queue/x`` used by ``session``: (kind, name, remote address)."""
         for prefix, (kind, remote) in TEMP_PREFIXES.items():
             if address.startswith(prefix) and len(address) > len(prefix):
@@ -101,7 +101,7 @@ class DestinationRegistry:
         self.by_address.pop(destination.address, None)
 
     # -- resolution
-    def resolve(self, session: "Session", address: str, right: str) -> Destination:
+    def resolve(self, session: Session, address: str, right: str) -> Destination:
         """The destination ``session`` means by ``address``, created if allowed.
 
         ``right`` is "read" (consume) or "write" (send).
@@ -122,7 +122,7 @@ class DestinationRegistry:
             kind, name, canonical = temp
             found = self.by_address.get(canonical)
             return found if found is not None else self._create(kind, name, canonical, owner=session.id)
-        for prefix, kind in REMOTE_TEMP_PREFIXES.items():
+        for prefix in REMOTE_TEMP_PREFIXES:
             if address.startswith(prefix):
                 found = self.by_address.get(address)
                 if found is None:

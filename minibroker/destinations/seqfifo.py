@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 from array import array
 from bisect import bisect_left, bisect_right
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from storage.entries import column, inserted, widened
 from storage.errors import StoreFull
@@ -151,7 +151,7 @@ class SeqFifo:
         self._load(chunk)
         pos = bisect_left(chunk.seqs, seq, self.head if i == 0 else 0)  # type: ignore[arg-type]
         chunk.seqs, chunk.refs, chunk.expires = (
-            inserted(c, pos, v) for c, v in zip(chunk.columns(), (seq, ref, expires))
+            inserted(c, pos, v) for c, v in zip(chunk.columns(), (seq, ref, expires), strict=False)
         )
         chunk.count += 1
         if seq < self._firsts[i]:
@@ -170,7 +170,7 @@ class SeqFifo:
                 yield columns
 
     def entries(self) -> Iterator[tuple[int, int, int]]:
-        return itertools.chain.from_iterable(zip(*columns) for columns in self.runs())
+        return itertools.chain.from_iterable(zip(*columns, strict=False) for columns in self.runs())
 
     def slice(self, count: int) -> tuple[array[int], array[int], array[int]]:
         """The first ``count`` (or fewer) entries, as three arrays."""
@@ -182,7 +182,7 @@ class SeqFifo:
         out: tuple[list[int], list[int], list[int]] = ([], [], [])
         for columns in self.runs():  # across chunks
             take = count - len(out[0])
-            for values, column_ in zip(out, columns):
+            for values, column_ in zip(out, columns, strict=False):
                 values.extend(column_[:take])
             if len(out[0]) >= count:
                 break
@@ -203,7 +203,7 @@ class SeqFifo:
         self.head = head
         return count
 
-    def without(self, gone: set[int]) -> "SeqFifo":
+    def without(self, gone: set[int]) -> SeqFifo:
         """A copy without the entries whose broker seq is in ``gone``; this FIFO is
         emptied (``release``): use the copy instead."""
         copy = SeqFifo(self._spill, (entry for entry in self.entries() if entry[0] not in gone))

@@ -29,7 +29,8 @@ pending cursor).
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from minibroker.protocol.codec import escape
 
@@ -78,8 +79,8 @@ class Subscription:
         self,
         key: int,
         sub_id: str,
-        session: "Connection",
-        destination: "Destination",
+        session: Connection,
+        destination: Destination,
         *,
         ack_mode: str = "auto",
         prefetch: int = 1000,
@@ -115,9 +116,9 @@ class Subscription:
         self.browser = browser
         self.browse_done = False
         #: message seq -> message, delivered and awaiting ACK, in delivery order.
-        self.dispatched: dict[int, "Message"] = {}
+        self.dispatched: dict[int, Message] = {}
         #: Topic subscriptions and browsers: messages waiting for capacity.
-        self.pending: deque["Message"] = deque()
+        self.pending: deque[Message] = deque()
         #: Topic subscriptions: message seq -> deliveries after the first.
         self.redelivered: dict[int, int] = {}
         self.delivered_count = 0
@@ -135,7 +136,7 @@ class Subscription:
             return False
         return self.auto or len(self.dispatched) < self.prefetch
 
-    def accepts(self, message: "Message") -> bool:
+    def accepts(self, message: Message) -> bool:
         """Does the selector (and noLocal) let ``message`` through?"""
         if self.no_local and message.origin == self.session.id:
             return False
@@ -144,13 +145,13 @@ class Subscription:
         return bool(self.selector.matches(message.header_view()))
 
     # -- delivery
-    def deliver(self, message: "Message") -> None:
+    def deliver(self, message: Message) -> None:
         """Write ``message`` to the consumer as a MESSAGE frame, then let the destination
         account for it (``on_delivered``)."""
         self.write_message(message)
         self.destination.on_delivered(self, message)
 
-    def write_message(self, message: "Message") -> None:
+    def write_message(self, message: Message) -> None:
         """``message``'s MESSAGE frame to the consumer, counted as delivered: ``deliver``
         without the destination's accounting (a destination's straight-through path
         does its own)."""
@@ -176,11 +177,11 @@ class Subscription:
         self.delivered_count += 1
 
     # -- acknowledgement
-    def ack_id_of(self, message: "Message") -> str:
+    def ack_id_of(self, message: Message) -> str:
         """The ``ack`` header value a 1.2 client echoes back for ``message``."""
         return f"{self.key}-{message.seq}"
 
-    def take_acked(self, seq: int, cumulative: bool) -> list["Message"]:
+    def take_acked(self, seq: int, cumulative: bool) -> list[Message]:
         """Remove and return the messages an ACK/NACK of ``seq`` settles.
 
         ``cumulative`` (client mode) settles every message delivered up to and
@@ -198,7 +199,7 @@ class Subscription:
                 break
         return settled
 
-    def take_all_dispatched(self) -> list["Message"]:
+    def take_all_dispatched(self) -> list[Message]:
         """Remove and return every unacknowledged message, in delivery order."""
         messages = list(self.dispatched.values())
         self.dispatched.clear()
@@ -222,6 +223,6 @@ class Subscription:
         return f"<Subscription {self.id!r} key={self.key} on {self.destination.address} session={self.session.id}>"
 
 
-def sorted_by_seq(messages: Iterable["Message"]) -> list["Message"]:
+def sorted_by_seq(messages: Iterable[Message]) -> list[Message]:
     """``messages`` in arrival order."""
     return sorted(messages, key=lambda m: m.seq)

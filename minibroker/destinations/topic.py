@@ -50,18 +50,18 @@ class Topic(Destination):
     kind = "topic"
 
     def __init__(
-        self, parts: DestinationParts, name: str, policy: "PolicyEntry", *, address: str = "", owner: int | None = None
+        self, parts: DestinationParts, name: str, policy: PolicyEntry, *, address: str = "", owner: int | None = None
     ) -> None:
         # The keywords named, not passed on as **kw (which the compiled build passes wrongly).
         super().__init__(parts, name, policy, address=address, owner=owner)
-        self.subs: list["Subscription"] = []
+        self.subs: list[Subscription] = []
         #: Durable subscriptions by (client-id, subscription name), online or not.
         self.durables: dict[tuple[str, str], DurableState] = {}
         #: How many durable subscriptions have sharers (none: ``subscriptions`` is ``subs``).
         self.shared = 0
 
     @property
-    def subscriptions(self) -> list["Subscription"]:
+    def subscriptions(self) -> list[Subscription]:
         """Every consumer: the topic's list and the sharers of its durable subscriptions."""
         if not self.shared:
             return self.subs
@@ -74,17 +74,17 @@ class Topic(Destination):
             online += sum(len(s.dispatched) for d in self.durables.values() for s in d.sharers)
         return online + offline
 
-    def add_sharer(self, state: "DurableState", sub: "Subscription") -> None:
+    def add_sharer(self, state: DurableState, sub: Subscription) -> None:
         """``sub`` consumes durable subscription ``state`` beside its active consumer."""
         self.shared += not state.sharers
         state.sharers.append(sub)
 
-    def add_subscription(self, sub: "Subscription") -> None:
+    def add_subscription(self, sub: Subscription) -> None:
         if sub.durable is None and self.policy.pending_cursor == "file":
             sub.pending = FilePending(self, sub)  # type: ignore[assignment]
         self.subs.append(sub)
 
-    def remove_subscription(self, sub: "Subscription") -> None:
+    def remove_subscription(self, sub: Subscription) -> None:
         """Detach ``sub``. A non-durable subscription's messages are dropped; a
         durable one keeps them (unacknowledged ones back at the head) for its
         next connection, or for the consumers that share it (one of them takes
@@ -118,7 +118,7 @@ class Topic(Destination):
 
     def durable_state(
         self, client_id: str, name: str, selector_text: str | None, no_local: bool, owner: str | None = None
-    ) -> "DurableState":
+    ) -> DurableState:
         """The durable subscription (client_id, name), created or reset as needed.
 
         As in ActiveMQ, subscribing again with a different selector or noLocal
@@ -147,7 +147,7 @@ class Topic(Destination):
         self.stored.durables_changed()
         return True
 
-    def accept(self, message: "Message", targets: list["Subscription"] | None = None) -> list["Subscription"] | None:
+    def accept(self, message: Message, targets: list[Subscription] | None = None) -> list[Subscription] | None:
         """Hand ``message`` to each subscription in turn (ActiveMQ's SimpleDispatchPolicy).
 
         Returns None when done, or the subscriptions still to serve when one
@@ -229,14 +229,14 @@ class Topic(Destination):
         return None
 
     # -- full subscriptions, eviction
-    def cursor_full(self, sub: "Subscription") -> bool:
+    def cursor_full(self, sub: Subscription) -> bool:
         """Is ``sub``'s pending cursor full? (ActiveMQ ``PendingMessageCursor.isFull``)"""
         pending = sub.pending
         if isinstance(pending, FilePending):
             return pending.is_full()
         return self.memory.is_full()
 
-    def _evict(self, sub: "Subscription") -> None:
+    def _evict(self, sub: Subscription) -> None:
         """Over ``pending_message_limit``: discard the oldest (or newest) pending message."""
         pending = sub.pending
         if self.policy.message_eviction_strategy == "newest":
@@ -251,14 +251,14 @@ class Topic(Destination):
             held=True,
         )
 
-    def _discard(self, sub: "Subscription", message: "Message", reason: str, *, held: bool = False) -> None:
+    def _discard(self, sub: Subscription, message: Message, reason: str, *, held: bool = False) -> None:
         sub.discarded += 1
         self.discarded += 1
         if held:
             self.events.message_consumed(self, message)
         self.events.discarded(self, sub, message, reason)
 
-    def dispatch_to(self, sub: "Subscription") -> None:
+    def dispatch_to(self, sub: Subscription) -> None:
         pending = sub.pending
         now_ms = self.clock.wall_ms()
         while pending and sub.has_capacity():
@@ -272,7 +272,7 @@ class Topic(Destination):
         if sub.slow and not pending:
             self.events.slow_consumer(sub, False)
 
-    def acknowledge(self, sub: "Subscription", messages: list["Message"]) -> None:
+    def acknowledge(self, sub: Subscription, messages: list[Message]) -> None:
         for m in messages:
             self.dequeued += 1
             sub.acked_count += 1
@@ -281,7 +281,7 @@ class Topic(Destination):
             self.events.message_consumed(self, m)
         self.dispatch_to(sub)
 
-    def on_delivered(self, sub: "Subscription", message: "Message") -> None:
+    def on_delivered(self, sub: Subscription, message: Message) -> None:
         if sub.auto:
             self._settle(sub.durable, message)
         elif sub.durable is not None and not sub.browser:
@@ -289,13 +289,13 @@ class Topic(Destination):
             self.stored.mark_durable_delivered(sub.durable, message)
         super().on_delivered(sub, message)
 
-    def _settle(self, state: "DurableState | None", message: "Message") -> None:
+    def _settle(self, state: DurableState | None, message: Message) -> None:
         """A durable subscription is done with ``message``: drop its stored copy."""
         if state is not None:
             self.stored.settle_durable(state, message)
 
-    def redeliver(self, sub: "Subscription", messages: list["Message"], cause: str) -> None:
-        def count(m: "Message") -> int:
+    def redeliver(self, sub: Subscription, messages: list[Message], cause: str) -> None:
+        def count(m: Message) -> int:
             sub.redelivered[m.seq] = sub.redelivered.get(m.seq, 0) + 1
             return sub.redelivered[m.seq]
 
@@ -340,11 +340,11 @@ class DurableState:
         #: Set by the broker: a compiled selector, or None.
         self.selector: Any = None
         self.no_local = no_local
-        self.pending: deque["Message"] = deque()
+        self.pending: deque[Message] = deque()
         #: message seq -> deliveries after the first.
         self.redelivered: dict[int, int] = {}
         #: The subscription consuming it now, or None while offline.
-        self.active: "Subscription | None" = None
+        self.active: Subscription | None = None
         #: Since when it is offline (broker clock), or None: online, or not seen offline yet.
         self.offline_since: float | None = None
         #: message seq -> its stored copy for this subscription (persistent messages).
@@ -352,15 +352,15 @@ class DurableState:
         #: More consumers of it besides ``active`` (RabbitMQ's durable subscriptions: one
         #: queue, its consumers share its messages). Only ``active`` is in the topic's list;
         #: the others share its pending messages and take what it has no room for.
-        self.sharers: list["Subscription"] = []
+        self.sharers: list[Subscription] = []
         #: Removed when its last consumer leaves (RabbitMQ's ``auto-delete``, not kept over a restart).
         self.auto_delete = False
 
-    def members(self) -> list["Subscription"]:
+    def members(self) -> list[Subscription]:
         """The consumers of it now: ``active`` and its sharers."""
         return ([self.active] if self.active is not None else []) + self.sharers
 
-    def accepts(self, message: "Message") -> bool:
+    def accepts(self, message: Message) -> bool:
         if self.selector is None:
             return True
         return bool(self.selector.matches(message.header_view()))

@@ -27,7 +27,7 @@ events, the diagnosis, the file cursor's swap trigger) and whenever it drops
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["Usage", "SPACE_CHECKS"]
 
@@ -42,7 +42,7 @@ class Usage:
 
     __slots__ = ("name", "limit", "usage", "parent", "_percent", "_listeners", "peak", "_low", "_high")
 
-    def __init__(self, name: str, limit: int, parent: "Usage | None" = None) -> None:
+    def __init__(self, name: str, limit: int, parent: Usage | None = None) -> None:
         self.name = name
         self.limit = limit
         self.usage = 0

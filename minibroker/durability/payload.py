@@ -23,7 +23,8 @@ recovered messages keep their place and their message ids.
 from __future__ import annotations
 
 import struct
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from minibroker.protocol.codec import decode_header_block, encode_headers, escape
 from minibroker.protocol.message import Message, message_id_from_wire
@@ -179,7 +180,7 @@ def decode_messages(payloads: Iterable[bytes], seqs: Iterable[int], address: str
     """
     out: list[Message] = []
     append = out.append
-    for payload, seq in zip(payloads, seqs):
+    for payload, seq in zip(payloads, seqs, strict=False):
         if payload[0] == 2:
             _, flags, priority, expires, timestamp, _, id_length, length, chars = _unpack_v2(payload)
             start = _ID_START + id_length

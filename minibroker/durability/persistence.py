@@ -39,14 +39,16 @@ Theory of operation
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
 from minibroker.config import StoreConfig
 from minibroker.durability import journaldirs
@@ -112,7 +114,7 @@ class MessageStore:
         self.root = Path(data_dir)
         file_ops().make_directory(self.root)
         # One broker per data directory (ActiveMQ's lock file): offline tools check it too.
-        self._lock_file: TextIO | None = open(self.root / "lock", "a")
+        self._lock_file: TextIO | None = open(self.root / "lock", "a")  # noqa: SIM115 (held open: the lock lives as long as the store)
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -461,7 +463,7 @@ class MessageStore:
             by_journal.setdefault(ref.journal, []).append(i)
         out: list[bytes] = [b""] * len(refs)
         for journal, positions in by_journal.items():
-            for i, payload in zip(positions, journal.read_seqs([refs[i].seq for i in positions])):
+            for i, payload in zip(positions, journal.read_seqs([refs[i].seq for i in positions]), strict=False):
                 out[i] = payload
         return out
 
@@ -518,10 +520,8 @@ class MessageStore:
                 self._txlog.close()
             self._unlock()
             return
-        try:
+        with contextlib.suppress(StoreFull):  # left for the next start to redeliver
             self._write_deferred()
-        except StoreFull:
-            pass  # left for the next start to redeliver
         for journal in self.journals():
             journal.sync()
             journal.close()

@@ -239,7 +239,7 @@ class BrokerServer:
         future = asyncio.get_running_loop().run_in_executor(self._login_executor, action.check)
         future.add_done_callback(lambda done: self._login_done(action.session, done))
 
-    def _login_done(self, sid: int, future: "asyncio.Future[Any]") -> None:
+    def _login_done(self, sid: int, future: asyncio.Future[Any]) -> None:
         if future.cancelled():
             return  # shutting down
         error = future.exception()
@@ -257,7 +257,7 @@ class BrokerServer:
         future = loop.run_in_executor(self._sync_executor, store.sync)
         future.add_done_callback(self._sync_done)
 
-    def _sync_done(self, future: "asyncio.Future[int]") -> None:
+    def _sync_done(self, future: asyncio.Future[int]) -> None:
         self._syncing = False
         try:
             generation = future.result()
@@ -425,7 +425,7 @@ def trace_form(asked: str, *, pyarrow: bool) -> str:
     return asked
 
 
-def open_trace(config: BrokerConfig) -> "Trace | None":
+def open_trace(config: BrokerConfig) -> Trace | None:
     """The trace writer for ``broker.trace`` (encoding in a child process), or None.
 
     Parquet (``broker.trace_format``) is written by that child alone: this

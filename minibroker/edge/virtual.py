@@ -30,8 +30,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from minibroker.config import BrokerConfig
 from minibroker.connection.clock import ManualClock
@@ -60,7 +61,7 @@ class VirtualClient:
 
     def __init__(
         self,
-        net: "VirtualNetwork",
+        net: VirtualNetwork,
         name: str,
         *,
         recv_buffer: int | None = None,

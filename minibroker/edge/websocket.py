@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request

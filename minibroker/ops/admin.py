@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from minibroker.destinations.destination import Destination, parse_address
 from minibroker.destinations.queue import Queue
@@ -75,14 +76,14 @@ class AdminHooks(Protocol):
 class AdminStore(Protocol):
     """The store hooks, as the operations use them: messages in and out, in one storage transaction."""
 
-    def load_message(self, destination: Destination, paged: "PagedRef", payload: bytes | None = None) -> Message: ...
+    def load_message(self, destination: Destination, paged: PagedRef, payload: bytes | None = None) -> Message: ...
 
     def admit(self, destination: Destination, message: Message) -> Any:
         """Journal (if persistent) and hand ``message`` to ``destination``."""
 
     def discard_stored(self, ref: Any) -> None: ...
 
-    def begin_storage_transaction(self, session: "Session") -> str: ...
+    def begin_storage_transaction(self, session: Session) -> str: ...
 
     def commit_storage_transaction(self, txid: str) -> None: ...
 
@@ -94,16 +95,16 @@ class AdminHost(Protocol):
     they read, and the parts through which they change it."""
 
     @property
-    def clock(self) -> "Clock": ...
+    def clock(self) -> Clock: ...
 
     @property
-    def security(self) -> "Security": ...
+    def security(self) -> Security: ...
 
     @property
-    def store(self) -> "MessageStore | None": ...
+    def store(self) -> MessageStore | None: ...
 
     @property
-    def sessions(self) -> Mapping[int, "Session"]: ...
+    def sessions(self) -> Mapping[int, Session]: ...
 
     @property
     def destinations(self) -> Mapping[str, Destination]: ...
@@ -120,7 +121,7 @@ class AdminHost(Protocol):
     def session_tag(self, sid: int) -> str:
         """Connection ``sid`` as CONNECTED's ``session`` header names it."""
 
-    def close_connection(self, session: "Session", reason: str) -> None: ...
+    def close_connection(self, session: Session, reason: str) -> None: ...
 
 
 @dataclass
@@ -132,7 +133,7 @@ class AdminResult:
     then: Callable[[], None] | None = None
 
 
-def perform(broker: "AdminHost", session: "Session", address: str, headers: Mapping[str, str]) -> AdminResult:
+def perform(broker: AdminHost, session: Session, address: str, headers: Mapping[str, str]) -> AdminResult:
     """Carry out the operation requested by a SEND to ``address``."""
     name = address[len(ADMIN_PREFIX) :]
     operation = _OPERATIONS.get(name)
@@ -151,7 +152,7 @@ def perform(broker: "AdminHost", session: "Session", address: str, headers: Mapp
 
 
 def _destination(
-    broker: "AdminHost", session: "Session", headers: Mapping[str, str], header: str, verb: str
+    broker: AdminHost, session: Session, headers: Mapping[str, str], header: str, verb: str
 ) -> Destination:
     """The existing destination a header names, after checking the admin right on it."""
     address = headers.get(header)
@@ -166,7 +167,7 @@ def _destination(
     return found
 
 
-def _queue(broker: "AdminHost", session: "Session", headers: Mapping[str, str], header: str, verb: str) -> Queue:
+def _queue(broker: AdminHost, session: Session, headers: Mapping[str, str], header: str, verb: str) -> Queue:
     found = _destination(broker, session, headers, header, verb)
     if not isinstance(found, Queue):
         raise ProtocolError(
@@ -176,7 +177,7 @@ def _queue(broker: "AdminHost", session: "Session", headers: Mapping[str, str], 
 
 
 # ---------------------------------------------------------------- whoami
-def _whoami(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _whoami(broker: AdminHost, session: Session, headers: Mapping[str, str]) -> AdminResult:
     """Who the connection is and which operations it may send (a console shows only those)."""
     principal = session.principal
     allowed = [
@@ -196,14 +197,14 @@ def _whoami(broker: "AdminHost", session: "Session", headers: Mapping[str, str])
 
 
 # ---------------------------------------------------------------- purge, delete
-def _purge(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _purge(broker: AdminHost, session: Session, headers: Mapping[str, str]) -> AdminResult:
     queue = _queue(broker, session, headers, "target", "purge")
     purged = queue.purge()
     log.info("%s purged by %s: %d messages", queue.address, session.principal.name, purged)
     return AdminResult({"operation": "purge", "destination": queue.address, "purged": purged, "size": queue.size()})
 
 
-def _delete(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _delete(broker: AdminHost, session: Session, headers: Mapping[str, str]) -> AdminResult:
     dest = _destination(broker, session, headers, "target", "delete")
     if dest.owner is not None:
         raise ProtocolError(f"cannot delete {dest.address}: a temporary destination goes when its connection closes")
@@ -233,7 +234,7 @@ def _delete(broker: "AdminHost", session: "Session", headers: Mapping[str, str])
 
 
 # ---------------------------------------------------------------- close
-def _close_connection(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _close_connection(broker: AdminHost, session: Session, headers: Mapping[str, str]) -> AdminResult:
     text = headers.get("connection")
     if not text:
         raise ProtocolError("an admin close needs a connection header: the id the Connection statistics show")
@@ -264,7 +265,7 @@ def _close_connection(broker: "AdminHost", session: "Session", headers: Mapping[
 
 
 # ---------------------------------------------------------------- browse
-def _browse(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _browse(broker: AdminHost, session: Session, headers: Mapping[str, str]) -> AdminResult:
     queue = _queue(broker, session, headers, "target", "browse")
     count = int_header(headers, "count", _BROWSE_DEFAULT, 1, _BROWSE_MAX, clamp=False)
     limit = int_header(headers, "body-limit", _BODY_LIMIT, 0, None, clamp=False)
@@ -315,7 +316,7 @@ def describe_message(message: Message, body_limit: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- move
-def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -> AdminResult:
+def _move(broker: AdminHost, session: Session, headers: Mapping[str, str]) -> AdminResult:
     """Move waiting messages of one queue to another (or each to its original one).
 
     Theory of operation: the cached messages (the oldest) are taken out of the
@@ -438,7 +439,7 @@ def _move(broker: "AdminHost", session: "Session", headers: Mapping[str, str]) -
     return AdminResult(answer)
 
 
-def _target_queue(broker: "AdminHost", session: "Session", address: str, source: Queue) -> Queue:
+def _target_queue(broker: AdminHost, session: Session, address: str, source: Queue) -> Queue:
     """The queue a move may put messages in (created if needed), rights checked."""
     parsed = parse_address(address)
     if parsed is None:
@@ -457,7 +458,7 @@ def _target_queue(broker: "AdminHost", session: "Session", address: str, source:
     return target
 
 
-_OPERATIONS: dict[str, Callable[["AdminHost", "Session", Mapping[str, str]], AdminResult]] = {
+_OPERATIONS: dict[str, Callable[[AdminHost, Session, Mapping[str, str]], AdminResult]] = {
     "Purge": _purge,
     "Delete": _delete,
     "Close": _close_connection,

@@ -11,7 +11,8 @@ of the ring layout filled by the rings' reservations (``_rings_fill_store``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from minibroker.destinations.destination import Destination
@@ -25,19 +26,19 @@ class DiagnosedBroker(Protocol):
     """What the diagnosis reads of the broker (``broker.Broker`` satisfies it)."""
 
     @property
-    def destinations(self) -> Mapping[str, "Destination"]: ...
+    def destinations(self) -> Mapping[str, Destination]: ...
 
     @property
-    def store(self) -> "MessageStore | None": ...
+    def store(self) -> MessageStore | None: ...
 
     @property
-    def memory(self) -> "Usage": ...
+    def memory(self) -> Usage: ...
 
     @property
-    def store_usage(self) -> "Usage": ...
+    def store_usage(self) -> Usage: ...
 
 
-def diagnose(broker: "DiagnosedBroker") -> list[dict[str, Any]]:
+def diagnose(broker: DiagnosedBroker) -> list[dict[str, Any]]:
     """Every pathology the broker's state shows right now."""
     findings: list[dict[str, Any]] = []
     findings += _starving(broker)
@@ -45,7 +46,7 @@ def diagnose(broker: "DiagnosedBroker") -> list[dict[str, Any]]:
     return findings
 
 
-def _rings_fill_store(broker: "DiagnosedBroker") -> list[dict[str, Any]]:
+def _rings_fill_store(broker: DiagnosedBroker) -> list[dict[str, Any]]:
     """A store of the ring layout that is full because each ring is counted
     whole from its creation (``ringcost``), however little it holds."""
     store, usage = broker.store, broker.store_usage
@@ -73,7 +74,7 @@ def _rings_fill_store(broker: "DiagnosedBroker") -> list[dict[str, Any]]:
     ]
 
 
-def _starving(broker: "DiagnosedBroker") -> list[dict[str, Any]]:
+def _starving(broker: DiagnosedBroker) -> list[dict[str, Any]]:
     """The starving-consumers checklist, item by item.
 
     1. a destination with consumers and a backlog, receiving nothing: its

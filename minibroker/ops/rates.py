@@ -16,7 +16,7 @@ from 0: a negative difference reads as 0.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["RateMeter", "SAMPLE_PERIOD", "WINDOW"]
 

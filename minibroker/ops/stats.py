@@ -34,7 +34,8 @@ idle broker counts 0 connections), and no reply lists a subscription to a tool's
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from minibroker import wildcards
 from minibroker.destinations.queue import Queue
@@ -77,19 +78,19 @@ class BrokerView(DiagnosedBroker, Protocol):
     def name(self) -> str: ...
 
     @property
-    def clock(self) -> "Clock": ...
+    def clock(self) -> Clock: ...
 
     @property
-    def security(self) -> "Security": ...
+    def security(self) -> Security: ...
 
     @property
-    def sessions(self) -> Mapping[int, "Session"]: ...
+    def sessions(self) -> Mapping[int, Session]: ...
 
     @property
-    def temp_usage(self) -> "Usage": ...
+    def temp_usage(self) -> Usage: ...
 
     @property
-    def rates(self) -> "RateMeter": ...
+    def rates(self) -> RateMeter: ...
 
     @property
     def store_state(self) -> str:
@@ -118,8 +119,8 @@ class Scope:
 
     def __init__(
         self,
-        broker: "BrokerView",
-        principal: "Principal | None" = None,
+        broker: BrokerView,
+        principal: Principal | None = None,
         session_id: int | None = None,
         everything: bool = True,
     ) -> None:
@@ -129,13 +130,13 @@ class Scope:
         self.everything = everything
 
     @classmethod
-    def of(cls, broker: "BrokerView", session: "Session", address: str) -> "Scope":
+    def of(cls, broker: BrokerView, session: Session, address: str) -> Scope:
         """The scope of ``session`` asking ``address`` (an admin of it sees everything)."""
         principal = session.principal
         admin = broker.security.allows(principal, "admin", "queue", address[len("/queue/") :])
         return cls(broker, principal, session.id, everything=admin)
 
-    def sees_destination(self, dest: "Destination") -> bool:
+    def sees_destination(self, dest: Destination) -> bool:
         if dest.tool_reply:  # a tool's own reply queue is no user destination
             return False
         if self.everything:
@@ -145,16 +146,16 @@ class Scope:
         assert self.principal is not None
         return self.broker.security.allows(self.principal, "read", dest.kind, dest.name)
 
-    def sees_session(self, session: "Connection") -> bool:
+    def sees_session(self, session: Connection) -> bool:
         return self.everything or (self.principal is not None and session.principal.name == self.principal.name)
 
-    def destinations(self) -> list["Destination"]:
+    def destinations(self) -> list[Destination]:
         """The visible destinations, by address."""
         return sorted(
             (d for d in self.broker.destinations.values() if self.sees_destination(d)), key=lambda d: d.address
         )
 
-    def sessions(self) -> list["Session"]:
+    def sessions(self) -> list[Session]:
         """The visible connections but the asking one (the tool, not what it looks at), by id."""
         return sorted(
             (s for s in self.broker.sessions.values() if s.id != self.session_id and self.sees_session(s)),
@@ -174,7 +175,7 @@ class Scope:
         ]
 
 
-def broker_statistics(broker: "BrokerView", scope: Scope | None = None) -> dict[str, Any]:
+def broker_statistics(broker: BrokerView, scope: Scope | None = None) -> dict[str, Any]:
     scope = scope if scope is not None else Scope(broker)
     dests = scope.destinations()
     sessions = scope.sessions()
@@ -229,16 +230,16 @@ def broker_statistics(broker: "BrokerView", scope: Scope | None = None) -> dict[
     }
 
 
-def _inflight(dest: "Destination") -> int:
+def _inflight(dest: Destination) -> int:
     """Messages of ``dest`` delivered and not yet acknowledged."""
     return sum(len(s.dispatched) for s in dest.subscriptions)
 
 
-def _rates(broker: "BrokerView", dest: "Destination", now: float) -> tuple[float, float]:
+def _rates(broker: BrokerView, dest: Destination, now: float) -> tuple[float, float]:
     return broker.rates.rates(dest.address, now, dest.enqueued, dest.dequeued)
 
 
-def consumer_statistics(sub: "Subscription") -> dict[str, Any]:
+def consumer_statistics(sub: Subscription) -> dict[str, Any]:
     """One consumer of a destination, as its ``consumers`` list shows it."""
     session = sub.session
     return {
@@ -256,12 +257,12 @@ def consumer_statistics(sub: "Subscription") -> dict[str, Any]:
     }
 
 
-def _swapped(sub: "Subscription") -> int:
+def _swapped(sub: Subscription) -> int:
     """How many of a topic subscription's pending messages its file cursor holds on disk."""
     return len(getattr(sub.pending, "disk", ()))
 
 
-def destination_statistics(broker: "BrokerView", dest: "Destination", scope: Scope | None = None) -> dict[str, Any]:
+def destination_statistics(broker: BrokerView, dest: Destination, scope: Scope | None = None) -> dict[str, Any]:
     """One destination; its ``consumers`` only those ``scope`` may see (all by default)."""
     size = dest.size()
     inflight = _inflight(dest)
@@ -303,13 +304,13 @@ def destination_statistics(broker: "BrokerView", dest: "Destination", scope: Sco
     return stats
 
 
-def _journal_files(journals: "list[Journal]", prefix: str = "store") -> dict[str, int]:
+def _journal_files(journals: list[Journal], prefix: str = "store") -> dict[str, int]:
     """``<prefix>Files``: the journals' files; ``<prefix>FilesWithLive``: those holding a live message."""
     counts = [j.file_counts() for j in journals]
     return {f"{prefix}Files": sum(c[0] for c in counts), f"{prefix}FilesWithLive": sum(c[1] for c in counts)}
 
 
-def _ring_statistics(journal: "Journal") -> dict[str, Any]:
+def _ring_statistics(journal: Journal) -> dict[str, Any]:
     """A queue's own ring journal (the ring layout): its files and whether it refuses enqueues.
 
     The ring's refusal is the queue's, not the store's: the broker's ``storeState``
@@ -325,7 +326,7 @@ def _ring_statistics(journal: "Journal") -> dict[str, Any]:
     }
 
 
-def subscription_statistics(sub: "Subscription", wall_ms: int) -> dict[str, Any]:
+def subscription_statistics(sub: Subscription, wall_ms: int) -> dict[str, Any]:
     return {
         "subscription": sub.id,
         "timestamp": wall_ms,
@@ -344,7 +345,7 @@ def subscription_statistics(sub: "Subscription", wall_ms: int) -> dict[str, Any]
     }
 
 
-def connection_statistics(session: "Session", now: float, wall_ms: int) -> dict[str, Any]:
+def connection_statistics(session: Session, now: float, wall_ms: int) -> dict[str, Any]:
     subscriptions = [sub for sub in session.subscriptions.values() if not sub.destination.tool_reply]
     return {
         "connection": session.id,
@@ -381,7 +382,7 @@ def connection_statistics(session: "Session", now: float, wall_ms: int) -> dict[
 StatisticsSource = Callable[["BrokerView", str, "Scope | None"], "list[dict[str, Any]] | None"]
 
 
-def statistics_replies(broker: "BrokerView", address: str, scope: Scope | None = None) -> list[dict[str, Any]] | None:
+def statistics_replies(broker: BrokerView, address: str, scope: Scope | None = None) -> list[dict[str, Any]] | None:
     """The JSON objects answering a request sent to ``address`` (what ``scope``
     may see; everything by default); None if unknown."""
     scope = scope if scope is not None else Scope(broker)

@@ -46,8 +46,8 @@ few kilobytes: a peer that has not logged in cannot make the broker hold more.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from itertools import islice
-from typing import Iterable, Mapping
 
 from minibroker.digits import MAX_DIGITS, parse_decimal
 from minibroker.errors import ProtocolError

@@ -16,7 +16,8 @@ changes is delivery bookkeeping (``redeliveries``) and two caches:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from minibroker.protocol.codec import FRAME_END, decode_header_block, encode_headers, escape, unescape
 

@@ -31,7 +31,7 @@ with a numeric constant (a comparator built once, see
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from . import values
 from .headers import resolve

@@ -57,7 +57,7 @@ JMSXGroupFirstForConsumer) always read NULL.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Union
+from collections.abc import Callable, Mapping
 
 from .nodes import Value
 from .values import BAD, parse_long
@@ -147,7 +147,7 @@ JMS_HEADERS: dict[str, Getter] = {
 }
 
 
-def resolve(name: str) -> Union[str, Getter, None]:
+def resolve(name: str) -> str | Getter | None:
     """What identifier ``name`` reads.
 
     Returns the header key for a plain property, a getter for a JMS header

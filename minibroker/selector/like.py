@@ -23,7 +23,7 @@ string searches.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from .nodes import Value
 

@@ -14,7 +14,6 @@ node, as ActiveMQ's ``LogicExpression.createAND/createOR`` do.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 __all__ = [
     "Arith",
@@ -33,7 +32,7 @@ __all__ = [
 
 # A value during evaluation: NULL (None), a boolean, an exact numeric (int),
 # an approximate numeric (float) or a string.
-Value = Union[None, bool, int, float, str]
+Value = None | bool | int | float | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +58,7 @@ class Unary:
     """``op`` is '-' (negate), 'NOT', or 'BOOL' (an identifier used as a condition)."""
 
     op: str
-    operand: "Node"
+    operand: Node
     pos: int
     depth: int
 
@@ -69,8 +68,8 @@ class Arith:
     """``left op right`` with ``op`` one of + - * / %."""
 
     op: str
-    left: "Node"
-    right: "Node"
+    left: Node
+    right: Node
     pos: int
     depth: int
 
@@ -80,8 +79,8 @@ class Compare:
     """``left op right`` with ``op`` one of = <> < > <= >=."""
 
     op: str
-    left: "Node"
-    right: "Node"
+    left: Node
+    right: Node
     pos: int
     depth: int
 
@@ -91,7 +90,7 @@ class Logic:
     """``AND`` or ``OR`` over two or more boolean operands, left to right."""
 
     op: str
-    operands: tuple["Node", ...]
+    operands: tuple[Node, ...]
     pos: int
     depth: int
 
@@ -100,7 +99,7 @@ class Logic:
 class Like:
     """``operand [NOT] LIKE pattern [ESCAPE escape]``."""
 
-    operand: "Node"
+    operand: Node
     pattern: str
     escape: str | None
     negated: bool
@@ -123,13 +122,13 @@ class In:
 class IsNull:
     """``operand IS [NOT] NULL``."""
 
-    operand: "Node"
+    operand: Node
     negated: bool
     pos: int
     depth: int
 
 
-Node = Union[Const, Prop, Unary, Arith, Compare, Logic, Like, In, IsNull]
+Node = Const | Prop | Unary | Arith | Compare | Logic | Like | In | IsNull
 
 
 def is_boolean(node: Node) -> bool:

@@ -41,7 +41,8 @@ Nesting is bounded twice with the same limit: the parser's own recursion
 
 from __future__ import annotations
 
-from typing import Callable, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 from .errors import SelectorError
 from .lexer import Token, tokenize

@@ -48,8 +48,8 @@ from __future__ import annotations
 import math
 import operator
 import re
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Callable
 
 from ..digits import parse_decimal
 from .nodes import Value

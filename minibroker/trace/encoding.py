@@ -95,13 +95,13 @@ _SEND_NAMES = ("session", "dest", "msg", "size", "persistent", "priority", "tx",
 
 def expand(kind: int, values: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]]]:
     """The ``(event, fields)`` lines of a fixed-shape event (None values left out)."""
-    if kind == SEND_ENQUEUE_DISPATCH or kind == SEND_ENQUEUE_DISPATCH_AUTO_ACK:
+    if kind in (SEND_ENQUEUE_DISPATCH, SEND_ENQUEUE_DISPATCH_AUTO_ACK):
         dispatch = (values[8], values[2], values[3], values[9], values[5])
         return expand(SEND_ENQUEUE, values[:8]) + expand(
             DISPATCH_AUTO_ACK if kind == SEND_ENQUEUE_DISPATCH_AUTO_ACK else DISPATCH, dispatch
         )
     if kind == SEND_ENQUEUE:
-        named = dict(zip(_SEND_NAMES, values))
+        named = dict(zip(_SEND_NAMES, values, strict=False))
         enqueue = (
             named["dest"],
             named["msg"],
@@ -112,11 +112,11 @@ def expand(kind: int, values: tuple[Any, ...]) -> list[tuple[str, dict[str, Any]
             named["session"],
         )
         return expand(SEND, values[:7]) + expand(ENQUEUE, enqueue)
-    if kind == DISPATCH or kind == DISPATCH_AUTO_ACK:
+    if kind in (DISPATCH, DISPATCH_AUTO_ACK):
         values = (*values[0], *values[1:])
     out = []
     for event, names, extra in _FIXED[kind]:
-        fields = dict(zip(names, values))
+        fields = dict(zip(names, values, strict=False))
         if None in values:
             fields = {k: v for k, v in fields.items() if v is not None}
         if extra:
@@ -145,7 +145,7 @@ def _fixed_lines(seq: int, ts: float, kind: int, v: tuple[Any, ...], broker_json
         return _fixed_lines(seq, ts, SEND_ENQUEUE, v, broker_json) + _fixed_lines(
             seq + 2, ts, dispatch_kind, (ids, v[2], v[3], redelivered, v[5]), broker_json
         )
-    if kind == SEND or kind == SEND_ENQUEUE:
+    if kind in (SEND, SEND_ENQUEUE):
         session, dest, msg, size, persistent, priority, tx = v[:7]
         tail = f',"tx":{_str(tx)}}}' if tx is not None else "}"
         session, dest, msg = _str(session), _str(dest), _str(msg)

@@ -15,6 +15,7 @@ imports pyarrow.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -61,7 +62,5 @@ def clear_segments(directory: str | os.PathLike[str]) -> None:
         return
     for n in names:
         if _SEGMENT.match(n) or _TEMP.match(n):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(directory, n))
-            except FileNotFoundError:
-                pass

@@ -8,6 +8,7 @@ turns the spool into the trace file at idle priority.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -66,19 +67,15 @@ class SpoolAppender:
             self._fd, self._k, self._size = next_fd, self._k + 1, 0
         self._write(len(blob).to_bytes(8, "little") + blob)
         self._size += 8 + len(blob)
-        try:
+        with contextlib.suppress(BlockingIOError):  # 64K doorbells unread: the child will find this batch anyway
             os.write(self.doorbell, b"\x01")
-        except BlockingIOError:  # 64K doorbells unread: the child will find this batch anyway
-            pass
 
     def on_disk(self) -> int:
         """Bytes of spool the writer has not deleted yet (an upper bound of its lag)."""
         total = 0
         for k in range(self._k + 1):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 total += os.stat(segment_path(self.path, k)).st_size
-            except FileNotFoundError:
-                pass
         return total
 
     def close(self) -> None:

@@ -114,10 +114,8 @@ def write_from_spool(path: str, broker: str, nice: int, lag_limit: int, load_sta
 
         segments = SegmentWriter(twin_dir(path))
         if format == "parquet":
-            try:
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                 os.unlink(path)
-            except (FileNotFoundError, IsADirectoryError):
-                pass
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(open(path, "w", encoding="utf-8")) if format != "parquet" else None
 

@@ -10,7 +10,8 @@ scrape comes from the same moment.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -67,7 +68,7 @@ _DESTINATION_COUNTERS = (
 class BrokerCollector:
     """A ``prometheus_client`` collector for one broker (call only on its event loop)."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
     def collect(self) -> Iterator[Metric]:
@@ -110,7 +111,7 @@ class BrokerCollector:
         )
 
 
-def metrics_text(broker: "Broker") -> bytes:
+def metrics_text(broker: Broker) -> bytes:
     """One scrape: every metric of ``broker`` in the Prometheus text format."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(broker))  # type: ignore[arg-type]
