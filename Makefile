@@ -1,8 +1,8 @@
 # minibroker: two commands on a fresh machine.
-#   make run    install the broker (the core and the fast extra: uvloop, and the core compiled by
-#               mypyc where a C compiler and Python's headers exist) into .venv and start it
-#               on 127.0.0.1:61613, STOMP over WebSocket on 61614 and the web console on
-#               http://127.0.0.1:8161/ (data in ./data); ARGS adds or overrides serve's
+#   make run    install the broker (the core and the fast extra: uvloop, mypyc) into .venv and start
+#               it at once on 127.0.0.1:61613, STOMP over WebSocket on 61614 and the web console on
+#               http://127.0.0.1:8161/ (data in ./data), the core compiled by mypyc in the background
+#               for the next run where a C compiler is there; ARGS adds or overrides serve's
 #               options: make run ARGS="--port 61623 --console-port 0"
 #   make spark  add the spark extra (PySpark, pyarrow, numpy, matplotlib) for analyze and workload
 #   make test   install everything the tests need (the dev, spark and fast extras; as root, the
@@ -139,7 +139,15 @@ compiled: $(RUN_STAMP)
 	  MINIBROKER_CORE=compiled $(CORE_IS_FRESH) || { echo "the compiled core does not load"; exit 1; }; \
 	else echo "note: no C compiler or Python headers: the broker runs interpreted (core: interpreted)"; fi
 
-run: $(RUN_STAMP) compiled
+# `make run` starts the broker at once: where the compiled core is missing or stale and a C
+# compiler is there, it is compiled in the background while this run goes on interpreted (its
+# first log line says so), and the next `make run` uses it. `make compiled` builds it first.
+run: $(RUN_STAMP)
+	@if ! MINIBROKER_CORE= $(CORE_IS_FRESH) 2>/dev/null && $(HAVE_CC) >/dev/null 2>&1; then \
+	  echo "compiling the core with mypyc in the background (log in build/compile.log): this run is interpreted, the next one compiled"; \
+	  mkdir -p build; \
+	  ( MINIBROKER_COMPILE=1 $(PY) setup.py build_ext --inplace -j 2 > build/compile.log 2>&1 & ); \
+	fi
 	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 61613 --data-dir ./data $(ARGS)
 
 # Byte-compile first: Python 3.11.7's compiler can fail spuriously when two threads
