@@ -29,8 +29,8 @@ class Ignored(Exception):
 class ParkedSend(NamedTuple):
     """A SEND held back by producer flow control."""
 
-    destination: Destination
-    message: Message
+    destination: "Destination"
+    message: "Message"
     receipt: str | None
     deadline: float | None
     #: For a topic blocked mid-dispatch: the subscriptions still to serve.

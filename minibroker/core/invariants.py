@@ -48,11 +48,11 @@ __all__ = ["Departure", "TeardownChecker", "broker_leftovers", "departure_of", "
 class Departure:
     """What a connection held just before its close (``departure_of``)."""
 
-    session: Session
+    session: "Session"
     #: queue -> the messages the connection held unacknowledged there.
-    unacked: dict[Queue, list[Message]] = field(default_factory=dict)
+    unacked: dict["Queue", list["Message"]] = field(default_factory=dict)
     #: queue -> its dequeue plus expiry count before the close.
-    gone_before: dict[Queue, int] = field(default_factory=dict)
+    gone_before: dict["Queue", int] = field(default_factory=dict)
     #: The connection's temporary destinations (dropped with it, messages and all).
     temporaries: set[str] = field(default_factory=set)
 

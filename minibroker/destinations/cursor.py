@@ -64,12 +64,12 @@ class CursorOwner(Protocol):
     they are charged to, the store that reads them and whom to tell of a page-in."""
 
     address: str
-    policy: PolicyEntry
-    memory: Usage
-    root_memory: Usage
-    events: DestinationEvents
-    stored: DestinationStore
-    pending: FifoPending | PriorityPending
+    policy: "PolicyEntry"
+    memory: "Usage"
+    root_memory: "Usage"
+    events: "DestinationEvents"
+    stored: "DestinationStore"
+    pending: "FifoPending | PriorityPending"
 
     def hold(self, message: Message) -> None: ...
 
