@@ -52,8 +52,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., object])
 
-#: The attribute that marks an entry point (``is_entry_point``).
-_MARK = "__entry_point__"
+#: The qualified names of the entry points (``is_entry_point``): kept here, not as an
+#: attribute of each method, for a compiled method takes no attribute.
+_ENTRY_POINTS: set[str] = set()
 
 
 class Turn:
@@ -115,20 +116,20 @@ def entry_point(method: Callable[Concatenate[C, P], R]) -> Callable[Concatenate[
             return cast(R, None)  # the broker is stopping: what the method would return is moot
 
     functools.update_wrapper(entry, method)
-    setattr(entry, _MARK, True)
+    _ENTRY_POINTS.add(method.__qualname__)
     return entry
 
 
 def written_out(method: F) -> F:
     """Mark ``method`` as an entry point that does ``entry_point``'s work in its own
     body, written out where a wrapper's call per read counts (``Broker.receive_data``)."""
-    setattr(method, _MARK, True)
+    _ENTRY_POINTS.add(method.__qualname__)
     return method
 
 
 def is_entry_point(method: object) -> bool:
     """Is ``method`` an entry point (``entry_point`` or ``written_out``)?"""
-    return bool(getattr(method, _MARK, False))
+    return getattr(method, "__qualname__", None) in _ENTRY_POINTS
 
 
 class Outbox:
