@@ -20,7 +20,8 @@ KahaDB-like growing journal (files of 64 KiB, a store limit of 1 MiB):
 
 Pathology: at the end the shop has waited more than 5 s for a RECEIPT (the
 store is full) while the broker holds a handful of messages.
-``run_live(lab)`` plays the same on the real server.
+``run_live(lab)`` plays the same on the real server; ``run_activemq(lab, broker)``
+on ActiveMQ's KahaDB (``lab run 06 --against activemq``).
 """
 
 from __future__ import annotations
