@@ -38,6 +38,7 @@ from minibroker.ops import statistics_replies
 from storage import format_report, inspect
 
 ORDERS, AUDIT, EVENTS = "/queue/orders", "/queue/audit", "/topic/events"
+MESSAGE_RUNS = ("old-message", "drained", "ack-compaction")  # the runs kept alive by one message
 BODY = "x" * 1000
 SECONDS = 40.0
 PERIOD = 0.01  # the shop sends at most 100 orders a second
@@ -116,7 +117,7 @@ def run(lab: LabRun) -> Outcome:
     fulfilment = Fulfilment(net.connected_client("fulfilment"), lambda: net.now)
     fulfilment.client.subscribe(ORDERS, "o", "client-individual")
     net.every(PERIOD, fulfilment.tick, until=SECONDS)
-    kind = "message" if lab.name in ("old-message", "drained") else "durable"
+    kind = "message" if lab.name in MESSAGE_RUNS else "durable"
     pin(net, kind)
     shop = Shop(net.connected_client("shop"), lambda: net.now)
     net.every(PERIOD, shop.tick, until=SECONDS)
@@ -259,7 +260,7 @@ def run_live(lab: LabRun) -> Outcome:
     LIVE_AFTER_CURE seconds have passed since the drain), or has LIVE_ORDERS orders receipted,
     at the latest after LIVE_SECONDS."""
     config = live_config(lab.config)
-    kind = "message" if lab.name in ("old-message", "drained") else "durable"
+    kind = "message" if lab.name in MESSAGE_RUNS else "durable"
     if config.broker.offline_durable_subscriber_timeout > 0:
         lab.note(
             f"live: the offline durable subscriber timeout cut to a {LIVE_SCALE}th "
@@ -417,7 +418,7 @@ def run_activemq(lab: LabRun, broker: Any) -> Outcome:
     store's percent, what it holds), its log's "Persistent store is Full" lines; judged by the
     live run's rule."""
     config = activemq_config(lab.config)
-    kind = "message" if lab.name in ("old-message", "drained") else "durable"
+    kind = "message" if lab.name in MESSAGE_RUNS else "durable"
     kahadb = broker.data_dir / "kahadb"
     store = config.store
     lab.note(
