@@ -390,6 +390,18 @@ class StoreConfig:
         "growing layout: compact acks even when the journal grew since the last check "
         "(ActiveMQ compactAcksIgnoresStoreGrowth)",
     )
+    cleanup_interval: int = option(
+        30000,
+        integer(1),
+        "ActiveMQ only (written to activemq.xml): ms between KahaDB's deletions of the journal files nothing "
+        "needs (ActiveMQ cleanupInterval); minibroker's growing journal deletes such a file at once",
+    )
+    checkpoint_interval: int = option(
+        5000,
+        integer(1),
+        "ActiveMQ only (written to activemq.xml): ms between KahaDB's checkpoints, which run its cleanup "
+        "(ActiveMQ checkpointInterval)",
+    )
     file_count: int = option(8, integer(4, 64), "ring layout: number of journal files per queue")
     file_size: int = option(1536 * 1024, _journal_file_size, "ring layout: size of one journal file")
     fsync: str = option("always", choice("always", "batch", "never"), "when journal writes reach the disk")

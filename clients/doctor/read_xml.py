@@ -9,7 +9,8 @@ What is read (element names without their namespace, wherever the
   checked); sizes in ActiveMQ's syntax (``"64 mb"``, ``"1gb"``, ``65536``);
 - ``<persistenceAdapter>``: ``kahaDB journalMaxFileLength``,
   ``journalDiskSyncStrategy`` and the ack compaction's ``compactAcksAfterNoGC``
-  (with ``enableAckCompaction``) and ``compactAcksIgnoresStoreGrowth``;
+  (with ``enableAckCompaction``), ``compactAcksIgnoresStoreGrowth``,
+  ``cleanupInterval`` and ``checkpointInterval``;
 - ``<tempDataStore>``: any element with ``journalMaxFileLength``
   (``pListStoreImpl``);
 - ``<destinationPolicy>``: each ``policyEntry`` (and ``policyMap
@@ -55,7 +56,14 @@ from minibroker.config import (
 )
 
 from .model import INFO, DoctorError, Finding, Listener, Setup, human_size
-from .spell_xml import DEAD_LETTER_ELEMENTS, LISTENER_OPTIONS, POLICY_ATTRIBUTES, REDELIVERY_ATTRIBUTES, XmlSyntax
+from .spell_xml import (
+    DEAD_LETTER_ELEMENTS,
+    KAHADB_INTERVALS,
+    LISTENER_OPTIONS,
+    POLICY_ATTRIBUTES,
+    REDELIVERY_ATTRIBUTES,
+    XmlSyntax,
+)
 
 __all__ = ["read_xml", "ASSUMED_HEAP", "ACTIVEMQ_DEFAULTS"]
 
@@ -237,6 +245,10 @@ class _Reader:
                 kaha.get("compactAcksIgnoresStoreGrowth", ""), "<kahaDB compactAcksIgnoresStoreGrowth>"
             )
             self.written["store.compact_acks_ignores_store_growth"] = _show(kaha, "compactAcksIgnoresStoreGrowth")
+        for key, attribute in KAHADB_INTERVALS.items():
+            if kaha is not None and kaha.get(attribute) is not None:
+                values[key] = _int(kaha.get(attribute, ""), f"<kahaDB {attribute}>", 1)
+                self.written[f"store.{key}"] = _show(kaha, attribute)
         temp = _first(broker, "tempDataStore")
         plist = next((e for e in (temp if temp is not None else []) if e.get("journalMaxFileLength") is not None), None)
         if plist is not None:

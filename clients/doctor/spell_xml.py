@@ -17,6 +17,7 @@ __all__ = [
     "XmlSyntax",
     "SECTION_XML",
     "POLICY_ATTRIBUTES",
+    "KAHADB_INTERVALS",
     "LISTENER_OPTIONS",
     "REDELIVERY_ATTRIBUTES",
     "DEAD_LETTER_ELEMENTS",
@@ -32,6 +33,9 @@ SECTION_XML = {
     "store.temp_journal_max_file_length": ("pListStoreImpl", "journalMaxFileLength"),
     "broker.persistent": ("broker", "persistent"),
 }
+
+#: Our store option -> the ``<kahaDB>`` attribute (ms): when KahaDB deletes the files nothing needs.
+KAHADB_INTERVALS = {"cleanup_interval": "cleanupInterval", "checkpoint_interval": "checkpointInterval"}
 
 #: Our policy option -> the ``<policyEntry>`` attribute.
 POLICY_ATTRIBUTES = {

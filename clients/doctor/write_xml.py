@@ -5,7 +5,7 @@ run's TOML. Every option ``read_xml`` reads is written so that ``read_xml``
 reads the same value back (tests/doctor/test_doctor_write_xml.py checks it on every
 lab's configuration): the three ``<systemUsage>`` limits (always written: ActiveMQ's
 defaults are not ours), ``brokerName`` and ``persistent``, KahaDB's and the temp
-store's journal file sizes, each ``[[destination_policy]]`` as a
+store's journal file sizes, KahaDB's cleanup and checkpoint intervals, each ``[[destination_policy]]`` as a
 ``<policyEntry>``, and the STOMP listener as a ``<transportConnector>`` with its
 URI options.
 
@@ -29,6 +29,7 @@ from minibroker.config import BrokerConfig, PolicyEntry, StoreConfig, TransportC
 
 from .spell_xml import (
     DEAD_LETTER_ELEMENTS,
+    KAHADB_INTERVALS,
     LISTENER_OPTIONS,
     POLICY_ATTRIBUTES,
     REDELIVERY_ATTRIBUTES,
@@ -134,6 +135,9 @@ class _Writer:
             kaha["compactAcksIgnoresStoreGrowth"] = xml_value(
                 "compact_acks_ignores_store_growth", store.compact_acks_ignores_store_growth
             )
+        for key, attribute in KAHADB_INTERVALS.items():  # (ActiveMQ's defaults are ours: written when changed)
+            if _changed(store, _STORE_DEFAULTS, key):
+                kaha[attribute] = str(getattr(store, key))
         if store.layout != "growing":
             self.depart("store.layout", store.layout, "Qpid's ring journal: ActiveMQ's KahaDB journal grows")
         if store.store_latency:

@@ -66,6 +66,11 @@ class ActiveMQBroker:
         if self._on_restart is not None:
             self._on_restart()
 
+    @property
+    def data_dir(self) -> Path:
+        """ActiveMQ's data directory (``${activemq.data}``: ``kahadb/`` holds its journal files)."""
+        return self._process.run_dir / "data"
+
     def log(self, contains: str = "") -> list[str]:
         """ActiveMQ's own log lines (log4j's, INFO and up), optionally only those containing ``contains``."""
         return self._process.log(contains)

@@ -36,6 +36,8 @@ STORE_OPTIONS = (
     "fsync",
     "compact_acks_after_no_gc",
     "compact_acks_ignores_store_growth",
+    "cleanup_interval",
+    "checkpoint_interval",
 )
 
 
@@ -150,3 +152,17 @@ def test_ack_compaction_is_kahadbs() -> None:
     assert 'enableAckCompaction="true" compactAcksAfterNoGC="2" compactAcksIgnoresStoreGrowth="true"' in text
     back = read_xml("g.xml", text.encode()).config.store
     assert (back.compact_acks_after_no_gc, back.compact_acks_ignores_store_growth) == (2, True)
+
+
+def test_kahadbs_cleanup_and_checkpoint_intervals_go_to_activemq_and_back() -> None:
+    """Lab 06 on ActiveMQ: its KahaDB deletes a free file only at a cleanup (every 30 s by
+    default); the lab's configuration asks for one every second, and the doctor reads it back."""
+    config = load_config(LABS / "06-journal-kept-alive" / "kahadb.toml")
+    assert (config.store.cleanup_interval, config.store.checkpoint_interval) == (1000, 500)
+    text = write_xml(config, stomp_port=61999, openwire_port=61998).text
+    assert 'cleanupInterval="1000"' in text and 'checkpointInterval="500"' in text
+    _, back, _ = round_trip(config)
+    assert (back.store.cleanup_interval, back.store.checkpoint_interval) == (1000, 500)
+    # ActiveMQ's defaults are ours: a configuration that leaves them says nothing of them.
+    default = write_xml(BrokerConfig(), stomp_port=61999, openwire_port=61998).text
+    assert "cleanupInterval" not in default and "checkpointInterval" not in default

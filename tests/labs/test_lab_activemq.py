@@ -30,6 +30,8 @@ NOT_INSTALLED = activemq.installed_problem()
 #: pathology, the abort ActiveMQ does not tell a STOMP client of, the write timeout).
 SUITE_RUNS = {
     "02": ("block", "abort-subscription", "stuck-socket-write-timeout"),
+    # Lab 06: the pathology and the cure that needs KahaDB's cleanup within the run (cleanupInterval).
+    "06": ("old-message", "drained"),
     # Lab 07: the defaults (no redeliveryPlugin) and every cure (the plugin and the individual DLQ).
     "07": ("activemq-defaults", "back-off"),
 }
@@ -82,6 +84,16 @@ def test_each_live_run_gives_activemqs_verdict_beside_ours(lab, own_tempdir: Pat
         abort = next(c for c in comparisons if c.spec.name == "abort-subscription")
         assert "aborting slow consumer" in output
         assert abort.ours is not None and abort.ours.outcome.metrics["aborted"] == 1
+    if lab.number == "06":
+        # KahaDB keeps the chain of db-N.log files behind one unread message until storeUsage holds the
+        # shop; drained, its next cleanup frees them.
+        held = next(c for c in comparisons if c.spec.name == "old-message")
+        drained = next(c for c in comparisons if c.spec.name == "drained")
+        assert held.theirs is not None and drained.theirs is not None
+        assert "Persistent store is Full" in output and "cleanupInterval 1000 ms" in output
+        if not held.theirs.unfair:
+            assert held.theirs.metrics["files"] >= 12 and held.theirs.metrics["held"] == 1, output
+        assert drained.theirs.metrics["store_pct"] < 100, output
     if lab.number == "07":
         # A STOMP NACK dead-letters at once on ActiveMQ: one delivery, into the shared DLQ with the expired quotes.
         defaults = next(c for c in comparisons if c.spec.name == "activemq-defaults")

@@ -202,14 +202,15 @@ def _slow_policies_act(result) -> None:
 
 def _journal_kept_or_freed(result) -> None:
     """Lab 06, live: a held shop faces a full store of 16 files kept for at most a handful of
-    live messages, and its producer is parked; a cure leaves a few files and a free store."""
+    live messages, and its producer is parked; a cure leaves a store at most half full (a shop
+    that reached its last order ends with the acks of the last 0.2 s not yet written)."""
     m = result.outcome.metrics
     text = "\n".join(result.outcome.evidence)
     if result.spec.expect == "pathology":
         assert m["store_pct"] == 100 and m["files"] == 16 and m["pinned_files"] <= m["held"] <= 10, m
         assert "blockedProducers 0" not in text and "pinned by: " in text
     else:
-        assert m["store_pct"] < 50 and m["files"] <= 4 and m["waited"] <= 1.0, m
+        assert m["store_pct"] < 50 and m["files"] <= 8 and m["waited"] <= 1.0, m
     if result.spec.name == "drained":
         assert 'pinned by: 2 "/queue/audit"' in text and "the operator drains /queue/audit: 1 message read" in text
 

@@ -20,7 +20,8 @@ KahaDB-like growing journal (files of 64 KiB, a store limit of 1 MiB):
 
 Pathology: at the end the shop has waited more than 5 s for a RECEIPT (the
 store is full) while the broker holds a handful of messages.
-``run_live(lab)`` plays the same on the real server.
+``run_live(lab)`` plays the same on the real server; ``run_activemq(lab, broker)``
+on ActiveMQ's KahaDB (``lab run 06 --against activemq``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 from clients.labs import LabRun, Outcome
@@ -36,6 +38,7 @@ from minibroker.ops import statistics_replies
 from storage import format_report, inspect
 
 ORDERS, AUDIT, EVENTS = "/queue/orders", "/queue/audit", "/topic/events"
+MESSAGE_RUNS = ("old-message", "drained", "ack-compaction")  # the runs kept alive by one message
 BODY = "x" * 1000
 SECONDS = 40.0
 PERIOD = 0.01  # the shop sends at most 100 orders a second
@@ -114,7 +117,7 @@ def run(lab: LabRun) -> Outcome:
     fulfilment = Fulfilment(net.connected_client("fulfilment"), lambda: net.now)
     fulfilment.client.subscribe(ORDERS, "o", "client-individual")
     net.every(PERIOD, fulfilment.tick, until=SECONDS)
-    kind = "message" if lab.name in ("old-message", "drained") else "durable"
+    kind = "message" if lab.name in MESSAGE_RUNS else "durable"
     pin(net, kind)
     shop = Shop(net.connected_client("shop"), lambda: net.now)
     net.every(PERIOD, shop.tick, until=SECONDS)
@@ -203,12 +206,12 @@ def judge(
     """The verdict by one rule on either clock: the shop waited more than ``stuck_after`` for
     a RECEIPT at the end while the broker holds a handful of messages."""
     waited = seconds - last_at
+    live_files = f", {f['pinned_files']} of them with a live message" if f.get("pinned_files") is not None else ""
+    stat = f.get("stat") or f"minibroker stat: storePercentUsage {f['stat_pct']}, blockedProducers {f['blocked']}"
     lab.note(
         f"after {seconds:.0f} s: {receipted} orders receipted, the last at t={last_at:.2f} s; "
         f"the broker holds {f['held']} message(s); the journal keeps {f['files']} file(s), "
-        f"{f['kib']} KiB, {f['pinned_files']} of them with a live message; store {f['store_pct']}% of "
-        f"{f['limit_kib']} KiB; minibroker stat: storePercentUsage {f['stat_pct']}, "
-        f"blockedProducers {f['blocked']}"
+        f"{f['kib']} KiB{live_files}; store {f['store_pct']}% of {f['limit_kib']} KiB; {stat}"
     )
     stuck = waited > stuck_after and f["held"] <= FEW
     if stuck:
@@ -257,7 +260,7 @@ def run_live(lab: LabRun) -> Outcome:
     LIVE_AFTER_CURE seconds have passed since the drain), or has LIVE_ORDERS orders receipted,
     at the latest after LIVE_SECONDS."""
     config = live_config(lab.config)
-    kind = "message" if lab.name in ("old-message", "drained") else "durable"
+    kind = "message" if lab.name in MESSAGE_RUNS else "durable"
     if config.broker.offline_durable_subscriber_timeout > 0:
         lab.note(
             f"live: the offline durable subscriber timeout cut to a {LIVE_SCALE}th "
@@ -377,3 +380,80 @@ async def play_on(port: int, kind: str, read_state: Any, inspect_live: Any = Non
     for conn in conns:
         conn.close()
     return {"seconds": seconds, "receipted": receipted, "last_at": last_at, "drained": drained_at, "found": found}
+
+
+# ---------------------------------------------------------------- against ActiveMQ
+def activemq_config(config: BrokerConfig) -> BrokerConfig:
+    """ActiveMQ runs what the live run runs: the offline durable subscriber timeout a fifth as long."""
+    return live_config(config)
+
+
+def kahadb_files(kahadb: Path) -> dict[str, int]:
+    """What is on disk in ActiveMQ's KahaDB directory: its journal files (``db-N.log``) and the
+    bytes of everything there (the journal, its index ``db.data``, ``db.redo``: what storeUsage counts)."""
+    files = [p for p in kahadb.iterdir() if p.is_file()] if kahadb.is_dir() else []
+    return {
+        "files": sum(1 for p in files if p.name.startswith("db-") and p.name.endswith(".log")),
+        "kib": sum(p.stat().st_size for p in files) // KB,
+    }
+
+
+async def activemq_statistics(port: int) -> Any:
+    """One sample of ActiveMQ's statistics plugin (the broker's and each destination's figures)."""
+    from clients.doctor.live.read_stomp import StompReader
+    from clients.doctor.live.target import Target
+
+    reader = StompReader(Target("stomp", "127.0.0.1", port, None, None))
+    await reader.open()
+    try:
+        return await reader.sample(0.0)
+    finally:
+        await reader.close()
+
+
+def run_activemq(lab: LabRun, broker: Any) -> Outcome:
+    """The live run's workload on ActiveMQ (``activemq.xml`` from the run's TOML: 64 KiB journal
+    files, a 1 MiB storeUsage, the cleanup every second): the db-N.log files counted in its KahaDB
+    directory while the clients are still connected, its statistics plugin read afterwards (the
+    store's percent, what it holds), its log's "Persistent store is Full" lines; judged by the
+    live run's rule."""
+    config = activemq_config(lab.config)
+    kind = "message" if lab.name in MESSAGE_RUNS else "durable"
+    kahadb = broker.data_dir / "kahadb"
+    store = config.store
+    lab.note(
+        f"ActiveMQ's KahaDB: journalMaxFileLength {store.journal_max_file_length // KB} KiB, storeUsage "
+        f"{config.system_usage.store_limit // KB} KiB, cleanupInterval {store.cleanup_interval} ms, "
+        f"checkpointInterval {store.checkpoint_interval} ms"
+        + (
+            f", offlineDurableSubscriberTimeout {config.broker.offline_durable_subscriber_timeout} ms"
+            if config.broker.offline_durable_subscriber_timeout > 0
+            else ""
+        )
+    )
+
+    def inspect_live(seconds: float, waited: float) -> None:
+        on_disk = kahadb_files(kahadb)
+        lab.note(
+            f"t={seconds:.1f} s: the shop has waited {waited:.1f} s for a RECEIPT; KahaDB keeps {on_disk['files']} "
+            f"db-N.log files; the operator drains {AUDIT}"
+        )
+
+    played = asyncio.run(
+        play_on(broker.port, kind, lambda: kahadb_files(kahadb), inspect_live if lab.name == "drained" else None)
+    )
+    stats = asyncio.run(activemq_statistics(broker.port))
+    full = broker.log("Persistent store is Full")
+    if full:
+        said = full[0][full[0].index("Persistent store is Full") :].split(" See ")[0]
+        lab.note(f"ActiveMQ's log, {len(full)} time(s): {said}")
+    held = sum(d.size for d in stats.destinations if d.name != ORDERS)
+    found = played["found"] | {
+        "held": held,
+        "pinned_files": None,  # KahaDB's index is not read: which files hold a live message is not known here
+        "store_pct": stats.store_pct,
+        "limit_kib": config.system_usage.store_limit // KB,
+        "stat": f"ActiveMQ's statistics plugin: storePercentUsage {stats.store_pct}; its log: the store full "
+        f"{len(full)} time(s)",
+    }
+    return judge(lab, played["seconds"], played["receipted"], played["last_at"], found, LIVE_STUCK)
