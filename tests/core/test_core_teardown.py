@@ -112,6 +112,7 @@ def test_a_failing_step_does_not_stop_the_rest_of_the_close(monkeypatch: pytest.
     assert len(after.bodies()) == 7
 
 
+@patches_a_core_object
 def test_the_checker_finds_a_ghost_consumer() -> None:
     """The checker itself: a subscription a queue still lists after its connection
     closed is reported (here the close is skipped by hand)."""
