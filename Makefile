@@ -171,7 +171,7 @@ CORE_TESTS := tests/*/test_core_*.py tests/protocol/test_codec.py tests/protocol
               tests/core/test_cross_queue_transactions.py tests/core/test_corebuild.py \
               tests/edge/test_server.py::test_a_bug_in_the_core_ends_only_that_connection_with_an_error \
               tests/bench/test_bench_reliability.py::test_fuzz_counts_a_connection_end_that_leaves_something_behind \
-              tests/labs/test_lab_starving_live.py::test_the_blocked_cursor_of_the_queue_that_takes_least_memory_retries_first
+              tests/labs/test_lab_starving_live.py::test_blocked_cursors_retry_in_the_order_they_blocked
 EDGE_TESTS := tests/edge/test_server.py tests/edge/test_server_hostile_clients.py tests/edge/test_websocket.py \
               tests/labs/test_lab_stalled_socket.py tests/interop/test_stomp_py.py tests/edge/test_metrics.py tests/edge/test_eventloop.py \
               $(LIVE_LABS)

@@ -40,6 +40,7 @@ from types import ModuleType
 __all__ = [
     "COMPILED_MODULES",
     "CORE_ENV",
+    "GROUP_MODULE",
     "MANIFEST_NAME",
     "NOT_COMPILED",
     "CoreBuild",
@@ -48,6 +49,8 @@ __all__ = [
     "current",
     "describe",
     "extension_path",
+    "group_path",
+    "load_group",
     "loaded_as_extension",
     "python_tag",
     "requested_but_missing",
@@ -112,6 +115,34 @@ COMPILED_MODULES: tuple[str, ...] = (
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _ROOT = _PACKAGE_DIR.parent
 
+#: The compiled group's shared library (mypyc's runtime and the modules' code, which each
+#: module's own extension imports by this name); the build leaves it at the project's root.
+GROUP_MODULE = "minibroker_core__mypyc"
+
+
+def group_path(root: Path = _ROOT) -> Path | None:
+    """The group's shared library under ``root``, if it was built for this Python."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = root / f"{GROUP_MODULE}{suffix}"
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def load_group(root: Path = _ROOT) -> None:
+    """Load the group's library from ``root`` under its name, so that the compiled modules
+    find it wherever the broker runs from (the project's root need not be on ``sys.path``:
+    an editable install maps the packages only)."""
+    if GROUP_MODULE in sys.modules:
+        return
+    path = group_path(root)
+    spec = importlib.util.spec_from_file_location(GROUP_MODULE, path) if path is not None else None
+    if spec is None or spec.loader is None:
+        raise ImportError(f"the compiled core's {GROUP_MODULE} is not in {root}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[GROUP_MODULE] = module
+    spec.loader.exec_module(module)
+
 
 @dataclass(frozen=True)
 class CoreBuild:
@@ -169,6 +200,8 @@ def check_build(modules: Sequence[str], root: Path, manifest_path: Path) -> tupl
         return "", f"compiled modules without a readable {manifest_path.name}: {rebuild}"
     if manifest.get("python") != python_tag():
         return "", f"compiled for {manifest.get('python')}, not this Python: {rebuild}"
+    if group_path(root) is None:
+        return "", f"compiled modules without {GROUP_MODULE}: {rebuild}"
     recorded = manifest.get("sources", {})
     missing = [module for module in modules if extension_path(module, root) is None or module not in recorded]
     if missing:
@@ -213,6 +246,7 @@ def select(environ: dict[str, str] | None = None) -> CoreBuild:
         build = CoreBuild("interpreted", reason=f"{CORE_ENV}=interpreted", requested=requested)
     elif compiler:
         build = CoreBuild("compiled", compiler=compiler, requested=requested)
+        load_group()
     else:
         reason = "" if why_not == NOT_COMPILED and not requested else why_not
         build = CoreBuild("interpreted", reason=reason, requested=requested)

@@ -49,6 +49,7 @@ def _package(tmp_path: Path, answer: int) -> tuple[Path, list[str]]:
     (pkg / "__init__.py").write_text("")
     (pkg / "leaf.py").write_text(f"ANSWER = {answer}\n")
     (pkg / f"leaf{corebuild.python_tag()}").write_bytes(b"not an extension")
+    (tmp_path / f"{corebuild.GROUP_MODULE}{corebuild.python_tag()}").write_bytes(b"not an extension")
     modules = ["pkg.leaf"]
     manifest = {
         "compiler": "mypyc 9.9",
@@ -80,6 +81,29 @@ def test_a_build_for_another_python_or_without_its_manifest_is_not_used(tmp_path
     (pkg / "compiled.json").unlink()
     assert "without a readable compiled.json" in corebuild.check_build(modules, tmp_path, pkg / "compiled.json")[1]
     assert corebuild.check_build(["pkg.other"], tmp_path, pkg / "compiled.json")[1] == corebuild.NOT_COMPILED
+
+
+def test_a_build_without_its_groups_library_is_not_used(tmp_path: Path) -> None:
+    pkg, modules = _package(tmp_path, 1)
+    (tmp_path / f"{corebuild.GROUP_MODULE}{corebuild.python_tag()}").unlink()
+    assert f"without {corebuild.GROUP_MODULE}" in corebuild.check_build(modules, tmp_path, pkg / "compiled.json")[1]
+
+
+def test_the_build_in_use_loads_from_any_working_directory(tmp_path: Path) -> None:
+    """An installed command runs from anywhere: the compiled modules find their group's
+    library though the project's root is not on the path (an editable install maps the
+    packages only)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, "-c", "from minibroker import corebuild; print(corebuild.describe())"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == corebuild.describe()
 
 
 def test_the_source_is_loaded_ahead_of_the_extension_beside_it(tmp_path: Path) -> None:
