@@ -142,7 +142,9 @@ def test_a_live_lab_run_serves_the_console_and_keeps_it_until_ctrl_c(tmp_path: P
         runs = _recording(export)["runs"]
         assert [r["name"] for r in runs] == ["deadlock", "limit-above-file", "vm-cursor"]
         for run in runs:  # sampled as it ran, the lab's evidence lines at their moments
-            assert len(run["t"]) > 5 and run["duration"] > 1.0, run["name"]
+            # Several samples, in order, the last near the run's end (a cure run may take a second).
+            assert len(run["t"]) >= 3 and run["t"] == sorted(run["t"]), run["name"]
+            assert run["t"][-1] >= run["duration"] / 2, run["name"]
             assert any(e["kind"] == "evidence" for e in run["events"]), run["name"]
             assert "/topic/prices" in run["destinations"], run["name"]
         lines.wait_for(r"keeps serving the vm-cursor run; Ctrl-C to stop")
