@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from clients.doctor.live import Connection, Consumer, Destination, Sample, evaluate
-from clients.doctor.live.read_http import rabbitmq_sample
+from clients.doctor.live.read_http import jolokia_sample, rabbitmq_sample
 from clients.doctor.live.read_stomp import activemq_sample, parse_map
 from clients.doctor.live.watch import LiveReport, format_live_json, format_live_text, live_status
 from clients.sources import SOURCES
@@ -186,9 +186,14 @@ def test_activemq_plugin_map_read() -> None:
     sample = activemq_sample(
         0.0,
         {"memoryPercentUsage": 71},
-        [{"destinationName": "queue://a", "size": 5}, {"destinationName": "topic://ActiveMQ.Advisory.X"}],
+        [
+            {"destinationName": "queue://a", "size": 5, "expiredCount": 2},
+            {"destinationName": "topic://ActiveMQ.Advisory.X"},
+            {"destinationName": "queue://ActiveMQ.DLQ", "size": 2},
+        ],
     )
-    assert [d.name for d in sample.destinations] == ["/queue/a"] and sample.memory_pct == 71
+    assert [d.name for d in sample.destinations] == ["/queue/ActiveMQ.DLQ", "/queue/a"] and sample.memory_pct == 71
+    assert sample.destinations[1].expired == 2
 
 
 def test_report_text_json_and_status() -> None:
@@ -254,3 +259,73 @@ def test_a_store_held_by_a_few_live_messages_and_what_is_not() -> None:
     ]
     [found] = evaluate(amq)
     assert "offlineDurableSubscriberTimeout" in found.fix.text and "journal files kept" not in found.headline
+
+
+def _dead_letters(t: float, *queues: Destination, broker: str = "activemq") -> Sample:
+    return Sample(t=t, broker=broker, destinations=queues)
+
+
+def _dlq(name: str = "/queue/ActiveMQ.DLQ", enqueued: int = 51) -> Destination:
+    return Destination(name, "queue", size=enqueued, enqueued=enqueued, dequeued=0, consumers=0, expired=0)
+
+
+def _quotes(expired: int | None = 50) -> Destination:
+    return Destination("/queue/prices", "queue", size=0, enqueued=50, dequeued=50, consumers=0, expired=expired)
+
+
+def _orders() -> Destination:
+    return Destination("/queue/orders", "queue", size=0, enqueued=41, dequeued=41, consumers=1, expired=0)
+
+
+def test_a_failed_message_among_expired_ones_in_the_shared_dead_letter_queue() -> None:
+    [found] = evaluate([_dead_letters(float(t), _dlq(), _quotes(), _orders()) for t in range(7)])
+    assert (found.pathology, found.subject, found.culprits) == (
+        "dead_letters_among_expired",
+        "/queue/ActiveMQ.DLQ",
+        ("/queue/prices",),
+    )
+    assert "1 message(s) that failed delivery among 50 that expired" in found.headline
+    assert found.series[-1][1] == {"dead_letters": 51, "expired_elsewhere": 50, "failed_delivery": 1}
+    assert 'processExpired="false"' in found.fix.text and found.fix.lab == "07-poison-message"
+    [ours] = evaluate([_dead_letters(float(t), _dlq(), _quotes(), _orders(), broker="minibroker") for t in range(7)])
+    assert 'dead_letter_strategy = "individual"' in ours.fix.text
+
+
+def test_dead_letter_queues_that_mix_nothing() -> None:
+    for queues in (
+        (_dlq(enqueued=50), _quotes(), _orders()),  # only the expired quotes: nothing failed among them
+        (_dlq(enqueued=1), _quotes(expired=0), _orders()),  # only the failed message: alone
+        (_dlq("/queue/ActiveMQ.DLQ.Queue.orders", enqueued=1), _quotes(), _orders()),  # the queue's own
+        (_dlq(), _quotes(expired=None), _orders()),  # a broker that counts no expiries
+    ):
+        assert evaluate([_dead_letters(float(t), *queues) for t in range(7)]) == [], queues
+
+
+def test_jolokia_reads_journal_files_blocked_sends_expiries_and_dead_letter_queues() -> None:
+    def mbean(name: str, kind: str = "Queue") -> str:
+        return f"org.apache.activemq:brokerName=localhost,destinationName={name},destinationType={kind},type=Broker"
+
+    broker = {"value": {"org.apache.activemq:brokerName=localhost,type=Broker": {"StorePercentUsage": 103}}}
+    dests = {
+        "value": {
+            mbean("orders"): {"QueueSize": 0, "BlockedSends": 1, "ExpiredCount": 0},
+            mbean("ActiveMQ.DLQ"): {"QueueSize": 51, "EnqueueCount": 51, "BlockedSends": 0},
+            mbean("ActiveMQ.Advisory.Queue", "Topic"): {"QueueSize": 0},
+        }
+    }
+    adapter = "org.apache.activemq:brokerName=localhost,instanceName=KahaDBPersistenceAdapter[/d],service=PersistenceAdapter,type=Broker"
+    sample = jolokia_sample(0.0, broker, dests, {"value": {adapter: {"Data": "[1, 2, 3, 17]"}}})
+    assert [d.name for d in sample.destinations] == ["/queue/ActiveMQ.DLQ", "/queue/orders"]
+    assert (sample.store_pct, sample.store_files, sample.blocked_producers) == (103, 4, 1)
+    assert sample.destination("/queue/orders") == Destination(
+        "/queue/orders", "queue", size=0, enqueued=0, dequeued=0, consumers=0, expired=0
+    )
+    # a store that is not KahaDB's, and MBeans that count no blocked sends: not known
+    bare = jolokia_sample(0.0, broker, {"value": {mbean("a"): {}}}, {"value": {adapter: {"Data": "jdbc"}}})
+    assert (bare.store_files, bare.blocked_producers) == (None, None)
+
+
+def test_a_store_held_over_jolokia_names_its_journal_files() -> None:
+    samples = [_full_store(float(t), "activemq", store_files=17, store_files_with_live=None) for t in range(7)]
+    [found] = evaluate(samples)
+    assert "17 journal files kept" in found.headline and "with no live message" not in found.headline

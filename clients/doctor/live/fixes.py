@@ -42,6 +42,7 @@ SOURCE_OF: dict[str, str] = {
     "journal_full_few_live": "journal-threshold",
     "store_held_by_few_live": "kahadb-log-files",
     "redelivery_loop": "redelivery-dlq",
+    "dead_letters_among_expired": "redelivery-dlq",
     "resource_alarm": "rabbitmq-alarms",
     "blocked_holding_unacked": "producer-flow-control",
 }
@@ -52,6 +53,7 @@ RABBITMQ_SOURCE = {"blocked_holding_unacked": "rabbitmq-alarms", "prefetch_full_
 _LAB_NAMED = {
     "prefetch_full_slow_acks": "prefetch-stalled-socket",
     "redelivery_loop": "poison-message",
+    "dead_letters_among_expired": "poison-message",
     "blocked_holding_unacked": "shared-connection-deadlock",
 }
 
@@ -186,6 +188,20 @@ def _text(pathology: str, broker: str, subject: str, culprits: tuple[str, ...], 
                 "</redeliveryPolicyMap></redeliveryPolicyMap></redeliveryPlugin>"
             )
         return f'bound the redeliveries and dead-letter the message:\n[[destination_policy]]\nqueue = "{name}"\nmaximum_redeliveries = 6'
+    if pathology == "dead_letters_among_expired":
+        if amq:
+            return (
+                "give each queue a dead letter queue of its own and drop expired messages instead of "
+                "dead-lettering them, in activemq.xml's <policyEntries>:\n"
+                '  <policyEntry queue=">">\n    <deadLetterStrategy>\n'
+                '      <individualDeadLetterStrategy queuePrefix="ActiveMQ.DLQ.Queue." processExpired="false"/>\n'
+                "    </deadLetterStrategy>\n  </policyEntry>"
+            )
+        return (
+            "give each queue a dead letter queue of its own and drop expired messages instead of "
+            'dead-lettering them:\n[[destination_policy]]\nqueue = ">"\ndead_letter_strategy = "individual"\n'
+            "process_expired = false"
+        )
     if pathology == "resource_alarm":
         return (
             "find what holds the memory (queues with a backlog and no consumer: consume or limit them, e.g. "

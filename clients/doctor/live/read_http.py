@@ -10,8 +10,10 @@ Theory of operation:
   publish / deliver / ack / redeliver counters), ``/api/connections`` (their
   ``blocked`` state), ``/api/channels`` (what each connection publishes, its
   unacknowledged deliveries) and ``/api/consumers`` (prefetch, the channel);
-- a Jolokia sample reads the broker's and the destinations' MBeans with one
-  wildcard read each.
+- a Jolokia sample reads the broker's, the destinations' and the persistence
+  adapter's MBeans with one wildcard read each: KahaDB's adapter names its
+  journal files (``Data``: their numbers), a destination its sends held by
+  flow control at that moment (``BlockedSends``).
 """
 
 from __future__ import annotations
@@ -25,18 +27,19 @@ from typing import Any
 from urllib.parse import quote
 
 from ..model import DoctorError
-from .sample import ACTIVEMQ, RABBITMQ, Connection, Consumer, Destination, Sample
+from .sample import ACTIVEMQ, RABBITMQ, Connection, Consumer, Destination, Sample, broker_internal
 from .target import Target
 
 __all__ = ["HttpReader", "rabbitmq_sample", "jolokia_sample"]
 
 _JOLOKIA_BROKER = "org.apache.activemq:type=Broker,brokerName=*"
 _JOLOKIA_DESTS = "org.apache.activemq:type=Broker,brokerName=*,destinationType=*,destinationName=*"
+_JOLOKIA_STORE = "org.apache.activemq:type=Broker,brokerName=*,service=PersistenceAdapter,instanceName=*"
 #: The attributes a sample reads (all of them would cost the broker every subscriber list, each sample).
 _BROKER_ATTRIBUTES = "BrokerName,MemoryPercentUsage,MemoryLimit,TempPercentUsage,StorePercentUsage"
 _DEST_ATTRIBUTES = (
     "Name,QueueSize,EnqueueCount,DequeueCount,DispatchCount,ConsumerCount,InFlightCount,ProducerCount,"
-    "MemoryUsageByteCount,MemoryPercentUsage"
+    "MemoryUsageByteCount,MemoryPercentUsage,ExpiredCount,BlockedSends"
 )
 
 
@@ -141,7 +144,11 @@ class HttpReader:
             )
         broker = self._read(f"/api/jolokia/read/{quote(_JOLOKIA_BROKER, safe=':=,*')}/{_BROKER_ATTRIBUTES}")
         dests = self._read(f"/api/jolokia/read/{quote(_JOLOKIA_DESTS, safe=':=,*')}/{_DEST_ATTRIBUTES}")
-        return jolokia_sample(t, broker, dests)
+        try:  # a broker without a persistence adapter's MBean (not persistent) has no journal to count
+            store = self._get(f"/api/jolokia/read/{quote(_JOLOKIA_STORE, safe=':=,*')}/Data")
+        except _HttpStatus:
+            store = {}
+        return jolokia_sample(t, broker, dests, store)
 
 
 def _stat(item: dict[str, Any], key: str) -> int:
@@ -224,16 +231,40 @@ def rabbitmq_sample(
     )
 
 
-def jolokia_sample(t: float, broker: dict[str, Any], dests: dict[str, Any]) -> Sample:
-    """Jolokia's wildcard reads of the broker's and the destinations' MBeans as a sample."""
+def journal_files(store: dict[str, Any]) -> int | None:
+    """The journal files KahaDB's persistence adapter names (its ``Data``: ``[1, 2, 3]``, the
+    files' numbers); None for another store, or none read."""
+    values = store.get("value")
+    if not isinstance(values, dict):
+        return None
+    counts = []
+    for attributes in values.values():
+        data = str((attributes or {}).get("Data", "")).strip()
+        if not (data.startswith("[") and data.endswith("]")):
+            return None
+        numbers = [n.strip() for n in data[1:-1].split(",") if n.strip()]
+        if not all(n.isdigit() for n in numbers):
+            return None
+        counts.append(len(numbers))
+    return sum(counts) if counts else None
+
+
+def jolokia_sample(
+    t: float, broker: dict[str, Any], dests: dict[str, Any], store: dict[str, Any] | None = None
+) -> Sample:
+    """Jolokia's wildcard reads of the broker's, the destinations' and the persistence adapter's
+    MBeans as a sample."""
     b: dict[str, Any] = next(iter((broker.get("value") or {}).values()), {})
     rows = []
+    blocked: int | None = None  # sends held by flow control now (None: MBeans that do not count them)
     for mbean, a in (dests.get("value") or {}).items():
         props = dict(p.split("=", 1) for p in mbean.split(":", 1)[-1].split(",") if "=" in p)
         kind = props.get("destinationType", "Queue").lower()
         name = a.get("Name") or props.get("destinationName", "")
-        if kind not in ("queue", "topic") or str(name).startswith("ActiveMQ."):
+        if kind not in ("queue", "topic") or broker_internal(str(name)):
             continue
+        if a.get("BlockedSends") is not None:
+            blocked = (blocked or 0) + int(a["BlockedSends"])
         rows.append(
             Destination(
                 name=f"/{kind}/{name}",
@@ -247,6 +278,7 @@ def jolokia_sample(t: float, broker: dict[str, Any], dests: dict[str, Any]) -> S
                 producers=a.get("ProducerCount"),
                 memory_usage=a.get("MemoryUsageByteCount"),
                 memory_pct=a.get("MemoryPercentUsage"),
+                expired=a.get("ExpiredCount"),
             )
         )
     return Sample(
@@ -257,6 +289,8 @@ def jolokia_sample(t: float, broker: dict[str, Any], dests: dict[str, Any]) -> S
         memory_limit=b.get("MemoryLimit"),
         temp_pct=b.get("TempPercentUsage"),
         store_pct=b.get("StorePercentUsage"),
+        store_files=journal_files(store or {}),
+        blocked_producers=blocked,
         destinations=tuple(sorted(rows, key=lambda d: d.name)),
         notes=(
             "read over Jolokia, the broker's and the destinations' MBeans only: no per-consumer figures "

@@ -25,7 +25,7 @@ from typing import Any
 from ...commands.stat import fetch_statistics
 from ...stomp import CannotConnect, ConnectionLost, StompClient, StompClientError, StompError
 from ..model import DoctorError
-from .sample import ACTIVEMQ, MINIBROKER, Connection, Consumer, Destination, Sample
+from .sample import ACTIVEMQ, MINIBROKER, Connection, Consumer, Destination, Sample, broker_internal
 from .target import Target
 
 __all__ = ["StompReader", "parse_map", "activemq_sample", "minibroker_sample", "NO_PLUGIN"]
@@ -37,7 +37,6 @@ NO_PLUGIN = (
     "(and, for STOMP's jms-map-json transformation, xstream and jettison on its classpath)"
 )
 _REPLY = "/temp-queue/minibroker-doctor"
-_INTERNAL = ("ActiveMQ.", "queue://ActiveMQ.", "topic://ActiveMQ.")
 
 
 class StompReader:
@@ -178,7 +177,7 @@ def activemq_sample(t: float, broker: dict[str, Any], destinations: list[dict[st
         name = str(d.get("destinationName", ""))
         kind = "topic" if name.startswith("topic://") else "queue"
         short = name.split("://", 1)[-1]
-        if short.startswith("ActiveMQ."):  # advisories and the statistics destinations themselves
+        if broker_internal(short):  # advisories and the statistics destinations themselves
             continue
         dests.append(
             Destination(
@@ -193,6 +192,7 @@ def activemq_sample(t: float, broker: dict[str, Any], destinations: list[dict[st
                 producers=_int(d, "producerCount"),
                 memory_usage=_int(d, "memoryUsage"),
                 memory_pct=_int(d, "memoryPercentUsage"),
+                expired=_int(d, "expiredCount"),
             )
         )
     return Sample(
@@ -235,6 +235,7 @@ def minibroker_sample(t: float, stats: dict[str, Any]) -> Sample:
                 store_only=d.get("storeOnlyCount"),
                 pending=d.get("pendingCount"),
                 redelivered=d.get("redeliveredCount"),
+                expired=d.get("expiredCount"),
                 journal_full=d.get("journalState") == "full",
                 journal_files=d.get("journalFiles"),
             )

@@ -12,12 +12,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["BrokerKind", "Connection", "Consumer", "Destination", "Sample", "ACTIVEMQ", "MINIBROKER", "RABBITMQ"]
+__all__ = [
+    "BrokerKind",
+    "Connection",
+    "Consumer",
+    "Destination",
+    "Sample",
+    "ACTIVEMQ",
+    "MINIBROKER",
+    "RABBITMQ",
+    "SHARED_DLQ",
+    "broker_internal",
+]
 
 BrokerKind = str
 ACTIVEMQ: BrokerKind = "activemq"
 MINIBROKER: BrokerKind = "minibroker"
 RABBITMQ: BrokerKind = "rabbitmq"
+
+#: The dead letter queue every queue shares by default (ActiveMQ's, and ours).
+SHARED_DLQ = "ActiveMQ.DLQ"
+
+
+def broker_internal(name: str) -> bool:
+    """A destination of the broker's own (``ActiveMQ.Advisory.*``, ``ActiveMQ.Statistics.*``)
+    that a sample leaves out; the dead letter queues (``ActiveMQ.DLQ``, ``ActiveMQ.DLQ.*``)
+    hold messages that failed, and are kept."""
+    return name.startswith("ActiveMQ.") and not name.startswith(SHARED_DLQ)
 
 
 @dataclass(frozen=True)
@@ -39,6 +60,7 @@ class Destination:
     store_only: int | None = None  # messages its cursor holds only in the store
     pending: int | None = None  # a topic's messages waiting for its subscribers
     redelivered: int | None = None  # cumulative redeliveries
+    expired: int | None = None  # cumulative messages that expired on it
     journal_full: bool = False  # its own journal (a ring) refuses enqueues
     journal_files: int | None = None  # its own journal's files
 

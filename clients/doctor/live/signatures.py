@@ -28,7 +28,7 @@ from typing import Any
 from ...signatures import full, idle_while_blocked, prefetch_full, starving
 from ...spark.findings import Params
 from .fixes import Fix, fix_for
-from .sample import Consumer, Destination, Sample
+from .sample import SHARED_DLQ, Consumer, Destination, Sample
 
 __all__ = ["LiveFinding", "SIGNATURES", "evaluate", "unanswered"]
 
@@ -278,6 +278,17 @@ def _store_held(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
     }
 
 
+def _files_kept(last: dict[str, Any]) -> str:
+    """What the headline says of the journal files: how many, and how many hold nothing live,
+    as far as the broker counts them (KahaDB's MBean names its files, not what is in them)."""
+    files, with_live = last["journal_files"], last["files_with_live"]
+    if files is None:
+        return ""
+    if with_live is None:
+        return f": {files} journal files kept"
+    return f": {files} journal files kept, {files - with_live} of them with no live message"
+
+
 def _store_keepers(s: Sample, subject: str) -> tuple[str, ...]:
     """The destinations whose messages nobody takes: what keeps the journal files."""
     return tuple(d.name for d in s.destinations if d.size > 0 and not d.consumers)
@@ -299,6 +310,47 @@ def _poison(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
     if again * p.poison_window <= p.poison_deliveries * now.size * seconds:
         return None
     return {"redelivered": again, "acknowledged": now.dequeued - then.dequeued, "size": now.size}
+
+
+def _dead_letter_queue(name: str) -> bool:
+    return name.rsplit("/", 1)[-1].startswith(SHARED_DLQ)
+
+
+def _shared_dlq(s: Sample) -> Iterator[str]:
+    return (d.name for d in s.destinations if d.kind == "queue" and d.name.rsplit("/", 1)[-1] == SHARED_DLQ)
+
+
+def _expired_elsewhere(s: Sample) -> int | None:
+    """The messages that expired on the destinations that are no dead letter queue (None: the
+    broker does not count them)."""
+    counts = [d.expired for d in s.destinations if d.expired is not None and not _dead_letter_queue(d.name)]
+    return sum(counts) if counts else None
+
+
+def _dead_letters_mixed(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
+    """The shared dead letter queue holds messages that failed delivery among messages that
+    expired on other queues:
+
+    - expired messages are dead-lettered there (its enqueues at least the expiries: ActiveMQ's
+      ``processExpired``, true by default);
+    - and more came than expired: the rest failed delivery (a poison message, a redelivery
+      limit reached), hidden among the expired ones.
+
+    Counted, not read: a shared queue that takes no expired message but more failures than
+    there were expiries elsewhere reads the same."""
+    d = cur.destination(name)
+    expired = _expired_elsewhere(cur)
+    if d is None or d.size <= 0 or not expired:
+        return None
+    failed = d.enqueued - expired
+    if failed <= 0:
+        return None
+    return {"dead_letters": d.size, "expired_elsewhere": expired, "failed_delivery": failed}
+
+
+def _expired_from(s: Sample, subject: str) -> tuple[str, ...]:
+    """The destinations whose expired messages went to the shared dead letter queue."""
+    return tuple(d.name for d in s.destinations if (d.expired or 0) > 0 and not _dead_letter_queue(d.name))
 
 
 def _alarm(prev: Sample, cur: Sample, name: str, p: Params) -> Moment:
@@ -397,13 +449,7 @@ SIGNATURES: tuple[_Signature, ...] = (
         _store_held,
         lambda _, s, d: (
             f"producers have been held by a full store for {d:.0f} s (store {s[-1][1]['store_pct']}%) while "
-            f"the broker holds only {s[-1][1]['live_messages']} live message(s)"
-            + (
-                f": {s[-1][1]['journal_files']} journal files kept, "
-                f"{s[-1][1]['journal_files'] - s[-1][1]['files_with_live']} of them with no live message"
-                if s[-1][1]["files_with_live"] is not None
-                else ""
-            )
+            f"the broker holds only {s[-1][1]['live_messages']} live message(s)" + _files_kept(_last(s))
         ),
         culprits=_store_keepers,
         culprit_role="kept by",
@@ -416,6 +462,18 @@ SIGNATURES: tuple[_Signature, ...] = (
             f"{q}: redelivered {_total(s, 'redelivered')} times in {d:.0f} s with "
             f"{_last(s)['size']} message(s) on it: a message its consumers cannot process, in a loop"
         ),
+    ),
+    _Signature(
+        "dead_letters_among_expired",
+        _shared_dlq,
+        _dead_letters_mixed,
+        lambda q, s, d: (
+            f"{q} has held {_last(s)['failed_delivery']} message(s) that failed delivery among "
+            f"{_last(s)['expired_elsewhere']} that expired on other queues for {d:.0f} s: one dead letter queue "
+            "for the whole broker, where a failure is hidden among stale messages"
+        ),
+        culprits=_expired_from,
+        culprit_role="expired from",
     ),
     _Signature(
         "resource_alarm",
