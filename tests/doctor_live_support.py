@@ -1,18 +1,33 @@
-"""``doctor --live`` sampling the real server while a lab's live workload plays on it (in a thread)."""
+"""``doctor --live`` sampling the real server (or ActiveMQ) while a lab's live workload plays on it (in a thread)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from clients.activemq import JOLOKIA_CLASSPATH, ActiveMQ, free_port, installed_problem, jolokia_problem
 from clients.doctor.live import LiveReport, parse_target, run_live
+from clients.doctor.write_xml import write_xml
+from clients.labs.against import HEAP
+from clients.labs.model import Lab, labs_directory, load_lab
 from clients.stomp import StompClient, StompError
 from minibroker.config import BrokerConfig
 from tests.broker_support import RunningBroker
+
+
+def lab_and_scenario(directory: str) -> tuple[Lab, Any]:
+    """The lab in ``examples/labs/<directory>`` and its scenario module (its workloads)."""
+    lab = load_lab(labs_directory() / directory)
+    return lab, lab.scenario()
 
 
 def doctor_while_playing(
@@ -20,6 +35,16 @@ def doctor_while_playing(
 ) -> tuple[LiveReport, Any]:
     """The doctor's report over ``window`` seconds of the broker on ``port`` while ``play()``
     runs in a thread of its own, and what ``play()`` returned (its failure raised here)."""
+    (report,), played = doctors_while_playing([f"stomp://127.0.0.1:{port}"], play, window)
+    return report, played
+
+
+def doctors_while_playing(
+    urls: list[str], play: Callable[[], Coroutine[Any, Any, Any]], window: float, timeout: float = 5.0
+) -> tuple[tuple[LiveReport, ...], Any]:
+    """The doctor's reports over ``window`` seconds of the broker at each of ``urls`` at once
+    while ``play()`` runs in a thread of its own, and what ``play()`` returned (its failure
+    raised here)."""
     played: list[Any] = []
     failure: list[BaseException] = []
 
@@ -31,14 +56,56 @@ def doctor_while_playing(
 
     thread = threading.Thread(target=workload, daemon=True)
     thread.start()
+    targets = [parse_target(url) for url in urls]
+
+    async def sample_all() -> tuple[LiveReport, ...]:
+        return tuple(await asyncio.gather(*(run_live(t, window=window, timeout=timeout) for t in targets)))
+
     try:
-        report = asyncio.run(run_live(parse_target(f"stomp://127.0.0.1:{port}"), window=window))
+        reports = asyncio.run(sample_all())
     finally:
         thread.join(60)
     assert not thread.is_alive(), "the workload did not end"
     if failure:
         raise failure[0]
-    return report, played[0]
+    return reports, played[0]
+
+
+@dataclass(frozen=True)
+class ActiveMQUrls:
+    """A running ActiveMQ as the doctor reads it: over STOMP (its statistics plugin) and Jolokia."""
+
+    broker: ActiveMQ
+    stomp: str
+    jolokia: str
+
+    @property
+    def port(self) -> int:
+        return self.broker.port
+
+
+@contextlib.contextmanager
+def activemq_for(config: BrokerConfig, directory: Path) -> Iterator[ActiveMQUrls]:
+    """ActiveMQ started as a lab's ``--against activemq`` run starts it (the ``activemq.xml`` that
+    ``write_xml`` writes from ``config``, the labs' JVM options), with Jolokia on a port of its own
+    (its MBeans, as ActiveMQ's web console serves them); stopped after. Its first answers are
+    slow (a JVM just started): each reader is asked once before it is handed over."""
+    problem = installed_problem() or jolokia_problem()
+    if problem:
+        pytest.fail(problem)
+    port, jolokia = free_port(), free_port()
+    xml = write_xml(config, stomp_port=port, openwire_port=free_port(), jolokia_port=jolokia)
+    conf = directory / "activemq.xml"
+    conf.write_text(xml.text)
+    broker = ActiveMQ(directory, conf=conf, heap=HEAP, port=port, classpath=JOLOKIA_CLASSPATH)
+    broker.start()
+    try:
+        urls = ActiveMQUrls(broker, f"stomp://127.0.0.1:{port}", f"http://127.0.0.1:{jolokia}/")
+        for url in (urls.stomp, urls.jolokia):
+            asyncio.run(run_live(parse_target(url), window=0, timeout=30))
+        yield urls
+    finally:
+        broker.stop()
 
 
 def doctor_during_run(

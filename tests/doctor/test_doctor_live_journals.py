@@ -20,16 +20,13 @@ from typing import Any
 import pytest
 
 from clients.doctor.live import LiveReport
-from clients.labs.model import labs_directory, load_lab
 from tests.broker_support import RunningBroker
-from tests.doctor_live_support import doctor_during_run, fill_the_ring, keep_the_journal_alive
+from tests.doctor_live_support import doctor_during_run, fill_the_ring, keep_the_journal_alive, lab_and_scenario
 
 pytestmark = pytest.mark.slow
 
-RING_LAB = load_lab(labs_directory() / "04-journal-threshold")
-RING = RING_LAB.scenario()
-KAHADB_LAB = load_lab(labs_directory() / "06-journal-kept-alive")
-KAHADB = KAHADB_LAB.scenario()
+RING_LAB, RING = lab_and_scenario("04-journal-threshold")
+KAHADB_LAB, KAHADB = lab_and_scenario("06-journal-kept-alive")
 
 #: Lab 04's workload: the ring refuses within a few seconds, then the shortest finding (5 s).
 RING_SECONDS = 10.0
