@@ -14,6 +14,11 @@ code and the reasons: ``docs/design-notes.md``):
 - ``ops``: statistics, diagnosis, admin;
 - ``core``: the sans-IO broker;
 - ``edge``: the server, the sockets, the virtual network, the console.
+
+Its public names are what an embedding program needs: ``Broker`` (events in),
+``actions`` (what the broker asks of its edge: ``actions.Write``, ``actions.Close`` ...),
+the configuration, the frame and its codec, and the ``VirtualNetwork`` that runs a
+broker on a virtual clock.
 """
 
 from __future__ import annotations
@@ -22,37 +27,18 @@ from __future__ import annotations
 # source) every later import loads.
 from minibroker import corebuild  # noqa: F401  (imported for that decision)
 from minibroker.config import BrokerConfig, load_config
-from minibroker.core import Broker
-from minibroker.core.actions import (
-    Action,
-    CheckLogin,
-    Close,
-    PauseReading,
-    ResumeReading,
-    Shutdown,
-    Sync,
-    Write,
-    WriteFrames,
-)
+from minibroker.core import Broker, actions
 from minibroker.edge import VirtualNetwork
 from minibroker.frames import Frame
 from minibroker.protocol import FrameParser, encode
 
 __all__ = [
-    "Action",
     "Broker",
     "BrokerConfig",
-    "CheckLogin",
-    "Close",
     "Frame",
     "FrameParser",
-    "PauseReading",
-    "ResumeReading",
-    "Shutdown",
-    "Sync",
     "VirtualNetwork",
-    "Write",
-    "WriteFrames",
+    "actions",
     "encode",
     "load_config",
 ]

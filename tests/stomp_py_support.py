@@ -75,12 +75,12 @@ def close(conn: Any) -> None:
 
 def wait_for(predicate, timeout: float = WAIT) -> bool:
     """True as soon as ``predicate()`` is, False after ``timeout`` seconds."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def subscribe_sync(conn, listener: Collector, destination: str, sub_id: str, **kw) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from clients.spark.plots import (
     DPI,
+    blocked_spans,
     classroom,
     consumer_label,
     consumer_lines,
@@ -238,16 +239,7 @@ def lab_figure(lab: Lab, results: list[RunResult], out: Path) -> Drawn | None:
                     va="bottom",
                     fontsize=14,
                 )
-                for i, b in enumerate(series.get("blocked", [])):
-                    bottom.axvspan(
-                        b["start"],
-                        b["end"],
-                        ymin=0,
-                        ymax=0.05,
-                        color="tab:red",
-                        linewidth=0,
-                        label="a producer blocked" if i == 0 else None,
-                    )
+                blocked_spans(bottom, series.get("blocked", []), height=0.05, label="a producer blocked")
                 bottom.set_ylabel("broker usage, % of limit")
             detectors = list({f["detector"] for f in result.findings or []})
             label_rows = shade(top, result.findings or [], detectors, names=series.get("names"))

@@ -34,6 +34,7 @@ __all__ = [
     "sent_lines",
     "usage_lines",
     "journal_lines",
+    "blocked_spans",
     "draw_lines",
     "line_style",
     "write_end",
@@ -278,6 +279,21 @@ def usage_lines(series: dict[str, Any]) -> list[Line]:
     return out
 
 
+def blocked_spans(ax: Any, blocked: Iterable[dict[str, float]], *, height: float, label: str) -> None:
+    """A red band along the foot of ``ax`` (``height`` of the axes) for each time a producer
+    was blocked, from its ``start`` to its ``end``; ``label`` names the first in the legend."""
+    for i, span in enumerate(blocked):
+        ax.axvspan(
+            span["start"],
+            span["end"],
+            ymin=0,
+            ymax=height,
+            color="tab:red",
+            linewidth=0,
+            label=label if i == 0 else None,
+        )
+
+
 def journal_lines(series: dict[str, Any], span: float) -> list[Line]:
     """Files each journal kept and those pinned by live messages, at each journal event."""
     out: list[Line] = []
@@ -373,16 +389,7 @@ def usage(out: Path, series: dict[str, Any], span: float, hwm: int, findings: li
     ax.axhline(hwm, color="k", linestyle=":", linewidth=2)
     ax.text(span, hwm, f" high-water mark {hwm}%", va="center", ha="left", fontsize=14)
     top = max([100.0] + [max(ys) for _, _, ys in lines]) * 1.08
-    for i, b in enumerate(series.get("blocked", [])):
-        ax.axvspan(
-            b["start"],
-            b["end"],
-            ymin=0,
-            ymax=0.04,
-            color="tab:red",
-            linewidth=0,
-            label="a producer blocked (flow control)" if i == 0 else None,
-        )
+    blocked_spans(ax, series.get("blocked", []), height=0.04, label="a producer blocked (flow control)")
     count_axis(ax, top=top)
     ax.set_xlim(0, span)
     label_rows = shade(ax, findings, ["starved_consumer", "blocked_producer_idle_consumers"], names=series.get("names"))

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
 
@@ -23,29 +24,36 @@ BENCH = ROOT / "bench"
 HARNESS = BENCH / "harness"
 
 
+def _run(script: str, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> CompletedProcess[str]:
+    """``python bench/<script> <args>`` from the project's root, its output as text."""
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
+    )
+
+
+def _output(script: str, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> str:
+    """What ``bench/<script> <args>`` printed, once it exited 0 (else the test fails, showing both outputs)."""
+    p = _run(script, *args, timeout=timeout, env=env)
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    return p.stdout
+
+
 @pytest.mark.slow
 def test_quick_compare_prints_a_row_per_scenario_and_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "run.jsonl"
-    p = subprocess.run(
-        [sys.executable, str(BENCH / "compare.py"), "--quick", "--scenarios", "A,C", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        cwd=ROOT,
-    )
-    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    stdout = _output("compare.py", "--quick", "--scenarios", "A,C", "--out", str(out), timeout=90)
 
     rows = {}
-    for line in p.stdout.splitlines():
+    for line in stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 9 and cells[1] == "ours":
             rows[cells[0]] = cells
-    assert set(rows) == {"A", "C"}, p.stdout
+    assert set(rows) == {"A", "C"}, stdout
     for scen, cells in rows.items():
         assert cells[2].startswith("1/1"), f"{scen}: reps ok/run is {cells[2]!r}"
         assert cells[8] == "0 / 0", f"{scen}: lost / dup is {cells[8]!r}"
         assert re.fullmatch(r"[\d,]+(\s.*)?", cells[3]), f"{scen}: no msg/s in {cells[3]!r}"
-    assert "Reference, not this run" in p.stdout
+    assert "Reference, not this run" in stdout
 
     recs = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     measured = [r for r in recs if r.get("type") == "rep" and r.get("phase") == "measure"]
@@ -56,15 +64,24 @@ def test_quick_compare_prints_a_row_per_scenario_and_loses_nothing(tmp_path: Pat
         assert r["rss_peak_mb"] > 0, r
 
 
-def test_compare_refuses_an_unknown_scenario() -> None:
-    p = subprocess.run(
-        [sys.executable, str(BENCH / "compare.py"), "--scenarios", "A,Z"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        cwd=ROOT,
-    )
-    assert p.returncode == 2 and "unknown scenario(s) Z" in p.stderr, p.stderr
+#: A benchmark's command line it refuses, and what its refusal says.
+REFUSALS = [
+    (("compare.py", "--scenarios", "A,Z"), "unknown scenario(s) Z"),
+    (("cost.py", "--scenarios", "fanout"), "unknown scenario 'fanout'"),
+    (("turn.py", "--messages", "0"), "--messages must be at least 1, not 0"),
+    (("rss.py", "--messages", "0"), "--messages must be at least 1, not 0"),
+    (("rss.py", "--expires-in", "-5"), "--expires-in must not be negative, not -5"),
+    (
+        ("rss.py", "--expires-in", "30"),
+        "--expires-in must be at least 600 s (the messages must outlive the run), not 30",
+    ),
+]
+
+
+@pytest.mark.parametrize("command,says", REFUSALS, ids=[" ".join(command) for command, _ in REFUSALS])
+def test_a_benchmark_refuses_a_bad_argument_and_says_why(command: tuple[str, ...], says: str) -> None:
+    p = _run(*command, timeout=60)
+    assert p.returncode == 2 and says in p.stderr, p.stderr
 
 
 def test_vendored_harness_is_the_shared_one_but_for_its_origin_line() -> None:
@@ -102,47 +119,40 @@ def test_missing_rabbitmq_names_the_install_command(monkeypatch: pytest.MonkeyPa
 @pytest.mark.slow
 @pytest.mark.skipif(rabbitmq.installed_problem() is not None, reason="RabbitMQ is needed")
 def test_quick_compare_with_rabbitmq_adds_its_column_and_ratio(tmp_path: Path) -> None:
-    p = subprocess.run(
-        [sys.executable, str(BENCH / "compare.py"), "--quick", "--with-rabbitmq", "--scenarios", "A"],
-        capture_output=True,
-        text=True,
+    stdout = _output(
+        "compare.py",
+        "--quick",
+        "--with-rabbitmq",
+        "--scenarios",
+        "A",
         timeout=300,
-        cwd=ROOT,
         env={**os.environ, "TMPDIR": str(tmp_path)},
     )
-    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    table = [[c.strip() for c in line.strip().strip("|").split("|")] for line in p.stdout.splitlines()]
+    table = [[c.strip() for c in line.strip().strip("|").split("|")] for line in stdout.splitlines()]
     rows = {cells[1]: cells for cells in table if len(cells) == 9}
-    assert rows["rabbitmq"][2].startswith("1/1") and rows["rabbitmq"][8] == "0 / 0", p.stdout
-    assert "*ours / rabbitmq*" in rows, p.stdout
-    assert "RabbitMQ 3." in p.stdout.splitlines()[0]
+    assert rows["rabbitmq"][2].startswith("1/1") and rows["rabbitmq"][8] == "0 / 0", stdout
+    assert "*ours / rabbitmq*" in rows, stdout
+    assert "RabbitMQ 3." in stdout.splitlines()[0]
     assert not rabbitmq.processes_under(str(tmp_path))  # the node is stopped, by pid
 
 
 @pytest.mark.slow
 def test_backlog_bench_pages_under_limits_and_not_without() -> None:
     """bench/backlog.py measures the store cursor only if the limited broker really pages."""
-    p = subprocess.run(
-        [sys.executable, str(BENCH / "backlog.py"), "--messages", "3000", "--reps", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    stdout = _output("backlog.py", "--messages", "3000", "--reps", "1")
     counts = dict(
         re.findall(
             r"^(plain|limits): store-only after producing \(per rep\) \[(\d+)\], "
             r"paged in while draining \[(?:\d+)\]$",
-            p.stdout,
+            stdout,
             re.M,
         )
     )
-    paged = dict(re.findall(r"^(plain|limits): .*paged in while draining \[(\d+)\]$", p.stdout, re.M))
-    assert counts == {"plain": "0", "limits": counts.get("limits")} and int(counts["limits"]) > 0, p.stdout
-    assert paged["limits"] == counts["limits"] and paged["plain"] == "0", p.stdout
+    paged = dict(re.findall(r"^(plain|limits): .*paged in while draining \[(\d+)\]$", stdout, re.M))
+    assert counts == {"plain": "0", "limits": counts.get("limits")} and int(counts["limits"]) > 0, stdout
+    assert paged["limits"] == counts["limits"] and paged["plain"] == "0", stdout
     for phase in ("produce", "consume", "through"):
-        assert re.search(rf"^\| {phase} \| [\d,]+ ", p.stdout, re.M), p.stdout
+        assert re.search(rf"^\| {phase} \| [\d,]+ ", stdout, re.M), stdout
 
 
 @pytest.mark.slow
@@ -150,137 +160,49 @@ def test_rss_bench_prints_each_phase_and_the_bound() -> None:
     """bench/rss.py: a limited broker's RSS phase by phase, with the backlog store-only
     and the index mostly on disk past the cache (20,000 rows fit in it: none spilled); with
     ``--expires-in``, every backlog message has a time to live (kept in the index's columns)."""
-    p = subprocess.run(
-        [sys.executable, str(BENCH / "rss.py"), "--messages", "20000", "--expires-in", "3600"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    assert "20,000 persistent messages x 256 B, each expiring 3600 s ahead" in p.stdout
+    stdout = _output("rss.py", "--messages", "20000", "--expires-in", "3600")
+    assert "20,000 persistent messages x 256 B, each expiring 3600 s ahead" in stdout
     for phase in ("idle", "warm", r"20,000 produced \([\d,]+ store-only\)", "drained"):
-        assert re.search(rf"^\| {phase} \| \d+\.\d \|$", p.stdout, re.M), p.stdout
-    phases = json.loads(p.stdout.strip().splitlines()[-1])
+        assert re.search(rf"^\| {phase} \| \d+\.\d \|$", stdout, re.M), stdout
+    phases = json.loads(stdout.strip().splitlines()[-1])
     assert phases["store_only"] > 15000 and phases["index_bytes"] > 0, phases
-    assert re.search(r"^bound over the idle base: ", p.stdout, re.M), p.stdout
-    bad = subprocess.run(
-        [sys.executable, str(BENCH / "rss.py"), "--messages", "0"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    assert re.search(r"^bound over the idle base: ", stdout, re.M), stdout
+    spilled = _output(
+        "rss.py", "--messages", "6000", "--non-persistent", "--config", str(BENCH / "configs" / "spill.toml")
     )
-    assert bad.returncode == 2 and "--messages must be at least 1, not 0" in bad.stderr
-    spilled = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "rss.py"),
-            "--messages",
-            "6000",
-            "--non-persistent",
-            "--config",
-            str(BENCH / "configs" / "spill.toml"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert spilled.returncode == 0, f"stdout:\n{spilled.stdout}\nstderr:\n{spilled.stderr}"
-    assert "6,000 non-persistent messages x 256 B" in spilled.stdout
-    assert json.loads(spilled.stdout.strip().splitlines()[-1])["store_only"] > 2000, spilled.stdout  # in the temp store
-    bad = subprocess.run(
-        [sys.executable, str(BENCH / "rss.py"), "--expires-in", "-5"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert bad.returncode == 2 and "--expires-in must not be negative, not -5" in bad.stderr
-    bad = subprocess.run(
-        [sys.executable, str(BENCH / "rss.py"), "--expires-in", "30"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert (
-        bad.returncode == 2
-        and "--expires-in must be at least 600 s (the messages must outlive the run), not 30" in bad.stderr
-    )
+    assert "6,000 non-persistent messages x 256 B" in spilled
+    assert json.loads(spilled.strip().splitlines()[-1])["store_only"] > 2000, spilled  # in the temp store
 
 
-def test_cost_measures_every_scenario_and_refuses_an_unknown_one() -> None:
+def test_cost_measures_every_scenario() -> None:
     """bench/cost.py runs each in-process scenario (page-in drains exactly what it filled, and
     the through scenarios receive every message sent; each checks its count itself)."""
-    p = subprocess.run(
-        [sys.executable, str(BENCH / "cost.py"), "--messages", "400", "--reps", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    rows = dict(re.findall(r"^\| ([a-z-]+) \| ([\d.]+) \|$", p.stdout, re.M))
-    assert set(rows) == {"queue", "topic", "ack", "page-in", "through", "through-plain"} and all(
-        float(v) > 0 for v in rows.values()
-    ), p.stdout
-    bad = subprocess.run(
-        [sys.executable, str(BENCH / "cost.py"), "--scenarios", "fanout"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert bad.returncode == 2 and "unknown scenario 'fanout'" in bad.stderr, bad.stderr
+    stdout = _output("cost.py", "--messages", "400", "--reps", "1")
+    rows = dict(re.findall(r"^\| ([a-z-]+) \| ([\d.]+) \|$", stdout, re.M))
+    assert set(rows) == {"queue", "topic", "ack", "page-in", "through", "through-plain"}, stdout
+    assert all(float(v) > 0 for v in rows.values()), stdout
 
 
-def test_turn_measures_the_broker_and_the_asyncio_floor() -> None:
-    """bench/turn.py drives D's ACK -> MESSAGE turn through the real server (and a bare asyncio one)."""
-    p = subprocess.run(
-        [sys.executable, str(BENCH / "turn.py"), "--messages", "300", "--floor"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    rows = dict(re.findall(r"^\| (minibroker|asyncio floor) \| ([\d,]+) \| [\d.]+ \| [\d.]+ \|$", p.stdout, re.M))
-    assert set(rows) == {"minibroker", "asyncio floor"}, p.stdout
-    assert all(int(rate.replace(",", "")) > 0 for rate in rows.values()), p.stdout
-    bad = subprocess.run(
-        [sys.executable, str(BENCH / "turn.py"), "--messages", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
-    assert bad.returncode == 2 and "--messages must be at least 1, not 0" in bad.stderr, bad.stderr
-
-
-def test_turn_measures_e_s_message_through_the_broker_and_the_floor() -> None:
-    """``--scenario E``: a SEND in on one connection, its MESSAGE out on another's auto-ack subscription."""
-    p = subprocess.run(
-        [sys.executable, str(BENCH / "turn.py"), "--scenario", "E", "--messages", "300", "--floor"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    assert "scenario E's message (SEND in, its MESSAGE out, ack auto), 300 messages" in p.stdout, p.stdout
-    rows = dict(re.findall(r"^\| (minibroker|asyncio floor) \| ([\d,]+) \| [\d.]+ \| [\d.]+ \|$", p.stdout, re.M))
-    assert set(rows) == {"minibroker", "asyncio floor"}, p.stdout
-    assert all(int(rate.replace(",", "")) > 0 for rate in rows.values()), p.stdout
+@pytest.mark.parametrize(
+    "scenario,heading",
+    [
+        ("D", "# scenario D's turn (ACK in, next MESSAGE out), 300 turns, one raw-socket consumer"),
+        ("E", "# scenario E's message (SEND in, its MESSAGE out, ack auto), 300 messages, one at a time"),
+    ],
+)
+def test_turn_measures_the_broker_and_the_asyncio_floor(scenario: str, heading: str) -> None:
+    """bench/turn.py drives D's ACK -> MESSAGE turn, or E's SEND -> MESSAGE, through the real
+    server and through a bare asyncio one."""
+    stdout = _output("turn.py", "--scenario", scenario, "--messages", "300", "--floor")
+    assert heading in stdout.splitlines(), stdout
+    rows = dict(re.findall(r"^\| (minibroker|asyncio floor) \| ([\d,]+) \| [\d.]+ \| [\d.]+ \|$", stdout, re.M))
+    assert set(rows) == {"minibroker", "asyncio floor"}, stdout
+    assert all(int(rate.replace(",", "")) > 0 for rate in rows.values()), stdout
 
 
 def test_turn_measures_the_broker_on_each_event_loop_asked_for() -> None:
     """``--loop asyncio --loop uvloop``: one row per server and loop, the broker started with ``serve --loop``."""
     pytest.importorskip("uvloop", reason="the fast extra (uvloop) is installed by make test")
-    p = subprocess.run(
-        [sys.executable, str(BENCH / "turn.py"), "--messages", "200", "--loop", "asyncio", "--loop", "uvloop"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    rows = re.findall(r"^\| minibroker \((asyncio|uvloop)\) \| ([\d,]+) \|", p.stdout, re.M)
-    assert [loop for loop, _ in rows] == ["asyncio", "uvloop"], p.stdout
+    stdout = _output("turn.py", "--messages", "200", "--loop", "asyncio", "--loop", "uvloop")
+    rows = re.findall(r"^\| minibroker \((asyncio|uvloop)\) \| ([\d,]+) \|", stdout, re.M)
+    assert [loop for loop, _ in rows] == ["asyncio", "uvloop"], stdout

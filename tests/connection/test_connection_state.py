@@ -1,4 +1,4 @@
-"""A connection's reading, writing, producing and fsync tables (``connection_state.py``), in h11's manner:
+"""A connection's reading, writing, producing and fsync tables (``minibroker/connection/states.py``), in h11's manner:
 every (state, event) pair, legal ones moving where the table below says, the others raising
 ``IllegalTransition`` and leaving the state as it was; then each machine driven through its
 methods as the core drives it."""

@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from against_support import only_suite_runs, run_checked, tempdir_left_clean
 from clients import activemq
 from clients.cli import main as cli
 from clients.labs import find_labs
@@ -43,36 +44,16 @@ def _our_jvms(marker: str) -> list[int]:
 
 
 @pytest.fixture
-def own_tempdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The runs' directories (and so their JVMs' command lines) under this test's tmp_path;
-    afterwards no JVM of this test may be running (any left is killed, and the test fails)."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    yield tmp_path
-    left = _our_jvms(str(tmp_path))
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"ActiveMQ JVMs left running: {left}"
+def own_tempdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The runs' directories under this test's tmp_path; afterwards no JVM of this test may be running."""
+    yield from tempdir_left_clean(tmp_path, monkeypatch, _our_jvms, "ActiveMQ JVMs")
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(NOT_INSTALLED is not None, reason=f"ActiveMQ is needed: {NOT_INSTALLED}")
 @pytest.mark.parametrize("lab", AGAINST, ids=lambda lab: lab.directory.name)
 def test_each_live_run_gives_activemqs_verdict_beside_ours(lab, own_tempdir: Path) -> None:
-    if lab.number in SUITE_RUNS:
-        lab = dataclasses.replace(lab, runs=tuple(r for r in lab.runs if r.name in SUITE_RUNS[lab.number]))
-    lines: list[str] = []
-    comparisons = run_against_activemq(lab, out=lines.append)
-    output = "\n".join(lines)
-    assert [c.spec.name for c in comparisons] == [r.name for r in lab.runs]
-    for c in comparisons:
-        if c.spec.activemq_not_run:
-            assert c.ours is None and c.theirs is None
-            assert "not run against ActiveMQ" in output and c.spec.activemq_not_run in output
-            continue
-        assert c.ours is not None and c.theirs is not None
-        assert c.ours.as_promised or c.ours.too_busy, output
-        assert c.theirs.verdict == c.spec.activemq_expect or c.theirs.unfair, output
-    assert "Side by side:" in output
+    comparisons, output = run_checked(only_suite_runs(lab, SUITE_RUNS), run_against_activemq)
     if lab.number == "00":
         # The lesson: 5.17 has only the current space check, so the legacy recipe does not starve there.
         legacy = next(c for c in comparisons if c.spec.name == "restart-legacy")

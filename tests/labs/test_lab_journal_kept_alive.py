@@ -7,18 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from broker_support import RunningBroker, lab_run_results
+from broker_support import RunningBroker
 from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
 from stomp_py_support import close, connect
 
 LAB = labs_directory() / "06-journal-kept-alive"
 BODY = "x" * 1000
-
-
-@pytest.fixture(scope="module")
-def results() -> dict[str, RunResult]:
-    return lab_run_results(LAB)
 
 
 def test_every_verdict_is_as_promised(results: dict[str, RunResult]) -> None:

@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from broker_support import RunningBroker, lab_run_results
+from broker_support import RunningBroker
 from clients.cli import main as cli
 from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
 from minibroker.edge import VirtualNetwork
-from stomp_py_support import close, connect
+from stomp_py_support import close, connect, wait_for
 
 LAB = labs_directory() / "04-journal-threshold"
 QUEUE = "/queue/Durable"
 REFUSAL = 'Enqueue capacity threshold exceeded on queue "Durable".'
 BODY = "x" * 200
-
-
-@pytest.fixture(scope="module")
-def results() -> dict[str, RunResult]:
-    return lab_run_results(LAB)
 
 
 def test_every_verdict_is_as_promised(results: dict[str, RunResult]) -> None:
@@ -88,13 +81,6 @@ def test_a_virtual_restart_can_run_an_offline_tool_while_the_broker_is_down(tmp_
 # -- stomp.py against the real server with the lab's ring.toml ---------------------------
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
 def test_stomp_py_producer_gets_the_error_frame_and_keeps_its_connection(tmp_path: Path) -> None:
     rb = RunningBroker(load_config(LAB / "ring.toml"), str(tmp_path / "data")).start()
     producer, p = connect(rb)
@@ -106,7 +92,7 @@ def test_stomp_py_producer_gets_the_error_frame_and_keeps_its_connection(tmp_pat
         """A persistent message with a receipt; False when the broker refuses it."""
         rid = f"r{next(receipts)}"
         producer.send(QUEUE, body, headers={"persistent": "true", "receipt": rid, **headers})
-        wait_for(lambda: rid in p.receipts or any(e.headers.get("receipt-id") == rid for e in p.errors))
+        assert wait_for(lambda: rid in p.receipts or any(e.headers.get("receipt-id") == rid for e in p.errors))
         return rid in p.receipts
 
     def depth() -> int:
@@ -115,7 +101,7 @@ def test_stomp_py_producer_gets_the_error_frame_and_keeps_its_connection(tmp_pat
     try:
         # The journal-threshold trap's selector case: the only consumer never takes kind=audit.
         consumer.subscribe(QUEUE, id="c", ack="auto", headers={"selector": "kind = 'order'", "receipt": "sub"})
-        wait_for(lambda: "sub" in c.receipts)
+        assert wait_for(lambda: "sub" in c.receipts)
         pins = sent = 0
         refused = False
         while not refused and pins < 16:
@@ -129,7 +115,9 @@ def test_stomp_py_producer_gets_the_error_frame_and_keeps_its_connection(tmp_pat
                     producer.send(QUEUE, BODY, headers={"persistent": "true", "kind": "order"})
                 refused = not send(BODY, kind="order") or bool(p.errors)
                 sent += 50
-                wait_for(lambda pins=pins: depth() == pins)  # the consumer took the batch (or what was accepted of it)
+                assert wait_for(
+                    lambda pins=pins: depth() == pins
+                )  # the consumer took the batch (or what was accepted of it)
         assert refused, "the ring never refused"
         error = p.errors[0]
         assert error.headers["message"] == REFUSAL

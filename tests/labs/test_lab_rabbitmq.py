@@ -8,14 +8,12 @@ and ends any that is (a failed run must not leave one).
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import signal
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from against_support import only_suite_runs, run_checked, tempdir_left_clean
 from clients import rabbitmq
 from clients.cli import main as cli
 from clients.labs import find_labs
@@ -30,36 +28,17 @@ SUITE_RUNS = {"02": ("block",), "05": ("shared-connection",)}
 
 
 @pytest.fixture
-def own_tempdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The runs' directories (and so their nodes' command lines) under this test's tmp_path;
-    afterwards no node of this test may be running (any left is killed, and the test fails)."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    yield tmp_path
-    left = processes_under(str(tmp_path))
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"RabbitMQ processes left running: {left}"
+def own_tempdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The runs' directories under this test's tmp_path; afterwards no node of this test may be running."""
+    yield from tempdir_left_clean(tmp_path, monkeypatch, processes_under, "RabbitMQ processes")
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(NOT_INSTALLED is not None, reason=f"RabbitMQ is needed: {NOT_INSTALLED}")
 @pytest.mark.parametrize("lab", AGAINST, ids=lambda lab: lab.directory.name)
 def test_each_live_run_gives_rabbitmqs_verdict_beside_ours(lab, own_tempdir: Path) -> None:
-    if lab.number in SUITE_RUNS:
-        lab = dataclasses.replace(lab, runs=tuple(r for r in lab.runs if r.name in SUITE_RUNS[lab.number]))
-    lines: list[str] = []
-    comparisons = run_against_rabbitmq(lab, out=lines.append)
-    output = "\n".join(lines)
-    assert [c.spec.name for c in comparisons] == [r.name for r in lab.runs]
-    for c in comparisons:
-        if c.spec.rabbitmq_not_run:
-            assert c.ours is None and c.theirs is None
-            assert "not run against RabbitMQ" in output and c.spec.rabbitmq_not_run in output
-            continue
-        assert c.ours is not None and c.theirs is not None
-        assert c.ours.as_promised or c.ours.too_busy, output
-        assert c.theirs.verdict == c.spec.rabbitmq_expect or c.theirs.unfair, output
-    assert "Side by side:" in output and "RabbitMQ 3." in output
+    comparisons, output = run_checked(only_suite_runs(lab, SUITE_RUNS), run_against_rabbitmq)
+    assert "RabbitMQ 3." in output
     if lab.number == "03":
         # RabbitMQ does not know activemq.exclusive: the appendix's pathology is not there.
         exclusive = next(c for c in comparisons if c.spec.name == "exclusive")

@@ -5,24 +5,18 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from broker_support import RunningBroker, lab_run_results
+from broker_support import RunningBroker
 from clients.labs import RunResult, labs_directory
 from minibroker.config import load_config
-from stomp_py_support import close, connect
+from stomp_py_support import close, connect, wait_for
 
 LAB = labs_directory() / "05-shared-connection-deadlock"
 BODY = "x" * 1000
-
-
-@pytest.fixture(scope="module")
-def results() -> dict[str, RunResult]:
-    return lab_run_results(LAB)
 
 
 def test_every_verdict_is_as_promised(results: dict[str, RunResult]) -> None:
@@ -57,15 +51,6 @@ def test_what_each_cure_does_is_what_it_says(results: dict[str, RunResult]) -> N
 
 
 # -- stomp.py against the real server -------------------------------------------------------------
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 @pytest.mark.parametrize("config, stuck", [("shared.toml", True), ("destination-limit.toml", False)])

@@ -7,23 +7,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-from test_lab_temp_storage import lab_results, wait_for
-
 from broker_support import RunningBroker
 from clients.labs import LabRun, RunResult, labs_directory
 from minibroker.config import BrokerConfig, load_config
 from minibroker.edge import VirtualNetwork
-from stomp_py_support import close, connect
+from stomp_py_support import close, connect, wait_for
 
 LAB = labs_directory() / "02-slow-consumer-policies"
 TOPIC = "/topic/ticks"
 BODY = "x" * 1000
-
-
-@pytest.fixture(scope="module")
-def results() -> dict[str, RunResult]:
-    return lab_results(LAB)
 
 
 def metrics(results: dict[str, RunResult], name: str) -> dict[str, Any]:

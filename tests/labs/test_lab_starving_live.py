@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 from broker_support import RunningBroker, patches_a_core_object
 from clients.labs import labs_directory
 from minibroker.config import BrokerConfig, load_config
-from stomp_py_support import Collector, close, connect
+from stomp_py_support import Collector, close, connect, wait_for
 
 LAB = labs_directory() / "00-starving-consumers"
 BODY = "x" * 1000
@@ -29,20 +28,13 @@ def config(name: str) -> BrokerConfig:
     return load_config(LAB / name)
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def send_all(conn: Any, listener: Collector, destination: str, count: int, body: str = BODY) -> None:
     """``count`` persistent messages, the last with a receipt (so all are in)."""
     for _ in range(count - 1):
         conn.send(destination, body, headers={"persistent": "true"})
     rid = f"{destination}-last"
     conn.send(destination, body, headers={"persistent": "true", "receipt": rid})
-    wait_for(lambda: rid in listener.receipts)
+    assert wait_for(lambda: rid in listener.receipts)
 
 
 class Statistics:
@@ -88,7 +80,7 @@ def test_symptom_1_a_consumer_starves_after_a_restart(tmp_path: Path, name: str,
             send_all(producer, p, f"/queue/{queue}", 1800)
         consumer, c = connect(rb)
         consumer.subscribe("/queue/A", id="a", ack="auto", headers={"receipt": "a"})
-        wait_for(lambda: "a" in c.receipts)  # the broker tried to page A in before this RECEIPT
+        assert wait_for(lambda: "a" in c.receipts)  # the broker tried to page A in before this RECEIPT
         stats = Statistics(rb)
         if starved:
             assert c.nothing_more(wait=1.0)
@@ -137,11 +129,11 @@ def test_symptom_2_slow_consumers_hold_a_fast_one_back(tmp_path: Path, name: str
                 for q, (_, listener) in zip(("S.1", "S.2"), slow, strict=True)
             )
 
-        wait_for(lambda: holding() and holding())  # twice in a row: the dispatch has settled
+        assert wait_for(lambda: holding() and holding())  # twice in a row: the dispatch has settled
         fast, f = connect(rb)
         conns.append(fast)
         fast.subscribe("/queue/F", id="f", ack="auto", headers={"receipt": "f"})
-        wait_for(lambda: "f" in f.receipts)
+        assert wait_for(lambda: "f" in f.receipts)
         sent = 100
         # F at about 50 msg/s; each slow consumer acks one message every 0.5 s (every 25 sent to F).
         # Under legacy F gets what was stored before the first acks let its cursor page in once;
@@ -155,13 +147,13 @@ def test_symptom_2_slow_consumers_hold_a_fast_one_back(tmp_path: Path, name: str
                     message = listener.messages.get(timeout=10)
                     conn.ack(message.headers["ack"])
             time.sleep(0.02)
-        wait_for(lambda: "F-last" in p.receipts)  # every message for F is in
+        assert wait_for(lambda: "F-last" in p.receipts)  # every message for F is in
         if held_back:
 
             def settled() -> bool:  # the fast consumer has what the broker dispatched to F
                 return stats.destination("F")["dispatchCount"] == f.messages.qsize()
 
-            wait_for(lambda: settled() and settled())  # twice in a row: the dispatch has settled
+            assert wait_for(lambda: settled() and settled())  # twice in a row: the dispatch has settled
             received = f.messages.qsize()
             assert received < sent // 2  # held to the slow consumers' pace
             data, broker = stats.destination("F"), stats.broker()

@@ -5,32 +5,20 @@ from __future__ import annotations
 import queue
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from broker_support import RunningBroker
-from clients.labs import RunResult, labs_directory, load_lab, run_lab
+from clients.labs import RunResult, labs_directory, load_lab
 from minibroker.config import load_config
 from minibroker.edge import VirtualNetwork
-from stomp_py_support import close, connect
+from stomp_py_support import close, connect, wait_for
 
 LAB = labs_directory() / "01-temp-storage-deadlock"
 TOPIC = "/topic/prices"
 BODY = "x" * 1000
-
-
-def lab_results(directory: Path) -> dict[str, RunResult]:
-    """Run a lab quietly; its results by run name."""
-    printed: list[str] = []
-    return {r.spec.name: r for r in run_lab(load_lab(directory), out=printed.append)}
-
-
-@pytest.fixture(scope="module")
-def results() -> dict[str, RunResult]:
-    return lab_results(LAB)
 
 
 def test_every_verdict_is_as_promised(results: dict[str, RunResult]) -> None:
@@ -123,15 +111,6 @@ def test_flow_unblock_names_the_usage_that_held_the_producer(tmp_path: Path) -> 
 
 
 # -- stomp.py against the real server -------------------------------------------------------------
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
 
 
 @pytest.mark.parametrize("config, hangs", [("deadlock.toml", True), ("cure.toml", False)])
