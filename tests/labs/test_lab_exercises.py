@@ -250,3 +250,14 @@ def test_a_client_that_raises_hangs_or_never_connects(tmp_path: Path, capsys, mo
     nothing = tmp_path / "nothing.py"
     nothing.write_text("x = 1\n")
     _refused(capsys, ["lab", "check", "03", "--client", str(nothing)], "defines no consume(")
+
+
+def test_a_handouts_plan_has_the_predictions_made_before_any_run() -> None:
+    """``lab run NN`` prints every run's grade and numbers: a plan that has the class run the lab
+    before the prediction exercises hands them the answers."""
+    for lab in LABS:
+        plan = (lab.directory / "handout.md").read_text(encoding="utf-8").split("## Two hours", 1)[1]
+        rows = [row for row in plan.splitlines() if re.match(r"\| \d:\d\d-\d:\d\d \|", row)]
+        first_run = next(i for i, row in enumerate(rows) if f"lab run {lab.number}" in row)
+        predictions = next(i for i, row in enumerate(rows) if "prediction exercises" in row)
+        assert predictions < first_run, (lab.number, rows[first_run])
