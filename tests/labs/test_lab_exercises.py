@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -261,3 +262,19 @@ def test_a_handouts_plan_has_the_predictions_made_before_any_run() -> None:
         first_run = next(i for i, row in enumerate(rows) if f"lab run {lab.number}" in row)
         predictions = next(i for i, row in enumerate(rows) if "prediction exercises" in row)
         assert predictions < first_run, (lab.number, rows[first_run])
+
+
+DIAGNOSES = [(lab, e) for lab in LABS for e in lab.exercises if e.kind == "diagnose"]
+
+
+@pytest.mark.parametrize(("lab", "exercise"), DIAGNOSES, ids=[e.id for _, e in DIAGNOSES])
+def test_the_run_a_diagnosis_points_to_does_not_print_the_answer(capsys, lab, exercise) -> None:
+    """The ``lab run`` a diagnosis exercise has the student read shows evidence, not the
+    finding's name (``--plot`` prints each finding under its detector's name)."""
+    command = re.search(r"`minibroker (lab run [^`]+)`", lab.exercise_text(exercise))
+    assert command, exercise.id
+    assert "--plot" not in command[1], command[1]
+    assert cli(shlex.split(command[1])) == 0
+    out = capsys.readouterr().out
+    assert "PATHOLOGY" in out  # the evidence is there
+    assert not [name for name in (*exercise.causes, *exercise.doctor_names) if name in out], out
