@@ -278,3 +278,34 @@ def test_the_run_a_diagnosis_points_to_does_not_print_the_answer(capsys, lab, ex
     out = capsys.readouterr().out
     assert "PATHOLOGY" in out  # the evidence is there
     assert not [name for name in (*exercise.causes, *exercise.doctor_names) if name in out], out
+
+
+def _settings(config: dict) -> dict[str, object]:
+    """A configuration as ``--set`` names its keys: ``section.key`` and ``destination_policy[PATTERN].key``."""
+    flat: dict[str, object] = {}
+    for section, body in config.items():
+        if section == "destination_policy":
+            for entry in body:
+                pattern = entry.get("queue") or f"topic:{entry.get('topic')}"
+                flat |= {
+                    f"destination_policy[{pattern}].{k}": v for k, v in entry.items() if k not in ("queue", "topic")
+                }
+        elif isinstance(body, dict):
+            flat |= {f"{section}.{k}": v for k, v in body.items()}
+    return flat
+
+
+def test_a_fix_the_configuration_text_does_not_name_the_setting_that_cures() -> None:
+    """The setting the answer key changes is the exercise's answer: the text (a sweep it
+    suggests, say) does not name it."""
+    for lab in LABS:
+        for exercise in (e for e in lab.exercises if e.kind == "config"):
+            text = lab.exercise_text(exercise)
+            given = _settings(tomllib.loads(lab.run_named(exercise.run).config_path.read_text(encoding="utf-8")))
+            for key in instructor_keys(lab):
+                if key.exercise != exercise.id or key.grade != "cured" or key.path.suffix != ".toml":
+                    continue
+                cure = _settings(tomllib.loads(key.path.read_text(encoding="utf-8")))
+                changed = [k for k, v in cure.items() if given.get(k) != v]
+                assert changed, key.path
+                assert not [k for k in changed if k in text], (lab.number, exercise.id, changed)
