@@ -178,6 +178,17 @@ def test_check_exits_0_only_when_cured(capsys) -> None:
     assert "cure:" not in out  # the evidence, not the answer
 
 
+def test_a_kept_setting_the_student_changed_is_said_to_be_kept() -> None:
+    """Lab 00 keeps its 4 MB of broker memory: a file asking for 64 MB is told it was not used,
+    rather than left to wonder why the evidence shows the broker's memory full."""
+    lab = BY_NUMBER["00"]
+    exercise = next(e for e in lab.exercises if e.id == "fix-the-limits")
+    keys = Path(__file__).resolve().parents[2] / "examples" / "instructor" / "00-starving-consumers"
+    told = check(lab, exercise, keys / "wrong-more-memory.toml").evidence
+    assert told[0] == "system_usage.memory_limit stays '4 mb' as the lab has it (yours: '64 mb', not used)", told
+    assert not [line for line in check(lab, exercise, keys / "fix-the-limits.toml").evidence if "stays" in line]
+
+
 # ------------------------------------------------------------------ bad input
 
 
