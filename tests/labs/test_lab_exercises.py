@@ -82,6 +82,21 @@ def test_a_predictions_text_gives_the_numbers_it_needs() -> None:
     assert abs(float(stated[1]) * 1024 - size) <= 0.1 * size, (stated[1], size)
 
 
+def test_lab_05s_held_count_follows_from_its_text(tmp_path: Path) -> None:
+    """The worker holds what fits in the broker's memory: the text gives the memory and what the
+    broker counts per request, and the count worked out from those two is graded right."""
+    lab = BY_NUMBER["05"]
+    exercise = next(e for e in lab.exercises if e.id == "predict-held")
+    text = " ".join(lab.exercise_text(exercise).split())
+    memory = re.search(r"the broker has (\d+) KB of memory", text)
+    per_message = re.search(r"counts each message it holds as about (\d+(?:\.\d+)?) KB", text)
+    assert memory and per_message, text
+    answer = tmp_path / "held.toml"
+    answer.write_text(f"answer = {round(int(memory[1]) / float(per_message[1]))}\n")
+    result = check(lab, exercise, answer)
+    assert result.grade == "right", result.lines()
+
+
 def test_the_glossary_says_why_a_held_producer_is_healthy() -> None:
     """Lab 01's vm-cursor producer waits 392 times and is graded healthy: where a student meets
     it (the glossary, the exercise, the README) the difference between held and stuck is said."""
