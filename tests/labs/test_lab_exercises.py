@@ -97,6 +97,22 @@ def test_lab_05s_held_count_follows_from_its_text(tmp_path: Path) -> None:
     assert result.grade == "right", result.lines()
 
 
+def test_lab_03s_in_flight_count_follows_from_its_text(tmp_path: Path) -> None:
+    """What the broker sends ahead is what its side and the consumer's receive buffer hold: the
+    text gives both and a message's size on the wire, and the count worked out is graded right."""
+    lab = BY_NUMBER["03"]
+    exercise = next(e for e in lab.exercises if e.id == "predict-in-flight")
+    text = " ".join(lab.exercise_text(exercise).split())
+    receive = re.search(r"an (\d+) KB receive buffer", text)
+    broker = re.search(r"once (\d+) KB wait for its socket", text)
+    wire = re.search(r"about (\d+(?:\.\d+)?) KB on the wire", text)
+    assert receive and broker and wire, text
+    answer = tmp_path / "in-flight.toml"
+    answer.write_text(f"answer = {round((int(receive[1]) + int(broker[1])) / float(wire[1]))}\n")
+    result = check(lab, exercise, answer)
+    assert result.grade == "right", result.lines()
+
+
 def test_the_glossary_says_why_a_held_producer_is_healthy() -> None:
     """Lab 01's vm-cursor producer waits 392 times and is graded healthy: where a student meets
     it (the glossary, the exercise, the README) the difference between held and stuck is said."""
