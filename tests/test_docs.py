@@ -224,6 +224,8 @@ def test_the_check_finds_a_stale_name() -> None:
     assert _unknown_in_named_file("- `minibroker/core/flow.py`: `_park` holds the SEND") == [
         "minibroker/core/flow.py: _park"
     ]
+    several = "`minibroker/core/hooks.py` logs it; `minibroker/core/flow.py`, `_park`, holds the SEND"
+    assert _unknown_in_named_file(several) == ["minibroker/core/flow.py: _park"]
 
 
 def test_every_key_a_lab_may_set_is_in_the_authors_page() -> None:
@@ -265,7 +267,12 @@ def _unknown_in_named_file(text: str) -> list[str]:
             bare = name[0] or name[1]
             if not bare.startswith("__") and bare not in _defined(ROOT / named):
                 unknown.append(f"{named}: {bare}")
-    return unknown
+    # Where a paragraph names several files, a name given right after one is that file's:
+    # "`minibroker/core/flow.py`, `park`" or "`minibroker/core/sampling.py` `_sample_connections`".
+    for named, bare in re.findall(r"`((?:minibroker|storage|clients)/[\w/]+\.py)`,? `(\w+)(?:\(\))?`", text):
+        if (ROOT / named).exists() and not bare.startswith("__") and bare not in _defined(ROOT / named):
+            unknown.append(f"{named}: {bare}")
+    return sorted(set(unknown))
 
 
 @pytest.mark.parametrize("doc", DOCUMENTS, ids=_ids)

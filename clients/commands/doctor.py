@@ -37,7 +37,7 @@ __all__ = ["register"]
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "doctor",
-        help="check a configuration (ours or activemq.xml) for known traps",
+        help="check a configuration (ours or activemq.xml), or a running broker (--live), for known traps",
         description=(__doc__ or "").replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

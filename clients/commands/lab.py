@@ -52,7 +52,10 @@ __all__ = ["register"]
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "lab", help="list and run the labs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        "lab",
+        help="list and run the labs",
+        description=(__doc__ or "").replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
@@ -82,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         type=float,
         default=None,
-        help="with --console: keep serving this long after the run (default: until Ctrl-C)",
+        help="with --console: keep serving this long after the last run, or the replay's end (default: until Ctrl-C)",
     )
     run.add_argument(
         "--speed",

@@ -40,7 +40,7 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         dest="settings",
-        help="change a configuration key of the runs played (e.g. destination_policy[>].memory_limit=256kb)",
+        help="change a configuration key of the runs played (e.g. destination_policy[orders.>].max_page_size=100)",
     )
     run.add_argument(
         "--sweep",

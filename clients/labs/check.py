@@ -165,7 +165,30 @@ def _config(lab: Lab, exercise: Exercise, path: Path) -> Check:
         student = _student_config(spec, exercise, path)
     except ConfigError as exc:
         raise LabError(str(exc)) from None
-    return _graded(exercise, _play(lab, dataclasses.replace(spec, given=student)))
+    checked = _graded(exercise, _play(lab, dataclasses.replace(spec, given=student)))
+    checked.evidence[:0] = _kept_over_yours(spec, exercise, path)
+    return checked
+
+
+def _kept_over_yours(spec: RunSpec, exercise: Exercise, path: Path) -> list[str]:
+    """The settings the exercise keeps that the student's TOML sets otherwise: the check plays
+    the lab's, and says so (an activemq.xml is not compared)."""
+    from ..doctor.reader import looks_like_xml
+
+    if looks_like_xml(path, path.read_bytes()):
+        return []
+    own, yours = read_toml(spec.config_path), read_toml(path)
+    lines = []
+    for key in exercise.keep:
+        (lab_sets, lab_value), (you_set, your_value) = setting_value(own, key), setting_value(yours, key)
+        if you_set and (not lab_sets or _setting_text(your_value) != _setting_text(lab_value)):
+            kept = repr(lab_value) if lab_sets else "its default"
+            lines.append(f"{key} stays {kept} as the lab has it (yours: {your_value!r}, not used)")
+    return lines
+
+
+def _setting_text(value: Any) -> str:
+    return str(value).replace(" ", "").lower()
 
 
 def _student_config(spec: RunSpec, exercise: Exercise, path: Path) -> BrokerConfig:

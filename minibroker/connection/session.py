@@ -24,7 +24,7 @@ client that does not read cannot grow the broker's memory.
 
 Whether the socket is read (and why not), whether output may be added,
 whether flow control holds its SENDs back, and which RECEIPTs wait for an
-fsync are four more small tables, in ``connection_state.py``: ``reading``,
+fsync are four more small tables, in ``states.py``: ``reading``,
 ``writing``, ``producing`` and ``sync``.
 
 Negotiation helpers (version, heart-beat) live here too, as pure functions.

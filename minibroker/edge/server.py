@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-This module and its two connection kinds (``edge.py``: STOMP over TCP;
+This module and its two connection kinds (``connection.py``: STOMP over TCP;
 ``websocket.py``: STOMP over WebSocket) are the only code that touches sockets
 or the real clock. It uses asyncio's protocol layer (``loop.create_server``
 with an ``asyncio.Protocol``), the layer ``asyncio.start_server`` and its
@@ -19,7 +19,7 @@ which matters at 50k msg/s.
   (``pause_writing``), an event of its own; the sockets' closes arrive later,
   from the loop.
 - The transport's high-water mark is the connection's ``write_buffer_limit``
-  (``edge.py``): crossing it tells the core the connection is not writable,
+  (``connection.py``): crossing it tells the core the connection is not writable,
   so dispatch to it stops (the bounded outbound buffer). This is ``drain()``
   backpressure without a coroutine per connection.
 - ``PauseReading`` stops reading a producer's socket (producer flow control

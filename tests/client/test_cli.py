@@ -6,6 +6,7 @@ runs in a worker thread while the fake server keeps serving on the test's loop.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import importlib.util
 import io
@@ -297,6 +298,15 @@ def test_help(command, capsys, monkeypatch) -> None:
     out = capsys.readouterr().out
     for option in ("--host", "--port", "--login", "--passcode", "--client-id", "--version", "--header"):
         assert option in out
+
+
+def test_every_commands_help_reads_as_text() -> None:
+    """A command's help is printed from its module's docstring: the docstring's ``markup`` is not shown."""
+    parser = clients.cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {"serve", "lab", "stat", "journal", "doctor", "bench"} <= set(commands)
+    shown = {name: command.format_help() for name, command in commands.items()}
+    assert not [name for name, text in shown.items() if "``" in text]
 
 
 async def _recv_interrupted_after_first(server, capsys, count: int | None) -> tuple[str, object]:

@@ -135,6 +135,15 @@ def test_http_that_is_no_broker(capsys: pytest.CaptureFixture[str]) -> None:
     assert "not JSON" in _one_line(err)
 
 
+def test_http_url_at_a_port_that_speaks_stomp(capsys: pytest.CaptureFixture[str]) -> None:
+    """A STOMP broker answers an HTTP request with an ERROR frame, which is no HTTP status line."""
+    for port in _serve_tcp(b"ERROR\nmessage:not a STOMP frame\n\n\x00"):
+        status, err = _doctor(capsys, f"http://127.0.0.1:{port}/")
+    assert status == 2
+    line = _one_line(err)
+    assert "does not speak HTTP" in line and "stomp://" in line, line
+
+
 def test_bad_url(capsys: pytest.CaptureFixture[str]) -> None:
     status, err = _doctor(capsys, "amqp://127.0.0.1:5672")
     assert status == 2 and "expected stomp://" in _one_line(err)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -79,6 +80,37 @@ def test_a_predictions_text_gives_the_numbers_it_needs() -> None:
     headers = {"destination": "/topic/prices", "message-id": "ID:minibroker-1-1:123", "seq": "123", "receipt": "r123"}
     size = Message(1, headers["message-id"], "/topic/prices", headers, b"x" * 1000).size
     assert abs(float(stated[1]) * 1024 - size) <= 0.1 * size, (stated[1], size)
+
+
+def test_lab_05s_held_count_follows_from_its_text(tmp_path: Path) -> None:
+    """The worker holds what fits in the broker's memory: the text gives the memory and what the
+    broker counts per request, and the count worked out from those two is graded right."""
+    lab = BY_NUMBER["05"]
+    exercise = next(e for e in lab.exercises if e.id == "predict-held")
+    text = " ".join(lab.exercise_text(exercise).split())
+    memory = re.search(r"the broker has (\d+) KB of memory", text)
+    per_message = re.search(r"counts each message it holds as about (\d+(?:\.\d+)?) KB", text)
+    assert memory and per_message, text
+    answer = tmp_path / "held.toml"
+    answer.write_text(f"answer = {round(int(memory[1]) / float(per_message[1]))}\n")
+    result = check(lab, exercise, answer)
+    assert result.grade == "right", result.lines()
+
+
+def test_lab_03s_in_flight_count_follows_from_its_text(tmp_path: Path) -> None:
+    """What the broker sends ahead is what its side and the consumer's receive buffer hold: the
+    text gives both and a message's size on the wire, and the count worked out is graded right."""
+    lab = BY_NUMBER["03"]
+    exercise = next(e for e in lab.exercises if e.id == "predict-in-flight")
+    text = " ".join(lab.exercise_text(exercise).split())
+    receive = re.search(r"an (\d+) KB receive buffer", text)
+    broker = re.search(r"once (\d+) KB wait for its socket", text)
+    wire = re.search(r"about (\d+(?:\.\d+)?) KB on the wire", text)
+    assert receive and broker and wire, text
+    answer = tmp_path / "in-flight.toml"
+    answer.write_text(f"answer = {round((int(receive[1]) + int(broker[1])) / float(wire[1]))}\n")
+    result = check(lab, exercise, answer)
+    assert result.grade == "right", result.lines()
 
 
 def test_the_glossary_says_why_a_held_producer_is_healthy() -> None:
@@ -177,6 +209,17 @@ def test_check_exits_0_only_when_cured(capsys) -> None:
     assert "cure:" not in out  # the evidence, not the answer
 
 
+def test_a_kept_setting_the_student_changed_is_said_to_be_kept() -> None:
+    """Lab 00 keeps its 4 MB of broker memory: a file asking for 64 MB is told it was not used,
+    rather than left to wonder why the evidence shows the broker's memory full."""
+    lab = BY_NUMBER["00"]
+    exercise = next(e for e in lab.exercises if e.id == "fix-the-limits")
+    keys = Path(__file__).resolve().parents[2] / "examples" / "instructor" / "00-starving-consumers"
+    told = check(lab, exercise, keys / "wrong-more-memory.toml").evidence
+    assert told[0] == "system_usage.memory_limit stays '4 mb' as the lab has it (yours: '64 mb', not used)", told
+    assert not [line for line in check(lab, exercise, keys / "fix-the-limits.toml").evidence if "stays" in line]
+
+
 # ------------------------------------------------------------------ bad input
 
 
@@ -250,3 +293,61 @@ def test_a_client_that_raises_hangs_or_never_connects(tmp_path: Path, capsys, mo
     nothing = tmp_path / "nothing.py"
     nothing.write_text("x = 1\n")
     _refused(capsys, ["lab", "check", "03", "--client", str(nothing)], "defines no consume(")
+
+
+def test_a_handouts_plan_has_the_predictions_made_before_any_run() -> None:
+    """``lab run NN`` prints every run's grade and numbers: a plan that has the class run the lab
+    before the prediction exercises hands them the answers."""
+    for lab in LABS:
+        plan = (lab.directory / "handout.md").read_text(encoding="utf-8").split("## Two hours", 1)[1]
+        rows = [row for row in plan.splitlines() if re.match(r"\| \d:\d\d-\d:\d\d \|", row)]
+        first_run = next(i for i, row in enumerate(rows) if f"lab run {lab.number}" in row)
+        predictions = next(i for i, row in enumerate(rows) if "prediction exercises" in row)
+        assert predictions < first_run, (lab.number, rows[first_run])
+
+
+DIAGNOSES = [(lab, e) for lab in LABS for e in lab.exercises if e.kind == "diagnose"]
+
+
+@pytest.mark.parametrize(("lab", "exercise"), DIAGNOSES, ids=[e.id for _, e in DIAGNOSES])
+def test_the_run_a_diagnosis_points_to_does_not_print_the_answer(capsys, lab, exercise) -> None:
+    """The ``lab run`` a diagnosis exercise has the student read shows evidence, not the
+    finding's name (``--plot`` prints each finding under its detector's name)."""
+    command = re.search(r"`minibroker (lab run [^`]+)`", lab.exercise_text(exercise))
+    assert command, exercise.id
+    assert "--plot" not in command[1], command[1]
+    assert cli(shlex.split(command[1])) == 0
+    out = capsys.readouterr().out
+    assert "PATHOLOGY" in out  # the evidence is there
+    assert not [name for name in (*exercise.causes, *exercise.doctor_names) if name in out], out
+
+
+def _settings(config: dict) -> dict[str, object]:
+    """A configuration as ``--set`` names its keys: ``section.key`` and ``destination_policy[PATTERN].key``."""
+    flat: dict[str, object] = {}
+    for section, body in config.items():
+        if section == "destination_policy":
+            for entry in body:
+                pattern = entry.get("queue") or f"topic:{entry.get('topic')}"
+                flat |= {
+                    f"destination_policy[{pattern}].{k}": v for k, v in entry.items() if k not in ("queue", "topic")
+                }
+        elif isinstance(body, dict):
+            flat |= {f"{section}.{k}": v for k, v in body.items()}
+    return flat
+
+
+def test_a_fix_the_configuration_text_does_not_name_the_setting_that_cures() -> None:
+    """The setting the answer key changes is the exercise's answer: the text (a sweep it
+    suggests, say) does not name it."""
+    for lab in LABS:
+        for exercise in (e for e in lab.exercises if e.kind == "config"):
+            text = lab.exercise_text(exercise)
+            given = _settings(tomllib.loads(lab.run_named(exercise.run).config_path.read_text(encoding="utf-8")))
+            for key in instructor_keys(lab):
+                if key.exercise != exercise.id or key.grade != "cured" or key.path.suffix != ".toml":
+                    continue
+                cure = _settings(tomllib.loads(key.path.read_text(encoding="utf-8")))
+                changed = [k for k, v in cure.items() if given.get(k) != v]
+                assert changed, key.path
+                assert not [k for k in changed if k in text], (lab.number, exercise.id, changed)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -68,6 +69,10 @@ class HttpReader:
                 body = response.read()
         except urllib.error.HTTPError as exc:
             raise _HttpStatus(exc.code) from None
+        except http.client.HTTPException:  # no status line: another protocol's port
+            raise DoctorError(
+                f"{self.target.shown} does not speak HTTP (a STOMP port? read it as stomp://HOST:PORT)"
+            ) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise DoctorError(f"cannot read {self.target.shown}: {reason}") from None
