@@ -351,3 +351,40 @@ def test_a_fix_the_configuration_text_does_not_name_the_setting_that_cures() -> 
                 changed = [k for k, v in cure.items() if given.get(k) != v]
                 assert changed, key.path
                 assert not [k for k in changed if k in text], (lab.number, exercise.id, changed)
+
+
+_SETS_THE_POISON_ASIDE_AND_HANGS = '''
+import asyncio
+
+from clients.stomp import StompClient
+
+
+def consume(host, port, queue, count, work):
+    asyncio.run(_consume(host, port, queue, work))
+
+
+async def _consume(host, port, queue, work):
+    client = await StompClient.connect(host, port)
+    orders = await client.subscribe(queue, ack="client-individual")
+    while True:  # never returns, never settles the poison order
+        message = await orders.get(timeout=60)
+        try:
+            work(message.headers["message-id"], message.body)
+        except ValueError:
+            continue
+        await client.ack(message)
+'''
+
+
+def test_a_service_stopped_with_the_poison_order_unsettled_is_not_cured(tmp_path, monkeypatch) -> None:
+    """Lab 07: a service that processes every good order but neither settles the poison order
+    nor returns shows no loop within its deadline; the order it holds is still on the orders
+    queue when the check stops it, so nothing proves it cured."""
+    monkeypatch.setenv("MINIBROKER_LAB_CLIENT_DEADLINE", "6")
+    lab = BY_NUMBER["07"]
+    exercise = next(e for e in lab.exercises if e.kind == "client")
+    service = tmp_path / "service.py"
+    service.write_text(_SETS_THE_POISON_ASIDE_AND_HANGS)
+    result = check(lab, exercise, service)
+    assert result.grade == "still broken", result.lines()
+    assert any("the poison order never settled" in line for line in result.lines()), result.lines()

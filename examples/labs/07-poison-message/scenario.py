@@ -364,9 +364,18 @@ def run_client(lab: LabRun, path: Any) -> Outcome:
         if poison_on
         else "at the end the poison order is on no queue: it was acknowledged and is gone"
     )
+    # Still broken: a loop (the poison order back again and again), or a service stopped at
+    # the deadline with the poison order still unsettled on the orders queue (held up by it,
+    # or stopped before the loop could show: either way nothing proves it cured).
     loop = burst > LOOP_DELIVERIES
+    stuck = not run.finished and ORDERS in poison_on
     if loop:
         summary = f"a redelivery loop: your service was given the poison order {len(tries)} times"
+    elif stuck:
+        summary = (
+            f"the poison order never settled: your service had not returned at its {CLIENT_DEADLINE:.0f} s "
+            f"deadline and the order is still on {ORDERS}"
+        )
     elif not parked:
         summary = "no loop, but the poison order is " + ("still on " + ORDERS if poison_on else "lost")
     else:
@@ -377,7 +386,7 @@ def run_client(lab: LabRun, path: Any) -> Outcome:
         "processed_pct": round(100 * processed / CLIENT_ORDERS),
         "duplicates": run.duplicates,
     }
-    return Outcome(loop, summary, metrics=metrics)
+    return Outcome(loop or stuck, summary, metrics=metrics)
 
 
 # ---------------------------------------------------------------------- ActiveMQ
