@@ -353,7 +353,7 @@ def test_a_fix_the_configuration_text_does_not_name_the_setting_that_cures() -> 
                 assert not [k for k in changed if k in text], (lab.number, exercise.id, changed)
 
 
-_SETS_THE_POISON_ASIDE_AND_HANGS = '''
+_SETS_THE_POISON_ASIDE_AND_HANGS = """
 import asyncio
 
 from clients.stomp import StompClient
@@ -373,7 +373,7 @@ async def _consume(host, port, queue, work):
         except ValueError:
             continue
         await client.ack(message)
-'''
+"""
 
 
 def test_a_service_stopped_with_the_poison_order_unsettled_is_not_cured(tmp_path, monkeypatch) -> None:
