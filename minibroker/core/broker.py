@@ -129,22 +129,22 @@ class Broker:
         self.timers = Timers()
         #: A token for this broker run, in message ids and temporary names.
         self.boot = f"{self.rng.getrandbits(24):06x}"
-        #: What every part is given: the services above, read-only (``context.py``).
+        #: What every part is given: the services above, read-only, in ``CoreContext``'s order.
         self.context = context = CoreContext(
-            config=config,
-            clock=clock,
-            timers=self.timers,
-            trace=self.trace,
-            security=self.security,
-            store=store,
-            memory=self.memory,
-            store_usage=self.store_usage,
-            temp_usage=self.temp_usage,
-            registry=self.registry,
-            destinations=self.destinations,
-            sessions=self.sessions,
-            name=self.name,
-            boot=self.boot,
+            config,
+            clock,
+            self.timers,
+            self.trace,
+            self.security,
+            store,
+            self.memory,
+            self.store_usage,
+            self.temp_usage,
+            self.registry,
+            self.destinations,
+            self.sessions,
+            self.name,
+            self.boot,
         )
         #: Enqueue and dequeue rates per destination (statistics), sampled every second.
         self.rates = RateMeter()
