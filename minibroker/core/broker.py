@@ -31,7 +31,8 @@ How the Broker holds its parts (``docs/design-notes.md`` has the table):
   order in which they exist: reading, flow control, store hooks, router,
   frame handling, teardown, hooks, limits, handshake, outbox;
 - it gives callables only for what it does itself (``_close``, ``_fail``,
-  ``_handle``, ``_read_on``, ``store_failed``, ``diagnose``);
+  ``_handle``, ``_read_on``, ``store_failed``, ``diagnose``), and its own lists
+  of the event running (``_dirty`` sessions, ``_control`` actions);
 - no method of a part is bound onto it: its entry points call the parts.
 
 What the Broker is given and keeps:
