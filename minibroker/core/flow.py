@@ -222,10 +222,13 @@ class ProducerFlowControl:
             self.retry = True
 
     def unblock_producers(self, route: Callable[[Destination, Message], list[Any] | None], receipts: Receipts) -> None:
-        """Let parked sends in, in order, while there is room: each through ``route``
-        (``routing.Router``), its RECEIPT through ``receipts``. (Given here, not when
-        this part is made: the store hooks that route journals through refuse the
-        sends parked here when the store fails, so they are made after it.)"""
+        """Let parked sends in, in order, while there is room.
+
+        - Each goes in through ``route`` (``routing.Router``), and its RECEIPT out
+          through ``receipts`` (the store hooks).
+        - Both come with the call, not when this part is made: the store hooks are
+          made after flow control, for they refuse its parked SENDs when the store fails.
+        """
         for session in list(self.blocked):
             waiting = session.producing.parked
             parked_dest = waiting[0].destination.address if waiting else ""
