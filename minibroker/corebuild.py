@@ -95,6 +95,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "minibroker.core.actions",
     "minibroker.core.broker",
     "minibroker.core.common",
+    "minibroker.core.context",
     "minibroker.core.flow",
     "minibroker.core.handlers",
     "minibroker.core.handshake",

@@ -189,7 +189,7 @@ def _python_file_names() -> frozenset[str]:
 
 @functools.cache
 def _core_modules() -> dict[str, list[Path]]:
-    """The broker's and the storage's modules by name: ``flow`` for ``flow.FlowHost``."""
+    """The broker's and the storage's modules by name: ``flow`` for ``flow.Receipts``."""
     return {
         name: [p for p in paths if p.relative_to(ROOT).parts[0] in ("minibroker", "storage")]
         for name, paths in _modules().items()

@@ -22,6 +22,19 @@ How one event runs (``outbox.py`` says how it settles):
    (with ``receipt-id`` when asked) and a close; other exceptions are bugs.
 4. The outermost event settles, and the edge drains the actions.
 
+How the Broker holds its parts (``docs/design-notes.md`` has the table):
+
+- it makes one read-only ``context.CoreContext`` from what it is given and
+  keeps (the configuration, clock, timers, trace, security, store, usages,
+  registry, sessions) and hands it to every part;
+- it gives each part its sibling parts explicitly when it makes it, in an
+  order in which they exist: reading, flow control, store hooks, router,
+  frame handling, teardown, hooks, limits, handshake, outbox;
+- it gives callables only for what it does itself (``_close``, ``_fail``,
+  ``_handle``, ``_read_on``, ``store_failed``, ``diagnose``), and its own lists
+  of the event running (``_dirty`` sessions, ``_control`` actions);
+- no method of a part is bound onto it: its entry points call the parts.
+
 What the Broker is given and keeps:
 
 - the journals (``store``) and the temp store's directory (``temp_dir``): the
@@ -45,6 +58,7 @@ from minibroker.connection.session import Session, State
 from minibroker.connection.timers import Timers
 from minibroker.core.actions import Action, Close
 from minibroker.core.common import DEFERRED, ParkedSend, log
+from minibroker.core.context import CoreContext
 from minibroker.core.flow import ProducerFlowControl
 from minibroker.core.handlers import FrameHandlers
 from minibroker.core.handshake import SERVER_NAME, Handshake
@@ -58,16 +72,14 @@ from minibroker.core.sampling import Sampling
 from minibroker.core.storehooks import StoreHooks
 from minibroker.core.teardown import ConnectionTeardown
 from minibroker.destinations.durables import OfflineDurables
-from minibroker.destinations.queue import Queue
 from minibroker.destinations.registry import DestinationRegistry
-from minibroker.destinations.subscription import Subscription
 from minibroker.destinations.usage import Usage
 from minibroker.durability.persistence import MessageStore
 from minibroker.errors import ProtocolError, Refused
 from minibroker.frames import Frame
 from minibroker.ops.rates import RateMeter
 from minibroker.ops.stats import StatisticsSource, statistics_replies
-from minibroker.protocol.codec import FrameParser, encode, escape
+from minibroker.protocol.codec import FrameParser, encode
 from minibroker.protocol.headers import header_text
 from minibroker.trace import NullTrace, Recorder
 from storage import StorageError, StoreFailed, StoreFull
@@ -116,112 +128,90 @@ class Broker:
         self.destinations = self.registry.by_address
         self.client_ids: dict[str, Session] = {}
         self.timers = Timers()
-        #: Enqueue and dequeue rates per destination (statistics), sampled every second.
-        self.rates = RateMeter()
-        #: What is sampled on the timers: the rates, and while tracing the connections and usages.
-        self.sampling = Sampling(
-            clock,
-            self.timers,
-            self.trace,
-            self.sessions,
-            self.destinations,
-            self.rates,
-            self.memory,
-            self.store_usage,
-            self.temp_usage,
-        )
-        if config.broker.offline_durable_subscriber_timeout >= 0:
-            OfflineDurables(config.broker, self.registry, clock, self.timers)
         #: A token for this broker run, in message ids and temporary names.
         self.boot = f"{self.rng.getrandbits(24):06x}"
-        self._id_prefix = f"ID:{self.name}-{self.boot}-"
-        self._id_prefix_wire = escape(self._id_prefix, "1.2").encode("utf-8")
-        self._next_session = 1
-        #: Sessions with output not yet in the outbox (each holds this list's append).
-        self._dirty: list[Session] = []
-        #: Closes, pauses and such of the event running now: after its writes in the outbox.
-        self._control: list[Action] = []
-        self._subs_by_key: dict[int, Subscription] = {}
-        #: Queues whose cursor could not page in for lack of memory, in the order
-        #: they blocked (a dict used as an ordered set: retries are first come, first served).
-        self._blocked_cursors: dict[Queue, None] = {}
-        #: Journaling, fsync waiting, recovery, the temp store (``storehooks.py``).
-        self.storehooks = StoreHooks(self, emit=self.trace.event, request=self._control_append)
-        #: subscription key -> when its "cursor is full" line was last logged.
-        self._full_logged: dict[int, float] = {}
-        #: Pausing and resuming a socket's reading, for a set of reasons (``reading.py``).
-        self.reading = reading = ReadingControl(clock.now, self._control, self._handle, self._fail)
-        #: A new message into its destination (``routing.py``).
-        self.router = Router(self.trace, self.sessions, self.session_tag, self.storehooks)
-        #: Producer flow control (``flow.py``): parked SENDs, blocked producers, the disk-full gate.
-        self.flow = ProducerFlowControl(
-            self,
-            blocked_cursors=self._blocked_cursors,
-            route=self.router.route,
-            write_mark=self.storehooks.write_mark,
-            receipt=self.storehooks.receipt,
-            stop_reading=reading.stop,
-            start_reading=reading.start,
-            emit=self.trace.event,
-        )
-        #: Frame handling (``handlers.py``): one method per command.
-        self.handlers = handlers = FrameHandlers(
-            self,
-            flow=self.flow,
-            route=self.router.route,
-            emit=self.trace.event,
-            close=self._close,
-            start_reading=reading.start,
-            stop_reading=reading.stop,
-            subs_by_key=self._subs_by_key,
-            full_logged=self._full_logged,
-            id_prefix=self._id_prefix,
-            id_prefix_wire=self._id_prefix_wire,
-        )
-        #: A connection's end (``teardown.py``): one routine, every step taken.
-        self.teardown = ConnectionTeardown(
-            self, roll_back=handlers.transactions.roll_back, remove_subscription=handlers.remove_subscription
-        )
-        #: What destinations report back (``hooks.py``): consumption, expiry, dead letters, page-in.
-        self.hooks = DestinationHooks(
-            self,
-            emit=self.trace.event,
-            fail=self._fail,
-            remove_subscription=handlers.remove_subscription,
-            blocked_cursors=self._blocked_cursors,
-            subs_by_key=self._subs_by_key,
-            full_logged=self._full_logged,
-            trace_usage=self.sampling.usage_changed,
-        )
-        #: What no client may exceed: connections, incomplete frames (``limits.py``).
-        self.limits = ConnectionLimits(config, clock, self.timers, self.sessions, fail=self._fail)
-        #: CONNECT, the login check, client-ids, heart-beats (``handshake.py``).
-        self.handshake = Handshake(
+        #: What every part is given: the services above, read-only, in ``CoreContext``'s order.
+        self.context = context = CoreContext(
             config,
             clock,
             self.timers,
             self.trace,
             self.security,
-            name=self.name,
-            sessions=self.sessions,
+            store,
+            self.memory,
+            self.store_usage,
+            self.temp_usage,
+            self.registry,
+            self.destinations,
+            self.sessions,
+            self.name,
+            self.boot,
+        )
+        #: Enqueue and dequeue rates per destination (statistics), sampled every second.
+        self.rates = RateMeter()
+        #: What is sampled on the timers: the rates, and while tracing the connections and usages.
+        self.sampling = Sampling(context, self.rates)
+        if config.broker.offline_durable_subscriber_timeout >= 0:
+            OfflineDurables(config.broker, self.registry, clock, self.timers)
+        self._next_session = 1
+        #: Sessions with output not yet in the outbox (each holds this list's append).
+        self._dirty: list[Session] = []
+        #: Closes, pauses and such of the event running now: after its writes in the outbox.
+        self._control: list[Action] = []
+        # The parts, each made once its siblings are (each module says what it does):
+        #: Pausing and resuming a socket's reading, for a set of reasons (``reading.py``).
+        self.reading = reading = ReadingControl(context, self._control, self._handle, self._fail)
+        #: Producer flow control (``flow.py``): parked SENDs, blocked producers and cursors, the disk-full gate.
+        self.flow = flow = ProducerFlowControl(context, reading=reading)
+        #: Journaling, fsync waiting, recovery, the temp store (``storehooks.py``).
+        self.storehooks = storehooks = StoreHooks(context, flow=flow, temp_dir=temp_dir, request=self._control.append)
+        #: A new message into its destination (``routing.py``).
+        self.router = router = Router(context, storehooks)
+        #: Frame handling (``handlers.py``): one method per command.
+        self.handlers = handlers = FrameHandlers(
+            context,
+            tools_host=self,
+            storehooks=storehooks,
+            flow=flow,
+            router=router,
+            reading=reading,
+            close=self._close,
+        )
+        #: A connection's end (``teardown.py``): one routine, every step taken.
+        self.teardown = ConnectionTeardown(
+            context, handlers=handlers, flow=flow, storehooks=storehooks, client_ids=self.client_ids
+        )
+        #: What destinations report back (``hooks.py``): consumption, expiry, dead letters, page-in.
+        self.hooks = DestinationHooks(
+            context,
+            storehooks=storehooks,
+            flow=flow,
+            subscriptions=handlers,
+            sampling=self.sampling,
+            diagnose=self.diagnose,
+            fail=self._fail,
+        )
+        #: What no client may exceed: connections, incomplete frames (``limits.py``).
+        self.limits = ConnectionLimits(context, fail=self._fail)
+        #: CONNECT, the login check, client-ids, heart-beats (``handshake.py``).
+        self.handshake = Handshake(
+            context,
             client_ids=self.client_ids,
             control=self._control,
             reading=reading,
-            emit=self.trace.event,
             fail=self._fail,
             close=self._close,
             read_on=self._read_on,
         )
         #: The actions for the edge, and the settling at each event's end (``outbox.py``).
         self.outbox = Outbox(
-            clock,
-            store,
-            self.storehooks,
-            self.flow,
+            context,
+            storehooks=storehooks,
+            flow=flow,
+            router=router,
+            handlers=handlers,
             dirty=self._dirty,
             control=self._control,
-            blocked_cursors=self._blocked_cursors,
-            resume_dispatch=handlers.resume_dispatch,
             store_failed=self.store_failed,
         )
         #: Events (or turns) running now: the outermost settles.
@@ -286,7 +276,7 @@ class Broker:
     def recover(self) -> int:
         """Bring back what the journals hold; returns the number of messages (``recovery.py``)."""
         handlers = self.handlers
-        return recover(self.storehooks, handlers.destination, handlers.compile_selector, self.next_seqs())
+        return recover(self.context, self.storehooks, handlers.destination, handlers.compile_selector, self.next_seqs())
 
     @entry_point
     def store_synced(self, generation: int) -> None:
@@ -301,10 +291,6 @@ class Broker:
     def close(self) -> None:
         """Stop: make everything written durable and close the journals (and the temp store)."""
         self.storehooks.close()
-
-    def _control_append(self, action: Action) -> None:
-        """Hand the edge a control action (``Close``, ``Shutdown`` ...) at the end of the turn."""
-        self._control.append(action)
 
     def next_seqs(self) -> Iterator[int]:
         """Message sequence numbers from the next one on (recovery takes them in journal order)."""
@@ -336,7 +322,7 @@ class Broker:
 
     def session_tag(self, sid: int) -> str:
         """The session id of connection ``sid`` as CONNECTED announced it (the trace's ``session``)."""
-        return f"{self.name}-{self.boot}-{sid}"
+        return self.context.session_tag(sid)
 
     def _swap_file_cursors(self, usage: Usage, old: int, new: int) -> None:
         """Memory crossed a high-water mark upward: every file cursor under it swaps (``hooks.py``)."""

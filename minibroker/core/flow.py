@@ -17,10 +17,14 @@ names the store and "no space".
 
 Its own state: the sessions with parked sends (``blocked``, in blocking order),
 whether freed space should let them retry (``retry``, acted on at the end of
-the broker's event), the disk-full gate, and when each destination last warned
-of a blocked producer. What it needs of the broker is ``FlowHost`` (state it
-reads) and the callables it is given when it is made (routing a SEND, its
-RECEIPT, pausing and resuming a socket, the trace).
+the broker's event), the queues whose cursor waits for memory
+(``blocked_cursors``), the disk-full gate, and when each destination last warned
+of a blocked producer. What it is given:
+
+- the core's context (``context.CoreContext``): the usages, the store, the clock, the trace;
+- the reading control (``reading.py``), to pause and resume a producer's socket;
+- when it releases parked sends (``unblock_producers``): the route and the store
+  hooks, for their RECEIPTs.
 """
 
 from __future__ import annotations
@@ -38,83 +42,48 @@ from minibroker.protocol.headers import header_text
 from minibroker.protocol.message import Message
 
 if TYPE_CHECKING:
-    from minibroker.connection.clock import Clock
-    from minibroker.connection.timers import Timers
-    from minibroker.destinations.ports import Tracer
-    from minibroker.destinations.usage import Usage
-    from minibroker.durability.persistence import MessageStore
+    from minibroker.core.context import CoreContext
+    from minibroker.core.reading import ReadingControl
+    from minibroker.destinations.queue import Queue
 
-__all__ = ["FlowHost", "ProducerFlowControl"]
+__all__ = ["ProducerFlowControl", "Receipts"]
 
 
-class FlowHost(Protocol):
-    """The broker as flow control reads it (``broker.Broker`` satisfies it)."""
+class Receipts(Protocol):
+    """The store hooks, as flow control answers a released SEND's RECEIPT
+    (``storehooks.StoreHooks``: a RECEIPT waits for the fsync of what was written)."""
 
-    @property
-    def clock(self) -> Clock: ...
+    def write_mark(self) -> Any:
+        """Where the journal's writes stand now."""
 
-    @property
-    def timers(self) -> Timers: ...
-
-    @property
-    def trace(self) -> Tracer: ...
-
-    @property
-    def store(self) -> MessageStore | None: ...
-
-    @property
-    def memory(self) -> Usage: ...
-
-    @property
-    def store_usage(self) -> Usage: ...
-
-    @property
-    def temp_usage(self) -> Usage: ...
-
-    @property
-    def store_full(self) -> str | None:
-        """Why the store is full (no space on the disk), or None."""
+    def receipt(self, session: Session, receipt: str, mark: Any) -> None:
+        """The RECEIPT of a frame handled since ``write_mark`` gave ``mark``."""
 
 
 class ProducerFlowControl:
     """Parking and releasing SENDs: the broker's producer flow control."""
 
-    def __init__(
-        self,
-        host: FlowHost,
-        *,
-        blocked_cursors: dict[Any, None],
-        route: Callable[[Destination, Message], list[Any] | None],
-        write_mark: Callable[[], Any],
-        receipt: Callable[[Session, str, Any], None],
-        stop_reading: Callable[[Session, str], None],
-        start_reading: Callable[[Session, str], None],
-        emit: Callable[..., None],
-    ) -> None:
-        self.host = host
-        # Bound once: ``has_room`` runs for every SEND and ``space_freed`` for every
-        # message released, so they read these without a hop through the broker.
-        self.store = host.store
-        self.memory = host.memory
-        self.store_usage = host.store_usage
-        self.temp_usage = host.temp_usage
-        self.clock = host.clock
-        self.timers = host.timers
-        self.trace = host.trace
-        #: Queues whose cursor could not page in for lack of memory (the broker's, shared).
-        self._blocked_cursors = blocked_cursors
-        self._route = route
-        self._write_mark = write_mark
-        self._receipt = receipt
-        self._stop_reading = stop_reading
-        self._start_reading = start_reading
-        self._emit = emit
+    def __init__(self, context: CoreContext, *, reading: ReadingControl) -> None:
+        """``reading`` pauses a producer's socket while its SEND is parked without a RECEIPT."""
+        self.context = context
+        # Bound once: ``has_room`` runs for every SEND and reads these without a hop
+        # through the context (parking and releasing read the rest through it).
+        self.store = context.store
+        self.store_usage = context.store_usage
+        self.temp_usage = context.temp_usage
+        self._emit = context.trace.event
+        self._stop_reading = reading.stop
+        self._start_reading = reading.start
         #: Sessions with producers parked by flow control, in blocking order.
         self.blocked: list[Session] = []
+        #: Queues whose cursor could not page in for lack of memory, in the order they
+        #: blocked (a dict used as an ordered set: retries are first come, first served).
+        self.blocked_cursors: dict[Queue, None] = {}
         #: Space was freed (or a parked send went): ``unblock_producers`` should run.
         self.retry = False
-        #: While the disk is full: persistent messages wait (or are refused) without trying it.
-        self.disk_full = False
+        #: While the disk is full, why (set by the store hooks): persistent messages
+        #: wait (or are refused) without trying it. None: the disk is tried.
+        self.disk_full: str | None = None
         #: destination address -> when its "producer blocked" warning was last logged.
         self._last_block_warning: dict[str, float] = {}
 
@@ -124,7 +93,7 @@ class ProducerFlowControl:
         if not policy.producer_flow_control and not policy.send_fail_if_no_space:
             return True
         if message.persistent:
-            if self.store is not None and (self.store_usage.is_full() or self.disk_full):
+            if self.store is not None and (self.store_usage.is_full() or self.disk_full is not None):
                 return False
         elif self.temp_usage.is_full():
             return False  # ActiveMQ Queue.checkUsage / Topic.send: "Temp Store is Full"
@@ -143,9 +112,9 @@ class ProducerFlowControl:
         """Block a producer: withhold its RECEIPT, or stop reading it (ActiveMQ's two ways)."""
         policy = destination.policy
         usage = destination.memory
-        if message.persistent and self.store is not None and self.disk_full and self.host.store_full:
+        if message.persistent and self.store is not None and self.disk_full is not None:
             text = (
-                f"{self.host.store_full}. Persistent store is full (no space left on the disk). "
+                f"{self.disk_full}. Persistent store is full (no space left on the disk). "
                 f"Stopping producer (session {session.id}) to prevent flooding {destination.kind}://{destination.name}."
             )
         elif message.persistent and self.store is not None and self.store_usage.is_full():
@@ -160,7 +129,7 @@ class ProducerFlowControl:
         elif resume is not None:
             text = (
                 f"Pending message cursor of a subscription of {destination.kind}://{destination.name} is full, "
-                f"temp usage ({self.temp_usage.percent}%) or memory usage ({self.memory.percent}%) limit reached, "
+                f"temp usage ({self.temp_usage.percent}%) or memory usage ({self.context.memory.percent}%) limit reached, "
                 "blocking message add() pending the release of resources."
             )
         elif not message.persistent and self.temp_usage.is_full():
@@ -172,19 +141,21 @@ class ProducerFlowControl:
         else:
             text = (
                 f"Usage Manager Memory Limit reached on {destination.kind}://{destination.name}. "
-                f"Memory {usage.percent}% of {usage.limit} bytes, broker {self.memory.percent}%."
+                f"Memory {usage.percent}% of {usage.limit} bytes, broker {self.context.memory.percent}%."
             )
         if policy.send_fail_if_no_space and not policy.send_fail_if_no_space_after_timeout:
             self.refuse_send(session, receipt, text)
             return DEFERRED
         deadline = None
         if policy.send_fail_if_no_space_after_timeout:
-            deadline = self.clock.now() + policy.send_fail_if_no_space_after_timeout / 1000
-            self.timers.call_at(deadline, self._park_timeout, session, message)
-        if session.producing.park(ParkedSend(destination, message, receipt, deadline, resume), self.clock.now()):
+            deadline = self.context.clock.now() + policy.send_fail_if_no_space_after_timeout / 1000
+            self.context.timers.call_at(deadline, self._park_timeout, session, message)
+        if session.producing.park(
+            ParkedSend(destination, message, receipt, deadline, resume), self.context.clock.now()
+        ):
             self.blocked.append(session)
             self._warn_blocked(session, destination, text)
-            if self.trace.enabled:
+            if self.context.trace.enabled:
                 kind, pct = self._holding_usage(text, resume, usage)
                 session.producing.usage = kind
                 self._emit(
@@ -209,7 +180,7 @@ class ProducerFlowControl:
 
     def _warn_blocked(self, session: Session, destination: Destination, text: str) -> None:
         interval = destination.policy.blocked_producer_warning_interval / 1000
-        now = self.clock.now()
+        now = self.context.clock.now()
         last = self._last_block_warning.get(destination.address)
         if last is None or now - last >= interval:
             self._last_block_warning[destination.address] = now
@@ -227,7 +198,7 @@ class ProducerFlowControl:
         if receipt is not None:
             headers["receipt-id"] = receipt
         session.write(encode(Frame("ERROR", headers, b""), session.version))
-        if self.trace.enabled:
+        if self.context.trace.enabled:
             code = "enqueue_threshold" if "Enqueue capacity threshold" in text else "resource_full"
             self._emit("error", session=session.tag, client_id=session.client_id, message=text, code=code, fatal=False)
 
@@ -247,11 +218,17 @@ class ProducerFlowControl:
 
     def space_freed(self) -> None:
         """Memory or store space was released: blocked producers and cursors may go on."""
-        if self.blocked or self._blocked_cursors:
+        if self.blocked or self.blocked_cursors:
             self.retry = True
 
-    def unblock_producers(self) -> None:
-        """Let parked sends in, in order, while there is room."""
+    def unblock_producers(self, route: Callable[[Destination, Message], list[Any] | None], receipts: Receipts) -> None:
+        """Let parked sends in, in order, while there is room.
+
+        - Each goes in through ``route`` (``routing.Router``), and its RECEIPT out
+          through ``receipts`` (the store hooks).
+        - Both come with the call, not when this part is made: the store hooks are
+          made after flow control, for they refuse its parked SENDs when the store fails.
+        """
         for session in list(self.blocked):
             waiting = session.producing.parked
             parked_dest = waiting[0].destination.address if waiting else ""
@@ -269,7 +246,7 @@ class ProducerFlowControl:
                 else:
                     waiting.popleft()
                     try:
-                        remaining = self._route(parked.destination, parked.message)
+                        remaining = route(parked.destination, parked.message)
                     except NoSpaceError:  # the disk is still full: wait on (at the head)
                         waiting.appendleft(parked)
                         break
@@ -282,20 +259,21 @@ class ProducerFlowControl:
                 if parked.receipt is not None:
                     # Parts of a parked message may have been written in earlier turns (a
                     # topic's durable copies before it parked): a persistent one waits for an fsync.
-                    self._receipt(session, parked.receipt, None if parked.message.persistent else self._write_mark())
+                    mark = None if parked.message.persistent else receipts.write_mark()
+                    receipts.receipt(session, parked.receipt, mark)
             if waiting:
                 continue
             self.blocked.remove(session)
             session.producing.unblock()
-            if self.trace.enabled:
+            if self.context.trace.enabled:
                 usage = session.producing.usage
-                pct = {"store": self.store_usage, "temp": self.temp_usage}.get(usage, self.memory).percent
+                pct = {"store": self.store_usage, "temp": self.temp_usage}.get(usage, self.context.memory).percent
                 self._emit(
                     "flow_unblock",
                     session=session.tag,
                     dest=parked_dest,
                     usage=usage,
-                    waited=round(self.clock.now() - session.producing.blocked_since, 6),
+                    waited=round(self.context.clock.now() - session.producing.blocked_since, 6),
                     pct=pct,
                 )
             self._start_reading(session, "flow")

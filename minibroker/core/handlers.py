@@ -1,7 +1,7 @@
 """Frame handlers of the broker core: SEND, SUBSCRIBE, ACK, transactions.
 
-A part the ``Broker`` holds (``HandlerHost`` is what it uses of it; see ``broker.py``
-for the event protocol): each
+A part the ``Broker`` holds (``broker.handlers``; see ``broker.py`` for the event
+protocol), given the core's context and its sibling parts when it is made. Each
 ``_on_<command>`` takes the session and the frame, may raise
 ``ProtocolError`` (an ERROR frame, then close), and returns ``DEFERRED`` when
 it sends the RECEIPT itself (or later: flow control, an fsync).
@@ -10,7 +10,7 @@ it sends the RECEIPT itself (or later: flow control, an fsync).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from minibroker.connection.session import Session
 from minibroker.core.common import DEFERRED, Ignored
@@ -37,22 +37,19 @@ from minibroker.protocol.headers import int_header, seq_of, shown
 from minibroker.protocol.message import Message, send_block
 
 if TYPE_CHECKING:
-    from minibroker.config import BrokerConfig
-    from minibroker.connection.clock import Clock
-    from minibroker.connection.security import Security
-    from minibroker.connection.timers import Timers
+    from minibroker.core.context import CoreContext
     from minibroker.core.flow import ProducerFlowControl
+    from minibroker.core.reading import ReadingControl
+    from minibroker.core.routing import Router
     from minibroker.core.storehooks import StoreHooks
-    from minibroker.destinations.registry import DestinationRegistry
-    from minibroker.durability.persistence import MessageStore
-    from minibroker.ops.stats import StatisticsSource
+    from minibroker.core.tools import ToolHost
 from minibroker.destinations import ACK_MODES
 from minibroker.destinations.subscription import Subscription
 from minibroker.ops import ADMIN_PREFIX
 from minibroker.ops.admin import is_admin_address
-from minibroker.trace import Recorder
+from minibroker.protocol.codec import escape
 
-__all__ = ["FrameHandlers", "HandlerHost"]
+__all__ = ["FrameHandlers"]
 
 _MAX_PREFETCH = 32767
 #: The latest expiry a message may carry: ms since the epoch in a signed 64-bit number,
@@ -64,108 +61,62 @@ _TOOL_PREFIX = "/queue/ActiveMQ."
 assert STATISTICS_PREFIX.startswith(_TOOL_PREFIX) and ADMIN_PREFIX.startswith(_TOOL_PREFIX)
 
 
-class HandlerHost(Protocol):
-    """What frame handling uses of the broker: the configuration, clock, timers,
-    trace, security, journals, destinations and sessions it is given, the store
-    hooks it journals through, and what statistics requests are answered from."""
-
-    @property
-    def config(self) -> BrokerConfig: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def timers(self) -> Timers: ...
-
-    @property
-    def trace(self) -> Recorder: ...
-
-    @property
-    def security(self) -> Security: ...
-
-    @property
-    def store(self) -> MessageStore | None: ...
-
-    @property
-    def registry(self) -> DestinationRegistry: ...
-
-    @property
-    def destinations(self) -> dict[str, Destination]: ...
-
-    @property
-    def sessions(self) -> dict[int, Session]: ...
-
-    @property
-    def storehooks(self) -> StoreHooks: ...
-
-    @property
-    def statistics_source(self) -> StatisticsSource:
-        """What answers statistics requests (it may be replaced after the broker is made)."""
-
-
 class FrameHandlers:
     """SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT:
     one method per command, a part the broker holds (``broker.handlers``).
 
-    Its own state: the message and subscription sequence numbers. The broker's
+    Its own state: the message and subscription sequence numbers, the subscriptions
+    by key and when each last logged a full cursor. The broker's
     dispatch table holds the bound ``_on_*`` methods, so a frame costs no extra hop."""
 
     def __init__(
         self,
-        host: HandlerHost,
+        context: CoreContext,
         *,
+        tools_host: ToolHost,
+        storehooks: StoreHooks,
         flow: ProducerFlowControl,
-        route: Callable[[Destination, Message], list[Subscription] | None],
-        emit: Callable[..., None],
+        router: Router,
+        reading: ReadingControl,
         close: Callable[..., None],
-        start_reading: Callable[[Session, str], None],
-        stop_reading: Callable[[Session, str], None],
-        subs_by_key: dict[int, Subscription],
-        full_logged: dict[int, float],
-        id_prefix: str,
-        id_prefix_wire: bytes,
     ) -> None:
-        """``emit`` records a trace event, ``close`` ends a connection (``Broker._close``),
-        ``start_reading``/``stop_reading`` resume or pause a socket's reading for a reason;
-        ``subs_by_key`` (subscriptions by key: ack ids name them) and ``full_logged`` are
-        the broker's, shared; message ids start with ``id_prefix``. ``flow`` parks
-        the SENDs it has no room for; ``route`` hands a message to its destination
-        (``routing.Router``)."""
-        self.host = host
+        """The sibling parts it calls: ``storehooks`` (RECEIPTs, durable subscriptions),
+        ``flow`` (it parks the SENDs it has no room for), ``router`` (a message to its
+        destination), ``reading`` (a socket paused while the store is slow);
+        ``close`` ends a connection (``Broker._close``); ``tools_host`` is the broker as
+        statistics and admin requests read it (``tools.py``)."""
+        self.context = context
+        # Bound once: every SEND asks ``has_room`` and takes ``route``; the handlers
+        # read the clock, the trace, the store and the registry for every frame.
         self.flow = flow
-        # Bound once: every SEND asks ``has_room`` and takes ``route``.
         self._has_room = flow.has_room
-        self._route = route
-        # Bound once: the handlers read these for every frame.
-        self.config = host.config
-        self.clock = host.clock
-        self.timers = host.timers
-        self.trace = host.trace
-        self.security = host.security
-        self.store = host.store
-        self.registry = host.registry
-        self.destinations = host.destinations
-        self.sessions = host.sessions
-        self.storehooks = storehooks = host.storehooks
+        self._route = route = router.route
+        self.clock = context.clock
+        self.trace = trace = context.trace
+        self._emit = trace.event
+        self.store = context.store
+        self.registry = context.registry
+        self.storehooks = storehooks
         self._send_receipt = storehooks.send_receipt
         self.durables_changed = storehooks.durables_changed
-        self._emit = emit
         self._close = close
-        self._start_reading = start_reading
-        self._stop_reading = stop_reading
-        self._subs_by_key = subs_by_key
-        self._full_logged = full_logged
-        self._id_prefix = id_prefix
-        self._id_prefix_wire = id_prefix_wire
+        self._start_reading = reading.start
+        self._stop_reading = reading.stop
+        #: Subscriptions by key (ack ids name them): the destination hooks read it too.
+        self.subs_by_key: dict[int, Subscription] = {}
+        #: subscription key -> when its "cursor is full" line was last logged (``hooks.py``).
+        self.full_logged: dict[int, float] = {}
+        #: What message ids start with: the broker's name and this run's token.
+        self._id_prefix = f"ID:{context.name}-{context.boot}-"
+        self._id_prefix_wire = escape(self._id_prefix, "1.2").encode("utf-8")
         #: The broker's message sequence numbers (``Message.seq``), the next one to give.
         self.next_message = 1
         #: The next subscription key (``Subscription.key``, in ack ids).
         self.next_sub = 1
         #: BEGIN, COMMIT, ABORT (``transactions.py``).
-        self.transactions = Transactions(self.store, storehooks, flow, route, self._nack)
+        self.transactions = Transactions(context, storehooks, flow, route, self._nack)
         #: Statistics and admin requests (``tools.py``).
-        self.tools = ToolRequests(host, self.registry, self.security, self._make_message)
+        self.tools = ToolRequests(context, tools_host, self._make_message)
         #: Names the headers of other dialects that frames carry and the broker ignores.
         self.unhonoured = Unhonoured()
 
@@ -286,7 +237,7 @@ class FrameHandlers:
 
     def destination(self, address: str) -> Destination:
         """The queue or topic at ``address``, created on first use (no rights checked)."""
-        found = self.destinations.get(address)
+        found = self.context.destinations.get(address)
         if found is not None:
             return found
         kind, _, name = address.strip("/").partition("/")
@@ -383,7 +334,7 @@ class FrameHandlers:
             sub.redelivered = state.redelivered
         self.next_sub += 1
         session.subscriptions[sub_id] = sub
-        self._subs_by_key[sub.key] = sub
+        self.subs_by_key[sub.key] = sub
         receipt = h.get("receipt")
         if receipt is not None:
             # The RECEIPT goes before the first MESSAGE, as ActiveMQ does, unless the journal
@@ -452,7 +403,9 @@ class FrameHandlers:
         if client_id is None:
             raise ProtocolError("removing a durable subscription needs a client-id on CONNECT")
         topics = [
-            d for d in self.destinations.values() if isinstance(d, Topic) and (address is None or d.address == address)
+            d
+            for d in self.context.destinations.values()
+            if isinstance(d, Topic) and (address is None or d.address == address)
         ]
         for topic in topics:
             state = topic.durables.get((client_id, name))
@@ -465,13 +418,13 @@ class FrameHandlers:
 
     def _durable_owner(self, session: Session) -> str | None:
         """Who a durable subscription made by ``session`` belongs to (None with no users configured)."""
-        return session.principal.name if self.security.enabled else None
+        return session.principal.name if self.context.security.enabled else None
 
     def _check_durable_owner(self, session: Session, state: Any) -> None:
         """Only the user who made a durable subscription may consume from it or remove it;
         the client-id alone proves nothing (any connection may claim a free one)."""
         owner = state.owner
-        if owner is not None and self.security.enabled and owner != session.principal.name:
+        if owner is not None and self.context.security.enabled and owner != session.principal.name:
             raise ProtocolError(
                 f"durable subscription {state.name!r} of client {state.client_id} belongs to another user "
                 f"(User {session.principal.name} may not use it)"
@@ -479,8 +432,8 @@ class FrameHandlers:
 
     def remove_subscription(self, session: Session, sub: Subscription) -> None:
         session.subscriptions.pop(sub.id, None)
-        self._subs_by_key.pop(sub.key, None)
-        self._full_logged.pop(sub.key, None)
+        self.subs_by_key.pop(sub.key, None)
+        self.full_logged.pop(sub.key, None)
         sub.destination.remove_subscription(sub)
         state = sub.durable
         if state is not None and state.auto_delete and state.active is None:  # RabbitMQ's auto-delete
@@ -520,7 +473,7 @@ class FrameHandlers:
                     msg=m.message_id,
                     mode=sub.ack_mode,
                 )
-        latency = self.config.store.store_latency
+        latency = self.context.config.store.store_latency
         if latency and any(m.store_ref is not None for m in messages):
             # A slow store (the stalled socket's KahaDB): finding and removing the acked message
             # costs time for every message in flight, and meanwhile the broker does not
@@ -535,7 +488,7 @@ class FrameHandlers:
         reading = session.reading
         reading.busy_until = max(now, reading.busy_until) + seconds
         self._stop_reading(session, "store")
-        self.timers.call_at(reading.busy_until, self._store_done, session)
+        self.context.timers.call_at(reading.busy_until, self._store_done, session)
 
     def _store_done(self, session: Session) -> None:
         if session.is_open and self.clock.now() >= session.reading.busy_until - 1e-9:
@@ -593,7 +546,7 @@ class FrameHandlers:
                     f"{command} for unknown ack id {shown(ack_id)}: an ack id is two numbers "
                     "in ASCII digits, as the MESSAGE's ack header gave it"
                 ) from None
-            sub = self._subs_by_key.get(key)
+            sub = self.subs_by_key.get(key)
             if sub is None and key in session.aborted:
                 raise Ignored()  # the broker aborted that subscription: the client could not know
             if sub is None or sub.session is not session:

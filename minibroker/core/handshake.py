@@ -18,14 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from minibroker.config import BrokerConfig
-from minibroker.connection.clock import Clock
 from minibroker.connection.logins import LoginFailures, host_of
-from minibroker.connection.security import ANONYMOUS, Principal, Security
+from minibroker.connection.security import ANONYMOUS, Principal
 from minibroker.connection.session import Session, State, negotiate_heart_beat, negotiate_version, parse_heart_beat
-from minibroker.connection.timers import Timers
 from minibroker.core.actions import Action, CheckLogin
 from minibroker.core.common import DEFERRED, log
 from minibroker.core.reading import ReadingControl
@@ -33,7 +30,9 @@ from minibroker.errors import ProtocolError
 from minibroker.frames import Frame
 from minibroker.protocol.codec import encode
 from minibroker.protocol.headers import header_text
-from minibroker.trace import Recorder
+
+if TYPE_CHECKING:
+    from minibroker.core.context import CoreContext
 
 __all__ = ["Handshake", "SERVER_NAME"]
 
@@ -45,40 +44,28 @@ class Handshake:
 
     def __init__(
         self,
-        config: BrokerConfig,
-        clock: Clock,
-        timers: Timers,
-        trace: Recorder,
-        security: Security,
+        context: CoreContext,
         *,
-        name: str,
-        sessions: dict[int, Session],
         client_ids: dict[str, Session],
         control: list[Action],
         reading: ReadingControl,
-        emit: Callable[..., None],
         fail: Callable[[Session, ProtocolError, Frame | None], None],
         close: Callable[..., None],
         read_on: Callable[[Session, bytes], None],
     ) -> None:
-        """``sessions`` and ``client_ids`` are the broker's (shared); ``control`` is its
-        list of control actions for the edge; ``fail`` answers a protocol error and
-        closes, ``close`` closes, ``read_on`` handles what the parser still holds."""
-        self.config = config
-        self.clock = clock
-        self.timers = timers
-        self.trace = trace
-        self.security = security
-        self.name = name
-        self.sessions = sessions
+        """``client_ids`` are the broker's (shared with the teardown); ``control`` is its
+        list of control actions for the edge; ``reading`` pauses a connection while its
+        login is checked; ``fail`` answers a protocol error and closes, ``close`` closes,
+        ``read_on`` handles what the parser still holds."""
+        self.context = context
+        self._emit = context.trace.event
         self.client_ids = client_ids
         self._control = control
         self.reading = reading
-        self._emit = emit
         self._fail = fail
         self._close = close
         self._read_on = read_on
-        t = config.transport
+        t = context.config.transport
         #: Failed logins by address (delays the refusals of a guesser).
         self.login_failures = LoginFailures(t.login_failures_before_delay, t.login_failure_delay / 1000)
 
@@ -93,12 +80,14 @@ class Handshake:
             return DEFERRED
         if version != "1.0":
             hb_text = h.get("heart-beat")
-            client_hb = parse_heart_beat(hb_text) if hb_text is not None else self.config.transport.default_heart_beat
+            client_hb = (
+                parse_heart_beat(hb_text) if hb_text is not None else self.context.config.transport.default_heart_beat
+            )
             negotiated = negotiate_heart_beat(client_hb)
         else:
             negotiated = (0, 0, "")
         session.pending_connect = (frame, version, negotiated)
-        if not self.security.enabled:
+        if not self.context.security.enabled:
             self._complete_connect(session, ANONYMOUS)
             return DEFERRED
         # The password hash is slow on purpose: the edge runs it in a thread, and
@@ -106,13 +95,13 @@ class Handshake:
         session.set_state(State.AUTHENTICATING)
         self.reading.stop(session, "login")
         self._control.append(
-            CheckLogin(session.id, partial(self.security.check_login, h.get("login"), h.get("passcode")))
+            CheckLogin(session.id, partial(self.context.security.check_login, h.get("login"), h.get("passcode")))
         )
         return DEFERRED  # CONNECT has no receipt
 
     def login_checked(self, sid: int, principal: Principal | None) -> None:
         """The password check of ``sid``'s CONNECT is done: ``principal`` if it passed, None if not."""
-        session = self.sessions.get(sid)
+        session = self.context.sessions.get(sid)
         if session is None or session.state is not State.AUTHENTICATING:
             return
         frame = session.pending_connect[0]
@@ -121,7 +110,7 @@ class Handshake:
             login = frame.headers.get("login") or ""
             refusal = ProtocolError(f"User name [{login}] or password is invalid.")
             # Without a login nothing was guessed (a page asking who it should be): told at once.
-            delay = self.login_failures.failed(address, self.clock.now()) if login else 0.0
+            delay = self.login_failures.failed(address, self.context.clock.now()) if login else 0.0
             if delay:
                 log.warning(
                     "connection %d: failed login for %r from %s (%d in a row): refused in %.1f s",
@@ -131,7 +120,7 @@ class Handshake:
                     self.login_failures.count(address),
                     delay,
                 )
-                self.timers.call_at(self.clock.now() + delay, self._refuse_login, session, refusal)
+                self.context.timers.call_at(self.context.clock.now() + delay, self._refuse_login, session, refusal)
             else:
                 self._fail(session, refusal, None)
             return
@@ -168,12 +157,12 @@ class Handshake:
         if version != "1.0":
             connected["heart-beat"] = hb_header
         session.write(encode(Frame("CONNECTED", connected), version))
-        now = self.clock.now()
+        now = self.context.clock.now()
         if send_ms:
-            self.timers.call_at(now + send_ms / 1000, self._heart_beat_out, session)
+            self.context.timers.call_at(now + send_ms / 1000, self._heart_beat_out, session)
         if recv_ms:
-            multiplier = self.config.transport.hb_grace_period_multiplier
-            self.timers.call_at(now + recv_ms * multiplier / 1000, self._heart_beat_in, session)
+            multiplier = self.context.config.transport.hb_grace_period_multiplier
+            self.context.timers.call_at(now + recv_ms * multiplier / 1000, self._heart_beat_in, session)
         log.info(
             "session %d connected: STOMP %s client-id=%s heart-beat=%s",
             session.id,
@@ -181,7 +170,7 @@ class Handshake:
             client_id,
             hb_header or "-",
         )
-        if self.trace.enabled:
+        if self.context.trace.enabled:
             self._emit(
                 "connect",
                 session=session.tag,
@@ -194,9 +183,9 @@ class Handshake:
     def _claim_client_id(self, session: Session, client_id: str) -> None:
         holder = self.client_ids.get(client_id)
         if holder is not None and holder.is_open:
-            if not self.config.transport.allow_link_stealing:
+            if not self.context.config.transport.allow_link_stealing:
                 raise ProtocolError(
-                    f"Broker: {self.name} - Client: {client_id} already connected from {holder.peer or 'unknown'}",
+                    f"Broker: {self.context.name} - Client: {client_id} already connected from {holder.peer or 'unknown'}",
                     code="client_id_in_use",
                     client_id=client_id,
                 )
@@ -210,29 +199,29 @@ class Handshake:
         self.client_ids[client_id] = session
 
     def check_connect_timeout(self, session: Session) -> None:
-        if session.state is State.CONNECTING and session.id in self.sessions:
-            ms = self.config.transport.connect_timeout
+        if session.state is State.CONNECTING and session.id in self.context.sessions:
+            ms = self.context.config.transport.connect_timeout
             self._fail(session, ProtocolError(f"no CONNECT frame within {ms} ms"), None)
 
     def _heart_beat_out(self, session: Session) -> None:
         if not session.is_open:
             return
         period = session.hb_send_ms / 1000
-        now = self.clock.now()
+        now = self.context.clock.now()
         if now - session.last_write >= period * 0.999:
             session.write(b"\n")
             session.last_write = now
-        self.timers.call_at(session.last_write + period, self._heart_beat_out, session)
+        self.context.timers.call_at(session.last_write + period, self._heart_beat_out, session)
 
     def _heart_beat_in(self, session: Session) -> None:
         if not session.is_open:
             return
-        limit = session.hb_recv_ms * self.config.transport.hb_grace_period_multiplier / 1000
-        now = self.clock.now()
+        limit = session.hb_recv_ms * self.context.config.transport.hb_grace_period_multiplier / 1000
+        now = self.context.clock.now()
         if session.reading.paused:
             # The broker is not reading (a busy store, flow control): the peer's beats wait
             # unread, so its silence is ours. ActiveMQ skips the check while it is busy too.
-            self.timers.call_at(now + limit, self._heart_beat_in, session)
+            self.context.timers.call_at(now + limit, self._heart_beat_in, session)
             return
         silent = now - max(session.last_read, session.reading.resumed_at)
         if silent >= limit * 0.999:
@@ -244,4 +233,6 @@ class Handshake:
                 None,
             )
             return
-        self.timers.call_at(max(session.last_read, session.reading.resumed_at) + limit, self._heart_beat_in, session)
+        self.context.timers.call_at(
+            max(session.last_read, session.reading.resumed_at) + limit, self._heart_beat_in, session
+        )

@@ -1,7 +1,7 @@
 """What destinations tell the broker: consumption, expiry, dead letters, page-in.
 
-A part the ``Broker`` holds (``broker.hooks``; ``HooksHost`` is what it uses of the
-broker); ``destination.py`` calls these so that queues and
+A part the ``Broker`` holds (``broker.hooks``), given the core's context and its
+sibling parts when it is made; ``destination.py`` calls these so that queues and
 topics need not know about the store, the trace or the dead letter queues.
 """
 
@@ -21,66 +21,30 @@ from minibroker.frames import Frame
 from minibroker.protocol.codec import encode
 from minibroker.protocol.headers import header_text
 from minibroker.protocol.message import Message, moved_copy
-from minibroker.trace import Recorder
 
 if TYPE_CHECKING:
-    from minibroker.config import BrokerConfig
-    from minibroker.connection.clock import Clock
     from minibroker.connection.session import Session
-    from minibroker.connection.timers import Timers
+    from minibroker.core.context import CoreContext
+    from minibroker.core.flow import ProducerFlowControl
+    from minibroker.core.sampling import Sampling
     from minibroker.core.storehooks import StoreHooks
-    from minibroker.destinations.registry import DestinationRegistry
-    from minibroker.destinations.usage import Usage
-    from minibroker.durability.persistence import MessageStore
 
-__all__ = ["DestinationHooks", "HooksHost"]
+__all__ = ["DestinationHooks", "Subscriptions"]
 
 
-class HooksHost(Protocol):
-    """What the destination hooks use of the broker: the configuration, clock,
-    timers, trace, journals, memory, registry and destinations it is given, the
-    store hooks (dead letters are admitted through them) and ``session_tag``."""
+class Subscriptions(Protocol):
+    """Frame handling, as the hooks reach the subscriptions it made (``handlers.FrameHandlers``)."""
 
     @property
-    def config(self) -> BrokerConfig: ...
+    def subs_by_key(self) -> dict[int, Subscription]:
+        """The subscriptions by key (ack ids name them)."""
 
     @property
-    def clock(self) -> Clock: ...
+    def full_logged(self) -> dict[int, float]:
+        """Subscription key -> when its "cursor is full" line was last logged."""
 
-    @property
-    def timers(self) -> Timers: ...
-
-    @property
-    def trace(self) -> Recorder: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def boot(self) -> str: ...
-
-    @property
-    def store(self) -> MessageStore | None: ...
-
-    @property
-    def memory(self) -> Usage: ...
-
-    @property
-    def temp_usage(self) -> Usage: ...
-
-    @property
-    def registry(self) -> DestinationRegistry: ...
-
-    @property
-    def destinations(self) -> dict[str, Destination]: ...
-
-    @property
-    def storehooks(self) -> StoreHooks: ...
-
-    def session_tag(self, sid: int) -> str: ...
-
-    def diagnose(self) -> list[dict[str, Any]]:
-        """Known pathologies visible right now (``diagnosis.py``)."""
+    def remove_subscription(self, session: Session, sub: Subscription) -> None:
+        """Remove one subscription (its destination takes back what it held)."""
 
 
 class DestinationHooks:
@@ -89,42 +53,33 @@ class DestinationHooks:
 
     def __init__(
         self,
-        host: HooksHost,
+        context: CoreContext,
         *,
-        emit: Callable[..., None],
+        storehooks: StoreHooks,
+        flow: ProducerFlowControl,
+        subscriptions: Subscriptions,
+        sampling: Sampling,
+        diagnose: Callable[[], list[dict[str, Any]]],
         fail: Callable[[Session, ProtocolError, Frame | None], None],
-        remove_subscription: Callable[[Session, Subscription], None],
-        blocked_cursors: dict[Queue, None],
-        subs_by_key: dict[int, Subscription],
-        full_logged: dict[int, float],
-        trace_usage: Callable[[Usage, int, int], None],
     ) -> None:
-        """``emit`` records a trace event, ``fail`` answers a protocol error and closes,
-        ``remove_subscription`` removes one subscription (frame handling's); the
-        dict arguments are the broker's, shared with its other parts."""
-        self.host = host
-        # Bound once: destinations call these hooks for every message.
-        self.config = host.config
-        self.clock = host.clock
-        self.timers = host.timers
-        self.trace = host.trace
-        self.name = host.name
-        self.boot = host.boot
-        self.store = host.store
-        self.memory = host.memory
-        self.temp_usage = host.temp_usage
-        self.registry = host.registry
-        self.destinations = host.destinations
-        self.storehooks = host.storehooks
-        self.admit = host.storehooks.admit
-        self.session_tag = host.session_tag
-        self._emit = emit
+        """The sibling parts it calls: ``storehooks`` (dead letters are admitted through
+        them), ``flow`` (the cursors that wait for memory), ``subscriptions`` (frame
+        handling's), ``sampling`` (a destination's memory traced); ``diagnose`` names the
+        pathologies visible now (``diagnosis.py``) and ``fail`` answers a protocol error
+        and closes (the broker's)."""
+        self.context = context
+        self._subscriptions = subscriptions
+        self._diagnose = diagnose
         self._fail = fail
-        self._remove_subscription = remove_subscription
-        self._blocked_cursors = blocked_cursors
-        self._subs_by_key = subs_by_key
-        self._full_logged = full_logged
-        self._trace_usage = trace_usage
+        self._blocked_cursors = flow.blocked_cursors
+        self._trace_usage = sampling.usage_changed
+        # Bound once: destinations call these hooks for every message.
+        self.storehooks = storehooks
+        self.admit = storehooks.admit
+        self.trace = context.trace
+        self._emit = context.trace.event
+        self.store = context.store
+        self.session_tag = context.session_tag
         #: destinations with an abort-slow-consumer check scheduled.
         self._slow_checks: set[str] = set()
 
@@ -188,15 +143,15 @@ class DestinationHooks:
                 policy=queue.policy.space_check,
                 consumers=len(queue.consumers),
                 dest_mem_pct=queue.memory.percent,
-                mem_pct=self.memory.percent,
+                mem_pct=self.context.memory.percent,
             )
-        for finding in self.host.diagnose():
+        for finding in self._diagnose():
             if finding["destination"] == queue.address:
                 log.warning("DIAGNOSIS %s: %s; cure: %s", finding["pathology"], finding["summary"], finding["cure"])
 
     def forget_destination(self, destination: Destination) -> None:
         """``destination`` is deleted: the registry and the page-in retries forget it."""
-        self.registry.remove(destination)
+        self.context.registry.remove(destination)
         if isinstance(destination, Queue):
             self._blocked_cursors.pop(destination, None)
 
@@ -207,7 +162,7 @@ class DestinationHooks:
                 dest=queue.address,
                 count=count,
                 dest_mem_pct=queue.memory.percent,
-                mem_pct=self.memory.percent,
+                mem_pct=self.context.memory.percent,
             )
 
     def message_expired(self, destination: Destination, message: Message) -> None:
@@ -242,7 +197,7 @@ class DestinationHooks:
             dlq_name = policy.dead_letter_queue
         else:
             dlq_name = f"ActiveMQ.DLQ.{destination.kind.capitalize()}.{destination.name}"
-        dlq = self.registry.system_queue(dlq_name)
+        dlq = self.context.registry.system_queue(dlq_name)
         assert isinstance(dlq, Queue)
         copy = moved_copy(
             message,
@@ -265,7 +220,7 @@ class DestinationHooks:
         """A destination came into being (on first use)."""
         if self.trace.enabled:
             destination.memory.add_listener(self._trace_usage)
-        dlq_names = {p.dead_letter_queue for p in self.config.destination_policy} | {"ActiveMQ.DLQ"}
+        dlq_names = {p.dead_letter_queue for p in self.context.config.destination_policy} | {"ActiveMQ.DLQ"}
         destination.is_dlq = destination.kind == "queue" and (
             destination.name in dlq_names or destination.name.startswith("ActiveMQ.DLQ.")
         )
@@ -275,7 +230,7 @@ class DestinationHooks:
         """Tell a queue browser that it has seen everything (ActiveMQ's ``browser:end``)."""
         headers = {
             "subscription": sub.id,
-            "message-id": f"ID:{self.name}-{self.boot}-browse-{sub.key}",
+            "message-id": f"ID:{self.context.name}-{self.context.boot}-browse-{sub.key}",
             "destination": sub.destination.address,
             "browser": "end",
         }
@@ -288,10 +243,10 @@ class DestinationHooks:
     # -- topics: full subscriptions, slow consumers, discards, swapping
     def subscription_full(self, topic: Topic, sub: Subscription) -> None:
         """``sub``'s pending cursor is full: the producer blocks (logged as ActiveMQ does)."""
-        now = self.clock.now()
-        last = self._full_logged.get(sub.key)
+        now = self.context.clock.now()
+        last = self._subscriptions.full_logged.get(sub.key)
         if last is None or now - last >= topic.policy.blocked_producer_warning_interval / 1000:
-            self._full_logged[sub.key] = now
+            self._subscriptions.full_logged[sub.key] = now
             cursor = "FilePendingMessageCursor" if isinstance(sub.pending, FilePending) else "VMPendingMessageCursor"
             log.info(
                 "TopicSubscription: consumer=%s/%s, destinations=1, dispatched=%d, delivered=%d, matched=%d, discarded=%d: "
@@ -304,8 +259,8 @@ class DestinationHooks:
                 len(sub.pending),
                 sub.discarded,
                 cursor,
-                self.temp_usage.percent,
-                self.memory.percent,
+                self.context.temp_usage.percent,
+                self.context.memory.percent,
             )
 
     def slow_consumer(self, sub: Subscription, slow: bool) -> None:
@@ -344,7 +299,7 @@ class DestinationHooks:
             return
         self._slow_checks.add(dest.address)
         period = dest.policy.abort_slow_consumer_check_period / 1000
-        self.timers.call_at(self.clock.now() + period, self._check_slow, dest)
+        self.context.timers.call_at(self.context.clock.now() + period, self._check_slow, dest)
 
     def _check_slow(self, dest: Destination) -> None:
         """ActiveMQ's AbortSlowConsumerStrategy: abort subscriptions slow too often or too long."""
@@ -362,7 +317,7 @@ class DestinationHooks:
                 self._abort_slow(sub)
             else:
                 any_slow = True
-        if any_slow and self.destinations.get(dest.address) is dest:
+        if any_slow and self.context.destinations.get(dest.address) is dest:
             self._schedule_slow_check(dest)
 
     def _abort_slow(self, sub: Subscription) -> None:
@@ -386,11 +341,11 @@ class DestinationHooks:
             )
         )
         session.aborted[sub.key] = sub.id  # its late ACKs and NACKs are ignored, not errors
-        self._remove_subscription(session, sub)
+        self._subscriptions.remove_subscription(session, sub)
 
     def live_subscription(self, sub: Subscription) -> bool:
         """Is ``sub`` still subscribed (not unsubscribed, aborted or closed)?"""
-        return self._subs_by_key.get(sub.key) is sub
+        return self._subscriptions.subs_by_key.get(sub.key) is sub
 
     def discarded(self, topic: Topic, sub: Subscription, message: Message, reason: str) -> None:
         if self.trace.enabled:
@@ -408,18 +363,18 @@ class DestinationHooks:
             "dest": topic.address,
             "sub": sub.id,
             "count": count,
-            "temp_pct": self.temp_usage.percent,
+            "temp_pct": self.context.temp_usage.percent,
             "session": str(sub.session.id),
         }
         if event == "swap_out":
-            fields["mem_pct"] = self.memory.percent
+            fields["mem_pct"] = self.context.memory.percent
         self._emit(event, **fields)
 
     def swap_file_cursors(self, usage: Any, old: int, new: int) -> None:
         """Memory crossed a high-water mark upward: every file cursor under it swaps."""
         if new <= old:
             return
-        for dest in self.destinations.values():
+        for dest in self.context.destinations.values():
             if (
                 isinstance(dest, Topic)
                 and dest.policy.pending_cursor == "file"

@@ -110,7 +110,7 @@ def leftovers_of(broker: Broker, departure: Departure) -> list[str]:
         found.append(f"connection {sid} is still among the blocked producers")
     if any(s is session for _, s, _ in broker.storehooks.waiters):
         found.append(f"connection {sid} still has RECEIPTs waiting for an fsync")
-    if any(s.session is session for s in broker._subs_by_key.values()):
+    if any(s.session is session for s in broker.handlers.subs_by_key.values()):
         found.append(f"connection {sid} still has subscriptions in the ack-id index")
     if any(s is session for s in broker.client_ids.values()):
         found.append(f"connection {sid} still holds a client-id")

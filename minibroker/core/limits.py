@@ -18,15 +18,16 @@ A part the ``Broker`` holds (``broker.limits``). No client can hurt another:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from minibroker.config import BrokerConfig
-from minibroker.connection.clock import Clock
 from minibroker.connection.logins import host_of
 from minibroker.connection.session import Session, State
-from minibroker.connection.timers import Timers
 from minibroker.core.common import log
 from minibroker.errors import ProtocolError
 from minibroker.frames import Frame
+
+if TYPE_CHECKING:
+    from minibroker.core.context import CoreContext
 
 __all__ = ["ConnectionLimits"]
 
@@ -36,19 +37,16 @@ class ConnectionLimits:
 
     def __init__(
         self,
-        config: BrokerConfig,
-        clock: Clock,
-        timers: Timers,
-        sessions: dict[int, Session],
+        context: CoreContext,
         *,
         fail: Callable[[Session, ProtocolError, Frame | None], None],
     ) -> None:
-        """``sessions`` is the broker's (open connections); ``fail`` answers a protocol
-        error and closes (a frame incomplete for too long)."""
-        self.config = config
-        self.clock = clock
-        self.timers = timers
-        self.sessions = sessions
+        """The context's sessions are the connections counted; ``fail`` answers a
+        protocol error and closes (a frame incomplete for too long)."""
+        self.config = context.config
+        self.clock = context.clock
+        self.timers = context.timers
+        self.sessions = context.sessions
         self._fail = fail
         #: Bytes all parsers hold of frames not yet complete (``partial_frame_memory_limit``).
         self.partial_bytes = 0

@@ -35,16 +35,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from types import TracebackType
-from typing import Concatenate, ParamSpec, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
-from minibroker.connection.clock import Clock
 from minibroker.connection.session import Session
 from minibroker.core.actions import Action, Sync, Write, WriteFrames
 from minibroker.core.flow import ProducerFlowControl
 from minibroker.core.storehooks import StoreHooks
-from minibroker.destinations.queue import Queue
-from minibroker.durability.persistence import MessageStore
 from storage import StoreFailed
+
+if TYPE_CHECKING:
+    from minibroker.core.context import CoreContext
+    from minibroker.core.handlers import FrameHandlers
+    from minibroker.core.routing import Router
 
 __all__ = ["EntryPoints", "Outbox", "Turn", "entry_point", "is_entry_point", "written_out"]
 
@@ -142,29 +144,30 @@ class Outbox:
 
     def __init__(
         self,
-        clock: Clock,
-        store: MessageStore | None,
+        context: CoreContext,
+        *,
         storehooks: StoreHooks,
         flow: ProducerFlowControl,
-        *,
+        router: Router,
+        handlers: FrameHandlers,
         dirty: list[Session],
         control: list[Action],
-        blocked_cursors: dict[Queue, None],
-        resume_dispatch: Callable[[Session], None],
         store_failed: Callable[[BaseException], None],
     ) -> None:
-        """``dirty`` (sessions with output not yet here) and ``control`` (closes,
-        pauses and requests of the event running) are the broker's lists, as are
-        ``blocked_cursors``; ``resume_dispatch`` gives a session more (frame
-        handling's), ``store_failed`` is the fail-stop path."""
-        self.clock = clock
-        self.store = store
+        """The sibling parts it settles: ``storehooks`` (the turn's writes, the ``Sync``),
+        ``flow`` (parked SENDs let in through ``router``, cursors that waited for
+        memory), ``handlers`` (a refilled session's dispatch). ``dirty`` (sessions with
+        output not yet here) and ``control`` (closes, pauses and requests of the event
+        running) are the broker's lists; ``store_failed`` is the fail-stop path."""
+        self.clock = context.clock
+        self.store = context.store
         self.storehooks = storehooks
         self.flow = flow
+        self._route = router.route
         self._dirty = dirty
         self._control = control
-        self._blocked_cursors = blocked_cursors
-        self._resume_dispatch = resume_dispatch
+        self._blocked_cursors = flow.blocked_cursors
+        self._resume_dispatch = handlers.resume_dispatch
         self.store_failed = store_failed
         #: The actions ready for the edge (``Broker.take_actions`` drains it).
         self.actions: list[Action] = []
@@ -264,7 +267,7 @@ class Outbox:
         flow = self.flow
         if flow.retry:
             flow.retry = False
-            flow.unblock_producers()
+            flow.unblock_producers(self._route, self.storehooks)
             for queue in list(self._blocked_cursors):
                 del self._blocked_cursors[queue]
                 queue.dispatch()

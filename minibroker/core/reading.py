@@ -13,12 +13,16 @@ any reason holds (producer flow control, a login check, a busy store):
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from minibroker.connection.session import Session
 from minibroker.connection.states import ReadState
 from minibroker.core.actions import Action, PauseReading, ResumeReading
 from minibroker.errors import ProtocolError
 from minibroker.frames import Frame
+
+if TYPE_CHECKING:
+    from minibroker.core.context import CoreContext
 
 __all__ = ["ReadingControl"]
 
@@ -28,15 +32,15 @@ class ReadingControl:
 
     def __init__(
         self,
-        now: Callable[[], float],
+        context: CoreContext,
         control: list[Action],
         handle: Callable[[Session, Frame], None],
         fail: Callable[[Session, ProtocolError, Frame | None], None],
     ) -> None:
-        """``now`` reads the clock; ``control`` is the broker's list of control actions
-        for the edge; ``handle`` handles a frame and ``fail`` answers a protocol error
-        and closes (the broker's)."""
-        self._now = now
+        """The context's clock times a pause; ``control`` is the broker's list of control
+        actions for the edge; ``handle`` handles a frame and ``fail`` answers a protocol
+        error and closes (the broker's)."""
+        self._now = context.clock.now
         self._control = control
         self._handle = handle
         self._fail = fail

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minibroker.core.common import log
 from minibroker.core.storehooks import StoreHooks
@@ -21,16 +21,20 @@ from minibroker.destinations.queue import Queue
 from minibroker.destinations.topic import DurableState, Topic
 from minibroker.durability.persistence import StoreRef, durable_key
 
+if TYPE_CHECKING:
+    from minibroker.core.context import CoreContext
+
 __all__ = ["recover"]
 
 
 def recover(
+    context: CoreContext,
     hooks: StoreHooks,
     destination: Callable[[str], Destination],
     compile_selector: Callable[[str | None], Any],
     seqs: Iterator[int],
 ) -> int:
-    """Bring back what the journals hold through ``hooks``; returns the number of messages.
+    """Bring back what the context's journals hold through ``hooks``; returns the number of messages.
     ``destination`` finds or makes one by address, ``compile_selector`` compiles
     a durable subscription's selector (frame handling's), ``seqs`` gives the
     messages their sequence numbers (in journal order).
@@ -39,9 +43,9 @@ def recover(
     needs it); durable subscriptions and their messages come back in memory.
     Delivered-but-unacknowledged messages come back flagged redelivered.
     """
-    if hooks.trace.enabled:
-        hooks.trace.event("start")  # a trace's backlogs start again here: what recovery brings back
-    store = hooks.store
+    if context.trace.enabled:
+        context.trace.event("start")  # a trace's backlogs start again here: what recovery brings back
+    store = context.store
     if store is None:
         return 0
     states: dict[str, DurableState] = {}
@@ -65,7 +69,7 @@ def recover(
                 store.dequeue(ref)  # its subscription was removed
                 orphans += 1
                 continue
-            topic = hooks.destinations[key[len("durable:") :].split("|", 1)[0]]
+            topic = context.destinations[key[len("durable:") :].split("|", 1)[0]]
             message = hooks.load_message(topic, PagedRef(ref, seq, 4, delivered, 0))
             found.refs[message.seq] = ref
             if delivered:
@@ -82,11 +86,11 @@ def recover(
         count += 1
     for state in states.values():
         state.pending = type(state.pending)(sorted(state.pending, key=lambda m: m.seq))
-    if hooks.trace.enabled:
-        for dest in hooks.destinations.values():
+    if context.trace.enabled:
+        for dest in context.destinations.values():
             stored = len(dest.cursor.store_only) if isinstance(dest, Queue) else 0
             if stored:
-                hooks.trace.event("recover", dest=dest.address, count=stored)
+                context.trace.event("recover", dest=dest.address, count=stored)
     hooks.set_store_usage(store.disk_usage())
     log.info(
         "recovered %d persistent messages (%d durable subscriptions)%s",

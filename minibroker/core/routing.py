@@ -9,16 +9,14 @@ that its enqueue and dispatch events join it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from minibroker.connection.session import Session
 from minibroker.destinations.destination import Destination
 from minibroker.destinations.subscription import Subscription
 from minibroker.protocol.message import Message
-from minibroker.trace import Recorder
 
 if TYPE_CHECKING:
+    from minibroker.core.context import CoreContext
     from minibroker.core.storehooks import StoreHooks
 
 __all__ = ["Router"]
@@ -27,14 +25,12 @@ __all__ = ["Router"]
 class Router:
     """``route``: hand a new message to its destination."""
 
-    def __init__(
-        self, trace: Recorder, sessions: dict[int, Session], session_tag: Callable[[int], str], storehooks: StoreHooks
-    ) -> None:
-        """``sessions`` and ``session_tag`` name the sending connection in the trace;
+    def __init__(self, context: CoreContext, storehooks: StoreHooks) -> None:
+        """The context's sessions name the sending connection in the trace;
         ``storehooks`` admits the message (journals it, then hands it over)."""
-        self.trace = trace
-        self.sessions = sessions
-        self.session_tag = session_tag
+        self.trace = context.trace
+        self.sessions = context.sessions
+        self.session_tag = context.session_tag
         self.storehooks = storehooks
         #: Bound once: every SEND passes through it.
         self.admit = storehooks.admit

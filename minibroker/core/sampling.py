@@ -10,14 +10,15 @@
 
 from __future__ import annotations
 
-from minibroker.connection.clock import Clock
-from minibroker.connection.session import Session, State
-from minibroker.connection.timers import Timers
-from minibroker.destinations.destination import Destination
+from typing import TYPE_CHECKING
+
+from minibroker.connection.session import State
 from minibroker.destinations.usage import Usage
 from minibroker.ops import SAMPLE_PERIOD
 from minibroker.ops.rates import RateMeter
-from minibroker.trace import Recorder
+
+if TYPE_CHECKING:
+    from minibroker.core.context import CoreContext
 
 __all__ = ["Sampling"]
 
@@ -28,32 +29,19 @@ _CONNECTION_SAMPLE_SECONDS = 1.0
 class Sampling:
     """The samplers; each schedules its own next run."""
 
-    def __init__(
-        self,
-        clock: Clock,
-        timers: Timers,
-        trace: Recorder,
-        sessions: dict[int, Session],
-        destinations: dict[str, Destination],
-        rates: RateMeter,
-        memory: Usage,
-        store_usage: Usage,
-        temp_usage: Usage,
-    ) -> None:
-        """``sessions`` and ``destinations`` are the broker's; the three usages are the
-        usage tree's roots. Starts sampling (the connections and usages only while tracing)."""
-        self.clock = clock
-        self.timers = timers
-        self.trace = trace
-        self._emit = trace.event
-        self.sessions = sessions
-        self.destinations = destinations
+    def __init__(self, context: CoreContext, rates: RateMeter) -> None:
+        """Samples the context's sessions, destinations and usage tree's roots into
+        ``rates`` and the trace. Starts sampling (the connections and usages only while tracing)."""
+        self.context = context
+        self._emit = context.trace.event
         self.rates = rates
-        self.memory = memory
-        self.store_usage = store_usage
-        self.temp_usage = temp_usage
-        now = clock.now()
-        if trace.enabled:
+        # Bound once: every usage change reads the three roots.
+        self.memory = memory = context.memory
+        self.store_usage = store_usage = context.store_usage
+        self.temp_usage = temp_usage = context.temp_usage
+        timers = context.timers
+        now = context.clock.now()
+        if context.trace.enabled:
             for usage in (memory, store_usage, temp_usage):
                 usage.add_listener(self.usage_changed)
             timers.call_at(now + _CONNECTION_SAMPLE_SECONDS, self._sample_connections)
@@ -73,8 +61,8 @@ class Sampling:
 
     def _sample_connections(self) -> None:
         """Every second, while tracing: a ``connection`` event per connection."""
-        now = self.clock.now()
-        for session in self.sessions.values():
+        now = self.context.clock.now()
+        for session in self.context.sessions.values():
             if session.state is State.CONNECTED:
                 self._emit(
                     "connection",
@@ -86,10 +74,10 @@ class Sampling:
                     idle_read=round(now - session.last_read, 6),
                     idle_write=round(now - session.last_write_progress, 6),
                 )
-        self.timers.call_at(now + _CONNECTION_SAMPLE_SECONDS, self._sample_connections)
+        self.context.timers.call_at(now + _CONNECTION_SAMPLE_SECONDS, self._sample_connections)
 
     def _sample_rates(self) -> None:
         """Every second: the counters the statistics' rates come from."""
-        now = self.clock.now()
-        self.rates.sample(now, [(d.address, d.enqueued, d.dequeued) for d in self.destinations.values()])
-        self.timers.call_at(now + SAMPLE_PERIOD, self._sample_rates)
+        now = self.context.clock.now()
+        self.rates.sample(now, [(d.address, d.enqueued, d.dequeued) for d in self.context.destinations.values()])
+        self.context.timers.call_at(now + SAMPLE_PERIOD, self._sample_rates)

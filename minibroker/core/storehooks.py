@@ -1,7 +1,8 @@
 """The broker core's side of persistence: journaling, group commit, recovery.
 
-A part the ``Broker`` holds (``broker.storehooks``; ``StoreHost`` is what it uses of
-the broker). Persistent queue messages are journaled before they
+A part the ``Broker`` holds (``broker.storehooks``), given the core's context
+(``context.CoreContext``) and producer flow control (which a full or failed
+store holds back or refuses). Persistent queue messages are journaled before they
 enter the queue (``admit``). The RECEIPT of any frame that wrote to the
 journal waits, under fsync policy ``always``, until the edge reports an
 fsync that covers its records (``receipt``, ``store_synced``): one fsync
@@ -53,7 +54,7 @@ from __future__ import annotations
 import errno
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from minibroker.connection.session import Session
 from minibroker.core.actions import Shutdown
@@ -67,22 +68,17 @@ from minibroker.errors import NoSpaceError, ResourceLimitError
 from minibroker.frames import Frame
 from minibroker.protocol.codec import encode
 from minibroker.protocol.message import Message
-from minibroker.trace import Recorder
 from storage import StorageError, StoreFailed, StoreFull, TempStore
 from storage.spill import SpillFile
 from storage.tempstore import TEMP_STORE_NAME
 
 if TYPE_CHECKING:
-    from minibroker.config import BrokerConfig
-    from minibroker.connection.clock import Clock
-    from minibroker.connection.timers import Timers
     from minibroker.core.actions import Action
+    from minibroker.core.context import CoreContext
     from minibroker.core.flow import ProducerFlowControl
     from minibroker.destinations.subscription import Subscription
-    from minibroker.destinations.usage import Usage
-    from minibroker.durability.persistence import MessageStore
 
-__all__ = ["STORE_FAILED_EXIT", "SPACE_PROBE_SECONDS", "StoreHooks", "StoreHost"]
+__all__ = ["STORE_FAILED_EXIT", "SPACE_PROBE_SECONDS", "StoreHooks"]
 
 #: The exit status of ``minibroker serve`` after a storage failure stopped it.
 STORE_FAILED_EXIT = 3
@@ -90,49 +86,6 @@ STORE_FAILED_EXIT = 3
 SPACE_PROBE_SECONDS = 1.0
 #: The generation of a waiting RECEIPT until its turn's ``flush`` gives it the one it reached.
 AT_FLUSH = sys.maxsize
-
-
-class StoreHost(Protocol):
-    """What the store hooks use of the broker: the configuration, clock, timers,
-    trace, journals and usages it is given, the destinations it recovers into,
-    and producer flow control (which a full or failed store holds or refuses)."""
-
-    @property
-    def config(self) -> BrokerConfig: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def timers(self) -> Timers: ...
-
-    @property
-    def trace(self) -> Recorder: ...
-
-    @property
-    def boot(self) -> str:
-        """This broker run's token (storage transaction ids are unique across restarts)."""
-
-    @property
-    def store(self) -> MessageStore | None: ...
-
-    @property
-    def store_usage(self) -> Usage: ...
-
-    @property
-    def temp_usage(self) -> Usage: ...
-
-    @property
-    def temp_dir(self) -> Any:
-        """Where the temp store lives (None: a new temporary directory)."""
-
-    @property
-    def destinations(self) -> dict[str, Destination]: ...
-
-    @property
-    def flow(self) -> ProducerFlowControl:
-        """Producer flow control: made after this part (it asks it for RECEIPTs),
-        read only when the store turns full, fails or has room again."""
 
 
 class StoreHooks:
@@ -144,19 +97,25 @@ class StoreHooks:
     the temp store and the store cursors' scratch file. Destinations call it as
     their ``ports.DestinationStore``."""
 
-    def __init__(self, host: StoreHost, *, emit: Callable[..., None], request: Callable[[Action], None]) -> None:
-        """``emit`` records a trace event; ``request`` hands the edge a control action (``Shutdown``)."""
-        self.host = host
-        # Bound once: these never change for the broker's life.
-        self.config = host.config
-        self.clock = host.clock
-        self.timers = host.timers
-        self.trace = host.trace
-        self.store = host.store
-        self.store_usage = host.store_usage
-        self.temp_usage = host.temp_usage
-        self.destinations = host.destinations
-        self._emit = emit
+    def __init__(
+        self,
+        context: CoreContext,
+        *,
+        flow: ProducerFlowControl,
+        temp_dir: Any,
+        request: Callable[[Action], None],
+    ) -> None:
+        """``flow`` holds producers back while the store is full and refuses their
+        persistent SENDs once it failed; the temp store lives in ``temp_dir`` (None:
+        the broker has none); ``request`` hands the edge a control action (``Shutdown``)."""
+        self.context = context
+        # Bound once: journaling and accounting read these for every persistent message.
+        self.config = context.config
+        self.store = context.store
+        self.trace = context.trace
+        self._emit = context.trace.event
+        self.flow = flow
+        self.temp_dir = temp_dir
         self._request = request
         #: RECEIPTs waiting for an fsync: (store write generation, session, receipt id);
         #: ``AT_FLUSH`` until the end of the turn (``receipt``).
@@ -307,12 +266,12 @@ class StoreHooks:
         for _, session, receipt in waiters:  # none of them is known to be on disk: no RECEIPT, an ERROR
             session.sync.release()
             if session.is_open:
-                self.host.flow.refuse_send(session, receipt, refusal)
-        for session in list(self.host.flow.blocked):
+                self.flow.refuse_send(session, receipt, refusal)
+        for session in list(self.flow.blocked):
             for parked in [p for p in session.producing.parked if p.message.persistent]:
                 session.producing.parked.remove(parked)
-                self.host.flow.refuse_send(session, parked.receipt, refusal)
-            self.host.flow.retry = True
+                self.flow.refuse_send(session, parked.receipt, refusal)
+            self.flow.retry = True
         if self.trace.enabled:
             self._emit("error", message=text, code="store_failed", fatal=True)
         self._request(Shutdown(text, STORE_FAILED_EXIT))
@@ -329,11 +288,11 @@ class StoreHooks:
             )
             if self.trace.enabled:
                 self._emit("error", message=str(error), code="store_full", fatal=False)
-        self.full = str(error)
-        self.host.flow.disk_full = True
+        self.full = reason = str(error)
+        self.flow.disk_full = reason
         if not self._space_probe:
             self._space_probe = True
-            self.timers.call_at(self.clock.now() + SPACE_PROBE_SECONDS, self._probe_space)
+            self.context.timers.call_at(self.context.clock.now() + SPACE_PROBE_SECONDS, self._probe_space)
 
     def _probe_space(self) -> None:
         """Let the next persistent message try the disk again (it closes the gate again if it is still full)."""
@@ -342,9 +301,9 @@ class StoreHooks:
 
     def _space_returned(self) -> None:
         """The disk may have room (a second passed, or journal files were deleted)."""
-        if self.host.flow.disk_full:
-            self.host.flow.disk_full = False
-            self.host.flow.space_freed()
+        if self.flow.disk_full is not None:
+            self.flow.disk_full = None
+            self.flow.space_freed()
 
     def store_writable(self) -> None:
         """A persistent message was written, or journal files deleted: if the store was
@@ -375,9 +334,9 @@ class StoreHooks:
         self.waiters = keep
 
     def set_store_usage(self, used: int) -> None:
-        if used < self.store_usage.usage:  # journal files were deleted: the disk has room again
+        if used < self.context.store_usage.usage:  # journal files were deleted: the disk has room again
             self.store_writable()
-        self._set_usage(self.store_usage, used)
+        self._set_usage(self.context.store_usage, used)
 
     def _set_usage(self, usage: Any, used: int) -> None:
         """Bring ``usage`` to ``used`` bytes; space freed wakes what waits for it."""
@@ -386,7 +345,7 @@ class StoreHooks:
             usage.increase(delta)
         elif delta < 0:
             usage.decrease(-delta)
-            self.host.flow.space_freed()
+            self.flow.space_freed()
 
     def payload_of(self, message: Message) -> bytes:
         return encode_wire_payload(
@@ -423,7 +382,7 @@ class StoreHooks:
         move): every journal record until ``end_storage_transaction`` carries its id
         and takes effect at its TX_COMMIT. Unique across restarts too (the boot
         token): a storage transaction id is never reused."""
-        self.txid = txid = f"{self.host.boot}.{session.id}.{self._next_storage_tx}"
+        self.txid = txid = f"{self.context.boot}.{session.id}.{self._next_storage_tx}"
         self._next_storage_tx += 1
         return txid
 
@@ -526,7 +485,7 @@ class StoreHooks:
                 "no_local": s.no_local,
                 "owner": s.owner,
             }
-            for t in self.destinations.values()
+            for t in self.context.destinations.values()
             if isinstance(t, Topic)
             for s in t.durables.values()
             if not s.auto_delete  # (its consumers do not outlive the broker: nor does it)
@@ -611,7 +570,7 @@ class StoreHooks:
         store: needing one is a store failure (only an in-process benchmark makes
         such a broker, and none of its messages spill)."""
         if self._temp_store is None:
-            directory = self.host.temp_dir
+            directory = self.temp_dir
             if directory is None:
                 raise StoreFailed(
                     TEMP_STORE_NAME, "opening", OSError(errno.ENOENT, "the broker was given no temp directory")
@@ -626,7 +585,7 @@ class StoreHooks:
         (``seqfifo.py``), opened on first use: in the data directory, or the temp
         store's, or the system's temporary directory."""
         if self._index_spill is None:
-            directory = self.store.root if self.store is not None else self.host.temp_dir
+            directory = self.store.root if self.store is not None else self.temp_dir
             self._index_spill = SpillFile(directory)
         return self._index_spill
 
@@ -640,4 +599,4 @@ class StoreHooks:
         store = self._temp_store
         if store is None:
             return
-        self._set_usage(self.temp_usage, store.disk_usage())
+        self._set_usage(self.context.temp_usage, store.disk_usage())

@@ -1,7 +1,7 @@
 """Tearing a connection down: one routine, every step taken.
 
-A part the ``Broker`` holds (``broker.teardown``; ``TeardownHost`` is what it
-uses of the broker). However a connection ends (DISCONNECT, a protocol
+A part the ``Broker`` holds (``broker.teardown``), given the core's context and
+the parts whose state a connection leaves behind. However a connection ends (DISCONNECT, a protocol
 error, a dropped socket, a heart-beat or write timeout, the broker stopping),
 ``tear_down`` releases everything it held, in this order:
 
@@ -25,38 +25,20 @@ messages of the connection behind. ``invariants.py`` checks the result.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from minibroker.core.common import log
 from minibroker.destinations.queue import Queue
 
 if TYPE_CHECKING:
     from minibroker.connection.session import Session
+    from minibroker.core.context import CoreContext
     from minibroker.core.flow import ProducerFlowControl
+    from minibroker.core.handlers import FrameHandlers
     from minibroker.core.storehooks import StoreHooks
     from minibroker.destinations.destination import Destination
-    from minibroker.destinations.registry import DestinationRegistry
-    from minibroker.destinations.subscription import Subscription
 
-__all__ = ["ConnectionTeardown", "TeardownHost"]
-
-
-class TeardownHost(Protocol):
-    """What a connection's teardown uses of the broker: the registry (temporary
-    destinations), producer flow control (parked SENDs), the client-ids taken,
-    and the store hooks (RECEIPTs waiting for an fsync)."""
-
-    @property
-    def registry(self) -> DestinationRegistry: ...
-
-    @property
-    def flow(self) -> ProducerFlowControl: ...
-
-    @property
-    def client_ids(self) -> dict[str, Session]: ...
-
-    @property
-    def storehooks(self) -> StoreHooks: ...
+__all__ = ["ConnectionTeardown"]
 
 
 class ConnectionTeardown:
@@ -65,19 +47,23 @@ class ConnectionTeardown:
 
     def __init__(
         self,
-        host: TeardownHost,
+        context: CoreContext,
         *,
-        roll_back: Callable[[list[tuple[str, Any, Any]]], None],
-        remove_subscription: Callable[[Session, Subscription], None],
+        handlers: FrameHandlers,
+        flow: ProducerFlowControl,
+        storehooks: StoreHooks,
+        client_ids: dict[str, Session],
     ) -> None:
-        """``roll_back`` undoes a transaction's operations and ``remove_subscription``
-        removes one subscription (both frame handling's)."""
-        self.registry = host.registry
-        self.flow = host.flow
-        self.client_ids = host.client_ids
-        self.storehooks = host.storehooks
-        self._roll_back = roll_back
-        self._remove_subscription = remove_subscription
+        """The sibling parts it calls: ``handlers`` (transactions rolled back, subscriptions
+        removed), ``flow`` (parked SENDs), ``storehooks`` (RECEIPTs waiting for an fsync);
+        ``client_ids`` are the client-ids taken (the handshake's, shared); the context's
+        registry holds the temporary destinations."""
+        self.registry = context.registry
+        self.flow = flow
+        self.client_ids = client_ids
+        self.storehooks = storehooks
+        self._roll_back = handlers.transactions.roll_back
+        self._remove_subscription = handlers.remove_subscription
 
     def tear_down(self, session: Session) -> None:
         """Release everything ``session`` holds (it is already CLOSED and unlisted)."""

@@ -18,10 +18,8 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from minibroker.connection.security import Security
 from minibroker.connection.session import Session
 from minibroker.core.common import DEFERRED
-from minibroker.destinations.registry import DestinationRegistry
 from minibroker.errors import ProtocolError, Refused
 from minibroker.frames import Frame
 from minibroker.ops.admin import perform
@@ -29,6 +27,7 @@ from minibroker.ops.stats import Scope
 from minibroker.protocol.message import Message
 
 if TYPE_CHECKING:
+    from minibroker.core.context import CoreContext
     from minibroker.ops.admin import AdminHost
     from minibroker.ops.stats import BrokerView, StatisticsSource
 
@@ -49,15 +48,15 @@ class ToolRequests:
 
     def __init__(
         self,
+        context: CoreContext,
         host: ToolHost,
-        registry: DestinationRegistry,
-        security: Security,
         make_message: Callable[[Session, Frame, str], Message],
     ) -> None:
-        """``make_message`` makes a reply as a SEND's message (frame handling's)."""
+        """``host`` is the broker as the statistics and the operations read it;
+        ``make_message`` makes a reply as a SEND's message (frame handling's)."""
         self.host = host
-        self.registry = registry
-        self.security = security
+        self.registry = context.registry
+        self.security = context.security
         self._make_message = make_message
 
     def answer_statistics(self, session: Session, frame: Frame, address: str) -> Any:

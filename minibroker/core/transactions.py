@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from minibroker.connection.session import Session
 from minibroker.core.common import DEFERRED, SETTLING_OPS
@@ -23,11 +23,13 @@ from minibroker.core.flow import ProducerFlowControl
 from minibroker.core.storehooks import StoreHooks
 from minibroker.destinations.destination import Destination
 from minibroker.destinations.subscription import Subscription
-from minibroker.durability.persistence import MessageStore
 from minibroker.errors import ProtocolError, ResourceLimitError
 from minibroker.frames import Frame
 from minibroker.protocol.message import Message
 from storage import StoreFull
+
+if TYPE_CHECKING:
+    from minibroker.core.context import CoreContext
 
 __all__ = ["Transactions"]
 
@@ -37,15 +39,16 @@ class Transactions:
 
     def __init__(
         self,
-        store: MessageStore | None,
+        context: CoreContext,
         storehooks: StoreHooks,
         flow: ProducerFlowControl,
         route: Callable[[Destination, Message], list[Subscription] | None],
         nack: Callable[[Subscription, list[Message], str], None],
     ) -> None:
         """``route`` hands a SEND's message to its destination, ``nack`` rejects
-        messages (frame handling's); ``flow`` refuses a COMMIT's failed SEND."""
-        self.store = store
+        messages (frame handling's); ``flow`` refuses a COMMIT's failed SEND; the
+        context's store is asked whether a COMMIT touches the journal."""
+        self.store = context.store
         self.storehooks = storehooks
         self.flow = flow
         self._route = route
