@@ -98,12 +98,14 @@ GOALS = (
 class Verdict:
     """A goal as one run judged it: ``value`` is the ratio of the medians (or the
     absolute figure); ``met`` is None when the run cannot judge it, and ``note`` says why
-    or where the figure came from."""
+    or where the figure came from. ``floor``: the same ratio for the harness's relay
+    (frames forwarded, no broker) when it ran: what a broker costing nothing reaches."""
 
     goal: Goal
     value: float | None
     met: bool | None
     note: str = ""
+    floor: float | None = None
 
     def line(self) -> str:
         """One line of compare.py's goals list."""
@@ -112,13 +114,15 @@ class Verdict:
             return head + f"not judged: {self.note}"
         unit = {"rss": " MB (peak)", "start": " s"}.get(self.goal.metric, "")
         figure = f"{self.value:.2f}{unit}" if self.goal.metric != "rss" else f"{self.value:.1f}{unit}"
-        return head + f"{figure}{f' ({self.note})' if self.note else ''} -> {'met' if self.met else 'NOT met'}"
+        floor = "" if self.floor is None else f"; the relay (the floor) {self.floor:.2f}"
+        return head + f"{figure}{f' ({self.note})' if self.note else ''} -> {'met' if self.met else 'NOT met'}{floor}"
 
     def cell(self) -> str:
         """The goal and its verdict in the matrix's Markdown table: ``>= 2.5: **not met**``."""
         if self.met is None:
             return f"{self.goal.short()}: not judged"
-        return f"{self.goal.short()}: {'met' if self.met else '**not met**'}"
+        floor = "" if self.met or self.floor is None else f" (the relay: {self.floor:.2f})"
+        return f"{self.goal.short()}: {'met' if self.met else '**not met**'}{floor}"
 
 
 def _num(v):
@@ -338,7 +342,14 @@ def judge(records: list[dict], ours: str, brokers: list[str], meta: dict | None 
         met = goal.met(r) and sa["ok"] == sa["n"]
         if sa["ok"] < sa["n"]:
             src += f"; only {sa['ok']}/{sa['n']} reps ok"
-        out.append(Verdict(goal, r, met, src))
+        floor = None
+        relay = sel.get((goal.scenario, "relay"))
+        if b and relay:
+            sr = cell_stats(relay)
+            floor = ratio(
+                sr[goal.metric][0] if sr[goal.metric] else None, sb[goal.metric][0] if sb[goal.metric] else None
+            )
+        out.append(Verdict(goal, r, met, src, floor))
     return out
 
 

@@ -147,6 +147,11 @@ def test_matrix_table_has_a_column_per_broker_and_both_ratios_with_their_goals(
     assert a[7] == "0 of 3 / 1 of 3 / 0 of 3", a
     assert e[1:4] == ["0.20 ms p99", "0.50 ms p99", "0.30 ms p99"]
     assert e[4] == "**0.40**" and e[6] == "p99 <= 0.5: met", e
+    # with the relay in the run, a goal not met says what the floor reached on the same ratio
+    relay = [_rep("relay", "A", rep, 120_000, p99=0.15) for rep in (1, 2, 3)]
+    header, rows = summary.matrix_rows(records + relay, ["A"], "ours", [*brokers, "relay"], meta)
+    assert header[4:8] == ["the relay", "ours / ActiveMQ", "ours / RabbitMQ", "ours / the relay"], header
+    assert rows[0][8] == ">= 2.5: **not met** (the relay: 2.40); >= 6: met", rows[0]
     lines = summary.targets(records, "ours", brokers, meta)
     assert "- start to port open < 0.5 s: 0.42 s (one start, under this run's load) -> met" in lines, lines
     assert "- broker RSS < 100 MB through the matrix: 40.0 MB (peak) -> met" in lines, lines
