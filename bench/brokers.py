@@ -1,9 +1,14 @@
 """Start, watch and stop the brokers that bench/compare.py measures.
 
-- ``Ours``: ``minibroker serve`` on a free port with a fresh data directory.
+- ``Ours``: ``minibroker serve`` on a free port with a fresh data directory; its
+  start-up lines say which build of the core runs and on which event loop
+  (``info["core"]``, ``info["loop"]``).
 - ``ActiveMQ``: Debian's ActiveMQ Classic (``clients.activemq``, through the vendored
   ``harness/activemq-start.sh`` / ``activemq-stop.sh``) with the vendored
-  activemq.xml (STOMP on 61613), its run directory inside our temporary directory.
+  activemq.xml, its two ports moved to free ones, its run directory inside our
+  temporary directory.
+- ``Relay``: the harness's relay (``harness/stomp_relay.py``), the floor: frames
+  forwarded, nothing else.
 - ``RssSampler``: one thread that reads VmRSS of every broker pid from
   ``/proc/PID/status`` ten times a second and keeps the peak per window.
 
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,8 +38,7 @@ from stomp_bench import proc_mem  # noqa: E402  (vendored harness)
 from clients import activemq, rabbitmq  # noqa: E402
 from clients.activemq import AMQ_INSTALL, BrokerStartError, free_port  # noqa: E402,F401  (bench's callers import them here)
 
-AMQ_STOMP_PORT = 61613
-AMQ_OPENWIRE_PORT = 61616  # also bound by the vendored activemq.xml
+AMQ_STOMP_PORT = 61613  # the vendored activemq.xml's, until a start moves it to a free one
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -56,6 +61,23 @@ def _tail(path: Path, n: int = 20) -> str:
         return ""
 
 
+#: The start-up lines of ``serve`` (at ``--log-level info``) naming the build and the loop in use.
+CORE_LINE = re.compile(r"minibroker: (core: .+)$", re.M)
+LOOP_LINE = re.compile(r"; event loop: (.+)$", re.M)
+
+
+def runtime_of(log_text: str) -> dict[str, str | None]:
+    """What ``serve``'s start-up lines say runs: ``{"core": "compiled (mypyc 1.x)"
+    or "interpreted (...)", "loop": "uvloop 0.21.0" or "asyncio (...)"}`` (None when a
+    line is missing)."""
+    core = CORE_LINE.search(log_text)
+    loop = LOOP_LINE.search(log_text)
+    return {
+        "core": core.group(1).removeprefix("core: ").strip() if core else None,
+        "loop": loop.group(1).strip() if loop else None,
+    }
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
     """Linux: SIGTERM the child if compare.py itself is killed (even by SIGKILL)."""
     try:
@@ -64,6 +86,45 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except Exception:
         pass
+
+
+def start_listening(name: str, argv: list[str], log_path: Path, port: int, timeout: float) -> subprocess.Popen:
+    """Start ``argv`` in a session of its own (its output in ``log_path``; SIGTERMed if we
+    die) and wait until ``port`` accepts connections; BrokerStartError if it exits or
+    ``timeout`` passes first."""
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+    while not port_open(port):
+        if proc.poll() is not None:
+            raise BrokerStartError(
+                f"{name}: `{' '.join(argv)}` exited with status {proc.returncode}:\n{_tail(log_path)}"
+            )
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            proc.wait(5)
+            raise BrokerStartError(
+                f"{name}: port {port} not open after {timeout:.0f} s; log {log_path}:\n{_tail(log_path)}"
+            )
+        time.sleep(0.02)
+    return proc
+
+
+def terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 10 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 class Ours:
@@ -131,42 +192,30 @@ class Ours:
             str(self.console_port),
             "--data-dir",
             str(self.data_dir),
+            # info: the start-up lines name the core's build and the event loop; past them the
+            # broker logs only connections opening and closing, a few lines per rep
             "--log-level",
-            "warning",
+            "info",
         ]
         if self.config:
             argv += ["--config", self.config]
         if self.loop:
             argv += ["--loop", self.loop]
         t0 = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
-        while not port_open(self.port):
-            if self.proc.poll() is not None:
-                raise BrokerStartError(
-                    f"{self.name}: `{' '.join(argv)}` exited with status {self.proc.returncode}:\n"
-                    f"{_tail(self.log_path)}"
-                )
-            if time.monotonic() - t0 > timeout:
-                raise BrokerStartError(
-                    f"{self.name}: port {self.port} not open after {timeout:.0f} s; "
-                    f"log {self.log_path}:\n{_tail(self.log_path)}"
-                )
-            time.sleep(0.02)
+        self.proc = start_listening(self.name, argv, self.log_path, self.port, timeout)
+        startup_ms = round((time.monotonic() - t0) * 1000)
+        runtime = runtime_of(_tail(self.log_path, 50))
+        while runtime["loop"] is None and time.monotonic() - t0 < timeout and self.proc.poll() is None:
+            time.sleep(0.02)  # the port opens just before the line naming the loop is written
+            runtime = runtime_of(_tail(self.log_path, 50))
         self.info = {
             "broker": self.name,
             "pid": self.pid,
             "port": self.port,
             "argv": " ".join(argv),
-            "startup_ms": round((time.monotonic() - t0) * 1000),
+            "startup_ms": startup_ms,
             "rss_mb_at_start": proc_status_mb(self.pid).get("VmRSS"),
+            **runtime,
         }
         if self.console_port:
             while not port_open(self.console_port):
@@ -186,13 +235,47 @@ class Ours:
         if proc is None or proc.poll() is not None:
             return ""
         mem = proc_status_mb(proc.pid)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        terminate(proc)
         return f"stopped {self.name} pid {proc.pid} (rss before stop {mem.get('VmRSS')} MB, peak {mem.get('VmHWM')} MB)"
+
+
+class Relay:
+    """The harness's loopback floor (``harness/stomp_relay.py``): a single-process asyncio
+    STOMP relay that splits frames and forwards their bytes, with no broker behind it (no
+    store, acknowledgements, prefetch or persistence). What any asyncio broker pays per
+    message at the least, on the same harness and machine."""
+
+    kind = "relay"
+
+    def __init__(self, workdir: Path, name: str = "relay") -> None:
+        self.name = name
+        self.port = free_port()
+        self.log_path = workdir / f"{name}.log"
+        self.proc: subprocess.Popen | None = None
+        self.info: dict = {}
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self, timeout: float = 20.0) -> None:
+        argv = [sys.executable, str(HARNESS / "stomp_relay.py"), "--port", str(self.port), "--max-seconds", "14400"]
+        t0 = time.monotonic()
+        self.proc = start_listening(self.name, argv, self.log_path, self.port, timeout)
+        self.info = {
+            "broker": self.name,
+            "pid": self.pid,
+            "port": self.port,
+            "startup_ms": round((time.monotonic() - t0) * 1000),
+            "rss_mb_at_start": proc_status_mb(self.pid).get("VmRSS"),
+        }
+
+    def stop(self) -> str:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return ""
+        terminate(proc)
+        return f"stopped {self.name} pid {proc.pid}"
 
 
 class ConsolePage:
@@ -233,16 +316,43 @@ class ConsolePage:
                 os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-class ActiveMQ(activemq.ActiveMQ):
-    """Debian's ActiveMQ Classic with the vendored activemq.xml (STOMP on 61613, OpenWire on 61616)."""
+#: The vendored harness's activemq.xml (STOMP on 61613, OpenWire on 61616).
+AMQ_HARNESS_CONF = HARNESS / "activemq" / "conf" / "activemq.xml"
+#: Its two transport connectors, whose ports ``on_free_ports`` replaces.
+AMQ_CONNECTORS = {
+    "stomp": re.compile(r'uri="stomp://127\.0\.0\.1:\d+"'),
+    "tcp": re.compile(r'uri="tcp://127\.0\.0\.1:\d+"'),
+}
 
-    port = AMQ_STOMP_PORT
+
+def on_free_ports(conf: Path, copy: Path) -> int:
+    """Write to ``copy`` the activemq.xml ``conf`` with its STOMP and OpenWire connectors
+    on free loopback ports, nothing else changed; returns the STOMP port.
+
+    The harness's file names 61613 and 61616, which a broker of ours (``make run``) or
+    another ActiveMQ on the machine may hold: a run on its own ports measures the same
+    broker and configuration without stopping anyone else's."""
+    text = conf.read_text(encoding="utf-8")
+    ports = {scheme: free_port() for scheme in AMQ_CONNECTORS}
+    for scheme, pattern in AMQ_CONNECTORS.items():
+        text, found = pattern.subn(f'uri="{scheme}://127.0.0.1:{ports[scheme]}"', text)
+        if found != 1:
+            raise BrokerStartError(f"{conf}: expected one {scheme}:// transport connector on 127.0.0.1, found {found}")
+    copy.write_text(text, encoding="utf-8")
+    return ports["stomp"]
+
+
+class ActiveMQ(activemq.ActiveMQ):
+    """Debian's ActiveMQ Classic with the vendored activemq.xml (or ``conf``), its STOMP and
+    OpenWire connectors moved to free loopback ports (``on_free_ports``) at each start."""
 
     def __init__(
         self, workdir: Path, name: str = "activemq", conf: Path | None = None, heap: str | None = None
     ) -> None:
         """``conf``: an activemq.xml instead of the vendored one; ``heap``: JVM heap options."""
         super().__init__(workdir, name, conf, heap, port=AMQ_STOMP_PORT)
+        self.source_conf = conf or AMQ_HARNESS_CONF
+        self.workdir = workdir
 
     @staticmethod
     def check_installed() -> None:
@@ -251,19 +361,16 @@ class ActiveMQ(activemq.ActiveMQ):
             raise BrokerStartError(
                 f"{problem}\nthen run again, or run without --with-activemq to compare with the reference numbers."
             )
-        for port in (AMQ_STOMP_PORT, AMQ_OPENWIRE_PORT):
-            if port_open(port):
-                raise BrokerStartError(
-                    f"port {port} is already in use on 127.0.0.1 (`make run`, or another ActiveMQ?); the vendored "
-                    f"activemq.xml needs {AMQ_STOMP_PORT} (STOMP) and {AMQ_OPENWIRE_PORT} (OpenWire). Stop it first "
-                    f"(`ss -ltnp 'sport = :{port}'` shows who holds it)."
-                )
 
     version = staticmethod(activemq.version)
 
     def start(self, keep_data: bool = False) -> None:
         self.check_installed()
+        copy = self.workdir / f"{self.name}-activemq.xml"
+        self.port = on_free_ports(self.source_conf, copy)
+        self.conf = copy
         super().start(keep_data)
+        self.info["port"] = self.port
 
 
 class RabbitMQ(rabbitmq.RabbitMQ):

@@ -4,16 +4,21 @@
     make bench                                       # ours only, reference numbers beside
     .venv/bin/python bench/compare.py --with-activemq --reps 3
     .venv/bin/python bench/compare.py --with-activemq --with-rabbitmq --reps 3   # three columns
+    .venv/bin/python bench/compare.py --with-activemq --with-rabbitmq --with-relay --reps 3   # and the floor
     .venv/bin/python bench/compare.py --quick --scenarios A,C        # smoke run, seconds
     .venv/bin/python bench/compare.py --loop asyncio --variant uvloop=bench/configs/uvloop.toml \
         --scenarios A,C,D,E                          # asyncio's loop and uvloop side by side
     .venv/bin/python bench/compare.py --summarize bench/results/X.jsonl
 
 Starts our broker (``minibroker serve``, free port, fresh data directory in a
-temporary directory) and, with --with-activemq, Debian's ActiveMQ through the
-vendored harness/activemq-start.sh (STOMP on 61613) and, with --with-rabbitmq, a
-RabbitMQ 3.10 node of our own (clients/rabbitmq.py, free loopback ports; the
-ratio rows add ours / RabbitMQ). Each rep is one
+temporary directory; its start-up lines name the core's build and the event
+loop, which the output's head and the JSON record) and, with --with-activemq,
+Debian's ActiveMQ through the vendored harness/activemq-start.sh (the vendored
+activemq.xml, its STOMP and OpenWire ports moved to free ones) and, with
+--with-rabbitmq, a RabbitMQ 3.10 node of our own (clients/rabbitmq.py, free
+loopback ports; the ratio rows add ours / RabbitMQ) and, with --with-relay, the
+harness's relay (harness/stomp_relay.py: frames forwarded, no broker; the
+floor). Each rep is one
 harness/stomp_bench.py process with its own destination name. Scenarios and
 their arguments come from the vendored harness/run_matrix.py (A, B, C, D, S, E;
 D2 too on request).
@@ -26,8 +31,11 @@ every broker runs before rep i+1 of any, and the order flips each rep.
 ActiveMQ first gets --warmups discarded 100k runs (its JIT keeps warming up),
 ours one.
 
-Prints one markdown table (stdout); progress goes to stderr; every attempt is
-one JSON line in bench/results/<timestamp>.jsonl. Exit status: 0 when every
+Prints one markdown table (stdout) and, beside another broker, the shared
+matrix as docs/benchmarks.md shows it (``report.print_table``: a column per
+broker, the ratios, the goals met or not) and the goals; progress goes to
+stderr; every attempt is one JSON line in bench/results/<timestamp>.jsonl, the
+run's first line with the load average before it, the last with the load after. Exit status: 0 when every
 attempt was ok (nothing lost, duplicated or failed), 1 when one was not (a
 broker that dies ends the run there, with the table so far), 2 when a broker
 could not be started, 130 on Ctrl-C. Every process started here is stopped
@@ -54,9 +62,10 @@ HARNESS = HERE / "harness"
 sys.path.insert(0, str(HARNESS))
 sys.path.insert(0, str(HERE))
 
+import report  # noqa: E402
 import run_matrix  # noqa: E402  (vendored: SCENARIOS, wait_quiet)
 import summary  # noqa: E402
-from brokers import ActiveMQ, BrokerStartError, Ours, RabbitMQ, RssSampler, proc_status_mb  # noqa: E402
+from brokers import ActiveMQ, BrokerStartError, Ours, RabbitMQ, Relay, RssSampler, proc_status_mb  # noqa: E402
 
 DEFAULT_SCENARIOS = "A,B,C,D,S,E"
 # --quick: messages per scenario, small enough for a test (the rest of the arguments unchanged)
@@ -79,6 +88,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--with-rabbitmq",
         action="store_true",
         help="also start a RabbitMQ 3.10 node of our own (apt-get install -y rabbitmq-server) and alternate with it",
+    )
+    ap.add_argument(
+        "--with-relay",
+        action="store_true",
+        help="also run the harness's relay (harness/stomp_relay.py: frames forwarded, no broker), the floor",
     )
     ap.add_argument(
         "--scenarios",
@@ -315,6 +329,7 @@ def print_report(records: list[dict], scenarios: list[str], brokers: list[str], 
     pairs = [(b, "activemq") for b in brokers if b.startswith("ours") and theirs]
     pairs += [(b, "rabbitmq") for b in brokers if b.startswith("ours") and "rabbitmq" in brokers]
     pairs += [(b, "ours") for b in brokers if b.startswith("ours:")]
+    pairs += [(b, "relay") for b in brokers if b.startswith("ours") and "relay" in brokers]
     others = (
         " and ".join(n for n, on in (("ActiveMQ", theirs), ("RabbitMQ", "rabbitmq" in brokers)) if on) or "ActiveMQ"
     )
@@ -324,8 +339,18 @@ def print_report(records: list[dict], scenarios: list[str], brokers: list[str], 
             f"({meta.get('cpus')} CPUs), minibroker {meta.get('git')}"
             + (f", ActiveMQ {meta.get('activemq_version')}" if theirs else "")
             + (f", RabbitMQ {meta.get('rabbitmq_version')}" if "rabbitmq" in brokers else "")
+            + (", and the harness's relay (the floor)" if "relay" in brokers else "")
         )
         print(f"# command: {meta.get('command')}")
+        for info in meta.get("brokers") or []:
+            if info.get("core") or info.get("loop"):
+                print(
+                    f"# {info['broker']}: core {info.get('core') or '?'}, event loop {info.get('loop') or '?'}, "
+                    f"start to port open {info.get('startup_ms')} ms"
+                )
+        load = [meta.get(k) for k in ("load_before", "load_after") if meta.get(k)]
+        if load:
+            print("# load average (1, 5, 15 min): " + ", then ".join(" ".join(f"{x:.2f}" for x in v) for v in load))
     print()
     print(summary.table(records, scenarios, brokers, pairs))
     print()
@@ -346,12 +371,22 @@ def print_report(records: list[dict], scenarios: list[str], brokers: list[str], 
             f"ActiveMQ RSS in that run: {summary.REFERENCE_RSS}. The ratios above compare with another day's "
             "numbers on a noisy shared machine: indicative only; run with --with-activemq for the real figure."
         )
-    tl = summary.targets(records, ours, theirs)
+    if any(b in brokers for b in summary.OTHERS):
+        print()
+        print("## The shared matrix (the table of docs/benchmarks.md)")
+        print()
+        report.print_table(*summary.matrix_rows(records, scenarios, ours, brokers, meta))
+        print()
+        print(
+            "Medians of the reps (E: p99 latency, lower is better); ratios: ours / the other broker's medians, "
+            "the paired reps' range in brackets."
+        )
+    tl = summary.targets(records, ours, brokers, meta)
     if meta and meta.get("quick"):
         tl = ["- not judged: a --quick run is a smoke test, its message counts are too small to measure"]
     if tl:
         print()
-        print("## Targets")
+        print("## Goals")
         print()
         print("\n".join(tl))
     hwm = {b: v for b, v in ((meta or {}).get("hwm") or {}).items() if v is not None}
@@ -382,7 +417,7 @@ def summarize(path: str) -> int:
             brokers.append(r["broker"])
     end = next((r for r in records if r.get("type") == "end"), None)
     if meta and end:
-        meta = dict(meta, hwm=end.get("hwm"))
+        meta = dict(meta, hwm=end.get("hwm"), load_after=end.get("load_after"))
     return 0 if print_report(records, scenarios, brokers, meta) else 1
 
 
@@ -418,6 +453,8 @@ def main(argv=None) -> int:
         brokers.append(ActiveMQ(workdir))
     if a.with_rabbitmq:
         brokers.append(RabbitMQ(workdir))
+    if a.with_relay:
+        brokers.append(Relay(workdir))
     sampler = RssSampler()
     status = 1
     runner = None
@@ -453,6 +490,7 @@ def main(argv=None) -> int:
             "noisy_cpu": a.noisy_cpu,
             "max_extra": a.max_extra,
         }
+        meta["load_before"] = list(os.getloadavg())
         runner = Runner(a, brokers, sampler, out, stamp)
         runner.write(meta)
         runner.warm_up()
@@ -461,7 +499,8 @@ def main(argv=None) -> int:
         except BrokerDied as exc:
             log(f"compare.py: {exc}")
         hwm = {b.name: proc_status_mb(b.pid).get("VmHWM") for b in brokers}
-        runner.write({"type": "end", "run_id": stamp, "hwm": hwm})
+        meta["load_after"] = list(os.getloadavg())
+        runner.write({"type": "end", "run_id": stamp, "hwm": hwm, "load_after": meta["load_after"]})
         meta["hwm"] = hwm
         ok = print_report(runner.records, a.scenario_list, [b.name for b in brokers], meta)
         status = 0 if ok else 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 # Reference numbers: bench/harness/RESULTS.md ("Results, median of 3"),
 # ActiveMQ 5.17.2 (Debian, JDK 17), measured earlier on this kind of machine.
@@ -29,16 +30,99 @@ REFERENCE = {
 }
 REFERENCE_RSS = "about 111 MB at start, 675 MB after the matrix; about 150% CPU flat out"
 
-# (scenario, metric, threshold, needs_store, text): ours / ActiveMQ must be >= threshold,
-# except for "rss", an absolute bound on our peak RSS in MB. A needs_store target is not judged
-# while our broker writes nothing to its data directory (it then measured the in-memory path).
-TARGETS = [
-    ("A", "rate", 1.0, False, "queue A e2e msg/s >= ActiveMQ's"),
-    ("C", "rate", 0.8, False, "topic C deliveries/s >= 0.8 x ActiveMQ's"),
-    ("D", "rate", 1.0, False, "client-individual prefetch 1 (D) msg/s >= ActiveMQ's"),
-    ("*", "rss", 100.0, False, "broker RSS < 100 MB through the runs"),
-    ("B", "rate", 1.0, True, "persistent queue B msg/s >= ActiveMQ KahaDB's"),
-]
+#: The broker names compare.py gives the brokers it compares ours with, and how the tables name them.
+OTHERS = {"activemq": "ActiveMQ", "rabbitmq": "RabbitMQ", "relay": "the relay"}
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal of the matrix.
+
+    - ``against`` names the other broker: the goal is on ours / its median
+      (at least ``bound`` for a rate, at most for a latency);
+    - without it the goal is an absolute bound on ours: peak RSS in MB
+      (``rss``) or start to port open in seconds (``start``), both "under";
+    - a ``needs_store`` goal is not judged while our broker wrote nothing to
+      its data directory (it then measured the in-memory path)."""
+
+    scenario: str
+    metric: str
+    bound: float
+    against: str | None = None
+    needs_store: bool = False
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric in ("p50", "p99", "rss", "start")
+
+    def text(self) -> str:
+        """``A msg/s >= 2.5 x ActiveMQ's``, ``RSS < 100 MB through the matrix``."""
+        if self.metric == "rss":
+            return f"broker RSS < {self.bound:g} MB through the matrix"
+        if self.metric == "start":
+            return f"start to port open < {self.bound:g} s"
+        what = f"{self.metric} latency" if self.lower_is_better else "msg/s"
+        sign = "<=" if self.lower_is_better else ">="
+        return f"{self.scenario} {what} {sign} {self.bound:g} x {OTHERS.get(self.against or '', self.against)}'s"
+
+    def short(self) -> str:
+        """The goal in a table's cell: ``>= 2.5``, ``p99 <= 0.5``."""
+        if self.lower_is_better:
+            return f"{self.metric} <= {self.bound:g}"
+        return f">= {self.bound:g}"
+
+    def met(self, value: float) -> bool:
+        return (
+            value < self.bound
+            if self.against is None
+            else (value <= self.bound if self.lower_is_better else value >= self.bound)
+        )
+
+
+GOALS = (
+    Goal("A", "rate", 2.5, "activemq"),
+    Goal("C", "rate", 3.0, "activemq"),
+    Goal("D", "rate", 1.5, "activemq"),
+    Goal("E", "p99", 0.5, "activemq"),
+    Goal("B", "rate", 2.0, "activemq", needs_store=True),
+    Goal("A", "rate", 6.0, "rabbitmq"),
+    Goal("C", "rate", 6.0, "rabbitmq"),
+    Goal("D", "rate", 2.5, "rabbitmq"),
+    Goal("B", "rate", 1.5, "rabbitmq", needs_store=True),
+    Goal("*", "rss", 100.0),
+    Goal("*", "start", 0.5),
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A goal as one run judged it: ``value`` is the ratio of the medians (or the
+    absolute figure); ``met`` is None when the run cannot judge it, and ``note`` says why
+    or where the figure came from. ``floor``: the same ratio for the harness's relay
+    (frames forwarded, no broker) when it ran: what a broker costing nothing reaches."""
+
+    goal: Goal
+    value: float | None
+    met: bool | None
+    note: str = ""
+    floor: float | None = None
+
+    def line(self) -> str:
+        """One line of compare.py's goals list."""
+        head = f"- {self.goal.text()}: "
+        if self.met is None:
+            return head + f"not judged: {self.note}"
+        unit = {"rss": " MB (peak)", "start": " s"}.get(self.goal.metric, "")
+        figure = f"{self.value:.2f}{unit}" if self.goal.metric != "rss" else f"{self.value:.1f}{unit}"
+        floor = "" if self.floor is None else f"; the relay (the floor) {self.floor:.2f}"
+        return head + f"{figure}{f' ({self.note})' if self.note else ''} -> {'met' if self.met else 'NOT met'}{floor}"
+
+    def cell(self) -> str:
+        """The goal and its verdict in the matrix's Markdown table: ``>= 2.5: **not met**``."""
+        if self.met is None:
+            return f"{self.goal.short()}: not judged"
+        floor = "" if self.met or self.floor is None else f" (the relay: {self.floor:.2f})"
+        return f"{self.goal.short()}: {'met' if self.met else '**not met**'}{floor}"
 
 
 def _num(v):
@@ -209,43 +293,112 @@ def reference_table(records: list[dict], scenarios: list[str], ours: str) -> str
     return "\n".join(lines)
 
 
-def targets(records: list[dict], ours: str, theirs: str | None) -> list[str]:
-    """One line per target (``TARGETS``) that this run can judge."""
+def _ours_start_s(meta: dict | None, ours: str) -> float | None:
+    for info in (meta or {}).get("brokers") or []:
+        if info.get("broker") == ours and _num(info.get("startup_ms")) is not None:
+            return info["startup_ms"] / 1000
+    return None
+
+
+def judge(records: list[dict], ours: str, brokers: list[str], meta: dict | None = None) -> list[Verdict]:
+    """Every goal of ``GOALS`` this run can speak to: against a broker it ran (or, for
+    ActiveMQ's goals in a run without it, the reference numbers, indicative only)."""
     sel = select(records)
-    out = []
-    for scen, metric, threshold, needs_store, text in TARGETS:
-        if metric == "rss":
+    out: list[Verdict] = []
+    for goal in GOALS:
+        if goal.metric == "rss":
             peaks = [r.get("rss_peak_mb") for (s, b), reps in sel.items() if b == ours for r in reps.values()]
             peaks = [p for p in peaks if p]
             if peaks:
-                peak = max(peaks)
-                out.append(f"- {text}: peak {peak:.1f} MB -> {'met' if peak < threshold else 'NOT met'}")
+                out.append(Verdict(goal, max(peaks), goal.met(max(peaks))))
             continue
-        a, b = sel.get((scen, ours)), sel.get((scen, theirs)) if theirs else None
+        if goal.metric == "start":
+            start = _ours_start_s(meta, ours)
+            if start is not None:
+                out.append(Verdict(goal, start, goal.met(start), "one start, under this run's load"))
+            continue
+        a = sel.get((goal.scenario, ours))
         if not a:
             continue
         sa = cell_stats(a)
-        if needs_store and all(r.get("data_dir_bytes") == 0 for r in a.values()):
-            out.append(
-                f"- {text}: not judged: our broker wrote nothing to its data directory "
-                f"during {scen}, so {scen} measured the in-memory path"
-            )
+        if goal.needs_store and all(r.get("data_dir_bytes") == 0 for r in a.values()):
+            why = f"our broker wrote nothing to its data directory during {goal.scenario} (the in-memory path)"
+            out.append(Verdict(goal, None, None, why))
             continue
+        b = sel.get((goal.scenario, goal.against)) if goal.against in brokers else None
         if b:
             sb = cell_stats(b)
-            r = ratio(sa[metric][0] if sa[metric] else None, sb[metric][0] if sb[metric] else None)
+            r = ratio(sa[goal.metric][0] if sa[goal.metric] else None, sb[goal.metric][0] if sb[goal.metric] else None)
             src = "this run"
-        else:
-            ref = REFERENCE.get(scen, {}).get(metric)
-            r = ratio(sa[metric][0] if sa[metric] else None, ref[0] if ref else None)
+        elif goal.against == "activemq":
+            ref = REFERENCE.get(goal.scenario, {}).get(goal.metric)
+            ref_value = ref[0] if isinstance(ref, tuple) else ref
+            r = ratio(sa[goal.metric][0] if sa[goal.metric] else None, ref_value)
             src = "reference numbers, indicative only"
+        else:
+            continue
         if r is None:
             continue
-        verdict = "met" if r >= threshold and sa["ok"] == sa["n"] else "NOT met"
+        met = goal.met(r) and sa["ok"] == sa["n"]
         if sa["ok"] < sa["n"]:
-            verdict += f" (only {sa['ok']}/{sa['n']} reps ok)"
-        out.append(f"- {text}: ratio {r:.2f} ({src}) -> {verdict}")
+            src += f"; only {sa['ok']}/{sa['n']} reps ok"
+        floor = None
+        relay = sel.get((goal.scenario, "relay"))
+        if b and relay:
+            sr = cell_stats(relay)
+            floor = ratio(
+                sr[goal.metric][0] if sr[goal.metric] else None, sb[goal.metric][0] if sb[goal.metric] else None
+            )
+        out.append(Verdict(goal, r, met, src, floor))
     return out
+
+
+def targets(records: list[dict], ours: str, brokers: list[str], meta: dict | None = None) -> list[str]:
+    """One line per goal (``GOALS``) that this run can judge."""
+    return [v.line() for v in judge(records, ours, brokers, meta)]
+
+
+def matrix_rows(
+    records: list[dict], scenarios: list[str], ours: str, brokers: list[str], meta: dict | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """The shared matrix as ``docs/benchmarks.md`` shows it: per scenario, each broker's
+    median (msg/s, or E's p99 in ms), ours / each other broker's (ratio of the medians,
+    paired reps in brackets), the goals on that scenario with their verdicts, and the
+    reps flagged noisy per broker. Header and rows for ``report.print_table``."""
+    sel = select(records)
+    others = [b for b in OTHERS if b in brokers]
+    names = [ours, *others]
+    verdicts = judge(records, ours, brokers, meta)
+    header = [
+        "scenario",
+        *(("ours" if b == ours else OTHERS[b]) for b in names),
+        *(f"ours / {OTHERS[b]}" for b in others),
+        "goals",
+        "noisy reps (" + " / ".join("ours" if b == ours else OTHERS[b] for b in names) + ")",
+    ]
+    rows = []
+    for scen in scenarios:
+        if (scen, ours) not in sel:
+            continue
+        metric, get, nd, unit = ("p99", lambda r: lat(r, "p99"), 2, " ms p99") if scen == "E" else ("rate", rate, 0, "")
+        stats = {b: cell_stats(sel[(scen, b)]) for b in names if (scen, b) in sel}
+        cells = [scen]
+        for b in names:
+            st = stats.get(b)
+            cells.append(f"{fmt_num(st[metric][0], nd)}{unit}" if st and st[metric] else "-")
+        for b in others:
+            if b not in stats or not stats[ours][metric] or not stats[b][metric]:
+                cells.append("-")
+                continue
+            med = ratio(stats[ours][metric][0], stats[b][metric][0])
+            cells.append(fmt_ratio(med, paired_ratios(sel[(scen, ours)], sel[(scen, b)], get)))
+        if (meta or {}).get("quick"):
+            cells.append("not judged (--quick)")
+        else:
+            cells.append("; ".join(v.cell() for v in verdicts if v.goal.scenario == scen))
+        cells.append(" / ".join(f"{stats[b]['noisy']} of {stats[b]['n']}" if b in stats else "-" for b in names))
+        rows.append(cells)
+    return header, rows
 
 
 def failures(records: list[dict]) -> list[str]:

@@ -54,8 +54,13 @@ def test_quick_compare_prints_a_row_per_scenario_and_loses_nothing(tmp_path: Pat
         assert cells[8] == "0 / 0", f"{scen}: lost / dup is {cells[8]!r}"
         assert re.fullmatch(r"[\d,]+(\s.*)?", cells[3]), f"{scen}: no msg/s in {cells[3]!r}"
     assert "Reference, not this run" in stdout
+    # the build and the loop our broker named at its start, in the output and the JSON
+    assert re.search(r"^# ours: core (compiled|interpreted)\b.*, event loop (uvloop|asyncio)\b", stdout, re.M), stdout
 
     recs = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    run = next(r for r in recs if r.get("type") == "run")
+    ours = next(b for b in run["brokers"] if b["broker"] == "ours")
+    assert ours["core"] and ours["loop"] and ours["startup_ms"] > 0, ours
     measured = [r for r in recs if r.get("type") == "rep" and r.get("phase") == "measure"]
     assert sorted(r["scenario"] for r in measured) == ["A", "C"]
     for r in measured:
@@ -87,7 +92,7 @@ def test_a_benchmark_refuses_a_bad_argument_and_says_why(command: tuple[str, ...
 def test_vendored_harness_is_the_shared_one_but_for_its_origin_line() -> None:
     table = (HARNESS / "README.md").read_text()
     hashes = dict(re.findall(r"^\| `([^`]+)` \| `([0-9a-f]{64})` \|$", table, re.M))
-    assert len(hashes) == 7, hashes
+    assert len(hashes) == 8, hashes
     for name, digest in hashes.items():
         lines = (HARNESS / name).read_text().splitlines(keepends=True)
         origin = [i for i, line in enumerate(lines[:2]) if "vendored from ../shared/bench/" in line]
@@ -114,6 +119,106 @@ def test_missing_rabbitmq_names_the_install_command(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(rabbitmq, "RABBITMQ_SERVER", tmp_path / "no-such" / "rabbitmq-server")
     with pytest.raises(brokers.BrokerStartError, match=re.escape("apt-get install -y rabbitmq-server")):
         brokers.RabbitMQ.check_installed()
+
+
+def _rep(broker: str, scen: str, rep: int, rate: float, p99: float = 1.0, noisy: bool = False) -> dict:
+    return {
+        "type": "rep",
+        "phase": "measure",
+        "broker": broker,
+        "scenario": scen,
+        "rep": rep,
+        "ok": True,
+        "noisy": noisy,
+        "e2e_rate": rate,
+        "latency_ms": {"p50": p99 / 2, "p99": p99},
+        "rss_peak_mb": 40.0 if broker == "ours" else 300.0,
+        "data_dir_bytes": 4096 if broker == "ours" else None,
+    }
+
+
+def test_matrix_table_has_a_column_per_broker_and_both_ratios_with_their_goals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The table docs/benchmarks.md shows: medians per broker, ours / each other broker,
+    the goals judged on the ratio of the medians (E on its p99, lower is better)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import summary
+
+    records = []
+    for rep in (1, 2, 3):
+        records += [_rep("ours", "A", rep, 100_000 + rep), _rep("activemq", "A", rep, 50_000, noisy=rep == 1)]
+        records += [_rep("rabbitmq", "A", rep, 10_000)]
+        records += [_rep("ours", "E", rep, 500, p99=0.2), _rep("activemq", "E", rep, 500, p99=0.5)]
+        records += [_rep("rabbitmq", "E", rep, 500, p99=0.3)]
+    meta = {"brokers": [{"broker": "ours", "startup_ms": 420}]}
+    brokers = ["ours", "activemq", "rabbitmq"]
+    header, rows = summary.matrix_rows(records, ["A", "E"], "ours", brokers, meta)
+    assert header[:6] == ["scenario", "ours", "ActiveMQ", "RabbitMQ", "ours / ActiveMQ", "ours / RabbitMQ"]
+    a, e = rows
+    assert a[1:4] == ["100,002", "50,000", "10,000"]
+    assert a[4].startswith("**2.00**") and a[5].startswith("**10.00**"), a
+    assert a[6] == ">= 2.5: **not met**; >= 6: met", a
+    assert a[7] == "0 of 3 / 1 of 3 / 0 of 3", a
+    assert e[1:4] == ["0.20 ms p99", "0.50 ms p99", "0.30 ms p99"]
+    assert e[4] == "**0.40**" and e[6] == "p99 <= 0.5: met", e
+    # with the relay in the run, a goal not met says what the floor reached on the same ratio
+    relay = [_rep("relay", "A", rep, 120_000, p99=0.15) for rep in (1, 2, 3)]
+    header, rows = summary.matrix_rows(records + relay, ["A"], "ours", [*brokers, "relay"], meta)
+    assert header[4:8] == ["the relay", "ours / ActiveMQ", "ours / RabbitMQ", "ours / the relay"], header
+    assert rows[0][8] == ">= 2.5: **not met** (the relay: 2.40); >= 6: met", rows[0]
+    lines = summary.targets(records, "ours", brokers, meta)
+    assert "- start to port open < 0.5 s: 0.42 s (one start, under this run's load) -> met" in lines, lines
+    assert "- broker RSS < 100 MB through the matrix: 40.0 MB (peak) -> met" in lines, lines
+
+    # without RabbitMQ in the run its goals are not judged, and its column is not there
+    header, rows = summary.matrix_rows(records, ["A"], "ours", ["ours", "activemq"], meta)
+    assert "RabbitMQ" not in header and rows[0][3].startswith("**2.00**") and rows[0][4] == ">= 2.5: **not met**"
+
+
+def test_activemq_runs_the_vendored_configuration_on_free_ports(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The harness's activemq.xml names 61613 and 61616, which a broker of ours may hold:
+    the bench's copy moves its two connectors to free ports and changes nothing else."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    import brokers
+
+    copy = tmp_path / "activemq.xml"
+    port = brokers.on_free_ports(brokers.AMQ_HARNESS_CONF, copy)
+    original = brokers.AMQ_HARNESS_CONF.read_text().splitlines()
+    moved = copy.read_text().splitlines()
+    changed = [(a, b) for a, b in zip(original, moved, strict=True) if a != b]
+    assert [a.strip() for a, _ in changed] == [
+        '<transportConnector name="openwire" uri="tcp://127.0.0.1:61616"/>',
+        '<transportConnector name="stomp" uri="stomp://127.0.0.1:61613"/>',
+    ]
+    assert f'uri="stomp://127.0.0.1:{port}"' in changed[1][1] and port != 61613
+    assert "61616" not in changed[0][1]
+
+    no_stomp = tmp_path / "no-stomp.xml"
+    no_stomp.write_text("\n".join(line for line in original if "stomp://" not in line))
+    with pytest.raises(brokers.BrokerStartError, match="expected one stomp:// transport connector"):
+        brokers.on_free_ports(no_stomp, tmp_path / "copy.xml")
+
+
+@pytest.mark.slow
+def test_startup_times_each_start_to_the_port_open_names_the_build_and_the_floor() -> None:
+    p = subprocess.run(
+        [sys.executable, str(BENCH / "startup.py"), "--starts", "2", "--floor", "--json", os.devnull],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}"
+    times = r"\| 2 +\| (\d+\.\d\d) s +\| (\d+\.\d\d) s +\| (\d+\.\d\d) s +\|"
+    ours = re.search(rf"^\| minibroker serve +{times} [\d.]+ MB +\| (compiled|interpreted)", p.stdout, re.M)
+    floor = re.search(rf"^\| floor: python, a listening socket +{times} - ", p.stdout, re.M)
+    assert ours and floor, p.stdout
+    for found in (ours, floor):
+        median, fastest, slowest = (float(found.group(i)) for i in (1, 2, 3))
+        assert 0 < fastest <= median <= slowest, p.stdout
 
 
 @pytest.mark.slow
