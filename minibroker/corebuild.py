@@ -84,6 +84,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "minibroker.destinations.cursor",
     "minibroker.destinations.destination",
     "minibroker.destinations.durables",
+    "minibroker.destinations.paged",
     "minibroker.destinations.pending",
     "minibroker.destinations.ports",
     "minibroker.destinations.queue",

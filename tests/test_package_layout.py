@@ -187,6 +187,42 @@ def test_the_floor_check_sees_a_downward_import(tmp_path: Path) -> None:
     assert _floor("minibroker.core.broker") > _floor("minibroker.protocol.codec")
 
 
+def _any_aliases(path: Path) -> list[str]:
+    """The names ``path`` binds to ``Any`` at its top level (``X = Any``, ``X: TypeAlias = Any``,
+    ``typing.Any`` too): a reference typed so is checked nowhere."""
+
+    def is_any(value: ast.expr | None) -> bool:
+        return (isinstance(value, ast.Name) and value.id == "Any") or (
+            isinstance(value, ast.Attribute) and value.attr == "Any"
+        )
+
+    found = []
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Assign) and is_any(node.value):
+            found += [target.id for target in node.targets if isinstance(target, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and is_any(node.value):
+            found.append(node.target.id)
+    return found
+
+
+def test_no_reference_is_an_alias_of_any() -> None:
+    """Where a part names another it cannot import (the class's module imports it), the
+    name is a ``Protocol`` of what it uses, or the class moved where it can be imported:
+    never ``Any`` under another name, which mypy would take for anything."""
+    found = [f"{path.relative_to(ROOT)}: {name}" for path in _sources("minibroker") for name in _any_aliases(path)]
+    assert found == []
+
+
+def test_the_alias_check_sees_an_alias_of_any(tmp_path: Path) -> None:
+    source = tmp_path / "x.py"
+    source.write_text(
+        "import typing\nfrom typing import Any, TypeAlias\n"
+        "QueueRef = Any\nTopicRef: TypeAlias = typing.Any\nTOPIC: object = None\n"
+        "def f() -> None:\n    local = Any\n"
+    )
+    assert _any_aliases(source) == ["QueueRef", "TopicRef"]
+
+
 def _project_sources() -> list[Path]:
     """Every Python file of the project: tracked, or new and not ignored."""
     listed = subprocess.run(

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from minibroker.core.flow import ProducerFlowControl
     from minibroker.core.sampling import Sampling
     from minibroker.core.storehooks import StoreHooks
+    from minibroker.destinations.ports import DestinationHandle, DestinationView
+    from minibroker.destinations.subscription import SubscribedDestination
 
 __all__ = ["DestinationHooks", "Subscriptions"]
 
@@ -94,7 +96,9 @@ class DestinationHooks:
             sub.auto and not sub.browser,
         )
 
-    def redelivering(self, destination: Destination, message: Message, sub: Subscription | None, reason: str) -> None:
+    def redelivering(
+        self, destination: DestinationHandle, message: Message, sub: Subscription | None, reason: str
+    ) -> None:
         """``message`` goes back to ``destination`` for another delivery (traced); ``reason``:
         "nack" or "rollback" (its consumer refused it), "closed" (its consumer went away)."""
         count = (
@@ -110,14 +114,14 @@ class DestinationHooks:
             sub=sub.id if sub is not None else None,
         )
 
-    def message_consumed(self, destination: Destination, message: Message) -> None:
+    def message_consumed(self, destination: DestinationHandle, message: Message) -> None:
         """``message`` left ``destination`` for good (acknowledged or dropped)."""
         destination.release(message)
         if message.store_ref is not None and isinstance(destination, Queue) and self.store is not None:
             self.store.dequeue(message.store_ref, self.storehooks.txid)
             message.store_ref = None
 
-    def message_enqueued(self, queue: Queue, message: Message, cached: bool) -> None:
+    def message_enqueued(self, queue: DestinationView, message: Message, cached: bool) -> None:
         """``message`` entered ``queue``: cached in memory, or store-only."""
         if self.trace.enabled:
             self.trace.enqueued(
@@ -131,8 +135,9 @@ class DestinationHooks:
                 self.session_tag,
             )
 
-    def page_in_blocked(self, queue: Queue) -> None:
+    def page_in_blocked(self, queue: DestinationView) -> None:
         """``queue``'s cursor refused to page in: remember to try again when space frees."""
+        assert isinstance(queue, Queue)  # only a queue has a store cursor
         self._blocked_cursors[queue] = None
         if self.trace.enabled:
             self._emit(
@@ -155,7 +160,7 @@ class DestinationHooks:
         if isinstance(destination, Queue):
             self._blocked_cursors.pop(destination, None)
 
-    def paged_in(self, queue: Queue, count: int) -> None:
+    def paged_in(self, queue: DestinationView, count: int) -> None:
         if self.trace.enabled:
             self._emit(
                 "page_in",
@@ -165,7 +170,7 @@ class DestinationHooks:
                 mem_pct=self.context.memory.percent,
             )
 
-    def message_expired(self, destination: Destination, message: Message) -> None:
+    def message_expired(self, destination: DestinationHandle, message: Message) -> None:
         """``message`` expired before it could be delivered."""
         if self.trace.enabled:
             self._emit("expire", dest=destination.address, msg=message.message_id)
@@ -174,7 +179,7 @@ class DestinationHooks:
         else:
             self.message_consumed(destination, message)
 
-    def dead_letter(self, destination: Destination, message: Message, cause: str) -> None:
+    def dead_letter(self, destination: DestinationHandle, message: Message, cause: str) -> None:
         """Move ``message`` from ``destination`` to its dead letter queue.
 
         As ActiveMQ's dead letter strategies: a shared ``ActiveMQ.DLQ`` or an
@@ -216,7 +221,7 @@ class DestinationHooks:
             )
             dlq.accept(copy)
 
-    def destination_created(self, destination: Destination) -> None:
+    def destination_created(self, destination: DestinationHandle) -> None:
         """A destination came into being (on first use)."""
         if self.trace.enabled:
             destination.memory.add_listener(self._trace_usage)
@@ -236,12 +241,12 @@ class DestinationHooks:
         }
         sub.session.write(encode(Frame("MESSAGE", headers, b""), sub.session.version))
 
-    def max_page_size(self, destination: Destination) -> int:
+    def max_page_size(self, destination: DestinationView) -> int:
         """How many undeliverable messages a dispatch pass may step over."""
         return destination.policy.max_page_size
 
     # -- topics: full subscriptions, slow consumers, discards, swapping
-    def subscription_full(self, topic: Topic, sub: Subscription) -> None:
+    def subscription_full(self, topic: DestinationView, sub: Subscription) -> None:
         """``sub``'s pending cursor is full: the producer blocks (logged as ActiveMQ does)."""
         now = self.context.clock.now()
         last = self._subscriptions.full_logged.get(sub.key)
@@ -294,14 +299,14 @@ class DestinationHooks:
                 prefetch=sub.prefetch,
             )
 
-    def _schedule_slow_check(self, dest: Destination) -> None:
+    def _schedule_slow_check(self, dest: SubscribedDestination) -> None:
         if dest.address in self._slow_checks:
             return
         self._slow_checks.add(dest.address)
         period = dest.policy.abort_slow_consumer_check_period / 1000
         self.context.timers.call_at(self.context.clock.now() + period, self._check_slow, dest)
 
-    def _check_slow(self, dest: Destination) -> None:
+    def _check_slow(self, dest: SubscribedDestination) -> None:
         """ActiveMQ's AbortSlowConsumerStrategy: abort subscriptions slow too often or too long."""
         self._slow_checks.discard(dest.address)
         policy = dest.policy
@@ -347,7 +352,7 @@ class DestinationHooks:
         """Is ``sub`` still subscribed (not unsubscribed, aborted or closed)?"""
         return self._subscriptions.subs_by_key.get(sub.key) is sub
 
-    def discarded(self, topic: Topic, sub: Subscription, message: Message, reason: str) -> None:
+    def discarded(self, topic: DestinationView, sub: Subscription, message: Message, reason: str) -> None:
         if self.trace.enabled:
             self._emit(
                 "discard",
@@ -358,7 +363,7 @@ class DestinationHooks:
                 sub=sub.id,
             )
 
-    def swapped(self, topic: Topic, sub: Subscription, event: str, count: int) -> None:
+    def swapped(self, topic: DestinationView, sub: Subscription, event: str, count: int) -> None:
         fields: dict[str, Any] = {
             "dest": topic.address,
             "sub": sub.id,

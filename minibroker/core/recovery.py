@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from minibroker.core.common import log
 from minibroker.core.storehooks import StoreHooks
-from minibroker.destinations.cursor import PagedRef
 from minibroker.destinations.destination import Destination
+from minibroker.destinations.paged import PagedRef
 from minibroker.destinations.queue import Queue
 from minibroker.destinations.topic import DurableState, Topic
 from minibroker.durability.persistence import StoreRef, durable_key

@@ -59,10 +59,10 @@ from typing import TYPE_CHECKING, Any
 from minibroker.connection.session import Session
 from minibroker.core.actions import Shutdown
 from minibroker.core.common import log
-from minibroker.destinations.cursor import PagedRef, StoreRun
 from minibroker.destinations.destination import Destination
+from minibroker.destinations.paged import PagedRef, StoreRun
 from minibroker.destinations.queue import Queue
-from minibroker.destinations.topic import DurableState, Topic
+from minibroker.destinations.topic import Topic
 from minibroker.durability.persistence import StoreRef, decode_messages, durable_key, encode_wire_payload
 from minibroker.errors import NoSpaceError, ResourceLimitError
 from minibroker.frames import Frame
@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from minibroker.core.actions import Action
     from minibroker.core.context import CoreContext
     from minibroker.core.flow import ProducerFlowControl
+    from minibroker.destinations.ports import DestinationView, DurableCopies
     from minibroker.destinations.subscription import Subscription
 
 __all__ = ["STORE_FAILED_EXIT", "SPACE_PROBE_SECONDS", "StoreHooks"]
@@ -413,7 +414,7 @@ class StoreHooks:
                 raise
         return destination.accept(message)
 
-    def persist_durable(self, topic: Topic, state: DurableState, message: Message) -> None:
+    def persist_durable(self, topic: DestinationView, state: DurableCopies, message: Message) -> None:
         """Journal a persistent topic message for one durable subscription.
 
         A refusal (a full disk or ring, a failed store) raises ``ResourceLimitError``:
@@ -436,14 +437,14 @@ class StoreHooks:
             )
             raise
 
-    def mark_durable_delivered(self, state: DurableState, message: Message) -> None:
+    def mark_durable_delivered(self, state: DurableCopies, message: Message) -> None:
         """A persistent message went to a client-ack durable subscriber: note it on
         that subscription's stored copy, for recovery (as ``mark_delivered`` for a queue)."""
         ref = state.refs.get(message.seq)
         if ref is not None and self.store is not None:
             self.store.mark_delivered(ref)
 
-    def settle_durable(self, state: DurableState, message: Message) -> None:
+    def settle_durable(self, state: DurableCopies, message: Message) -> None:
         ref = state.refs.pop(message.seq, None)
         if ref is not None and self.store is not None:
             self.store.dequeue(ref, self.txid)
@@ -506,7 +507,7 @@ class StoreHooks:
             self.temp_store().release(ref)
             self.temp_changed()
 
-    def spill(self, queue: Destination, message: Message) -> int:
+    def spill(self, queue: DestinationView, message: Message) -> int:
         """Write a non-persistent queue message to the temp store (a file cursor); returns its temp seq."""
         entry = self.temp_store().append(queue.address, self.payload_of(message))
         self.temp_changed()
@@ -524,7 +525,7 @@ class StoreHooks:
             return list(payloads)
         return [next(payloads) if type(p.ref) is StoreRef else None for p in refs]
 
-    def load_run(self, destination: Destination, run: StoreRun, budget: int | None) -> tuple[list[Message], int]:
+    def load_run(self, destination: DestinationView, run: StoreRun, budget: int | None) -> tuple[list[Message], int]:
         """Page in ``run``'s messages, read together, while the bytes loaded are
         below ``budget`` (None: all of them); returns them and their size."""
         journal, key, _priority, seqs, journal_seqs = run
@@ -538,7 +539,7 @@ class StoreHooks:
             taken += message.size
         return loaded, taken
 
-    def load_message(self, destination: Destination, paged: PagedRef, payload: bytes | None = None) -> Message:
+    def load_message(self, destination: DestinationView, paged: PagedRef, payload: bytes | None = None) -> Message:
         """Read a store-only message back into a ``Message`` (a page-in, an expiry, a
         browse): from the journal (or ``payload``, read ahead), or (a spilled
         non-persistent message) from the temp store, where it stays until ``took``."""

@@ -4,22 +4,25 @@ and the offline durable subscribers."""
 
 from __future__ import annotations
 
-from minibroker.destinations.cursor import PagedRef, StoreIndex, StoreRun
+from minibroker.destinations.cursor import StoreIndex
 from minibroker.destinations.destination import Destination, parse_address
 from minibroker.destinations.durables import OfflineDurables
+from minibroker.destinations.paged import PagedRef, StoreRun
 from minibroker.destinations.pending import FilePending
 from minibroker.destinations.ports import (
-    Connection,
     DestinationEvents,
+    DestinationHandle,
     DestinationParts,
     DestinationStore,
+    DestinationView,
+    DurableCopies,
     SpaceListener,
     Tracer,
 )
 from minibroker.destinations.queue import Queue
 from minibroker.destinations.registry import TEMP_PREFIXES, DestinationRegistry
 from minibroker.destinations.seqfifo import SeqFifo
-from minibroker.destinations.subscription import ACK_MODES, Subscription
+from minibroker.destinations.subscription import ACK_MODES, Connection, SubscribedDestination, Subscription
 from minibroker.destinations.topic import DurableState, Topic
 from minibroker.destinations.usage import Usage
 
@@ -28,8 +31,11 @@ __all__ = [
     "Connection",
     "Destination",
     "DestinationEvents",
+    "DestinationHandle",
     "DestinationParts",
     "DestinationStore",
+    "DestinationView",
+    "DurableCopies",
     "SpaceListener",
     "DestinationRegistry",
     "DurableState",
@@ -40,6 +46,7 @@ __all__ = [
     "SeqFifo",
     "StoreIndex",
     "StoreRun",
+    "SubscribedDestination",
     "Subscription",
     "TEMP_PREFIXES",
     "Topic",

@@ -39,8 +39,9 @@ import logging
 import operator
 from array import array
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from minibroker.destinations.paged import PagedRef, StoreRun
 from minibroker.destinations.seqfifo import SeqFifo
 from minibroker.durability.persistence import StoreRef
 from storage import StoreFull
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from minibroker.destinations.usage import Usage
     from minibroker.protocol.message import Message
 
-__all__ = ["QueueCursor", "PagedRef", "StoreIndex", "StoreRun"]
+__all__ = ["QueueCursor", "StoreIndex"]
 
 log = logging.getLogger("minibroker.cursor")
 
@@ -88,32 +89,6 @@ _PRIORITIES = 10
 _DEFAULT_PRIORITY = 4
 #: ``PagedRef(*fields)`` without the named tuple's Python-level ``__new__`` (a page-in makes many).
 _new = tuple.__new__
-
-
-class PagedRef(NamedTuple):
-    """A store-only message: where it is and what dispatch order needs.
-
-    Made on demand by ``StoreIndex`` (which keeps none of these). ``priority``
-    is the message's in a prioritized queue, and 4 in a FIFO one, whose order
-    ignores it.
-    """
-
-    ref: Any  # a persistence.StoreRef, or (an int) a temp store entry's seq (a spilled non-persistent message)
-    seq: int
-    priority: int
-    redelivered: bool
-    expires: int
-
-
-class StoreRun(NamedTuple):
-    """Store-only messages of one priority, next in dispatch order, all in the
-    queue's journal under its key (``StoreIndex.first_runs``)."""
-
-    journal: Any
-    key: str
-    priority: int
-    seqs: array[int]  # broker seqs
-    journal_seqs: array[int]
 
 
 class StoreIndex:

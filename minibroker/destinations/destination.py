@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import mypyc_attr
 
-from minibroker.destinations.ports import DestinationParts, SubscriptionRef
+from minibroker.destinations.ports import DestinationParts
 from minibroker.destinations.usage import Usage
 
 if TYPE_CHECKING:
     from minibroker.config import PolicyEntry
+    from minibroker.destinations.subscription import Subscription
     from minibroker.protocol.message import Message
 
 __all__ = ["Destination", "FifoPending", "PriorityPending", "parse_address", "DESTINATION_KINDS"]
@@ -175,26 +176,26 @@ class Destination:
         self.memory.increase(size)
 
     # -- overridden by Queue and Topic
-    def add_subscription(self, sub: SubscriptionRef) -> None:
+    def add_subscription(self, sub: Subscription) -> None:
         raise NotImplementedError
 
-    def remove_subscription(self, sub: SubscriptionRef) -> None:
+    def remove_subscription(self, sub: Subscription) -> None:
         raise NotImplementedError
 
-    def accept(self, message: Message) -> list[SubscriptionRef] | None:
+    def accept(self, message: Message) -> list[Subscription] | None:
         """Take a newly sent message. A topic that producer flow control stopped
         part way returns the subscriptions still to serve; otherwise None."""
         raise NotImplementedError
 
-    def dispatch_to(self, sub: SubscriptionRef) -> None:
+    def dispatch_to(self, sub: Subscription) -> None:
         """``sub`` has capacity again: give it what it can take."""
         raise NotImplementedError
 
-    def acknowledge(self, sub: SubscriptionRef, messages: list[Message]) -> None:
+    def acknowledge(self, sub: Subscription, messages: list[Message]) -> None:
         """``sub``'s consumer acknowledged ``messages``."""
         raise NotImplementedError
 
-    def redeliver(self, sub: SubscriptionRef, messages: list[Message], cause: str) -> None:
+    def redeliver(self, sub: Subscription, messages: list[Message], cause: str) -> None:
         """``sub``'s consumer refused ``messages`` (``cause``: "nack" or
         "rollback"): deliver them again, or dead-letter those that have had
         too many deliveries; "reject" (a NACK with ``requeue:false``): dead-letter
@@ -222,10 +223,10 @@ class Destination:
         return kept
 
     @property
-    def subscriptions(self) -> list[SubscriptionRef]:
+    def subscriptions(self) -> list[Subscription]:
         raise NotImplementedError
 
-    def on_delivered(self, sub: SubscriptionRef, message: Message) -> None:
+    def on_delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame for ``message`` was written to ``sub``'s consumer."""
         if self.trace.enabled:
             self.events.delivered(sub, message)

@@ -18,24 +18,30 @@ Theory of operation:
     go on): ``core.flow.ProducerFlowControl``;
   - ``DestinationParts``: what a new destination is given: the clock, timers,
     trace and memory, and the three parts above (the ``Broker`` holds them);
-  - ``Connection``: a session as its subscriptions write to it (``Session``).
+  - ``Connection``: a session as its subscriptions write to it (``Session``),
+    declared in ``subscription.py`` beside ``SubscribedDestination`` (the
+    destination as a subscription's holders use it).
 
-- Where a signature names a destination, subscription or paged reference, its
-  type is one of the aliases below, not the class: the class's module imports
-  this one, and the project has no import circle, not even for the type
-  checker. To mypy these are ``Any``: what such a call passes is checked where
-  it is used.
+- Where a signature names a destination, its type is a ``Protocol`` of what the
+  broker's side reads of it (``DestinationView``, ``DestinationHandle``), and a
+  durable subscription's stored copies are ``DurableCopies``: the classes'
+  modules import this one, and the project has no import circle, not even for
+  the type checker. A subscription (``subscription.py``) and a store-only message
+  (``paged.py``) are named by their classes: those modules import nothing of
+  the destinations.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
+from minibroker.config import PolicyEntry
 from minibroker.connection.clock import Clock
-from minibroker.connection.security import Principal
-from minibroker.connection.states import Writing
 from minibroker.connection.timers import Timers
+from minibroker.destinations.paged import PagedRef, StoreRun
+from minibroker.destinations.subscription import Connection, Subscription
 from minibroker.destinations.usage import Usage
+from minibroker.durability.persistence import StoreRef
 from minibroker.protocol.message import Message
 from storage import TempStore
 from storage.spill import SpillFile
@@ -43,30 +49,62 @@ from storage.spill import SpillFile
 __all__ = [
     "Connection",
     "DestinationEvents",
+    "DestinationHandle",
     "DestinationParts",
     "DestinationStore",
+    "DestinationView",
+    "DurableCopies",
     "SpaceListener",
     "Tracer",
-    "DestinationRef",
-    "QueueRef",
-    "TopicRef",
-    "SubscriptionRef",
-    "DurableRef",
-    "PagedRef",
 ]
 
-#: A ``destination.Destination`` (a queue or topic), named, not imported.
-DestinationRef = Any
-#: A ``queue.Queue``, named, not imported.
-QueueRef = Any
-#: A ``topic.Topic``, named, not imported.
-TopicRef = Any
-#: A ``subscription.Subscription``, named, not imported.
-SubscriptionRef = Any
-#: A ``topic.DurableState`` (a durable subscription's stored state), named, not imported.
-DurableRef = Any
-#: A ``cursor.PagedRef`` or ``cursor.StoreRun`` (a stored message a queue cursor pages in).
-PagedRef = Any
+
+class DestinationView(Protocol):
+    """A queue or topic (``destination.Destination``) as a trace event, a page-in or a
+    store write names it: its address, its policy and its memory."""
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def policy(self) -> PolicyEntry: ...
+
+    @property
+    def memory(self) -> Usage: ...
+
+
+class DestinationHandle(DestinationView, Protocol):
+    """A queue or topic as the broker settles its messages: what ``DestinationView``
+    reads, its kind and name (a dead letter queue's name is made of them), whether
+    it is a dead letter queue (the broker marks it so when it is made), and the
+    release of a message it held."""
+
+    @property
+    def kind(self) -> str:
+        """The kind: "queue" or "topic"."""
+
+    @property
+    def name(self) -> str: ...
+
+    is_dlq: bool
+
+    def release(self, message: Message) -> None:
+        """``message`` is no longer held here: its memory is freed when nothing else holds it."""
+
+
+class DurableCopies(Protocol):
+    """A durable topic subscription (``topic.DurableState``) as the store keeps its copies:
+    its name and client id (its journal key), and its stored copy of each persistent message."""
+
+    @property
+    def client_id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def refs(self) -> dict[int, StoreRef]:
+        """message seq -> its stored copy for this subscription."""
 
 
 class Tracer(Protocol):
@@ -76,85 +114,50 @@ class Tracer(Protocol):
     def enabled(self) -> bool: ...
 
 
-class Connection(Protocol):
-    """A session (``session.Session``), as its subscriptions see it: where a
-    MESSAGE frame is written, and whether it may be now."""
-
-    @property
-    def id(self) -> int: ...
-
-    @property
-    def tag(self) -> str:
-        """The session as the trace names it."""
-
-    @property
-    def version(self) -> str:
-        """The STOMP version negotiated ("1.0", "1.1", "1.2")."""
-
-    @property
-    def client_id(self) -> str | None: ...
-
-    @property
-    def principal(self) -> Principal:
-        """Who logged in on it."""
-
-    @property
-    def writing(self) -> Writing:
-        """May output be added now (``writing.can_write``: the outbound buffer has
-        room, the socket is not full, the connection is open)."""
-
-    @property
-    def leaving(self) -> bool:
-        """A DISCONNECT was read: nothing more is dispatched to it."""
-
-    def write(self, data: bytes) -> None:
-        """Queue ``data`` (one encoded frame) for the socket."""
-
-
 class DestinationEvents(Protocol):
     """What a destination and its cursors tell the broker (``core.hooks.DestinationHooks``)."""
 
     # -- delivery and its outcome
-    def delivered(self, sub: SubscriptionRef, message: Message) -> None:
+    def delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame went to ``sub``'s consumer (traced runs only)."""
 
-    def message_consumed(self, destination: DestinationRef, message: Message) -> None:
+    def message_consumed(self, destination: DestinationHandle, message: Message) -> None:
         """``message`` left ``destination`` acknowledged (or auto-acknowledged)."""
 
-    def message_enqueued(self, queue: QueueRef, message: Message, cached: bool) -> None: ...
+    def message_enqueued(self, queue: DestinationView, message: Message, cached: bool) -> None: ...
 
     def redelivering(
-        self, destination: DestinationRef, message: Message, sub: SubscriptionRef | None, reason: str
+        self, destination: DestinationHandle, message: Message, sub: Subscription | None, reason: str
     ) -> None: ...
 
-    def message_expired(self, destination: DestinationRef, message: Message) -> None: ...
+    def message_expired(self, destination: DestinationHandle, message: Message) -> None: ...
 
-    def dead_letter(self, destination: DestinationRef, message: Message, cause: str) -> None:
+    def dead_letter(self, destination: DestinationHandle, message: Message, cause: str) -> None:
         """Move ``message`` to its dead letter queue, saying why."""
 
-    def end_of_browse(self, sub: SubscriptionRef) -> None:
+    def end_of_browse(self, sub: Subscription) -> None:
         """A browser has been given every message: tell it so."""
 
-    def destination_created(self, destination: DestinationRef) -> None: ...
+    def destination_created(self, destination: DestinationHandle) -> None: ...
 
     # -- queue cursors: paging stored messages in
-    def max_page_size(self, destination: QueueRef) -> int: ...
+    def max_page_size(self, destination: DestinationView) -> int: ...
 
-    def page_in_blocked(self, queue: QueueRef) -> None:
+    def page_in_blocked(self, queue: DestinationView) -> None:
         """``queue``'s cursor could not page in for lack of memory."""
 
-    def paged_in(self, queue: QueueRef, count: int) -> None: ...
+    def paged_in(self, queue: DestinationView, count: int) -> None: ...
 
     # -- topics: slow consumers, file pending cursors
-    def subscription_full(self, topic: TopicRef, sub: SubscriptionRef) -> None: ...
+    def subscription_full(self, topic: DestinationView, sub: Subscription) -> None: ...
 
-    def slow_consumer(self, sub: SubscriptionRef, slow: bool) -> None: ...
+    def slow_consumer(self, sub: Subscription, slow: bool) -> None: ...
 
-    def live_subscription(self, sub: SubscriptionRef) -> bool: ...
+    def live_subscription(self, sub: Subscription) -> bool: ...
 
-    def discarded(self, topic: TopicRef, sub: SubscriptionRef, message: Message, reason: str) -> None: ...
+    def discarded(self, topic: DestinationView, sub: Subscription, message: Message, reason: str) -> None: ...
 
-    def swapped(self, topic: TopicRef, sub: SubscriptionRef, event: str, count: int) -> None: ...
+    def swapped(self, topic: DestinationView, sub: Subscription, event: str, count: int) -> None: ...
 
 
 class DestinationStore(Protocol):
@@ -164,16 +167,18 @@ class DestinationStore(Protocol):
     def mark_delivered(self, message: Message) -> None:
         """A stored message was delivered (its redelivery flag is journalled)."""
 
-    def load_message(self, destination: DestinationRef, paged: PagedRef, payload: bytes | None = None) -> Message: ...
+    def load_message(self, destination: DestinationView, paged: PagedRef, payload: bytes | None = None) -> Message: ...
 
-    def load_run(self, destination: DestinationRef, run: PagedRef, budget: int | None) -> tuple[list[Message], int]: ...
+    def load_run(
+        self, destination: DestinationView, run: StoreRun, budget: int | None
+    ) -> tuple[list[Message], int]: ...
 
     def read_ahead(self, refs: list[PagedRef]) -> list[bytes | None]: ...
 
     def took(self, paged: PagedRef) -> None:
         """A paged-in message is now held in memory (no longer store-only)."""
 
-    def spill(self, queue: QueueRef, message: Message) -> int:
+    def spill(self, queue: DestinationView, message: Message) -> int:
         """Write a non-persistent ``message`` to the store so the cursor can drop it."""
 
     def discard_stored(self, ref: object) -> None: ...
@@ -182,11 +187,11 @@ class DestinationStore(Protocol):
         """The scratch file for store cursors' lists of store-only messages."""
 
     # -- durable subscriptions
-    def persist_durable(self, topic: TopicRef, state: DurableRef, message: Message) -> None: ...
+    def persist_durable(self, topic: DestinationView, state: DurableCopies, message: Message) -> None: ...
 
-    def mark_durable_delivered(self, state: DurableRef, message: Message) -> None: ...
+    def mark_durable_delivered(self, state: DurableCopies, message: Message) -> None: ...
 
-    def settle_durable(self, state: DurableRef, message: Message) -> None: ...
+    def settle_durable(self, state: DurableCopies, message: Message) -> None: ...
 
     def durables_changed(self) -> None: ...
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from minibroker.config import PolicyEntry
     from minibroker.destinations.ports import DestinationParts
     from minibroker.destinations.subscription import Subscription
+    from minibroker.durability.persistence import StoreRef
     from minibroker.protocol.message import Message
 
 __all__ = ["Topic", "DurableState", "STRAIGHT_THROUGH"]
@@ -348,7 +349,7 @@ class DurableState:
         #: Since when it is offline (broker clock), or None: online, or not seen offline yet.
         self.offline_since: float | None = None
         #: message seq -> its stored copy for this subscription (persistent messages).
-        self.refs: dict[int, Any] = {}
+        self.refs: dict[int, StoreRef] = {}
         #: More consumers of it besides ``active`` (RabbitMQ's durable subscriptions: one
         #: queue, its consumers share its messages). Only ``active`` is in the topic's list;
         #: the others share its pending messages and take what it has no room for.

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from minibroker.connection.clock import Clock
     from minibroker.connection.security import Security
     from minibroker.connection.session import Session
-    from minibroker.destinations.cursor import PagedRef
+    from minibroker.destinations.paged import PagedRef
     from minibroker.durability.persistence import MessageStore
 
 __all__ = ["ADMIN_PREFIX", "AdminResult", "is_admin_address", "perform"]
