@@ -141,12 +141,14 @@ compiled: $(RUN_STAMP)
 
 # `make run` starts the broker at once: where the compiled core is missing or stale and a C
 # compiler is there, it is compiled in the background while this run goes on interpreted (its
-# first log line says so), and the next `make run` uses it. `make compiled` builds it first.
+# first log line says so: the background build's process is in build/compiling.pid while it
+# lasts, which minibroker/corebuild.py reads), and the next `make run` uses it. `make compiled`
+# builds it first.
 run: $(RUN_STAMP)
 	@if ! MINIBROKER_CORE= $(CORE_IS_FRESH) 2>/dev/null && $(HAVE_CC) >/dev/null 2>&1; then \
 	  echo "compiling the core with mypyc in the background (log in build/compile.log): this run is interpreted, the next one compiled"; \
 	  mkdir -p build; \
-	  ( MINIBROKER_COMPILE=1 $(PY) setup.py build_ext --inplace -j 2 > build/compile.log 2>&1 & ); \
+	  ( sh -c 'echo $$$$ > build/compiling.pid; MINIBROKER_COMPILE=1 $(PY) setup.py build_ext --inplace -j 2 > build/compile.log 2>&1; rm -f build/compiling.pid' & ); \
 	fi
 	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 61613 --data-dir ./data $(ARGS)
 

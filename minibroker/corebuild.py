@@ -17,7 +17,9 @@ How it decides:
 - otherwise (not built, asked for the source, or a source edited since the
   build) a finder at the head of ``sys.meta_path`` loads each compiled module
   from its ``.py``: a stale extension never runs in place of an edited source,
-  and ``describe()`` says why the core runs interpreted.
+  and ``describe()`` says why the core runs interpreted (``interpreted_reason``):
+  a build under way in the background (``make run`` records its process in
+  ``build/compiling.pid``), no build and how to make one, or a stale build.
 
 A compiled build that was asked for and could not be used is not an error here
 (the source runs); ``serve`` refuses to start on it and the test suite fails
@@ -31,8 +33,10 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import sys
-from collections.abc import Sequence
+import sysconfig
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -43,13 +47,17 @@ __all__ = [
     "GROUP_MODULE",
     "MANIFEST_NAME",
     "NOT_COMPILED",
+    "COMPILING_PID",
+    "REBUILD",
     "CoreBuild",
     "SourceFirst",
+    "c_compiler_found",
     "check_build",
     "current",
     "describe",
     "extension_path",
     "group_path",
+    "interpreted_reason",
     "load_group",
     "loaded_as_extension",
     "python_tag",
@@ -65,6 +73,10 @@ CORE_ENV = "MINIBROKER_CORE"
 MANIFEST_NAME = "compiled.json"
 #: Why the core runs interpreted when nothing was compiled.
 NOT_COMPILED = "not compiled"
+#: What a build found unusable asks for (the end of ``check_build``'s reasons).
+REBUILD = "rebuild with `make compiled`"
+#: The process of a compile under way in the background (``make run``), under the project's root.
+COMPILING_PID = Path("build") / "compiling.pid"
 
 #: The modules mypyc compiles, in one group (they call each other natively).
 COMPILED_MODULES: tuple[str, ...] = (
@@ -150,7 +162,7 @@ def load_group(root: Path = _ROOT) -> None:
 class CoreBuild:
     """The build in use: ``name`` is "compiled" or "interpreted"; ``compiler``
     names the compiler of a compiled build ("mypyc 1.x"); ``reason`` says why an
-    interpreted build runs (empty when none was built and none was asked for)."""
+    interpreted build runs (asked for, none built, a build under way or one unusable)."""
 
     name: str
     compiler: str = ""
@@ -195,23 +207,67 @@ def check_build(modules: Sequence[str], root: Path, manifest_path: Path) -> tupl
     source whose digest is not the one ``manifest_path`` recorded (stale)."""
     if not any(extension_path(module, root) for module in modules):
         return "", NOT_COMPILED
-    rebuild = "rebuild with `make compiled`"
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return "", f"compiled modules without a readable {manifest_path.name}: {rebuild}"
+        return "", f"compiled modules without a readable {manifest_path.name}: {REBUILD}"
     if manifest.get("python") != python_tag():
-        return "", f"compiled for {manifest.get('python')}, not this Python: {rebuild}"
+        return "", f"compiled for {manifest.get('python')}, not this Python: {REBUILD}"
     if group_path(root) is None:
-        return "", f"compiled modules without {GROUP_MODULE}: {rebuild}"
+        return "", f"compiled modules without {GROUP_MODULE}: {REBUILD}"
     recorded = manifest.get("sources", {})
     missing = [module for module in modules if extension_path(module, root) is None or module not in recorded]
     if missing:
-        return "", f"not compiled: {', '.join(missing)}: {rebuild}"
+        return "", f"not compiled: {', '.join(missing)}: {REBUILD}"
     changed = [module for module, digest in source_digests(modules, root).items() if recorded.get(module) != digest]
     if changed:
-        return "", f"stale, source edited since the build: {', '.join(changed)}: {rebuild}"
+        return "", f"stale, source edited since the build: {', '.join(changed)}: {REBUILD}"
     return str(manifest.get("compiler", "mypyc")), ""
+
+
+def _compiling(root: Path) -> bool:
+    """Whether a compile of the core runs in the background: the process ``make run``
+    recorded in ``root/COMPILING_PID`` is alive (a stale record of a build that ended
+    or was killed is ignored)."""
+    try:
+        pid = int((root / COMPILING_PID).read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return False
+    if pid <= 0:  # not a process (0 and below name process groups)
+        return False
+    try:
+        os.kill(pid, 0)  # no signal: only whether it exists
+    except PermissionError:
+        return True  # alive, another user's
+    except OSError:
+        return False
+    return True
+
+
+def c_compiler_found() -> bool:
+    """Whether this machine can compile the core: a C compiler and this Python's headers."""
+    return shutil.which("cc") is not None and (Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
+
+
+def interpreted_reason(why_not: str, root: Path = _ROOT, compiler: Callable[[], bool] = c_compiler_found) -> str:
+    """Why the core runs interpreted where no usable build exists (``why_not``, from
+    ``check_build``), in the first log line's words:
+
+    - a compile under way (``make run`` started it): the next start runs compiled;
+    - no build in a checkout: how to make one, or that this machine has no compiler;
+    - no build in an installed package: it was installed without one;
+    - a build that cannot be used (stale, another Python ...): ``why_not`` itself."""
+    if _compiling(root):
+        before = "not compiled yet" if why_not == NOT_COMPILED else why_not.removesuffix(f": {REBUILD}")
+        log = COMPILING_PID.parent / "compile.log"
+        return f"{before}: compiling in the background (log in {log}), the next start runs it"
+    if why_not != NOT_COMPILED:
+        return why_not
+    if not (root / "setup.py").exists():
+        return "no compiled build in this installation"
+    if not compiler():
+        return "no compiled build, and no C compiler or Python headers here to make one"
+    return "no compiled build: `make compiled` makes one"
 
 
 class SourceFirst(importlib.abc.MetaPathFinder):
@@ -250,7 +306,7 @@ def select(environ: dict[str, str] | None = None) -> CoreBuild:
         build = CoreBuild("compiled", compiler=compiler, requested=requested)
         load_group()
     else:
-        reason = "" if why_not == NOT_COMPILED and not requested else why_not
+        reason = why_not if requested else interpreted_reason(why_not)
         build = CoreBuild("interpreted", reason=reason, requested=requested)
     if build.name == "interpreted" and any(extension_path(module) for module in COMPILED_MODULES):
         sys.meta_path.insert(0, SourceFirst(COMPILED_MODULES))

@@ -160,5 +160,59 @@ def test_serve_names_the_build_in_its_first_log_line(asked: str, tmp_path: Path)
     compiler, _ = corebuild.check_build(corebuild.COMPILED_MODULES, ROOT, ROOT / "minibroker" / corebuild.MANIFEST_NAME)
     if compiler:
         assert first.endswith(f"minibroker: core: compiled ({compiler})")
-    else:
-        assert "minibroker: core: interpreted" in first
+    else:  # the reason said, whatever it is here (no build, a stale one ...)
+        assert first.endswith(f"minibroker: core: interpreted ({_reason_here(env)})")
+
+
+def _reason_here(env: dict[str, str]) -> str:
+    """Why the core runs interpreted in a process started with ``env``."""
+    code = "from minibroker import corebuild; print(corebuild.current().reason)"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert run.returncode == 0 and run.stdout.strip(), run.stderr
+    return run.stdout.strip()
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """A project root as a checkout has it (its ``setup.py`` builds the core)."""
+    (tmp_path / "setup.py").write_text("")
+    return tmp_path
+
+
+def test_an_interpreted_core_says_why_when_nothing_was_built(tmp_path: Path) -> None:
+    root = _checkout(tmp_path)
+    made = corebuild.interpreted_reason(corebuild.NOT_COMPILED, root, compiler=lambda: True)
+    assert made == "no compiled build: `make compiled` makes one"
+    cannot = corebuild.interpreted_reason(corebuild.NOT_COMPILED, root, compiler=lambda: False)
+    assert cannot == "no compiled build, and no C compiler or Python headers here to make one"
+    (root / "setup.py").unlink()  # an installed package: nothing here builds it
+    installed = corebuild.interpreted_reason(corebuild.NOT_COMPILED, root, compiler=lambda: True)
+    assert installed == "no compiled build in this installation"
+
+
+def test_an_interpreted_core_says_a_compile_runs_in_the_background(tmp_path: Path) -> None:
+    """``make run`` records its background compile's process; while it lives, the first log
+    line says the core is being compiled, for a missing build and a stale one alike."""
+    root = _checkout(tmp_path)
+    record = root / corebuild.COMPILING_PID
+    record.parent.mkdir()
+    compiling = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        record.write_text(f"{compiling.pid}\n")
+        assert corebuild.interpreted_reason(corebuild.NOT_COMPILED, root) == (
+            "not compiled yet: compiling in the background (log in build/compile.log), the next start runs it"
+        )
+        stale = f"stale, source edited since the build: pkg.leaf: {corebuild.REBUILD}"
+        assert corebuild.interpreted_reason(stale, root) == (
+            "stale, source edited since the build: pkg.leaf: compiling in the background"
+            " (log in build/compile.log), the next start runs it"
+        )
+    finally:
+        compiling.communicate(b"")
+    # the compile ended (killed: its record is left behind): the reason is the build's again
+    assert corebuild.interpreted_reason(stale, root) == stale
+    assert corebuild.interpreted_reason(corebuild.NOT_COMPILED, root, compiler=lambda: True).startswith(
+        "no compiled build: "
+    )
+    for nonsense in ("0", "-1", "a build", ""):  # never a process group, never a crash
+        record.write_text(nonsense)
+        assert "background" not in corebuild.interpreted_reason(corebuild.NOT_COMPILED, root)
