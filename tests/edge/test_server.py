@@ -59,6 +59,7 @@ def test_a_broker_serving_tcp_alone_imports_no_console_websocket_or_other_comman
     imported = set(re.findall(r"^import '([^']+)'", log, re.MULTILINE))
     assert {"minibroker.edge.server", "clients.commands.serve"} <= imported  # the record is the imports'
     unused = ("minibroker.edge.console", "minibroker.edge.websocket", "prometheus_client", "websockets")
+    unused += ("importlib.metadata",)  # the loop's name in the log line needs no package metadata
     assert sorted(m for m in imported if m.startswith(unused)) == []
     assert sorted(m for m in imported if m.startswith("clients.commands.") and m != "clients.commands.serve") == []
 
