@@ -21,7 +21,7 @@ from minibroker.errors import BrokerError
 
 from .commands import COMMANDS
 
-__all__ = ["main", "build_parser", "CommandError", "silence_stdout", "CLOSED_OUTPUT"]
+__all__ = ["main", "build_parser", "command_named", "CommandError", "silence_stdout", "CLOSED_OUTPUT"]
 
 #: Exit status when stdout was closed under us (as a shell reports SIGPIPE).
 CLOSED_OUTPUT = 128 + signal.SIGPIPE
@@ -40,18 +40,26 @@ class CommandError(Exception):
         self.status = status
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand registered."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered, or only the one
+    named ``only`` (what a run of that command needs: the others' modules are
+    not imported, which keeps ``serve``'s start short)."""
     parser = argparse.ArgumentParser(
         prog="minibroker",
         description="A teaching STOMP broker and its tools.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for name in COMMANDS:
+    for name in COMMANDS if only is None else [only]:
         module = importlib.import_module(f"clients.commands.{name}")
         module.register(subparsers)
     return parser
+
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` runs, when its first word names one; else None
+    (``--help``, no command, a misspelt one: the full parser answers)."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,8 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_named(words))
+    args, extra = parser.parse_known_args(words)
     if extra:
         if not getattr(args, "passthrough", False):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")

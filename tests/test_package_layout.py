@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -173,6 +175,27 @@ def test_every_subpackage_declares_its_public_names() -> None:
     import minibroker
 
     assert {"Broker", "BrokerConfig", "Frame", "FrameParser", "encode", "VirtualNetwork"} <= set(minibroker.__all__)
+
+
+def test_importing_minibroker_loads_only_the_build_decision_until_a_name_is_used() -> None:
+    """``import minibroker`` decides the core's build and nothing more: the core, the edge
+    and the configuration are imported when one of the public names is first used."""
+    script = (
+        "import sys, minibroker\n"
+        "before = sorted(m for m in sys.modules if m.startswith('minibroker.'))\n"
+        "broker = minibroker.Broker\n"
+        "print(before, broker.__module__, 'minibroker.edge' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.split(" ", 1)[1].strip() == "minibroker.core.broker False"
+    assert result.stdout.startswith("['minibroker.corebuild'] ")
+
+
+def test_a_name_minibroker_does_not_have_is_an_attribute_error() -> None:
+    import minibroker
+
+    with pytest.raises(AttributeError, match="no attribute 'Brokr'"):
+        minibroker.Brokr  # noqa: B018
 
 
 def test_the_floor_check_sees_a_downward_import(tmp_path: Path) -> None:

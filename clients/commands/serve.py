@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace_format is not None:
         broker_section["trace_format"] = args.trace_format
     config = config.replace(transport=transport, console=console, broker=broker_section)
-    from minibroker.edge import serve
+    from minibroker.edge.server import serve
 
     loop = args.loop or from_environment(config.transport.event_loop)  # --loop, MINIBROKER_LOOP, the config
     resolve(loop)  # uvloop asked for and not installed: a ConfigError saying how to install it

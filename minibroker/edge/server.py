@@ -36,6 +36,9 @@ which matters at 50k msg/s.
   failed) stops the broker as SIGTERM does, and ``serve`` then raises
   ``StoreFailure``: ``minibroker serve`` exits non-zero.
 - SIGINT and SIGTERM close the listeners and every connection, then return.
+- The WebSocket listener and the web console are imported when they are on
+  (``websockets``, ``prometheus_client`` and the console's page are not loaded
+  by a broker that serves STOMP over TCP alone): the port opens sooner.
 """
 
 from __future__ import annotations
@@ -67,9 +70,6 @@ from minibroker.core.actions import (
 from minibroker.core.broker import Broker
 from minibroker.durability.persistence import MessageStore
 from minibroker.edge.connection import EdgeConnection, TcpConnection
-from minibroker.edge.console import ConsoleConnection
-from minibroker.edge.console.vendor import check as console_library_problems
-from minibroker.edge.websocket import WebSocketConnection
 from minibroker.errors import ConfigError, StoreFailure, StoreOpenError
 from minibroker.eventloop import describe
 from minibroker.trace import Trace
@@ -143,9 +143,14 @@ class BrokerServer:
         self._server = await _listen(lambda: TcpConnection(self), host, port)
         log.info("listening on %s:%d (STOMP 1.0, 1.1, 1.2); event loop: %s", host, self.port, describe(loop))
         if websocket_port:
+            from minibroker.edge.websocket import WebSocketConnection
+
             self._websocket_server = await _listen(lambda: WebSocketConnection(self), host, max(websocket_port, 0))
             log.info("listening on %s:%d (STOMP over WebSocket)", host, self.websocket_port)
         if console is not None and console[1]:
+            from minibroker.edge.console import ConsoleConnection
+            from minibroker.edge.console.vendor import check as console_library_problems
+
             self._console_server = await _listen(lambda: ConsoleConnection(self), console[0], max(console[1], 0))
             log.info("web console on http://%s:%d/ (Prometheus metrics at /metrics)", console[0], self.console_port)
             problems = console_library_problems()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import subprocess
@@ -41,6 +42,26 @@ def test_process_shuts_down_cleanly_on_signal(tmp_path: Path, sig: int) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_broker_serving_tcp_alone_imports_no_console_websocket_or_other_command(tmp_path: Path) -> None:
+    """With the console and the WebSocket listener off, ``serve`` opens its port without
+    importing them (the page, Prometheus' client, the WebSocket library) or the modules of
+    the other ``minibroker`` commands: what is not used is not paid for at start."""
+    proc, _ = start_broker_process(tmp_path / "data", env={"PYTHONVERBOSE": "1"})  # names each module it loads
+    try:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log = proc.startup_log + rest  # type: ignore[attr-defined]
+    imported = set(re.findall(r"^import '([^']+)'", log, re.MULTILINE))
+    assert {"minibroker.edge.server", "clients.commands.serve"} <= imported  # the record is the imports'
+    unused = ("minibroker.edge.console", "minibroker.edge.websocket", "prometheus_client", "websockets")
+    unused += ("importlib.metadata",)  # the loop's name in the log line needs no package metadata
+    assert sorted(m for m in imported if m.startswith(unused)) == []
+    assert sorted(m for m in imported if m.startswith("clients.commands.") and m != "clients.commands.serve") == []
 
 
 def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
