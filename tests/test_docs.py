@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -294,3 +295,16 @@ def test_every_file_the_code_names_exists() -> None:
         if "NN" not in named and not _repo_path_exists(named)
     ]
     assert not missing, missing
+
+
+def test_no_file_keeps_a_merge_conflicts_markers() -> None:
+    """A merge's conflict left in a document or a source reads as text to every tool but git."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    marked = []
+    for name in tracked:
+        path = ROOT / name
+        if path.suffix not in {".py", ".md", ".toml", ".txt", ".cfg", ".json", ".html", ".js"} or not path.is_file():
+            continue
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        marked += [f"{name}:{i}" for i, line in enumerate(lines, 1) if line.startswith(("<<<<<<< ", ">>>>>>> "))]
+    assert not marked, marked
