@@ -20,7 +20,7 @@ from minibroker.destinations import TEMP_PREFIXES
 from minibroker.destinations.destination import Destination
 from minibroker.destinations.queue import Queue
 from minibroker.destinations.topic import Topic
-from minibroker.digits import MAX_DIGITS, parse_decimal
+from minibroker.digits import parse_decimal
 from minibroker.errors import NoSpaceError, ProtocolError, ResourceLimitError
 from minibroker.frames import Frame
 from minibroker.ops import STATISTICS_PREFIX
@@ -531,16 +531,7 @@ class FrameHandlers:
         if ack_id is not None:
             key_text, _, seq_text = ack_id.partition("-")
             try:
-                if (  # parse_decimal's own fast case, for both at once
-                    key_text.isdigit()
-                    and seq_text.isdigit()
-                    and ack_id.isascii()
-                    and len(key_text) <= MAX_DIGITS
-                    and len(seq_text) <= MAX_DIGITS
-                ):
-                    key, seq = int(key_text), int(seq_text)
-                else:
-                    key, seq = parse_decimal(key_text), parse_decimal(seq_text)
+                key, seq = parse_decimal(key_text), parse_decimal(seq_text)
             except ValueError:
                 raise ProtocolError(
                     f"{command} for unknown ack id {shown(ack_id)}: an ack id is two numbers "

@@ -133,12 +133,7 @@ class StoreIndex:
         return sum(f.nbytes() for f in self._fifos)
 
     def __bool__(self) -> bool:
-        # Each FIFO's count read directly: any(self._fifos) calls a Python __len__ per FIFO,
-        # and a queue's dispatch asks this once per message.
-        for fifo in self._fifos:  # noqa: SIM110 (the loop is the measured fast path said above)
-            if fifo._len:
-                return True
-        return False
+        return any(self._fifos)
 
     def _ordered(self) -> list[tuple[int, SeqFifo]]:
         """(priority, FIFO) in dispatch order, the empty ones left out."""

@@ -31,11 +31,7 @@ if TYPE_CHECKING:
     from minibroker.destinations.subscription import Subscription
     from minibroker.protocol.message import Message
 
-__all__ = ["Queue", "STRAIGHT_THROUGH"]
-
-#: Take the straight-through path where it applies (``Queue.accept``); the tests turn it
-#: off to hold it to the general path.
-STRAIGHT_THROUGH = True
+__all__ = ["Queue"]
 
 
 class Queue(Destination):
@@ -131,8 +127,6 @@ class Queue(Destination):
     # -- messages in
     def accept(self, message: Message) -> None:
         """Take a newly sent message: cache it (or leave it in the store) and dispatch."""
-        if self._straight_through(message):  # measured: skips the cache's round trip for one ready consumer
-            return
         self.enqueued += 1
         cached = self.cursor.add(message)
         self.events.message_enqueued(self, message, cached)
@@ -140,59 +134,6 @@ class Queue(Destination):
             self._schedule_sweep()
         if self.consumers:
             self.dispatch()
-
-    def _straight_through(self, message: Message) -> bool:
-        """Deliver ``message`` at once, as the general path would, without caching it
-        first; False (nothing done) where the general path must run.
-
-        Preconditions (the general path would cache the message and dispatch would
-        take it straight back out, finding nothing more to do):
-
-        - one consumer, with no selector (``_single``), with room;
-        - nothing cached (``pending``) and nothing store-only (the cache is enabled
-          only then: ``cursor.py``), no dispatch running;
-        - a message that cannot expire; a persistent one passes the cursor's space
-          check (a non-persistent one leaves at once: even a file cursor keeps it).
-
-        Steps:
-
-        1. An auto-ack consumer and a message not in the journal: where the charge
-           moves no usage out of its band (``Usage.passes``, which raises the peaks
-           as the charge would), the message is written and counted, and neither
-           charged nor released (one ``space_freed`` stands for the release).
-        2. Otherwise it is charged (``hold``), reported enqueued and delivered.
-
-        ``tests/core/test_core_fast_paths.py`` holds this path to the general one.
-        """
-        sub = self._single
-        cursor = self.cursor
-        if not (
-            sub is not None
-            and STRAIGHT_THROUGH
-            and not self.pending
-            and cursor.cache_enabled
-            and not message.expires
-            and not self._dispatching
-            and sub.has_capacity()
-            and (message.store_ref is None or cursor.has_space())
-        ):
-            return False
-        self.enqueued += 1
-        if sub.auto and message.store_ref is None and not message.refs and self.memory.passes(message.size):
-            tracing = self.trace.enabled
-            if tracing:
-                self.events.message_enqueued(self, message, True)
-            sub.write_message(message)
-            if tracing:
-                self.events.delivered(sub, message)
-            self.dispatched += 1
-            self.dequeued += 1
-            self.flow.space_freed()  # as the release would
-            return True
-        self.hold(message)
-        self.events.message_enqueued(self, message, True)
-        sub.deliver(message)
-        return True
 
     def dispatch_to(self, sub: Subscription) -> None:
         if sub.browser:

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Topic", "DurableState", "STRAIGHT_THROUGH"]
 
-#: Deliver straight through where it applies (see ``Topic.accept``); the tests turn it
-#: off to hold it to the general path.
+#: Deliver straight through where it applies (``Topic._straight_through``); the tests turn
+#: it off to hold it to the general path.
 STRAIGHT_THROUGH = True
 
 
@@ -153,23 +153,6 @@ class Topic(Destination):
 
         Returns None when done, or the subscriptions still to serve when one
         of them is full: the producer must wait (``targets`` resumes there).
-
-        The straight-through path (measured: it skips a hold and release that change nothing).
-        Preconditions, for one subscription:
-
-        - no selector, noLocal or durable state; it acknowledges on delivery (auto);
-        - it has room and nothing pending;
-        - the message is already held (by an earlier subscription), or a charge of
-          its size moves no usage out of its percent band (``Usage.passes``, which
-          raises the peaks as the charge would).
-
-        Then the general path's hold and release (in the same call) would change
-        nothing but counts, so the frame is written and counted without them.
-        Such deliveries leave the usage where it was: one ``passes`` answers for
-        those that follow it, until a subscription takes the general path; and one
-        ``space_freed`` (the release's) stands for the run's (it only flags a retry
-        if producers or cursors wait, which nothing in the run changes).
-        The suite holds this path to the general one (``tests/core/test_core_fast_paths.py``).
         """
         if targets is None:
             self.enqueued += 1
@@ -178,27 +161,14 @@ class Topic(Destination):
             live = self.events.live_subscription
             targets = [s for s in targets if live(s)]
         limit = self.policy.pending_message_limit
-        tracing = self.trace.enabled
         passing = False  # a Usage.passes for this message's size said yes, and the usage has not moved since
         for i, sub in enumerate(targets):
             if (sub.selector is not None or sub.no_local) and not sub.accepts(message):
                 continue
             direct = not sub.pending and sub.has_capacity()
-            if (
-                direct
-                and sub.auto
-                and sub.durable is None
-                and STRAIGHT_THROUGH
-                and (message.refs or passing or self.memory.passes(message.size))
-            ):
-                sub.write_message(message)
-                if tracing:
-                    self.events.delivered(sub, message)
-                self.dispatched += 1
-                self.dequeued += 1
-                if not message.refs and not passing:  # (held by another subscription, the hold and release only count)
-                    passing = True
-                    self.flow.space_freed()  # as the release would (once a run: see above)
+            # Measured on the compiled core: 11% fewer instructions per message (docs/benchmarks.md).
+            if direct and self._straight_through(sub, message, passing):
+                passing = passing or not message.refs
                 continue
             passing = False
             if not direct and self.cursor_full(sub):
@@ -228,6 +198,44 @@ class Topic(Destination):
                 self.hold(message)
                 state.pending.append(message)
         return None
+
+    def _straight_through(self, sub: Subscription, message: Message, passing: bool) -> bool:
+        """Deliver ``message`` to ``sub`` (which has room and nothing pending) without the
+        hold and release the general path makes in the same call; False (nothing done)
+        where the general path must run.
+
+        Preconditions:
+
+        - ``sub`` has no selector, noLocal or durable state, and acknowledges on
+          delivery (auto);
+        - the message is already held (by an earlier subscription), or ``passing``
+          (an earlier delivery of this run passed), or a charge of its size moves no
+          usage out of its percent band (``Usage.passes``, which raises the peaks as
+          the charge would).
+
+        Steps: the frame is written and counted, as the general path would; the usage
+        stays where it was, so one ``passes`` answers for the deliveries that follow
+        it until a subscription takes the general path; one ``space_freed`` (the
+        release's) stands for the run's (it only flags a retry if producers or
+        cursors wait, which nothing in the run changes).
+
+        ``tests/core/test_core_fast_paths.py`` holds this path to the general one.
+        """
+        if not (
+            STRAIGHT_THROUGH
+            and sub.auto
+            and sub.durable is None
+            and (message.refs or passing or self.memory.passes(message.size))
+        ):
+            return False
+        sub.write_message(message)
+        if self.trace.enabled:
+            self.events.delivered(sub, message)
+        self.dispatched += 1
+        self.dequeued += 1
+        if not message.refs and not passing:  # (held by another subscription, the hold and release only count)
+            self.flow.space_freed()  # as the release would (once a run: see above)
+        return True
 
     # -- full subscriptions, eviction
     def cursor_full(self, sub: Subscription) -> bool:

@@ -1,9 +1,15 @@
-"""The destinations' straight-through paths make exactly what the general paths make.
+"""The core's fast paths make exactly what the general paths make.
 
-A message that goes straight to a consumer with room skips the round trip through
-its destination's cache, and, acknowledged on delivery, the memory charge that
-would be released in the same call (``Queue.accept``, ``Topic.accept``,
-``Usage.passes``). Here the same generated workload (producers, consumers of
+The fast paths that stay (each measured on the compiled core, ``docs/benchmarks.md``):
+
+- a topic's straight-through delivery: a message to an auto-ack subscription with room
+  skips the memory charge that would be released in the same call
+  (``Topic._straight_through``, ``Usage.passes``);
+- the codec's one-step read of runs of whole plain frames (``FrameParser._whole_frames``);
+- a MESSAGE's header block made from its SEND's lines (``message.send_block``), and the
+  layouts of those lines kept (``_kept_layout``).
+
+Here the same generated workload (producers, consumers of
 every ack mode with small prefetches and sockets that fill, selectors,
 persistent and expiring messages, memory limits small enough to cross a percent
 band with every message and to block producers, traced or not) runs on two
@@ -25,9 +31,10 @@ from hypothesis import strategies as st
 
 from minibroker.config import parse_config
 from minibroker.destinations import Topic
-from minibroker.destinations import queue as queue_module
 from minibroker.destinations import topic as topic_module
 from minibroker.edge import VirtualClient, VirtualNetwork
+from minibroker.protocol import codec as codec_module
+from minibroker.protocol import message as message_module
 
 #: The destinations of one example: queues, a topic, or both.
 _DESTINATIONS = st.sampled_from([["/queue/a", "/queue/b"], ["/topic/t"], ["/queue/a", "/queue/a", "/topic/t"]])
@@ -69,14 +76,25 @@ _ACTION = st.sampled_from(["send"] * 6 + ["read", "read", "ack", "ack", "advance
 )
 
 
+#: Each fast path's switch: (module, name).
+_SWITCHES = [
+    (topic_module, "STRAIGHT_THROUGH"),
+    (codec_module, "WHOLE_FRAMES"),
+    (message_module, "SEND_BLOCK"),
+    (message_module, "LAYOUT_CACHE"),
+]
+
+
 @contextlib.contextmanager
 def _general_paths_only() -> Iterator[None]:
-    saved = queue_module.STRAIGHT_THROUGH, topic_module.STRAIGHT_THROUGH
-    queue_module.STRAIGHT_THROUGH = topic_module.STRAIGHT_THROUGH = False
+    saved = [getattr(module, name) for module, name in _SWITCHES]
+    for module, name in _SWITCHES:
+        setattr(module, name, False)
     try:
         yield
     finally:
-        queue_module.STRAIGHT_THROUGH, topic_module.STRAIGHT_THROUGH = saved
+        for (module, name), value in zip(_SWITCHES, saved, strict=True):
+            setattr(module, name, value)
 
 
 class _World:
@@ -206,7 +224,7 @@ class _World:
     traced=st.booleans(),
     small_buffers=st.booleans(),
 )
-def test_the_straight_through_paths_do_what_the_general_paths_do(
+def test_the_fast_paths_do_what_the_general_paths_do(
     subscriptions: list[tuple[Any, ...]],
     actions: list[tuple[Any, ...]],
     destinations: list[str],
@@ -242,17 +260,33 @@ def test_the_straight_through_paths_do_what_the_general_paths_do(
                 shutil.rmtree(d, ignore_errors=True)
 
 
-def test_a_message_to_a_waiting_auto_consumer_charges_no_memory_but_its_peak() -> None:
+def test_a_message_to_waiting_auto_subscribers_charges_no_memory_but_its_peak() -> None:
     """The straight-through path is the one taken by the usual message: the broker's and
-    the queue's usage never move, their peaks do, and the consumer gets the message."""
+    the topic's usage never move, their peaks do, and every subscriber gets the message."""
+    net = VirtualNetwork()
+    consumers = [net.connected_client(f"c{i}") for i in range(2)]
+    for consumer in consumers:
+        consumer.subscribe("/topic/t")
+    producer = net.connected_client("p")
+    broker = net.broker
+    producer.send("/topic/t", b"x" * 100)
+    topic = broker.destinations["/topic/t"]
+    assert [consumer.bodies() for consumer in consumers] == [[b"x" * 100]] * 2
+    assert (broker.memory.usage, topic.memory.usage) == (0, 0)
+    assert broker.memory.peak == topic.memory.peak > 1100
+    assert (topic.enqueued, topic.dispatched, topic.dequeued) == (1, 2, 2)
+
+
+def test_the_switches_are_read_where_the_fast_paths_run() -> None:
+    """Turned off, the switches send the work to the general paths (no layout is worked out,
+    none kept), and a SEND still reaches its consumer: the comparison above compares two paths."""
+    message_module._LAYOUTS.clear()
     net = VirtualNetwork()
     consumer = net.connected_client("c")
     consumer.subscribe("/queue/a")
     producer = net.connected_client("p")
-    broker = net.broker
-    producer.send("/queue/a", b"x" * 100)
-    queue = broker.destinations["/queue/a"]
-    assert consumer.bodies() == [b"x" * 100]
-    assert (broker.memory.usage, queue.memory.usage) == (0, 0)
-    assert broker.memory.peak == queue.memory.peak > 1100
-    assert (queue.enqueued, queue.dispatched, queue.dequeued) == (1, 1, 1)
+    with _general_paths_only():
+        producer.send("/queue/a", b"one", kind="a")
+    assert consumer.bodies() == [b"one"] and not message_module._LAYOUTS
+    producer.send("/queue/a", b"two", kind="a")
+    assert consumer.bodies() == [b"one", b"two"] and message_module._LAYOUTS
