@@ -9,8 +9,8 @@
 #               Debian packages of the interoperability and browser tests), run the linters,
 #               compile the core (make compiled), then the whole test suite on asyncio's own
 #               event loop and the compiled core, with the edge's tests and the labs' live runs on
-#               uvloop (the loop `make run` uses) beside it, followed there by the core's tests
-#               again on the interpreted core, on TEST_WORKERS and EDGE_WORKERS processes (3 and 2;
+#               uvloop (the loop `make run` uses) beside it, then the core's tests again on the
+#               interpreted core, on TEST_WORKERS and EDGE_WORKERS processes (3 and 2;
 #               TEST_WORKERS=0: one, the passes in turn)
 #   make compiled  compile the core with mypyc (the fast extra), in place beside its sources
 #   make lint   ruff (lint and format check) and mypy, as configured in pyproject.toml
@@ -185,9 +185,8 @@ EDGE_TESTS := tests/edge/test_server.py tests/edge/test_server_hostile_clients.p
 # The uvloop pass runs beside the asyncio pass, on EDGE_WORKERS processes of its own: its
 # live labs are paced by the wall clock and use little CPU, which the asyncio pass's Spark
 # worker, its longest path, has a use for. Its output is kept in $(EDGE_LOG) and printed
-# after the asyncio pass's; the core's tests on the interpreted core follow it in the
-# background (a pass of half a minute, in $(CORE_LOG)); `make test` fails when any pass
-# fails. TEST_WORKERS=0 runs the passes one after the other, in this process. The uvloop pass leaves out the tests
+# after the asyncio pass's; `make test` fails when either pass fails. TEST_WORKERS=0 runs
+# the two passes one after the other, in this process. The uvloop pass leaves out the tests
 # that run Spark (an analysis is the same on either loop): the asyncio pass's JVM stays the
 # only one.
 TEST_WORKERS ?= 3
@@ -195,7 +194,6 @@ EDGE_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 EDGE_XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(EDGE_WORKERS) --dist loadgroup)
 EDGE_LOG := .pytest-uvloop.log
-CORE_LOG := .pytest-interpreted.log
 ASYNCIO_PASS = MINIBROKER_CORE=$(CORE_BUILD) MINIBROKER_LOOP=asyncio $(PY) -m pytest -q $(XDIST) --durations=25 --deselect $(LIVE_LABS)
 UVLOOP_PASS  = MINIBROKER_CORE=$(CORE_BUILD) MINIBROKER_LOOP=uvloop $(PY) -m pytest -q $(EDGE_XDIST) -m 'not spark' $(EDGE_TESTS)
 # The core's tests again on the interpreted core, where the suite ran on the compiled one.
@@ -209,15 +207,13 @@ ifeq ($(TEST_WORKERS),0)
 	$(UVLOOP_PASS)
 	$(INTERPRETED_PASS)
 else
-	@echo "running the edge's tests and the labs' live runs on uvloop, then the core's tests on the interpreted core, in the background (output in $(EDGE_LOG) and $(CORE_LOG), shown after the asyncio pass) ..."
-	@{ $(UVLOOP_PASS) > $(EDGE_LOG) 2>&1; echo $$? > $(EDGE_LOG).status; \
-	   $(INTERPRETED_PASS) > $(CORE_LOG) 2>&1; echo $$? > $(CORE_LOG).status; } & background=$$!; \
+	@echo "running the edge's tests and the labs' live runs on uvloop in the background (output in $(EDGE_LOG), shown after the asyncio pass) ..."
+	@$(UVLOOP_PASS) > $(EDGE_LOG) 2>&1 & edge=$$!; \
 	  $(ASYNCIO_PASS); suite=$$?; \
-	  wait $$background; edge_status=$$(cat $(EDGE_LOG).status); core=$$(cat $(CORE_LOG).status); \
+	  wait $$edge; edge_status=$$?; \
 	  echo "== on uvloop: the edge's tests and the labs' live runs (exit status $$edge_status) =="; \
 	  cat $(EDGE_LOG); \
-	  echo "== on the interpreted core: the core's tests (exit status $$core) =="; \
-	  cat $(CORE_LOG); \
+	  $(INTERPRETED_PASS); core=$$?; \
 	  [ $$suite -eq 0 ] && [ $$edge_status -eq 0 ] && [ $$core -eq 0 ]
 endif
 
