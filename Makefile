@@ -6,8 +6,8 @@
 #               options: make run ARGS="--port 61623 --console-port 0"
 #   make spark  add the spark extra (PySpark, pyarrow, numpy, matplotlib) for analyze and workload
 #   make test   install everything the tests need (the dev, spark and fast extras; as root, the
-#               Debian packages of the interoperability and browser tests), run the linters,
-#               compile the core (make compiled), then the whole test suite on asyncio's own
+#               Debian packages of the interoperability and browser tests) while the linters run
+#               and the core compiles (make compiled), then the whole test suite on asyncio's own
 #               event loop and the compiled core, with the edge's tests and the labs' live runs on
 #               uvloop (the loop `make run` uses) beside it, then the core's tests again on the
 #               interpreted core, on TEST_WORKERS and EDGE_WORKERS processes (3 and 2;
@@ -24,7 +24,7 @@ RUN_STAMP   := $(VENV)/.installed-run
 SPARK_STAMP := $(VENV)/.installed-spark
 STAMP       := $(VENV)/.installed
 
-.PHONY: run spark test lint venv console bench clean compiled net-stomp ruby-stomp php-stomp browser activemq rabbitmq lab-readmes
+.PHONY: run spark test test-prepare test-clients lint venv console bench clean compiled net-stomp ruby-stomp php-stomp browser activemq rabbitmq lab-readmes
 
 $(PY):
 	@echo "creating $(VENV) (Python virtual environment) ..."
@@ -46,11 +46,12 @@ $(SPARK_STAMP): $(RUN_STAMP)
 
 spark: $(SPARK_STAMP)
 
-# Everything the tests and the linters need.
-$(STAMP): $(SPARK_STAMP)
-	@echo "installing the dev extra (pytest, stomp.py, selenium, ruff, mypy ...) into $(VENV) for the tests ..."
+# Everything the tests and the linters need, in one install (one resolution, one build of the
+# project) where the run and spark extras are not there yet; it stands for their stamps too.
+$(STAMP): $(PY) pyproject.toml
+	@echo "installing the fast, spark and dev extras (uvloop, mypyc; PySpark, pyarrow, numpy, matplotlib; pytest, stomp.py, selenium, ruff ...) into $(VENV) for the tests ..."
 	$(PY) -m pip install --quiet -e '.[dev,spark,fast]'
-	touch $@
+	touch $(RUN_STAMP) $(SPARK_STAMP) $@
 
 venv: $(STAMP)
 
@@ -64,7 +65,8 @@ $(STOMPJS)/node_modules/.installed: $(STOMPJS)/package-lock.json
 # Third-party clients from Debian for their interoperability tests, each installed when it
 # is missing and this user may install it (root); otherwise that client's test says why it
 # skips. $(call debian_client,CHECK,PACKAGES,TEST): install PACKAGES unless CHECK succeeds.
-APT := DEBIAN_FRONTEND=noninteractive apt-get -y -qq --no-install-recommends
+# Installs may run beside each other (`make test` prepares in parallel): each waits for dpkg's lock.
+APT := DEBIAN_FRONTEND=noninteractive apt-get -y -qq --no-install-recommends -o DPkg::Lock::Timeout=600
 define debian_client
 	@$(1) >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -200,7 +202,16 @@ UVLOOP_PASS  = MINIBROKER_CORE=$(CORE_BUILD) MINIBROKER_LOOP=uvloop $(PY) -m pyt
 INTERPRETED_PASS = if [ "$(CORE_BUILD)" = compiled ]; then MINIBROKER_CORE=interpreted MINIBROKER_LOOP=asyncio $(PY) -m pytest -q $(XDIST) $(CORE_TESTS); fi
 
 # MINIBROKER_CORE=compiled where `make compiled` built it (a test fails if it is then not loaded).
-test: lint $(STAMP) compiled $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq rabbitmq
+# What the tests need besides the venv, prepared side by side: the linters and the core's compile
+# use the CPU, the downloads and Debian's installs mostly wait (those run one after another:
+# dpkg takes one install at a time).
+test-prepare: $(STAMP)
+	@$(MAKE) --no-print-directory -j3 lint compiled test-clients
+
+test-clients: $(STAMP)
+	@$(MAKE) --no-print-directory -j1 $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq rabbitmq
+
+test: test-prepare
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
 ifeq ($(TEST_WORKERS),0)
 	$(ASYNCIO_PASS)
