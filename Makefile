@@ -10,7 +10,7 @@
 #               and the core compiles (make compiled), then the whole test suite on asyncio's own
 #               event loop and the compiled core, with the edge's tests and the labs' live runs on
 #               uvloop (the loop `make run` uses) beside it, then the core's tests again on the
-#               interpreted core, on TEST_WORKERS and EDGE_WORKERS processes (3 and 2;
+#               interpreted core, on TEST_WORKERS and EDGE_WORKERS processes (4 and 2;
 #               TEST_WORKERS=0: one, the passes in turn)
 #   make compiled  compile the core with mypyc (the fast extra), in place beside its sources
 #   make lint   ruff (lint and format check) and mypy, as configured in pyproject.toml
@@ -180,10 +180,12 @@ EDGE_TESTS := tests/edge/test_server.py tests/edge/test_server_hostile_clients.p
               tests/labs/test_lab_stalled_socket.py tests/interop/test_stomp_py.py tests/edge/test_metrics.py tests/edge/test_eventloop.py \
               $(LIVE_LABS)
 
-# Most of the suite's time is waiting (live labs paced by the clock, brokers and JVMs
-# starting), so it runs on TEST_WORKERS processes (pytest-xdist); every test that runs Spark
-# is on one of them, so one Spark JVM runs at a time (tests/conftest.py). TEST_WORKERS=0 runs
-# it in this process.
+# Much of the suite's time is waiting (live labs paced by the clock, brokers and JVMs
+# starting), so it runs on TEST_WORKERS processes (pytest-xdist), more than the cores: on 2
+# cores the CPU is busy for the first half of the asyncio pass and half idle in the second,
+# which waits on brokers; 4 workers took that pass from 788 s to 704 s against 3. Every test
+# that runs Spark is on one of them, so one Spark JVM runs at a time (tests/conftest.py).
+# TEST_WORKERS=0 runs it in this process.
 # The uvloop pass runs beside the asyncio pass, on EDGE_WORKERS processes of its own: its
 # live labs are paced by the wall clock and use little CPU, which the asyncio pass's Spark
 # worker, its longest path, has a use for. Its output is kept in $(EDGE_LOG) and printed
@@ -191,7 +193,7 @@ EDGE_TESTS := tests/edge/test_server.py tests/edge/test_server_hostile_clients.p
 # the two passes one after the other, in this process. The uvloop pass leaves out the tests
 # that run Spark (an analysis is the same on either loop): the asyncio pass's JVM stays the
 # only one.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 EDGE_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 EDGE_XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(EDGE_WORKERS) --dist loadgroup)
