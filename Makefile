@@ -210,8 +210,8 @@ INTERPRETED_PASS = if [ "$(CORE_BUILD)" = compiled ]; then MINIBROKER_CORE=inter
 test-prepare: $(STAMP)
 	@$(MAKE) --no-print-directory -j3 lint compiled test-clients
 
-test-clients: $(STAMP)
-	@$(MAKE) --no-print-directory -j1 $(STOMPJS)/node_modules/.installed net-stomp ruby-stomp php-stomp browser activemq rabbitmq
+test-clients: $(STAMP) $(STOMPJS)/node_modules/.installed
+	@for client in net-stomp ruby-stomp php-stomp browser activemq rabbitmq; do $(MAKE) --no-print-directory $$client || exit 1; done
 
 test: test-prepare
 	$(PY) -m compileall -q minibroker storage clients tests examples bench > /dev/null
