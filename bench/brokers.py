@@ -167,6 +167,10 @@ class Ours:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    def root_pids(self) -> list[int]:
+        """Our process and, with ``console_page``, the browser that keeps the page open (its client)."""
+        return [p.pid for p in (self.proc, self.page.proc if self.page else None) if p is not None]
+
     def log_tail(self, n: int = 20) -> str:
         return _tail(self.log_path, n)
 
@@ -257,6 +261,10 @@ class Relay:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
+
+    def root_pids(self) -> list[int]:
+        """The relay's process."""
+        return [self.proc.pid] if self.proc else []
 
     def start(self, timeout: float = 20.0) -> None:
         argv = [sys.executable, str(HARNESS / "stomp_relay.py"), "--port", str(self.port), "--max-seconds", "14400"]
@@ -363,6 +371,10 @@ class ActiveMQ(activemq.ActiveMQ):
             )
 
     version = staticmethod(activemq.version)
+
+    def root_pids(self) -> list[int]:
+        """The JVM (the start script has exited)."""
+        return [self.pid] if self.pid else []
 
     def start(self, keep_data: bool = False) -> None:
         self.check_installed()
