@@ -118,7 +118,7 @@ def start_listening(name: str, argv: list[str], log_path: Path, port: int, timeo
 
 
 def terminate(proc: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL after 10 s."""
+    """SIGTERM, then SIGKILL after 10 s (``proc.returncode`` says which ended it: -9 for SIGKILL)."""
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(10)
@@ -240,7 +240,10 @@ class Ours:
             return ""
         mem = proc_status_mb(proc.pid)
         terminate(proc)
-        return f"stopped {self.name} pid {proc.pid} (rss before stop {mem.get('VmRSS')} MB, peak {mem.get('VmHWM')} MB)"
+        return (
+            f"stopped {self.name} pid {proc.pid}, exit status {proc.returncode} "
+            f"(rss before stop {mem.get('VmRSS')} MB, peak {mem.get('VmHWM')} MB)"
+        )
 
 
 class Relay:
@@ -283,7 +286,7 @@ class Relay:
         if proc is None or proc.poll() is not None:
             return ""
         terminate(proc)
-        return f"stopped {self.name} pid {proc.pid}"
+        return f"stopped {self.name} pid {proc.pid}, exit status {proc.returncode}"
 
 
 class ConsolePage:

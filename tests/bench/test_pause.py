@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -164,3 +165,39 @@ def test_compare_measures_each_broker_with_the_other_paused_unless_told_not_to(t
     assert run["pause_idle"] is False
     assert "the others running beside each one's reps (not paused)" in stdout.splitlines()[0], stdout
     assert all(r["paused"] == [] for r in recs if r["type"] == "rep")
+
+
+@pytest.mark.slow
+def test_ctrl_c_resumes_the_paused_broker_and_stops_every_one(tmp_path: Path) -> None:
+    out = tmp_path / "run.jsonl"
+    run = subprocess.Popen(
+        [sys.executable, str(BENCH / "compare.py"), "--quick", "--with-relay", "--scenarios", "A,B,C,D"]
+        + ["--reps", "5", "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=BENCH.parent,
+    )
+    try:
+        # wait for the first rep's record: from there on, one broker or the other is paused
+        deadline = time.monotonic() + 90
+        while '"type": "rep"' not in (out.read_text() if out.exists() else ""):
+            assert run.poll() is None and time.monotonic() < deadline, "no rep recorded"
+            time.sleep(0.05)
+        meta = json.loads(out.read_text().splitlines()[0])
+        pids = [b["pid"] for b in meta["brokers"]]
+        # from the first pause on, one is stopped at any moment (the other is resumed once it is)
+        assert "T" in [proc_state(pid) for pid in pids], {pid: proc_state(pid) for pid in pids}
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(10)
+    assert run.returncode == 130, stderr
+    # each broker was resumed, then ended by its SIGTERM: a process left stopped keeps the SIGTERM
+    # pending, and the stop ends it with SIGKILL (exit status -9)
+    for name, pid in zip(("ours", "relay"), pids, strict=True):
+        said = re.search(rf"^stopped {name} pid {pid}, exit status (-?\d+)", stderr, re.M)
+        assert said and said.group(1) != "-9", stderr
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()], stderr
