@@ -118,7 +118,7 @@ def start_listening(name: str, argv: list[str], log_path: Path, port: int, timeo
 
 
 def terminate(proc: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL after 10 s."""
+    """SIGTERM, then SIGKILL after 10 s (``proc.returncode`` says which ended it: -9 for SIGKILL)."""
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(10)
@@ -166,6 +166,10 @@ class Ours:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
+
+    def root_pids(self) -> list[int]:
+        """Our process and, with ``console_page``, the browser that keeps the page open (its client)."""
+        return [p.pid for p in (self.proc, self.page.proc if self.page else None) if p is not None]
 
     def log_tail(self, n: int = 20) -> str:
         return _tail(self.log_path, n)
@@ -236,7 +240,10 @@ class Ours:
             return ""
         mem = proc_status_mb(proc.pid)
         terminate(proc)
-        return f"stopped {self.name} pid {proc.pid} (rss before stop {mem.get('VmRSS')} MB, peak {mem.get('VmHWM')} MB)"
+        return (
+            f"stopped {self.name} pid {proc.pid}, exit status {proc.returncode} "
+            f"(rss before stop {mem.get('VmRSS')} MB, peak {mem.get('VmHWM')} MB)"
+        )
 
 
 class Relay:
@@ -258,6 +265,10 @@ class Relay:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    def root_pids(self) -> list[int]:
+        """The relay's process."""
+        return [self.proc.pid] if self.proc else []
+
     def start(self, timeout: float = 20.0) -> None:
         argv = [sys.executable, str(HARNESS / "stomp_relay.py"), "--port", str(self.port), "--max-seconds", "14400"]
         t0 = time.monotonic()
@@ -275,7 +286,7 @@ class Relay:
         if proc is None or proc.poll() is not None:
             return ""
         terminate(proc)
-        return f"stopped {self.name} pid {proc.pid}"
+        return f"stopped {self.name} pid {proc.pid}, exit status {proc.returncode}"
 
 
 class ConsolePage:
@@ -363,6 +374,10 @@ class ActiveMQ(activemq.ActiveMQ):
             )
 
     version = staticmethod(activemq.version)
+
+    def root_pids(self) -> list[int]:
+        """The JVM (the start script has exited)."""
+        return [self.pid] if self.pid else []
 
     def start(self, keep_data: bool = False) -> None:
         self.check_installed()

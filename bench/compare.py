@@ -27,7 +27,11 @@ The machine is shared, so (as run_matrix.py does) each rep first waits, within
 --max-quiet-wait, for other processes to use <= --quiet-pct CPU, and a rep
 during which they used > --noisy-cpu is repeated (at most --max-extra extra
 attempts per scenario and broker). Reps alternate between the brokers: rep i of
-every broker runs before rep i+1 of any, and the order flips each rep.
+every broker runs before rep i+1 of any, and the order flips each rep. While one
+broker's rep runs (warm-ups too) the others are paused (pause.py: SIGSTOP to each
+of their processes, SIGCONT before their own reps; --no-pause-idle runs them all
+the time); "other" CPU, before a rep and during it, is everything but the
+measured broker and its client, the idle brokers included.
 ActiveMQ first gets --warmups discarded 100k runs (its JIT keeps warming up),
 ours one.
 
@@ -66,6 +70,7 @@ import report  # noqa: E402
 import run_matrix  # noqa: E402  (vendored: SCENARIOS, wait_quiet)
 import summary  # noqa: E402
 from brokers import ActiveMQ, BrokerStartError, Ours, RabbitMQ, Relay, RssSampler, proc_status_mb  # noqa: E402
+from pause import Pauser  # noqa: E402
 
 DEFAULT_SCENARIOS = "A,B,C,D,S,E"
 # --quick: messages per scenario, small enough for a test (the rest of the arguments unchanged)
@@ -139,6 +144,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--max-extra", type=int, default=3, help="extra attempts per scenario and broker to replace noisy reps"
     )
+    ap.add_argument(
+        "--no-pause-idle",
+        dest="pause_idle",
+        action="store_false",
+        help="let the brokers not under measurement run beside each rep (by default they are paused: SIGSTOP, "
+        "then SIGCONT before their own reps)",
+    )
     ap.add_argument("--summarize", metavar="JSONL", help="print the table of an earlier run and exit")
     a = ap.parse_args(argv)
     a.scenario_list = [s.strip() for s in a.scenarios.split(",") if s.strip()]
@@ -177,9 +189,13 @@ class BrokerDied(Exception):
 class Runner:
     """Runs reps against started brokers and appends each result to the JSON lines file."""
 
-    def __init__(self, args, brokers, sampler: RssSampler, out: Path, run_id: str) -> None:
+    def __init__(
+        self, args, brokers, sampler: RssSampler, out: Path, run_id: str, pauser: Pauser | None = None
+    ) -> None:
+        """``pauser``: pauses the brokers not under measurement during each rep (None: they run)."""
         self.a = args
         self.brokers = brokers
+        self.pauser = pauser
         self.sampler = sampler
         self.out = out
         self.run_id = run_id
@@ -223,9 +239,11 @@ class Runner:
 
     def run_one(self, broker, scen: str, phase: str, rep: int, attempt: int) -> dict:
         a = self.a
-        pids = [b.pid for b in self.brokers if b.pid]
+        paused = self.pauser.measure(broker.name) if self.pauser else []
+        # "other" is everything but the measured broker, as the harness counts it during the rep:
+        # the idle brokers included (paused, they use none)
         if a.max_quiet_wait > 0:
-            pre_other, waited = run_matrix.wait_quiet(pids, a.quiet_pct, a.max_quiet_wait)
+            pre_other, waited = run_matrix.wait_quiet([broker.pid], a.quiet_pct, a.max_quiet_wait)
         else:
             pre_other, waited = None, 0.0
         argv, tmo = self.bench_argv(broker, scen)
@@ -257,6 +275,7 @@ class Runner:
                 "attempt": attempt,
                 "quick": a.quick,
                 "noisy": noisy,
+                "paused": paused,
                 "pre_run_other_cpu_pct": pre_other,
                 "quiet_wait_s": waited,
                 "wall_s": round(time.time() - t0, 2),
@@ -280,6 +299,7 @@ class Runner:
             f"{broker.name:10s} {scen:6s} {phase:7s} rep{rep} try{attempt} {rec.get('status', '?'):8s} "
             f"ok={rec.get('ok')} e2e={rec.get('e2e_rate')} p50={lat.get('p50')} p99={lat.get('p99')} "
             f"bcpu={rec.get('broker_cpu_pct')} rss={rec['rss_peak_mb']} other={other}"
+            f"{' paused=' + ','.join(paused) if paused else ''}"
             f"{' NOISY' if noisy else ''}{'' if rec.get('ok') else ' FAILED: ' + '; '.join(rec.get('errors') or [])}"
         )
         return rec
@@ -340,6 +360,13 @@ def print_report(records: list[dict], scenarios: list[str], brokers: list[str], 
             + (f", ActiveMQ {meta.get('activemq_version')}" if theirs else "")
             + (f", RabbitMQ {meta.get('rabbitmq_version')}" if "rabbitmq" in brokers else "")
             + (", and the harness's relay (the floor)" if "relay" in brokers else "")
+            + (
+                ""
+                if len(brokers) < 2
+                else "; each measured with the others paused"
+                if meta.get("pause_idle")
+                else "; the others running beside each one's reps (not paused)"
+            )
         )
         print(f"# command: {meta.get('command')}")
         for info in meta.get("brokers") or []:
@@ -456,6 +483,7 @@ def main(argv=None) -> int:
     if a.with_relay:
         brokers.append(Relay(workdir))
     sampler = RssSampler()
+    pauser = Pauser(brokers) if a.pause_idle and len(brokers) > 1 else None
     status = 1
     runner = None
     try:
@@ -489,9 +517,10 @@ def main(argv=None) -> int:
             "max_quiet_wait": a.max_quiet_wait,
             "noisy_cpu": a.noisy_cpu,
             "max_extra": a.max_extra,
+            "pause_idle": a.pause_idle,
         }
         meta["load_before"] = list(os.getloadavg())
-        runner = Runner(a, brokers, sampler, out, stamp)
+        runner = Runner(a, brokers, sampler, out, stamp, pauser)
         runner.write(meta)
         runner.warm_up()
         try:
@@ -514,6 +543,11 @@ def main(argv=None) -> int:
         status = 130
     finally:
         sampler.stop()
+        if pauser is not None:
+            try:
+                pauser.resume_all()  # a paused broker cannot stop; nor may a pause outlive the run
+            except Exception as exc:  # stop them all the same (SIGKILL reaches a stopped process)
+                log(f"compare.py: resuming the paused brokers failed: {exc!r}")
         for b in reversed(brokers):
             try:
                 msg = b.stop()

@@ -338,6 +338,12 @@ class RabbitMQ:
                 continue
         return None
 
+    def root_pids(self) -> list[int]:
+        """The node's processes: its start script (the node and its helpers run below it),
+        the node itself and our epmd (none once stopped)."""
+        roots = [self._server.pid if self._server else None, self.pid, self._epmd.pid if self._epmd else None]
+        return [pid for pid in roots if pid is not None]
+
     def left_running(self) -> list[int]:
         """Pids still alive of this node (its command line names the run directory) or of our epmd."""
         left = processes_under(str(self.run_dir))
