@@ -89,6 +89,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "minibroker.protocol.message",
     "minibroker.connection.clock",
     "minibroker.connection.logins",
+    "minibroker.connection.outlet",
     "minibroker.connection.security",
     "minibroker.connection.session",
     "minibroker.connection.states",

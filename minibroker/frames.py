@@ -8,7 +8,6 @@ variant builds a new one (``frame.with_headers(...)``) instead of mutating.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import NamedTuple
 
 __all__ = [
@@ -67,10 +66,13 @@ class Frame(NamedTuple):
     A NamedTuple rather than a frozen dataclass: frames are built for every
     message on the hot path and a tuple is three times cheaper to construct
     (measured: 0.3 us against 0.9 us), with the same immutability.
+    ``headers`` is typed as the ``dict`` it is (a ``ParsedHeaders`` where the
+    codec made the frame), not as a read-only ``Mapping``: the compiled build
+    reads a ``dict`` with dict operations, a ``Mapping`` by method calls.
     """
 
     command: str
-    headers: Mapping[str, str] = {}
+    headers: dict[str, str] = {}
     body: bytes = b""
 
     def get(self, name: str, default: str | None = None) -> str | None:

@@ -36,7 +36,8 @@ import enum
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from minibroker.connection.security import ANONYMOUS, Principal
+from minibroker.connection.outlet import Connection
+from minibroker.connection.security import ANONYMOUS
 from minibroker.connection.states import Producing, Reading, SyncWait, Writing
 from minibroker.digits import parse_decimal
 from minibroker.errors import ProtocolError
@@ -82,8 +83,8 @@ _WRONG_STATE = {
 }
 
 
-class Session:
-    """Per-connection state kept by the core."""
+class Session(Connection):
+    """Per-connection state kept by the core (what its subscriptions use of it: ``outlet.Connection``)."""
 
     def __init__(
         self,
@@ -107,10 +108,10 @@ class Session:
         self.transitions = TRANSITIONS[State.CONNECTING]
         #: Negotiated STOMP version ("1.0" until CONNECT says otherwise).
         self.version = "1.0"
-        self.client_id: str | None = None
+        self.client_id = None
         self.login: str | None = None
         #: Who authenticated on CONNECT (anonymous when no users are configured).
-        self.principal: Principal = ANONYMOUS
+        self.principal = ANONYMOUS
         self.opened_at = now
         self.last_read = now
         self.last_write = now

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from minibroker.config import BrokerConfig
@@ -218,19 +218,6 @@ class Broker:
         self.events = self.outbox.events
         #: Told just before and just after each connection's teardown (``invariants.TeardownChecker``), or None.
         self.close_observer: Any = None
-        self._handlers: dict[str, Callable[[Session, Frame], Any]] = {
-            "CONNECT": self.handshake.on_connect,
-            "STOMP": self.handshake.on_connect,
-            "SEND": handlers._on_send,
-            "SUBSCRIBE": handlers._on_subscribe,
-            "UNSUBSCRIBE": handlers._on_unsubscribe,
-            "ACK": handlers._on_ack,
-            "NACK": handlers._on_nack,
-            "BEGIN": handlers.transactions.on_begin,
-            "COMMIT": handlers.transactions.on_commit,
-            "ABORT": handlers.transactions.on_abort,
-            "DISCONNECT": handlers._on_disconnect,
-        }
 
     # ================================================================== edge API
     @entry_point
@@ -362,7 +349,7 @@ class Broker:
             finally:
                 events.depth -= 1
             if not events.depth:
-                events.end_event()
+                self.outbox.end_event()  # (what ``events.end_event`` calls)
         except StoreFailed as exc:
             self.store_failed(exc)
 
@@ -552,7 +539,7 @@ class Broker:
             if receipt is not None and session.version == "1.0" and "\r" in receipt:
                 # STOMP 1.0 escapes nothing: the RECEIPT could not carry it back.
                 raise ProtocolError("a receipt header cannot hold a carriage return in STOMP 1.0")
-            result = self._handlers[command](session, frame)
+            result = self._run_handler(session, frame)
         except ProtocolError as exc:
             self._fail(session, exc, frame)
             return
@@ -563,6 +550,36 @@ class Broker:
             session.set_state(next_state)  # unless the handler moved it itself
         if receipt is not None and result is not DEFERRED:
             self.storehooks.receipt(session, receipt, mark)
+
+    def _run_handler(self, session: Session, frame: Frame) -> Any:
+        """Run the handler of ``frame``'s command: ``handshake.py`` for CONNECT,
+        ``handlers.py`` for the rest; returns what it returns (``DEFERRED``: it sends
+        the RECEIPT itself). The session's state table allowed the command, so it is
+        one of these. A ``match`` rather than a table of bound methods: the compiled
+        build calls each handler directly."""
+        handlers = self.handlers
+        match frame.command:
+            case "SEND":
+                return handlers._on_send(session, frame)
+            case "ACK":
+                return handlers._on_ack(session, frame)
+            case "NACK":
+                return handlers._on_nack(session, frame)
+            case "SUBSCRIBE":
+                return handlers._on_subscribe(session, frame)
+            case "UNSUBSCRIBE":
+                return handlers._on_unsubscribe(session, frame)
+            case "BEGIN":
+                return handlers.transactions.on_begin(session, frame)
+            case "COMMIT":
+                return handlers.transactions.on_commit(session, frame)
+            case "ABORT":
+                return handlers.transactions.on_abort(session, frame)
+            case "DISCONNECT":
+                return handlers._on_disconnect(session, frame)
+            case "CONNECT" | "STOMP":
+                return self.handshake.on_connect(session, frame)
+        raise ProtocolError(f"no handler for {frame.command}")
 
     def _storage_refused(self, session: Session, frame: Frame, exc: StorageError) -> None:
         """Answer a frame the store could not write with an ERROR (the connection stays

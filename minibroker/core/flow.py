@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from minibroker.connection.session import Session
 from minibroker.core.common import DEFERRED, ParkedSend, log
 from minibroker.destinations.destination import Destination
+from minibroker.destinations.ports import SpaceListener
 from minibroker.errors import NoSpaceError, ResourceLimitError
 from minibroker.frames import Frame
 from minibroker.protocol.codec import encode
@@ -60,7 +61,7 @@ class Receipts(Protocol):
         """The RECEIPT of a frame handled since ``write_mark`` gave ``mark``."""
 
 
-class ProducerFlowControl:
+class ProducerFlowControl(SpaceListener):
     """Parking and releasing SENDs: the broker's producer flow control."""
 
     def __init__(self, context: CoreContext, *, reading: ReadingControl) -> None:

@@ -22,7 +22,7 @@ from minibroker.destinations.queue import Queue
 from minibroker.destinations.topic import Topic
 from minibroker.digits import parse_decimal
 from minibroker.errors import NoSpaceError, ProtocolError, ResourceLimitError
-from minibroker.frames import Frame
+from minibroker.frames import Frame, ParsedHeaders
 from minibroker.ops import STATISTICS_PREFIX
 from minibroker.ops.stats import is_statistics_address
 from minibroker.protocol import (
@@ -66,8 +66,8 @@ class FrameHandlers:
     one method per command, a part the broker holds (``broker.handlers``).
 
     Its own state: the message and subscription sequence numbers, the subscriptions
-    by key and when each last logged a full cursor. The broker's
-    dispatch table holds the bound ``_on_*`` methods, so a frame costs no extra hop."""
+    by key and when each last logged a full cursor. The broker calls the
+    ``_on_*`` methods by the frame's command (``Broker._run_handler``)."""
 
     def __init__(
         self,
@@ -86,15 +86,18 @@ class FrameHandlers:
         ``close`` ends a connection (``Broker._close``); ``tools_host`` is the broker as
         statistics and admin requests read it (``tools.py``)."""
         self.context = context
-        # Bound once: every SEND asks ``has_room`` and takes ``route``; the handlers
-        # read the clock, the trace, the store and the registry for every frame.
+        # The handlers read the clock, the trace, the store and the registry for every
+        # frame. Every SEND asks ``flow.has_room`` (a method of a compiled class: called
+        # through its part, it is a direct call in the compiled build), and a persistent
+        # or traced one takes ``route`` (bound once).
         self.flow = flow
-        self._has_room = flow.has_room
         self._route = route = router.route
         self.clock = context.clock
         self.trace = trace = context.trace
         self._emit = trace.event
         self.store = context.store
+        #: ``store.store_latency``: read for every ACK (the configuration never changes).
+        self.store_latency = context.config.store.store_latency
         self.registry = context.registry
         self.storehooks = storehooks
         self._send_receipt = storehooks.send_receipt
@@ -139,7 +142,7 @@ class FrameHandlers:
             self.transactions.open(session, h["transaction"]).append(("send", destination, message))
             return None
         receipt = h.get("receipt")
-        if session.producing.parked or not self._has_room(destination, message):
+        if session.producing.parked or not self.flow.has_room(destination, message):
             return self.flow.park(session, destination, message, receipt)
         try:
             if message.persistent or self.trace.enabled:
@@ -183,9 +186,8 @@ class FrameHandlers:
         persistent = persistent_text is not None and persistent_text.lower() == "true"
         timestamp = self.clock.wall_ms()
         seq = self.next_message
-        head = getattr(h, "head", None)
-        if head is not None and session.version != "1.0":
-            passed = send_block(head, h, address, timestamp, expires, priority, h.lines)  # type: ignore[attr-defined]
+        if isinstance(h, ParsedHeaders) and h.head is not None and session.version != "1.0":
+            passed = send_block(h.head, h, address, timestamp, expires, priority, h.lines)
             if passed is not None:  # the SEND's lines go out as they came (message.send_block)
                 self.next_message += 1
                 # By position (see Message.__init__): persistent, priority, expires, timestamp,
@@ -473,7 +475,7 @@ class FrameHandlers:
                     msg=m.message_id,
                     mode=sub.ack_mode,
                 )
-        latency = self.context.config.store.store_latency
+        latency = self.store_latency
         if latency and any(m.store_ref is not None for m in messages):
             # A slow store (the stalled socket's KahaDB): finding and removing the acked message
             # costs time for every message in flight, and meanwhile the broker does not

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from minibroker.core.common import log
 from minibroker.destinations.destination import Destination
 from minibroker.destinations.pending import FilePending
+from minibroker.destinations.ports import DestinationEvents
 from minibroker.destinations.queue import Queue
 from minibroker.destinations.subscription import Subscription
 from minibroker.destinations.topic import Topic
@@ -49,7 +50,7 @@ class Subscriptions(Protocol):
         """Remove one subscription (its destination takes back what it held)."""
 
 
-class DestinationHooks:
+class DestinationHooks(DestinationEvents):
     """Callbacks from queues and topics: a part the broker holds (``broker.hooks``).
     Destinations call it as their ``ports.DestinationEvents``."""
 

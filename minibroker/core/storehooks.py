@@ -61,6 +61,7 @@ from minibroker.core.actions import Shutdown
 from minibroker.core.common import log
 from minibroker.destinations.destination import Destination
 from minibroker.destinations.paged import PagedRef, StoreRun
+from minibroker.destinations.ports import DestinationStore
 from minibroker.destinations.queue import Queue
 from minibroker.destinations.topic import Topic
 from minibroker.durability.persistence import StoreRef, decode_messages, durable_key, encode_wire_payload
@@ -89,7 +90,7 @@ SPACE_PROBE_SECONDS = 1.0
 AT_FLUSH = sys.maxsize
 
 
-class StoreHooks:
+class StoreHooks(DestinationStore):
     """Journaling, fsync waiting, the temp store: a part the broker holds (``broker.storehooks``).
 
     Its own state: the RECEIPTs waiting for an fsync (``waiters``), whether a

@@ -61,8 +61,8 @@ log = logging.getLogger("minibroker.cursor")
 
 class CursorOwner(Protocol):
     """The queue (``queue.Queue``) as its cursor sees it: where paged-in messages
-    go (``pending``), what charges them (``hold``, ``hold_page``), the memory
-    they are charged to, the store that reads them and whom to tell of a page-in."""
+    go (``pending``), what charges them (``hold_page``), the memory they are
+    charged to, the store that reads them and whom to tell of a page-in."""
 
     address: str
     policy: "PolicyEntry"
@@ -71,8 +71,6 @@ class CursorOwner(Protocol):
     events: "DestinationEvents"
     stored: "DestinationStore"
     pending: "FifoPending | PriorityPending"
-
-    def hold(self, message: Message) -> None: ...
 
     def hold_page(self, messages: list[Message], size: int) -> None: ...
 
@@ -317,6 +315,9 @@ class QueueCursor:
 
     def __init__(self, queue: CursorOwner) -> None:
         self.queue = queue
+        #: The queue's policy and memory, which it keeps for its life: read for every message.
+        self.policy = queue.policy
+        self.memory = queue.memory
         self.store_only = StoreIndex(queue.policy.prioritized_messages, queue.stored.index_spill)
         self.cache_enabled = True
         #: True while a page-in is refused for lack of space.
@@ -330,18 +331,20 @@ class QueueCursor:
         return len(self.queue.pending)
 
     def has_space(self) -> bool:
-        policy = self.queue.policy
-        return self.queue.memory.has_space(policy.cursor_memory_high_water_mark, policy.space_check)
+        policy = self.policy
+        return self.memory.has_space(policy.cursor_memory_high_water_mark, policy.space_check)
 
     def add(self, message: Message) -> bool:
-        """Take a new message; True if it is cached, False if store-only."""
+        """Take a new message: True if the queue caches it (``Queue.accept`` holds it in
+        memory and appends it to ``pending``), False if it is store-only (journalled, or
+        spilled to the temp store)."""
         queue = self.queue
         if message.store_ref is not None:
             if not (self.cache_enabled and self.has_space()):
                 self.cache_enabled = False
                 self.store_only.add(message.store_ref, message.seq, message.priority, False, message.expires)
                 return False
-        elif queue.policy.pending_cursor == "file" and not (
+        elif self.policy.pending_cursor == "file" and not (
             self.cache_enabled and (self.has_space() or queue.leaves_at_once())
         ):
             # A non-persistent message past the mark spills to the temp store (a file cursor),
@@ -362,8 +365,6 @@ class QueueCursor:
                 self.cache_enabled = False
                 self.store_only.add(entry, message.seq, message.priority, message.redeliveries > 0, message.expires)
                 return False
-        queue.hold(message)
-        queue.pending.append(message)
         return True
 
     @property

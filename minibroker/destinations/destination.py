@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import mypyc_attr
 
-from minibroker.destinations.ports import DestinationParts
+from minibroker.destinations.ports import DestinationHandle, DestinationParts
 from minibroker.destinations.usage import Usage
 
 if TYPE_CHECKING:
@@ -116,8 +116,10 @@ class PriorityPending:
         return removed
 
 
-class Destination:
-    """What queues and topics share: identity, policy, statistics."""
+class Destination(DestinationHandle):
+    """What queues and topics share: identity, policy, statistics. What the broker
+    and their subscriptions call is declared in their base classes
+    (``ports.DestinationHandle``, ``subscription.SubscribedDestination``)."""
 
     kind = ""
 
@@ -179,27 +181,9 @@ class Destination:
     def add_subscription(self, sub: Subscription) -> None:
         raise NotImplementedError
 
-    def remove_subscription(self, sub: Subscription) -> None:
-        raise NotImplementedError
-
     def accept(self, message: Message) -> list[Subscription] | None:
         """Take a newly sent message. A topic that producer flow control stopped
         part way returns the subscriptions still to serve; otherwise None."""
-        raise NotImplementedError
-
-    def dispatch_to(self, sub: Subscription) -> None:
-        """``sub`` has capacity again: give it what it can take."""
-        raise NotImplementedError
-
-    def acknowledge(self, sub: Subscription, messages: list[Message]) -> None:
-        """``sub``'s consumer acknowledged ``messages``."""
-        raise NotImplementedError
-
-    def redeliver(self, sub: Subscription, messages: list[Message], cause: str) -> None:
-        """``sub``'s consumer refused ``messages`` (``cause``: "nack" or
-        "rollback"): deliver them again, or dead-letter those that have had
-        too many deliveries; "reject" (a NACK with ``requeue:false``): dead-letter
-        them (or drop them, as the dead letter policy says)."""
         raise NotImplementedError
 
     def _survivors(self, messages: list[Message], cause: str, count: Any) -> list[Message]:
@@ -221,10 +205,6 @@ class Destination:
                 kept.append(m)
         self.redelivered += len(kept)
         return kept
-
-    @property
-    def subscriptions(self) -> list[Subscription]:
-        raise NotImplementedError
 
     def on_delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame for ``message`` was written to ``sub``'s consumer."""

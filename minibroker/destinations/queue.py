@@ -129,6 +129,9 @@ class Queue(Destination):
         """Take a newly sent message: cache it (or leave it in the store) and dispatch."""
         self.enqueued += 1
         cached = self.cursor.add(message)
+        if cached:
+            self.hold(message)
+            self.pending.append(message)
         self.events.message_enqueued(self, message, cached)
         if message.expires and not self._sweep_scheduled and self.policy.expire_messages_period:
             self._schedule_sweep()

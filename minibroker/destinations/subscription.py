@@ -30,10 +30,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from minibroker.connection.security import Principal
-from minibroker.connection.states import Writing
+from minibroker.connection.outlet import Connection
 from minibroker.protocol.codec import escape
 
 if TYPE_CHECKING:
@@ -45,76 +44,48 @@ __all__ = ["Subscription", "ACK_MODES", "Connection", "SubscribedDestination"]
 ACK_MODES = ("auto", "client", "client-individual")
 
 
-class Connection(Protocol):
-    """A session (``session.Session``), as its subscriptions see it: where a
-    MESSAGE frame is written, and whether it may be now."""
+class SubscribedDestination:
+    """The destination a subscription consumes, as the subscription and those who
+    hold one use it: the base class of ``destination.Destination`` (a queue or a
+    topic), which ``Queue`` and ``Topic`` complete.
 
-    @property
-    def id(self) -> int: ...
+    Declared here: ``destination.py`` names ``Subscription`` in its signatures, so
+    this module does not import it back. A base class, not a ``Protocol``: the
+    compiled build calls a base class's methods directly, a ``Protocol``'s by name."""
 
-    @property
-    def tag(self) -> str:
-        """The session as the trace names it."""
-
-    @property
-    def version(self) -> str:
-        """The STOMP version negotiated ("1.0", "1.1", "1.2")."""
-
-    @property
-    def client_id(self) -> str | None: ...
-
-    @property
-    def principal(self) -> Principal:
-        """Who logged in on it."""
-
-    @property
-    def writing(self) -> Writing:
-        """May output be added now (``writing.can_write``: the outbound buffer has
-        room, the socket is not full, the connection is open)."""
-
-    @property
-    def leaving(self) -> bool:
-        """A DISCONNECT was read: nothing more is dispatched to it."""
-
-    def write(self, data: bytes) -> None:
-        """Queue ``data`` (one encoded frame) for the socket."""
-
-
-class SubscribedDestination(Protocol):
-    """The destination a subscription consumes (a ``destination.Destination``: a queue
-    or a topic), as the subscription and those who hold one use it.
-
-    A ``Protocol``, not the class: ``destination.py`` names ``Subscription`` in its
-    signatures, so this module does not import it back."""
-
-    @property
-    def address(self) -> str: ...
-
-    @property
-    def policy(self) -> PolicyEntry: ...
-
-    @property
-    def tool_reply(self) -> bool:
-        """A tool's own reply queue (the statistics leave it out)."""
+    #: Full address, e.g. ``/queue/orders.us``.
+    address: str
+    policy: PolicyEntry
+    #: A tool's own reply queue (the statistics leave it out).
+    tool_reply: bool
 
     def on_delivered(self, sub: Subscription, message: Message) -> None:
         """A MESSAGE frame for ``message`` was written to ``sub``'s consumer."""
+        raise NotImplementedError
 
     def dispatch_to(self, sub: Subscription) -> None:
         """``sub`` has capacity again: give it what it can take."""
+        raise NotImplementedError
 
     def acknowledge(self, sub: Subscription, messages: list[Message]) -> None:
         """``sub``'s consumer acknowledged ``messages``."""
+        raise NotImplementedError
 
     def redeliver(self, sub: Subscription, messages: list[Message], cause: str) -> None:
-        """``sub``'s consumer refused ``messages``: deliver them again or dead-letter them."""
+        """``sub``'s consumer refused ``messages`` (``cause``: "nack" or
+        "rollback"): deliver them again, or dead-letter those that have had
+        too many deliveries; "reject" (a NACK with ``requeue:false``): dead-letter
+        them (or drop them, as the dead letter policy says)."""
+        raise NotImplementedError
 
     def remove_subscription(self, sub: Subscription) -> None:
         """Detach ``sub`` (unsubscribed, aborted, or its session closed)."""
+        raise NotImplementedError
 
     @property
     def subscriptions(self) -> list[Subscription]:
         """Every consumer (the slow consumer checks go through them)."""
+        raise NotImplementedError
 
 
 class Subscription:

@@ -84,7 +84,7 @@ def _kept_layout(names: tuple[str, ...]) -> tuple[tuple[int, ...], int]:
 
 def send_block(
     head: str,
-    headers: Mapping[str, str],
+    headers: dict[str, str],
     address: str,
     timestamp: int,
     expires: int,

@@ -197,3 +197,12 @@ def test_no_part_of_the_core_imports_tempfile() -> None:
             if any(n.partition(".")[0] == "tempfile" for n in names):
                 importing.append(path.name)
     assert importing == []
+
+
+def test_a_write_is_a_value_equal_by_its_session_and_its_bytes() -> None:
+    write = Write(3, b"MESSAGE\n\n\x00")
+    assert write == Write(3, b"MESSAGE\n\n\x00") and hash(write) == hash(Write(3, b"MESSAGE\n\n\x00"))
+    assert write != Write(4, b"MESSAGE\n\n\x00") and write != Write(3, b"RECEIPT\n\n\x00")
+    assert write != (3, b"MESSAGE\n\n\x00")  # an action, not a pair
+    assert (write.session, write.data) == (3, b"MESSAGE\n\n\x00")
+    assert repr(write) == "Write(session=3, data=b'MESSAGE\\n\\n\\x00')"
