@@ -252,9 +252,12 @@ def run_lab(
     record: bool = False,
     specs: Sequence[RunSpec] | None = None,
     brief: bool = False,
+    draw: bool = True,
 ) -> list[RunResult]:
     """Run every configuration of ``lab`` (or ``specs``: ``--run``, ``--set``), print verdicts
     (``brief``: each run's grade and its three most telling lines), return the results.
+    With ``plot_dir`` each run's trace is analysed there; ``draw=False`` keeps each run's
+    series (for the lab's figure) but draws none of its plots.
 
     With ``console`` the live brokers serve the web console there, and the last
     one is kept serving (the caller's ``console.hold()`` ends it); ``record`` samples
@@ -279,6 +282,7 @@ def run_lab(
             record=record,
             plot_dir=plot_dir,
             virtual=not live,
+            draw=draw,
         )
         results.append(result)
         (_print_brief if brief else _print_result)(result, out)
@@ -312,11 +316,12 @@ def run_one(
     plot_dir: Path | None = None,
     virtual: bool = False,
     keep_events: bool = False,
+    draw: bool = True,
 ) -> RunResult:
     """One run of ``lab``: ``entry`` (the scenario's ``run``, ``run_live`` ...) in a fresh
     working directory, which is removed afterwards (unless the console still serves it).
     ``virtual``: the run is on the virtual clock, where a lab that does not teach durability
-    does not fsync (``on_virtual_clock``)."""
+    does not fsync (``on_virtual_clock``); ``plot_dir`` and ``draw`` as ``run_lab``'s."""
     workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-"))
     try:
         recording = RunRecording(spec.name, spec.about, spec.expect) if record else None
@@ -345,7 +350,7 @@ def run_one(
         if recording is not None:
             recording.verdict, recording.summary = result.grade, outcome.summary
         if plot_dir is not None and run.trace is not None:
-            _analyse(run, result, plot_dir / spec.name)
+            _analyse(run, result, plot_dir / spec.name, draw)
     finally:
         if console is None or not console.holds(workdir):
             shutil.rmtree(workdir, ignore_errors=True)
@@ -423,9 +428,10 @@ def _print_result(result: RunResult, out: Callable[[str], None]) -> None:
             out(f"      {f['start']:6.1f}-{f['end']:<6.1f} s  {f['detector']}: {f['summary']}")
 
 
-def _analyse(run: LabRun, result: RunResult, directory: Path) -> None:
+def _analyse(run: LabRun, result: RunResult, directory: Path, draw: bool = True) -> None:
     """Write the run's trace and analyse it: in this process when it is small (a lab's
-    always is), else on Spark (one session for every run of the lab)."""
+    always is), else on Spark (one session for every run of the lab). ``draw=False``:
+    the series only, no plot (in process)."""
     from clients.spark.analyze import analyze, analyze_inprocess, choose_engine
     from clients.spark.findings import Params
 
@@ -434,7 +440,7 @@ def _analyse(run: LabRun, result: RunResult, directory: Path) -> None:
     assert run.trace is not None
     run.trace.dump(trace_file)
     if choose_engine([str(trace_file)]) == "inprocess":
-        analysis = analyze_inprocess([str(trace_file)], directory, Params())
+        analysis = analyze_inprocess([str(trace_file)], directory, Params(), draw=draw)
     else:
         from clients.spark.session import get_session
 

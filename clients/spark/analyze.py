@@ -224,9 +224,11 @@ def _finish(
     step: float,
     tables: list[str],
     names: dict[str, str],
+    draw: bool = True,
 ) -> dict[str, Any]:
     """What both engines write: plots, report.md, findings.json, info.json. ``names``
-    (session -> the client's name) name the clients in the findings' summaries and plots."""
+    (session -> the client's name) name the clients in the findings' summaries and plots;
+    ``draw=False`` returns the series without drawing them."""
     findings = [named(f, names) for f in findings]
     info.update(
         inputs=list(inputs),
@@ -239,7 +241,7 @@ def _finish(
     if series:
         series["hwm"] = params.hwm
         series["names"] = names
-    made = plot_all(local, series, step, params.hwm, findings) if series else {}
+    made = plot_all(local, series, step, params.hwm, findings) if series and draw else {}
     (local / "report.md").write_text(render_report(info, findings, made, tables))
     (local / "findings.json").write_text(json.dumps(findings, indent=1) + "\n")
     (local / "info.json").write_text(json.dumps({**info, "params": asdict(params)}, indent=1) + "\n")
@@ -261,10 +263,17 @@ def inprocess_findings(
 
 
 def analyze_inprocess(
-    inputs: list[str], out: str | Path, params: Params, *, plots: bool = True, tables: bool = True
+    inputs: list[str],
+    out: str | Path,
+    params: Params,
+    *,
+    plots: bool = True,
+    tables: bool = True,
+    draw: bool = True,
 ) -> dict[str, Any]:
     """The analysis in this process (no JVM): the same findings, report and plots as
-    ``analyze``; the tables as CSV only."""
+    ``analyze``; the tables as CSV only. ``plots=False``: neither the plots nor their
+    series; ``draw=False``: the series (returned, for a figure of the caller's), no plot."""
     tb, params, findings, info = inprocess_findings(inputs, params)
     local = Path(out)
     if tables:
@@ -273,7 +282,16 @@ def analyze_inprocess(
     names = _names([e for e in tb.events if e["event"] == "connect"])
     series = inprocess.series(tb, findings, TOP_CONSUMERS, names) if plots else {}
     return _finish(
-        local, info, inputs, params, findings, series, tb.bucket, [*tb.outputs(), "findings"] if tables else [], names
+        local,
+        info,
+        inputs,
+        params,
+        findings,
+        series,
+        tb.bucket,
+        [*tb.outputs(), "findings"] if tables else [],
+        names,
+        draw,
     )
 
 

@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 
 from clients.cli import main as cli
-from clients.labs import find_labs, run_lab
+from clients.labs import run_lab
 from clients.labs.export import write_export
 from clients.labs.readme import quoted_block, run_sections
 from clients.labs.replay import replay_document
 from clients.sources import SOURCES
-
-LABS = find_labs()
+from lab_support import LABS, LabResults, shared_lab_results
 
 #: a number as a README or a run prints it: 1000, 1,088, 0.570, 70 (in 70%)
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
@@ -44,12 +43,18 @@ def test_lab_list_names_them_all(capsys) -> None:
         assert SOURCES[lab.source].title in out
 
 
+@pytest.fixture(scope="module")
+def lab_results(tmp_path_factory: pytest.TempPathFactory) -> LabResults:
+    """Each lab run once in this process, the runs ``tests/spark/test_lab_findings.py`` reads too."""
+    return shared_lab_results(tmp_path_factory)
+
+
 @pytest.mark.parametrize("lab", LABS, ids=[lab.directory.name for lab in LABS])
-def test_lab_verdicts_are_as_promised_and_its_readme_quotes_them(lab, tmp_path: Path) -> None:
+def test_lab_verdicts_are_as_promised_and_its_readme_quotes_them(lab, lab_results: LabResults, tmp_path: Path) -> None:
     """Recorded for the console's player as it runs (which changes no verdict), and exported
     as the one file to hand out: under 2 MB."""
-    lines: list[str] = []
-    results = run_lab(lab, out=lines.append, record=True)
+    results = lab_results[lab.number]
+    lines = lab_results.printed(lab.number)
     assert results and all(r.as_promised for r in results), "\n".join(lines)
     recordings = [r.recording for r in results if r.recording is not None and r.recording.times]
     assert len(recordings) == len(results)

@@ -1,6 +1,7 @@
 """Every lab run's trace analysis agrees with its verdict, and the Spark job with the analysis in process.
 
-Each lab is run once with ``--plot`` (the analysis in process); a run of each
+Each lab is run once with ``--plot`` (the analysis in process; ``lab_support``: the
+plots of each run drawn only for the lab whose plots a test reads); a run of each
 detector the labs show, and a healthy cure, are run again on the Spark worker and
 their traces analysed on Spark (one session for all), where both engines must give
 the same findings (same detectors, windows, summaries, evidence). For every run:
@@ -19,45 +20,24 @@ from typing import Any
 
 import pytest
 
-from clients.labs import find_labs, run_lab
+from clients.labs import run_lab
 from clients.spark import inprocess
 from clients.spark.findings import Params
+from lab_support import DRAWN, LABS, LabResults, shared_lab_results
 
-# Running every lab with its analysis and plots takes a minute of CPU; on a machine shared
+# Running every lab with its analysis takes a minute of CPU; on a machine shared
 # with others it can take several of wall time, more than the suite's default limit.
 pytestmark = pytest.mark.timeout(1800)
 
-LABS = find_labs()
 RUNS = [(lab, spec) for lab in LABS for spec in lab.runs]
-
-
-class LabResults:
-    """Each lab run once with its traces analysed in process, when a test first asks for one
-    of its runs: ``[number]`` -> that lab's RunResults, ``[(number, run)]`` -> one RunResult.
-    A lab's tests share one xdist group (``tests/conftest.py``), so under ``make test`` every
-    lab still runs once, on the worker that has its tests."""
-
-    def __init__(self, tmp_path_factory: Any) -> None:
-        self._tmp = tmp_path_factory
-        self._done: dict[Any, Any] = {}
-
-    def __getitem__(self, key: str | tuple[str, str]) -> Any:
-        number = key if isinstance(key, str) else key[0]
-        if number not in self._done:
-            lab = next(lab for lab in LABS if lab.number == number)
-            lines: list[str] = []
-            results = run_lab(lab, plot_dir=self._tmp.mktemp(lab.number), out=lines.append)
-            assert all(r.as_promised for r in results), "\n".join(lines)
-            self._done[number] = results
-            for r in results:
-                self._done[(number, r.spec.name)] = r
-        return self._done[key]
 
 
 @pytest.fixture(scope="module")
 def lab_results(tmp_path_factory) -> LabResults:
-    """Every lab's runs, each lab run (and analysed in process) once, when first needed."""
-    return LabResults(tmp_path_factory)
+    """Every lab's runs, each lab run (and analysed in process) once, when first needed; the
+    same runs ``tests/labs/test_labs.py`` reads (``tests/conftest.py`` keeps a lab's tests on one
+    xdist worker)."""
+    return shared_lab_results(tmp_path_factory)
 
 
 def _parsed(findings: list[dict]) -> list[dict]:
@@ -132,6 +112,9 @@ def test_the_findings_are_what_the_lab_expects_with_its_numbers(lab_results, lab
     result = lab_results[(lab.number, spec.name)]
     assert {f["detector"] for f in result.findings} == set(spec.findings), [f["summary"] for f in result.findings]
     check_numbers(lab.number, spec.name, result)
+    # the series kept for the lab's figure; the run's plots drawn only where asked for
+    assert result.series and result.series["names"]
+    assert bool(list(result.trace_file.parent.glob("*.png"))) == (lab.number in DRAWN)
     names = {e["session"]: e.get("client_id") or e["addr"] for e in _trace(result) if e["event"] == "connect"}
     for f in result.findings:  # a finding names its client as the lab does, not by its broker session
         if f["session"]:
