@@ -57,7 +57,9 @@ def test_spark_scale_times_parse_analyze_and_workload_and_prints_the_ratios(tmp_
             str(tmp_path / "work"),
             "--json",
             str(report),
-            "--analyze-arg=--no-plots",  # the bench's mechanics are checked here, the plots elsewhere
+            # the bench's mechanics are checked here, the plots and tables elsewhere
+            "--analyze-arg=--no-plots",
+            "--analyze-arg=--no-tables",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
