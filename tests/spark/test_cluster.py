@@ -49,6 +49,7 @@ def _env() -> dict[str, str]:
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_CONF_DIR=str(ROOT / "clients" / "spark" / "conf"),
+        SPARK_DAEMON_JAVA_OPTS=FAST_JVM,  # the master's and the worker's JVMs: they start and idle
     )
     env.pop("PYSPARK_GATEWAY_PORT", None)
     return env
