@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from clients.spark.session import QUICK_PLANS
+
 from .conftest import ANALYSIS_ARGS
 from .scenarios import EXPECTED
 
@@ -173,6 +175,7 @@ def test_analysis_on_a_standalone_cluster_matches_local(standalone, pathology_tr
         f"spark.driver.extraJavaOptions={FAST_JVM}",
         "--conf",
         f"spark.executor.extraJavaOptions={FAST_JVM}",
+        *[arg for key, value in QUICK_PLANS.items() for arg in ("--conf", f"{key}={value}")],
         str(ROOT / "clients" / "spark" / "analyze.py"),
         *pathology_traces,
         "--out",
