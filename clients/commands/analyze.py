@@ -46,6 +46,7 @@ OPTIONS: list[Option] = [
     ),
     ("--poison-window", "pos", "S", "seconds in which --poison-deliveries are counted (default 60)"),
     ("--no-plots", "flag", None, "tables and report only"),
+    ("--no-tables", "flag", None, "findings, report and plots only (no csv/, parquet/)"),
     ("--master", "str", "M", "Spark master (default local[*] or $MINIBROKER_SPARK_MASTER)"),
     (
         "--engine",

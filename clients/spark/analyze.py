@@ -333,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--poison-window", type=float, default=d.poison_window, help="seconds")
     parser.add_argument("--no-plots", action="store_true", help="tables and report only")
+    parser.add_argument("--no-tables", action="store_true", help="findings, report and plots only (no csv/, parquet/)")
     parser.add_argument(
         "--master", help="Spark master when not run by spark-submit (default local[*] or $MINIBROKER_SPARK_MASTER)"
     )
@@ -376,13 +377,13 @@ def main(argv: list[str] | None = None) -> int:
         if all("://" not in p for p in paths):
             inprocess.check_inputs(paths)  # refused before a JVM starts
         if engine == "inprocess":
-            result = analyze_inprocess(paths, args.out, params, plots=not args.no_plots)
+            result = analyze_inprocess(paths, args.out, params, plots=not args.no_plots, tables=not args.no_tables)
         else:
             from clients.spark.session import QUICK_JVM, get_session
 
             quick = all(i.form == "parquet" for i in resolved)  # no JSON to parse: the quick JIT pays
             spark = get_session("minibroker-analyze", master=args.master, conf=QUICK_JVM if quick else None)
-            result = analyze(spark, paths, args.out, params, plots=not args.no_plots)
+            result = analyze(spark, paths, args.out, params, plots=not args.no_plots, tables=not args.no_tables)
     except TraceFormatError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

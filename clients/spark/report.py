@@ -70,7 +70,10 @@ def render_report(
     if missing:
         lines += ["No data for: " + "; ".join(missing).lower() + ".", ""]
     where = "`parquet/NAME/` and `csv/NAME.csv`" if info.get("engine", "spark") == "spark" else "`csv/NAME.csv`"
-    lines += ["## Tables", "", f"Each table is under {where}; times are seconds since the trace start.", ""]
-    lines += [f"- `{t}`" for t in tables]
+    if tables:
+        lines += ["## Tables", "", f"Each table is under {where}; times are seconds since the trace start.", ""]
+        lines += [f"- `{t}`" for t in tables]
+    else:
+        lines += ["## Tables", "", "None written (--no-tables)."]
     lines.append("")
     return "\n".join(lines)

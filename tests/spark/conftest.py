@@ -78,11 +78,14 @@ def _analysed(traces, tmp_path_factory, name, *args):
 
 @pytest.fixture(scope="session")
 def pathology_analysis_parquet(spark, pathology_twins, tmp_path_factory):
-    """The analysis on Spark of the pathologies traces read from their Parquet twins."""
-    return _analysed(pathology_twins, tmp_path_factory, "analysis-parquet", "--engine", "spark")
+    """The analysis on Spark of the pathologies traces read from their Parquet twins (its
+    tables and findings are compared; the plots are ``pathology_analysis``'s business)."""
+    return _analysed(pathology_twins, tmp_path_factory, "analysis-parquet", "--engine", "spark", "--no-plots")
 
 
 @pytest.fixture(scope="session")
 def pathology_inprocess_parquet(pathology_twins, tmp_path_factory):
     """The same in this process."""
-    return _analysed(pathology_twins, tmp_path_factory, "analysis-inprocess-parquet", "--engine", "inprocess")
+    return _analysed(
+        pathology_twins, tmp_path_factory, "analysis-inprocess-parquet", "--engine", "inprocess", "--no-plots"
+    )

@@ -104,9 +104,12 @@ def test_healthy_trace_has_no_findings(spark, tmp_path, engine):
     from clients.spark.analyze import main
 
     trace = healthy().write(tmp_path / "healthy.jsonl")
-    assert main([str(trace), "--out", str(tmp_path / "out"), *ANALYSIS_ARGS, "--no-plots", "--engine", engine]) == 0
+    args = [*ANALYSIS_ARGS, "--no-plots", "--no-tables", "--engine", engine]  # the findings and report only
+    assert main([str(trace), "--out", str(tmp_path / "out"), *args]) == 0
     assert _findings(tmp_path / "out") == []
-    assert "No detector fired." in (tmp_path / "out" / "report.md").read_text()
+    assert not (tmp_path / "out" / "csv").exists() and not (tmp_path / "out" / "parquet").exists()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "No detector fired." in report and "None written (--no-tables)." in report
 
 
 def test_missing_empty_garbage_or_future_traces_are_refused_before_spark_starts(tmp_path, capsys, monkeypatch):

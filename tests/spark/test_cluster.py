@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from clients.spark.session import QUICK_PLANS
+
 from .conftest import ANALYSIS_ARGS
 from .scenarios import EXPECTED
 
@@ -49,6 +51,7 @@ def _env() -> dict[str, str]:
         PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_CONF_DIR=str(ROOT / "clients" / "spark" / "conf"),
+        SPARK_DAEMON_JAVA_OPTS=FAST_JVM,  # the master's and the worker's JVMs: they start and idle
     )
     env.pop("PYSPARK_GATEWAY_PORT", None)
     return env
@@ -172,6 +175,7 @@ def test_analysis_on_a_standalone_cluster_matches_local(standalone, pathology_tr
         f"spark.driver.extraJavaOptions={FAST_JVM}",
         "--conf",
         f"spark.executor.extraJavaOptions={FAST_JVM}",
+        *[arg for key, value in QUICK_PLANS.items() for arg in ("--conf", f"{key}={value}")],
         str(ROOT / "clients" / "spark" / "analyze.py"),
         *pathology_traces,
         "--out",
