@@ -173,7 +173,7 @@ def test_spark_finds_the_same(spark, tmp_path, lab, spec):
     from clients.spark.analyze import analyze
 
     lines: list[str] = []
-    (result,) = run_lab(lab, plot_dir=tmp_path / "lab", out=lines.append, specs=[spec])
+    (result,) = run_lab(lab, plot_dir=tmp_path / "lab", out=lines.append, specs=[spec], draw=False)
     assert result.as_promised, "\n".join(lines)
     on_spark = analyze(spark, [str(result.trace_file)], tmp_path / "spark", Params(), plots=False, tables=False)
     assert _parsed(on_spark["findings"]) == _parsed(result.findings)
