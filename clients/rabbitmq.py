@@ -38,7 +38,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from .activemq import BrokerStartError, free_port, log_lines, package_version
+from .activemq import BrokerStartError, alive, free_port, log_lines, package_version
 
 __all__ = [
     "BrokerStopError",
@@ -106,14 +106,6 @@ def _accepts(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 class RabbitMQ:
@@ -297,7 +289,7 @@ class RabbitMQ:
         said = []
         if self._server is not None:
             pid = self.pid or self._node_pid()
-            if pid is not None and _alive(pid):
+            if pid is not None and alive(pid):
                 os.kill(pid, signal.SIGTERM)
                 said.append(f"stopped rabbitmq node {self.node} pid {pid}")
             elif self._server.poll() is None:
@@ -306,12 +298,12 @@ class RabbitMQ:
                 self._server.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 for each in [pid, self._server.pid]:
-                    if each is not None and _alive(each):
+                    if each is not None and alive(each):
                         os.kill(each, signal.SIGKILL)
                 self._server.wait(timeout=10)
                 said.append(f"pid {pid} still alive after {grace:.0f}s: SIGKILL")
             deadline = time.monotonic() + 10
-            while pid is not None and _alive(pid) and time.monotonic() < deadline:
+            while pid is not None and alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
             self._server = None
         if self._epmd is not None:

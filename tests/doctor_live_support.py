@@ -97,7 +97,7 @@ def activemq_for(config: BrokerConfig, directory: Path) -> Iterator[ActiveMQUrls
     xml = write_xml(config, stomp_port=port, openwire_port=free_port(), jolokia_port=jolokia)
     conf = directory / "activemq.xml"
     conf.write_text(xml.text)
-    broker = ActiveMQ(directory, conf=conf, heap=HEAP, port=port, classpath=JOLOKIA_CLASSPATH)
+    broker = ActiveMQ(directory, conf=conf, heap=HEAP, port=port, classpath=JOLOKIA_CLASSPATH, quick_stop=True)
     broker.start()
     try:
         urls = ActiveMQUrls(broker, f"stomp://127.0.0.1:{port}", f"http://127.0.0.1:{jolokia}/")
