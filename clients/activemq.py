@@ -39,6 +39,8 @@ __all__ = [
     "jolokia_problem",
     "JOLOKIA_CLASSPATH",
     "log_lines",
+    "log_size",
+    "logged_since",
     "package_version",
     "version",
 ]
@@ -130,6 +132,24 @@ def log_lines(path: Path, contains: str = "") -> list[str]:
     except OSError:
         return []
     return [line for line in lines if contains in line]
+
+
+def log_size(path: Path) -> int:
+    """The size of a broker's log now, in bytes (0 if it has none yet): an offset for ``logged_since``."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def logged_since(path: Path, offset: int, text: str) -> bool:
+    """Whether a broker's log has ``text`` past its first ``offset`` bytes."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(offset)
+            return text.encode() in log.read()
+    except OSError:
+        return False
 
 
 def version() -> str | None:
@@ -239,17 +259,14 @@ class ActiveMQ:
         if not alive(pid) or b"activemq.jar" not in cmdline:  # gone, or the pid is another process's now
             pidfile.unlink(missing_ok=True)
             return f"activemq pid {pid} not running"
-        try:
-            logged = self.log_path.stat().st_size
-        except OSError:
-            logged = 0
+        logged = log_size(self.log_path)
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE
-        while alive(pid) and not self._logged_since(logged, SHUT_DOWN) and time.monotonic() < deadline:
+        while alive(pid) and not logged_since(self.log_path, logged, SHUT_DOWN) and time.monotonic() < deadline:
             time.sleep(0.05)
         said = f"stopped activemq pid {pid}"
         if alive(pid):
-            shut_down = self._logged_since(logged, SHUT_DOWN)
+            shut_down = logged_since(self.log_path, logged, SHUT_DOWN)
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
             while alive(pid) and time.monotonic() < deadline:
@@ -257,15 +274,6 @@ class ActiveMQ:
             said += " (SIGKILL once shut down)" if shut_down else f" (SIGKILL: no shutdown logged in {STOP_GRACE:.0f}s)"
         pidfile.unlink(missing_ok=True)
         return said
-
-    def _logged_since(self, offset: int, text: str) -> bool:
-        """Whether the broker's log has ``text`` past its first ``offset`` bytes."""
-        try:
-            with open(self.log_path, "rb") as log:
-                log.seek(offset)
-                return text.encode() in log.read()
-        except OSError:
-            return False
 
     def restart(self) -> None:
         """Stop, and start again on the same data (persistent messages survive)."""

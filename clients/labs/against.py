@@ -346,7 +346,7 @@ def run_against_rabbitmq(lab: Lab, *, out: Callable[[str], None] = print) -> lis
             continue
         ours = run_one(lab, spec, scenario.run_live)
         workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-rabbitmq-"))
-        node = rabbitmq.RabbitMQ(workdir, name=f"lab-{lab.number}", settings=settings(spec.config()))
+        node = rabbitmq.RabbitMQ(workdir, name=f"lab-{lab.number}", settings=settings(spec.config()), quick_stop=True)
         try:
             try:
                 node.start()

@@ -27,7 +27,7 @@ RABBITMQ_GROUP = "tests/interop/test_stomp_py_rabbitmq.py"
 
 @pytest.fixture(scope="module")
 def rabbitmq_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQ]:
-    node = RabbitMQ(Path(tmp_path_factory.mktemp("rabbitmq")))
+    node = RabbitMQ(Path(tmp_path_factory.mktemp("rabbitmq")), quick_stop=True)
     try:
         node.start()
         yield node
