@@ -7,6 +7,12 @@ JVM flags of Debian's start script, a run directory of our own (data, log,
 pid file), wait until the STOMP port accepts connections, and stop only the
 pid the start wrote. The broker's configuration is any ``activemq.xml``; it
 names the ports (``port`` is the STOMP port to wait for).
+
+A broker made with ``quick_stop`` (the labs' and the tests' brokers) is stopped
+here instead of by the stop script: SIGTERM, as the script sends it; once the
+broker logs that it is shut down (its connectors and KahaDB closed: what a
+restart on the same data needs), the JVM is ended with SIGKILL rather than
+waited for through the second or more of its own exit that follows.
 """
 
 from __future__ import annotations
@@ -15,11 +21,14 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 __all__ = [
+    "alive",
     "free_port",
     "AMQ_HOME",
     "AMQ_INSTALL",
@@ -30,6 +39,8 @@ __all__ = [
     "jolokia_problem",
     "JOLOKIA_CLASSPATH",
     "log_lines",
+    "log_size",
+    "logged_since",
     "package_version",
     "version",
 ]
@@ -56,6 +67,21 @@ JOLOKIA_CLASSPATH = tuple(
         "json-simple",
     )
 )
+
+
+#: The broker's last log line once its stop is over: "Apache ActiveMQ 5.17.2 (localhost, ID:...) is shutdown".
+SHUT_DOWN = ") is shutdown"
+#: How long a stop waits for the broker's shutdown (as the stop script waits for its JVM) before SIGKILL.
+STOP_GRACE = 30.0
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` is running (a zombie, ended but not yet reaped, is not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -108,6 +134,24 @@ def log_lines(path: Path, contains: str = "") -> list[str]:
     return [line for line in lines if contains in line]
 
 
+def log_size(path: Path) -> int:
+    """The size of a broker's log now, in bytes (0 if it has none yet): an offset for ``logged_since``."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def logged_since(path: Path, offset: int, text: str) -> bool:
+    """Whether a broker's log has ``text`` past its first ``offset`` bytes."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(offset)
+            return text.encode() in log.read()
+    except OSError:
+        return False
+
+
 def version() -> str | None:
     """The installed package's version (``5.17.2+dfsg-2``), or None."""
     return package_version("activemq")
@@ -126,16 +170,19 @@ class ActiveMQ:
         heap: str | None = None,
         port: int = 61613,
         classpath: tuple[Path, ...] = (),
+        quick_stop: bool = False,
     ) -> None:
         """``conf``: an activemq.xml instead of the harness's (which listens on 61613 and
         61616); ``heap``: JVM heap options; ``port``: the STOMP port ``conf`` names;
-        ``classpath``: jars the broker's classpath needs beyond its own (``JOLOKIA_CLASSPATH``)."""
+        ``classpath``: jars the broker's classpath needs beyond its own (``JOLOKIA_CLASSPATH``);
+        ``quick_stop``: end the JVM once the broker has logged its shutdown (see the module's notes)."""
         self.name = name
         self.run_dir = workdir / "activemq"
         self.conf = conf
         self.heap = heap
         self.port = port
         self.classpath = classpath
+        self.quick_stop = quick_stop
         self.pid: int | None = None
         self.info: dict = {}
 
@@ -193,11 +240,40 @@ class ActiveMQ:
         """Stop the broker the start left running (safe to call twice, and after a failed start)."""
         if self.pid is None:
             return ""
-        self.pid = None
+        pid, self.pid = self.pid, None
+        if self.quick_stop:
+            return self._stop_once_shut_down(pid)
         p = subprocess.run(
             ["bash", str(HARNESS / "activemq-stop.sh")], env=self._env(), capture_output=True, text=True, timeout=60
         )
         return (p.stdout + p.stderr).strip()
+
+    def _stop_once_shut_down(self, pid: int) -> str:
+        """SIGTERM to the JVM ``pid``; SIGKILL once the broker has logged its shutdown since
+        (or after ``STOP_GRACE`` seconds); then wait until the JVM is gone."""
+        pidfile = self.run_dir / "activemq.pid"
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            cmdline = b""
+        if not alive(pid) or b"activemq.jar" not in cmdline:  # gone, or the pid is another process's now
+            pidfile.unlink(missing_ok=True)
+            return f"activemq pid {pid} not running"
+        logged = log_size(self.log_path)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        while alive(pid) and not logged_since(self.log_path, logged, SHUT_DOWN) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        said = f"stopped activemq pid {pid}"
+        if alive(pid):
+            shut_down = logged_since(self.log_path, logged, SHUT_DOWN)
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            said += " (SIGKILL once shut down)" if shut_down else f" (SIGKILL: no shutdown logged in {STOP_GRACE:.0f}s)"
+        pidfile.unlink(missing_ok=True)
+        return said
 
     def restart(self) -> None:
         """Stop, and start again on the same data (persistent messages survive)."""

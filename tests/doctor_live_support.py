@@ -89,7 +89,7 @@ def activemq_for(config: BrokerConfig, directory: Path) -> Iterator[ActiveMQUrls
     """ActiveMQ started as a lab's ``--against activemq`` run starts it (the ``activemq.xml`` that
     ``write_xml`` writes from ``config``, the labs' JVM options), with Jolokia on a port of its own
     (its MBeans, as ActiveMQ's web console serves them); stopped after. Its first answers are
-    slow (a JVM just started): each reader is asked once before it is handed over."""
+    slow (a JVM just started): each reader is asked once (both at once) before it is handed over."""
     problem = installed_problem() or jolokia_problem()
     if problem:
         pytest.fail(problem)
@@ -97,12 +97,17 @@ def activemq_for(config: BrokerConfig, directory: Path) -> Iterator[ActiveMQUrls
     xml = write_xml(config, stomp_port=port, openwire_port=free_port(), jolokia_port=jolokia)
     conf = directory / "activemq.xml"
     conf.write_text(xml.text)
-    broker = ActiveMQ(directory, conf=conf, heap=HEAP, port=port, classpath=JOLOKIA_CLASSPATH)
+    broker = ActiveMQ(directory, conf=conf, heap=HEAP, port=port, classpath=JOLOKIA_CLASSPATH, quick_stop=True)
     broker.start()
     try:
         urls = ActiveMQUrls(broker, f"stomp://127.0.0.1:{port}", f"http://127.0.0.1:{jolokia}/")
-        for url in (urls.stomp, urls.jolokia):
-            asyncio.run(run_live(parse_target(url), window=0, timeout=30))
+
+        async def ask_each_once() -> None:
+            await asyncio.gather(
+                *(run_live(parse_target(url), window=0, timeout=30) for url in (urls.stomp, urls.jolokia))
+            )
+
+        asyncio.run(ask_each_once())
         yield urls
     finally:
         broker.stop()

@@ -124,7 +124,7 @@ class _ActiveMQRun:
         self.xml = write_xml(configure(spec.config()), stomp_port=self.port, openwire_port=free_port())
         conf = self.workdir / "activemq.xml"
         conf.write_text(self.xml.text, encoding="utf-8")
-        self.process = ActiveMQ(self.workdir, conf=conf, heap=HEAP, port=self.port)
+        self.process = ActiveMQ(self.workdir, conf=conf, heap=HEAP, port=self.port, quick_stop=True)
         self._error: BaseException | None = None
         # Events, not Thread.join: a join that a signal interrupts (SIGTERM, Ctrl-C) marks a live
         # thread as ended (CPython's bpo-45274 handling), and a later join would not wait for it.
@@ -346,7 +346,7 @@ def run_against_rabbitmq(lab: Lab, *, out: Callable[[str], None] = print) -> lis
             continue
         ours = run_one(lab, spec, scenario.run_live)
         workdir = Path(tempfile.mkdtemp(prefix=f"minibroker-lab-{lab.name}-rabbitmq-"))
-        node = rabbitmq.RabbitMQ(workdir, name=f"lab-{lab.number}", settings=settings(spec.config()))
+        node = rabbitmq.RabbitMQ(workdir, name=f"lab-{lab.number}", settings=settings(spec.config()), quick_stop=True)
         try:
             try:
                 node.start()

@@ -286,6 +286,7 @@ def test_real_activemq_without_the_statistics_plugin(tmp_path: Path, capsys: pyt
     requests go unanswered, and the one line says what to add."""
     from clients.activemq import ActiveMQ, free_port, installed_problem
     from clients.doctor.write_xml import write_xml
+    from clients.labs.against import HEAP
     from minibroker.config import BrokerConfig
 
     problem = installed_problem()
@@ -297,7 +298,7 @@ def test_real_activemq_without_the_statistics_plugin(tmp_path: Path, capsys: pyt
     assert plugin in xml
     conf = tmp_path / "activemq.xml"
     conf.write_text(xml.replace(plugin, ""))
-    broker = ActiveMQ(tmp_path, conf=conf, heap="-Xms64M -Xmx256M -XX:TieredStopAtLevel=1 -XX:+UseSerialGC", port=port)
+    broker = ActiveMQ(tmp_path, conf=conf, heap=HEAP, port=port, quick_stop=True)
     broker.start()
     try:
         status, err = _doctor(capsys, f"stomp://127.0.0.1:{port}", "--timeout", "3")

@@ -72,7 +72,7 @@ def _run(tmp_path: Path, settings: dict[str, str]) -> LiveReport:
     problem = rabbitmq.installed_problem()
     if problem:
         pytest.fail(problem)
-    node = RabbitMQ(tmp_path, settings={**FRESH, **settings})
+    node = RabbitMQ(tmp_path, settings={**FRESH, **settings}, quick_stop=True)
     node.start()
     try:
         return asyncio.run(_doctor_while_clients_run(node))
@@ -99,7 +99,7 @@ def test_default_watermark_nothing_found_a_wrong_password_and_a_node_that_stops(
     problem = rabbitmq.installed_problem()
     if problem:
         pytest.fail(problem)
-    node = RabbitMQ(tmp_path, settings=FRESH)
+    node = RabbitMQ(tmp_path, settings=FRESH, quick_stop=True)
     node.start()
     try:
         report = asyncio.run(_doctor_while_clients_run(node))
@@ -134,7 +134,7 @@ def test_lab_05_worker_blocked_holding_its_requests(tmp_path: Path, monkeypatch:
     # The workload gives up on a worker stuck for LIVE_STALL seconds: here it stays until the window is over.
     monkeypatch.setattr(SHARED, "LIVE_STALL", LAB_05_WINDOW + 1)
     spec = next(r for r in LAB_05.runs if r.name == "shared-connection")
-    node = RabbitMQ(tmp_path, name="lab-05", settings=SHARED.rabbitmq_settings(spec.config()))
+    node = RabbitMQ(tmp_path, name="lab-05", settings=SHARED.rabbitmq_settings(spec.config()), quick_stop=True)
     node.start()
     try:
         node.add_vhost(LAB_VHOST)  # the virtual host the lab's clients name

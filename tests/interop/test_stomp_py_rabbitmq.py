@@ -21,11 +21,13 @@ from clients.rabbitmq import RabbitMQ
 from stomp_py_support import WAIT, Collector, close, wait_for
 
 NOT_INSTALLED = rabbitmq.installed_problem()
+#: The xdist group of the tests against the module's RabbitMQ node.
+RABBITMQ_GROUP = "tests/interop/test_stomp_py_rabbitmq.py"
 
 
 @pytest.fixture(scope="module")
 def rabbitmq_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQ]:
-    node = RabbitMQ(Path(tmp_path_factory.mktemp("rabbitmq")))
+    node = RabbitMQ(Path(tmp_path_factory.mktemp("rabbitmq")), quick_stop=True)
     try:
         node.start()
         yield node
@@ -41,6 +43,9 @@ def rabbitmq_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQ
             marks=[
                 pytest.mark.slow,
                 pytest.mark.skipif(NOT_INSTALLED is not None, reason=f"RabbitMQ is needed: {NOT_INSTALLED}"),
+                # One node for the module, so one worker: the fixture is asked for by name below,
+                # which the suite's grouping by module-scoped fixtures (tests/conftest.py) cannot see.
+                pytest.mark.xdist_group(RABBITMQ_GROUP),
             ],
         ),
     ]
