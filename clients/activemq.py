@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "log_lines",
     "log_size",
     "logged_since",
+    "wait_logged",
     "package_version",
     "version",
 ]
@@ -152,6 +154,17 @@ def logged_since(path: Path, offset: int, text: str) -> bool:
         return False
 
 
+def wait_logged(path: Path, offset: int, text: str, seconds: float, running: Callable[[], bool]) -> bool:
+    """Until a broker's log has ``text`` past its first ``offset`` bytes (True), or ``running()``
+    is false or ``seconds`` have passed (False)."""
+    deadline = time.monotonic() + seconds
+    while running() and time.monotonic() < deadline:
+        if logged_since(path, offset, text):
+            return True
+        time.sleep(0.05)
+    return logged_since(path, offset, text)
+
+
 def version() -> str | None:
     """The installed package's version (``5.17.2+dfsg-2``), or None."""
     return package_version("activemq")
@@ -261,12 +274,9 @@ class ActiveMQ:
             return f"activemq pid {pid} not running"
         logged = log_size(self.log_path)
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE
-        while alive(pid) and not logged_since(self.log_path, logged, SHUT_DOWN) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        shut_down = wait_logged(self.log_path, logged, SHUT_DOWN, STOP_GRACE, lambda: alive(pid))
         said = f"stopped activemq pid {pid}"
         if alive(pid):
-            shut_down = logged_since(self.log_path, logged, SHUT_DOWN)
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
             while alive(pid) and time.monotonic() < deadline:

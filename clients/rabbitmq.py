@@ -44,7 +44,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from .activemq import BrokerStartError, alive, free_port, log_lines, log_size, logged_since, package_version
+from .activemq import BrokerStartError, alive, free_port, log_lines, log_size, package_version, wait_logged
 
 __all__ = [
     "BrokerStopError",
@@ -306,7 +306,12 @@ class RabbitMQ:
             if pid is not None and alive(pid):
                 os.kill(pid, signal.SIGTERM)
                 said.append(f"stopped rabbitmq node {self.node} pid {pid}")
-                if self.quick_stop and self._wait_logged(logged, STOPPING_STATISTICS, grace) and alive(pid):
+                server = self._server
+                if (
+                    self.quick_stop
+                    and wait_logged(self.log_path, logged, STOPPING_STATISTICS, grace, lambda: server.poll() is None)
+                    and alive(pid)
+                ):
                     os.kill(pid, signal.SIGKILL)
             elif self._server.poll() is None:
                 os.kill(self._server.pid, signal.SIGTERM)
@@ -335,17 +340,6 @@ class RabbitMQ:
         if left:
             raise BrokerStopError(f"RabbitMQ node {self.node}: processes left running after stop: {left}")
         return "\n".join(said)
-
-    def _wait_logged(self, offset: int, text: str, seconds: float) -> bool:
-        """Until the node's log has ``text`` past its first ``offset`` bytes (True), or the
-        start script has ended or ``seconds`` have passed (False)."""
-        assert self._server is not None
-        deadline = time.monotonic() + seconds
-        while self._server.poll() is None and time.monotonic() < deadline:
-            if logged_since(self.log_path, offset, text):
-                return True
-            time.sleep(0.05)
-        return False
 
     def _node_pid(self) -> int | None:
         """The node's pid when the pid file is not there yet: the start script's child beam."""

@@ -106,6 +106,15 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 
+@pytest.fixture(scope="session")
+def lab_results(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Each lab run once in this process, when a test first asks for one of its runs
+    (``tests/lab_support.py``); a lab's tests are on one worker (``_worker_group``)."""
+    from lab_support import LabResults
+
+    return LabResults(tmp_path_factory.mktemp("lab-results"))
+
+
 @pytest.fixture
 def broker_factory() -> Iterator[Callable[..., RunningBroker]]:
     """Start brokers with configuration overrides: ``broker_factory(transport={...})``."""

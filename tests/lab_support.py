@@ -4,8 +4,8 @@ A lab's runs on the virtual clock repeat exactly, so the tests that read them (t
 verdicts and the README's quotes in ``tests/labs/test_labs.py``, the trace analysis in
 ``tests/spark/test_lab_findings.py``) share one run of each lab: recorded for the
 console's player (which changes no verdict) and analysed in process (``--plot``).
-A test module hands the cache to its tests as a fixture named ``lab_results``, which
-``tests/conftest.py`` keeps, lab by lab, on one xdist worker.
+``tests/conftest.py`` hands it to them as the session fixture ``lab_results``, and keeps
+a lab's tests on one xdist worker.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from clients.labs import find_labs, run_lab
 
@@ -65,13 +63,3 @@ class LabResults:
                 if not line.startswith("Trace analysis: "):
                     kept.append(line)
         return kept
-
-
-_SHARED: list[LabResults] = []
-
-
-def shared_lab_results(tmp_path_factory: pytest.TempPathFactory) -> LabResults:
-    """The process's one ``LabResults`` (its runs' files under the session's temporary directory)."""
-    if not _SHARED:
-        _SHARED.append(LabResults(tmp_path_factory.mktemp("lab-results")))
-    return _SHARED[0]

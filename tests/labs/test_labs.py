@@ -15,7 +15,7 @@ from clients.labs.export import write_export
 from clients.labs.readme import quoted_block, run_sections
 from clients.labs.replay import replay_document
 from clients.sources import SOURCES
-from lab_support import LABS, LabResults, shared_lab_results
+from lab_support import LABS, LabResults
 
 #: a number as a README or a run prints it: 1000, 1,088, 0.570, 70 (in 70%)
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
@@ -41,12 +41,6 @@ def test_lab_list_names_them_all(capsys) -> None:
     for lab in LABS:
         assert lab.directory.name in out
         assert SOURCES[lab.source].title in out
-
-
-@pytest.fixture(scope="module")
-def lab_results(tmp_path_factory: pytest.TempPathFactory) -> LabResults:
-    """Each lab run once in this process, the runs ``tests/spark/test_lab_findings.py`` reads too."""
-    return shared_lab_results(tmp_path_factory)
 
 
 @pytest.mark.parametrize("lab", LABS, ids=[lab.directory.name for lab in LABS])

@@ -23,21 +23,13 @@ import pytest
 from clients.labs import run_lab
 from clients.spark import inprocess
 from clients.spark.findings import Params
-from lab_support import DRAWN, LABS, LabResults, shared_lab_results
+from lab_support import DRAWN, LABS
 
 # Running every lab with its analysis takes a minute of CPU; on a machine shared
 # with others it can take several of wall time, more than the suite's default limit.
 pytestmark = pytest.mark.timeout(1800)
 
 RUNS = [(lab, spec) for lab in LABS for spec in lab.runs]
-
-
-@pytest.fixture(scope="module")
-def lab_results(tmp_path_factory) -> LabResults:
-    """Every lab's runs, each lab run (and analysed in process) once, when first needed; the
-    same runs ``tests/labs/test_labs.py`` reads (``tests/conftest.py`` keeps a lab's tests on one
-    xdist worker)."""
-    return shared_lab_results(tmp_path_factory)
 
 
 def _parsed(findings: list[dict]) -> list[dict]:
